@@ -1,0 +1,7 @@
+"""`python -m anvil_metrics` is the same as the `anvil` command."""
+
+import sys
+
+from anvil_metrics.cli import main
+
+sys.exit(main())

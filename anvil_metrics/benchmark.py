@@ -1,0 +1,662 @@
+"""The benchmark/v1 document: build it from raw records, and verify one from its own rows.
+
+Why build and verify live together: a benchmark file is only worth promoting a model on if
+every number in it follows from its rows by the spec's definitions. `build_benchmark`
+derives rows with `derive.py` and aggregates with `stats.py`; `verify_benchmark` recomputes
+every derived row value and every aggregate with those same functions from the file's
+`request_timings` and `wall_clock_ms` and compares with exact equality (floats bit for bit,
+int vs float and null vs value are mismatches). `build_benchmark` runs `verify_benchmark`
+on its own output before returning it, so anvil never hands out a document it cannot verify.
+
+What verify can and cannot prove: base values of a row (`e2e_ms`, `ttft_ms`,
+`time_to_first_output_ms`, counts) were measured, not derived, so a changed base value shows
+up as disagreement with the values derived from it (the message lists the base inputs) or
+with a sum over rows, never as a wrong value on its own. A base value with nothing derived
+from it in its row (e.g. `e2e_ms` of a request that produced no output) can be checked only
+through the aggregates and invariants (ordering of the stamps, `wall_clock_ms ≥ e2e_ms`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+
+from anvil_metrics import derive, stats
+from anvil_metrics.errors import VerifyError
+from anvil_metrics.rawfile import RawRun, strict_json_problems
+from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
+
+SCHEMA = "anvil-serving.benchmark/v1"
+
+# Copied verbatim from the spec example: the definitions the numbers were computed with.
+TIMING_METHODOLOGY: dict[str, str] = {
+    "clock": "client time.perf_counter",
+    "decode": (
+        "usage completion tokens after the first token divided by client-observed generation "
+        "time; completion tokens may include reasoning tokens"
+    ),
+    "effective_prefill": (
+        "usage.prompt_tokens divided by client-observed time to first output; includes "
+        "queueing, scheduling, prefill, and first-token work"
+    ),
+    "generation": "client-observed E2E minus time to first output",
+    "mean_inter_token_latency": (
+        "client-observed generation time divided by completion tokens after the first token; "
+        "not a raw per-token timestamp trace"
+    ),
+    "time_to_first_output": (
+        "request start through the first non-empty streamed reasoning or content delta"
+    ),
+    "ttft": "request start through the first non-empty streamed content delta",
+}
+
+# Run parameters copied from the raw header's `params` (missing → null).
+PARAM_KEYS = (
+    "measurement_protocol",
+    "concurrency",
+    "context_tokens",
+    "max_context_tokens",
+    "context_distribution",
+    "context_seed",
+    "max_tokens",
+    "model",
+    "engine",
+    "gpu",
+    "tier",
+    "manifest",
+    "source_recipe",
+    "base_url",
+    "serve_flags",
+    "run_nonce",
+    "prompt_calibration",
+    "shared_prefix",
+)
+
+# Top-level fields every benchmark/v1 file has (the spec's "Run fields" plus the row list
+# and the metrics block). The fields anvil adds are optional in a file but always written.
+REQUIRED_FIELDS = frozenset(
+    {
+        "schema", "run_id", "started_at", "finished_at", "wall_clock_ms", "requests",
+        "completed", "failed", "failures", "concurrency", "context_tokens",
+        "max_context_tokens", "context_distribution", "context_seed", "max_tokens", "model",
+        "engine", "gpu", "tier", "manifest", "source_recipe", "base_url",
+        "measurement_protocol", "serve_flags", "timing_methodology", "request_timings",
+        "metrics",
+    }
+)
+FAILURE_FIELDS = ("request_index", "kind", "http_status", "message", "phase")
+CALIBRATION_METHODS = ("tokenize", "probe", "local_tokenizer", "none")
+CLIENT_KEYS = ("loop_lag_ms", "cpu_pct", "achieved_concurrency", "saturated")
+
+# The spec's `benchmark-YYYYMMDDTHHMMSSZ`; the recorder appends `-2`, `-3`, … when two runs
+# start in the same second, to keep run ids unique as the spec also requires.
+_RUN_ID = re.compile(r"benchmark-\d{8}T\d{6}Z(-[1-9]\d*)?")
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+
+
+# --- build ---------------------------------------------------------------------------------
+
+
+def wall_clock_ms(records: Sequence[RequestRecord]) -> float | None:
+    """Monotonic duration of the measured run, ms: `(max end − min start) / 1e6`.
+
+    Over the measured (non-warm-up) records, completed and failed: from the moment the first
+    of them was written to the socket to the moment the last of them finished or failed. A
+    failure without an `end_ns` contributes its `start_ns`. Gaps between requests are
+    included (with 12 sequential requests it is a little more than the sum of their
+    `e2e_ms`); warm-ups are not. None when there are no measured records.
+    """
+    if not records:
+        return None
+    first = min(r.start_ns for r in records)
+    last = max(r.start_ns if r.end_ns is None else r.end_ns for r in records)
+    return derive.duration_ms(first, last)
+
+
+def _utc_stamp(wall_ns: int) -> str:
+    """`YYYY-MM-DDTHH:MM:SSZ` of a `time.time_ns()` value (floored to the second)."""
+    dt = datetime.fromtimestamp(wall_ns // 1_000_000_000, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def finished_at(raw: RawRun) -> str | None:
+    """When the run ended, as UTC `…Z`: the `run_end` line's `finished_at` if the run
+    finished; otherwise the wall time of the last stamp in any record, placed with the
+    header's clock anchors (`wall_anchor_ns + (stamp − perf_anchor_ns)`). None when neither
+    is known."""
+    if raw.run_end is not None and isinstance(raw.run_end.get("finished_at"), str):
+        return raw.run_end["finished_at"]
+    wall0, perf0 = raw.header.get("wall_anchor_ns"), raw.header.get("perf_anchor_ns")
+    if wall0 is None or perf0 is None or not raw.records:
+        return None
+    last = max(r.start_ns if r.end_ns is None else r.end_ns for r in raw.records)
+    return _utc_stamp(wall0 + (last - perf0))
+
+
+def redact_url(url: Any) -> Any:
+    """`url` without `user:password@` (the spec: "with any credentials removed")."""
+    if not isinstance(url, str):
+        return url
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _client_block(locust_stats: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The `client` health block from the load generator's figures (missing keys → null)."""
+    if locust_stats is None:
+        return None
+    return {key: locust_stats.get(key) for key in CLIENT_KEYS}
+
+
+def build_benchmark(raw: RawRun, locust_stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The full benchmark/v1 document of a run read back from its `requests.jsonl`.
+
+    - Run parameters come from the header's `params` (keys named as the spec's fields;
+      missing → null); `run_id` and `started_at` from the header; `finished_at` see
+      `finished_at()`; `base_url` loses any credentials.
+    - Warm-up records are left out of rows, failures and counts; `warmup_requests` is how
+      many the raw file holds.
+    - `request_index` is renumbered densely from 0 in the order of the raw indices of the
+      measured records (identical to the raw index when warm-ups have their own counter;
+      shifted down when they share it; in a partial run, requests that never got a record
+      are not counted as issued).
+    - `locust_stats`, if given, supplies the `client` block ({loop_lag_ms, cpu_pct,
+      achieved_concurrency, saturated}).
+
+    Raises VerifyError if the document does not verify (a bug, or raw data that breaks an
+    invariant): anvil does not hand out numbers it cannot reproduce.
+    """
+    params = raw.header.get("params") or {}
+    measured = sorted(raw.measured, key=lambda r: r.request_index)
+    rows: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    for new_index, rec in enumerate(measured):
+        if rec.ok:
+            rows.append(derive.timing_from_record(rec, request_index=new_index).to_dict())
+        else:
+            assert rec.failure is not None
+            failures.append(
+                {
+                    "request_index": new_index,
+                    "kind": rec.failure.kind,
+                    "http_status": (
+                        rec.failure.http_status
+                        if rec.failure.http_status is not None
+                        else rec.http_status
+                    ),
+                    "message": rec.failure.message,
+                    "phase": rec.failure.phase,
+                }
+            )
+    wall = wall_clock_ms(measured)
+    doc: dict[str, Any] = {"schema": SCHEMA}
+    doc.update({key: params.get(key) for key in PARAM_KEYS})
+    doc["base_url"] = redact_url(doc["base_url"])
+    doc.update(
+        {
+            "run_id": raw.header["run_id"],
+            "started_at": raw.header["started_at"],
+            "finished_at": finished_at(raw),
+            "partial": raw.partial,
+            "wall_clock_ms": wall,
+            "requests": len(measured),
+            "completed": len(rows),
+            "failed": len(failures),
+            "failures": failures,
+            "warmup_requests": len(raw.warmups),
+            "client": _client_block(locust_stats),
+            "timing_methodology": dict(TIMING_METHODOLOGY),
+            "request_timings": rows,
+            "metrics": stats.aggregate(rows, wall),
+        }
+    )
+    problems = verify_benchmark(doc)
+    if problems:
+        raise VerifyError(problems, source=f"benchmark built from {raw.path or 'raw records'}")
+    return doc
+
+
+def load_benchmark(path: str | Path) -> dict[str, Any]:
+    """Read a benchmark file with a strict JSON parser (NaN/Infinity are refused, unlike the
+    standard library's `json`). Raises VerifyError naming the file if it is not a JSON
+    object."""
+    p = Path(path)
+    try:
+        doc = orjson.loads(p.read_bytes())
+    except OSError as exc:
+        raise VerifyError([f"cannot open it ({exc.strerror or exc})"], source=str(p)) from exc
+    except orjson.JSONDecodeError as exc:
+        raise VerifyError([f"not strict JSON ({exc})"], source=str(p)) from exc
+    if not isinstance(doc, dict):
+        raise VerifyError(["the top level is not a JSON object"], source=str(p))
+    return doc
+
+
+# --- verify --------------------------------------------------------------------------------
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality as verify means it: same JSON type (int ≠ float, null ≠ anything
+    else), floats equal bit for bit (0.0 ≠ -0.0, NaN ≠ NaN), containers element-wise."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def fmt(v: Any) -> str:
+    """A value as it reads in the JSON file (floats with all their digits)."""
+    if isinstance(v, float):
+        return repr(v)
+    try:
+        return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return repr(v)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_count(v: Any) -> bool:
+    return _is_int(v) and v >= 0
+
+
+def _is_ms(v: Any) -> bool:
+    return isinstance(v, float) and math.isfinite(v) and v >= 0
+
+
+def _is_float(v: Any) -> bool:
+    return isinstance(v, float) and math.isfinite(v)
+
+
+# row field -> (check, description, nullable)
+_ROW_TYPES: dict[str, tuple[Any, str, bool]] = {
+    "request_index": (_is_count, "a non-negative integer", False),
+    "planned_context_tokens": (_is_count, "a non-negative integer", True),
+    "prompt_tokens": (_is_count, "a non-negative integer", True),
+    "output_tokens": (_is_count, "a non-negative integer", False),
+    "output_token_source": (
+        lambda v: v in derive.OUTPUT_TOKEN_SOURCES, '"usage" or "chunks"', False),
+    "cached_tokens": (
+        _is_count, "a non-negative integer (omit the field when not reported)", False),
+    "reasoning_chunks": (_is_count, "a non-negative integer", False),
+    "content_chunks": (_is_count, "a non-negative integer", False),
+    "e2e_ms": (_is_ms, "a non-negative float", False),
+    "time_to_first_output_ms": (_is_ms, "a non-negative float", True),
+    "ttft_ms": (_is_ms, "a non-negative float", True),
+    "generation_ms": (_is_float, "a float", True),
+    "visible_generation_ms": (_is_float, "a float", True),
+    "decode_tok_s": (_is_float, "a float", True),
+    "mean_inter_token_latency_ms": (_is_float, "a float", True),
+    "effective_prefill_tok_s": (_is_float, "a float", True),
+}
+
+
+def verify_benchmark(doc: Any) -> list[str]:
+    """Every way `doc` fails to be a correct benchmark/v1 document; [] when it is one.
+
+    Each message starts with the field path it is about (`request_timings[3].decode_tok_s:
+    file has X, recomputed Y from …`, `metrics.ttft_p95_ms: …`, `completed: …`). Checked:
+    strict JSON (no NaN/±inf); schema string, required fields, run_id and timestamp shapes;
+    row field types; every derived row value against `derive.derive_row` of the row's base
+    values; stamp-order invariants; `output_tokens` of chunk-counted rows; failure entries;
+    `requests == completed + failed`, `completed == len(request_timings)`,
+    `failed == len(failures)`; request_index unique, dense from 0 and ascending; planned
+    sizes against `context_distribution`; `wall_clock_ms` not shorter than any request; and
+    the whole `metrics` block against `stats.aggregate(request_timings, wall_clock_ms)`.
+    """
+    if not isinstance(doc, dict):
+        return [f"document: expected a JSON object, got {type(doc).__name__}"]
+    problems = strict_json_problems(doc)
+    _check_run_fields(doc, problems)
+    rows, rows_ok = _check_rows(doc, problems)
+    _check_failures(doc, problems)
+    _check_counts(doc, problems)
+    _check_indices(doc, problems)
+    _check_context_distribution(doc, rows, problems)
+    wall = _check_wall_clock(doc, rows, problems)
+    _check_metrics(doc, [row for _, row in rows] if rows_ok else None, wall, problems)
+    return problems
+
+
+def _check_run_fields(doc: dict[str, Any], problems: list[str]) -> None:
+    if doc.get("schema") != SCHEMA:
+        problems.append(f"schema: file has {fmt(doc.get('schema'))}, expected {fmt(SCHEMA)}")
+    for key in sorted(REQUIRED_FIELDS - doc.keys()):
+        problems.append(f"{key}: missing")
+    run_id = doc.get("run_id")
+    if "run_id" in doc and not (isinstance(run_id, str) and _RUN_ID.fullmatch(run_id)):
+        problems.append(f"run_id: {fmt(run_id)} is not benchmark-YYYYMMDDTHHMMSSZ[-N]")
+    if "started_at" in doc and not (
+        isinstance(doc["started_at"], str) and _STAMP.fullmatch(doc["started_at"])
+    ):
+        problems.append(f"started_at: {fmt(doc['started_at'])} is not a UTC ISO-8601 …Z stamp")
+    fin = doc.get("finished_at")
+    if "finished_at" in doc and not (
+        (isinstance(fin, str) and _STAMP.fullmatch(fin))
+        or (fin is None and doc.get("partial") is True)
+    ):
+        problems.append(
+            f"finished_at: {fmt(fin)} is not a UTC ISO-8601 …Z stamp "
+            "(null is allowed only in a partial run)"
+        )
+    for key in ("concurrency", "context_tokens", "max_context_tokens", "context_seed",
+                "max_tokens"):
+        if doc.get(key) is not None and not _is_int(doc[key]):
+            problems.append(f"{key}: expected an integer or null, file has {fmt(doc[key])}")
+    if "partial" in doc and not isinstance(doc["partial"], bool):
+        problems.append(f"partial: expected true or false, file has {fmt(doc['partial'])}")
+    if "warmup_requests" in doc and not _is_count(doc["warmup_requests"]):
+        problems.append(
+            f"warmup_requests: expected a non-negative integer, file has "
+            f"{fmt(doc['warmup_requests'])}"
+        )
+    if "timing_methodology" in doc and not (
+        isinstance(doc["timing_methodology"], dict)
+        and all(isinstance(v, str) for v in doc["timing_methodology"].values())
+    ):
+        problems.append("timing_methodology: expected an object of strings")
+    cal = doc.get("prompt_calibration")
+    if cal is not None and not (
+        isinstance(cal, dict) and cal.get("method") in CALIBRATION_METHODS
+    ):
+        problems.append(
+            f"prompt_calibration: expected {{method: one of {list(CALIBRATION_METHODS)}, "
+            f"planned_vs_counted_error_pct_max}}, file has {fmt(cal)}"
+        )
+    flags = doc.get("serve_flags")
+    if flags is not None and not isinstance(flags, dict):
+        problems.append(f"serve_flags: expected an object or null, file has {fmt(flags)}")
+    elif (
+        isinstance(flags, dict)
+        and flags.get("shared_prefix_burst") is True
+        and "shared_prefix" in doc
+    ):
+        sp = doc["shared_prefix"]
+        if not (isinstance(sp, dict) and _is_count(sp.get("prefix_tokens"))
+                and _is_count(sp.get("group_size"))):
+            problems.append(
+                "shared_prefix: serve_flags.shared_prefix_burst is true, so it must be "
+                f"{{prefix_tokens, group_size}} integers; file has {fmt(sp)}"
+            )
+
+
+# A well-formed entry of request_timings or failures, with its position in the document.
+_Entry = tuple[int, dict[str, Any]]
+
+
+def _check_rows(doc: dict[str, Any], problems: list[str]) -> tuple[list[_Entry], bool]:
+    """Type-check and re-derive every row. Returns the well-formed rows with their
+    positions, and whether all rows were well-formed (aggregates are recomputed only then)."""
+    rows = doc.get("request_timings")
+    if not isinstance(rows, list):
+        if "request_timings" in doc:
+            problems.append(f"request_timings: expected a list, file has {fmt(rows)}")
+        return [], False
+    good: list[_Entry] = []
+    all_ok = True
+    for i, row in enumerate(rows):
+        path = f"request_timings[{i}]"
+        if not isinstance(row, dict):
+            problems.append(f"{path}: expected an object, file has {fmt(row)}")
+            all_ok = False
+            continue
+        ok = True
+        for name in derive.ROW_FIELDS:
+            check, what, nullable = _ROW_TYPES[name]
+            if name not in row:
+                if name not in derive.OPTIONAL_ROW_FIELDS:
+                    problems.append(f"{path}.{name}: missing")
+                    ok = False
+                continue
+            v = row[name]
+            if not ((v is None and nullable) or (v is not None and check(v))):
+                problems.append(f"{path}.{name}: expected {what}"
+                                f"{' or null' if nullable else ''}, file has {fmt(v)}")
+                ok = False
+        for name in sorted(row.keys() - set(derive.ROW_FIELDS)):
+            problems.append(f"{path}.{name}: unknown field")
+        if not ok:
+            all_ok = False
+            continue
+        good.append((i, row))
+        _check_row_values(path, row, problems)
+    return good, all_ok
+
+
+def _check_row_values(path: str, row: dict[str, Any], problems: list[str]) -> None:
+    recomputed = derive.derive_row(row)
+    for name, (formula, inputs) in derive.DERIVED_FIELDS.items():
+        if not same(row[name], recomputed[name]):
+            given = ", ".join(f"{k}={fmt(row[k])}" for k in inputs)
+            problems.append(
+                f"{path}.{name}: file has {fmt(row[name])}, recomputed "
+                f"{fmt(recomputed[name])} = {formula} from {given}"
+            )
+    if row["output_token_source"] == "chunks":
+        expected = row["reasoning_chunks"] + row["content_chunks"]
+        if row["output_tokens"] != expected:
+            problems.append(
+                f"{path}.output_tokens: file has {row['output_tokens']}, recomputed {expected}"
+                f" = reasoning_chunks + content_chunks from output_token_source=\"chunks\", "
+                f"reasoning_chunks={row['reasoning_chunks']}, "
+                f"content_chunks={row['content_chunks']}"
+            )
+    ttfo, ttft, e2e = row["time_to_first_output_ms"], row["ttft_ms"], row["e2e_ms"]
+    if ttft is not None and ttfo is None:
+        problems.append(f"{path}.time_to_first_output_ms: null although ttft_ms={fmt(ttft)} "
+                        "(content is output, so first output came no later)")
+    for a_name, a, b_name, b in (
+        ("time_to_first_output_ms", ttfo, "ttft_ms", ttft),
+        ("ttft_ms", ttft, "e2e_ms", e2e),
+        ("time_to_first_output_ms", ttfo, "e2e_ms", e2e),
+    ):
+        if a is not None and b is not None and a > b:
+            problems.append(f"{path}.{a_name}: {fmt(a)} is after {b_name}={fmt(b)}, "
+                            "impossible for stamps of one request")
+    if (ttft is None) != (row["content_chunks"] == 0):
+        problems.append(f"{path}.ttft_ms: {fmt(ttft)} with content_chunks="
+                        f"{row['content_chunks']} (a first content stamp exists exactly when "
+                        "content chunks arrived)")
+    if (ttfo is None) != (row["reasoning_chunks"] + row["content_chunks"] == 0):
+        problems.append(f"{path}.time_to_first_output_ms: {fmt(ttfo)} with reasoning_chunks="
+                        f"{row['reasoning_chunks']}, content_chunks={row['content_chunks']} "
+                        "(a first output stamp exists exactly when output chunks arrived)")
+
+
+def _check_failures(doc: dict[str, Any], problems: list[str]) -> None:
+    """Each failure entry is {request_index, kind, http_status, message, phase}, typed."""
+    failures = doc.get("failures")
+    if not isinstance(failures, list):
+        if "failures" in doc:
+            problems.append(f"failures: expected a list, file has {fmt(failures)}")
+        return
+    for i, f in enumerate(failures):
+        path = f"failures[{i}]"
+        if not isinstance(f, dict):
+            problems.append(f"{path}: expected an object, file has {fmt(f)}")
+            continue
+        for key in FAILURE_FIELDS:
+            if key not in f:
+                problems.append(f"{path}.{key}: missing")
+        for key in sorted(f.keys() - set(FAILURE_FIELDS)):
+            problems.append(f"{path}.{key}: unknown field")
+        if "request_index" in f and not _is_count(f["request_index"]):
+            problems.append(f"{path}.request_index: expected a non-negative integer, "
+                            f"file has {fmt(f['request_index'])}")
+        if "kind" in f and f["kind"] not in FAILURE_KINDS:
+            problems.append(f"{path}.kind: {fmt(f['kind'])} is not one of {list(FAILURE_KINDS)}")
+        status = f.get("http_status")
+        if status is not None and not _is_int(status):
+            problems.append(f"{path}.http_status: expected an integer or null, "
+                            f"file has {fmt(status)}")
+        if "message" in f and not isinstance(f["message"], str):
+            problems.append(f"{path}.message: expected a string, file has {fmt(f['message'])}")
+        if f.get("phase") is not None and f["phase"] not in PHASES:
+            problems.append(f"{path}.phase: {fmt(f['phase'])} is not one of {list(PHASES)}")
+
+
+def _check_counts(doc: dict[str, Any], problems: list[str]) -> None:
+    counts = {}
+    for key in ("requests", "completed", "failed"):
+        if key in doc and not _is_count(doc[key]):
+            problems.append(f"{key}: expected a non-negative integer, file has {fmt(doc[key])}")
+        elif key in doc:
+            counts[key] = doc[key]
+    n_rows = len(doc["request_timings"]) if isinstance(doc.get("request_timings"), list) else 0
+    n_fail = len(doc["failures"]) if isinstance(doc.get("failures"), list) else 0
+    if "completed" in counts and counts["completed"] != n_rows:
+        problems.append(f"completed: file has {counts['completed']}, "
+                        f"but request_timings has {n_rows} rows")
+    if "failed" in counts and counts["failed"] != n_fail:
+        problems.append(f"failed: file has {counts['failed']}, "
+                        f"but failures has {n_fail} entries")
+    if len(counts) == 3 and counts["requests"] != counts["completed"] + counts["failed"]:
+        problems.append(f"requests: file has {counts['requests']}, but completed + failed = "
+                        f"{counts['completed'] + counts['failed']}")
+
+
+def _check_indices(doc: dict[str, Any], problems: list[str]) -> None:
+    """request_index: unique, dense from 0 across rows and failures, ascending in each.
+
+    Every entry counts towards the expected 0..N−1, even one malformed elsewhere (its other
+    faults are reported by the row and failure checks); a non-integer index is reported
+    there too and is simply absent here."""
+    entries: list[tuple[str, int]] = []
+    total = 0
+    for group in ("request_timings", "failures"):
+        items = doc.get(group)
+        if not isinstance(items, list):
+            continue
+        total += len(items)
+        prev: int | None = None
+        for pos, item in enumerate(items):
+            idx = item.get("request_index") if isinstance(item, dict) else None
+            if not _is_count(idx):
+                continue
+            path = f"{group}[{pos}].request_index"
+            entries.append((path, idx))
+            if prev is not None and idx <= prev:
+                problems.append(f"{path}: {idx} does not follow {prev}; "
+                                f"{group} must be sorted by request_index")
+            prev = idx
+    users: dict[int, list[str]] = {}
+    for path, idx in entries:
+        users.setdefault(idx, []).append(path)
+    for idx, paths in sorted(users.items()):
+        if len(paths) > 1:
+            for path in paths:
+                others = ", ".join(p for p in paths if p != path)
+                problems.append(f"{path}: {idx} is also used by {others}")
+        if idx >= total:
+            for path in paths:
+                problems.append(f"{path}: {idx} is outside 0..{total - 1}; indices must be "
+                                "dense across request_timings and failures")
+    missing = sorted(set(range(total)) - users.keys())
+    if missing:
+        problems.append(f"request_index: {missing[:10]} missing from request_timings and "
+                        "failures (indices must be dense from 0)")
+
+
+def _check_context_distribution(
+    doc: dict[str, Any], rows: list[_Entry], problems: list[str]
+) -> None:
+    """Every row's planned size is a size the plan has, no more often than planned."""
+    dist = doc.get("context_distribution")
+    if dist is None:
+        return
+    if not (isinstance(dist, dict) and all(
+        k.isdigit() and _is_count(v) for k, v in dist.items())):
+        problems.append("context_distribution: expected an object of planned size (digits) "
+                        f"→ request count, file has {fmt(dist)}")
+        return
+    used: Counter[str] = Counter()
+    for pos, row in rows:
+        path = f"request_timings[{pos}].planned_context_tokens"
+        planned = row["planned_context_tokens"]
+        if planned is None:
+            problems.append(f"{path}: null, but context_distribution plans a size for every "
+                            "request")
+        elif str(planned) not in dist:
+            problems.append(f"{path}: {planned} is not a planned size in context_distribution "
+                            f"{fmt(dist)}")
+        else:
+            used[str(planned)] += 1
+    for size, n in sorted(used.items()):
+        if n > dist[size]:
+            problems.append(f"context_distribution.{size}: plans {dist[size]} requests, but "
+                            f"request_timings has {n} rows of that size")
+
+
+def _check_wall_clock(
+    doc: dict[str, Any], rows: list[_Entry], problems: list[str]
+) -> float | None:
+    """wall_clock_ms is a non-negative float (null only without completed requests) and not
+    shorter than any request: max end − min start ≥ end − start of each, and `/ 1e6` is
+    monotonic, so this holds exactly for any file anvil builds."""
+    if "wall_clock_ms" not in doc:
+        return None
+    wall = doc["wall_clock_ms"]
+    if wall is None:
+        if rows:
+            problems.append("wall_clock_ms: null, but the run has completed requests")
+        return None
+    if not _is_ms(wall):
+        problems.append(f"wall_clock_ms: expected a non-negative float or null, "
+                        f"file has {fmt(wall)}")
+        return None
+    for pos, row in rows:
+        if row["e2e_ms"] > wall:
+            problems.append(f"wall_clock_ms: {fmt(wall)} is shorter than "
+                            f"request_timings[{pos}].e2e_ms={fmt(row['e2e_ms'])}; "
+                            "the run cannot be shorter than one of its requests")
+    return wall
+
+
+def _check_metrics(
+    doc: dict[str, Any],
+    rows: list[dict[str, Any]] | None,
+    wall: float | None,
+    problems: list[str],
+) -> None:
+    if "metrics" not in doc:
+        return
+    metrics = doc["metrics"]
+    if not isinstance(metrics, dict):
+        problems.append(f"metrics: expected an object, file has {fmt(metrics)}")
+        return
+    for key in sorted(metrics.keys() - stats.METRIC_KEYS):
+        problems.append(f"metrics.{key}: unknown field; verify cannot check it")
+    if rows is None:
+        problems.append("metrics: not recomputed, because request_timings has malformed rows "
+                        "(see above)")
+        return
+    expected = stats.aggregate(rows, wall)
+    for key in sorted(expected):
+        path = f"metrics.{key}"
+        if key not in metrics:
+            problems.append(f"{path}: missing (recomputed {fmt(expected[key])})")
+        elif not same(metrics[key], expected[key]):
+            note = ""
+            if key == "throughput_tok_s":
+                note = (f" = output_tokens / (wall_clock_ms / 1000) from output_tokens="
+                        f"{expected['output_tokens']}, wall_clock_ms={fmt(doc['wall_clock_ms'])}")
+            problems.append(
+                f"{path}: file has {fmt(metrics[key])}, recomputed {fmt(expected[key])}{note}"
+            )

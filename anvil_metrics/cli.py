@@ -1,0 +1,188 @@
+"""The `anvil` command — the only module that prints.
+
+    anvil run SCENARIO.toml --host URL [--model M] [--users N] [--requests N]
+              [--max-tokens N] [--warmup-requests N] [--results-dir DIR]
+    anvil postprocess RUN_DIR         raw records -> benchmark.json
+    anvil verify FILE.json            recompute every derived value; exit 1 on a mismatch
+    anvil sim [options]               the built-in OpenAI-compatible simulator
+    anvil demo                        simulator + smoke scenario, end to end
+
+Library code raises `AnvilError`s; here a `UsageError` becomes one line on stderr and exit
+code 2, any other `AnvilError` one line and exit 1. A user mistake never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from anvil_metrics.errors import AnvilError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        self.exit(2, f"anvil: {message} (see 'anvil {self.prog.split()[-1]} --help')\n")
+
+
+def _positive(flag: str):
+    def conv(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not allowed; expected a whole "
+                                             "number >= 1")
+        return n
+    return conv
+
+
+def _non_negative(flag: str):
+    def conv(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            n = -1
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not allowed; expected a whole "
+                                             "number >= 0")
+        return n
+    return conv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="anvil", description="LLM serving benchmarks on Locust, exact numbers.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a scenario headless against an endpoint")
+    r.add_argument("scenario", help="scenario TOML file, e.g. scenarios/smoke.toml")
+    r.add_argument("--host", "-H", required=True, help="endpoint, e.g. http://127.0.0.1:8000")
+    r.add_argument("--model", default=None, help="model name (default: scenario, then server)")
+    r.add_argument("--users", "-u", type=_positive("--users"), default=None,
+                   help="concurrent streams (default: scenario's concurrency)")
+    r.add_argument("--requests", type=_positive("--requests"), default=None,
+                   help="measured requests, exactly (default: scenario's)")
+    r.add_argument("--max-tokens", type=_positive("--max-tokens"), default=None)
+    r.add_argument("--warmup-requests", type=_non_negative("--warmup-requests"), default=None)
+    r.add_argument("--results-dir", default="results")
+    r.add_argument("--run-time", type=float, default=None,
+                   help="safety limit in seconds (the run normally ends by request count)")
+    r.add_argument("--api-key", default=None,
+                   help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
+
+    pp = sub.add_parser("postprocess", help="build benchmark.json from a run folder")
+    pp.add_argument("run_dir")
+
+    v = sub.add_parser("verify", help="recompute and check every figure of a benchmark file")
+    v.add_argument("file")
+
+    sub.add_parser("sim", help="start the built-in simulator (see 'anvil sim --help')",
+                   add_help=False)
+
+    d = sub.add_parser("demo", help="simulator + smoke scenario, end to end")
+    d.add_argument("--results-dir", default="results")
+    return p
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from anvil_metrics.run import load_benchmark, run_scenario, summary_lines
+    from anvil_metrics.scenario import load_scenario, with_overrides
+
+    sc = load_scenario(a.scenario)
+    sc = with_overrides(sc, requests=a.requests, concurrency=a.users,
+                        max_tokens=a.max_tokens, model=a.model,
+                        warmup_requests=a.warmup_requests)
+    result = run_scenario(sc, a.scenario, a.host, users=sc.concurrency,
+                          results_dir=a.results_dir, model=a.model, max_tokens=a.max_tokens,
+                          warmup_requests=a.warmup_requests, api_key=a.api_key,
+                          run_time_s=a.run_time)
+    if result.benchmark_path is None:
+        tail = result.log_path.read_text(errors="replace").strip().splitlines()[-15:]
+        print("\n".join(tail), file=sys.stderr)
+        print(f"anvil: the run wrote no benchmark.json (Locust exit code "
+              f"{result.locust_exit_code}); its log is {result.log_path}", file=sys.stderr)
+        return 2 if result.locust_exit_code == 2 else 1
+    for line in summary_lines(load_benchmark(result.benchmark_path)):
+        print(line)
+    print(f"result: {result.benchmark_path}")
+    return 0
+
+
+def cmd_postprocess(a: argparse.Namespace) -> int:
+    from anvil_metrics.postprocess import postprocess
+    from anvil_metrics.run import load_benchmark, summary_lines
+
+    path = postprocess(Path(a.run_dir))
+    for line in summary_lines(load_benchmark(path)):
+        print(line)
+    print(f"result: {path}")
+    return 0
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from anvil_metrics.benchmark import verify_benchmark
+    from anvil_metrics.run import load_benchmark
+
+    path = Path(a.file)
+    if not path.exists():
+        raise UsageError(f"verify: {a.file!r} does not exist; pass a benchmark.json path")
+    problems = verify_benchmark(load_benchmark(path))
+    for msg in problems:
+        print(f"MISMATCH {msg}")
+    if problems:
+        print(f"{path}: {len(problems)} mismatch(es)")
+        return 1
+    print(f"{path}: every per-request value and aggregate recomputes exactly")
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from anvil_metrics.benchmark import verify_benchmark
+    from anvil_metrics.run import load_benchmark, run_scenario, summary_lines
+    from anvil_metrics.scenario import load_scenario
+    from anvil_metrics.simproc import start_simulator
+
+    scenario_path = Path(__file__).resolve().parent.parent / "scenarios" / "smoke.toml"
+    if not scenario_path.exists():
+        raise UsageError(f"demo: {scenario_path} is missing; run from an anvil checkout")
+    sc = load_scenario(scenario_path)
+    with start_simulator(["--max-context", str(sc.max_context_tokens)]) as sim:
+        print(f"simulator: {sim.url} (pid {sim.pid})")
+        result = run_scenario(sc, str(scenario_path), sim.url, users=sc.concurrency,
+                              results_dir=a.results_dir)
+    if result.benchmark_path is None:
+        print(f"anvil: demo run failed; see {result.log_path}", file=sys.stderr)
+        return 1
+    doc = load_benchmark(result.benchmark_path)
+    for line in summary_lines(doc):
+        print(line)
+    problems = verify_benchmark(doc)
+    print(f"verify: {'OK' if not problems else f'{len(problems)} mismatches'}")
+    print(f"result: {result.benchmark_path}")
+    return 0 if not problems else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sim"]:
+        from anvil_metrics.sim.server import main as sim_main
+
+        return sim_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    handlers = {"run": cmd_run, "postprocess": cmd_postprocess, "verify": cmd_verify,
+                "demo": cmd_demo}
+    try:
+        return handlers[args.command](args)
+    except AnvilError as e:
+        print(f"anvil: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("anvil: interrupted", file=sys.stderr)
+        return 130
+    except subprocess.SubprocessError as e:
+        print(f"anvil: {e}", file=sys.stderr)
+        return 1
+    finally:
+        sys.stdout.flush()

@@ -1,0 +1,220 @@
+"""HTTP to an OpenAI-compatible endpoint: one streamed chat completion, observed.
+
+geventhttpclient (Locust's FastHttp engine) is used directly rather than through
+`FastHttpSession`, for three measured reasons: its `readline` returns each SSE line as soon
+as it arrives (Locust's `iter_content`/`iter_lines` wait for full reads, +24 ms per event);
+its timeouts can be set per client (FastHttp's 60 s `network_timeout` applies to every recv
+and would cap a long prefill's TTFT); and the one Locust `request` event per stream is fired
+by anvil with the end-to-end time, not the time to headers.
+
+`Endpoint` parses the user's URL once: credentials are stripped from it (they are sent as a
+header and never shown or stored), and `/v1` is appended unless the URL already ends in it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import gevent
+import orjson
+from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from greenlet import GreenletExit
+
+from anvil_metrics.errors import UsageError
+from anvil_metrics.observe import StreamObserver
+from anvil_metrics.sse import LineSource, iter_events
+
+_perf_ns = time.perf_counter_ns
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A parsed endpoint. `base_url` is safe to show and store (no credentials)."""
+
+    scheme: str
+    host: str
+    port: int
+    api_path: str  # e.g. "/v1"
+    userinfo_key: str | None = None  # a password given in the URL, used as the API key
+
+    @property
+    def base_url(self) -> str:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        netloc = f"{host}:{self.port}"
+        return urlunsplit((self.scheme, netloc, self.api_path, "", ""))
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoint:
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(
+                f"--host {strip_credentials(url)!r} is not a usable URL; expected "
+                "http(s)://HOST[:PORT][/v1], e.g. http://127.0.0.1:8000"
+            )
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise UsageError(f"--host {strip_credentials(url)!r} has a bad port; expected 1-65535") from None
+        path = parts.path.rstrip("/")
+        if not path.endswith("/v1"):
+            path = path + "/v1"
+        return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
+
+
+def strip_credentials(url: str) -> str:
+    """The URL without any `user:password@` part."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class ChatClient:
+    """One HTTP connection (Locust users each own one, as a browser-less client would)."""
+
+    def __init__(self, endpoint: Endpoint, api_key: str | None = None,
+                 connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0) -> None:
+        self.endpoint = endpoint
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        key = api_key or endpoint.userinfo_key
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self._http_args = dict(
+            port=endpoint.port, ssl=endpoint.scheme == "https",
+            connection_timeout=connect_timeout_s, network_timeout=network_timeout_s,
+            concurrency=1, headers=headers,
+        )
+        self._http = HTTPClient(endpoint.host, **self._http_args)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def connect(self) -> None:
+        """Open the connection ahead of the first measured request (a `GET /models`), so
+        that request's clock starts, as the spec says, just before it is written to the
+        socket rather than before a TCP handshake. Errors are left to the measured request."""
+        try:
+            self.get_json("/models")
+        except Exception:  # noqa: BLE001 - reachability is judged by the real request
+            pass
+
+    # -- plain JSON calls (discovery, probes) -------------------------------------------
+    def get_json(self, path: str) -> tuple[int, object]:
+        resp = self._http.get(self.endpoint.api_path + path)
+        try:
+            return resp.status_code, _loads_or_text(resp.read())
+        finally:
+            resp.release()
+
+    def post_json(self, path: str, body: dict, absolute: bool = False) -> tuple[int, object]:
+        full = path if absolute else self.endpoint.api_path + path
+        resp = self._http.post(full, body=orjson.dumps(body))
+        try:
+            return resp.status_code, _loads_or_text(resp.read())
+        finally:
+            resp.release()
+
+    # -- the measured path ----------------------------------------------------------------
+    def stream_chat(self, body: bytes, obs: StreamObserver) -> int:
+        """Send one streaming chat completion; feed `obs` until the stream ends.
+
+        `obs.start_ns` is stamped here, just before the request is written. Every error
+        becomes a typed failure on `obs`; nothing raises out. Returns the body bytes read.
+        """
+        path = self.endpoint.api_path + "/chat/completions"
+        obs.start_ns = obs._last_ns = _perf_ns()
+        try:
+            resp = self._http.request("POST", path, body=body)
+        except (TimeoutError, gevent.Timeout) as e:
+            obs.fail("timeout", f"no response headers within the network timeout ({e})",
+                     _perf_ns(), phase="headers")
+            return 0
+        except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
+            phase = "headers" if isinstance(e, HTTPConnectionClosed | HTTPParseError) else "connect"
+            obs.fail("connection", f"{type(e).__name__}: {e}", _perf_ns(), phase=phase)
+            return 0
+        obs.http_status = resp.status_code
+        if resp.status_code != 200:
+            return self._http_error(resp, obs)
+        source = LineSource(lambda: resp.readline(b"\n"))
+        try:
+            for data in iter_events(source):
+                if obs.on_data(data, source.last_line_ns):
+                    break
+            else:
+                obs.on_eof(source.last_line_ns)
+        except (TimeoutError, gevent.Timeout) as e:
+            obs.fail("timeout", f"no data within the network timeout ({e})", _perf_ns(),
+                     phase=obs.phase)
+        except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
+            obs.fail("truncated", f"connection lost mid-stream: {type(e).__name__}: {e}",
+                     _perf_ns(), phase=obs.phase)
+        except GreenletExit:
+            obs.fail("cancelled", "the run was stopped while this request was in flight",
+                     _perf_ns(), phase=obs.phase)
+            raise
+        except UnicodeDecodeError as e:
+            obs.fail("malformed_chunk", f"stream is not valid UTF-8: {e}", _perf_ns(),
+                     phase=obs.phase)
+        finally:
+            self._finish_response(resp, obs)
+        return source.bytes_read
+
+    def _http_error(self, resp, obs: StreamObserver) -> int:
+        t = _perf_ns()
+        try:
+            raw = resp.read(_ERROR_BODY_LIMIT)
+        except Exception:  # noqa: BLE001 - the status is what matters; the body is a bonus
+            raw = b""
+        finally:
+            resp.release()
+        msg = _error_message(raw) or f"HTTP {resp.status_code}"
+        kind = "rate_limited" if resp.status_code == 429 else "http_error"
+        retry_after = resp.get("retry-after")
+        if retry_after:
+            msg += f" (Retry-After: {retry_after})"
+        obs.fail(kind, msg, t, phase="headers", http_status=resp.status_code)
+        return len(raw)
+
+    def _finish_response(self, resp, obs: StreamObserver) -> None:
+        """Drain what is left after `[DONE]` so the connection can be reused. An incomplete
+        response is never reused: `release()` closes its socket (geventhttpclient's
+        `should_close` is true until the message is complete)."""
+        try:
+            if obs.failure is None and not resp.message_complete:
+                with gevent.Timeout(5):
+                    while resp.readline(b"\n"):
+                        pass
+        except (Exception, gevent.Timeout):  # noqa: BLE001 - a dirty connection is dropped
+            pass
+        finally:
+            resp.release()
+
+
+def _loads_or_text(raw: bytes) -> object:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def _error_message(raw: bytes) -> str:
+    """The OpenAI-style `error.message` of an error body, else its first 300 chars."""
+    obj = _loads_or_text(raw)
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        return str(obj)[:300]
+    return str(obj)[:300]

@@ -1,0 +1,88 @@
+"""anvil's exceptions: one small hierarchy so the CLI can turn any of them into one line.
+
+Library code never prints and never calls `sys.exit`; it raises one of these, and `cli.py`
+prints `str(exc)` on one line and exits with `exc.exit_code`. Every message says what was
+attempted, why it failed, and how to fix it, so that line is enough on its own.
+
+    AnvilError                 base class; exit code 1
+    ├── UsageError             bad user input (flags, paths, values); exit code 2
+    │   └── ScenarioError      a scenario field with a bad value: names the field, the value,
+    │                          and what is allowed
+    ├── RawFileError           `requests.jsonl` unreadable or invalid (names the file and line)
+    └── VerifyError            a benchmark document failed `verify` (carries every mismatch)
+
+Bugs in anvil itself (a NaN reaching a writer, a negative clock difference) are not
+`AnvilError`s: they raise `ValueError`/`TypeError` and keep their traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+class AnvilError(Exception):
+    """Base of every error anvil raises on purpose. `exit_code` is what the CLI exits with."""
+
+    exit_code: int = 1
+
+
+class UsageError(AnvilError):
+    """The user asked for something anvil cannot do as given (the CLI exits 2)."""
+
+    exit_code = 2
+
+
+class ScenarioError(UsageError):
+    """A scenario field holds a value that is not allowed.
+
+    >>> str(ScenarioError("concurrency", 0, "an integer >= 1", source="scenarios/a.toml"))
+    'scenarios/a.toml: concurrency = 0 is not allowed; use an integer >= 1'
+    """
+
+    def __init__(self, field: str, value: Any, allowed: str, *, source: str | None = None):
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        self.source = source
+        where = f"{source}: " if source else "scenario: "
+        super().__init__(f"{where}{field} = {value!r} is not allowed; use {allowed}")
+
+
+class RawFileError(AnvilError):
+    """A raw `requests.jsonl` cannot be read back into records.
+
+    `line` is the 1-based line number when one line is at fault, else None.
+    """
+
+    def __init__(self, path: str | Path, reason: str, *, line: int | None = None,
+                 fix: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.reason = reason
+        where = f"{self.path}:{line}" if line is not None else self.path
+        text = f"cannot read raw records {where}: {reason}"
+        if fix:
+            text += f"; {fix}"
+        super().__init__(text)
+
+
+class VerifyError(AnvilError):
+    """A benchmark document does not reproduce from its own rows (or is not strict JSON).
+
+    `problems` holds every mismatch, each naming a field path; the message shows the first
+    and the count so the CLI's one line stays short.
+    """
+
+    def __init__(self, problems: Sequence[str], *, source: str | None = None):
+        self.problems = list(problems)
+        self.source = source
+        what = source or "benchmark document"
+        n = len(self.problems)
+        first = self.problems[0] if self.problems else "no details"
+        more = f" (and {n - 1} more)" if n > 1 else ""
+        super().__init__(
+            f"{what} failed verification: {first}{more}; rebuild it with "
+            f"`anvil postprocess` from its requests.jsonl"
+        )

@@ -1,0 +1,137 @@
+"""anvil inside Locust: its command-line options and the run's start and end.
+
+Importing this module (the locustfile does) registers listeners on Locust's events:
+
+- `init_command_line_parser`: anvil's options, under the same names for `locust` and
+  `anvil run`, shown in the web UI's start form (the API key masked);
+- `test_start`: a `RunSession` is set up before any user sends (model, calibration,
+  bodies, run folder, raw header);
+- `test_stop`: the raw file is closed and `benchmark.json` written.
+
+When the request budget is spent the run ends itself: a headless run quits (Locust then
+prints its summary and exits), a web-UI run stops and waits for the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import gevent
+from locust import events
+
+from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.scenario import Scenario, load_scenario, with_overrides
+from anvil_metrics.session import RunOptions, RunSession, current
+
+log = logging.getLogger("anvil")
+
+API_KEY_ENV = ("ANVIL_API_KEY", "OPENAI_API_KEY")
+
+
+@events.init_command_line_parser.add_listener
+def add_options(parser: Any, **_: Any) -> None:
+    g = parser
+    g.add_argument("--scenario", type=str, default="", env_var="ANVIL_SCENARIO",
+                   help="scenario TOML file (see scenarios/); empty = built-in defaults")
+    g.add_argument("--requests", type=str, default="",
+                   help="stop after exactly this many measured requests (default: scenario's)")
+    g.add_argument("--warmup-requests", type=str, default="",
+                   help="warm-up requests before measuring (default: scenario's)")
+    g.add_argument("--model", type=str, default="",
+                   help="model name to request (default: scenario's, else the server's first)")
+    g.add_argument("--max-tokens", type=str, default="",
+                   help="completion cap per request (default: scenario's)")
+    g.add_argument("--results-dir", type=str, default="results",
+                   help="where run folders are created")
+    g.add_argument("--run-dir", type=str, default="", include_in_web_ui=False,
+                   help="use this (already created) run folder instead of a new one")
+    g.add_argument("--run-nonce", type=str, default="", include_in_web_ui=False,
+                   help="reuse a previous run's nonce (hits the prefix cache on purpose)")
+    g.add_argument("--api-key", type=str, default="", is_secret=True,
+                   help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
+
+
+def _opt_int(opts: Any, name: str, flag: str) -> int | None:
+    raw = getattr(opts, name, "")
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0 or (flag != "--warmup-requests" and value < 1):
+        raise UsageError(f"{flag} {raw!r} is not allowed; expected a whole number >= "
+                         f"{0 if flag == '--warmup-requests' else 1}")
+    return value
+
+
+def options_from_locust(environment: Any) -> RunOptions:
+    """Turn Locust's parsed options (CLI or web form: values may be strings) into
+    `RunOptions`; raises AnvilError naming the bad option."""
+    o = environment.parsed_options
+    if o.scenario:
+        sc = load_scenario(o.scenario)
+    else:
+        sc = Scenario(measurement_protocol="adhoc", requests=1)
+        sc = with_overrides(sc)
+    requests = _opt_int(o, "requests", "--requests")
+    sc = with_overrides(
+        sc,
+        requests=requests,
+        max_tokens=_opt_int(o, "max_tokens", "--max-tokens"),
+        model=(o.model or "").strip() or None,
+        warmup_requests=_opt_int(o, "warmup_requests", "--warmup-requests"),
+    )
+    host = environment.host or ""
+    if not host:
+        raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
+    api_key = (o.api_key or "").strip() or next(
+        (os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
+    runner = environment.runner
+    users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
+    return RunOptions(
+        scenario=sc, host=host, users=int(users), results_dir=o.results_dir or "results",
+        run_dir=o.run_dir or None, api_key=api_key, run_nonce=o.run_nonce or None,
+    )
+
+
+def _end_run(environment: Any) -> None:
+    runner = environment.runner
+    if runner is None:
+        return
+    if environment.parsed_options.headless:
+        gevent.spawn(runner.quit)
+    else:
+        gevent.spawn(runner.stop)
+
+
+@events.test_start.add_listener
+def on_test_start(environment: Any, **_: Any) -> None:
+    old = current()
+    if old is not None and not old.finished:
+        old.finish()
+    try:
+        opts = options_from_locust(environment)
+        session = RunSession.start(opts, lambda: _end_run(environment))
+    except AnvilError as e:
+        log.error("anvil: %s", e)
+        environment.process_exit_code = 2
+        _end_run(environment)
+        return
+    log.info("anvil: run %s → %s (model %s, %s requests, prompt sizing: %s)",
+             session.run_id, session.run_dir, session.model, session.scenario.requests,
+             session.calibration.method)
+
+
+@events.test_stop.add_listener
+def on_test_stop(environment: Any, **_: Any) -> None:
+    session = current()
+    if session is None:
+        return
+    total = environment.stats.total
+    stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
+    path = session.finish(stats)
+    if path is not None:
+        log.info("anvil: wrote %s", path)

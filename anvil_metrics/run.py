@@ -1,0 +1,130 @@
+"""`anvil run`: one headless Locust run of a scenario, ending in a `benchmark.json`.
+
+It is plain Locust underneath — `python -m locust -f <anvil's locustfile> --headless …` in a
+child process, with anvil's options under the names they have for `locust` itself — so a
+run made here and one made by hand are the same run. What `anvil run` adds: the scenario
+is validated (one line, exit 2) before any process starts; the run folder is created first
+so Locust's CSVs land in it; Locust's own output goes to `<run_dir>/locust.log`; and the
+result is summarised from the exact records, not from Locust's rounded figures.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from anvil_metrics.client import Endpoint
+from anvil_metrics.errors import AnvilError
+from anvil_metrics.postprocess import BENCHMARK_FILE
+from anvil_metrics.recorder import create_run_dir
+from anvil_metrics.scenario import Scenario
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_dir: Path
+    benchmark_path: Path | None
+    locust_exit_code: int
+    log_path: Path
+
+
+def locust_argv(sc: Scenario, scenario_path: str, host: str, users: int, run_dir: Path,
+                *, model: str | None, requests: int, max_tokens: int | None,
+                warmup_requests: int | None, run_time_s: float | None) -> list[str]:
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        "-H", host, "-u", str(users), "-r", str(users),
+        "--scenario", scenario_path, "--requests", str(requests),
+        "--run-dir", str(run_dir), "--results-dir", str(run_dir.parent),
+        "--csv", str(run_dir / "locust"), "--exit-code-on-error", "0",
+        "--only-summary",
+    ]
+    if model:
+        argv += ["--model", model]
+    if max_tokens is not None:
+        argv += ["--max-tokens", str(max_tokens)]
+    if warmup_requests is not None:
+        argv += ["--warmup-requests", str(warmup_requests)]
+    if run_time_s:
+        argv += ["--run-time", f"{int(run_time_s)}s"]
+    return argv
+
+
+def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
+                 results_dir: str, model: str | None = None, max_tokens: int | None = None,
+                 warmup_requests: int | None = None, api_key: str | None = None,
+                 run_time_s: float | None = None) -> RunResult:
+    """Run Locust headless until `sc.requests` measured requests have finished."""
+    Endpoint.parse(host)  # a bad URL is a usage error before anything starts
+    run_id, run_dir = create_run_dir(results_dir)
+    argv = locust_argv(sc, scenario_path, host, users, run_dir, model=model,
+                       requests=sc.requests, max_tokens=max_tokens,
+                       warmup_requests=warmup_requests, run_time_s=run_time_s)
+    env = dict(os.environ)
+    if api_key:
+        env["ANVIL_API_KEY"] = api_key  # passed by environment: never on a command line
+    log_path = run_dir / "locust.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                              stdin=subprocess.DEVNULL, check=False)
+    bench = run_dir / BENCHMARK_FILE
+    return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path)
+
+
+def load_benchmark(path: Path) -> dict:
+    try:
+        return orjson.loads(path.read_bytes())
+    except FileNotFoundError as e:
+        raise AnvilError(f"{path} does not exist") from e
+    except orjson.JSONDecodeError as e:
+        raise AnvilError(f"{path} is not valid JSON: {e}") from e
+
+
+SUMMARY_ROWS = (
+    ("time to first output", "time_to_first_output_p50_ms", "time_to_first_output_p95_ms", "ms"),
+    ("TTFT", "ttft_p50_ms", "ttft_p95_ms", "ms"),
+    ("end to end", "e2e_p50_ms", "e2e_p95_ms", "ms"),
+    ("generation", "generation_p50_ms", "generation_p95_ms", "ms"),
+    ("decode", "decode_tok_s_p50", "decode_tok_s_p95", "tok/s"),
+    ("mean ITL", "mean_inter_token_latency_ms_p50", "mean_inter_token_latency_ms_p95", "ms"),
+    ("effective prefill", "effective_prefill_tok_s_p50", "effective_prefill_tok_s_p95", "tok/s"),
+    ("prompt tokens", "prompt_tokens_p50", "prompt_tokens_p95", "tok"),
+)
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """A short human summary of a benchmark document (the CLI prints it)."""
+    m = doc.get("metrics") or {}
+
+    def fmt(v: object) -> str:
+        return "null" if v is None else f"{v:,.1f}" if isinstance(v, float) else str(v)
+
+    lines = [
+        f"run {doc.get('run_id')}  model {doc.get('model')}  "
+        f"protocol {doc.get('measurement_protocol')}  concurrency {doc.get('concurrency')}",
+        f"requests {doc.get('requests')}  completed {doc.get('completed')}  "
+        f"failed {doc.get('failed')}  wall clock {fmt(doc.get('wall_clock_ms'))} ms  "
+        f"throughput {fmt(m.get('throughput_tok_s'))} tok/s"
+        + ("  [PARTIAL]" if doc.get("partial") else ""),
+        f"{'metric':<22}{'p50':>12}{'p95':>12}  unit",
+    ]
+    for label, k50, k95, unit in SUMMARY_ROWS:
+        lines.append(f"{label:<22}{fmt(m.get(k50)):>12}{fmt(m.get(k95)):>12}  {unit}")
+    calib = doc.get("prompt_calibration") or {}
+    err = calib.get("planned_vs_counted_error_pct_max")
+    lines.append(
+        f"prompt sizing: {calib.get('method')}, planned vs counted error max "
+        f"{'null' if err is None else f'{err:.2f} %'}; output tokens from "
+        f"{m.get('output_token_sources')}"
+    )
+    for f in (doc.get("failures") or [])[:5]:
+        lines.append(f"failure #{f.get('request_index')}: {f.get('kind')} "
+                     f"{f.get('http_status') or ''} {f.get('message')}")
+    return lines

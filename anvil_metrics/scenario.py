@@ -1,0 +1,305 @@
+"""Scenarios: what one run asks of the server, loaded from TOML and validated up front.
+
+A scenario file mirrors the names of the `anvil-serving.benchmark/v1` run fields, so what a
+user writes is what the result reports. Every value is checked before any load starts; a
+bad one raises `ScenarioError` naming the field, the value and what is allowed.
+
+    measurement_protocol = "smoke"        # -> benchmark.measurement_protocol
+    concurrency = 2                       # Locust users (-u); --users overrides
+    requests = 8                          # measured requests; --requests overrides
+    warmup_requests = 1                   # run first, recorded, left out of the figures
+    max_tokens = 128
+    context_tokens = 4096                 # the context window under test
+    max_context_tokens = 4096             # its limit; planned + max_tokens must fit
+    context_seed = 0
+
+    [context_distribution]                # planned prompt tokens -> request count
+    3072 = 8
+
+    [serve_flags]                         # request-side switches, reported as given
+    reasoning_effort = "low"              # omit for none
+    thinking_mode = "default"             # "default" | "on" | "off"
+
+    [request]
+    include_usage = true                  # stream_options.include_usage
+    fixed_output_tokens = false           # ignore_eos + min_tokens = max_tokens
+    extra_body = {}                       # merged into every request body
+
+    [meta]                                # what was measured; unknown stays null
+    model = "..."                         # else --model, else the server's /v1/models
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anvil_metrics.errors import ScenarioError, UsageError
+
+THINKING_MODES = ("default", "on", "off")
+REASONING_EFFORTS = ("low", "medium", "high")
+META_KEYS = ("model", "engine", "gpu", "tier", "manifest", "source_recipe")
+
+_TOP_KEYS = {
+    "measurement_protocol",
+    "concurrency",
+    "requests",
+    "warmup_requests",
+    "max_tokens",
+    "context_tokens",
+    "max_context_tokens",
+    "context_seed",
+    "context_distribution",
+    "serve_flags",
+    "request",
+    "meta",
+    "timeouts",
+}
+_SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
+_REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
+_TIMEOUT_KEYS = {"connect_s", "network_s"}
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Client timeouts. `network_s` bounds each socket read, so it must exceed the longest
+    prefill expected (a 393k-token prefill can take minutes)."""
+
+    connect_s: float = 30.0
+    network_s: float = 900.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A validated scenario. Sizes in tokens; `context_distribution` maps planned prompt
+    tokens to a request count (its order is the order sizes are handed out)."""
+
+    measurement_protocol: str
+    concurrency: int = 1
+    requests: int = 1
+    warmup_requests: int = 0
+    max_tokens: int = 256
+    context_tokens: int = 4096
+    max_context_tokens: int = 4096
+    context_seed: int = 0
+    context_distribution: dict[int, int] = field(default_factory=dict)
+    reasoning_effort: str | None = None
+    thinking_mode: str = "default"
+    shared_prefix_burst: bool = False
+    include_usage: bool = True
+    fixed_output_tokens: bool = False
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    source: str | None = None
+
+    @property
+    def no_thinking(self) -> bool:
+        return self.thinking_mode == "off"
+
+    def serve_flags(self) -> dict[str, Any]:
+        return {
+            "no_thinking": self.no_thinking,
+            "reasoning_effort": self.reasoning_effort,
+            "shared_prefix_burst": self.shared_prefix_burst,
+            "thinking_mode": self.thinking_mode,
+        }
+
+    def planned_sizes(self) -> list[int]:
+        """The distribution expanded in order: request i gets sizes[i % len(sizes)]."""
+        out: list[int] = []
+        for size, count in self.context_distribution.items():
+            out.extend([size] * count)
+        return out
+
+
+def _err(field_name: str, value: Any, allowed: str, source: str | None) -> ScenarioError:
+    return ScenarioError(field_name, value, allowed, source=source)
+
+
+def _int(d: dict, key: str, default: int, minimum: int, src: str | None, name: str = "") -> int:
+    name = name or key
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _err(name, v, f"a whole number >= {minimum}", src)
+    return v
+
+
+def _bool(d: dict, key: str, default: bool, src: str | None, name: str = "") -> bool:
+    v = d.get(key, default)
+    if not isinstance(v, bool):
+        raise _err(name or key, v, "true or false", src)
+    return v
+
+
+def _table(d: dict, key: str, allowed_keys: set[str] | None, src: str | None) -> dict:
+    v = d.get(key, {})
+    if not isinstance(v, dict):
+        raise _err(key, v, "a table", src)
+    if allowed_keys is not None:
+        for k in v:
+            if k not in allowed_keys:
+                raise _err(f"{key}.{k}", v[k], f"one of the keys {sorted(allowed_keys)}", src)
+    return v
+
+
+def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scenario:
+    """Validate a parsed TOML document into a `Scenario`; raise ScenarioError on the first
+    bad field."""
+    for k in data:
+        if k not in _TOP_KEYS:
+            raise _err(k, data[k], f"one of the keys {sorted(_TOP_KEYS)}", source)
+    protocol = data.get("measurement_protocol")
+    if not isinstance(protocol, str) or not protocol.strip():
+        raise _err("measurement_protocol", protocol, "a non-empty string", source)
+
+    max_tokens = _int(data, "max_tokens", 256, 1, source)
+    context_tokens = _int(data, "context_tokens", 4096, 1, source)
+    max_context = _int(data, "max_context_tokens", context_tokens, 1, source)
+    seed = _int(data, "context_seed", 0, 0, source)
+
+    dist_raw = _table(data, "context_distribution", None, source)
+    dist: dict[int, int] = {}
+    for k, v in dist_raw.items():
+        try:
+            size = int(k)
+        except ValueError:
+            raise _err(f"context_distribution.{k}", v, "keys that are token counts", source) from None
+        if size < 1:
+            raise _err(f"context_distribution.{k}", v, "keys that are token counts >= 1", source)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _err(f"context_distribution.{k}", v, "a request count >= 1", source)
+        if size + max_tokens > max_context:
+            raise _err(
+                f"context_distribution.{k}",
+                v,
+                f"planned sizes with size + max_tokens ({max_tokens}) <= max_context_tokens "
+                f"({max_context}); {size} + {max_tokens} = {size + max_tokens}",
+                source,
+            )
+        dist[size] = v
+    if not dist:
+        default_size = max(1, min(context_tokens, max_context) - max_tokens)
+        dist = {default_size: 1}
+
+    requests = _int(data, "requests", sum(dist.values()), 1, source)
+    warmup = _int(data, "warmup_requests", 0, 0, source)
+    concurrency = _int(data, "concurrency", 1, 1, source)
+
+    flags = _table(data, "serve_flags", _SERVE_FLAG_KEYS, source)
+    effort = flags.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise _err("serve_flags.reasoning_effort", effort, f"one of {REASONING_EFFORTS}", source)
+    thinking = flags.get("thinking_mode", "default")
+    if thinking not in THINKING_MODES:
+        raise _err("serve_flags.thinking_mode", thinking, f"one of {THINKING_MODES}", source)
+    no_thinking = _bool(flags, "no_thinking", thinking == "off", source, "serve_flags.no_thinking")
+    if no_thinking and thinking == "on":
+        raise _err("serve_flags.no_thinking", True, "false when thinking_mode = 'on'", source)
+    if no_thinking:
+        thinking = "off"
+    shared = _bool(flags, "shared_prefix_burst", False, source, "serve_flags.shared_prefix_burst")
+    if shared:
+        raise _err("serve_flags.shared_prefix_burst", True, "false (not supported yet)", source)
+
+    req = _table(data, "request", _REQUEST_KEYS, source)
+    include_usage = _bool(req, "include_usage", True, source, "request.include_usage")
+    fixed = _bool(req, "fixed_output_tokens", False, source, "request.fixed_output_tokens")
+    extra = req.get("extra_body", {})
+    if not isinstance(extra, dict):
+        raise _err("request.extra_body", extra, "a table of JSON fields", source)
+    system_prompt = req.get("system_prompt")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise _err("request.system_prompt", system_prompt, "a string", source)
+
+    meta = _table(data, "meta", set(META_KEYS), source)
+    for k, v in meta.items():
+        if v is not None and not isinstance(v, str):
+            raise _err(f"meta.{k}", v, "a string", source)
+
+    tmo = _table(data, "timeouts", _TIMEOUT_KEYS, source)
+    timeouts = Timeouts()
+    for k in _TIMEOUT_KEYS:
+        if k in tmo:
+            v = tmo[k]
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                raise _err(f"timeouts.{k}", v, "a number of seconds > 0", source)
+    timeouts = Timeouts(
+        connect_s=float(tmo.get("connect_s", timeouts.connect_s)),
+        network_s=float(tmo.get("network_s", timeouts.network_s)),
+    )
+
+    return Scenario(
+        measurement_protocol=protocol,
+        concurrency=concurrency,
+        requests=requests,
+        warmup_requests=warmup,
+        max_tokens=max_tokens,
+        context_tokens=context_tokens,
+        max_context_tokens=max_context,
+        context_seed=seed,
+        context_distribution=dist,
+        reasoning_effort=effort,
+        thinking_mode=thinking,
+        shared_prefix_burst=shared,
+        include_usage=include_usage,
+        fixed_output_tokens=fixed,
+        extra_body=dict(extra),
+        system_prompt=system_prompt,
+        meta=dict(meta),
+        timeouts=timeouts,
+        source=source,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario TOML file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"scenario file {str(p)!r} does not exist; pass a .toml path") from None
+    except OSError as e:
+        raise UsageError(f"scenario file {str(p)!r} cannot be read: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{p}: not valid TOML ({e}); see scenarios/smoke.toml for the format") from None
+    return scenario_from_dict(data, source=str(p))
+
+
+def with_overrides(
+    sc: Scenario,
+    *,
+    requests: int | None = None,
+    concurrency: int | None = None,
+    max_tokens: int | None = None,
+    model: str | None = None,
+    warmup_requests: int | None = None,
+) -> Scenario:
+    """Apply command-line overrides, re-checking what they can break."""
+    from dataclasses import replace
+
+    meta = dict(sc.meta)
+    if model:
+        meta["model"] = model
+    new = replace(
+        sc,
+        requests=sc.requests if requests is None else requests,
+        concurrency=sc.concurrency if concurrency is None else concurrency,
+        max_tokens=sc.max_tokens if max_tokens is None else max_tokens,
+        warmup_requests=sc.warmup_requests if warmup_requests is None else warmup_requests,
+        meta=meta,
+    )
+    if max_tokens is not None:
+        for size in new.context_distribution:
+            if size + new.max_tokens > new.max_context_tokens:
+                raise UsageError(
+                    f"--max-tokens {max_tokens} is not allowed with {sc.source or 'the scenario'}: "
+                    f"planned size {size} + {max_tokens} exceeds max_context_tokens "
+                    f"{new.max_context_tokens}; use at most {new.max_context_tokens - size}"
+                )
+    return new

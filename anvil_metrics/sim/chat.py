@@ -1,0 +1,440 @@
+"""Chat completions: what the simulated model answers, and the exact moments it answers.
+
+A request becomes an `OutputPlan` (how many reasoning and content tokens, why it stops). A
+streaming answer is a `ChatStream`: token i is written at ``prefill_end + i * interval``, each
+deadline computed from the request's start (never from the previous write), one transport write
+per SSE event framed as one HTTP chunk. A non-streaming answer is one `chat.completion` written
+when the last token would have been.
+
+The per-chunk path is kept cheap so that hundreds of streams fit on one core: the request-wide
+part of every chunk's JSON is encoded once per request and each token's ``choices`` part once
+per process; a chunk is then a single bytes ``%`` format.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from anvil_metrics.sim.config import SimConfig
+from anvil_metrics.sim.httpproto import HttpConnection, error_body
+from anvil_metrics.sim.scheduler import Scheduler
+from anvil_metrics.sim.tokenizer import TokenizeError, count_chat_tokens
+
+# Generated text: deterministic pieces, one per token. Content pieces include multi-byte UTF-8
+# (2-, 3- and 4-byte sequences) so a client's incremental decoding is exercised.
+REASONING_PIECES = (
+    "Let", " me", " think", " about", " the", " question", ".", " First", ",", " the",
+    " user", " wants", " a", " short", " answer", ";", " then", " I", " check", " it", ".",
+    " Hmm", ",", " consider", " edge", " cases", " care", "fully", ".", "\n",
+)  # fmt: skip
+CONTENT_PIECES = (
+    "Here", " is", " the", " answer", ":", " a", " café", " résumé", " —", " naïve",
+    " façade", ",", " 日本", "語", " text", ",", " über", " 🙂", " and", " more", ".",
+    " Ça", " va", "?", " Sí", "!", " Ω", "≈", "∑", "\n",
+)  # fmt: skip
+
+_FINISH_NULL = b"null"
+
+
+class RequestError(Exception):
+    """A request the simulator refuses, with the HTTP status and OpenAI error fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        err_type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = error_body(message, status, err_type, param, code)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """The fields of a chat completion request that shape the answer."""
+
+    prompt_tokens: int
+    max_tokens: int | None
+    stream: bool
+    include_usage: bool
+    ignore_eos: bool
+    min_tokens: int
+    thinking: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPlan:
+    """How many reasoning then content tokens are generated, and the finish_reason."""
+
+    reasoning: int
+    content: int
+    finish_reason: str
+
+    @property
+    def total(self) -> int:
+        return self.reasoning + self.content
+
+
+# -- request parsing ---------------------------------------------------------------------------
+
+
+def load_json_object(body: bytes) -> dict[str, Any]:
+    """Parse a request body that must be a JSON object (400 otherwise)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(400, f"malformed JSON body: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    return data
+
+
+def _opt_int(data: dict[str, Any], name: str, minimum: int) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise RequestError(400, f"{name} must be an integer >= {minimum}", param=name)
+    return value
+
+
+def _opt_bool(data: dict[str, Any], name: str, default: bool) -> bool:
+    value = data.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RequestError(400, f"{name} must be a boolean", param=name)
+    return value
+
+
+def _opt_object(data: dict[str, Any], name: str) -> dict[str, Any]:
+    value = data.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RequestError(400, f"{name} must be an object", param=name)
+    return value
+
+
+def count_prompt(data: dict[str, Any], cfg: SimConfig) -> int:
+    """Prompt tokens of the request's `messages` under the configured tokenizer (400 if bad)."""
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "messages must be a non-empty list", param="messages")
+    try:
+        return count_chat_tokens(messages, cfg.tokenizer)
+    except TokenizeError as exc:
+        raise RequestError(400, str(exc), param="messages") from exc
+
+
+def check_model(data: dict[str, Any], cfg: SimConfig) -> None:
+    """A request naming another model gets vLLM's 404 (catches misconfigured clients)."""
+    model = data.get("model")
+    if model is not None and model != cfg.model:
+        raise RequestError(
+            404, f"The model `{model}` does not exist.", param="model", code="model_not_found"
+        )
+
+
+def parse_chat_request(data: dict[str, Any], cfg: SimConfig) -> ChatRequest:
+    """Validate a chat completion body and count its prompt; raises `RequestError`."""
+    check_model(data, cfg)
+    prompt_tokens = count_prompt(data, cfg)
+    max_tokens = _opt_int(data, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = _opt_int(data, "max_tokens", 1)
+    min_tokens = _opt_int(data, "min_tokens", 0) or 0
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise RequestError(400, "min_tokens must be <= max_tokens", param="min_tokens")
+    stream_options = _opt_object(data, "stream_options")
+    template_kwargs = _opt_object(data, "chat_template_kwargs")
+    request = ChatRequest(
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        stream=_opt_bool(data, "stream", False),
+        include_usage=_opt_bool(stream_options, "include_usage", False),
+        ignore_eos=_opt_bool(data, "ignore_eos", False),
+        min_tokens=min_tokens,
+        thinking=_opt_bool(template_kwargs, "enable_thinking", True),
+    )
+    check_context(request, cfg)
+    return request
+
+
+def check_context(request: ChatRequest, cfg: SimConfig) -> None:
+    """vLLM's 400 when prompt + requested completion exceed the context window.
+
+    Without ``max_tokens`` the completion may use whatever the prompt leaves, so only a
+    prompt that leaves no room at all is refused.
+    """
+    prompt, limit = request.prompt_tokens, cfg.max_context
+    if request.max_tokens is not None and prompt + request.max_tokens > limit:
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt + request.max_tokens} tokens ({prompt} in the messages, "
+            f"{request.max_tokens} in the completion). Please reduce the length of the "
+            "messages or completion."
+        )
+    elif request.max_tokens is None and prompt >= limit:
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, your request "
+            f"has {prompt} input tokens. Please reduce the length of the input messages."
+        )
+    else:
+        return
+    raise RequestError(400, message, param="messages", code="context_length_exceeded")
+
+
+def plan_output(request: ChatRequest, cfg: SimConfig) -> OutputPlan:
+    """Reasoning then content tokens, capped by max_tokens (or the context left).
+
+    ``ignore_eos`` generates until the cap (the fixed-output-length path); ``min_tokens``
+    lengthens a shorter natural answer with content; thinking off means no reasoning.
+    """
+    cap = request.max_tokens
+    if cap is None:
+        cap = cfg.max_context - request.prompt_tokens
+    natural_reasoning = cfg.reasoning_tokens if request.thinking else 0
+    wanted = max(natural_reasoning + cfg.content_tokens, request.min_tokens)
+    total = cap if request.ignore_eos else min(wanted, cap)
+    reasoning = min(natural_reasoning, total)
+    finish = "length" if request.ignore_eos or wanted > cap else "stop"
+    return OutputPlan(reasoning, total - reasoning, finish)
+
+
+def usage_of(request: ChatRequest, plan: OutputPlan) -> dict[str, Any]:
+    """vLLM-style usage, with reasoning tokens counted inside completion_tokens."""
+    return {
+        "prompt_tokens": request.prompt_tokens,
+        "total_tokens": request.prompt_tokens + plan.total,
+        "completion_tokens": plan.total,
+        "completion_tokens_details": {"reasoning_tokens": plan.reasoning},
+    }
+
+
+def piece(channel: str, index: int) -> str:
+    """Text of the `index`-th reasoning (``r``) or content (``c``) token."""
+    pieces = REASONING_PIECES if channel == "r" else CONTENT_PIECES
+    return pieces[index % len(pieces)]
+
+
+def full_text(channel: str, count: int) -> str:
+    """All `count` tokens of one channel joined, as a non-streaming answer carries them."""
+    return "".join(piece(channel, i) for i in range(count))
+
+
+# -- chunk encoding ----------------------------------------------------------------------------
+
+
+def _choices(delta: dict[str, Any], finish: bytes = _FINISH_NULL) -> bytes:
+    return b'"choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]' % (
+        orjson.dumps(delta),
+        finish,
+    )
+
+
+@functools.cache
+def token_bodies(field: str, channel: str) -> tuple[bytes, ...]:
+    """Pre-encoded ``"choices":[…]}`` tails for every piece of a channel under `field`."""
+    pieces = REASONING_PIECES if channel == "r" else CONTENT_PIECES
+    return tuple(_choices({field: text}) + b"}" for text in pieces)
+
+
+class ChunkEncoder:
+    """Frames chunk JSON as ``data: …\\n\\n`` inside one HTTP chunk, stamping if asked.
+
+    A chunk is ``head`` (id, object, created, model — fixed per request), the optional
+    ``"anvil_sent_ns"`` stamp taken with `time.perf_counter_ns()` just before the write, then a
+    ``"choices"…}`` tail.
+    """
+
+    __slots__ = ("head", "stamp")
+
+    def __init__(self, completion_id: str, created: int, model: str, stamp: bool) -> None:
+        self.head = b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,' % (
+            completion_id.encode(),
+            created,
+            orjson.dumps(model),
+        )
+        self.stamp = stamp
+
+    def event(self, tail: bytes) -> bytes:
+        """One SSE event carrying ``head + [stamp] + tail``, framed as one HTTP chunk."""
+        if self.stamp:
+            stamp = b'"anvil_sent_ns":%d,' % time.perf_counter_ns()
+            size = 8 + len(self.head) + len(stamp) + len(tail)
+            return b"%x\r\ndata: %s%s%s\n\n\r\n" % (size, self.head, stamp, tail)
+        size = 8 + len(self.head) + len(tail)
+        return b"%x\r\ndata: %s%s\n\n\r\n" % (size, self.head, tail)
+
+
+def raw_event(payload: bytes) -> bytes:
+    """A non-JSON SSE event (``[DONE]``) framed as one HTTP chunk."""
+    return b"%x\r\ndata: %s\n\n\r\n" % (len(payload) + 8, payload)
+
+
+DONE_EVENT = raw_event(b"[DONE]")
+ROLE_TAIL = _choices({"role": "assistant", "content": ""}) + b"}"
+
+
+# -- answering ---------------------------------------------------------------------------------
+
+
+class ChatStream:
+    """One streaming answer, driven by the scheduler one absolute deadline at a time."""
+
+    __slots__ = (
+        "_conn", "_sched", "_cfg", "_plan", "_usage", "_enc", "_include_usage",
+        "_prefill_end", "_interval", "_next", "_last", "_reasoning", "_head_sent",
+        "_bodies_r", "_bodies_c",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        conn: HttpConnection,
+        sched: Scheduler,
+        cfg: SimConfig,
+        request: ChatRequest,
+        plan: OutputPlan,
+        t0_ns: int,
+    ) -> None:
+        self._conn, self._sched, self._cfg, self._plan = conn, sched, cfg, plan
+        self._usage = usage_of(request, plan)
+        self._include_usage = request.include_usage
+        self._enc = ChunkEncoder(
+            f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), cfg.model, cfg.stamp_send
+        )
+        self._prefill_end = t0_ns + cfg.prefill_ns(request.prompt_tokens)
+        self._interval = cfg.interval_ns
+        self._next = 0
+        self._last = plan.total - 1  # index of the token that carries finish_reason
+        self._reasoning = plan.reasoning
+        self._head_sent = False
+        self._bodies_r = token_bodies(cfg.reasoning_field, "r")
+        self._bodies_c = token_bodies("content", "c")
+
+    def start(self) -> None:
+        """Send headers (and the role chunk, if immediate) now; schedule the first token."""
+        if self._cfg.role_chunk == "immediate":
+            self._send_head()
+        self._sched.at(self._prefill_end, self)
+
+    def _send_head(self) -> None:
+        self._conn.write(self._conn.stream_head() + self._enc.event(ROLE_TAIL))
+        self._head_sent = True
+
+    def fire(self) -> None:
+        """Write token `_next` (its deadline has passed) and schedule the one after.
+
+        The hot path: one modulo lookup of a pre-encoded tail, one bytes format, one write,
+        one heap push. A failure drops the connection so the client sees a truncated stream.
+        """
+        conn = self._conn
+        if conn.closed:
+            return
+        try:
+            if not self._head_sent:
+                self._send_head()
+            i = self._next
+            if i >= self._last:
+                self._finish(i)
+                return
+            r = self._reasoning
+            if i < r:
+                tail = self._bodies_r[i % len(self._bodies_r)]
+            else:
+                tail = self._bodies_c[(i - r) % len(self._bodies_c)]
+            conn.write(self._enc.event(tail))
+            self._next = i + 1
+            self._sched.at(self._prefill_end + (i + 1) * self._interval, self)
+        except Exception:
+            conn.abort()
+            raise
+
+    def _finish_tail(self, i: int) -> bytes:
+        """The last token's chunk tail: its delta (empty if no tokens), finish_reason, usage."""
+        plan = self._plan
+        if plan.total == 0:
+            delta: dict[str, Any] = {}
+        elif i < plan.reasoning:
+            delta = {self._cfg.reasoning_field: piece("r", i)}
+        else:
+            delta = {"content": piece("c", i - plan.reasoning)}
+        finish = orjson.dumps(plan.finish_reason)
+        tail = _choices(delta, finish)
+        if self._cfg.usage_in_finish_chunk:
+            tail += b',"usage":' + orjson.dumps(self._usage)
+        return tail + b"}"
+
+    def _finish(self, i: int) -> None:
+        """Last token with finish_reason, then usage and [DONE] as configured, then the end."""
+        events = [self._enc.event(self._finish_tail(i))]
+        if self._include_usage and not self._cfg.usage_in_finish_chunk:
+            events.append(self._enc.event(b'"choices":[],"usage":%s}' % orjson.dumps(self._usage)))
+        if not self._cfg.no_done:
+            events.append(DONE_EVENT)
+        for event in events[:-1]:
+            self._conn.write(event)
+        self._conn.stream_end(events[-1])
+
+
+class DelayedCompletion:
+    """A non-streaming answer, sent whole when its last token would have been generated."""
+
+    __slots__ = ("_conn", "_body")
+
+    def __init__(self, conn: HttpConnection, body: dict[str, Any]) -> None:
+        self._conn, self._body = conn, body
+
+    def fire(self) -> None:
+        if not self._conn.closed:
+            try:
+                self._conn.respond_json(200, self._body)
+            except Exception:
+                self._conn.abort()
+                raise
+
+
+def completion_body(request: ChatRequest, plan: OutputPlan, cfg: SimConfig) -> dict[str, Any]:
+    """The whole ``chat.completion`` object of a non-streaming answer."""
+    reasoning = full_text("r", plan.reasoning) or None
+    content = full_text("c", plan.content) or None
+    message = {"role": "assistant", "content": content, cfg.reasoning_field: reasoning}
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": cfg.model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": plan.finish_reason}
+        ],
+        "usage": usage_of(request, plan),
+    }
+
+
+def answer_chat(
+    conn: HttpConnection, sched: Scheduler, cfg: SimConfig, body: bytes, t0_ns: int
+) -> None:
+    """Handle ``POST /v1/chat/completions``: refuse, stream, or answer whole at the end."""
+    try:
+        request = parse_chat_request(load_json_object(body), cfg)
+    except RequestError as exc:
+        conn.respond_json(exc.status, exc.body)
+        return
+    plan = plan_output(request, cfg)
+    if request.stream:
+        ChatStream(conn, sched, cfg, request, plan, t0_ns).start()
+        return
+    end = t0_ns + cfg.prefill_ns(request.prompt_tokens)
+    end += max(plan.total - 1, 0) * cfg.interval_ns
+    sched.at(end, DelayedCompletion(conn, completion_body(request, plan, cfg)))

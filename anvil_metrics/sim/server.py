@@ -1,0 +1,227 @@
+"""`anvil sim`: an OpenAI-compatible server on 127.0.0.1 whose timing is exact.
+
+anvil measures time to first token, inter-token latency and end-to-end latency. To trust those
+figures we need a server whose true timing is known in advance: this one writes token i at
+exactly ``t0 + prefill + i * interval`` (t0 = request body received), so any difference a client
+reports is the client's own error. It also reproduces the stream shapes of real servers (reasoning
+field name, where usage goes, whether ``[DONE]`` is sent) so one client can be tested against
+all of them. See ``/work/shared/design/SERVERS.md`` for the servers it imitates.
+
+Runs as its own process: ``python -m anvil_metrics.sim --port 0`` prints exactly one line,
+``anvil sim listening on http://HOST:PORT``, then serves until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import fields
+
+import orjson
+
+from anvil_metrics.sim.chat import RequestError, answer_chat, load_json_object
+from anvil_metrics.sim.config import REASONING_FIELDS, ROLE_CHUNK_MODES, TIMER_KINDS, SimConfig
+from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, error_body
+from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
+from anvil_metrics.sim.tokenizer import (
+    RULES,
+    TokenizeError,
+    chat_token_ids,
+    text_token_ids,
+)
+
+LISTEN_BACKLOG = 4096
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from exc
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `anvil sim` options; every one has a default."""
+    p = argparse.ArgumentParser(
+        prog="anvil sim",
+        description="OpenAI-compatible streaming simulator with exact, configurable timing.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = p.add_argument
+    add("--host", default="127.0.0.1", help="address to bind")
+    add("--port", type=_int_at_least(0), default=0, help="port to bind; 0 picks a free one")
+    add("--model", default="sim-model", help="model id served and checked")
+    add("--prefill-ms", type=_non_negative_float, default=300.0, help="fixed prefill time")
+    add(
+        "--prefill-ms-per-token",
+        type=_non_negative_float,
+        default=0.0,
+        help="extra prefill time per prompt token",
+    )
+    add("--reasoning-tokens", type=_int_at_least(0), default=20)
+    add("--content-tokens", type=_int_at_least(0), default=50)
+    add(
+        "--interval-ms",
+        type=_non_negative_float,
+        default=8.0,
+        help="time between successive generated tokens",
+    )
+    add("--reasoning-field", choices=REASONING_FIELDS, default="reasoning_content")
+    add(
+        "--role-chunk",
+        choices=ROLE_CHUNK_MODES,
+        default="immediate",
+        help="send the role-only chunk at once (vLLM) or together with the first token",
+    )
+    add("--max-context", type=_int_at_least(1), default=32768)
+    add("--tokenizer", choices=RULES, default="words4")
+    add(
+        "--usage-in-finish-chunk",
+        action="store_true",
+        help="always put usage inside the finish chunk (transformers serve)",
+    )
+    add("--no-done", action="store_true", help="end streams without data: [DONE]")
+    add(
+        "--stamp-send",
+        action="store_true",
+        help='add "anvil_sent_ns": perf_counter_ns() to every chunk as it is written',
+    )
+    add(
+        "--timer",
+        choices=TIMER_KINDS,
+        default="auto",
+        help="deadline timer: Linux timerfd (precise) or asyncio call_at (~1 ms late)",
+    )
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(**{field.name: getattr(args, field.name) for field in fields(SimConfig)})
+
+
+class App:
+    """Routes one request to its endpoint; everything answers JSON except chat streams."""
+
+    def __init__(self, cfg: SimConfig, sched: Scheduler) -> None:
+        self.cfg = cfg
+        self.sched = sched
+        self.connections: set[HttpConnection] = set()
+        self._created = int(time.time())
+
+    def connection(self) -> HttpConnection:
+        conn = HttpConnection(self.handle, self.connections.discard)
+        self.connections.add(conn)
+        return conn
+
+    def handle(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
+        route = (request.method, request.path)
+        if route == ("POST", "/v1/chat/completions"):
+            answer_chat(conn, self.sched, self.cfg, request.body, t0_ns)
+        elif route == ("GET", "/health"):
+            conn.respond(200, b"{}")
+        elif route == ("GET", "/v1/models"):
+            conn.respond_json(200, self.models())
+        elif route == ("POST", "/tokenize"):
+            self.tokenize(conn, request.body)
+        elif request.path in ("/v1/chat/completions", "/health", "/v1/models", "/tokenize"):
+            conn.respond_json(405, error_body(f"method {request.method} not allowed", 405))
+        else:
+            message = f"Not Found: {request.method} {request.path}"
+            conn.respond_json(404, error_body(message, 404, "not_found_error"))
+
+    def models(self) -> dict[str, object]:
+        card = {
+            "id": self.cfg.model,
+            "object": "model",
+            "created": self._created,
+            "owned_by": "anvil-sim",
+            "root": self.cfg.model,
+            "parent": None,
+            "max_model_len": self.cfg.max_context,
+        }
+        return {"object": "list", "data": [card]}
+
+    def tokenize(self, conn: HttpConnection, body: bytes) -> None:
+        """vLLM's ``/tokenize``: `messages` get the chat template, `prompt` is counted raw."""
+        try:
+            data = load_json_object(body)
+            tokens = self._token_ids(data)
+        except RequestError as exc:
+            conn.respond_json(exc.status, exc.body)
+            return
+        answer = {"count": len(tokens), "max_model_len": self.cfg.max_context, "tokens": tokens}
+        conn.respond(200, orjson.dumps(answer))
+
+    def _token_ids(self, data: dict[str, object]) -> list[int]:
+        rule = self.cfg.tokenizer
+        messages, prompt = data.get("messages"), data.get("prompt")
+        add_generation_prompt = data.get("add_generation_prompt", True)
+        try:
+            if isinstance(messages, list):
+                return chat_token_ids(messages, rule, add_generation_prompt is not False)
+            if isinstance(prompt, str):
+                return text_token_ids(prompt, rule)
+        except TokenizeError as exc:
+            raise RequestError(400, str(exc), param="messages") from exc
+        raise RequestError(400, "send either 'messages' (a list) or 'prompt' (a string)")
+
+
+def _listening_url(server: asyncio.AbstractServer) -> str:
+    sockets = getattr(server, "sockets", None) or ()
+    host, port = sockets[0].getsockname()[:2]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+async def serve(cfg: SimConfig) -> None:
+    """Bind, announce the URL on stdout, serve until SIGTERM/SIGINT, then drop connections."""
+    loop = asyncio.get_running_loop()
+    sched = make_scheduler(loop, cfg.timer)
+    app = App(cfg, sched)
+    server = await loop.create_server(
+        app.connection, cfg.host, cfg.port, backlog=LISTEN_BACKLOG, reuse_address=True
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"anvil sim listening on {_listening_url(server)}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        for conn in list(app.connections):
+            conn.abort()
+        sched.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``anvil sim`` and ``python -m anvil_metrics.sim``; returns an exit code."""
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    try:
+        asyncio.run(serve(cfg))
+    except OSError as exc:
+        print(f"anvil sim: cannot serve on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0

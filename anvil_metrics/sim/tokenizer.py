@@ -1,0 +1,145 @@
+"""The simulator's tokenizers: deterministic rules that are deliberately *not* one token a word.
+
+anvil sizes prompts in tokens, and a sizing bug hides easily behind a tokenizer that counts
+words. These rules make a word's cost depend on its length, so a client that guesses instead of
+asking the server (`/tokenize`, or a `max_tokens=1` probe) is caught out. Two different rules
+exist so that a calibration learnt against one server is visibly wrong against the other.
+
+Rules (pieces are found with the regex ``\\w+|[^\\w\\s]``; whitespace is free except as noted):
+
+- ``words4``: a word piece of length L costs ceil(L / 4) tokens; each punctuation char costs 1.
+- ``syllable3``: a word piece costs 1 + L // 3 tokens; each punctuation char costs 1; each
+  newline costs 1.
+
+Chat template (ChatML-like, ``<|im_start|>role\\ncontent<|im_end|>\\n``): each message costs
+``MESSAGE_OVERHEAD`` (4) tokens + its role name's tokens under the same rule + its content's
+tokens; the assistant generation prompt adds ``GENERATION_PROMPT_TOKENS`` (3).
+
+Token ids are fake but deterministic, and ``len(ids) == count`` always holds.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+RULES = ("words4", "syllable3")
+MESSAGE_OVERHEAD = 4
+GENERATION_PROMPT_TOKENS = 3
+
+_PIECE = re.compile(r"(?P<word>\w+)|(?P<newline>\n)|(?P<punct>[^\w\s])")
+_VOCAB = 150_000  # fake ids live in [0, _VOCAB); specials sit above it
+_IM_START, _IM_END, _NEWLINE = 151_644, 151_645, 198
+
+
+class TokenizeError(ValueError):
+    """A message or content part the template cannot render (bad shape, non-text part)."""
+
+
+def _check_rule(rule: str) -> None:
+    if rule not in RULES:
+        raise ValueError(f"unknown tokenizer rule {rule!r}; expected one of {RULES}")
+
+
+def _piece_cost(kind: str, piece: str, rule: str) -> int:
+    """Tokens one regex piece of `kind` (word, newline, punct) costs under `rule`."""
+    if kind == "word":
+        return -(-len(piece) // 4) if rule == "words4" else 1 + len(piece) // 3
+    if kind == "newline":
+        return 1 if rule == "syllable3" else 0
+    return 1
+
+
+def _pieces(text: str) -> Iterator[tuple[str, str]]:
+    for match in _PIECE.finditer(text):
+        yield match.lastgroup or "punct", match.group()
+
+
+def count_text_tokens(text: str, rule: str = "words4") -> int:
+    """Number of tokens `text` costs under `rule` (``words4`` or ``syllable3``), no template."""
+    _check_rule(rule)
+    return sum(_piece_cost(kind, piece, rule) for kind, piece in _pieces(text))
+
+
+def text_token_ids(text: str, rule: str = "words4") -> list[int]:
+    """Fake, deterministic token ids for `text`; exactly `count_text_tokens(text, rule)` long."""
+    _check_rule(rule)
+    ids: list[int] = []
+    for kind, piece in _pieces(text):
+        base = zlib.crc32(piece.encode())
+        ids.extend((base + k) % _VOCAB for k in range(_piece_cost(kind, piece, rule)))
+    return ids
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The text a message contributes: a string, or the joined ``text`` of its text parts.
+
+    ``None`` content (an assistant turn with only tool calls) contributes nothing. Non-text
+    parts (images, audio) raise `TokenizeError`: the simulator is a text-only model.
+    """
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise TokenizeError("only text content parts are supported")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise TokenizeError("a text content part needs a string 'text'")
+            texts.append(text)
+        return "".join(texts)
+    raise TokenizeError("message content must be a string, a list of parts, or null")
+
+
+def _role(message: Any) -> str:
+    if not isinstance(message, Mapping):
+        raise TokenizeError("each message must be an object")
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise TokenizeError("each message needs a string 'role'")
+    return role
+
+
+def count_chat_tokens(
+    messages: Iterable[Mapping[str, Any]],
+    rule: str = "words4",
+    add_generation_prompt: bool = True,
+) -> int:
+    """Prompt tokens of `messages` after the ChatML-like template (see module docstring).
+
+    This is the figure the simulator reports as ``usage.prompt_tokens`` and as ``count`` from
+    ``POST /tokenize`` with ``messages``. Raises `TokenizeError` on a malformed message.
+    """
+    _check_rule(rule)
+    total = GENERATION_PROMPT_TOKENS if add_generation_prompt else 0
+    for message in messages:
+        role = _role(message)
+        total += MESSAGE_OVERHEAD + count_text_tokens(role, rule)
+        total += count_text_tokens(message_text(message), rule)
+    return total
+
+
+def chat_token_ids(
+    messages: Iterable[Mapping[str, Any]],
+    rule: str = "words4",
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """Fake ids of the templated chat; exactly `count_chat_tokens(...)` long."""
+    _check_rule(rule)
+    ids: list[int] = []
+    for message in messages:
+        role = _role(message)
+        ids.append(_IM_START)
+        ids.extend(text_token_ids(role, rule))
+        ids.append(_NEWLINE)
+        ids.extend(text_token_ids(message_text(message), rule))
+        ids.extend((_IM_END, _NEWLINE))
+    if add_generation_prompt:
+        ids.extend((_IM_START, zlib.crc32(b"assistant") % _VOCAB, _NEWLINE))
+    return ids

@@ -1,0 +1,67 @@
+"""Start and stop the built-in simulator as a child process (demo, tests, benchmarks).
+
+The simulator prints `anvil sim listening on http://127.0.0.1:PORT` once bound; with
+`--port 0` the kernel picks a free port, so parallel test runs never collide. The child is
+always stopped by its PID: SIGTERM, then SIGKILL if it has not exited within 5 s.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from anvil_metrics.errors import AnvilError
+
+_LISTENING = re.compile(rb"listening on (http://\S+)")
+
+
+@dataclass(frozen=True, slots=True)
+class SimProcess:
+    url: str
+    pid: int
+    proc: subprocess.Popen
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@contextmanager
+def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
+                    ) -> Iterator[SimProcess]:
+    cmd = [sys.executable, "-m", "anvil_metrics.sim", "--host", "127.0.0.1", "--port", "0",
+           *(args or [])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout_s
+        url = None
+        buf = b""
+        while url is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or proc.poll() is not None:
+                err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
+                raise AnvilError(f"the simulator did not start ({' '.join(cmd)}): "
+                                 f"{err.strip()[-500:] or 'no listening line in time'}")
+            ready, _, _ = select.select([proc.stdout], [], [], left)
+            if ready:
+                chunk = proc.stdout.readline()
+                buf += chunk
+                m = _LISTENING.search(chunk)
+                if m:
+                    url = m.group(1).decode()
+        yield SimProcess(url, proc.pid, proc)
+    finally:
+        _stop(proc)

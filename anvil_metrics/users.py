@@ -1,0 +1,124 @@
+"""The Locust user that streams chat completions. Thin: take a ticket, send, observe, fire.
+
+Each `ChatStreamUser` owns one HTTP connection and issues one request at a time, so the
+number of users is the number of simultaneous streams. The run's shared state (scenario,
+request bodies, request budget) lives in `anvil_metrics.session.current()`, set up by the
+plugin when the test starts; the user only borrows it.
+
+For every request it fires anvil's events (`first_output`, `first_content` live;
+`stream_end` and `request_record` at the end) and exactly one Locust `request` event with
+the end-to-end time, so Locust's UI and `--csv` count requests and failures. Locust's
+figures are rounded; anvil's exact ones come from the records.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+from greenlet import GreenletExit
+from locust import User, task
+from locust.exception import StopUser
+
+from anvil_metrics.client import ChatClient
+from anvil_metrics.events import anvil_events
+from anvil_metrics.observe import StreamObserver
+from anvil_metrics.session import current
+
+REQUEST_NAME = "chat.completions"
+WARMUP_NAME = "chat.completions [warm-up]"
+
+
+class StreamFailure(Exception):
+    """What Locust's failure table shows for a failed stream: kind and status only, so
+    failures group by cause rather than by message."""
+
+
+def _fire_first_output(obs: StreamObserver, t_ns: int) -> None:
+    anvil_events.first_output.fire(request_index=obs.request_index, t_ns=t_ns,
+                                   start_ns=obs.start_ns, warmup=obs.warmup)
+
+
+def _fire_first_content(obs: StreamObserver, t_ns: int) -> None:
+    anvil_events.first_content.fire(request_index=obs.request_index, t_ns=t_ns,
+                                    start_ns=obs.start_ns, warmup=obs.warmup)
+
+
+class ChatStreamUser(User):
+    """Streams `/v1/chat/completions` back to back (no think time: load is set by -u)."""
+
+    abstract = True
+
+    def wait_time(self) -> float:
+        return 0.0
+
+    def on_start(self) -> None:
+        run = current()
+        if run is None:
+            raise StopUser()
+        self.run = run
+        self.client = ChatClient(run.endpoint, run.api_key,
+                                 connect_timeout_s=run.scenario.timeouts.connect_s,
+                                 network_timeout_s=run.scenario.timeouts.network_s)
+        self.client.connect()
+
+    def on_stop(self) -> None:
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+
+    @task
+    def chat(self) -> None:
+        run = self.run
+        ticket = run.budget.take()
+        if ticket is None:
+            # The budget is spent: this user idles until the run is stopped.
+            gevent.sleep(3600)
+            return
+        body = run.bodies.build(ticket.planned_context_tokens, ticket.request_index,
+                                ticket.warmup)
+        obs = StreamObserver(
+            ticket.request_index, 0, warmup=ticket.warmup,
+            planned_context_tokens=ticket.planned_context_tokens, worker=run.worker,
+            on_first_output=_fire_first_output, on_first_content=_fire_first_content,
+        )
+        wall_start = time.time()
+        nbytes = 0
+        try:
+            nbytes = self.client.stream_chat(body, obs)
+        except GreenletExit:
+            obs.fail("cancelled", "the run was stopped while this request was in flight",
+                     time.perf_counter_ns(), phase=obs.phase)
+            self._report(obs, wall_start, nbytes)
+            run.budget.give_back(ticket)
+            raise
+        self._report(obs, wall_start, nbytes)
+        run.budget.give_back(ticket)
+
+    def _report(self, obs: StreamObserver, wall_start: float, nbytes: int) -> None:
+        record = obs.finish()
+        anvil_events.stream_end.fire(record=record)
+        anvil_events.request_record.fire(record=record)
+        end = record.end_ns if record.end_ns is not None else time.perf_counter_ns()
+        exc = None
+        if record.failure is not None:
+            f = record.failure
+            status = f" HTTP {f.http_status}" if f.http_status else ""
+            exc = StreamFailure(f"{f.kind}{status} ({f.phase or 'unknown phase'})")
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=WARMUP_NAME if record.warmup else REQUEST_NAME,
+            response_time=(end - record.start_ns) / 1e6,
+            response_length=nbytes,
+            response=None,
+            context={"request_index": record.request_index},
+            exception=exc,
+            start_time=wall_start,
+            url=None,
+        )
+
+
+class ChatUser(ChatStreamUser):
+    """The concrete user a locustfile exposes (subclass `ChatStreamUser` to customise)."""
+
+    abstract = False

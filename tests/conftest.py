@@ -1,0 +1,61 @@
+"""Shared fixtures: real processes on 127.0.0.1, always stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from anvil_metrics.simproc import SimProcess, start_simulator
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def simulator() -> Iterator[Callable[..., SimProcess]]:
+    """Factory: `simulator("--prefill-ms", "300", ...)` starts one; all stop at teardown."""
+    stack = []
+
+    def start(*args: str) -> SimProcess:
+        cm = start_simulator(list(args))
+        sim = cm.__enter__()
+        stack.append(cm)
+        return sim
+
+    yield start
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)
+
+
+def anvil(*args: str, timeout: float = 120, env: dict | None = None
+          ) -> subprocess.CompletedProcess:
+    """Run the `anvil` CLI as a new user would (a real process)."""
+    return subprocess.run(
+        [sys.executable, "-m", "anvil_metrics", *args], capture_output=True, text=True,
+        timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+    )
+
+
+def write_scenario(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def result_path(proc: subprocess.CompletedProcess) -> Path:
+    for line in proc.stdout.splitlines():
+        if line.startswith("result: "):
+            return Path(line.split(": ", 1)[1])
+    raise AssertionError(f"no result line\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+
+
+def load_json(path: Path) -> dict:
+    return orjson.loads(path.read_bytes())
+
+
+def raw_lines(run_dir: Path) -> list[dict]:
+    return [orjson.loads(x) for x in (run_dir / "requests.jsonl").read_bytes().splitlines()]

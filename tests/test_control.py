@@ -1,0 +1,82 @@
+"""Request budget, run folders, request bodies: the pieces that decide what is sent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gevent
+import orjson
+
+from anvil_metrics.body import BodyBuilder, body_fields
+from anvil_metrics.control import RequestBudget
+from anvil_metrics.prompts import Calibration, PromptFactory
+from anvil_metrics.recorder import create_run_dir
+from anvil_metrics.scenario import scenario_from_dict
+
+
+def test_budget_hands_out_dense_indices_then_stops() -> None:
+    exhausted = []
+    b = RequestBudget(5, 0, [10, 20], on_exhausted=lambda: exhausted.append(1))
+    tickets = [b.take() for _ in range(5)]
+    assert [t.request_index for t in tickets] == [0, 1, 2, 3, 4]
+    assert [t.planned_context_tokens for t in tickets] == [10, 20, 10, 20, 10]
+    assert b.take() is None
+    for t in tickets:
+        b.give_back(t)
+    assert exhausted == [1]
+
+
+def test_warmups_finish_before_measured_tickets() -> None:
+    b = RequestBudget(2, 2, [10])
+    w0, w1 = b.take(), b.take()
+    assert w0.warmup and w1.warmup and (w0.request_index, w1.request_index) == (0, 1)
+    got = []
+    g = gevent.spawn(lambda: got.append(b.take()))
+    gevent.sleep(0.01)
+    assert got == []  # blocked while a warm-up is in flight
+    b.give_back(w0)
+    gevent.sleep(0.01)
+    assert got == []
+    b.give_back(w1)
+    g.join(timeout=1)
+    assert got[0].request_index == 0 and not got[0].warmup
+
+
+def test_unbounded_budget() -> None:
+    b = RequestBudget(None, 0, [10])
+    assert [b.take().request_index for _ in range(3)] == [0, 1, 2]
+    b.close()
+    assert b.take() is None
+
+
+def test_run_dirs_in_the_same_second_never_collide(tmp_path: Path) -> None:
+    ids = [create_run_dir(tmp_path, now=1_800_000_000.0)[0] for _ in range(3)]
+    assert ids == ["benchmark-20270115T080000Z", "benchmark-20270115T080000Z-2",
+                   "benchmark-20270115T080000Z-3"]
+    assert all((tmp_path / i).is_dir() for i in ids)
+
+
+def test_body_has_the_scenario_switches_and_a_unique_prefix() -> None:
+    sc = scenario_from_dict({
+        "measurement_protocol": "t", "max_tokens": 64, "max_context_tokens": 4096,
+        "serve_flags": {"reasoning_effort": "low", "thinking_mode": "off"},
+        "request": {"fixed_output_tokens": True, "extra_body": {"top_k": 5}},
+    })
+    fields = body_fields(sc, "m")
+    assert fields["stream"] is True and fields["stream_options"] == {"include_usage": True}
+    assert fields["reasoning_effort"] == "low"
+    assert fields["chat_template_kwargs"] == {"enable_thinking": False}
+    assert fields["ignore_eos"] is True and fields["min_tokens"] == 64
+    assert fields["top_k"] == 5
+    pf = PromptFactory(Calibration("none", 0.0, 1.3), seed=1, run_nonce="abcd")
+    bb = BodyBuilder(sc, "m", pf)
+    a = orjson.loads(bb.build(500, 0))
+    b = orjson.loads(bb.build(500, 1))
+    w = orjson.loads(bb.build(500, 0, warmup=True))
+    ca, cb = a["messages"][-1]["content"], b["messages"][-1]["content"]
+    assert ca.startswith("Run abcd request 0. ") and cb.startswith("Run abcd request 1. ")
+    assert ca[len("Run abcd request 0. "):] == cb[len("Run abcd request 1. "):]
+    assert w["messages"][-1]["content"].startswith("Run abcd warmup 0. ")
+    # same seed and nonce → byte-identical bodies
+    pf2 = PromptFactory(Calibration("none", 0.0, 1.3), seed=1, run_nonce="abcd")
+    assert BodyBuilder(sc, "m", pf2).build(500, 1) == bb.build(500, 1)

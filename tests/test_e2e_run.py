@@ -1,0 +1,121 @@
+"""End to end: request counts, warm-up, plain `locust`, the demo, postprocess/verify and
+usage errors — real simulator and Locust processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
+
+from anvil_metrics.benchmark import verify_benchmark
+
+pytestmark = pytest.mark.e2e
+
+FAST_SIM = ("--prefill-ms", "20", "--reasoning-tokens", "3", "--content-tokens", "5",
+            "--interval-ms", "2", "--max-context", "8192")
+
+SCENARIO = """
+measurement_protocol = "count"
+concurrency = 2
+requests = 4
+warmup_requests = {warmup}
+max_tokens = 64
+context_tokens = 8192
+max_context_tokens = 8192
+[context_distribution]
+300 = 1
+600 = 1
+"""
+
+
+def test_exact_request_count_with_warmup(simulator, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(warmup=3))
+    proc = anvil("run", str(sc), "--host", sim.url, "--requests", "37", "--users", "5",
+                 "--results-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    doc = load_json(path)
+    rows = doc["request_timings"]
+    assert len(rows) == 37 and doc["requests"] == 37 and doc["completed"] == 37
+    assert sorted(r["request_index"] for r in rows) == list(range(37))
+    assert doc["concurrency"] == 5 and doc["warmup_requests"] == 3
+    assert doc["context_distribution"] == {"300": 19, "600": 18}
+    assert {r["planned_context_tokens"] for r in rows} == {300, 600}
+    raw = raw_lines(path.parent)
+    assert raw[0]["type"] == "run" and raw[-1]["type"] == "run_end"
+    reqs = [x for x in raw if x["type"] == "request"]
+    warm = [x for x in reqs if x["warmup"]]
+    assert len(warm) == 3 and len(reqs) == 40
+    # warm-ups ended before the first measured request started
+    assert max(w["end_ns"] for w in warm) <= min(x["start_ns"] for x in reqs if not x["warmup"])
+    assert verify_benchmark(doc) == []
+    assert (path.parent / "locust_stats.csv").exists()
+    assert "result: " in proc.stdout and "TTFT" in proc.stdout
+    # the same rows come back from the raw file alone
+    again = anvil("postprocess", str(path.parent))
+    assert again.returncode == 0, again.stderr
+    assert load_json(path)["request_timings"] == rows
+
+
+def test_plain_locust_same_options(simulator, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(warmup=0))
+    proc = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", "locustfiles/chat.py", "--headless",
+         "-H", sim.url, "-u", "3", "-r", "3", "--scenario", str(sc), "--requests", "11",
+         "--results-dir", str(tmp_path / "res"), "--run-time", "60s"],
+        cwd=REPO, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = list((tmp_path / "res").iterdir())
+    assert len(runs) == 1
+    doc = load_json(runs[0] / "benchmark.json")
+    assert doc["requests"] == 11 and doc["completed"] == 11 and doc["concurrency"] == 3
+    assert sorted(r["request_index"] for r in doc["request_timings"]) == list(range(11))
+    assert verify_benchmark(doc) == []
+
+
+def test_demo_writes_a_verified_benchmark(tmp_path: Path) -> None:
+    proc = anvil("demo", "--results-dir", str(tmp_path), timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    assert path.is_relative_to(tmp_path)
+    check = anvil("verify", str(path))
+    assert check.returncode == 0, check.stdout
+    assert "recomputes exactly" in check.stdout
+
+
+def test_verify_cli_names_a_mismatch(tmp_path: Path) -> None:
+    example = Path(REPO).parent / "shared/spec/examples/benchmark-v1.000_51f6de0d03ca0563.json"
+    if not example.exists():
+        pytest.skip(f"spec example not found at {example}")
+    ok = anvil("verify", str(example))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text(example.read_text().replace('"ttft_p50_ms": 4630.146999999852',
+                                               '"ttft_p50_ms": 4630.2'))
+    res = anvil("verify", str(bad))
+    assert res.returncode == 1
+    assert "metrics.ttft_p50_ms" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "scenarios/smoke.toml", "--host", "ftp://x"], "--host"),
+        (["run", "scenarios/smoke.toml", "--host", "http://127.0.0.1:1", "--users", "0"],
+         "--users"),
+        (["run", "scenarios/nope.toml", "--host", "http://127.0.0.1:1"], "nope.toml"),
+        (["run", "scenarios/smoke.toml", "--host", "http://127.0.0.1:1", "--max-tokens",
+          "99999"], "--max-tokens"),
+        (["verify", "/nonexistent.json"], "nonexistent"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args: list[str], needle: str) -> None:
+    proc = anvil(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and needle in err

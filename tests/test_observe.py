@@ -1,0 +1,131 @@
+"""Stream shapes → observer: the rules of first output/content, usage, end and failures.
+
+Streams are fed through the real SSE path (`LineSource` + sseclient-py) from raw bytes cut
+at arbitrary places, with a fake clock, so stamps are known exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import orjson
+import pytest
+
+from anvil_metrics.observe import StreamObserver
+from anvil_metrics.sse import LineSource, iter_events, lines_from_bytes
+
+
+def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None,
+          choices: bool = True) -> bytes:
+    obj: dict = {"id": "x", "object": "chat.completion.chunk", "model": "m"}
+    obj["choices"] = ([{"index": 0, "delta": delta or {}, "finish_reason": finish}]
+                      if choices else [])
+    if usage is not None:
+        obj["usage"] = usage
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def run(stream: bytes, cut: int | None = None) -> StreamObserver:
+    """Feed `stream` (split every `cut` bytes, or whole) with a clock that ticks 1 ms per
+    line read; returns the observer after the stream ends."""
+    parts = [stream] if cut is None else [stream[i:i + cut] for i in range(0, len(stream), cut)]
+    clock = itertools.count(1_000_000, 1_000_000)
+    source = LineSource(lines_from_bytes(parts), clock=lambda: next(clock))
+    obs = StreamObserver(0, 0)
+    for data in iter_events(source):
+        if obs.on_data(data, source.last_line_ns):
+            break
+    else:
+        obs.on_eof(source.last_line_ns)
+    return obs
+
+
+def test_role_only_and_empty_chunks_do_not_count() -> None:
+    s = (chunk({"role": "assistant", "content": ""}) + chunk({"content": ""})
+         + chunk({"reasoning_content": ""}) + chunk({"content": "Hi"})
+         + chunk({}, finish="stop") + DONE)
+    obs = run(s)
+    rec = obs.finish()
+    assert rec.failure is None
+    assert rec.content_chunks == 1 and rec.reasoning_chunks == 0
+    # each event is 2 lines (data + blank); the 4th event ends at line 8 → 8 ms
+    assert rec.first_output_ns == 8_000_000 == rec.first_content_ns
+    assert rec.end_ns == 12_000_000
+    assert rec.chunk_channels == "c"
+    assert rec.chunk_deltas_ns == (8_000_000,)
+
+
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+def test_reasoning_field_names(field: str) -> None:
+    s = (chunk({"role": "assistant"}) + chunk({field: "think"}) + chunk({field: "more"})
+         + chunk({"content": "answer"}, finish="stop") + chunk(None, usage=USAGE, choices=False)
+         + DONE)
+    rec = run(s).finish()
+    assert rec.reasoning_chunks == 2 and rec.content_chunks == 1
+    assert rec.first_output_ns == 4_000_000
+    assert rec.first_content_ns == 8_000_000
+    assert rec.usage == USAGE
+    assert rec.chunk_channels == "rrc"
+    assert rec.chunk_deltas_ns == (4_000_000, 2_000_000, 2_000_000)
+    assert rec.finish_reason == "stop"
+
+
+def test_reasoning_preferred_over_reasoning_content_when_both() -> None:
+    s = chunk({"reasoning": "a", "reasoning_content": ""}) + chunk({}, finish="stop") + DONE
+    rec = run(s).finish()
+    assert rec.reasoning_chunks == 1
+
+
+def test_usage_inside_finish_chunk_and_no_done_is_success() -> None:
+    s = chunk({"content": "a"}) + chunk({"content": "b"}, finish="stop", usage=USAGE)
+    rec = run(s).finish()
+    assert rec.failure is None
+    assert rec.usage == USAGE
+    assert rec.end_ns == 5_000_000  # stamped when the read returned end of body
+
+
+def test_end_before_finish_reason_is_truncated() -> None:
+    s = chunk({"content": "a"}) + chunk({"content": "b"})
+    rec = run(s).finish()
+    assert rec.failure is not None
+    assert rec.failure.kind == "truncated" and rec.failure.phase == "decode"
+
+
+def test_error_object_in_stream() -> None:
+    s = chunk({"content": "a"}) + b'data: {"error": {"message": "boom", "code": 500}}\n\n'
+    rec = run(s).finish()
+    assert rec.failure is not None and rec.failure.kind == "stream_error"
+    assert "boom" in rec.failure.message
+
+
+def test_malformed_chunk() -> None:
+    rec = run(b"data: {not json\n\n").finish()
+    assert rec.failure is not None and rec.failure.kind == "malformed_chunk"
+    assert rec.failure.phase == "prefill"
+
+
+def test_multibyte_utf8_split_across_reads() -> None:
+    text = "日本語 — café ü"
+    s = chunk({"reasoning": "é"}) + chunk({"content": text}, finish="stop") + DONE
+    whole = run(s).finish()
+    for cut in (1, 2, 3, 5, 7):
+        rec = run(s, cut=cut).finish()
+        assert rec.failure is None
+        assert (rec.reasoning_chunks, rec.content_chunks) == (1, 1)
+        assert rec.chunk_deltas_ns == whole.chunk_deltas_ns
+
+
+def test_crlf_framing() -> None:
+    s = (chunk({"content": "a"}) + chunk({}, finish="stop") + DONE).replace(b"\n", b"\r\n")
+    rec = run(s).finish()
+    assert rec.failure is None and rec.content_chunks == 1
+
+
+def test_comments_and_keepalives_are_ignored() -> None:
+    s = b": keep-alive\n\n" + chunk({"content": "a"}, finish="stop") + b": ping\n\n" + DONE
+    rec = run(s).finish()
+    assert rec.failure is None and rec.content_chunks == 1

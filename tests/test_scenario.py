@@ -1,0 +1,82 @@
+"""Scenario loading: the shipped scenarios load; each bad field is named with its value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anvil_metrics.errors import ScenarioError, UsageError
+from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_scenarios_load() -> None:
+    cap = load_scenario(REPO / "scenarios" / "capacity-v4-reasoning.toml")
+    assert cap.context_tokens == 32768 and cap.max_context_tokens == 32768
+    assert cap.context_distribution == {30720: 12}
+    assert cap.requests == 12 and cap.concurrency == 1 and cap.max_tokens == 1024
+    assert cap.serve_flags() == {"no_thinking": False, "reasoning_effort": "low",
+                                 "shared_prefix_burst": False, "thinking_mode": "default"}
+    smoke = load_scenario(REPO / "scenarios" / "smoke.toml")
+    assert smoke.requests == 24 and smoke.warmup_requests == 2
+
+
+BASE = {"measurement_protocol": "t", "max_tokens": 100, "max_context_tokens": 1000}
+
+
+@pytest.mark.parametrize(
+    "patch,field",
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": "4"}, "concurrency"),
+        ({"requests": -1}, "requests"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"bogus": 1}, "bogus"),
+        ({"context_distribution": {"950": 1}}, "context_distribution.950"),
+        ({"context_distribution": {"abc": 1}}, "context_distribution.abc"),
+        ({"context_distribution": {"500": 0}}, "context_distribution.500"),
+        ({"serve_flags": {"reasoning_effort": "max"}}, "serve_flags.reasoning_effort"),
+        ({"serve_flags": {"thinking_mode": "maybe"}}, "serve_flags.thinking_mode"),
+        ({"serve_flags": {"colour": 1}}, "serve_flags.colour"),
+        ({"request": {"include_usage": "yes"}}, "request.include_usage"),
+        ({"request": {"extra_body": 3}}, "request.extra_body"),
+        ({"meta": {"gpu": 5}}, "meta.gpu"),
+        ({"timeouts": {"network_s": 0}}, "timeouts.network_s"),
+        ({"measurement_protocol": ""}, "measurement_protocol"),
+    ],
+)
+def test_bad_fields_are_named(patch: dict, field: str) -> None:
+    with pytest.raises(ScenarioError) as ei:
+        scenario_from_dict({**BASE, **patch}, source="x.toml")
+    msg = str(ei.value)
+    assert ei.value.field == field
+    assert msg.startswith("x.toml: ") and field in msg and "\n" not in msg
+
+
+def test_plan_exceeding_context_is_refused() -> None:
+    with pytest.raises(ScenarioError, match=r"950 \+ 100 = 1050"):
+        scenario_from_dict({**BASE, "context_distribution": {"950": 2}})
+
+
+def test_override_max_tokens_rechecks_context() -> None:
+    sc = scenario_from_dict({**BASE, "context_distribution": {"800": 2}})
+    assert with_overrides(sc, max_tokens=200).max_tokens == 200
+    with pytest.raises(UsageError, match="--max-tokens 300"):
+        with_overrides(sc, max_tokens=300)
+
+
+def test_distribution_order_and_default_requests() -> None:
+    sc = scenario_from_dict({**BASE, "context_distribution": {"100": 2, "200": 1}})
+    assert sc.requests == 3
+    assert sc.planned_sizes() == [100, 100, 200]
+
+
+def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text("measurement_protocol = \n")
+    with pytest.raises(UsageError, match="not valid TOML"):
+        load_scenario(p)
+    with pytest.raises(UsageError, match="does not exist"):
+        load_scenario(tmp_path / "nope.toml")

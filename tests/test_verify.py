@@ -1,0 +1,496 @@
+"""verify: the spec example reproduces bit for bit, and any altered number is named.
+
+The example file is read from `../shared/spec/examples/` beside the repository (override
+the shared folder with ANVIL_SHARED). A property test builds documents from random raw
+records and checks that they are strict JSON, verify clean, and that altering any derived
+value or aggregate is reported at that field's path.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from anvil_metrics import derive, stats
+from anvil_metrics.benchmark import (
+    SCHEMA,
+    TIMING_METHODOLOGY,
+    build_benchmark,
+    load_benchmark,
+    same,
+    verify_benchmark,
+    wall_clock_ms,
+)
+from anvil_metrics.errors import VerifyError
+from anvil_metrics.rawfile import (
+    RawRun,
+    atomic_write_json,
+    read_raw,
+    strict_json_problems,
+    write_raw,
+)
+from anvil_metrics.records import FAILURE_KINDS, PHASES, RAW_SCHEMA, Failure, RequestRecord
+
+SHARED = Path(os.environ.get("ANVIL_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+EXAMPLE = SHARED / "spec/examples/benchmark-v1.000_51f6de0d03ca0563.json"
+
+
+@pytest.fixture(scope="module")
+def example_bytes() -> bytes:
+    if not EXAMPLE.is_file():
+        pytest.skip(
+            f"SPEC EXAMPLE MISSING: {EXAMPLE} not found, so the first regression test cannot "
+            "run. Check out ../shared beside the repository or set ANVIL_SHARED."
+        )
+    return EXAMPLE.read_bytes()
+
+
+@pytest.fixture
+def example(example_bytes: bytes) -> dict[str, Any]:
+    return orjson.loads(example_bytes)
+
+
+# --- the spec example ----------------------------------------------------------------------
+
+
+def test_example_verifies(example):
+    assert verify_benchmark(example) == []
+
+
+def test_example_rows_and_metrics_reproduce_bit_exact(example):
+    for row in example["request_timings"]:
+        derived = derive.derive_row(row)
+        for name, value in derived.items():
+            assert same(row[name], value), (row["request_index"], name)
+    recomputed = stats.aggregate(example["request_timings"], example["wall_clock_ms"])
+    assert set(recomputed) == set(example["metrics"]) == stats.METRIC_KEYS
+    for key, value in recomputed.items():
+        assert same(example["metrics"][key], value), key
+    assert example["timing_methodology"] == TIMING_METHODOLOGY
+
+
+def test_example_rewrites_to_identical_bytes(example_bytes, example, tmp_path: Path):
+    out = tmp_path / "b.json"
+    atomic_write_json(out, example)
+    assert out.read_bytes() == example_bytes
+    assert verify_benchmark(load_benchmark(out)) == []
+
+
+def _alterations(value: Any) -> list[tuple[str, Any]]:
+    """Small wrong versions of a value: one ulp either way, ±1, null, int↔float."""
+    if isinstance(value, bool):
+        return [("flip", not value)]
+    if isinstance(value, int):
+        return [("+1", value + 1), ("-1", value - 1), ("null", None), ("float", float(value))]
+    if isinstance(value, float):
+        return [
+            ("ulp up", math.nextafter(value, math.inf)),
+            ("ulp down", math.nextafter(value, -math.inf)),
+            ("null", None),
+            ("int", int(value)),
+        ]
+    if value is None:
+        return [("0.0", 0.0), ("1", 1)]
+    if isinstance(value, dict):
+        out: list[tuple[str, Any]] = [("null", None), ("extra key", {**value, "other": 1})]
+        for k, v in value.items():
+            out.append((f"{k}+1", {**value, k: v + 1}))
+        return out
+    if isinstance(value, str):
+        return [("other", "chunks" if value != "chunks" else "usage")]
+    raise AssertionError(value)
+
+
+SUM_FIELDS = set(stats.SUM_METRICS)
+
+
+def _names(messages: list[str], path: str) -> bool:
+    """Some message is about exactly `path`, or — for a measured base value of a row, which
+    can only be caught through what it feeds — lists it as an input of a recomputed value
+    of the same row, or feeds a sum of that name."""
+    if any(m.startswith(f"{path}:") for m in messages):
+        return True
+    row = re.fullmatch(r"(request_timings\[\d+\])\.(\w+)", path)
+    if row:
+        prefix, field = row.groups()
+        listed = re.compile(rf"(?<![\w.]){field}=")
+        if any(m.startswith(f"{prefix}.") and listed.search(m) for m in messages):
+            return True
+        if field in SUM_FIELDS and any(m.startswith(f"metrics.{field}:") for m in messages):
+            return True
+    return False
+
+
+def test_every_row_value_altered_is_named(example):
+    missed = []
+    for i, row in enumerate(example["request_timings"]):
+        for field, value in row.items():
+            for how, bad in _alterations(value):
+                doc = copy.deepcopy(example)
+                doc["request_timings"][i][field] = bad
+                messages = verify_benchmark(doc)
+                if not _names(messages, f"request_timings[{i}].{field}"):
+                    missed.append((i, field, how, messages[:3]))
+    assert missed == []
+
+
+def test_every_derived_row_value_altered_is_named_at_its_own_path(example):
+    for i, row in enumerate(example["request_timings"]):
+        for field in derive.DERIVED_FIELDS:
+            for how, bad in _alterations(row[field]):
+                doc = copy.deepcopy(example)
+                doc["request_timings"][i][field] = bad
+                path = f"request_timings[{i}].{field}"
+                messages = verify_benchmark(doc)
+                assert any(m.startswith(f"{path}:") for m in messages), (path, how, messages)
+
+
+def test_every_metric_altered_is_named(example):
+    for key, value in example["metrics"].items():
+        for how, bad in _alterations(value):
+            doc = copy.deepcopy(example)
+            doc["metrics"][key] = bad
+            messages = verify_benchmark(doc)
+            assert any(m.startswith(f"metrics.{key}:") for m in messages), (key, how, messages)
+
+
+def test_counts_altered_are_named(example):
+    for key in ("requests", "completed", "failed"):
+        for how, bad in _alterations(example[key]):
+            doc = copy.deepcopy(example)
+            doc[key] = bad
+            messages = verify_benchmark(doc)
+            assert any(m.startswith(f"{key}:") for m in messages), (key, how, messages)
+
+
+def test_wall_clock_altered_is_named(example):
+    # wall_clock_ms only feeds throughput_tok_s, a division that rounds: a one-ulp change
+    # of it may leave the quotient identical, so nothing could detect that. A change of a
+    # few hundred ulps always shows.
+    wall = example["wall_clock_ms"]
+    for bad in (wall * (1 + 1e-13), wall * (1 - 1e-13), None, int(wall)):
+        doc = copy.deepcopy(example)
+        doc["wall_clock_ms"] = bad
+        messages = verify_benchmark(doc)
+        assert any(m.startswith("wall_clock_ms:") or "wall_clock_ms=" in m
+                   for m in messages), (bad, messages)
+    doc = copy.deepcopy(example)
+    doc["wall_clock_ms"] = example["request_timings"][7]["e2e_ms"] / 2
+    assert any(m.startswith("wall_clock_ms:") and "shorter" in m for m in verify_benchmark(doc))
+
+
+def test_non_finite_values_are_named(example):
+    doc = copy.deepcopy(example)
+    doc["request_timings"][2]["decode_tok_s"] = math.nan
+    doc["metrics"]["throughput_tok_s"] = math.inf
+    messages = verify_benchmark(doc)
+    assert any(m.startswith("request_timings[2].decode_tok_s:") and "strict JSON" in m
+               for m in messages)
+    assert any(m.startswith("metrics.throughput_tok_s:") and "strict JSON" in m
+               for m in messages)
+
+
+def test_structure_problems_are_named(example):
+    doc = copy.deepcopy(example)
+    doc["schema"] = "anvil-serving.benchmark/v2"
+    del doc["model"]
+    doc["metrics"]["ttft_p99_ms"] = 1.0
+    doc["request_timings"][1]["cached_tokens"] = None
+    doc["request_timings"][4]["surprise"] = 1
+    doc["run_id"] = "run-1"
+    messages = verify_benchmark(doc)
+    for start in ("schema:", "model: missing", "metrics.ttft_p99_ms: unknown",
+                  "request_timings[1].cached_tokens:", "request_timings[4].surprise: unknown",
+                  "run_id:"):
+        assert any(m.startswith(start) for m in messages), (start, messages)
+
+
+def test_index_problems_are_named(example):
+    doc = copy.deepcopy(example)
+    doc["request_timings"][3], doc["request_timings"][4] = (
+        doc["request_timings"][4], doc["request_timings"][3])
+    assert any(m.startswith("request_timings[4].request_index:") and "sorted" in m
+               for m in verify_benchmark(doc))
+    doc = copy.deepcopy(example)
+    doc["failures"].append({"request_index": 5, "kind": "timeout", "http_status": None,
+                            "message": "x", "phase": "decode"})
+    doc["failed"], doc["requests"] = 1, 13
+    messages = verify_benchmark(doc)
+    assert any(m.startswith("failures[0].request_index: 5 is also used by request_timings[5]")
+               for m in messages), messages
+    assert any(m.startswith("request_index: [12] missing") for m in messages), messages
+
+
+def test_run_id_may_carry_the_recorders_uniqueness_suffix(example):
+    doc = copy.deepcopy(example)
+    doc["run_id"] = "benchmark-20260801T160039Z-2"
+    assert verify_benchmark(doc) == []
+    doc["run_id"] = "benchmark-20260801T160039Z-0"
+    assert [m for m in verify_benchmark(doc) if m.startswith("run_id:")]
+
+
+def test_not_a_document():
+    assert verify_benchmark([]) == ["document: expected a JSON object, got list"]
+
+
+def test_load_benchmark_refuses_nan(tmp_path: Path):
+    p = tmp_path / "b.json"
+    p.write_text('{"wall_clock_ms": NaN}')
+    with pytest.raises(VerifyError, match="not strict JSON"):
+        load_benchmark(p)
+    with pytest.raises(VerifyError, match="cannot open"):
+        load_benchmark(tmp_path / "missing.json")
+
+
+# --- build_benchmark -----------------------------------------------------------------------
+
+HEADER = {
+    "schema": RAW_SCHEMA,
+    "run_id": "benchmark-20260801T160039Z",
+    "started_at": "2026-08-01T16:00:39Z",
+    "wall_anchor_ns": 1_785_600_039_000_000_000,
+    "perf_anchor_ns": 5_000_000_000,
+    "params": {
+        "measurement_protocol": "capacity-v4",
+        "concurrency": 2,
+        "context_distribution": {"128": 4},
+        "model": "m",
+        "base_url": "http://user:secret@127.0.0.1:8000/v1",
+        "serve_flags": {"no_thinking": False, "reasoning_effort": None,
+                        "shared_prefix_burst": False, "thinking_mode": "default"},
+        "prompt_calibration": {"method": "probe", "planned_vs_counted_error_pct_max": 0.5},
+    },
+}
+
+
+def _ok(i: int, start: int, *, warmup: bool = False, tokens: int | None = 6) -> RequestRecord:
+    return RequestRecord(
+        request_index=i, start_ns=start, first_output_ns=start + 100_000_000,
+        first_content_ns=start + 200_000_000, end_ns=start + 600_000_000, warmup=warmup,
+        planned_context_tokens=128, reasoning_chunks=2, content_chunks=3,
+        usage=None if tokens is None else {"prompt_tokens": 140, "completion_tokens": tokens},
+    )
+
+
+def _failed(i: int, start: int) -> RequestRecord:
+    return RequestRecord(
+        request_index=i, start_ns=start, end_ns=None, planned_context_tokens=128,
+        failure=Failure(kind="connection", message="refused", phase="connect"),
+    )
+
+
+def _raw(records, run_end=None, header=HEADER) -> RawRun:
+    return RawRun(header=header, records=tuple(records), run_end=run_end,
+                  partial=run_end is None)
+
+
+def test_build_excludes_warmups_and_renumbers_densely():
+    s = 5_000_000_000
+    records = [
+        _ok(0, s, warmup=True), _ok(1, s + 10**9, warmup=True),
+        _ok(2, s + 2 * 10**9), _ok(3, s + 2 * 10**9 + 1, tokens=None),
+        _failed(4, s + 3 * 10**9), _ok(5, s + 4 * 10**9),
+    ]
+    doc = build_benchmark(_raw(records, {"finished_at": "2026-08-01T16:01:00Z"}))
+    assert verify_benchmark(doc) == []
+    assert [r["request_index"] for r in doc["request_timings"]] == [0, 1, 3]
+    assert doc["failures"] == [{"request_index": 2, "kind": "connection",
+                                "http_status": None, "message": "refused",
+                                "phase": "connect"}]
+    assert (doc["requests"], doc["completed"], doc["failed"]) == (4, 3, 1)
+    assert doc["warmup_requests"] == 2
+    # first measured start → last measured end, warm-ups not included
+    assert doc["wall_clock_ms"] == (s + 4 * 10**9 + 600_000_000 - (s + 2 * 10**9)) / 1e6
+    assert doc["request_timings"][1]["output_token_source"] == "chunks"
+    assert doc["metrics"]["output_token_sources"] == {"chunks": 1, "usage": 2}
+    assert doc["base_url"] == "http://127.0.0.1:8000/v1"
+    assert doc["finished_at"] == "2026-08-01T16:01:00Z" and doc["partial"] is False
+    assert doc["schema"] == SCHEMA and doc["timing_methodology"] == TIMING_METHODOLOGY
+    assert doc["gpu"] is None and doc["client"] is None
+    assert strict_json_problems(doc) == []
+
+
+def test_build_partial_run_places_finished_at_with_the_anchors():
+    s = 5_000_000_000  # = perf_anchor_ns, i.e. wall 16:00:39 exactly
+    doc = build_benchmark(_raw([_ok(0, s + 62 * 10**9)]))
+    # last end = anchor + 62.6 s → 16:01:41.6 → floored to the second
+    assert doc["finished_at"] == "2026-08-01T16:01:41Z"
+    assert doc["partial"] is True
+
+
+def test_build_client_block():
+    doc = build_benchmark(_raw([_ok(0, 10**9)]), {"cpu_pct": 12.5, "saturated": False})
+    assert doc["client"] == {"loop_lag_ms": None, "cpu_pct": 12.5,
+                             "achieved_concurrency": None, "saturated": False}
+
+
+def test_build_refuses_what_it_cannot_verify():
+    header = {**HEADER, "run_id": "my-run"}
+    with pytest.raises(VerifyError, match="run_id"):
+        build_benchmark(_raw([_ok(0, 10**9)], header=header))
+
+
+def test_wall_clock_definition():
+    assert wall_clock_ms([]) is None
+    assert wall_clock_ms([_failed(0, 7_000_000)]) == 0.0
+    assert wall_clock_ms([_ok(0, 1_000_000), _failed(1, 9_000_000)]) == 600.0
+
+
+# --- the property: random runs build, verify, and catch any altered value ------------------
+
+_DUR = st.one_of(st.sampled_from([0, 1, 1_000_000, 7_777_777]), st.integers(0, 5 * 10**10))
+_COUNT = st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, 5000))
+
+_RECORD_PARTS = st.fixed_dictionaries(
+    {
+        "failed": st.integers(0, 6).map(lambda x: x == 0),
+        "warmup": st.integers(0, 9).map(lambda x: x == 0),
+        "start": st.one_of(st.just(0), st.integers(0, 10**11)),
+        "ttfo": _DUR, "to_content": _DUR, "to_end": _DUR,
+        "output": st.sampled_from(["none", "reasoning", "content", "both"]),
+        "reasoning_chunks": st.integers(1, 400), "content_chunks": st.integers(1, 400),
+        "usage": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "completion_tokens": _COUNT,
+                    "prompt_tokens": _COUNT,
+                    "prompt_tokens_details": st.fixed_dictionaries(
+                        {}, optional={"cached_tokens": _COUNT}),
+                },
+            ),
+        ),
+        "planned": st.sampled_from([128, 4096, 30720]),
+        "kind": st.sampled_from(FAILURE_KINDS),
+        "phase": st.one_of(st.none(), st.sampled_from(PHASES)),
+        "status": st.one_of(st.none(), st.sampled_from([429, 500, 503])),
+    }
+)
+
+
+def _assemble(parts: dict[str, Any], index: int, base_ns: int) -> RequestRecord:
+    start = base_ns + parts["start"]
+    out = parts["output"]
+    reasoning = parts["reasoning_chunks"] if out in ("reasoning", "both") else 0
+    content = parts["content_chunks"] if out in ("content", "both") else 0
+    first_output = None if out == "none" else start + parts["ttfo"]
+    first_content = None
+    if out == "content":
+        first_content = first_output
+    elif out == "both":
+        first_content = first_output + parts["to_content"]
+    end = (first_content or first_output or start) + parts["to_end"]
+    failure = None
+    if parts["failed"]:
+        failure = Failure(kind=parts["kind"], message="boom", http_status=parts["status"],
+                          phase=parts["phase"])
+    return RequestRecord(
+        request_index=index, start_ns=start, end_ns=end, first_output_ns=first_output,
+        first_content_ns=first_content, warmup=parts["warmup"],
+        planned_context_tokens=parts["planned"], reasoning_chunks=reasoning,
+        content_chunks=content, usage=parts["usage"], failure=failure,
+    )
+
+
+@st.composite
+def raw_runs(draw) -> RawRun:
+    parts = draw(st.lists(_RECORD_PARTS, min_size=1, max_size=60))
+    parts.sort(key=lambda p: not p["warmup"])  # warm-ups run first, sharing the counter
+    base_ns = draw(st.one_of(st.just(0), st.integers(0, 2**62)))
+    records = [_assemble(p, i, base_ns) for i, p in enumerate(parts)]
+    measured = [r for r in records if not r.warmup]
+    finished = draw(st.booleans())
+    params: dict[str, Any] = {"concurrency": draw(st.integers(1, 64))}
+    if draw(st.booleans()):
+        params["context_distribution"] = {
+            str(k): v for k, v in Counter(r.planned_context_tokens for r in measured).items()
+        }
+    header = {
+        "type": "run", "schema": RAW_SCHEMA, "run_id": "benchmark-20260801T160039Z",
+        "started_at": "2026-08-01T16:00:39Z", "params": params,
+        "wall_anchor_ns": 1_785_600_039_000_000_000, "perf_anchor_ns": base_ns,
+    }
+    run_end = {"type": "run_end", "finished_at": "2026-08-01T16:09:00Z"} if finished else None
+    return RawRun(header=header, records=tuple(records), run_end=run_end,
+                  partial=not finished)
+
+
+def _targets(doc: dict[str, Any]) -> list[tuple[str, list[Any], Any]]:
+    """(path, container, key) of every derived row value and every aggregate."""
+    out: list[tuple[str, Any, Any]] = []
+    for i, row in enumerate(doc["request_timings"]):
+        for field in derive.DERIVED_FIELDS:
+            out.append((f"request_timings[{i}].{field}", row, field))
+    for key in doc["metrics"]:
+        out.append((f"metrics.{key}", doc["metrics"], key))
+    return out
+
+
+def _strict_loads(text: bytes) -> Any:
+    def refuse(token: str) -> None:
+        raise ValueError(f"non-strict JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=raw_runs(), data=st.data())
+def test_random_runs_build_verify_and_catch_alterations(raw: RawRun, data: st.DataObject):
+    doc = build_benchmark(raw)
+
+    # strict JSON, and what is written is what verifies
+    assert strict_json_problems(doc) == []
+    text = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    assert same(_strict_loads(text), doc)
+    assert verify_benchmark(doc) == []
+    assert verify_benchmark(orjson.loads(text)) == []
+
+    measured = [r for r in raw.records if not r.warmup]
+    assert doc["requests"] == len(measured)
+    assert doc["completed"] == sum(r.ok for r in measured) == len(doc["request_timings"])
+    assert doc["warmup_requests"] == len(raw.records) - len(measured)
+    indices = sorted([r["request_index"] for r in doc["request_timings"]]
+                     + [f["request_index"] for f in doc["failures"]])
+    assert indices == list(range(len(measured)))
+
+    path, container, key = data.draw(st.sampled_from(_targets(doc)), label="target")
+    value = container[key]
+    choices = _alterations(value)
+    _, bad = data.draw(st.sampled_from(choices), label="alteration")
+    altered = copy.deepcopy(doc)
+    # find the same container in the copy
+    if path.startswith("metrics."):
+        altered["metrics"][key] = bad
+    else:
+        i = int(path[path.index("[") + 1: path.index("]")])
+        altered["request_timings"][i][key] = bad
+    messages = verify_benchmark(altered)
+    assert any(m.startswith(f"{path}:") for m in messages), (path, value, bad, messages)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=raw_runs())
+def test_random_runs_roundtrip_through_files(raw: RawRun):
+    with tempfile.TemporaryDirectory() as d:
+        raw_path = Path(d) / "requests.jsonl"
+        write_raw(raw_path, raw.header, raw.records, raw.run_end)
+        back = read_raw(raw_path)
+        assert back.records == raw.records and back.partial == raw.partial
+        doc = build_benchmark(back)
+        out = Path(d) / "benchmark.json"
+        atomic_write_json(out, doc)
+        assert verify_benchmark(load_benchmark(out)) == []
+        assert same(load_benchmark(out), doc)
