@@ -87,22 +87,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from anvil_metrics.run import load_benchmark, run_scenario, summary_lines
+    from anvil_metrics.client import strip_credentials
+    from anvil_metrics.run import load_benchmark, prepare_run, run_scenario, summary_lines
     from anvil_metrics.scenario import load_scenario, with_overrides
 
     sc = load_scenario(a.scenario)
     sc = with_overrides(sc, requests=a.requests, concurrency=a.users,
                         max_tokens=a.max_tokens, model=a.model,
                         warmup_requests=a.warmup_requests)
+    run_dir = prepare_run(a.host, a.results_dir)
+    print(f"running {sc.requests} requests ({sc.warmup_requests} warm-up) with "
+          f"{sc.concurrency} users against {strip_credentials(a.host)}; "
+          f"Locust log: {run_dir / 'locust.log'}", flush=True)
     result = run_scenario(sc, a.scenario, a.host, users=sc.concurrency,
-                          results_dir=a.results_dir, model=a.model, max_tokens=a.max_tokens,
+                          run_dir=run_dir, model=a.model, max_tokens=a.max_tokens,
                           warmup_requests=a.warmup_requests, api_key=a.api_key,
                           run_time_s=a.run_time)
     if result.benchmark_path is None:
-        tail = result.log_path.read_text(errors="replace").strip().splitlines()[-15:]
-        print("\n".join(tail), file=sys.stderr)
-        print(f"anvil: the run wrote no benchmark.json (Locust exit code "
-              f"{result.locust_exit_code}); its log is {result.log_path}", file=sys.stderr)
+        log_lines = result.log_path.read_text(errors="replace").strip().splitlines()
+        anvil_errors = [ln.split("/ERROR/anvil: ", 1)[1] for ln in log_lines
+                        if "/ERROR/anvil: " in ln]
+        if anvil_errors:  # anvil's own one-line reason (e.g. the server cannot be reached)
+            print(anvil_errors[0], file=sys.stderr)
+        else:
+            print("\n".join(log_lines[-15:]), file=sys.stderr)
+            print(f"anvil: the run wrote no benchmark.json (Locust exit code "
+                  f"{result.locust_exit_code}); its log is {result.log_path}", file=sys.stderr)
         return 2 if result.locust_exit_code == 2 else 1
     for line in summary_lines(load_benchmark(result.benchmark_path)):
         print(line)
@@ -140,7 +150,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 def cmd_demo(a: argparse.Namespace) -> int:
     from anvil_metrics.benchmark import verify_benchmark
-    from anvil_metrics.run import load_benchmark, run_scenario, summary_lines
+    from anvil_metrics.run import load_benchmark, prepare_run, run_scenario, summary_lines
     from anvil_metrics.scenario import load_scenario
     from anvil_metrics.simproc import start_simulator
 
@@ -150,8 +160,11 @@ def cmd_demo(a: argparse.Namespace) -> int:
     sc = load_scenario(scenario_path)
     with start_simulator(["--max-context", str(sc.max_context_tokens)]) as sim:
         print(f"simulator: {sim.url} (pid {sim.pid})")
+        run_dir = prepare_run(sim.url, a.results_dir)
+        print(f"running {scenario_path.name}: {sc.requests} requests, {sc.concurrency} users; "
+              f"Locust log: {run_dir / 'locust.log'}", flush=True)
         result = run_scenario(sc, str(scenario_path), sim.url, users=sc.concurrency,
-                              results_dir=a.results_dir)
+                              run_dir=run_dir)
     if result.benchmark_path is None:
         print(f"anvil: demo run failed; see {result.log_path}", file=sys.stderr)
         return 1

@@ -51,6 +51,7 @@ class StreamObserver:
         "_last_ns",
         "on_first_output",
         "on_first_content",
+        "sent",
     )
 
     def __init__(
@@ -84,6 +85,7 @@ class StreamObserver:
         self._last_ns = start_ns
         self.on_first_output = on_first_output
         self.on_first_content = on_first_content
+        self.sent: dict[str, int] | None = None
 
     @property
     def phase(self) -> str:
@@ -113,6 +115,9 @@ class StreamObserver:
         usage = chunk.get("usage")
         if usage is not None:
             self.usage = usage
+        sent_ns = chunk.get("anvil_sent_ns")
+        if sent_ns is not None:
+            self._server_stamp(sent_ns, chunk)
         choices = chunk.get("choices")
         if not choices:
             return False
@@ -130,6 +135,21 @@ class StreamObserver:
         if fr:
             self.finish_reason = fr
         return False
+
+    def _server_stamp(self, sent_ns: int, chunk: dict) -> None:
+        """Keep the send stamps of a server that offers them (anvil's simulator with
+        `--stamp-send`, same host and clock): the truth each client stamp is compared to.
+        Called before the chunk's own output is counted, so the counts say which it is."""
+        sent = self.sent
+        if sent is None:
+            sent = self.sent = {}
+        choices = chunk.get("choices") or ()
+        delta = (choices[0].get("delta") or {}) if choices else {}
+        if delta.get("reasoning") or delta.get("reasoning_content") or delta.get("content"):
+            sent.setdefault("first_output_sent_ns", sent_ns)
+            if delta.get("content"):
+                sent.setdefault("first_content_sent_ns", sent_ns)
+        sent["last_sent_ns"] = sent_ns
 
     def _output(self, reasoning: bool, content: bool, t_ns: int) -> None:
         self.deltas.append(t_ns - self._last_ns)
@@ -187,4 +207,5 @@ class StreamObserver:
             http_status=self.http_status,
             failure=self.failure,
             worker=self.worker,
+            extra={"server": self.sent} if self.sent else {},
         )

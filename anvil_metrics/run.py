@@ -57,13 +57,17 @@ def locust_argv(sc: Scenario, scenario_path: str, host: str, users: int, run_dir
     return argv
 
 
+def prepare_run(host: str, results_dir: str) -> Path:
+    """Check the URL (a usage error before anything starts) and create the run folder."""
+    Endpoint.parse(host)
+    return create_run_dir(results_dir)[1]
+
+
 def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
-                 results_dir: str, model: str | None = None, max_tokens: int | None = None,
+                 run_dir: Path, model: str | None = None, max_tokens: int | None = None,
                  warmup_requests: int | None = None, api_key: str | None = None,
                  run_time_s: float | None = None) -> RunResult:
     """Run Locust headless until `sc.requests` measured requests have finished."""
-    Endpoint.parse(host)  # a bad URL is a usage error before anything starts
-    run_id, run_dir = create_run_dir(results_dir)
     argv = locust_argv(sc, scenario_path, host, users, run_dir, model=model,
                        requests=sc.requests, max_tokens=max_tokens,
                        warmup_requests=warmup_requests, run_time_s=run_time_s)

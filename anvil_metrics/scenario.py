@@ -167,7 +167,8 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         try:
             size = int(k)
         except ValueError:
-            raise _err(f"context_distribution.{k}", v, "keys that are token counts", source) from None
+            key = f"context_distribution.{k}"
+            raise _err(key, v, "keys that are token counts", source) from None
         if size < 1:
             raise _err(f"context_distribution.{k}", v, "keys that are token counts >= 1", source)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -267,7 +268,8 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{p}: not valid TOML ({e}); see scenarios/smoke.toml for the format") from None
+        raise UsageError(
+            f"{p}: not valid TOML ({e}); see scenarios/smoke.toml for the format") from None
     return scenario_from_dict(data, source=str(p))
 
 

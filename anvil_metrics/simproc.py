@@ -28,7 +28,8 @@ class SimProcess:
     proc: subprocess.Popen
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 5 s: every process anvil starts is ended by its PID."""
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -64,4 +65,4 @@ def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
                     url = m.group(1).decode()
         yield SimProcess(url, proc.pid, proc)
     finally:
-        _stop(proc)
+        stop_process(proc)

@@ -18,7 +18,6 @@ import time
 import gevent
 from greenlet import GreenletExit
 from locust import User, task
-from locust.exception import StopUser
 
 from anvil_metrics.client import ChatClient
 from anvil_metrics.events import anvil_events
@@ -54,9 +53,10 @@ class ChatStreamUser(User):
 
     def on_start(self) -> None:
         run = current()
-        if run is None:
-            raise StopUser()
         self.run = run
+        self.client = None
+        if run is None:  # the run failed to start (logged); the plugin is ending it
+            return
         self.client = ChatClient(run.endpoint, run.api_key,
                                  connect_timeout_s=run.scenario.timeouts.connect_s,
                                  network_timeout_s=run.scenario.timeouts.network_s)
@@ -70,6 +70,9 @@ class ChatStreamUser(User):
     @task
     def chat(self) -> None:
         run = self.run
+        if run is None:
+            gevent.sleep(3600)
+            return
         ticket = run.budget.take()
         if ticket is None:
             # The budget is spent: this user idles until the run is stopped.
@@ -92,6 +95,11 @@ class ChatStreamUser(User):
             self._report(obs, wall_start, nbytes)
             run.budget.give_back(ticket)
             raise
+        # Yield once before the bookkeeping: streams of one server batch end together, and
+        # every other stream whose end is already readable gets to stamp it first, rather
+        # than after this one's record, Locust event and next request (measured: up to 6 ms
+        # of e2e inflation at 16 aligned streams without this).
+        gevent.sleep(0)
         self._report(obs, wall_start, nbytes)
         run.budget.give_back(ticket)
 

@@ -13,10 +13,14 @@ this process, and runs N concurrent streams twice:
 It prints, per phase: achieved vs requested tokens/s; the simulator's CPU seconds per wall
 second (``/proc/<pid>/stat`` utime+stime, user and system), over the whole phase and over the
 steady window when all N streams are decoding; how late chunks were written against the plan
-(``--stamp-send`` stamps vs ``t0 + prefill + i * interval``, with t0 taken as the stream's
-role-chunk stamp, written microseconds after t0, so lateness is slightly understated); the
+(``--stamp-send`` stamps vs ``t0 + prefill + i * interval``, t0 from the ``anvil-t0-ns``
+header); how long requests took to reach the server (t0 minus the client's send stamp); the
 client-side inter-arrival gaps; and the send-to-receive delay. It prints figures and asserts
 nothing.
+
+The default prefill (50 ms) is longer than it takes to parse a burst of 256 requests, so the
+figures show decoding capacity; with ``--prefill-ms 0`` each token 0 is due at t0 and the
+aligned burst's first tokens are late by the parsing of the requests ahead of them.
 
     python benchmarks/sim_capacity.py [--streams 256] [--interval-ms 10] [--tokens 300]
 """
@@ -95,7 +99,8 @@ class PhaseResult:
     wall_s: float
     tokens: int
     rate_sum: float  # Σ per-stream (tokens - 1) / (last - first arrival), tokens/s
-    lateness_ms: np.ndarray  # stamp_i - (role stamp + prefill + i * interval)
+    lateness_ms: np.ndarray  # stamp_i - (t0 + prefill + i * interval)
+    intake_ms: np.ndarray  # server t0 - client send stamp, per request
     gaps_ms: np.ndarray  # client inter-arrival gaps between token chunks
     delay_ms: np.ndarray  # arrival - stamp
 
@@ -176,18 +181,16 @@ def pin_cpus(sim_pid: int) -> str:
 
 def analyse(clients: list[StreamClient], args: argparse.Namespace) -> dict[str, object]:
     """Per-token figures from every stream's capture."""
-    lateness, gaps, delay, rates, tokens = [], [], [], [], 0
+    lateness, intake, gaps, delay, rates, tokens = [], [], [], [], [], 0
     for client in clients:
         response = parse_capture(client.capture)
         assert response is not None and response.complete, "stream did not complete"
-        chunks = [e for e in response.events if e.chunk and e.chunk["choices"]]
-        role, chunks = chunks[0], chunks[1:]
+        chunks = [e for e in response.events if e.chunk and e.chunk["choices"]][1:]
+        t0 = int(response.headers["anvil-t0-ns"])
+        intake.append((t0 - client.sent_ns) / MS)
         stamps = np.array([e.chunk["anvil_sent_ns"] for e in chunks], dtype=np.int64)
         arrivals = np.array([e.arrival_ns for e in chunks], dtype=np.int64)
-        plan = (
-            role.chunk["anvil_sent_ns"]
-            + (args.prefill_ms + np.arange(len(stamps)) * args.interval_ms) * MS
-        )
+        plan = t0 + (args.prefill_ms + np.arange(len(stamps)) * args.interval_ms) * MS
         lateness.append((stamps - plan) / MS)
         gaps.append(np.diff(arrivals) / MS)
         delay.append((arrivals - stamps) / MS)
@@ -196,6 +199,7 @@ def analyse(clients: list[StreamClient], args: argparse.Namespace) -> dict[str, 
             rates.append((len(chunks) - 1) / ((arrivals[-1] - arrivals[0]) / 1e9))
     return {
         "lateness_ms": np.concatenate(lateness),
+        "intake_ms": np.array(intake),
         "gaps_ms": np.concatenate(gaps),
         "delay_ms": np.concatenate(delay),
         "rate_sum": float(sum(rates)),
@@ -213,8 +217,9 @@ async def run_phase(
     futures = []
     for k, client in enumerate(clients):
         start = begin[0] + k * ramp_ns / len(clients)
-        while time.perf_counter_ns() < start:
-            await asyncio.sleep(0)
+        wait_s = (start - time.perf_counter_ns()) / 1e9
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)  # sleeping, not spinning: the client must stay light
         futures.append(client.send(request))
     all_started = proc_cpu(sim_pid)
     pending = set(futures)
@@ -254,6 +259,8 @@ def report(result: PhaseResult, args: argparse.Namespace) -> None:
         f"  client CPU s per wall s                 {result.client_cpu_s / result.wall_s:.3f}",
         "  send lateness vs plan ms   p50 / p99 / p99.9 / max  "
         + pct(result.lateness_ms, 50, 99, 99.9, 100),
+        "  request send -> server t0 ms p50 / p99 / max          "
+        + pct(result.intake_ms, 50, 99, 100),
         "  client inter-arrival gap ms p1 / p50 / p99 / max   "
         + pct(result.gaps_ms, 1, 50, 99, 100)
         + f"   (planned {args.interval_ms:g})",
@@ -273,7 +280,8 @@ async def bench(args: argparse.Namespace, sim_pid: int, port: int) -> None:
         "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": True},
     )
-    await asyncio.gather(*(client.send(warm) for client in clients[:8]))
+    # every connection does one short stream first, so all are accepted and warm
+    await asyncio.gather(*(client.send(warm) for client in clients))
     for name in args.phases:
         report(await run_phase(name, clients, sim_pid, args), args)
     for client in clients:
@@ -286,7 +294,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=256, help="concurrent streams")
     p.add_argument("--interval-ms", type=float, default=10.0, help="per-stream token interval")
     p.add_argument("--tokens", type=int, default=300, help="tokens per stream")
-    p.add_argument("--prefill-ms", type=float, default=0.0)
+    p.add_argument(
+        "--prefill-ms",
+        type=float,
+        default=50.0,
+        help="prefill per request; 0 makes a burst of N requests late by its own parsing time",
+    )
     p.add_argument("--ramp-ms", type=float, default=500.0, help="start spread, staggered phase")
     p.add_argument("--timer", choices=("auto", "timerfd", "asyncio"), default="auto")
     p.add_argument(

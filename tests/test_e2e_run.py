@@ -119,3 +119,52 @@ def test_usage_errors_are_one_line_exit_2(args: list[str], needle: str) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err = proc.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1 and needle in err
+
+
+HOOK_LOCUSTFILE = '''
+from anvil_metrics.events import anvil_events
+from anvil_metrics.locustfile import ChatUser  # noqa: F401
+
+seen = {"first_output": [], "first_content": [], "stream_end": [], "request_record": []}
+
+@anvil_events.first_output.add_listener
+def _fo(request_index, t_ns, start_ns, warmup, **kw):
+    seen["first_output"].append((request_index, t_ns - start_ns))
+
+@anvil_events.first_content.add_listener
+def _fc(request_index, t_ns, start_ns, warmup, **kw):
+    seen["first_content"].append((request_index, t_ns - start_ns))
+
+@anvil_events.stream_end.add_listener
+def _se(record, **kw):
+    seen["stream_end"].append(record.request_index)
+
+@anvil_events.request_record.add_listener
+def _rr(record, **kw):
+    seen["request_record"].append(record.request_index)
+
+@anvil_events.run_finished.add_listener
+def _done(run_dir, benchmark_path, **kw):
+    import json
+    (run_dir / "hooks.json").write_text(json.dumps(seen))
+'''
+
+
+def test_user_locustfile_can_hook_anvil_events(simulator, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    lf = tmp_path / "mine.py"
+    lf.write_text(HOOK_LOCUSTFILE)
+    proc = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(lf), "--headless", "-H", sim.url,
+         "-u", "2", "-r", "2", "--requests", "6", "--results-dir", str(tmp_path / "res"),
+         "--run-time", "60s"],
+        cwd=REPO, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = list((tmp_path / "res").iterdir())
+    seen = load_json(run / "hooks.json")
+    doc = load_json(run / "benchmark.json")
+    rows = {r["request_index"]: r for r in doc["request_timings"]}
+    assert sorted(seen["request_record"]) == sorted(seen["stream_end"]) == list(range(6))
+    for idx, dt in seen["first_content"]:
+        assert dt / 1e6 == rows[idx]["ttft_ms"]  # the event's stamp is the row's stamp
+    assert len(seen["first_output"]) == 6

@@ -7,23 +7,27 @@ the plan itself: every chunk leaves no earlier than its deadline and arrives wit
 from __future__ import annotations
 
 import http.client
+import select
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from anvil_metrics.sim.rawclient import Response, exchange
+from anvil_metrics.sim.rawclient import Response, exchange, exchange_many
 from anvil_metrics.sim.tokenizer import (
     GENERATION_PROMPT_TOKENS,
     MESSAGE_OVERHEAD,
+    RULES,
     count_chat_tokens,
     count_text_tokens,
+    text_token_ids,
 )
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +54,8 @@ def start_sim(args: tuple[str, ...]) -> tuple[subprocess.Popen[str], int]:
         text=True,
     )
     assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
+    ready, _, _ = select.select([proc.stdout], [], [], 15)
+    line = proc.stdout.readline().strip() if ready else "(nothing within 15 s)"
     prefix = "anvil sim listening on http://127.0.0.1:"
     if not line.startswith(prefix):
         stop_sim(proc)
@@ -162,9 +167,12 @@ def test_bad_option_exits_2() -> None:
 
 def test_sigterm_exits_cleanly() -> None:
     proc, port = start_sim(FAST)
-    _, health = exchange(port, "/health", method="GET")
-    assert health.status == 200
-    assert stop_sim(proc) == 0
+    try:
+        _, health = exchange(port, "/health", method="GET")
+        assert health.status == 200
+    finally:
+        code = stop_sim(proc)
+    assert code == 0
 
 
 # -- stream shapes -----------------------------------------------------------------------------
@@ -285,6 +293,14 @@ def test_tokenizer_rules_are_not_word_counts() -> None:
     assert count_text_tokens(text, "words4") != count_text_tokens(text, "syllable3")
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.text(min_size=1, max_size=80), st.sampled_from(RULES))
+def test_token_counts_agree_with_ids(snippet: str, rule: str) -> None:
+    """The fast vectorised count of long texts matches the piece-by-piece ids, on any text."""
+    for text in (snippet, snippet * (700 // len(snippet) + 1)):
+        assert count_text_tokens(text, rule) == len(text_token_ids(text, rule))
+
+
 def test_chat_template_overhead() -> None:
     one = [{"role": "user", "content": "hi"}]
     assert count_chat_tokens(one) == MESSAGE_OVERHEAD + 1 + 1 + GENERATION_PROMPT_TOKENS
@@ -327,50 +343,49 @@ def plan_ms(messages: list[dict[str, Any]]) -> tuple[float, float, float]:
     return prefill, prefill + 10 * 5, prefill + 29 * 5
 
 
-def timed_stream(port: int, out: list[tuple[int, Response]]) -> None:
-    out.append(chat(port, LONG_USER))
-
-
 def run_concurrent(port: int, n: int) -> list[tuple[int, Response]]:
-    results: list[tuple[int, Response]] = []
-    threads = [threading.Thread(target=timed_stream, args=(port, results)) for _ in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=10)
-    assert len(results) == n
-    return results
+    payload = {"model": "sim-model", "messages": LONG_USER, "stream": True}
+    return exchange_many(port, "/v1/chat/completions", [payload] * n)
 
 
 @pytest.mark.parametrize("concurrency", [1, 16])
 def test_timing_follows_plan(sim: Callable[[tuple[str, ...]], int], concurrency: int) -> None:
+    """Arrivals match the plan within a few ms; no chunk is written before its deadline.
+
+    The client's `sent` stamp precedes the server's t0, so ``sent + plan`` is at or before
+    each true deadline: nothing may arrive earlier. With ``--stamp-send`` the server also
+    tells its t0 (``anvil-t0-ns`` header, same clock), so each chunk's ``anvil_sent_ns`` is
+    checked against its exact deadline ``t0 + prefill + i * interval``.
+    """
     port = sim(TIMED)
     chat(port, USER, max_tokens=1)  # warm the server's code paths
     plan = plan_ms(LONG_USER)
     errors: list[list[float]] = [[], [], []]
-    send_lateness: list[float] = []
+    server_lateness: list[float] = []
     for sent, resp in run_concurrent(port, concurrency):
         letters = channel_letters(resp, "reasoning_content")
         assert letters == "r" * 10 + "c" * 20 and resp.complete
+        t0 = int(resp.headers["anvil-t0-ns"])
+        assert sent < t0 < resp.events[0].chunk["anvil_sent_ns"]
         tokens = [e for e in resp.events if e.chunk and e.chunk["choices"]][1:]
         marks = (tokens[0], tokens[10], tokens[-1])
         for k, (event, planned) in enumerate(zip(marks, plan, strict=True)):
             errors[k].append((event.arrival_ns - sent) / MS - planned)
-        prefill_end = sent + round(plan[0] * MS)
         for i, event in enumerate(tokens):
-            deadline = prefill_end + i * 5 * MS  # sent < t0, so this is at or before the truth
+            deadline = t0 + round(plan[0] * MS) + i * 5 * MS
             assert event.chunk["anvil_sent_ns"] >= deadline, f"chunk {i} written early"
-            send_lateness.append((event.chunk["anvil_sent_ns"] - deadline) / MS)
+            server_lateness.append((event.chunk["anvil_sent_ns"] - deadline) / MS)
     for k, name in enumerate(("first reasoning", "first content", "end")):
         assert min(errors[k]) >= 0, f"{name} arrived before its deadline"
         assert statistics.median(errors[k]) < 5, f"{name} p50 error {errors[k]}"
-        assert max(errors[k]) < 25, f"{name} max error {errors[k]}"
-    assert statistics.median(send_lateness) < 2
+        assert max(errors[k]) < 50, f"{name} max error {errors[k]}"
+    assert statistics.median(server_lateness) < 1
 
 
 def test_non_streaming_waits_for_last_token(sim: Callable[[tuple[str, ...]], int]) -> None:
     port = sim(TIMED)
     sent, resp = exchange(port, "/v1/chat/completions", {"messages": LONG_USER})
     assert json_body(resp)["usage"]["completion_tokens"] == 30
+    assert int(resp.headers["anvil-t0-ns"]) > sent
     late = (resp.headers_arrival_ns - sent) / MS - plan_ms(LONG_USER)[2]
     assert 0 <= late < 10

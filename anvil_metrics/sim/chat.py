@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics.sim.config import SimConfig
-from anvil_metrics.sim.httpproto import HttpConnection, error_body
+from anvil_metrics.sim.httpproto import Headers, HttpConnection, error_body
 from anvil_metrics.sim.scheduler import Scheduler
 from anvil_metrics.sim.tokenizer import TokenizeError, count_chat_tokens
 
@@ -290,12 +290,19 @@ ROLE_TAIL = _choices({"role": "assistant", "content": ""}) + b"}"
 # -- answering ---------------------------------------------------------------------------------
 
 
+def t0_header(cfg: SimConfig, t0_ns: int) -> Headers:
+    """With ``--stamp-send``, the ``anvil-t0-ns`` response header: the request's t0 as
+    ``time.monotonic_ns()`` (the clock of ``perf_counter_ns`` on Linux), from which every
+    deadline follows: ``t0 + prefill + i * interval``."""
+    return (("anvil-t0-ns", str(t0_ns)),) if cfg.stamp_send else ()
+
+
 class ChatStream:
     """One streaming answer, driven by the scheduler one absolute deadline at a time."""
 
     __slots__ = (
         "_conn", "_sched", "_cfg", "_plan", "_usage", "_enc", "_include_usage",
-        "_prefill_end", "_interval", "_next", "_last", "_reasoning", "_head_sent",
+        "_t0", "_prefill_end", "_interval", "_next", "_last", "_reasoning", "_head_sent",
         "_bodies_r", "_bodies_c",
     )  # fmt: skip
 
@@ -314,6 +321,7 @@ class ChatStream:
         self._enc = ChunkEncoder(
             f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), cfg.model, cfg.stamp_send
         )
+        self._t0 = t0_ns
         self._prefill_end = t0_ns + cfg.prefill_ns(request.prompt_tokens)
         self._interval = cfg.interval_ns
         self._next = 0
@@ -330,7 +338,8 @@ class ChatStream:
         self._sched.at(self._prefill_end, self)
 
     def _send_head(self) -> None:
-        self._conn.write(self._conn.stream_head() + self._enc.event(ROLE_TAIL))
+        head = self._conn.stream_head(extra=t0_header(self._cfg, self._t0))
+        self._conn.write(head + self._enc.event(ROLE_TAIL))
         self._head_sent = True
 
     def fire(self) -> None:
@@ -391,15 +400,15 @@ class ChatStream:
 class DelayedCompletion:
     """A non-streaming answer, sent whole when its last token would have been generated."""
 
-    __slots__ = ("_conn", "_body")
+    __slots__ = ("_conn", "_body", "_headers")
 
-    def __init__(self, conn: HttpConnection, body: dict[str, Any]) -> None:
-        self._conn, self._body = conn, body
+    def __init__(self, conn: HttpConnection, body: dict[str, Any], headers: Headers) -> None:
+        self._conn, self._body, self._headers = conn, body, headers
 
     def fire(self) -> None:
         if not self._conn.closed:
             try:
-                self._conn.respond_json(200, self._body)
+                self._conn.respond_json(200, self._body, self._headers)
             except Exception:
                 self._conn.abort()
                 raise
@@ -437,4 +446,5 @@ def answer_chat(
         return
     end = t0_ns + cfg.prefill_ns(request.prompt_tokens)
     end += max(plan.total - 1, 0) * cfg.interval_ns
-    sched.at(end, DelayedCompletion(conn, completion_body(request, plan, cfg)))
+    body = completion_body(request, plan, cfg)
+    sched.at(end, DelayedCompletion(conn, body, t0_header(cfg, t0_ns)))

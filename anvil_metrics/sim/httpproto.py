@@ -18,7 +18,8 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ REASONS = {
 }
 
 STREAM_END = b"0\r\n\r\n"
+INTAKE_SLICE_NS = 300_000  # request handling per loop turn before sockets are read again
 
 
 @dataclass(slots=True)
@@ -82,6 +84,7 @@ def error_body(
 
 
 Handler = Callable[[HttpRequest, "HttpConnection", int], None]
+Headers = Sequence[tuple[str, str]]
 
 
 def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
@@ -114,19 +117,62 @@ def _content_length(headers: dict[str, str]) -> int:
     return length
 
 
+class Intake:
+    """Handles received requests in short slices, so sockets are read (and stamped) between.
+
+    Parsing and tokenizing a long prompt takes a fraction of a millisecond. Handled straight
+    from `data_received`, a burst of requests would delay the *reading* (and so the t0 stamp)
+    of each request by the handling of all those ahead of it. Here every turn of the loop
+    first reads (and stamps) whatever has arrived, then handles queued requests for at most
+    `INTAKE_SLICE_NS`.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: deque[HttpConnection] = deque()
+        self._scheduled = False
+
+    def waiting(self) -> bool:
+        """Whether received requests wait to be handled (the timer should not spin then)."""
+        return bool(self._queue)
+
+    def push(self, conn: HttpConnection) -> None:
+        self._queue.append(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._next)
+
+    def _next(self) -> None:
+        give_up = time.monotonic_ns() + INTAKE_SLICE_NS
+        queue = self._queue
+        while queue:
+            queue.popleft().process_received()
+            if time.monotonic_ns() > give_up:
+                break
+        if queue:
+            self._loop.call_soon(self._next)
+        else:
+            self._scheduled = False
+
+
 class HttpConnection(asyncio.Protocol):
     """One client connection: parses requests, hands each to `handler`, writes its response.
 
     The handler is called as ``handler(request, connection, t0_ns)`` where ``t0_ns`` is
-    ``time.monotonic_ns()`` taken when the request body was complete. It must eventually
-    finish the response with `respond`/`respond_json` or `stream_start` … `stream_end`;
+    ``time.monotonic_ns()`` taken when the bytes completing the request were received (for a
+    pipelined request held back behind another, when its turn came). It must eventually
+    finish the response with `respond`/`respond_json`, or `stream_head` … `stream_end`;
     until then later pipelined requests wait in the buffer.
     """
 
     def __init__(
-        self, handler: Handler, on_close: Callable[[HttpConnection], None] | None = None
+        self,
+        handler: Handler,
+        intake: Intake,
+        on_close: Callable[[HttpConnection], None] | None = None,
     ) -> None:
         self._handler = handler
+        self._intake = intake
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
@@ -134,6 +180,8 @@ class HttpConnection(asyncio.Protocol):
         self._in_process = False
         self._keep_alive = True
         self._sent_continue = False
+        self._queued = False
+        self._rx_ns = 0  # monotonic ns of the latest receive
         self.closed = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -146,10 +194,18 @@ class HttpConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        now = time.monotonic_ns()
+        """Stamp and buffer only; the request is handled later, through the `Intake`."""
+        self._rx_ns = time.monotonic_ns()
         self._buf += data
+        if not self._busy and not self._queued:
+            self._queued = True
+            self._intake.push(self)
+
+    def process_received(self) -> None:
+        """Handle what `data_received` buffered; t0 is the stamp of the latest receive."""
+        self._queued = False
         if not self._busy:
-            self._process(now)
+            self._process(self._rx_ns)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -215,25 +271,34 @@ class HttpConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.write(data)
 
-    def _head(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+    def _head(self, status: int, headers: Headers) -> bytes:
         lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}", "server: anvil-sim"]
         lines += [f"{name}: {value}" for name, value in headers]
         if not self._keep_alive:
             lines.append("connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def respond(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def respond(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        extra: Headers = (),
+    ) -> None:
         """A complete response with Content-Length, then the next request (or close)."""
         head = self._head(
-            status, [("content-type", content_type), ("content-length", str(len(body)))]
+            status,
+            [("content-type", content_type), ("content-length", str(len(body))), *extra],
         )
         self.write(head + body)
         self._complete()
 
-    def respond_json(self, status: int, obj: Any) -> None:
-        self.respond(status, orjson.dumps(obj))
+    def respond_json(self, status: int, obj: Any, extra: Headers = ()) -> None:
+        self.respond(status, orjson.dumps(obj), extra=extra)
 
-    def stream_head(self, content_type: str = "text/event-stream; charset=utf-8") -> bytes:
+    def stream_head(
+        self, content_type: str = "text/event-stream; charset=utf-8", extra: Headers = ()
+    ) -> bytes:
         """Header bytes of a 200 chunked response, for the caller to send with its first event."""
         return self._head(
             200,
@@ -241,6 +306,7 @@ class HttpConnection(asyncio.Protocol):
                 ("content-type", content_type),
                 ("cache-control", "no-cache"),
                 ("transfer-encoding", "chunked"),
+                *extra,
             ],
         )
 

@@ -11,6 +11,7 @@ It is not anvil's measuring client (that one lives outside `sim/`), only the sim
 from __future__ import annotations
 
 import bisect
+import selectors
 import socket
 import time
 from dataclasses import dataclass, field
@@ -164,3 +165,65 @@ def exchange(
     if response is None:
         raise ConnectionError("connection closed before a response head")
     return sent_ns, response
+
+
+def exchange_many(
+    port: int, path: str, payloads: list[Any], method: str = "POST", timeout: float = 30.0
+) -> list[tuple[int, Response]]:
+    """`exchange` for several concurrent requests, one thread and one selector for all.
+
+    Threads would stamp arrivals late whenever they wait for the GIL; one non-blocking loop
+    stamps every receive as soon as the kernel reports it. Each connection first completes a
+    ``GET /health`` so that the server has accepted it before the timed requests go out back
+    to back (otherwise accepting the connections would be part of the measured time).
+    """
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=timeout) for _ in payloads]
+    for sock in socks:
+        _warm(sock)
+    captures = [Capture() for _ in payloads]
+    sent: list[int] = []
+    with selectors.DefaultSelector() as sel:
+        for k, (sock, payload) in enumerate(zip(socks, payloads, strict=True)):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            request = request_bytes(path, payload, method)
+            sent.append(time.perf_counter_ns())
+            sock.sendall(request)
+            sock.setblocking(False)
+            sel.register(sock, selectors.EVENT_READ, k)
+        _receive_all(sel, captures, time.monotonic() + timeout)
+    for sock in socks:
+        sock.close()
+    results = []
+    for sent_ns, capture in zip(sent, captures, strict=True):
+        response = parse_capture(capture)
+        if response is None:
+            raise ConnectionError("connection closed before a response head")
+        results.append((sent_ns, response))
+    return results
+
+
+def _receive_all(sel: selectors.BaseSelector, captures: list[Capture], give_up: float) -> None:
+    open_count = len(captures)
+    while open_count:
+        if time.monotonic() > give_up:
+            raise TimeoutError("responses did not complete in time")
+        for key, _ in sel.select(timeout=1.0):
+            data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+            now = time.perf_counter_ns()
+            capture = captures[key.data]
+            if data:
+                capture.add(data, now)
+            if not data or capture.looks_complete():
+                sel.unregister(key.fileobj)
+                open_count -= 1
+
+
+def _warm(sock: socket.socket) -> None:
+    """One keep-alive ``GET /health`` round trip on a blocking socket."""
+    sock.sendall(request_bytes("/health", method="GET"))
+    capture = Capture()
+    while not capture.looks_complete():
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("connection closed during warm-up")
+        capture.add(data, 0)

@@ -8,7 +8,11 @@ A client measuring inter-token latency would then measure the simulator, not its
 `TimerfdScheduler` keeps one heap of deadlines for all streams and arms a single Linux
 ``timerfd`` (``CLOCK_MONOTONIC``, absolute time, nanosecond resolution; reached through ctypes)
 at the earliest one. The fd sits in the asyncio loop like any socket, so waking costs one epoll
-return and no thread. `AsyncioScheduler` is the portable fallback built on ``loop.call_at``.
+return and no thread. Deadlines closer than `SPIN_NS` to the one just served are waited for by
+spinning, which is cheaper than a sleep/wake round trip and more precise, but only early in a
+round and never while requests wait to be handled; a round gives the loop back after
+`SLICE_NS` so sockets are still read (and requests stamped) when the simulator is overloaded.
+`AsyncioScheduler` is the portable fallback built on ``loop.call_at``.
 
 Both take deadlines as integer ``time.monotonic_ns()`` values and never fire a callback before
 its deadline. Callers compute every deadline from the request's start, so a late fire never
@@ -25,6 +29,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Protocol
 
 _CLOCK_MONOTONIC = 1
@@ -36,8 +41,11 @@ _TFD_TIMER_ABSTIME = 1
 # sleep/wake round trip (timerfd_settime, epoll_wait, a context switch) costs about as much CPU,
 # more in a VM, and is less precise.
 SPIN_NS = 30_000
-# Longest stretch spent firing before the event loop gets to read sockets again.
-SLICE_NS = 2_000_000
+# Spin-waits happen only this early in a dispatch round, so spinning never holds the loop long.
+SPIN_WINDOW_NS = 200_000
+# Longest stretch spent firing before the event loop gets to read sockets again: requests are
+# stamped (t0) when read, so this bounds how late a t0 can be while streams are busy.
+SLICE_NS = 1_000_000
 
 
 class Timed(Protocol):
@@ -92,7 +100,10 @@ class _Itimerspec(ctypes.Structure):
 class TimerfdScheduler:
     """One heap of deadlines, one absolute CLOCK_MONOTONIC timerfd armed at the earliest."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, work_waiting: Callable[[], bool] | None = None
+    ) -> None:
+        self._work_waiting = work_waiting or (lambda: False)
         self._libc = ctypes.CDLL(None, use_errno=True)
         fd = self._libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
         if fd < 0:
@@ -123,11 +134,11 @@ class TimerfdScheduler:
 
     def _on_ready(self) -> None:
         self._dispatching = True
-        give_up = time.monotonic_ns() + SLICE_NS
+        start = time.monotonic_ns()
         try:
             while True:
                 try:
-                    self._dispatch(give_up)
+                    self._dispatch(start + SPIN_WINDOW_NS, start + SLICE_NS)
                     break
                 except Exception:  # one broken stream must not stop the others
                     traceback.print_exc(file=sys.stderr)
@@ -135,8 +146,8 @@ class TimerfdScheduler:
             self._dispatching = False
             self._arm(self._heap[0][0] if self._heap else 0)
 
-    def _dispatch(self, give_up: int) -> None:
-        """Fire everything due; spin through gaps shorter than a timer wake costs.
+    def _dispatch(self, spin_until: int, give_up: int) -> None:
+        """Fire everything due; spin through short gaps while the loop has nothing else to do.
 
         Returns to the event loop at `give_up` at the latest, so an overloaded simulator still
         accepts connections and reads requests (it then runs late, never early).
@@ -146,7 +157,7 @@ class TimerfdScheduler:
             deadline = heap[0][0]
             now = clock()
             if deadline > now:
-                if deadline - now > SPIN_NS or deadline > give_up:
+                if deadline - now > SPIN_NS or deadline > spin_until or self._work_waiting():
                     return
                 while clock() < deadline:
                     pass
@@ -160,12 +171,19 @@ class TimerfdScheduler:
         self._heap.clear()
 
 
-def make_scheduler(loop: asyncio.AbstractEventLoop, kind: str = "auto") -> Scheduler:
-    """`kind` is ``timerfd``, ``asyncio`` or ``auto`` (timerfd where Linux offers it)."""
+def make_scheduler(
+    loop: asyncio.AbstractEventLoop,
+    kind: str = "auto",
+    work_waiting: Callable[[], bool] | None = None,
+) -> Scheduler:
+    """`kind` is ``timerfd``, ``asyncio`` or ``auto`` (timerfd where Linux offers it).
+
+    `work_waiting` tells the timerfd scheduler not to spin while requests wait to be handled.
+    """
     if kind == "asyncio":
         return AsyncioScheduler(loop)
     try:
-        return TimerfdScheduler(loop)
+        return TimerfdScheduler(loop, work_waiting)
     except (OSError, AttributeError, NotImplementedError):
         if kind == "timerfd":
             raise

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sys
 import time
@@ -25,7 +26,7 @@ import orjson
 
 from anvil_metrics.sim.chat import RequestError, answer_chat, load_json_object
 from anvil_metrics.sim.config import REASONING_FIELDS, ROLE_CHUNK_MODES, TIMER_KINDS, SimConfig
-from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, error_body
+from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, Intake, error_body
 from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
 from anvil_metrics.sim.tokenizer import (
     RULES,
@@ -78,23 +79,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="extra prefill time per prompt token",
     )
-    add("--reasoning-tokens", type=_int_at_least(0), default=20)
-    add("--content-tokens", type=_int_at_least(0), default=50)
+    add("--reasoning-tokens", type=_int_at_least(0), default=20, help="reasoning tokens per answer")
+    add("--content-tokens", type=_int_at_least(0), default=50, help="content tokens per answer")
     add(
         "--interval-ms",
         type=_non_negative_float,
         default=8.0,
         help="time between successive generated tokens",
     )
-    add("--reasoning-field", choices=REASONING_FIELDS, default="reasoning_content")
+    add(
+        "--reasoning-field",
+        choices=REASONING_FIELDS,
+        default="reasoning_content",
+        help="delta field of reasoning text (vLLM now sends reasoning)",
+    )
     add(
         "--role-chunk",
         choices=ROLE_CHUNK_MODES,
         default="immediate",
         help="send the role-only chunk at once (vLLM) or together with the first token",
     )
-    add("--max-context", type=_int_at_least(1), default=32768)
-    add("--tokenizer", choices=RULES, default="words4")
+    add("--max-context", type=_int_at_least(1), default=32768, help="context window, tokens")
+    add("--tokenizer", choices=RULES, default="words4", help="prompt token counting rule")
     add(
         "--usage-in-finish-chunk",
         action="store_true",
@@ -104,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--stamp-send",
         action="store_true",
-        help='add "anvil_sent_ns": perf_counter_ns() to every chunk as it is written',
+        help='add "anvil_sent_ns": perf_counter_ns() to every chunk as it is written, '
+        "and an anvil-t0-ns response header (the request's t0, same clock)",
     )
     add(
         "--timer",
@@ -122,14 +129,15 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 class App:
     """Routes one request to its endpoint; everything answers JSON except chat streams."""
 
-    def __init__(self, cfg: SimConfig, sched: Scheduler) -> None:
+    def __init__(self, cfg: SimConfig, sched: Scheduler, intake: Intake) -> None:
         self.cfg = cfg
         self.sched = sched
+        self.intake = intake
         self.connections: set[HttpConnection] = set()
         self._created = int(time.time())
 
     def connection(self) -> HttpConnection:
-        conn = HttpConnection(self.handle, self.connections.discard)
+        conn = HttpConnection(self.handle, self.intake, self.connections.discard)
         self.connections.add(conn)
         return conn
 
@@ -197,14 +205,19 @@ def _listening_url(server: asyncio.AbstractServer) -> str:
 async def serve(cfg: SimConfig) -> None:
     """Bind, announce the URL on stdout, serve until SIGTERM/SIGINT, then drop connections."""
     loop = asyncio.get_running_loop()
-    sched = make_scheduler(loop, cfg.timer)
-    app = App(cfg, sched)
+    intake = Intake(loop)
+    sched = make_scheduler(loop, cfg.timer, intake.waiting)
+    app = App(cfg, sched, intake)
     server = await loop.create_server(
         app.connection, cfg.host, cfg.port, backlog=LISTEN_BACKLOG, reuse_address=True
     )
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Everything allocated so far lives for the whole process: move it out of the
+    # collector's reach, so a full collection never stalls every stream's chunks for ms.
+    gc.collect()
+    gc.freeze()
     print(f"anvil sim listening on {_listening_url(server)}", flush=True)
     try:
         await stop.wait()
