@@ -11,6 +11,7 @@ import re
 import select
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,7 +45,9 @@ def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
                     ) -> Iterator[SimProcess]:
     cmd = [sys.executable, "-m", "anvil_metrics.sim", "--host", "127.0.0.1", "--port", "0",
            *(args or [])]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    # stderr goes to a file, never an unread pipe a chatty simulator could fill and block on
+    errfile = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errfile,
                             stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + timeout_s
@@ -53,7 +56,8 @@ def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
         while url is None:
             left = deadline - time.monotonic()
             if left <= 0 or proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
+                errfile.seek(0)
+                err = errfile.read().decode(errors="replace")
                 raise AnvilError(f"the simulator did not start ({' '.join(cmd)}): "
                                  f"{err.strip()[-500:] or 'no listening line in time'}")
             ready, _, _ = select.select([proc.stdout], [], [], left)
@@ -66,3 +70,4 @@ def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
         yield SimProcess(url, proc.pid, proc)
     finally:
         stop_process(proc)
+        errfile.close()

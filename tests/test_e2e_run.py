@@ -89,9 +89,7 @@ def test_demo_writes_a_verified_benchmark(tmp_path: Path) -> None:
 
 
 def test_verify_cli_names_a_mismatch(tmp_path: Path) -> None:
-    example = Path(REPO).parent / "shared/spec/examples/benchmark-v1.000_51f6de0d03ca0563.json"
-    if not example.exists():
-        pytest.skip(f"spec example not found at {example}")
+    example = REPO / "tests/data/benchmark-v1.000_51f6de0d03ca0563.json"
     ok = anvil("verify", str(example))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = tmp_path / "bad.json"
