@@ -166,3 +166,23 @@ def test_user_locustfile_can_hook_anvil_events(simulator, tmp_path: Path) -> Non
     for idx, dt in seen["first_content"]:
         assert dt / 1e6 == rows[idx]["ttft_ms"]  # the event's stamp is the row's stamp
     assert len(seen["first_output"]) == 6
+
+
+def test_http_errors_become_typed_failures(simulator, tmp_path: Path) -> None:
+    """The scenario claims an 8k context, the server has 200 tokens: every request (and
+    the calibration probes: sizing falls back to an estimate) gets the server's
+    OpenAI-style 400, recorded as a typed failure; the run still completes."""
+    sim = simulator(*FAST_SIM[:-2], "--max-context", "200")
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(warmup=0))
+    proc = anvil("run", str(sc), "--host", sim.url, "--requests", "5", "--users", "2",
+                 "--results-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = load_json(result_path(proc))
+    assert (doc["requests"], doc["completed"], doc["failed"]) == (5, 0, 5)
+    assert doc["prompt_calibration"]["method"] == "none"
+    for f in doc["failures"]:
+        assert f["kind"] == "http_error" and f["http_status"] == 400
+        assert f["phase"] == "headers" and "maximum context length" in f["message"]
+    assert sorted(r["request_index"] for r in doc["request_timings"] + doc["failures"]) == \
+        list(range(5))
+    assert verify_benchmark(doc) == []
