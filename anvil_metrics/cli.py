@@ -14,6 +14,8 @@ code 2, any other `AnvilError` one line and exit 1. A user mistake never shows a
 from __future__ import annotations
 
 import argparse
+import math
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +25,7 @@ from anvil_metrics.errors import AnvilError, UsageError
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
-        self.exit(2, f"anvil: {message} (see 'anvil {self.prog.split()[-1]} --help')\n")
+        self.exit(2, f"anvil: {message} (see '{self.prog} --help')\n")
 
 
 def _positive(flag: str):
@@ -52,6 +54,19 @@ def _non_negative(flag: str):
     return conv
 
 
+def _seconds(flag: str):
+    def conv(v: str) -> float:
+        try:
+            x = float(v)
+        except ValueError:
+            x = -1.0
+        if not math.isfinite(x) or x <= 0:
+            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not allowed; expected a number "
+                                             "of seconds > 0")
+        return x
+    return conv
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="anvil", description="LLM serving benchmarks on Locust, exact numbers.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -67,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-tokens", type=_positive("--max-tokens"), default=None)
     r.add_argument("--warmup-requests", type=_non_negative("--warmup-requests"), default=None)
     r.add_argument("--results-dir", default="results")
-    r.add_argument("--run-time", type=float, default=None,
+    r.add_argument("--run-time", type=_seconds("--run-time"), default=None,
                    help="safety limit in seconds (the run normally ends by request count)")
     r.add_argument("--api-key", default=None,
                    help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
@@ -177,8 +192,13 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
+def _sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: children are stopped, files finished
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGTERM, _sigterm)
     if argv[:1] == ["sim"]:
         from anvil_metrics.sim.server import main as sim_main
 

@@ -13,6 +13,7 @@ header and never shown or stored), and `/v1` is appended unless the URL already 
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -25,7 +26,6 @@ from geventhttpclient.response import (
     HTTPParseError,
     HTTPSocketPoolResponse,
 )
-from greenlet import GreenletExit
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.observe import StreamObserver
@@ -53,7 +53,13 @@ class Endpoint:
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
-        parts = urlsplit(url.strip())
+        try:
+            parts = urlsplit(url.strip())
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            raise UsageError(
+                f"--host {strip_credentials(url)!r} is not a usable URL; expected "
+                "http(s)://HOST[:PORT][/v1], e.g. http://127.0.0.1:8000") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(
                 f"--host {strip_credentials(url)!r} is not a usable URL; expected "
@@ -70,17 +76,17 @@ class Endpoint:
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
 
 
+_NO_SCHEME_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/+)?[^/@\s]*@")
+_USERINFO = re.compile(r"^[^/@\s]*@")
+
+
 def strip_credentials(url: str) -> str:
-    """The URL without any `user:password@` part."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = host if parts.port is None else f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """The URL without any `user:password@` part (malformed URLs included)."""
+    url = url.strip()
+    head, sep, rest = url.partition("://")
+    if not sep:
+        return _NO_SCHEME_USERINFO.sub(r"\1", url, count=1)
+    return head + sep + _USERINFO.sub("", rest, count=1)
 
 
 class ChatClient:
@@ -164,20 +170,26 @@ class ChatClient:
         obs.start_ns = obs._last_ns = _perf_ns()
         try:
             sock.sendall(request)
+        except BaseException as e:
+            pool.release_socket(sock)  # still ours: the response never took it
+            if not isinstance(e, Exception):
+                raise  # GreenletExit, KeyboardInterrupt
+            kind = "timeout" if isinstance(e, TimeoutError | gevent.Timeout) else "connection"
+            obs.fail(kind, f"could not send the request: {type(e).__name__}: {e}", _perf_ns(),
+                     phase="headers")
+            return 0
+        try:
+            # on any failure the response releases the socket to the pool itself
             resp = HTTPSocketPoolResponse(sock, pool, block_size=self._http.block_size,
                                           method="POST")
         except (TimeoutError, gevent.Timeout) as e:
-            pool.release_socket(sock)
             obs.fail("timeout", f"no response headers within the network timeout ({e})",
                      _perf_ns(), phase="headers")
             return 0
         except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
-            pool.release_socket(sock)
-            obs.fail("connection", f"{type(e).__name__}: {e}", _perf_ns(), phase="headers")
+            obs.fail("connection", f"no valid response headers: {type(e).__name__}: {e}",
+                     _perf_ns(), phase="headers")
             return 0
-        except GreenletExit:
-            pool.release_socket(sock)
-            raise
         obs.http_status = resp.status_code
         server_t0 = resp.get("anvil-t0-ns")  # anvil's simulator with --stamp-send
         if server_t0:
@@ -197,10 +209,6 @@ class ChatClient:
         except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
             obs.fail("truncated", f"connection lost mid-stream: {type(e).__name__}: {e}",
                      _perf_ns(), phase=obs.phase)
-        except GreenletExit:
-            obs.fail("cancelled", "the run was stopped while this request was in flight",
-                     _perf_ns(), phase=obs.phase)
-            raise
         except UnicodeDecodeError as e:
             obs.fail("malformed_chunk", f"stream is not valid UTF-8: {e}", _perf_ns(),
                      phase=obs.phase)

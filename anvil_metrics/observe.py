@@ -107,13 +107,24 @@ class StreamObserver:
         if not isinstance(chunk, dict):
             return self.fail("malformed_chunk", f"chunk is not a JSON object: {data[:200]!r}",
                              t_ns, phase=self.phase)
+        try:
+            return self._on_chunk(chunk, t_ns)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+            return self.fail("malformed_chunk",
+                             f"chunk has an unexpected shape ({type(e).__name__}: {e}): "
+                             f"{data[:200]!r}", t_ns, phase=self.phase)
+
+    def _on_chunk(self, chunk: dict, t_ns: int) -> bool:
         err = chunk.get("error")
-        if err is not None:
+        if err is not None or chunk.get("object") == "error":
+            err = chunk if err is None else err
             msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
             return self.fail("stream_error", f"server error in stream: {msg}", t_ns,
                              phase=self.phase)
         usage = chunk.get("usage")
         if usage is not None:
+            if not isinstance(usage, dict):
+                raise TypeError("usage is not an object")
             self.usage = usage
         sent_ns = chunk.get("anvil_sent_ns")
         if sent_ns is not None:
@@ -122,9 +133,6 @@ class StreamObserver:
         if not choices:
             return False
         choice = choices[0]
-        if not isinstance(choice, dict):
-            return self.fail("malformed_chunk", f"choice is not an object: {data[:200]!r}",
-                             t_ns, phase=self.phase)
         delta = choice.get("delta")
         if delta:
             reasoning = delta.get("reasoning") or delta.get("reasoning_content")

@@ -17,10 +17,12 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 from typing import Any
 
 import gevent
 from locust import events
+from locust.runners import LocalRunner
 
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
@@ -29,6 +31,37 @@ from anvil_metrics.session import RunOptions, RunSession, current
 log = logging.getLogger("anvil")
 
 API_KEY_ENV = ("ANVIL_API_KEY", "OPENAI_API_KEY")
+
+# A key given with --api-key lives here, not in Locust's options: Locust's web UI re-parses
+# sys.argv to fill its start form, so a value left there would be served in the page.
+_api_key: str | None = None
+
+
+def _scrub_argv(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            out.append("")
+            skip = False
+        elif arg == "--api-key":
+            out.append(arg)
+            skip = True
+        elif arg.startswith("--api-key="):
+            out.append("--api-key=")
+        else:
+            out.append(arg)
+    return out
+
+
+@events.init.add_listener
+def take_secrets(environment: Any, **_: Any) -> None:
+    """Move the API key out of Locust's options and argv before any page is served."""
+    global _api_key
+    o = environment.parsed_options
+    if o is not None and getattr(o, "api_key", ""):
+        _api_key = o.api_key.strip() or None
+        o.api_key = ""
+    sys.argv[:] = _scrub_argv(sys.argv)
 
 
 @events.init_command_line_parser.add_listener
@@ -51,7 +84,8 @@ def add_options(parser: Any, **_: Any) -> None:
     g.add_argument("--run-nonce", type=str, default="", include_in_web_ui=False,
                    help="reuse a previous run's nonce (hits the prefix cache on purpose)")
     g.add_argument("--api-key", type=str, default="", is_secret=True,
-                   help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
+                   help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored "
+                   "or shown")
 
 
 def _opt_int(opts: Any, name: str, flag: str) -> int | None:
@@ -87,9 +121,16 @@ def options_from_locust(environment: Any) -> RunOptions:
     host = environment.host or ""
     if not host:
         raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
-    api_key = (o.api_key or "").strip() or next(
-        (os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
+    global _api_key
+    typed = (o.api_key or "").strip()  # typed into the web UI's start form
+    if typed:
+        _api_key, o.api_key = typed, ""
+    api_key = _api_key or next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
     runner = environment.runner
+    if not isinstance(runner, LocalRunner):
+        raise UsageError(
+            "distributed runs (--master/--worker/--processes) are not supported yet: the "
+            "request budget and records are per process; run one Locust process")
     users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
     return RunOptions(
         scenario=sc, host=host, users=int(users), results_dir=o.results_dir or "results",

@@ -10,7 +10,9 @@ result is summarised from the exact records, not from Locust's rounded figures.
 
 from __future__ import annotations
 
+import math
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,10 +21,11 @@ from pathlib import Path
 import orjson
 
 from anvil_metrics.client import Endpoint
-from anvil_metrics.errors import AnvilError
+from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.postprocess import BENCHMARK_FILE
 from anvil_metrics.recorder import create_run_dir
 from anvil_metrics.scenario import Scenario
+from anvil_metrics.simproc import stop_process
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
@@ -40,7 +43,7 @@ def locust_argv(sc: Scenario, scenario_path: str, host: str, users: int, run_dir
                 warmup_requests: int | None, run_time_s: float | None) -> list[str]:
     argv = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "-H", host, "-u", str(users), "-r", str(users),
+        "-u", str(users), "-r", str(users),
         "--scenario", scenario_path, "--requests", str(requests),
         "--run-dir", str(run_dir), "--results-dir", str(run_dir.parent),
         "--csv", str(run_dir / "locust"), "--exit-code-on-error", "0",
@@ -53,14 +56,18 @@ def locust_argv(sc: Scenario, scenario_path: str, host: str, users: int, run_dir
     if warmup_requests is not None:
         argv += ["--warmup-requests", str(warmup_requests)]
     if run_time_s:
-        argv += ["--run-time", f"{int(run_time_s)}s"]
+        argv += ["--run-time", f"{math.ceil(run_time_s)}s"]
     return argv
 
 
 def prepare_run(host: str, results_dir: str) -> Path:
     """Check the URL (a usage error before anything starts) and create the run folder."""
     Endpoint.parse(host)
-    return create_run_dir(results_dir)[1]
+    try:
+        return create_run_dir(results_dir)[1]
+    except OSError as e:
+        raise UsageError(f"--results-dir {results_dir!r} cannot hold run folders: "
+                         f"{e.strerror}; pass a writable directory") from None
 
 
 def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
@@ -71,13 +78,24 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
     argv = locust_argv(sc, scenario_path, host, users, run_dir, model=model,
                        requests=sc.requests, max_tokens=max_tokens,
                        warmup_requests=warmup_requests, run_time_s=run_time_s)
-    env = dict(os.environ)
+    # The host (it may carry credentials) and the key go by environment, never on a
+    # command line that `ps` shows.
+    env = dict(os.environ, LOCUST_HOST=host)
     if api_key:
-        env["ANVIL_API_KEY"] = api_key  # passed by environment: never on a command line
+        env["ANVIL_API_KEY"] = api_key
     log_path = run_dir / "locust.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                              stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL)
+        try:
+            proc.wait()
+        finally:
+            if proc.poll() is None:  # we were interrupted: let Locust finish its files
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    stop_process(proc)
     bench = run_dir / BENCHMARK_FILE
     return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path)
 
@@ -86,7 +104,10 @@ def load_benchmark(path: Path) -> dict:
     try:
         return orjson.loads(path.read_bytes())
     except FileNotFoundError as e:
-        raise AnvilError(f"{path} does not exist") from e
+        raise UsageError(f"{path} does not exist; pass a benchmark.json path") from e
+    except OSError as e:
+        raise UsageError(f"{path} cannot be read ({e.strerror}); pass a benchmark.json "
+                         "file") from e
     except orjson.JSONDecodeError as e:
         raise AnvilError(f"{path} is not valid JSON: {e}") from e
 

@@ -13,6 +13,7 @@ figures are rounded; anvil's exact ones come from the records.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import gevent
@@ -23,6 +24,8 @@ from anvil_metrics.client import ChatClient
 from anvil_metrics.events import anvil_events
 from anvil_metrics.observe import StreamObserver
 from anvil_metrics.session import current
+
+log = logging.getLogger("anvil")
 
 REQUEST_NAME = "chat.completions"
 WARMUP_NAME = "chat.completions [warm-up]"
@@ -81,27 +84,37 @@ class ChatStreamUser(User):
         body = run.bodies.build(ticket.planned_context_tokens, ticket.request_index,
                                 ticket.warmup)
         obs = StreamObserver(
-            ticket.request_index, 0, warmup=ticket.warmup,
+            ticket.request_index, time.perf_counter_ns(), warmup=ticket.warmup,
             planned_context_tokens=ticket.planned_context_tokens, worker=run.worker,
             on_first_output=_fire_first_output, on_first_content=_fire_first_content,
         )
         wall_start = time.time()
         nbytes = 0
+        # Whatever happens, the request is recorded once and its ticket returned: a run
+        # stopped mid-stream records it as `cancelled`, an unforeseen error as
+        # `client_error` (with its traceback in the log), a stream already finished keeps
+        # its result even if the stop lands during the bookkeeping below.
         try:
             nbytes = self.client.stream_chat(body, obs)
+            # Yield once before the bookkeeping: streams of one server batch end together,
+            # and every other stream whose end is already readable gets to stamp it first,
+            # rather than after this one's record, Locust event and next request.
+            gevent.sleep(0)
         except GreenletExit:
-            obs.fail("cancelled", "the run was stopped while this request was in flight",
-                     time.perf_counter_ns(), phase=obs.phase)
-            self._report(obs, wall_start, nbytes)
-            run.budget.give_back(ticket)
+            if not obs.done:
+                obs.fail("cancelled", "the run was stopped while this request was in flight",
+                         time.perf_counter_ns(), phase=obs.phase)
             raise
-        # Yield once before the bookkeeping: streams of one server batch end together, and
-        # every other stream whose end is already readable gets to stamp it first, rather
-        # than after this one's record, Locust event and next request (measured: up to 6 ms
-        # of e2e inflation at 16 aligned streams without this).
-        gevent.sleep(0)
-        self._report(obs, wall_start, nbytes)
-        run.budget.give_back(ticket)
+        except Exception as e:
+            if not obs.done:
+                log.exception("anvil: request %d failed inside the client", ticket.request_index)
+                obs.fail("client_error", f"{type(e).__name__}: {e}", time.perf_counter_ns(),
+                         phase=obs.phase)
+        finally:
+            try:
+                self._report(obs, wall_start, nbytes)
+            finally:
+                run.budget.give_back(ticket)
 
     def _report(self, obs: StreamObserver, wall_start: float, nbytes: int) -> None:
         record = obs.finish()

@@ -186,3 +186,21 @@ def test_http_errors_become_typed_failures(simulator, tmp_path: Path) -> None:
     assert sorted(r["request_index"] for r in doc["request_timings"] + doc["failures"]) == \
         list(range(5))
     assert verify_benchmark(doc) == []
+
+
+def test_stopped_run_keeps_every_issued_request(simulator, tmp_path: Path) -> None:
+    """A run ended by --run-time while streams are in flight: benchmark.json is still
+    written, every issued request appears exactly once (in-flight ones as `cancelled`)."""
+    sim = simulator("--prefill-ms", "10", "--prefill-ms-per-token", "0.01",
+                    "--reasoning-tokens", "3", "--content-tokens", "5", "--interval-ms", "3",
+                    "--max-context", "8192")
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(warmup=0))
+    proc = anvil("run", str(sc), "--host", sim.url, "--requests", "100000", "--users", "8",
+                 "--run-time", "1", "--results-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = load_json(result_path(proc))
+    assert doc["requests"] == doc["completed"] + doc["failed"] > 8
+    assert {f["kind"] for f in doc["failures"]} <= {"cancelled"}
+    indices = sorted(r["request_index"] for r in doc["request_timings"] + doc["failures"])
+    assert indices == list(range(doc["requests"]))
+    assert verify_benchmark(doc) == []

@@ -65,7 +65,8 @@ def _quantile(errs: list[float], q: float) -> float:
 # (quantile q, error allowed at q, error allowed for every request), in ms, and the largest
 # relative error allowed in decode tok/s and mean ITL.
 #
-# Against the send stamps (anvil's own error), a stream alone is exact to ~0.5 ms. The plan
+# Against the send stamps (anvil's own error), a stream alone is exact to ~0.5 ms (the
+# bounds leave room for this VM's rare multi-ms stalls, which no client can avoid). The plan
 # adds the simulator's own lateness, which on this 2-vCPU VM is usually < 0.5 ms but now
 # and then several ms (a wake-up of its process), so plan bounds cap the median and catch
 # gross errors only. 16 streams with identical deadlines all end in the same millisecond:
@@ -76,11 +77,11 @@ def _quantile(errs: list[float], q: float) -> float:
 # here (a characterisation, printed with -s); the performance issue tightens it.
 SPREAD_SIZES = tuple(512 + 96 * i for i in range(16))
 CASES = [
-    ("single", 1, 4, 0.0, (1024,),
-     {"send": (1.0, 2.0, 2.0), "plan": (0.5, 2.0, 10.0), "rate": 0.01}),
+    ("single", 1, 8, 0.0, (1024,),
+     {"send": (0.75, 1.0, 5.0), "plan": (0.5, 2.0, 10.0), "rate": 0.01}),
     # 16 streams whose prompts differ, so their prefills (and every deadline) differ by ~1 ms
     ("spread16", 16, 32, 0.01, SPREAD_SIZES,
-     {"send": (0.9, 2.0, 5.0), "plan": (0.5, 2.0, 10.0), "rate": 0.01}),
+     {"send": (0.75, 2.0, 8.0), "plan": (0.5, 2.0, 15.0), "rate": 0.01}),
     ("aligned16", 16, 32, 0.0, (1024,),
      {"send": (0.5, 2.5, 15.0), "plan": (0.5, 6.0, 20.0), "rate": 0.03}),
 ]
@@ -143,7 +144,7 @@ def test_without_usage_counts_chunks(simulator, tmp_path) -> None:
         assert r["output_token_source"] == "chunks"
         assert r["output_tokens"] == N_REASON + N_CONTENT
         assert r["prompt_tokens"] is None
-        assert abs(r["ttft_ms"] - (PREFILL_MS + N_REASON * STEP_MS)) <= 2.0
+        assert abs(r["ttft_ms"] - (PREFILL_MS + N_REASON * STEP_MS)) <= 10.0  # timing: above
     assert doc["metrics"]["output_token_sources"] == {"chunks": 4}
     assert doc["metrics"]["prompt_token_samples"] == 0
     assert verify_benchmark(doc) == []

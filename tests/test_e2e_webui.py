@@ -22,6 +22,9 @@ from anvil_metrics.simproc import stop_process
 pytestmark = pytest.mark.e2e
 
 
+SECRET = "sk-test-anvil-0123456789abcdef"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -41,7 +44,7 @@ def test_web_ui_form_and_run(simulator, tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", "locustfiles/chat.py", "-H", sim.url,
          "--web-host", "127.0.0.1", "--web-port", str(port), "--scenario",
-         "scenarios/smoke.toml", "--results-dir", str(tmp_path)],
+         "scenarios/smoke.toml", "--results-dir", str(tmp_path), "--api-key", SECRET],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
         page = b""
@@ -51,6 +54,7 @@ def test_web_ui_form_and_run(simulator, tmp_path: Path) -> None:
                 break
             except OSError:
                 time.sleep(0.1)
+        assert SECRET.encode() not in page  # a secret option's value is never served
         m = re.search(rb"templateArgs = (\{.*?\});?\s*</script>", page, re.S)
         assert m, "Locust's page has no templateArgs"
         extra = json.loads(m.group(1))["extra_options"]
@@ -75,5 +79,7 @@ def test_web_ui_form_and_run(simulator, tmp_path: Path) -> None:
         doc = load_json(runs[0] / "benchmark.json")
         assert doc["requests"] == 9 and doc["completed"] == 9 and doc["concurrency"] == 3
         assert verify_benchmark(doc) == []
+        for f in runs[0].iterdir():  # nor written anywhere in the run's files
+            assert SECRET.encode() not in f.read_bytes(), f
     finally:
         stop_process(proc)

@@ -129,3 +129,23 @@ def test_comments_and_keepalives_are_ignored() -> None:
     s = b": keep-alive\n\n" + chunk({"content": "a"}, finish="stop") + b": ping\n\n" + DONE
     rec = run(s).finish()
     assert rec.failure is None and rec.content_chunks == 1
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"choices": {"0": {}}}',            # choices is an object
+    b'{"choices": [{"delta": "text"}]}',   # delta is a string
+    b'{"choices": [{"delta": ["a"]}]}',    # delta is a list
+    b'{"choices": ["x"]}',                 # choice is a string
+    b'{"usage": [1, 2]}',                  # usage is not an object
+    b'[1, 2, 3]',                          # not an object at all
+])
+def test_unexpected_shapes_are_malformed_chunks(payload: bytes) -> None:
+    rec = run(chunk({"content": "a"}) + b"data: " + payload + b"\n\n" + DONE).finish()
+    assert rec.failure is not None and rec.failure.kind == "malformed_chunk"
+    assert rec.failure.phase == "decode" and rec.content_chunks == 1
+
+
+def test_vllm_style_error_object() -> None:
+    rec = run(b'data: {"object": "error", "message": "overloaded", "code": 503}\n\n').finish()
+    assert rec.failure is not None and rec.failure.kind == "stream_error"
+    assert "overloaded" in rec.failure.message and rec.failure.phase == "prefill"
