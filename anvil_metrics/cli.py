@@ -28,43 +28,30 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"anvil: {message} (see '{self.prog} --help')\n")
 
 
-def _positive(flag: str):
-    def conv(v: str) -> int:
+def _number(flag: str, parse, ok, allowed: str):
+    """An argparse type: `parse` the text, accept it when `ok`, else one line naming
+    the flag, the value and what is allowed."""
+    def conv(v: str):
         try:
-            n = int(v)
+            x = parse(v)
         except ValueError:
-            n = 0
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not allowed; expected a whole "
-                                             "number >= 1")
-        return n
+            x = None
+        if x is None or not ok(x):
+            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not allowed; expected {allowed}")
+        return x
     return conv
+
+
+def _positive(flag: str):
+    return _number(flag, int, lambda n: n >= 1, "a whole number >= 1")
 
 
 def _non_negative(flag: str):
-    def conv(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            n = -1
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not allowed; expected a whole "
-                                             "number >= 0")
-        return n
-    return conv
+    return _number(flag, int, lambda n: n >= 0, "a whole number >= 0")
 
 
 def _seconds(flag: str):
-    def conv(v: str) -> float:
-        try:
-            x = float(v)
-        except ValueError:
-            x = -1.0
-        if not math.isfinite(x) or x <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not allowed; expected a number "
-                                             "of seconds > 0")
-        return x
-    return conv
+    return _number(flag, float, lambda x: math.isfinite(x) and x > 0, "a number of seconds > 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
