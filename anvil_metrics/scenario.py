@@ -31,6 +31,7 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
 
 from __future__ import annotations
 
+import random
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,9 @@ _TOP_KEYS = {
 _SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
 _REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
 _TIMEOUT_KEYS = {"connect_s", "network_s"}
+# body fields that anvil sets and reports; extra_body may not silently change them
+_RESERVED_BODY_KEYS = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
+                       "stream_options"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +113,12 @@ class Scenario:
         }
 
     def planned_sizes(self) -> list[int]:
-        """The distribution expanded in order: request i gets sizes[i % len(sizes)]."""
+        """The distribution expanded and shuffled with `context_seed` (so a run shorter
+        than the distribution still mixes its sizes): request i gets sizes[i % len]."""
         out: list[int] = []
         for size, count in self.context_distribution.items():
             out.extend([size] * count)
+        random.Random(self.context_seed).shuffle(out)
         return out
 
 
@@ -212,6 +218,11 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
     extra = req.get("extra_body", {})
     if not isinstance(extra, dict):
         raise _err("request.extra_body", extra, "a table of JSON fields", source)
+    for k in extra:
+        if k in _RESERVED_BODY_KEYS:
+            raise _err(f"request.extra_body.{k}", extra[k],
+                       f"no key anvil sets itself ({sorted(_RESERVED_BODY_KEYS)}); use the "
+                       "scenario's own field or command-line flag", source)
     system_prompt = req.get("system_prompt")
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise _err("request.system_prompt", system_prompt, "a string", source)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.body import BodyBuilder
+from anvil_metrics.body import BodyBuilder, body_fields
 from anvil_metrics.client import ChatClient, Endpoint
 from anvil_metrics.control import RequestBudget
 from anvil_metrics.errors import AnvilError, UsageError
@@ -75,14 +75,17 @@ def discover_model(client: ChatClient) -> str:
     )
 
 
-def probe_counter(client: ChatClient, model: str) -> Callable[[list[dict]], int]:
-    """A function that sends a `max_tokens=1` request and returns `usage.prompt_tokens`."""
+def probe_counter(client: ChatClient, fields: dict[str, Any]) -> Callable[[list[dict]], int]:
+    """A function that sends a `max_tokens=1` request and returns `usage.prompt_tokens`.
+
+    The probe carries the run's own body fields (thinking switch, extra body) but not its
+    streaming or output-length ones, so the server applies the same chat template."""
+    base = {k: v for k, v in fields.items()
+            if k not in ("stream", "stream_options", "ignore_eos", "min_tokens")}
 
     def count(messages: list[dict]) -> int:
         status, body = client.post_json(
-            "/chat/completions",
-            {"model": model, "messages": messages, "max_tokens": 1, "stream": False},
-        )
+            "/chat/completions", {**base, "messages": messages, "max_tokens": 1, "stream": False})
         if status != 200 or not isinstance(body, dict):
             raise AnvilError(f"calibration probe got HTTP {status}: {str(body)[:200]}")
         usage = body.get("usage") or {}
@@ -131,8 +134,9 @@ class RunSession:
             calibration = NO_CALIBRATION
             if opts.calibrate:
                 try:
-                    calibration = calibrate_by_probe(probe_counter(probe_client, model),
-                                                     sc.context_seed, sc.system_prompt)
+                    calibration = calibrate_by_probe(
+                        probe_counter(probe_client, body_fields(sc, model)),
+                        sc.context_seed, sc.system_prompt)
                 except Exception as e:  # any probe failure: size by estimate, say so
                     log.warning("anvil: prompt calibration failed (%s); sizing by estimate", e)
         finally:

@@ -70,7 +70,16 @@ def test_override_max_tokens_rechecks_context() -> None:
 def test_distribution_order_and_default_requests() -> None:
     sc = scenario_from_dict({**BASE, "context_distribution": {"100": 2, "200": 1}})
     assert sc.requests == 3
-    assert sc.planned_sizes() == [100, 100, 200]
+    assert sorted(sc.planned_sizes()) == [100, 100, 200]
+    assert sc.planned_sizes() == sc.planned_sizes()  # seeded: the same every time
+    many = scenario_from_dict({**BASE, "context_distribution": {"100": 12, "200": 12}})
+    assert set(many.planned_sizes()[:6]) == {100, 200}  # a short run still mixes sizes
+
+
+def test_extra_body_cannot_change_what_anvil_reports() -> None:
+    with pytest.raises(ScenarioError) as ei:
+        scenario_from_dict({**BASE, "request": {"extra_body": {"max_tokens": 5}}})
+    assert ei.value.field == "request.extra_body.max_tokens"
 
 
 def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
