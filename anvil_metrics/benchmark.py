@@ -332,7 +332,23 @@ def verify_benchmark(doc: Any) -> list[str]:
     _check_context_distribution(doc, rows, problems)
     wall = _check_wall_clock(doc, rows, problems)
     _check_metrics(doc, [row for _, row in rows] if rows_ok else None, wall, problems)
+    if rows_ok:
+        _check_prompt_calibration(doc, [row for _, row in rows], problems)
     return problems
+
+
+def _check_prompt_calibration(doc: dict[str, Any], rows: list[dict[str, Any]],
+                              problems: list[str]) -> None:
+    """`prompt_calibration.planned_vs_counted_error_pct_max`, where present, is the rows'."""
+    calib = doc.get("prompt_calibration")
+    if not isinstance(calib, dict) or "planned_vs_counted_error_pct_max" not in calib:
+        return
+    have = calib["planned_vs_counted_error_pct_max"]
+    want = stats.planned_vs_counted_error_pct_max(rows)
+    if not same(have, want):
+        problems.append(f"prompt_calibration.planned_vs_counted_error_pct_max: file has "
+                        f"{fmt(have)}, recomputed {fmt(want)} from the rows' planned and "
+                        "counted prompt tokens")
 
 
 def _check_run_fields(doc: dict[str, Any], problems: list[str]) -> None:

@@ -9,22 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from anvil_metrics import stats
 from anvil_metrics.benchmark import build_benchmark
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.rawfile import atomic_write_json, read_raw
 
 BENCHMARK_FILE = "benchmark.json"
 RAW_FILE = "requests.jsonl"
-
-
-def planned_vs_counted_error_pct_max(rows: list[dict]) -> float | None:
-    """Largest |prompt_tokens − planned| / planned over the rows that have both, in %."""
-    errs = [
-        abs(r["prompt_tokens"] - r["planned_context_tokens"]) / r["planned_context_tokens"] * 100
-        for r in rows
-        if r.get("prompt_tokens") is not None and r.get("planned_context_tokens")
-    ]
-    return max(errs) if errs else None
 
 
 def build_for_run(run_dir: Path) -> dict:
@@ -35,7 +26,7 @@ def build_for_run(run_dir: Path) -> dict:
     locust_stats = (raw.run_end or {}).get("locust")
     doc = build_benchmark(raw, locust_stats)
     calib = dict(doc.get("prompt_calibration") or {"method": "none"})
-    calib["planned_vs_counted_error_pct_max"] = planned_vs_counted_error_pct_max(
+    calib["planned_vs_counted_error_pct_max"] = stats.planned_vs_counted_error_pct_max(
         doc["request_timings"])
     doc["prompt_calibration"] = calib
     return doc

@@ -160,3 +160,15 @@ def aggregate(
     m["content_chunks_s"] = content_chunks_s(rs)
     m["prefix_cache_hit_avg"] = prefix_cache_hit_avg(rs)
     return m
+
+
+def planned_vs_counted_error_pct_max(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """%: max over rows with both of |prompt_tokens − planned_context_tokens| / planned · 100
+    (the prompt factory's worst miss; `prompt_calibration.planned_vs_counted_error_pct_max`).
+    None when no row has both."""
+    errs = [
+        abs(r["prompt_tokens"] - r["planned_context_tokens"]) / r["planned_context_tokens"] * 100
+        for r in rows
+        if r.get("prompt_tokens") is not None and r.get("planned_context_tokens")
+    ]
+    return max(errs) if errs else None

@@ -53,6 +53,11 @@ def test_exact_request_count_with_warmup(simulator, tmp_path: Path) -> None:
     # warm-ups ended before the first measured request started
     assert max(w["end_ns"] for w in warm) <= min(x["start_ns"] for x in reqs if not x["warmup"])
     assert verify_benchmark(doc) == []
+    calib = doc["prompt_calibration"]
+    assert calib["method"] == "probe" and calib["planned_vs_counted_error_pct_max"] is not None
+    tampered = {**doc, "prompt_calibration": {**calib, "planned_vs_counted_error_pct_max": 0.0}}
+    assert [m.split(":")[0] for m in verify_benchmark(tampered)] == [
+        "prompt_calibration.planned_vs_counted_error_pct_max"]
     assert (path.parent / "locust_stats.csv").exists()
     assert "result: " in proc.stdout and "TTFT" in proc.stdout
     # the same rows come back from the raw file alone
