@@ -220,6 +220,12 @@ def build_benchmark(raw: RawRun, locust_stats: Mapping[str, Any] | None = None) 
             "metrics": stats.aggregate(rows, wall),
         }
     )
+    calib = doc.get("prompt_calibration")
+    if isinstance(calib, dict):  # the method is the run's; the error is measured, from rows
+        doc["prompt_calibration"] = {
+            **calib,
+            "planned_vs_counted_error_pct_max": stats.planned_vs_counted_error_pct_max(rows),
+        }
     problems = verify_benchmark(doc)
     if problems:
         raise VerifyError(problems, source=f"benchmark built from {raw.path or 'raw records'}")

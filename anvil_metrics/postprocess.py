@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anvil_metrics import stats
 from anvil_metrics.benchmark import build_benchmark
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.rawfile import atomic_write_json, read_raw
@@ -24,12 +23,7 @@ def build_for_run(run_dir: Path) -> dict:
         raise RawFileError(raw_path, "it does not exist", fix="pass a run folder made by anvil")
     raw = read_raw(raw_path)
     locust_stats = (raw.run_end or {}).get("locust")
-    doc = build_benchmark(raw, locust_stats)
-    calib = dict(doc.get("prompt_calibration") or {"method": "none"})
-    calib["planned_vs_counted_error_pct_max"] = stats.planned_vs_counted_error_pct_max(
-        doc["request_timings"])
-    doc["prompt_calibration"] = calib
-    return doc
+    return build_benchmark(raw, locust_stats)
 
 
 def postprocess(run_dir: str | Path) -> Path:

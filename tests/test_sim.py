@@ -388,4 +388,4 @@ def test_non_streaming_waits_for_last_token(sim: Callable[[tuple[str, ...]], int
     assert json_body(resp)["usage"]["completion_tokens"] == 30
     assert int(resp.headers["anvil-t0-ns"]) > sent
     late = (resp.headers_arrival_ns - sent) / MS - plan_ms(LONG_USER)[2]
-    assert 0 <= late < 10
+    assert 0 <= late < 50  # never early; the bound catches gross errors (VM stalls are ms)
