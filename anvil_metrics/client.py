@@ -99,12 +99,11 @@ class ChatClient:
         key = api_key or endpoint.userinfo_key
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self._http_args = dict(
-            port=endpoint.port, ssl=endpoint.scheme == "https",
+        self._http = HTTPClient(
+            endpoint.host, port=endpoint.port, ssl=endpoint.scheme == "https",
             connection_timeout=connect_timeout_s, network_timeout=network_timeout_s,
             concurrency=1, headers=headers,
         )
-        self._http = HTTPClient(endpoint.host, **self._http_args)
         host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
         head = [f"POST {endpoint.api_path}/chat/completions HTTP/1.1",
                 f"Host: {host}:{endpoint.port}", "User-Agent: anvil",

@@ -52,7 +52,6 @@ def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
     try:
         deadline = time.monotonic() + timeout_s
         url = None
-        buf = b""
         while url is None:
             left = deadline - time.monotonic()
             if left <= 0 or proc.poll() is not None:
@@ -63,7 +62,6 @@ def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
             ready, _, _ = select.select([proc.stdout], [], [], left)
             if ready:
                 chunk = proc.stdout.readline()
-                buf += chunk
                 m = _LISTENING.search(chunk)
                 if m:
                     url = m.group(1).decode()
