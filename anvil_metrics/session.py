@@ -129,24 +129,28 @@ class RunSession:
         probe_client = ChatClient(endpoint, opts.api_key,
                                   connect_timeout_s=sc.timeouts.connect_s,
                                   network_timeout_s=sc.timeouts.network_s)
+        nonce = opts.run_nonce or secrets.token_hex(4)
+        sizes = sc.planned_sizes()
         try:
             model = sc.meta.get("model") or discover_model(probe_client)
+            count = probe_counter(probe_client, body_fields(sc, model))
             calibration = NO_CALIBRATION
             if opts.calibrate:
                 try:
-                    calibration = calibrate_by_probe(
-                        probe_counter(probe_client, body_fields(sc, model)),
-                        sc.context_seed, sc.system_prompt)
+                    calibration = calibrate_by_probe(count, sc.context_seed, sc.system_prompt)
                 except Exception as e:  # any probe failure: size by estimate, say so
                     log.warning("anvil: prompt calibration failed (%s); sizing by estimate", e)
+            prompts = PromptFactory(calibration, sc.context_seed, nonce, sc.system_prompt)
+            bodies = BodyBuilder(sc, model, prompts)
+            try:
+                prompts.prepare(sizes, count if calibration.method == "probe" else None)
+            except Exception as e:  # a correction probe failed: keep the fitted sizes
+                log.warning("anvil: prompt size correction failed (%s); using the fit", e)
+                prompts.prepare(sizes)
+            bodies.prepare(sizes)
         finally:
             probe_client.close()
 
-        nonce = opts.run_nonce or secrets.token_hex(4)
-        prompts = PromptFactory(calibration, sc.context_seed, nonce, sc.system_prompt)
-        bodies = BodyBuilder(sc, model, prompts)
-        sizes = sc.planned_sizes()
-        bodies.prepare(sizes)
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, on_exhausted)
 
         if opts.run_dir:

@@ -1,0 +1,45 @@
+"""Prompt sizes hit their plan on servers that count tokens differently: the simulator's
+two non-word tokenizer rules, at 4k and 32k planned tokens (chat template included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import anvil, load_json, result_path, write_scenario
+
+from anvil_metrics.benchmark import verify_benchmark
+
+pytestmark = pytest.mark.e2e
+
+SCENARIO = """
+measurement_protocol = "sizing"
+concurrency = 2
+requests = 4
+max_tokens = 16
+context_tokens = 40000
+max_context_tokens = 40000
+[context_distribution]
+4096 = 2
+32768 = 2
+"""
+
+
+@pytest.mark.parametrize("rule", ["words4", "syllable3"])
+def test_planned_vs_counted_within_half_a_percent(simulator, tmp_path: Path, rule: str) -> None:
+    sim = simulator("--tokenizer", rule, "--max-context", "40000", "--prefill-ms", "5",
+                    "--reasoning-tokens", "2", "--content-tokens", "3", "--interval-ms", "1")
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = load_json(result_path(proc))
+    assert doc["completed"] == 4
+    for r in doc["request_timings"]:
+        err_pct = abs(r["prompt_tokens"] - r["planned_context_tokens"]) / \
+            r["planned_context_tokens"] * 100
+        print(f"{rule}: planned {r['planned_context_tokens']} counted {r['prompt_tokens']} "
+              f"({err_pct:.3f} %)")
+        assert err_pct <= 0.5, r
+    assert doc["prompt_calibration"]["method"] == "probe"
+    assert doc["prompt_calibration"]["planned_vs_counted_error_pct_max"] <= 0.5
+    assert verify_benchmark(doc) == []
