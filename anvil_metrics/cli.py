@@ -54,6 +54,17 @@ def _seconds(flag: str):
     return _number(flag, float, lambda x: math.isfinite(x) and x > 0, "a number of seconds > 0")
 
 
+def _sizes(v: str) -> list[int]:
+    try:
+        out = [int(x) for x in v.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"--tokens {v!r} is not allowed; expected token "
+                                         "counts >= 1, comma-separated, e.g. 4096,32768")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="anvil", description="LLM serving benchmarks on Locust, exact numbers.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -82,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("sim", help="start the built-in simulator (see 'anvil sim --help')",
                    add_help=False)
+
+    pr = sub.add_parser("prompts", help="build prompts of planned sizes; print planned vs "
+                        "the server's count")
+    pr.add_argument("--host", "-H", required=True, help="endpoint, e.g. http://127.0.0.1:8000")
+    pr.add_argument("--tokens", type=_sizes, default=[4096, 32768],
+                    help="planned sizes, comma-separated (default 4096,32768)")
+    pr.add_argument("--model", default=None)
+    pr.add_argument("--seed", type=_non_negative("--seed"), default=0)
+    pr.add_argument("--api-key", default=None,
+                    help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
 
     d = sub.add_parser("demo", help="simulator + smoke scenario, end to end")
     d.add_argument("--results-dir", default="results")
@@ -150,6 +171,23 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prompts(a: argparse.Namespace) -> int:
+    import os
+
+    from anvil_metrics.sizing import measure_sizes
+
+    key = a.api_key or os.environ.get("ANVIL_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    rep = measure_sizes(a.host, a.tokens, model=a.model, api_key=key, seed=a.seed)
+    print(f"endpoint {rep.base_url}  model {rep.model}  calibration {rep.method} "
+          f"({rep.tokens_per_word:.4f} tokens/word)")
+    print(f"{'planned':>10}{'counted':>10}{'error %':>10}{'build ms':>10}")
+    for r in rep.results:
+        err = "null" if r.error_pct is None else f"{r.error_pct:+.3f}"
+        print(f"{r.planned_tokens:>10}{r.counted_tokens or 'null':>10}{err:>10}"
+              f"{r.build_ms:>10.1f}")
+    return 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from anvil_metrics.benchmark import verify_benchmark
     from anvil_metrics.run import load_benchmark, prepare_run, run_scenario, summary_lines
@@ -192,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"run": cmd_run, "postprocess": cmd_postprocess, "verify": cmd_verify,
-                "demo": cmd_demo}
+                "demo": cmd_demo, "prompts": cmd_prompts}
     try:
         return handlers[args.command](args)
     except AnvilError as e:

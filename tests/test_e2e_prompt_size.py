@@ -43,3 +43,16 @@ def test_planned_vs_counted_within_half_a_percent(simulator, tmp_path: Path, rul
     assert doc["prompt_calibration"]["method"] == "probe"
     assert doc["prompt_calibration"]["planned_vs_counted_error_pct_max"] <= 0.5
     assert verify_benchmark(doc) == []
+
+
+def test_anvil_prompts_reports_planned_vs_counted(simulator) -> None:
+    sim = simulator("--tokenizer", "syllable3", "--max-context", "40000", "--prefill-ms", "1")
+    proc = anvil("prompts", "--host", sim.url, "--tokens", "4096,20000")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    assert [int(r[0]) for r in rows] == [4096, 20000]
+    for planned, counted, err, _build in rows:
+        assert abs(int(counted) - int(planned)) / int(planned) * 100 <= 0.5
+        assert abs(float(err)) <= 0.5
+    bad = anvil("prompts", "--host", sim.url, "--tokens", "4096,x")
+    assert bad.returncode == 2 and "--tokens" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,61 @@
+"""`anvil prompts`: build prompts of planned sizes against a real endpoint and report how
+close the server's own count comes (the check behind every prefill figure).
+
+The same calibration a run uses: a two-probe linear fit, then per-size correction, each
+count a `max_tokens=1` chat request whose `usage.prompt_tokens` includes the chat template.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.prompts import PromptFactory, calibrate_by_probe
+from anvil_metrics.session import discover_model, probe_counter
+
+
+@dataclass(frozen=True, slots=True)
+class SizeResult:
+    planned_tokens: int
+    counted_tokens: int | None
+    build_ms: float  # building the body once calibrated (no network)
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.counted_tokens is None:
+            return None
+        return (self.counted_tokens - self.planned_tokens) / self.planned_tokens * 100
+
+
+@dataclass(frozen=True, slots=True)
+class SizingReport:
+    model: str
+    base_url: str
+    method: str
+    tokens_per_word: float
+    results: tuple[SizeResult, ...]
+
+
+def measure_sizes(host: str, sizes: list[int], *, model: str | None = None,
+                  api_key: str | None = None, seed: int = 0,
+                  timeout_s: float = 900.0) -> SizingReport:
+    endpoint = Endpoint.parse(host)
+    client = ChatClient(endpoint, api_key, network_timeout_s=timeout_s)
+    try:
+        model = model or discover_model(client)
+        count = probe_counter(client, {"model": model})
+        calibration = calibrate_by_probe(count, seed)
+        factory = PromptFactory(calibration, seed, "sizing00")
+        counted = factory.prepare(sizes, count)
+    finally:
+        client.close()
+    results = []
+    for size in sizes:
+        rebuilt = PromptFactory(calibration, seed, "sizing00")
+        t0 = time.perf_counter()
+        rebuilt.prepare([size])
+        build_ms = (time.perf_counter() - t0) * 1000
+        results.append(SizeResult(size, counted.get(size), build_ms))
+    return SizingReport(model, endpoint.base_url, calibration.method,
+                        calibration.tokens_per_word, tuple(results))
