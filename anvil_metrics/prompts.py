@@ -75,7 +75,7 @@ def messages_for(text: str, system_prompt: str | None = None) -> list[dict]:
 class Calibration:
     """`tokens ≈ overhead_tokens + tokens_per_word * words` for this endpoint and model."""
 
-    method: str  # "probe" | "none"
+    method: str  # "tokenize" | "probe" | "none"
     overhead_tokens: float
     tokens_per_word: float
 
@@ -88,17 +88,18 @@ NO_CALIBRATION = Calibration("none", 0.0, FALLBACK_TOKENS_PER_WORD)
 
 def calibrate_by_probe(
     count: CountTokens, seed: int, system_prompt: str | None = None,
-    small_words: int = 200, large_words: int = 2000,
+    small_words: int = 200, large_words: int = 2000, method: str = "probe",
 ) -> Calibration:
-    """Fit the linear model from two probes (`count` sends messages, returns the server's
-    `usage.prompt_tokens`)."""
+    """Fit the linear model from two counts (`count` sends messages and returns the
+    server's count of them: a `max_tokens=1` probe's `usage.prompt_tokens`, or its
+    tokenize endpoint's; `method` names which)."""
     prefix = request_prefix("calib0000", 0)
     c1 = count(messages_for(prefix + body_text(small_words, seed), system_prompt))
     c2 = count(messages_for(prefix + body_text(large_words, seed), system_prompt))
     per_word = (c2 - c1) / (large_words - small_words)
     if per_word <= 0:
         return NO_CALIBRATION
-    return Calibration("probe", c1 - per_word * small_words, per_word)
+    return Calibration(method, c1 - per_word * small_words, per_word)
 
 
 class PromptFactory:

@@ -97,6 +97,28 @@ def probe_counter(client: ChatClient, fields: dict[str, Any]) -> Callable[[list[
     return count
 
 
+def tokenize_counter(client: ChatClient, fields: dict[str, Any]
+                     ) -> Callable[[list[dict]], int] | None:
+    """vLLM-style `POST /tokenize` with `messages` (chat template applied): a count with
+    no prefill. None when the server has no such endpoint (then probes are used)."""
+    root = client.endpoint.api_path.removesuffix("/v1")
+    base = {k: fields[k] for k in ("model", "chat_template_kwargs") if k in fields}
+
+    def count(messages: list[dict]) -> int:
+        status, body = client.post_json(root + "/tokenize", {**base, "messages": messages},
+                                        absolute=True)
+        n = body.get("count") if isinstance(body, dict) else None
+        if status != 200 or not isinstance(n, int):
+            raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
+        return n
+
+    try:
+        count([{"role": "user", "content": "hello"}])
+    except Exception:  # no endpoint, or not this shape: fall back to probes
+        return None
+    return count
+
+
 class RunSession:
     def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
@@ -133,17 +155,22 @@ class RunSession:
         sizes = sc.planned_sizes()
         try:
             model = sc.meta.get("model") or discover_model(probe_client)
-            count = probe_counter(probe_client, body_fields(sc, model))
+            fields = body_fields(sc, model)
+            count = tokenize_counter(probe_client, fields)
+            method = "tokenize"
+            if count is None:
+                count, method = probe_counter(probe_client, fields), "probe"
             calibration = NO_CALIBRATION
             if opts.calibrate:
                 try:
-                    calibration = calibrate_by_probe(count, sc.context_seed, sc.system_prompt)
+                    calibration = calibrate_by_probe(count, sc.context_seed, sc.system_prompt,
+                                                     method=method)
                 except Exception as e:  # any probe failure: size by estimate, say so
                     log.warning("anvil: prompt calibration failed (%s); sizing by estimate", e)
             prompts = PromptFactory(calibration, sc.context_seed, nonce, sc.system_prompt)
             bodies = BodyBuilder(sc, model, prompts)
             try:
-                prompts.prepare(sizes, count if calibration.method == "probe" else None)
+                prompts.prepare(sizes, count if calibration.method != "none" else None)
             except Exception as e:  # a correction probe failed: keep the fitted sizes
                 log.warning("anvil: prompt size correction failed (%s); using the fit", e)
                 prompts.prepare(sizes)

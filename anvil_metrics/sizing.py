@@ -1,8 +1,9 @@
 """`anvil prompts`: build prompts of planned sizes against a real endpoint and report how
 close the server's own count comes (the check behind every prefill figure).
 
-The same calibration a run uses: a two-probe linear fit, then per-size correction, each
-count a `max_tokens=1` chat request whose `usage.prompt_tokens` includes the chat template.
+The same calibration a run uses: a two-count linear fit, then per-size correction; each
+count from the server's tokenize endpoint (vLLM style, chat template applied) where it has
+one, else a `max_tokens=1` chat request's `usage.prompt_tokens`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from anvil_metrics.client import ChatClient, Endpoint
 from anvil_metrics.prompts import PromptFactory, calibrate_by_probe
-from anvil_metrics.session import discover_model, probe_counter
+from anvil_metrics.session import discover_model, probe_counter, tokenize_counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,11 @@ def measure_sizes(host: str, sizes: list[int], *, model: str | None = None,
     client = ChatClient(endpoint, api_key, network_timeout_s=timeout_s)
     try:
         model = model or discover_model(client)
-        count = probe_counter(client, {"model": model})
-        calibration = calibrate_by_probe(count, seed)
+        count = tokenize_counter(client, {"model": model})
+        method = "tokenize"
+        if count is None:
+            count, method = probe_counter(client, {"model": model}), "probe"
+        calibration = calibrate_by_probe(count, seed, method=method)
         factory = PromptFactory(calibration, seed, "sizing00")
         counted = factory.prepare(sizes, count)
     finally:

@@ -54,7 +54,7 @@ def test_exact_request_count_with_warmup(simulator, tmp_path: Path) -> None:
     assert max(w["end_ns"] for w in warm) <= min(x["start_ns"] for x in reqs if not x["warmup"])
     assert verify_benchmark(doc) == []
     calib = doc["prompt_calibration"]
-    assert calib["method"] == "probe" and calib["planned_vs_counted_error_pct_max"] is not None
+    assert calib["method"] == "tokenize" and calib["planned_vs_counted_error_pct_max"] is not None
     tampered = {**doc, "prompt_calibration": {**calib, "planned_vs_counted_error_pct_max": 0.0}}
     assert [m.split(":")[0] for m in verify_benchmark(tampered)] == [
         "prompt_calibration.planned_vs_counted_error_pct_max"]
@@ -184,7 +184,6 @@ def test_http_errors_become_typed_failures(simulator, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load_json(result_path(proc))
     assert (doc["requests"], doc["completed"], doc["failed"]) == (5, 0, 5)
-    assert doc["prompt_calibration"]["method"] == "none"
     for f in doc["failures"]:
         assert f["kind"] == "http_error" and f["http_status"] == 400
         assert f["phase"] == "headers" and "maximum context length" in f["message"]

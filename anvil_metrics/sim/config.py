@@ -32,6 +32,7 @@ class SimConfig:
     no_done: bool = False
     stamp_send: bool = False
     timer: str = "auto"
+    no_tokenize: bool = False
 
     def prefill_ns(self, prompt_tokens: int) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""

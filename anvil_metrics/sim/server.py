@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="always put usage inside the finish chunk (transformers serve)",
     )
     add("--no-done", action="store_true", help="end streams without data: [DONE]")
+    add("--no-tokenize", action="store_true",
+        help="serve no /tokenize (as SGLang's chat template is not applied there)")
     add(
         "--stamp-send",
         action="store_true",
@@ -149,9 +151,10 @@ class App:
             conn.respond(200, b"{}")
         elif route == ("GET", "/v1/models"):
             conn.respond_json(200, self.models())
-        elif route == ("POST", "/tokenize"):
+        elif route == ("POST", "/tokenize") and not self.cfg.no_tokenize:
             self.tokenize(conn, request.body)
-        elif request.path in ("/v1/chat/completions", "/health", "/v1/models", "/tokenize"):
+        elif request.path in ("/v1/chat/completions", "/health", "/v1/models") or (
+                request.path == "/tokenize" and not self.cfg.no_tokenize):
             conn.respond_json(405, error_body(f"method {request.method} not allowed", 405))
         else:
             message = f"Not Found: {request.method} {request.path}"
