@@ -119,6 +119,16 @@ def tokenize_counter(client: ChatClient, fields: dict[str, Any]
     return count
 
 
+def server_counter(client: ChatClient, fields: dict[str, Any]
+                   ) -> tuple[Callable[[list[dict]], int], str]:
+    """The cheapest way this server counts a chat prompt, and its calibration method name:
+    its tokenize endpoint, else `max_tokens=1` probes."""
+    count = tokenize_counter(client, fields)
+    if count is not None:
+        return count, "tokenize"
+    return probe_counter(client, fields), "probe"
+
+
 class RunSession:
     def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
@@ -155,11 +165,7 @@ class RunSession:
         sizes = sc.planned_sizes()
         try:
             model = sc.meta.get("model") or discover_model(probe_client)
-            fields = body_fields(sc, model)
-            count = tokenize_counter(probe_client, fields)
-            method = "tokenize"
-            if count is None:
-                count, method = probe_counter(probe_client, fields), "probe"
+            count, method = server_counter(probe_client, body_fields(sc, model))
             calibration = NO_CALIBRATION
             if opts.calibrate:
                 try:

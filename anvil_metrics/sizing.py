@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from anvil_metrics.client import ChatClient, Endpoint
 from anvil_metrics.prompts import PromptFactory, calibrate_by_probe
-from anvil_metrics.session import discover_model, probe_counter, tokenize_counter
+from anvil_metrics.session import discover_model, server_counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +45,7 @@ def measure_sizes(host: str, sizes: list[int], *, model: str | None = None,
     client = ChatClient(endpoint, api_key, network_timeout_s=timeout_s)
     try:
         model = model or discover_model(client)
-        count = tokenize_counter(client, {"model": model})
-        method = "tokenize"
-        if count is None:
-            count, method = probe_counter(client, {"model": model}), "probe"
+        count, method = server_counter(client, {"model": model})
         calibration = calibrate_by_probe(count, seed, method=method)
         factory = PromptFactory(calibration, seed, "sizing00")
         counted = factory.prepare(sizes, count)
