@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -33,6 +32,7 @@ from anvil_metrics import derive, stats
 from anvil_metrics.errors import VerifyError
 from anvil_metrics.rawfile import RawRun, strict_json_problems
 from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
+from anvil_metrics.urls import strip_credentials
 
 SCHEMA = "anvil-serving.benchmark/v1"
 
@@ -143,12 +143,7 @@ def finished_at(raw: RawRun) -> str | None:
 
 def redact_url(url: Any) -> Any:
     """`url` without `user:password@` (the spec: "with any credentials removed")."""
-    if not isinstance(url, str):
-        return url
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return strip_credentials(url) if isinstance(url, str) else url
 
 
 def _client_block(locust_stats: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -110,9 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from anvil_metrics.client import strip_credentials
     from anvil_metrics.run import load_benchmark, prepare_run, run_scenario, summary_lines
     from anvil_metrics.scenario import load_scenario, with_overrides
+    from anvil_metrics.urls import strip_credentials
 
     sc = load_scenario(a.scenario)
     sc = with_overrides(sc, requests=a.requests, concurrency=a.users,

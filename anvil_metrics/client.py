@@ -13,7 +13,6 @@ header and never shown or stored), and `/v1` is appended unless the URL already 
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -30,6 +29,7 @@ from geventhttpclient.response import (
 from anvil_metrics.errors import UsageError
 from anvil_metrics.observe import StreamObserver
 from anvil_metrics.sse import LineSource, iter_events
+from anvil_metrics.urls import strip_credentials
 
 _perf_ns = time.perf_counter_ns
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -55,38 +55,17 @@ class Endpoint:
     def parse(cls, url: str) -> Endpoint:
         try:
             parts = urlsplit(url.strip())
-            parts.port  # noqa: B018 - raises ValueError on a bad port
+            port = parts.port or (443 if parts.scheme == "https" else 80)  # ValueError if bad
         except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(
                 f"--host {strip_credentials(url)!r} is not a usable URL; expected "
-                "http(s)://HOST[:PORT][/v1], e.g. http://127.0.0.1:8000") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(
-                f"--host {strip_credentials(url)!r} is not a usable URL; expected "
-                "http(s)://HOST[:PORT][/v1], e.g. http://127.0.0.1:8000"
-            )
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            raise UsageError(
-                f"--host {strip_credentials(url)!r} has a bad port; expected 1-65535") from None
+                "http(s)://HOST[:PORT][/v1], e.g. http://127.0.0.1:8000")
         path = parts.path.rstrip("/")
         if not path.endswith("/v1"):
             path = path + "/v1"
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
-
-
-_NO_SCHEME_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/+)?[^/@\s]*@")
-_USERINFO = re.compile(r"^[^/@\s]*@")
-
-
-def strip_credentials(url: str) -> str:
-    """The URL without any `user:password@` part (malformed URLs included)."""
-    url = url.strip()
-    head, sep, rest = url.partition("://")
-    if not sep:
-        return _NO_SCHEME_USERINFO.sub(r"\1", url, count=1)
-    return head + sep + _USERINFO.sub("", rest, count=1)
 
 
 class ChatClient:
