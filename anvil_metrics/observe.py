@@ -128,7 +128,7 @@ class StreamObserver:
             self.usage = usage
         sent_ns = chunk.get("anvil_sent_ns")
         if sent_ns is not None:
-            self._server_stamp(sent_ns, chunk)
+            self._server_stamp("last_sent_ns", sent_ns)
         choices = chunk.get("choices")
         if not choices:
             return False
@@ -139,25 +139,25 @@ class StreamObserver:
             content = delta.get("content")
             if reasoning or content:
                 self._output(bool(reasoning), bool(content), t_ns)
+                if sent_ns is not None:
+                    self._server_stamp("first_output_sent_ns", sent_ns, first=True)
+                    if content:
+                        self._server_stamp("first_content_sent_ns", sent_ns, first=True)
         fr = choice.get("finish_reason")
         if fr:
             self.finish_reason = fr
         return False
 
-    def _server_stamp(self, sent_ns: int, chunk: dict) -> None:
-        """Keep the send stamps of a server that offers them (anvil's simulator with
+    def _server_stamp(self, key: str, sent_ns: int, first: bool = False) -> None:
+        """Keep a send stamp of a server that offers them (anvil's simulator with
         `--stamp-send`, same host and clock): the truth each client stamp is compared to.
-        Called before the chunk's own output is counted, so the counts say which it is."""
-        sent = self.sent
-        if sent is None:
-            sent = self.sent = {}
-        choices = chunk.get("choices") or ()
-        delta = (choices[0].get("delta") or {}) if choices else {}
-        if delta.get("reasoning") or delta.get("reasoning_content") or delta.get("content"):
-            sent.setdefault("first_output_sent_ns", sent_ns)
-            if delta.get("content"):
-                sent.setdefault("first_content_sent_ns", sent_ns)
-        sent["last_sent_ns"] = sent_ns
+        `first` keeps the earliest value of `key`, else the latest."""
+        if self.sent is None:
+            self.sent = {}
+        if first:
+            self.sent.setdefault(key, sent_ns)
+        else:
+            self.sent[key] = sent_ns
 
     def _output(self, reasoning: bool, content: bool, t_ns: int) -> None:
         self.deltas.append(t_ns - self._last_ns)
