@@ -13,9 +13,11 @@ per process; a chunk is then a single bytes ``%`` format.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +25,8 @@ import orjson
 
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import Headers, HttpConnection, error_body
-from anvil_metrics.sim.scheduler import Scheduler
+from anvil_metrics.sim.prefixcache import PrefixCache, prompt_token_ids
+from anvil_metrics.sim.scheduler import Scheduler, Timed
 from anvil_metrics.sim.tokenizer import TokenizeError, count_chat_tokens
 
 # Generated text: deterministic pieces, one per token. Content pieces include multi-byte UTF-8
@@ -70,6 +73,12 @@ class ChatRequest:
     ignore_eos: bool
     min_tokens: int
     thinking: bool
+    cached_tokens: int | None = None  # None: no prefix cache (--prefix-cache off)
+
+    @property
+    def computed_tokens(self) -> int:
+        """Prompt tokens the prefill has to compute: those the prefix cache does not hold."""
+        return self.prompt_tokens - (self.cached_tokens or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,13 +222,19 @@ def plan_output(request: ChatRequest, cfg: SimConfig) -> OutputPlan:
 
 
 def usage_of(request: ChatRequest, plan: OutputPlan) -> dict[str, Any]:
-    """vLLM-style usage, with reasoning tokens counted inside completion_tokens."""
-    return {
+    """vLLM-style usage, with reasoning tokens counted inside completion_tokens.
+
+    With the prefix cache on, ``prompt_tokens_details.cached_tokens`` too (0 on a miss).
+    """
+    usage: dict[str, Any] = {
         "prompt_tokens": request.prompt_tokens,
         "total_tokens": request.prompt_tokens + plan.total,
         "completion_tokens": plan.total,
         "completion_tokens_details": {"reasoning_tokens": plan.reasoning},
     }
+    if request.cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": request.cached_tokens}
+    return usage
 
 
 def piece(channel: str, index: int) -> str:
@@ -322,7 +337,7 @@ class ChatStream:
             f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), cfg.model, cfg.stamp_send
         )
         self._t0 = t0_ns
-        self._prefill_end = t0_ns + cfg.prefill_ns(request.prompt_tokens)
+        self._prefill_end = t0_ns + cfg.prefill_ns(request.computed_tokens)
         self._interval = cfg.interval_ns
         self._next = 0
         self._last = plan.total - 1  # index of the token that carries finish_reason
@@ -331,11 +346,15 @@ class ChatStream:
         self._bodies_r = token_bodies(cfg.reasoning_field, "r")
         self._bodies_c = token_bodies("content", "c")
 
-    def start(self) -> None:
-        """Send headers (and the role chunk, if immediate) now; schedule the first token."""
+    def start(self, first: Timed | None = None) -> None:
+        """Send headers (and the role chunk, if immediate) now; schedule the first token.
+
+        `first`, if given, is scheduled at the prefill deadline instead of the stream itself
+        (a `PrefillDone` that fires the stream after filling the prefix cache).
+        """
         if self._cfg.role_chunk == "immediate":
             self._send_head()
-        self._sched.at(self._prefill_end, self)
+        self._sched.at(self._prefill_end, self if first is None else first)
 
     def _send_head(self) -> None:
         head = self._conn.stream_head(extra=t0_header(self._cfg, self._t0))
@@ -414,6 +433,32 @@ class DelayedCompletion:
                 raise
 
 
+class PrefillDone:
+    """At a request's prefill deadline: its blocks enter the prefix cache, then `then` fires.
+
+    Nothing is inserted if the client has gone by then (a failed request leaves no cache).
+    Chaining `then` (the stream's first token, or a response due at the same instant) makes
+    the insertion come first whatever the scheduler's order for equal deadlines.
+    """
+
+    __slots__ = ("_conn", "_cache", "_keys", "_then")
+
+    def __init__(
+        self,
+        conn: HttpConnection,
+        cache: PrefixCache,
+        keys: Sequence[int],
+        then: Timed | None = None,
+    ) -> None:
+        self._conn, self._cache, self._keys, self._then = conn, cache, keys, then
+
+    def fire(self) -> None:
+        if not self._conn.closed:
+            self._cache.insert(self._keys)
+        if self._then is not None:
+            self._then.fire()
+
+
 def completion_body(request: ChatRequest, plan: OutputPlan, cfg: SimConfig) -> dict[str, Any]:
     """The whole ``chat.completion`` object of a non-streaming answer."""
     reasoning = full_text("r", plan.reasoning) or None
@@ -432,19 +477,42 @@ def completion_body(request: ChatRequest, plan: OutputPlan, cfg: SimConfig) -> d
 
 
 def answer_chat(
-    conn: HttpConnection, sched: Scheduler, cfg: SimConfig, body: bytes, t0_ns: int
+    conn: HttpConnection,
+    sched: Scheduler,
+    cfg: SimConfig,
+    body: bytes,
+    t0_ns: int,
+    cache: PrefixCache | None = None,
 ) -> None:
-    """Handle ``POST /v1/chat/completions``: refuse, stream, or answer whole at the end."""
+    """Handle ``POST /v1/chat/completions``: refuse, stream, or answer whole at the end.
+
+    With a prefix `cache`, only the uncached prompt tokens are prefilled, and the prompt's
+    blocks enter the cache at the prefill deadline (`PrefillDone`).
+    """
     try:
-        request = parse_chat_request(load_json_object(body), cfg)
+        data = load_json_object(body)
+        request = parse_chat_request(data, cfg)
     except RequestError as exc:
         conn.respond_json(exc.status, exc.body)
         return
+    keys: tuple[int, ...] = ()
+    if cache is not None:
+        lookup = cache.lookup(prompt_token_ids(data["messages"], cfg.tokenizer))
+        keys = lookup.keys
+        request = dataclasses.replace(request, cached_tokens=lookup.cached_tokens)
     plan = plan_output(request, cfg)
     if request.stream:
-        ChatStream(conn, sched, cfg, request, plan, t0_ns).start()
+        stream = ChatStream(conn, sched, cfg, request, plan, t0_ns)
+        stream.start(None if cache is None else PrefillDone(conn, cache, keys, stream))
         return
-    end = t0_ns + cfg.prefill_ns(request.prompt_tokens)
-    end += max(plan.total - 1, 0) * cfg.interval_ns
+    prefill_end = t0_ns + cfg.prefill_ns(request.computed_tokens)
+    end = prefill_end + max(plan.total - 1, 0) * cfg.interval_ns
     body = completion_body(request, plan, cfg)
-    sched.at(end, DelayedCompletion(conn, body, t0_header(cfg, t0_ns)))
+    completion = DelayedCompletion(conn, body, t0_header(cfg, t0_ns))
+    if cache is None:
+        sched.at(end, completion)
+    elif end == prefill_end:
+        sched.at(end, PrefillDone(conn, cache, keys, completion))
+    else:
+        sched.at(prefill_end, PrefillDone(conn, cache, keys))
+        sched.at(end, completion)

@@ -33,6 +33,9 @@ class SimConfig:
     stamp_send: bool = False
     timer: str = "auto"
     no_tokenize: bool = False
+    prefix_cache: bool = False
+    prefix_cache_block: int = 16
+    prefix_cache_tokens: int = 4_000_000
 
     def prefill_ns(self, prompt_tokens: int) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""

@@ -27,6 +27,7 @@ import orjson
 from anvil_metrics.sim.chat import RequestError, answer_chat, load_json_object
 from anvil_metrics.sim.config import REASONING_FIELDS, ROLE_CHUNK_MODES, TIMER_KINDS, SimConfig
 from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, Intake, error_body
+from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
 from anvil_metrics.sim.tokenizer import (
     RULES,
@@ -121,7 +122,38 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="deadline timer: Linux timerfd (precise) or asyncio call_at (~1 ms late)",
     )
+    add(
+        "--prefix-cache",
+        action="store_true",
+        help="reuse the leading blocks of earlier prompts (vLLM/SGLang prefix caching): prefill "
+        "only the uncached tokens and report usage.prompt_tokens_details.cached_tokens",
+    )
+    add(
+        "--prefix-cache-block",
+        type=_int_at_least(1),
+        default=16,
+        help="tokens per prefix-cache block (with --prefix-cache)",
+    )
+    add(
+        "--prefix-cache-tokens",
+        type=_int_at_least(1),
+        default=4_000_000,
+        help="prefix-cache capacity in tokens, least recently used blocks evicted beyond it "
+        "(with --prefix-cache)",
+    )
     return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and cross-check the options; a bad value exits 2 with argparse's one-line error."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.prefix_cache_tokens < args.prefix_cache_block:
+        parser.error(
+            f"argument --prefix-cache-tokens: must be >= --prefix-cache-block "
+            f"({args.prefix_cache_block}), got {args.prefix_cache_tokens}"
+        )
+    return args
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
@@ -137,6 +169,11 @@ class App:
         self.intake = intake
         self.connections: set[HttpConnection] = set()
         self._created = int(time.time())
+        self.prefix_cache = (
+            PrefixCache(cfg.prefix_cache_block, cfg.prefix_cache_tokens)
+            if cfg.prefix_cache
+            else None
+        )
 
     def connection(self) -> HttpConnection:
         conn = HttpConnection(self.handle, self.intake, self.connections.discard)
@@ -146,7 +183,7 @@ class App:
     def handle(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
         route = (request.method, request.path)
         if route == ("POST", "/v1/chat/completions"):
-            answer_chat(conn, self.sched, self.cfg, request.body, t0_ns)
+            answer_chat(conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache)
         elif route == ("GET", "/health"):
             conn.respond(200, b"{}")
         elif route == ("GET", "/v1/models"):
@@ -233,8 +270,7 @@ async def serve(cfg: SimConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``anvil sim`` and ``python -m anvil_metrics.sim``; returns an exit code."""
-    args = build_parser().parse_args(argv)
-    cfg = config_from_args(args)
+    cfg = config_from_args(parse_args(argv))
     try:
         asyncio.run(serve(cfg))
     except OSError as exc:
