@@ -146,14 +146,14 @@ def redact_url(url: Any) -> Any:
     return strip_credentials(url) if isinstance(url, str) else url
 
 
-def _client_block(locust_stats: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _client_block(client: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The `client` health block from the load generator's figures (missing keys → null)."""
-    if locust_stats is None:
+    if client is None:
         return None
-    return {key: locust_stats.get(key) for key in CLIENT_KEYS}
+    return {key: client.get(key) for key in CLIENT_KEYS}
 
 
-def build_benchmark(raw: RawRun, locust_stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_benchmark(raw: RawRun, client: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The full benchmark/v1 document of a run read back from its `requests.jsonl`.
 
     - Run parameters come from the header's `params` (keys named as the spec's fields;
@@ -165,8 +165,8 @@ def build_benchmark(raw: RawRun, locust_stats: Mapping[str, Any] | None = None) 
       measured records (identical to the raw index when warm-ups have their own counter;
       shifted down when they share it; in a partial run, requests that never got a record
       are not counted as issued).
-    - `locust_stats`, if given, supplies the `client` block ({loop_lag_ms, cpu_pct,
-      achieved_concurrency, saturated}).
+    - `client` (generator-health figures from the raw `run_end` line), if given, supplies
+      the `client` block ({loop_lag_ms, cpu_pct, achieved_concurrency, saturated}).
 
     Raises VerifyError if the document does not verify (a bug, or raw data that breaks an
     invariant): anvil does not hand out numbers it cannot reproduce.
@@ -209,7 +209,7 @@ def build_benchmark(raw: RawRun, locust_stats: Mapping[str, Any] | None = None) 
             "failed": len(failures),
             "failures": failures,
             "warmup_requests": len(raw.warmups),
-            "client": _client_block(locust_stats),
+            "client": _client_block(client),
             "timing_methodology": dict(TIMING_METHODOLOGY),
             "request_timings": rows,
             "metrics": stats.aggregate(rows, wall),

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from anvil_metrics.errors import AnvilError, UsageError
@@ -65,6 +68,35 @@ def _sizes(v: str) -> list[int]:
     return out
 
 
+def _nonce(v: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", v):
+        raise argparse.ArgumentTypeError(
+            f"--run-nonce {v!r} is not allowed; expected 1-32 letters, digits, '-' or '_' "
+            "(copy run_nonce from a previous benchmark.json)")
+    return v
+
+
+def _file(flag: str) -> Callable[[str], str]:
+    def check(v: str) -> str:
+        if not os.path.isfile(v):
+            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not a file; pass the served "
+                                             "model's tokenizer.json")
+        return v
+    return check
+
+
+def _run_extra(a: argparse.Namespace) -> list[str]:
+    """The options `anvil run` hands on to the Locust process unchanged."""
+    out: list[str] = []
+    if a.run_nonce:
+        out += ["--run-nonce", a.run_nonce]
+    if a.recalibrate:
+        out.append("--recalibrate")
+    if a.tokenizer:
+        out += ["--tokenizer", os.path.abspath(a.tokenizer)]
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="anvil", description="LLM serving benchmarks on Locust, exact numbers.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -84,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="safety limit in seconds (the run normally ends by request count)")
     r.add_argument("--api-key", default=None,
                    help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
+    r.add_argument("--run-nonce", type=_nonce, default=None,
+                   help="reuse a previous run's run_nonce: its prompts then hit the server's "
+                   "prefix cache on purpose (default: a new random nonce)")
+    r.add_argument("--recalibrate", action="store_true",
+                   help="ignore the cached prompt calibration (results/.cache) and redo it")
+    r.add_argument("--tokenizer", type=_file("--tokenizer"), default=None,
+                   help="count prompt tokens with this tokenizer.json (the served model's) "
+                   "instead of the server's tokenize endpoint or probes")
 
     pp = sub.add_parser("postprocess", help="build benchmark.json from a run folder")
     pp.add_argument("run_dir")
@@ -103,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--seed", type=_non_negative("--seed"), default=0)
     pr.add_argument("--api-key", default=None,
                     help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
+    pr.add_argument("--tokenizer", type=_file("--tokenizer"), default=None,
+                    help="count with this tokenizer.json instead of asking the server")
 
     d = sub.add_parser("demo", help="simulator + smoke scenario, end to end")
     d.add_argument("--results-dir", default="results")
@@ -125,7 +167,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     result = run_scenario(sc, a.scenario, a.host, users=sc.concurrency,
                           run_dir=run_dir, model=a.model, max_tokens=a.max_tokens,
                           warmup_requests=a.warmup_requests, api_key=a.api_key,
-                          run_time_s=a.run_time)
+                          run_time_s=a.run_time, extra=_run_extra(a))
     if result.benchmark_path is None:
         log_lines = result.log_path.read_text(errors="replace").strip().splitlines()
         anvil_errors = [ln.split("/ERROR/anvil: ", 1)[1] for ln in log_lines
@@ -172,14 +214,13 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_prompts(a: argparse.Namespace) -> int:
-    import os
-
     from anvil_metrics.sizing import measure_sizes
 
     key = a.api_key or os.environ.get("ANVIL_API_KEY") or os.environ.get("OPENAI_API_KEY")
-    rep = measure_sizes(a.host, a.tokens, model=a.model, api_key=key, seed=a.seed)
+    rep = measure_sizes(a.host, a.tokens, model=a.model, api_key=key, seed=a.seed,
+                        tokenizer_path=a.tokenizer)
     print(f"endpoint {rep.base_url}  model {rep.model}  calibration {rep.method} "
-          f"({rep.tokens_per_word:.4f} tokens/word)")
+          f"({rep.tokens_per_word:.4f} tokens/word; counted by {rep.counter})")
     print(f"{'planned':>10}{'counted':>10}{'error %':>10}{'build ms':>10}")
     for r in rep.results:
         err = "null" if r.error_pct is None else f"{r.error_pct:+.3f}"

@@ -7,6 +7,12 @@ planned prompt size. Warm-up tickets come first and have their own index sequenc
 measured ticket is handed out until every warm-up request has finished, so warm-up load
 never overlaps the measured window. When every measured ticket has been returned, the
 budget calls `on_exhausted` once.
+
+In shared-prefix burst mode (`group_size`), measured tickets come in groups of
+`group_size` consecutive indices, and a group's tickets are handed out only after every
+request of the groups before it has finished: each group arrives at the server as one
+burst of requests sharing a prefix, as SGLang's and vLLM's shared-prefix benchmarks send
+them, not spread over other groups' requests.
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ class RequestBudget:
     """
 
     def __init__(self, requests: int | None, warmup: int, sizes: list[int],
-                 on_exhausted: Callable[[], None] | None = None) -> None:
+                 on_exhausted: Callable[[], None] | None = None,
+                 group_size: int | None = None) -> None:
         if not sizes:
             raise ValueError("sizes must not be empty")
+        self.group_size = group_size
+        self._progress = gevent.event.Event()
         self.requests = requests
         self.warmup = warmup
         self._sizes = sizes
@@ -62,6 +71,13 @@ class RequestBudget:
             return None
         i = self._next
         self._next += 1
+        if self.group_size:
+            barrier = (i // self.group_size) * self.group_size
+            while self._done < barrier and not self._closed:
+                self._progress.wait()
+            if self._closed:  # stopped while waiting: this index was never issued
+                self._next = min(self._next, i)
+                return None
         return Ticket(i, False, self.size_for(i))
 
     def give_back(self, ticket: Ticket) -> None:
@@ -72,6 +88,8 @@ class RequestBudget:
                 self._warm.set()
             return
         self._done += 1
+        progress, self._progress = self._progress, gevent.event.Event()
+        progress.set()
         if self.requests is not None and self._done >= self.requests:
             self.close()
             if self._on_exhausted is not None:
@@ -81,6 +99,7 @@ class RequestBudget:
     def close(self) -> None:
         self._closed = True
         self._warm.set()
+        self._progress.set()
 
     @property
     def issued(self) -> int:

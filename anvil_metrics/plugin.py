@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -31,6 +32,7 @@ from anvil_metrics.session import RunOptions, RunSession, current
 log = logging.getLogger("anvil")
 
 API_KEY_ENV = ("ANVIL_API_KEY", "OPENAI_API_KEY")
+NONCE = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 # A key given with --api-key lives here, not in Locust's options: Locust's web UI re-parses
 # sys.argv to fill its start form, so a value left there would be served in the page.
@@ -81,8 +83,14 @@ def add_options(parser: Any, **_: Any) -> None:
                    help="where run folders are created")
     g.add_argument("--run-dir", type=str, default="", include_in_web_ui=False,
                    help="use this (already created) run folder instead of a new one")
-    g.add_argument("--run-nonce", type=str, default="", include_in_web_ui=False,
-                   help="reuse a previous run's nonce (hits the prefix cache on purpose)")
+    g.add_argument("--run-nonce", type=str, default="",
+                   help="reuse a previous run's run_nonce: its prompts hit the server's prefix "
+                   "cache on purpose (default: a new random nonce)")
+    g.add_argument("--recalibrate", action="store_true", default=False,
+                   help="ignore the cached prompt calibration for this endpoint and model")
+    g.add_argument("--tokenizer", type=str, default="",
+                   help="count prompt tokens with this tokenizer.json (the served model's) "
+                   "instead of asking the server; needs anvil[tokenizer]")
     g.add_argument("--api-key", type=str, default="", is_secret=True,
                    help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored "
                    "or shown")
@@ -132,9 +140,18 @@ def options_from_locust(environment: Any) -> RunOptions:
             "distributed runs (--master/--worker/--processes) are not supported yet: the "
             "request budget and records are per process; run one Locust process")
     users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
+    nonce = (getattr(o, "run_nonce", "") or "").strip() or None
+    if nonce is not None and not NONCE.fullmatch(nonce):
+        raise UsageError(f"--run-nonce {nonce!r} is not allowed; expected 1-32 letters, digits, "
+                         "'-' or '_' (copy run_nonce from a previous benchmark.json)")
+    tokenizer = (getattr(o, "tokenizer", "") or "").strip() or None
+    if tokenizer is not None and not os.path.isfile(tokenizer):
+        raise UsageError(f"--tokenizer {tokenizer!r} is not a file; pass the served model's "
+                         "tokenizer.json")
     return RunOptions(
         scenario=sc, host=host, users=int(users), results_dir=o.results_dir or "results",
-        run_dir=o.run_dir or None, api_key=api_key, run_nonce=o.run_nonce or None,
+        run_dir=o.run_dir or None, api_key=api_key, run_nonce=nonce,
+        recalibrate=bool(getattr(o, "recalibrate", False)), tokenizer_path=tokenizer,
     )
 
 
@@ -170,6 +187,7 @@ def on_test_start(environment: Any, **_: Any) -> None:
     # collector, whose full passes over them stalled the hub (and every stream) ~8 ms.
     gc.collect()
     gc.freeze()
+    session.begin_load()
     log.info("anvil: run %s → %s (model %s, %s requests, prompt sizing: %s)",
              session.run_id, session.run_dir, session.model, session.scenario.requests,
              session.calibration.method)

@@ -22,8 +22,7 @@ def build_for_run(run_dir: Path) -> dict:
     if not raw_path.exists():
         raise RawFileError(raw_path, "it does not exist", fix="pass a run folder made by anvil")
     raw = read_raw(raw_path)
-    locust_stats = (raw.run_end or {}).get("locust")
-    return build_benchmark(raw, locust_stats)
+    return build_benchmark(raw, (raw.run_end or {}).get("client"))
 
 
 def postprocess(run_dir: str | Path) -> Path:

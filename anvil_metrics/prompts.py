@@ -1,17 +1,22 @@
 """Synthetic prompts of a planned size, reproducible from a seed, unique per request.
 
-Every request's user message is `<unique prefix><shared body>`: the body is built once per
-planned size (before the load, so building it never stalls the gevent hub) from natural-
-looking sentences drawn from a seeded word list; the prefix names the run's nonce and the
-request index, so no two requests of a run (nor two runs with the same seed) share a long
-prefix a server's prefix cache could serve.
+Every request's user message is `<head><shared prefix><tag><body>`:
 
-Sizing: a prompt's token count is measured, not assumed. `ProbeCalibration` fits
-`tokens = overhead + per_word * words` from two `max_tokens=1` probes that read the
-server's `usage.prompt_tokens` (chat template included), then sizes each body from the fit.
-Without a server answer (method "none") a fixed 1.3 tokens per word is assumed. The
-planned size and the server's count are both recorded for every request, so the error is
-always visible. (Exact calibration to ±0.5 % on every server is the prompts issue.)
+- `head` names the run's nonce and the request (or, in shared-prefix mode, the request's
+  group), so two requests of a run, or two runs with the same seed, differ within the first
+  few tokens after the chat template's header and a server's prefix cache cannot serve one
+  request's prompt to another;
+- `shared prefix` is empty except in shared-prefix mode, where every request of a group
+  carries the same `prefix_tokens` of text and then differs at `tag`;
+- `body` is natural-looking text from a seeded word list, built once per planned size
+  before the load (building a 393k-token body takes ~10-20 ms with numpy; doing it per
+  request on the gevent hub would stall every stream).
+
+Sizing is measured, not assumed. `calibrate_by_probe` fits `tokens = overhead + per_word *
+words` from two counts by the server (its tokenize endpoint, or a `max_tokens=1` probe's
+`usage.prompt_tokens`, chat template included); `PromptFactory.prepare` then counts each
+planned size's prompt and corrects its word count until the count is within tolerance.
+The word counts found are what a calibration cache stores (`calcache.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 _WORDS = (
     "the of and to in is was for on that with as by at from this are be it an or which "
@@ -39,28 +46,50 @@ _WORDS = (
 ).split()
 
 FALLBACK_TOKENS_PER_WORD = 1.3
+MIN_UNIQUE_TOKENS = 32  # shared-prefix mode: each request keeps at least this much of its own
 
 CountTokens = Callable[[list[dict]], int]
 
+_CAPS = [w.capitalize() for w in _WORDS]
+# index v + k*V: k=0 "word", 1 "Word" (sentence start), 2 "word." (end), 3 "Word." (both)
+_VARIANTS = np.array(list(_WORDS) + _CAPS + [w + "." for w in _WORDS] + [c + "." for c in _CAPS],
+                     dtype=object)
+
 
 def body_text(n_words: int, seed: int) -> str:
-    """`n_words` words of sentence-like text, identical for the same (n_words, seed)."""
-    rng = random.Random(seed)
-    words = _WORDS
-    out: list[str] = []
-    left = n_words
-    while left > 0:
-        n = min(left, rng.randint(6, 16))
-        sent = [words[rng.randrange(len(words))] for _ in range(n)]
-        sent[0] = sent[0].capitalize()
-        out.append(" ".join(sent) + ".")
-        left -= n
-    return " ".join(out)
+    """`n_words` words of sentence-like text (sentences of 6-16 words drawn uniformly from
+    the word list), identical for the same (n_words, seed). Vectorised: ~10-20 ms for the
+    ~300k words of a 393k-token prompt."""
+    n = max(1, n_words)
+    v = len(_WORDS)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    ends = np.cumsum(rng.integers(6, 17, size=n // 6 + 2))
+    ends = ends[: int(np.searchsorted(ends, n)) + 1]
+    ends[-1] = n
+    idx = rng.integers(0, v, size=n)
+    idx[0] += v
+    idx[ends[:-1]] += v
+    idx[ends - 1] += 2 * v
+    return " ".join(_VARIANTS[idx].tolist())
 
 
 def request_prefix(run_nonce: str, request_index: int, warmup: bool = False) -> str:
+    """The unique head of a request's message in normal mode."""
     kind = "warmup" if warmup else "request"
     return f"Run {run_nonce} {kind} {request_index}. "
+
+
+def group_prefix(run_nonce: str, group: int, warmup: bool = False) -> str:
+    """The head shared by one group's requests in shared-prefix mode."""
+    kind = "warmup group" if warmup else "group"
+    return f"Run {run_nonce} {kind} {group}. "
+
+
+def request_tag(request_index: int, warmup: bool = False) -> str:
+    """Where a shared-prefix request starts to differ from its group. It opens with a
+    newline and a bracket so that the tokens before it end exactly at the shared text."""
+    kind = "w" if warmup else "q"
+    return f"\n[{kind}{request_index}] "
 
 
 def messages_for(text: str, system_prompt: str | None = None) -> list[dict]:
@@ -75,15 +104,62 @@ def messages_for(text: str, system_prompt: str | None = None) -> list[dict]:
 class Calibration:
     """`tokens ≈ overhead_tokens + tokens_per_word * words` for this endpoint and model."""
 
-    method: str  # "tokenize" | "probe" | "none"
+    method: str  # "tokenize" | "probe" | "local_tokenizer" | "none"
     overhead_tokens: float
     tokens_per_word: float
 
-    def words_for(self, planned_tokens: int) -> int:
+    def words_for(self, planned_tokens: float) -> int:
         return max(1, round((planned_tokens - self.overhead_tokens) / self.tokens_per_word))
 
 
 NO_CALIBRATION = Calibration("none", 0.0, FALLBACK_TOKENS_PER_WORD)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """Shared-prefix mode: requests `group_size` at a time share `prefix_tokens` of prompt
+    (chat template header included) and differ after it."""
+
+    prefix_tokens: int
+    group_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Needle:
+    """A random key placed at `depth` (0..1) of a prompt's text, for retrieval checks."""
+
+    key: str
+    depth: float
+
+    @property
+    def sentence(self) -> str:
+        return f"The secret key is {self.key}. "
+
+    QUESTION = "What is the secret key?"
+
+
+def make_needle(seed: int, depth: float) -> Needle:
+    """A reproducible key of 8 hex digits in two groups, e.g. `3F9A-02C7`."""
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"needle depth must be within 0..1, got {depth}")
+    k = random.Random(seed).getrandbits(32)
+    return Needle(f"{k >> 16:04X}-{k & 0xFFFF:04X}", depth)
+
+
+def insert_needle(text: str, needle: Needle) -> str:
+    """`text` with the needle's sentence inserted at the sentence boundary nearest to
+    `needle.depth` of its length (the text is homogeneous, so a fraction of its characters
+    is, within a sentence, the same fraction of its tokens)."""
+    at = round(len(text) * needle.depth)
+    if at <= 0:
+        return needle.sentence + text
+    if at >= len(text):
+        return text.rstrip() + " " + needle.sentence.rstrip()
+    left = text.rfind(". ", 0, at)
+    right = text.find(". ", at)
+    cands = [i + 2 for i in (left, right) if i >= 0]
+    cut = min(cands, key=lambda i: abs(i - at)) if cands else at
+    return text[:cut] + needle.sentence + text[cut:]
 
 
 def calibrate_by_probe(
@@ -102,51 +178,122 @@ def calibrate_by_probe(
     return Calibration(method, c1 - per_word * small_words, per_word)
 
 
+@dataclass(frozen=True, slots=True)
+class PromptParts:
+    """One request's user message, in the pieces the body builder splices."""
+
+    head: str
+    prefix: str
+    tag: str
+    body: str
+
+    @property
+    def text(self) -> str:
+        return self.head + self.prefix + self.tag + self.body
+
+
 class PromptFactory:
-    """Builds each request's messages. Bodies are cached per planned size (built up front
-    with `prepare`); the per-request work is one string concatenation."""
+    """Builds each request's messages. Bodies are built per planned size (with `prepare`,
+    before the load); the per-request work is a few string concatenations.
+
+    `words` (planned size -> body words) and `prefix_words` restore a previous calibration
+    (see `calcache.py`) without counting again."""
 
     def __init__(self, calibration: Calibration, seed: int, run_nonce: str,
-                 system_prompt: str | None = None) -> None:
+                 system_prompt: str | None = None, shared: SharedPrefix | None = None,
+                 words: dict[int, int] | None = None, prefix_words: int | None = None
+                 ) -> None:
         self.calibration = calibration
         self.seed = seed
         self.run_nonce = run_nonce
         self.system_prompt = system_prompt
+        self.shared = shared
+        self.words: dict[int, int] = dict(words or {})
+        self.prefix_words = prefix_words
+        self.prefix_counted: int | None = None
+        self._prefix_text = ""
         self._bodies: dict[int, str] = {}
+
+    def _body_seed(self, size: int) -> int:
+        return self.seed * 1_000_003 + size
+
+    def _fit(self, target: int, text_for: Callable[[int], str], words: int,
+             count: CountTokens | None, tolerance_pct: float, max_rounds: int
+             ) -> tuple[int, int | None]:
+        """Correct `words` until the server's count of `text_for(words)` is within
+        `tolerance_pct` of `target` (or `max_rounds` counts were spent)."""
+        per_word = self.calibration.tokens_per_word
+        counted: int | None = None
+        for _ in range(max_rounds if count is not None else 0):
+            counted = count(messages_for(text_for(words), self.system_prompt))  # type: ignore[misc]
+            miss = counted - target
+            if abs(miss) * 100 <= tolerance_pct * target:
+                break
+            step = round(miss / per_word) or (1 if miss > 0 else -1)
+            words = max(1, words - step)
+        return words, counted
+
+    def _prepare_prefix(self, count: CountTokens | None, tolerance_pct: float,
+                        max_rounds: int) -> None:
+        if self.shared is None or self._prefix_text:
+            return
+        seed = self._body_seed(0) + 7
+
+        def text_for(w: int) -> str:
+            return group_prefix(self.run_nonce, 0) + body_text(w, seed)
+
+        words = self.prefix_words
+        if words is None:
+            words = self.calibration.words_for(self.shared.prefix_tokens)
+            words, self.prefix_counted = self._fit(self.shared.prefix_tokens, text_for, words,
+                                                   count, tolerance_pct, max_rounds)
+        self.prefix_words = words
+        self._prefix_text = body_text(words, seed)
 
     def prepare(self, sizes: list[int], count: CountTokens | None = None,
                 tolerance_pct: float = 0.1, max_rounds: int = 4) -> dict[int, int | None]:
         """Build each planned size's body once. With `count` (the server's own count of a
         chat prompt), correct each body's word count until the counted size is within
-        `tolerance_pct` of the plan (or `max_rounds` counts were spent): the linear fit
-        alone misses by ~0.5-1 %. Returns size -> last counted tokens (None uncounted)."""
+        `tolerance_pct` of the plan (the linear fit alone misses by ~0.5-1 %); sizes whose
+        word count is already known are built without counting. Returns size -> last
+        counted tokens (None when not counted)."""
+        self._prepare_prefix(count, tolerance_pct, max_rounds)
         counted: dict[int, int | None] = {}
-        per_word = self.calibration.tokens_per_word
         for size in sorted(set(sizes)):
             if size in self._bodies:
                 continue
-            seed = self.seed * 1_000_003 + size
-            words = self.calibration.words_for(size)
-            body = body_text(words, seed)
+            seed = self._body_seed(size)
+            parts = self.parts(size, 0, body="")
+            lead = parts.head + parts.prefix + parts.tag
+
+            def text_for(w: int, lead: str = lead, seed: int = seed) -> str:
+                return lead + body_text(w, seed)
+
+            words = self.words.get(size)
             counted[size] = None
-            for _ in range(max_rounds if count is not None else 0):
-                n = count(messages_for(request_prefix(self.run_nonce, 0) + body,
-                                       self.system_prompt))
-                counted[size] = n
-                miss = n - size
-                if abs(miss) * 100 <= tolerance_pct * size:
-                    break
-                step = round(miss / per_word) or (1 if miss > 0 else -1)
-                words = max(1, words - step)
-                body = body_text(words, seed)
-            self._bodies[size] = body
+            if words is None:
+                guess = self.calibration.words_for(size) - (self.prefix_words or 0)
+                words, counted[size] = self._fit(size, text_for, max(1, guess), count,
+                                                 tolerance_pct, max_rounds)
+            self.words[size] = words
+            self._bodies[size] = body_text(words, seed)
         return counted
+
+    def parts(self, planned_tokens: int, request_index: int, warmup: bool = False,
+              body: str | None = None) -> PromptParts:
+        if body is None:
+            body = self._bodies.get(planned_tokens)
+            if body is None:
+                self.prepare([planned_tokens])
+                body = self._bodies[planned_tokens]
+        if self.shared is None:
+            return PromptParts(request_prefix(self.run_nonce, request_index, warmup), "", "",
+                               body)
+        group = request_index // self.shared.group_size
+        return PromptParts(group_prefix(self.run_nonce, group, warmup), self._prefix_text,
+                           request_tag(request_index, warmup), body)
 
     def messages(self, planned_tokens: int, request_index: int, warmup: bool = False
                  ) -> list[dict]:
-        body = self._bodies.get(planned_tokens)
-        if body is None:
-            self.prepare([planned_tokens])
-            body = self._bodies[planned_tokens]
-        return messages_for(request_prefix(self.run_nonce, request_index, warmup) + body,
+        return messages_for(self.parts(planned_tokens, request_index, warmup).text,
                             self.system_prompt)

@@ -40,7 +40,8 @@ class RunResult:
 
 def locust_argv(sc: Scenario, scenario_path: str, host: str, users: int, run_dir: Path,
                 *, model: str | None, requests: int, max_tokens: int | None,
-                warmup_requests: int | None, run_time_s: float | None) -> list[str]:
+                warmup_requests: int | None, run_time_s: float | None,
+                extra: list[str] | None = None) -> list[str]:
     argv = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
         "-u", str(users), "-r", str(users),
@@ -57,7 +58,7 @@ def locust_argv(sc: Scenario, scenario_path: str, host: str, users: int, run_dir
         argv += ["--warmup-requests", str(warmup_requests)]
     if run_time_s:
         argv += ["--run-time", f"{math.ceil(run_time_s)}s"]
-    return argv
+    return argv + list(extra or [])
 
 
 def prepare_run(host: str, results_dir: str) -> Path:
@@ -73,11 +74,13 @@ def prepare_run(host: str, results_dir: str) -> Path:
 def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
                  run_dir: Path, model: str | None = None, max_tokens: int | None = None,
                  warmup_requests: int | None = None, api_key: str | None = None,
-                 run_time_s: float | None = None) -> RunResult:
-    """Run Locust headless until `sc.requests` measured requests have finished."""
+                 run_time_s: float | None = None, extra: list[str] | None = None
+                 ) -> RunResult:
+    """Run Locust headless until `sc.requests` measured requests have finished. `extra`:
+    more anvil options for the Locust process (`--run-nonce`, `--recalibrate`, ...)."""
     argv = locust_argv(sc, scenario_path, host, users, run_dir, model=model,
                        requests=sc.requests, max_tokens=max_tokens,
-                       warmup_requests=warmup_requests, run_time_s=run_time_s)
+                       warmup_requests=warmup_requests, run_time_s=run_time_s, extra=extra)
     # The host (it may carry credentials) and the key go by environment, never on a
     # command line that `ps` shows.
     env = dict(os.environ, LOCUST_HOST=host)

@@ -20,6 +20,10 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
     reasoning_effort = "low"              # omit for none
     thinking_mode = "default"             # "default" | "on" | "off"
 
+    [shared_prefix]                       # only with serve_flags.shared_prefix_burst = true
+    prefix_tokens = 2048                  # tokens each group's requests share (template incl.)
+    group_size = 8                        # requests per group (default: concurrency)
+
     [request]
     include_usage = true                  # stream_options.include_usage
     fixed_output_tokens = false           # ignore_eos + min_tokens = max_tokens
@@ -57,10 +61,13 @@ _TOP_KEYS = {
     "request",
     "meta",
     "timeouts",
+    "shared_prefix",
 }
 _SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
 _REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
 _TIMEOUT_KEYS = {"connect_s", "network_s"}
+_SHARED_PREFIX_KEYS = {"prefix_tokens", "group_size"}
+MIN_UNIQUE_TOKENS = 32  # shared-prefix mode: tokens each request keeps for itself
 # body fields that anvil sets and reports; extra_body may not silently change them
 _RESERVED_BODY_KEYS = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
                        "stream_options"}
@@ -92,6 +99,8 @@ class Scenario:
     reasoning_effort: str | None = None
     thinking_mode: str = "default"
     shared_prefix_burst: bool = False
+    shared_prefix_tokens: int | None = None
+    shared_group_size: int | None = None
     include_usage: bool = True
     fixed_output_tokens: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
@@ -111,6 +120,13 @@ class Scenario:
             "shared_prefix_burst": self.shared_prefix_burst,
             "thinking_mode": self.thinking_mode,
         }
+
+    def shared_prefix(self) -> dict[str, int] | None:
+        """The benchmark's `shared_prefix` field: `{prefix_tokens, group_size}` or None."""
+        if not self.shared_prefix_burst or self.shared_prefix_tokens is None:
+            return None
+        return {"prefix_tokens": self.shared_prefix_tokens,
+                "group_size": self.shared_group_size or self.concurrency}
 
     def planned_sizes(self) -> list[int]:
         """The distribution expanded and shuffled with `context_seed` (so a run shorter
@@ -209,8 +225,25 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
     if no_thinking:
         thinking = "off"
     shared = _bool(flags, "shared_prefix_burst", False, source, "serve_flags.shared_prefix_burst")
+    sp = _table(data, "shared_prefix", _SHARED_PREFIX_KEYS, source)
+    prefix_tokens: int | None = None
+    group_size: int | None = None
+    if sp and not shared:
+        raise _err("shared_prefix", sp, "only with serve_flags.shared_prefix_burst = true",
+                   source)
     if shared:
-        raise _err("serve_flags.shared_prefix_burst", True, "false (not supported yet)", source)
+        if "prefix_tokens" not in sp:
+            raise _err("shared_prefix.prefix_tokens", None, "a token count (required with "
+                       "serve_flags.shared_prefix_burst = true)", source)
+        prefix_tokens = _int(sp, "prefix_tokens", 0, 1, source, "shared_prefix.prefix_tokens")
+        if "group_size" in sp:
+            group_size = _int(sp, "group_size", 1, 1, source, "shared_prefix.group_size")
+        smallest = min(dist)
+        if prefix_tokens + MIN_UNIQUE_TOKENS > smallest:
+            raise _err("shared_prefix.prefix_tokens", prefix_tokens,
+                       f"at most the smallest planned size ({smallest}) - {MIN_UNIQUE_TOKENS} "
+                       f"= {smallest - MIN_UNIQUE_TOKENS}, so each request keeps some tokens "
+                       "of its own", source)
 
     req = _table(data, "request", _REQUEST_KEYS, source)
     include_usage = _bool(req, "include_usage", True, source, "request.include_usage")
@@ -257,6 +290,8 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         reasoning_effort=effort,
         thinking_mode=thinking,
         shared_prefix_burst=shared,
+        shared_prefix_tokens=prefix_tokens,
+        shared_group_size=group_size,
         include_usage=include_usage,
         fixed_output_tokens=fixed,
         extra_body=dict(extra),

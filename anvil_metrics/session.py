@@ -13,21 +13,27 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anvil_metrics import cachecheck, calcache
 from anvil_metrics.body import BodyBuilder, body_fields
 from anvil_metrics.client import ChatClient, Endpoint
 from anvil_metrics.control import RequestBudget
+from anvil_metrics.counting import server_counter
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.events import anvil_events
+from anvil_metrics.lagmon import LoopLagMonitor
 from anvil_metrics.prompts import (
     NO_CALIBRATION,
     Calibration,
     PromptFactory,
+    SharedPrefix,
     calibrate_by_probe,
+    messages_for,
 )
 from anvil_metrics.recorder import RUN_ID, RawWriter, create_run_dir, new_run_id
 from anvil_metrics.records import RequestRecord
@@ -55,6 +61,8 @@ class RunOptions:
     api_key: str | None = None
     run_nonce: str | None = None
     calibrate: bool = True
+    recalibrate: bool = False  # ignore a cached calibration (and store a fresh one)
+    tokenizer_path: str | None = None  # a local tokenizer.json to count with
 
 
 def discover_model(client: ChatClient) -> str:
@@ -73,60 +81,6 @@ def discover_model(client: ChatClient) -> str:
         f"could not discover a model from {client.endpoint.base_url}/models (HTTP {status}); "
         "pass --model NAME or set meta.model in the scenario"
     )
-
-
-def probe_counter(client: ChatClient, fields: dict[str, Any]) -> Callable[[list[dict]], int]:
-    """A function that sends a `max_tokens=1` request and returns `usage.prompt_tokens`.
-
-    The probe carries the run's own body fields (thinking switch, extra body) but not its
-    streaming or output-length ones, so the server applies the same chat template."""
-    base = {k: v for k, v in fields.items()
-            if k not in ("stream", "stream_options", "ignore_eos", "min_tokens")}
-
-    def count(messages: list[dict]) -> int:
-        status, body = client.post_json(
-            "/chat/completions", {**base, "messages": messages, "max_tokens": 1, "stream": False})
-        if status != 200 or not isinstance(body, dict):
-            raise AnvilError(f"calibration probe got HTTP {status}: {str(body)[:200]}")
-        usage = body.get("usage") or {}
-        n = usage.get("prompt_tokens")
-        if not isinstance(n, int):
-            raise AnvilError("calibration probe: the server's response has no usage.prompt_tokens")
-        return n
-
-    return count
-
-
-def tokenize_counter(client: ChatClient, fields: dict[str, Any]
-                     ) -> Callable[[list[dict]], int] | None:
-    """vLLM-style `POST /tokenize` with `messages` (chat template applied): a count with
-    no prefill. None when the server has no such endpoint (then probes are used)."""
-    root = client.endpoint.api_path.removesuffix("/v1")
-    base = {k: fields[k] for k in ("model", "chat_template_kwargs") if k in fields}
-
-    def count(messages: list[dict]) -> int:
-        status, body = client.post_json(root + "/tokenize", {**base, "messages": messages},
-                                        absolute=True)
-        n = body.get("count") if isinstance(body, dict) else None
-        if status != 200 or not isinstance(n, int):
-            raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
-        return n
-
-    try:
-        count([{"role": "user", "content": "hello"}])
-    except Exception:  # no endpoint, or not this shape: fall back to probes
-        return None
-    return count
-
-
-def server_counter(client: ChatClient, fields: dict[str, Any]
-                   ) -> tuple[Callable[[list[dict]], int], str]:
-    """The cheapest way this server counts a chat prompt, and its calibration method name:
-    its tokenize endpoint, else `max_tokens=1` probes."""
-    count = tokenize_counter(client, fields)
-    if count is not None:
-        return count, "tokenize"
-    return probe_counter(client, fields), "probe"
 
 
 class RunSession:
@@ -148,7 +102,43 @@ class RunSession:
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.finished = False
         self.benchmark_path: Path | None = None
+        self.cache_warning: str | None = None
         anvil_events.request_record.add_listener(self._on_record)
+        self.lag = LoopLagMonitor()
+        self._health: dict[str, Any] | None = None
+        self._cpu0_s = time.process_time()
+        self._wall0_s = time.perf_counter()
+        self._load0_ns = time.perf_counter_ns()
+
+    def begin_load(self) -> None:
+        """Start the generator-health figures: call when set-up work is over and the users
+        are about to send (set-up stalls, e.g. a final garbage collection, are not load)."""
+        self.lag.start()
+        self._cpu0_s = time.process_time()
+        self._wall0_s = time.perf_counter()
+        self._load0_ns = time.perf_counter_ns()
+
+    def end_load(self) -> None:
+        """Freeze the generator-health figures: the load is over (the budget is spent, or
+        the run is being stopped); shutting Locust down is not load."""
+        if self._health is not None:
+            return
+        lag = self.lag.stop()
+        wall_s = time.perf_counter() - self._wall0_s
+        cpu = (time.process_time() - self._cpu0_s) / wall_s * 100 if wall_s > 0 else None
+        lag_json = lag.as_json()
+        if lag.max_at_ns is not None:  # when the worst stall happened, for diagnosis
+            lag_json["max_at_s"] = round((lag.max_at_ns - self._load0_ns) / 1e9, 3)
+        self._health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
+                        "achieved_concurrency": None, "saturated": None}
+
+    def client_health(self) -> dict[str, Any]:
+        """The benchmark's `client` block, as far as this issue measures it: event-loop lag
+        over the load and this process's CPU share meanwhile (`achieved_concurrency` and
+        `saturated` are the performance issue's)."""
+        self.end_load()
+        assert self._health is not None
+        return self._health
 
     def _on_record(self, record: RequestRecord, **_: Any) -> None:
         self.writer.write_record(record)
@@ -163,28 +153,29 @@ class RunSession:
                                   network_timeout_s=sc.timeouts.network_s)
         nonce = opts.run_nonce or secrets.token_hex(4)
         sizes = sc.planned_sizes()
+        shared_doc = sc.shared_prefix()
+        if shared_doc is not None and not shared_doc.get("group_size"):
+            shared_doc["group_size"] = opts.users
+        shared = SharedPrefix(**shared_doc) if shared_doc else None
         try:
             model = sc.meta.get("model") or discover_model(probe_client)
-            count, method = server_counter(probe_client, body_fields(sc, model))
-            calibration = NO_CALIBRATION
-            if opts.calibrate:
-                try:
-                    calibration = calibrate_by_probe(count, sc.context_seed, sc.system_prompt,
-                                                     method=method)
-                except Exception as e:  # any probe failure: size by estimate, say so
-                    log.warning("anvil: prompt calibration failed (%s); sizing by estimate", e)
-            prompts = PromptFactory(calibration, sc.context_seed, nonce, sc.system_prompt)
+            fields = body_fields(sc, model)
+            prompts, sizing = _prepare_prompts(opts, probe_client, fields, model, nonce,
+                                               sizes, shared)
             bodies = BodyBuilder(sc, model, prompts)
-            try:
-                prompts.prepare(sizes, count if calibration.method != "none" else None)
-            except Exception as e:  # a correction probe failed: keep the fitted sizes
-                log.warning("anvil: prompt size correction failed (%s); using the fit", e)
-                prompts.prepare(sizes)
             bodies.prepare(sizes)
         finally:
             probe_client.close()
 
-        budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, on_exhausted)
+        holder: list[RunSession] = []
+
+        def exhausted() -> None:  # the last measured request is done: the load is over
+            if holder:
+                holder[0].end_load()
+            on_exhausted()
+
+        budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
+                               group_size=shared.group_size if shared else None)
 
         if opts.run_dir:
             run_dir = Path(opts.run_dir)
@@ -214,18 +205,25 @@ class RunSession:
             "base_url": endpoint.base_url,
             "serve_flags": sc.serve_flags(),
             "run_nonce": nonce,
-            "prompt_calibration": {"method": calibration.method},
+            "prompt_calibration": {"method": prompts.calibration.method},
             "warmup_requests": sc.warmup_requests,
             "requests_planned": sc.requests,
+            # not benchmark fields: how prompts were sized, for the raw record and checks
+            "prompt_sizing": sizing,
+            "nonce_reused": opts.run_nonce is not None,
         }
+        if shared_doc is not None:
+            params["shared_prefix"] = shared_doc
         header = writer.write_header(run_id, params)
-        session = cls(opts, endpoint, model, calibration, run_id, run_dir, writer, bodies,
-                      budget, header)
+        session = cls(opts, endpoint, model, prompts.calibration, run_id, run_dir, writer,
+                      bodies, budget, header)
+        holder.append(session)
         _current = session
         return session
 
     def finish(self, locust_stats: dict[str, Any] | None = None) -> Path | None:
-        """Close the raw file and write `benchmark.json`; idempotent."""
+        """Close the raw file and write `benchmark.json`; idempotent. Logs a warning when
+        the server reported prefix-cache hits this run's prompts should not have had."""
         global _current
         if self.finished:
             return self.benchmark_path
@@ -235,7 +233,10 @@ class RunSession:
         from anvil_metrics.postprocess import postprocess
 
         try:
-            self.writer.write_end({"locust": locust_stats} if locust_stats else None)
+            end: dict[str, Any] = {"client": self.client_health()}
+            if locust_stats:
+                end["locust"] = locust_stats
+            self.writer.write_end(end)
         finally:
             self.writer.close()
         try:
@@ -243,7 +244,87 @@ class RunSession:
         except AnvilError as e:
             log.error("anvil: could not build benchmark.json for %s: %s", self.run_dir, e)
             self.benchmark_path = None
+        else:
+            self.cache_warning = cachecheck.check_run_dir(self.run_dir)
+            if self.cache_warning:
+                log.warning("anvil: %s", self.cache_warning)
         if _current is self:
             _current = None
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
         return self.benchmark_path
+
+
+def _prepare_prompts(opts: RunOptions, client: ChatClient, fields: dict[str, Any], model: str,
+                     nonce: str, sizes: list[int], shared: SharedPrefix | None
+                     ) -> tuple[PromptFactory, dict[str, Any]]:
+    """Count, calibrate and size every planned prompt (or reuse a cached calibration).
+
+    Returns the factory and what the raw header records about it: which counter, whether
+    the cache answered, the server's count per size, and how many leading tokens the
+    run's requests are expected to share (the template header and system prompt; the
+    prefix in shared-prefix mode): more cached tokens than that is a surprise."""
+    sc = opts.scenario
+    counter = server_counter(client, fields, opts.tokenizer_path)
+    key, parts = calcache.cache_key(
+        base_url=client.endpoint.base_url, model=model, counter=counter.source,
+        system_prompt=sc.system_prompt, seed=sc.context_seed,
+        template={k: fields.get(k) for k in ("chat_template_kwargs", "reasoning_effort")},
+        shared_prefix_tokens=shared.prefix_tokens if shared else None)
+    cached = None if (opts.recalibrate or not opts.calibrate) else calcache.load(
+        opts.results_dir, key)
+    calibration: Calibration = NO_CALIBRATION
+    if cached is not None:
+        calibration = cached.calibration
+    elif opts.calibrate:
+        try:
+            calibration = calibrate_by_probe(counter.count, sc.context_seed, sc.system_prompt,
+                                             method=counter.method)
+        except Exception as e:  # any counting failure: size by estimate, say so
+            log.warning("anvil: prompt calibration failed (%s); sizing by estimate", e)
+    prompts = PromptFactory(calibration, sc.context_seed, nonce, sc.system_prompt, shared,
+                            words=cached.words if cached else None,
+                            prefix_words=cached.prefix_words if cached else None)
+    count = counter.count if calibration.method != "none" else None
+    try:
+        counted_now = prompts.prepare(sizes, count)  # sizes the cache has are not counted
+    except Exception as e:  # a correction count failed: keep the fitted sizes
+        log.warning("anvil: prompt size correction failed (%s); using the fit", e)
+        counted_now = prompts.prepare(sizes)
+    known = dict(cached.counted) if cached else {}
+    counted = {s: counted_now.get(s) if counted_now.get(s) is not None else known.get(s)
+               for s in set(sizes)}
+    if count is not None and any(v is not None for v in counted_now.values()):
+        known.update({k: v for k, v in counted_now.items() if v is not None})
+        calcache.store(opts.results_dir, key, parts, calcache.CachedCalibration(
+            calibration, dict(prompts.words), known, prompts.prefix_words))
+    expected_shared = _expected_shared_tokens(prompts, counter.count if count else None,
+                                              sc.system_prompt)
+    sizing = {
+        "counter": counter.source,
+        "cache": "hit" if cached is not None else ("stored" if count else "off"),
+        "cache_key": key,
+        "counted": {str(k): v for k, v in sorted(counted.items())},
+        "expected_shared_tokens": expected_shared,
+    }
+    if shared is not None:
+        sizing["prefix_counted"] = prompts.prefix_counted
+    return prompts, sizing
+
+
+def _expected_shared_tokens(prompts: PromptFactory, count: Any, system_prompt: str | None
+                            ) -> int:
+    """How many leading prompt tokens two requests of this run may legitimately share:
+    the chat template header, the system prompt and `Run <nonce>` (or, in shared-prefix
+    mode, the group's whole prefix). Counted where counting is available, else estimated
+    from the calibration."""
+    if prompts.shared is not None:
+        return prompts.shared.prefix_tokens
+    lead = f"Run {prompts.run_nonce}"
+    if count is not None:
+        try:
+            return int(count(messages_for(lead, system_prompt)))
+        except Exception:  # counting is best effort here; fall back to the estimate
+            pass
+    cal = prompts.calibration
+    words = len(lead.split()) + len((system_prompt or "").split())
+    return int(cal.overhead_tokens + cal.tokens_per_word * words) + 8

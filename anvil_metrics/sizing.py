@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 
 from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.counting import server_counter
 from anvil_metrics.prompts import PromptFactory, calibrate_by_probe
-from anvil_metrics.session import discover_model, server_counter
+from anvil_metrics.session import discover_model
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,29 +35,31 @@ class SizingReport:
     model: str
     base_url: str
     method: str
+    counter: str
     tokens_per_word: float
     results: tuple[SizeResult, ...]
 
 
 def measure_sizes(host: str, sizes: list[int], *, model: str | None = None,
                   api_key: str | None = None, seed: int = 0,
-                  timeout_s: float = 900.0) -> SizingReport:
+                  timeout_s: float = 900.0, tokenizer_path: str | None = None
+                  ) -> SizingReport:
     endpoint = Endpoint.parse(host)
     client = ChatClient(endpoint, api_key, network_timeout_s=timeout_s)
     try:
         model = model or discover_model(client)
-        count, method = server_counter(client, {"model": model})
-        calibration = calibrate_by_probe(count, seed, method=method)
+        counter = server_counter(client, {"model": model}, tokenizer_path)
+        calibration = calibrate_by_probe(counter.count, seed, method=counter.method)
         factory = PromptFactory(calibration, seed, "sizing00")
-        counted = factory.prepare(sizes, count)
+        counted = factory.prepare(sizes, counter.count)
     finally:
         client.close()
     results = []
-    for size in sizes:
-        rebuilt = PromptFactory(calibration, seed, "sizing00")
+    for size in sizes:  # rebuilding from the found word counts is what a run does
+        rebuilt = PromptFactory(calibration, seed, "sizing00", words=factory.words)
         t0 = time.perf_counter()
         rebuilt.prepare([size])
         build_ms = (time.perf_counter() - t0) * 1000
         results.append(SizeResult(size, counted.get(size), build_ms))
     return SizingReport(model, endpoint.base_url, calibration.method,
-                        calibration.tokens_per_word, tuple(results))
+                        counter.source, calibration.tokens_per_word, tuple(results))

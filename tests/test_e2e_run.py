@@ -75,7 +75,7 @@ def test_plain_locust_same_options(simulator, tmp_path: Path) -> None:
          "--results-dir", str(tmp_path / "res"), "--run-time", "60s"],
         cwd=REPO, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = list((tmp_path / "res").iterdir())
+    runs = list((tmp_path / "res").glob("benchmark-*"))
     assert len(runs) == 1
     doc = load_json(runs[0] / "benchmark.json")
     assert doc["requests"] == 11 and doc["completed"] == 11 and doc["concurrency"] == 3
@@ -163,7 +163,7 @@ def test_user_locustfile_can_hook_anvil_events(simulator, tmp_path: Path) -> Non
          "--run-time", "60s"],
         cwd=REPO, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (run,) = list((tmp_path / "res").iterdir())
+    (run,) = list((tmp_path / "res").glob("benchmark-*"))
     seen = load_json(run / "hooks.json")
     doc = load_json(run / "benchmark.json")
     rows = {r["request_index"]: r for r in doc["request_timings"]}

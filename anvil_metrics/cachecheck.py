@@ -1,0 +1,65 @@
+"""Did the server serve this run's prompts from its prefix cache when it should not have?
+
+Each request's prompt is unique after a few tokens (`prompts.py`), so a server's prefix
+cache can legitimately serve only the chat template header, the system prompt and the
+start of the run's head line: `expected_shared_tokens` in the raw header. A request whose
+`usage.prompt_tokens_details.cached_tokens` goes well beyond that had its prefill (partly)
+skipped, so its TTFT and prefill rate do not measure what the run claims, e.g. a rerun
+that reused a nonce by accident, or a server that caches across something we did not
+expect. The run still stands; it says so.
+
+Expected hits are not flagged: shared-prefix mode (the point of it) and a reused nonce
+(`--run-nonce`, on purpose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from anvil_metrics.rawfile import read_raw
+
+# cache block granularity differs per server (vLLM 16 tokens, others up to 64): a hit may
+# round the legitimately shared head up by one block
+BLOCK_SLACK_TOKENS = 64
+
+
+def unexpected_hits(rows: Sequence[Mapping[str, Any]], expected_shared_tokens: int
+                    ) -> list[Mapping[str, Any]]:
+    """The rows whose `cached_tokens` exceed what the run's prompts could share."""
+    limit = expected_shared_tokens + BLOCK_SLACK_TOKENS
+    return [r for r in rows if (r.get("cached_tokens") or 0) > limit]
+
+
+def warning_for(rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> str | None:
+    """One line when cached tokens show hits the run's prompts should not have, else None."""
+    if params.get("nonce_reused") or params.get("shared_prefix"):
+        return None
+    sizing = params.get("prompt_sizing") or {}
+    expected = sizing.get("expected_shared_tokens")
+    if not isinstance(expected, int):
+        return None
+    hits = unexpected_hits(rows, expected)
+    if not hits:
+        return None
+    worst = max(hits, key=lambda r: r["cached_tokens"])
+    return (
+        f"{len(hits)} of {len(rows)} requests were served partly from the server's prefix "
+        f"cache (up to {worst['cached_tokens']} of {worst.get('prompt_tokens')} prompt tokens, "
+        f"at most ~{expected} expected): their TTFT and prefill rate are not cold-prefill "
+        "figures. Was the run nonce reused, or the same prompts sent earlier?"
+    )
+
+
+def check_run_dir(run_dir: str | Path) -> str | None:
+    """`warning_for` on a finished run folder (its raw header and benchmark rows)."""
+    import orjson
+
+    run_dir = Path(run_dir)
+    try:
+        raw = read_raw(run_dir / "requests.jsonl")
+        doc = orjson.loads((run_dir / "benchmark.json").read_bytes())
+    except Exception:  # a check, never a failure of the run
+        return None
+    return warning_for(doc.get("request_timings") or [], raw.header.get("params") or {})
