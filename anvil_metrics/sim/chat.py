@@ -25,9 +25,9 @@ import orjson
 
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import Headers, HttpConnection, error_body
-from anvil_metrics.sim.prefixcache import PrefixCache, prompt_token_ids
+from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler, Timed
-from anvil_metrics.sim.tokenizer import TokenizeError, count_chat_tokens
+from anvil_metrics.sim.tokenizer import TokenizeError, count_chat_tokens, prompt_token_ids
 
 # Generated text: deterministic pieces, one per token. Content pieces include multi-byte UTF-8
 # (2-, 3- and 4-byte sequences) so a client's incremental decoding is exercised.

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 ROLE_CHUNK_MODES = ("immediate", "with-first-token")
 TIMER_KINDS = ("auto", "timerfd", "asyncio")
+TOKENIZE_APIS = ("vllm", "llamacpp", "sglang", "none")  # see `tokenapi` for their shapes
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class SimConfig:
     no_done: bool = False
     stamp_send: bool = False
     timer: str = "auto"
-    no_tokenize: bool = False
+    tokenize_api: str = "vllm"
     prefix_cache: bool = False
     prefix_cache_block: int = 16
     prefix_cache_tokens: int = 4_000_000

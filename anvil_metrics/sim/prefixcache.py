@@ -31,78 +31,17 @@ this process, and at 64 bits a collision between a few hundred thousand blocks i
 
 from __future__ import annotations
 
-import re
-import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from anvil_metrics.sim.tokenizer import (
-    _IM_END,
-    _IM_START,
-    _NEWLINE,
-    _PIECE,
-    _VOCAB,
-    _check_rule,
-    _piece_cost,
-    _role,
-    message_text,
-)
+# The cache keys the ids ``/tokenize`` returns; they are computed by the tokenizer, and
+# re-exported here because the cache is what needs every id of every prompt.
+from anvil_metrics.sim.tokenizer import prompt_token_ids
 
-_SPLIT = re.compile(r"\w+|\n|[^\w\s]")  # `tokenizer._PIECE` without its groups: same pieces
-_EMPTY = np.zeros(0, dtype=np.int64)
-_ASSISTANT = zlib.crc32(b"assistant") % _VOCAB
-
-
-def _text_ids(text: str, rule: str) -> np.ndarray:
-    """`tokenizer.text_token_ids` as an array, with one crc32 per *distinct* piece.
-
-    Real prompts repeat their words, so this is several times faster on long texts than going
-    piece by piece; the tests check it against the tokenizer's own ids.
-    """
-    pieces = _SPLIT.findall(text)
-    if not pieces:
-        return _EMPTY
-    index = {piece: k for k, piece in enumerate(dict.fromkeys(pieces))}
-    distinct = list(index)
-    base = np.fromiter(
-        (zlib.crc32(p.encode()) for p in distinct), dtype=np.int64, count=len(distinct)
-    )
-    cost = np.fromiter(
-        (_piece_cost(_PIECE.fullmatch(p).lastgroup or "punct", p, rule) for p in distinct),
-        dtype=np.int64,
-        count=len(distinct),
-    )
-    which = np.fromiter(map(index.__getitem__, pieces), dtype=np.intp, count=len(pieces))
-    counts = cost[which]
-    starts = np.cumsum(counts) - counts
-    offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
-    return (np.repeat(base[which], counts) + offsets) % _VOCAB
-
-
-def prompt_token_ids(messages: Iterable[Mapping[str, Any]], rule: str = "words4") -> np.ndarray:
-    """The ids of `tokenizer.chat_token_ids` (generation prompt included), as a uint32 array.
-
-    The cache needs every id of every prompt; the tokenizer's list builder costs about 1.5 us
-    a token (~0.6 s for a 400k-token prompt, on the event loop that times every stream).
-    Raises `TokenizeError` on a malformed message, as the tokenizer does.
-    """
-    _check_rule(rule)
-    parts: list[np.ndarray] = []
-    for message in messages:
-        role = _role(message)
-        parts += [
-            np.array([_IM_START], dtype=np.int64),
-            _text_ids(role, rule),
-            np.array([_NEWLINE], dtype=np.int64),
-            _text_ids(message_text(message), rule),
-            np.array([_IM_END, _NEWLINE], dtype=np.int64),
-        ]
-    parts.append(np.array([_IM_START, _ASSISTANT, _NEWLINE], dtype=np.int64))
-    return np.concatenate(parts).astype(np.uint32)
+__all__ = ["CacheLookup", "PrefixCache", "prompt_token_ids"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,9 @@ anvil measures time to first token, inter-token latency and end-to-end latency. 
 figures we need a server whose true timing is known in advance: this one writes token i at
 exactly ``t0 + prefill + i * interval`` (t0 = request body received), so any difference a client
 reports is the client's own error. It also reproduces the stream shapes of real servers (reasoning
-field name, where usage goes, whether ``[DONE]`` is sent) so one client can be tested against
-all of them. See ``/work/shared/design/SERVERS.md`` for the servers it imitates.
+field name, where usage goes, whether ``[DONE]`` is sent) and their token-counting endpoints
+(``--tokenize-api``, see `tokenapi.py`) so one client can be tested against all of them. See
+``/work/shared/design/SERVERS.md`` for the servers it imitates.
 
 Runs as its own process: ``python -m anvil_metrics.sim --port 0`` prints exactly one line,
 ``anvil sim listening on http://HOST:PORT``, then serves until SIGTERM or SIGINT.
@@ -22,19 +23,19 @@ import time
 from collections.abc import Callable
 from dataclasses import fields
 
-import orjson
-
-from anvil_metrics.sim.chat import RequestError, answer_chat, load_json_object
-from anvil_metrics.sim.config import REASONING_FIELDS, ROLE_CHUNK_MODES, TIMER_KINDS, SimConfig
+from anvil_metrics.sim import tokenapi
+from anvil_metrics.sim.chat import answer_chat
+from anvil_metrics.sim.config import (
+    REASONING_FIELDS,
+    ROLE_CHUNK_MODES,
+    TIMER_KINDS,
+    TOKENIZE_APIS,
+    SimConfig,
+)
 from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, Intake, error_body
 from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
-from anvil_metrics.sim.tokenizer import (
-    RULES,
-    TokenizeError,
-    chat_token_ids,
-    text_token_ids,
-)
+from anvil_metrics.sim.tokenizer import RULES
 
 LISTEN_BACKLOG = 4096
 
@@ -108,8 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="always put usage inside the finish chunk (transformers serve)",
     )
     add("--no-done", action="store_true", help="end streams without data: [DONE]")
-    add("--no-tokenize", action="store_true",
-        help="serve no /tokenize (as SGLang's chat template is not applied there)")
+    add(
+        "--tokenize-api",
+        choices=TOKENIZE_APIS,
+        default="vllm",
+        help="token counting endpoints to imitate: vLLM's /tokenize with messages, llama.cpp's "
+        "/apply-template + /tokenize, SGLang's /v1/tokenize of plain text, or none",
+    )
+    add(
+        "--no-tokenize",
+        dest="tokenize_api",
+        action="store_const",
+        const="none",
+        help="same as --tokenize-api none",
+    )
     add(
         "--stamp-send",
         action="store_true",
@@ -169,6 +182,7 @@ class App:
         self.intake = intake
         self.connections: set[HttpConnection] = set()
         self._created = int(time.time())
+        self.tokenize_api = tokenapi.APIS[cfg.tokenize_api]
         self.prefix_cache = (
             PrefixCache(cfg.prefix_cache_block, cfg.prefix_cache_tokens)
             if cfg.prefix_cache
@@ -188,10 +202,12 @@ class App:
             conn.respond(200, b"{}")
         elif route == ("GET", "/v1/models"):
             conn.respond_json(200, self.models())
-        elif route == ("POST", "/tokenize") and not self.cfg.no_tokenize:
-            self.tokenize(conn, request.body)
+        elif request.path in self.tokenize_api.routes and request.method == "POST":
+            status, body = tokenapi.answer(self.tokenize_api, request.path, request.body, self.cfg)
+            conn.respond(status, body)
         elif request.path in ("/v1/chat/completions", "/health", "/v1/models") or (
-                request.path == "/tokenize" and not self.cfg.no_tokenize):
+            request.path in self.tokenize_api.routes
+        ):
             conn.respond_json(405, error_body(f"method {request.method} not allowed", 405))
         else:
             message = f"Not Found: {request.method} {request.path}"
@@ -208,30 +224,6 @@ class App:
             "max_model_len": self.cfg.max_context,
         }
         return {"object": "list", "data": [card]}
-
-    def tokenize(self, conn: HttpConnection, body: bytes) -> None:
-        """vLLM's ``/tokenize``: `messages` get the chat template, `prompt` is counted raw."""
-        try:
-            data = load_json_object(body)
-            tokens = self._token_ids(data)
-        except RequestError as exc:
-            conn.respond_json(exc.status, exc.body)
-            return
-        answer = {"count": len(tokens), "max_model_len": self.cfg.max_context, "tokens": tokens}
-        conn.respond(200, orjson.dumps(answer))
-
-    def _token_ids(self, data: dict[str, object]) -> list[int]:
-        rule = self.cfg.tokenizer
-        messages, prompt = data.get("messages"), data.get("prompt")
-        add_generation_prompt = data.get("add_generation_prompt", True)
-        try:
-            if isinstance(messages, list):
-                return chat_token_ids(messages, rule, add_generation_prompt is not False)
-            if isinstance(prompt, str):
-                return text_token_ids(prompt, rule)
-        except TokenizeError as exc:
-            raise RequestError(400, str(exc), param="messages") from exc
-        raise RequestError(400, "send either 'messages' (a list) or 'prompt' (a string)")
 
 
 def _listening_url(server: asyncio.AbstractServer) -> str:

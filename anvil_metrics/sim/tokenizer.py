@@ -15,6 +15,13 @@ Chat template (ChatML-like, ``<|im_start|>role\\ncontent<|im_end|>\\n``): each m
 ``MESSAGE_OVERHEAD`` (4) tokens + its role name's tokens under the same rule + its content's
 tokens; the assistant generation prompt adds ``GENERATION_PROMPT_TOKENS`` (3).
 
+The same template as text (`render_chat`, what llama.cpp's ``/apply-template`` returns) is
+``<|im_start|>role\ncontent<|im_end|>\n`` per message and ``<|im_start|>assistant\n`` for the
+generation prompt. Tokenizing that text with its special tokens parsed (`template_token_ids`,
+llama.cpp's ``/tokenize``) parses it back into its turns, so it gives exactly the chat ids; the
+template's newlines and the generation prompt's ``assistant`` are single special tokens, which
+a plain text count of the rendered string would not give (a newline is free under ``words4``).
+
 Token ids are fake but deterministic, and ``len(ids) == count`` always holds.
 """
 
@@ -32,8 +39,17 @@ MESSAGE_OVERHEAD = 4
 GENERATION_PROMPT_TOKENS = 3
 
 _PIECE = re.compile(r"(?P<word>\w+)|(?P<newline>\n)|(?P<punct>[^\w\s])")
+_SPLIT = re.compile(r"\w+|\n|[^\w\s]")  # `_PIECE` without its groups: the same pieces
 _VOCAB = 150_000  # fake ids live in [0, _VOCAB); specials sit above it
 _IM_START, _IM_END, _NEWLINE = 151_644, 151_645, 198
+_ASSISTANT = zlib.crc32(b"assistant") % _VOCAB  # the generation prompt's role: one token
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+IM_START_TEXT, IM_END_TEXT = "<|im_start|>", "<|im_end|>"
+GENERATION_PROMPT_TEXT = f"{IM_START_TEXT}assistant\n"
+_TURN = re.compile(r"<\|im_start\|>([^\n]*)\n(.*?)<\|im_end\|>\n", re.DOTALL)
+_SPECIAL = re.compile(r"(<\|im_start\|>|<\|im_end\|>)")
+_SPECIAL_IDS = {IM_START_TEXT: _IM_START, IM_END_TEXT: _IM_END}
 
 
 class TokenizeError(ValueError):
@@ -196,3 +212,125 @@ def chat_token_ids(
     if add_generation_prompt:
         ids.extend((_IM_START, zlib.crc32(b"assistant") % _VOCAB, _NEWLINE))
     return ids
+
+
+# -- fast ids: numpy arrays, for the prefix cache and /tokenize --------------------------------
+
+
+def _text_ids(text: str, rule: str) -> np.ndarray:
+    """`text_token_ids` as an array, with one crc32 per *distinct* piece.
+
+    Real prompts repeat their words, so this is several times faster on long texts than going
+    piece by piece; the tests check it against `text_token_ids`.
+    """
+    pieces = _SPLIT.findall(text)
+    if not pieces:
+        return _EMPTY
+    index = {piece: k for k, piece in enumerate(dict.fromkeys(pieces))}
+    distinct = list(index)
+    base = np.fromiter(
+        (zlib.crc32(p.encode()) for p in distinct), dtype=np.int64, count=len(distinct)
+    )
+    cost = np.fromiter(
+        (_piece_cost(_PIECE.fullmatch(p).lastgroup or "punct", p, rule) for p in distinct),
+        dtype=np.int64,
+        count=len(distinct),
+    )
+    which = np.fromiter(map(index.__getitem__, pieces), dtype=np.intp, count=len(pieces))
+    counts = cost[which]
+    starts = np.cumsum(counts) - counts
+    offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+    return (np.repeat(base[which], counts) + offsets) % _VOCAB
+
+
+def text_ids(text: str, rule: str = "words4") -> np.ndarray:
+    """The ids of `text_token_ids` (no template), as a uint32 array."""
+    _check_rule(rule)
+    return _text_ids(text, rule).astype(np.uint32)
+
+
+def _turn_ids(role: str, text: str, rule: str) -> list[np.ndarray]:
+    """One templated message: ``<|im_start|>`` role ``\\n`` content ``<|im_end|>\\n``."""
+    return [
+        np.array([_IM_START], dtype=np.int64),
+        _text_ids(role, rule),
+        np.array([_NEWLINE], dtype=np.int64),
+        _text_ids(text, rule),
+        np.array([_IM_END, _NEWLINE], dtype=np.int64),
+    ]
+
+
+_GENERATION_IDS = np.array([_IM_START, _ASSISTANT, _NEWLINE], dtype=np.int64)
+
+
+def prompt_token_ids(
+    messages: Iterable[Mapping[str, Any]],
+    rule: str = "words4",
+    add_generation_prompt: bool = True,
+) -> np.ndarray:
+    """The ids of `chat_token_ids`, as a uint32 array (~4x faster on long prompts).
+
+    The prefix cache needs every id of every prompt and ``/tokenize`` returns them; the list
+    builder costs about 1.5 us a token (~0.6 s for a 400k-token prompt, on the event loop that
+    times every stream). Raises `TokenizeError` on a malformed message.
+    """
+    _check_rule(rule)
+    parts: list[np.ndarray] = [_EMPTY]
+    for message in messages:
+        parts += _turn_ids(_role(message), message_text(message), rule)
+    if add_generation_prompt:
+        parts.append(_GENERATION_IDS)
+    return np.concatenate(parts).astype(np.uint32)
+
+
+# -- the template as text (llama.cpp's /apply-template and /tokenize) ---------------------------
+
+
+def render_chat(
+    messages: Iterable[Mapping[str, Any]], add_generation_prompt: bool = True
+) -> str:
+    """The templated prompt as text; `template_token_ids` of it is `prompt_token_ids`.
+
+    Raises `TokenizeError` on a malformed message, as the chat path does.
+    """
+    turns = [
+        f"{IM_START_TEXT}{_role(m)}\n{message_text(m)}{IM_END_TEXT}\n" for m in messages
+    ]
+    if add_generation_prompt:
+        turns.append(GENERATION_PROMPT_TEXT)
+    return "".join(turns)
+
+
+def _special_text_ids(text: str, rule: str) -> list[np.ndarray]:
+    """Text outside the template's turns: each marker is its one special id, the rest by rule."""
+    return [
+        np.array([_SPECIAL_IDS[part]], dtype=np.int64) if part in _SPECIAL_IDS
+        else _text_ids(part, rule)
+        for part in _SPECIAL.split(text) if part
+    ]
+
+
+def template_token_ids(text: str, rule: str = "words4") -> np.ndarray:
+    """Ids of `text` with the template's special tokens parsed, as llama.cpp tokenizes.
+
+    The text is parsed back into what `render_chat` writes: each turn
+    ``<|im_start|>ROLE\\nCONTENT<|im_end|>\\n`` gets exactly its chat ids, and a final
+    ``<|im_start|>assistant\\n`` the generation prompt's ids, so ``template_token_ids(
+    render_chat(m)) == prompt_token_ids(m)``. Any other text (before, between or after turns)
+    is counted by the rule with each marker as its one special id. A content that itself
+    contains ``<|im_end|>\\n``, or a role with a newline, does not parse back into the same
+    turn (a real server would parse those markers as special tokens too).
+    """
+    _check_rule(rule)
+    parts: list[np.ndarray] = [_EMPTY]
+    pos = 0
+    for turn in _TURN.finditer(text):
+        parts += _special_text_ids(text[pos : turn.start()], rule)
+        parts += _turn_ids(turn[1], turn[2], rule)
+        pos = turn.end()
+    tail = text[pos:]
+    if tail == GENERATION_PROMPT_TEXT:
+        parts.append(_GENERATION_IDS)
+    else:
+        parts += _special_text_ids(tail, rule)
+    return np.concatenate(parts).astype(np.uint32)
