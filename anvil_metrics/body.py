@@ -67,7 +67,14 @@ class BodyBuilder:
             t = self._split[size] = (a, b, c)
         return t
 
-    def build(self, size: int, request_index: int, warmup: bool = False) -> bytes:
+    def build_parts(self, size: int, request_index: int, warmup: bool = False
+                    ) -> tuple[bytes, ...]:
+        """The request body as pieces to send one after another (their concatenation is
+        the JSON body): no per-request copy of the prompt."""
         a, b, c = self._template(size)
         parts = self._prompts.parts(size, request_index, warmup)
-        return b"".join((a, orjson.dumps(parts.head)[1:-1], b, orjson.dumps(parts.tag)[1:-1], c))
+        return (a, orjson.dumps(parts.head)[1:-1], b, orjson.dumps(parts.tag)[1:-1], c)
+
+    def build(self, size: int, request_index: int, warmup: bool = False) -> bytes:
+        """The request body as one bytes object."""
+        return b"".join(self.build_parts(size, request_index, warmup))

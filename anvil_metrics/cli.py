@@ -181,8 +181,17 @@ def cmd_run(a: argparse.Namespace) -> int:
         return 2 if result.locust_exit_code == 2 else 1
     for line in summary_lines(load_benchmark(result.benchmark_path)):
         print(line)
+    _warn_cache_hits(result.benchmark_path.parent)
     print(f"result: {result.benchmark_path}")
     return 0
+
+
+def _warn_cache_hits(run_dir: Path) -> None:
+    from anvil_metrics.cachecheck import check_run_dir
+
+    warning = check_run_dir(run_dir)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def cmd_postprocess(a: argparse.Namespace) -> int:
@@ -192,6 +201,7 @@ def cmd_postprocess(a: argparse.Namespace) -> int:
     path = postprocess(Path(a.run_dir))
     for line in summary_lines(load_benchmark(path)):
         print(line)
+    _warn_cache_hits(path.parent)
     print(f"result: {path}")
     return 0
 

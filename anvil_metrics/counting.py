@@ -14,7 +14,7 @@ must come from the server (or from its own tokenizer file). Servers expose it di
    the chat template's own tokens are measured once per message layout with one
    `max_tokens=1` probe (`usage.prompt_tokens` minus the contents' counts) and added.
 4. A local `tokenizer.json` (`--tokenizer PATH`, the `tokenizers` package, optional extra
-   `anvil[tokenizer]`): contents counted locally, template tokens from one probe as in 3.
+   `anvil-metrics[tokenizer]`): contents counted locally, template tokens from one probe as in 3.
 5. Otherwise `max_tokens=1` chat requests, reading `usage.prompt_tokens`: exact, but each
    costs a prefill of the whole prompt.
 
@@ -119,8 +119,11 @@ def llamacpp_counter(client: ChatClient, fields: dict[str, Any]) -> CountTokens 
     return count if _works(count, _HELLO) else None
 
 
-def text_tokenize_counter(client: ChatClient, fields: dict[str, Any]) -> CountText | None:
-    """SGLang-style `POST /v1/tokenize` (or `/tokenize`) of plain text, no template."""
+def text_tokenize_counter(client: ChatClient, fields: dict[str, Any]
+                          ) -> tuple[CountText, str] | None:
+    """SGLang-style `POST /v1/tokenize` (or `/tokenize`) of plain text, no template; and
+    the path that answered. A server that answers this shape with no tokens (llama.cpp
+    does, for a body without `content`) does not count."""
     root = _root(client)
     for path in (root + "/v1/tokenize", root + "/tokenize"):
         def count(text: str, path: str = path) -> int:
@@ -134,8 +137,11 @@ def text_tokenize_counter(client: ChatClient, fields: dict[str, Any]) -> CountTe
                 raise AnvilError(f"{path} answered HTTP {status}: {str(body)[:200]}")
             return n
 
-        if _works(count, "hello"):
-            return count
+        try:
+            if count("hello") > 0:
+                return count, path.removeprefix(root)
+        except Exception:  # no endpoint, or not this shape: try the next way
+            pass
     return None
 
 
@@ -145,7 +151,7 @@ def local_text_counter(tokenizer_path: str) -> CountText:
         from tokenizers import Tokenizer
     except ImportError:
         raise UsageError(
-            "--tokenizer needs the 'tokenizers' package: pip install 'anvil[tokenizer]'"
+            "--tokenizer needs the 'tokenizers' package: pip install 'anvil-metrics[tokenizer]'"
         ) from None
     try:
         tok = Tokenizer.from_file(tokenizer_path)
@@ -197,8 +203,9 @@ def server_counter(client: ChatClient, fields: dict[str, Any],
     count = llamacpp_counter(client, fields)
     if count is not None:
         return Counter(count, "tokenize", "/apply-template + /tokenize (llama.cpp)")
-    text = text_tokenize_counter(client, fields)
-    if text is not None:
+    found = text_tokenize_counter(client, fields)
+    if found is not None:
+        text, path = found
         return Counter(templated_counter(text, probe), "tokenize",
-                       "/v1/tokenize of text (SGLang) + one probe for the template")
+                       f"{path} of text (SGLang) + one probe for the template")
     return Counter(probe, "probe", "max_tokens=1 probes (usage.prompt_tokens)")

@@ -36,6 +36,7 @@ import numpy as np
 BUCKET_NS = 10_000  # 10 µs
 BUCKETS = 10_000  # 0 .. 100 ms
 OVER_NS = 5_000_000  # `over_5ms` counts wake-ups later than this
+MAX_STALLS = 20  # the first this many wake-ups later than OVER_NS are kept, with their time
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,7 @@ class LoopLagMonitor:
         self._max_ns = 0
         self._over = 0
         self._max_at_ns: int | None = None
+        self.stalls: list[tuple[int, int]] = []  # (woke at ns, late by ns), first MAX_STALLS
         self._greenlet: gevent.Greenlet | None = None
 
     def start(self) -> None:
@@ -152,4 +154,6 @@ class LoopLagMonitor:
             late = woke - slept - interval_ns
             if late > self._max_ns:
                 self._max_at_ns = woke
+            if late > OVER_NS and len(self.stalls) < MAX_STALLS:
+                self.stalls.append((woke, late))
             record(late)

@@ -90,7 +90,7 @@ def add_options(parser: Any, **_: Any) -> None:
                    help="ignore the cached prompt calibration for this endpoint and model")
     g.add_argument("--tokenizer", type=str, default="",
                    help="count prompt tokens with this tokenizer.json (the served model's) "
-                   "instead of asking the server; needs anvil[tokenizer]")
+                   "instead of asking the server; needs anvil-metrics[tokenizer]")
     g.add_argument("--api-key", type=str, default="", is_secret=True,
                    help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored "
                    "or shown")

@@ -85,11 +85,16 @@ def group_prefix(run_nonce: str, group: int, warmup: bool = False) -> str:
     return f"Run {run_nonce} {kind} {group}. "
 
 
-def request_tag(request_index: int, warmup: bool = False) -> str:
-    """Where a shared-prefix request starts to differ from its group. It opens with a
-    newline and a bracket so that the tokens before it end exactly at the shared text."""
-    kind = "w" if warmup else "q"
-    return f"\n[{kind}{request_index}] "
+MAX_GROUP_SIZE = len(_WORDS)
+
+
+def request_tag(request_index: int, group_size: int, warmup: bool = False) -> str:
+    """Where a shared-prefix request leaves its group's prefix. Its first token must differ
+    between any two members of a group, or they would share one token more than planned:
+    so it opens with a word that is distinct per position in the group (a tokenizer gives
+    distinct whole words distinct first tokens), not with shared punctuation or digits."""
+    kind = "Warmup" if warmup else "Request"
+    return f" {_CAPS[request_index % group_size]} {kind} {request_index}. "
 
 
 def messages_for(text: str, system_prompt: str | None = None) -> list[dict]:
@@ -221,14 +226,21 @@ class PromptFactory:
              count: CountTokens | None, tolerance_pct: float, max_rounds: int
              ) -> tuple[int, int | None]:
         """Correct `words` until the server's count of `text_for(words)` is within
-        `tolerance_pct` of `target` (or `max_rounds` counts were spent)."""
+        `tolerance_pct` of `target` (or `max_rounds` counts were spent). Steps use the
+        slope between the last two counts (secant), the calibration's until there are two,
+        so a calibration that is off still converges in a few counts."""
         per_word = self.calibration.tokens_per_word
         counted: int | None = None
+        last: tuple[int, int] | None = None
         for _ in range(max_rounds if count is not None else 0):
             counted = count(messages_for(text_for(words), self.system_prompt))  # type: ignore[misc]
             miss = counted - target
             if abs(miss) * 100 <= tolerance_pct * target:
                 break
+            if last is not None and last[0] != words:
+                slope = (counted - last[1]) / (words - last[0])
+                per_word = slope if slope > 0 else per_word
+            last = (words, counted)
             step = round(miss / per_word) or (1 if miss > 0 else -1)
             words = max(1, words - step)
         return words, counted
@@ -291,7 +303,7 @@ class PromptFactory:
                                body)
         group = request_index // self.shared.group_size
         return PromptParts(group_prefix(self.run_nonce, group, warmup), self._prefix_text,
-                           request_tag(request_index, warmup), body)
+                           request_tag(request_index, self.shared.group_size, warmup), body)
 
     def messages(self, planned_tokens: int, request_index: int, warmup: bool = False
                  ) -> list[dict]:

@@ -152,6 +152,19 @@ def summary_lines(doc: dict) -> list[str]:
         f"{'null' if err is None else f'{err:.2f} %'}; output tokens from "
         f"{m.get('output_token_sources')}"
     )
+    hit = m.get("prefix_cache_hit_avg")
+    shared = doc.get("shared_prefix")
+    if hit is not None or shared:
+        lines.append(
+            f"prefix cache: hit avg {'null' if hit is None else f'{hit:.3f}'}"
+            + (f"; shared prefix {shared.get('prefix_tokens')} tokens in groups of "
+               f"{shared.get('group_size')}" if shared else "")
+            + f"; run nonce {doc.get('run_nonce')}")
+    client = doc.get("client") or {}
+    lag = client.get("loop_lag_ms") or {}
+    if lag.get("max") is not None:
+        lines.append(f"client: event-loop lag p50 {lag.get('p50')} ms, p99 {lag.get('p99')} ms, "
+                     f"max {lag['max']:.1f} ms; CPU {fmt(client.get('cpu_pct'))} %")
     for f in (doc.get("failures") or [])[:5]:
         lines.append(f"failure #{f.get('request_index')}: {f.get('kind')} "
                      f"{f.get('http_status') or ''} {f.get('message')}")

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics.errors import ScenarioError, UsageError
+from anvil_metrics.prompts import MAX_GROUP_SIZE
 
 THINKING_MODES = ("default", "on", "off")
 REASONING_EFFORTS = ("low", "medium", "high")
@@ -238,6 +239,9 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         prefix_tokens = _int(sp, "prefix_tokens", 0, 1, source, "shared_prefix.prefix_tokens")
         if "group_size" in sp:
             group_size = _int(sp, "group_size", 1, 1, source, "shared_prefix.group_size")
+            if group_size > MAX_GROUP_SIZE:
+                raise _err("shared_prefix.group_size", group_size,
+                           f"a whole number from 1 to {MAX_GROUP_SIZE}", source)
         smallest = min(dist)
         if prefix_tokens + MIN_UNIQUE_TOKENS > smallest:
             raise _err("shared_prefix.prefix_tokens", prefix_tokens,

@@ -21,7 +21,7 @@ from typing import Any
 
 from anvil_metrics import cachecheck, calcache
 from anvil_metrics.body import BodyBuilder, body_fields
-from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.client import ChatClient, Endpoint, SendStats
 from anvil_metrics.control import RequestBudget
 from anvil_metrics.counting import server_counter
 from anvil_metrics.errors import AnvilError, UsageError
@@ -113,6 +113,7 @@ class RunSession:
     def begin_load(self) -> None:
         """Start the generator-health figures: call when set-up work is over and the users
         are about to send (set-up stalls, e.g. a final garbage collection, are not load)."""
+        SendStats.max_chunk_ns = SendStats.chunks = 0
         self.lag.start()
         self._cpu0_s = time.process_time()
         self._wall0_s = time.perf_counter()
@@ -129,8 +130,13 @@ class RunSession:
         lag_json = lag.as_json()
         if lag.max_at_ns is not None:  # when the worst stall happened, for diagnosis
             lag_json["max_at_s"] = round((lag.max_at_ns - self._load0_ns) / 1e9, 3)
+        lag_json["stalls"] = [[round((at - self._load0_ns) / 1e9, 3), round(late / 1e6, 2)]
+                              for at, late in self.lag.stalls]  # [s into the load, ms late]
         self._health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
-                        "achieved_concurrency": None, "saturated": None}
+                        "achieved_concurrency": None, "saturated": None,
+                        # raw record only: the longest single write of a request chunk
+                        "send_chunk_ms_max": SendStats.max_chunk_ns / 1e6,
+                        "send_chunks": SendStats.chunks}
 
     def client_health(self) -> dict[str, Any]:
         """The benchmark's `client` block, as far as this issue measures it: event-loop lag

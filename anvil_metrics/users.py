@@ -81,8 +81,8 @@ class ChatStreamUser(User):
             # The budget is spent: this user idles until the run is stopped.
             gevent.sleep(3600)
             return
-        body = run.bodies.build(ticket.planned_context_tokens, ticket.request_index,
-                                ticket.warmup)
+        body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
+                                      ticket.warmup)
         obs = StreamObserver(
             ticket.request_index, time.perf_counter_ns(), warmup=ticket.warmup,
             planned_context_tokens=ticket.planned_context_tokens, worker=run.worker,

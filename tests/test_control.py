@@ -80,3 +80,33 @@ def test_body_has_the_scenario_switches_and_a_unique_prefix() -> None:
     # same seed and nonce → byte-identical bodies
     pf2 = PromptFactory(Calibration("none", 0.0, 1.3), seed=1, run_nonce="abcd")
     assert BodyBuilder(sc, "m", pf2).build(500, 1) == bb.build(500, 1)
+
+
+def test_shared_prefix_groups_arrive_as_bursts() -> None:
+    """Group g's tickets are handed out only after every request of group g-1 finished."""
+    b = RequestBudget(6, 0, [10], group_size=3)
+    first = [b.take() for _ in range(3)]
+    assert [t.request_index for t in first] == [0, 1, 2]
+    got: list = []
+    waiters = [gevent.spawn(lambda: got.append(b.take())) for _ in range(3)]
+    gevent.sleep(0.01)
+    assert got == []  # group 1 waits while group 0 is in flight
+    b.give_back(first[0])
+    b.give_back(first[1])
+    gevent.sleep(0.01)
+    assert got == []
+    b.give_back(first[2])
+    gevent.joinall(waiters, timeout=1)
+    assert sorted(t.request_index for t in got) == [3, 4, 5]
+
+
+def test_stop_while_waiting_for_a_group_issues_nothing() -> None:
+    b = RequestBudget(6, 0, [10], group_size=3)
+    for _ in range(3):
+        b.take()
+    got: list = []
+    g = gevent.spawn(lambda: got.append(b.take()))
+    gevent.sleep(0.01)
+    b.close()
+    g.join(timeout=1)
+    assert got == [None] and b.issued == 3

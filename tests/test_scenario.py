@@ -89,3 +89,33 @@ def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
         load_scenario(p)
     with pytest.raises(UsageError, match="does not exist"):
         load_scenario(tmp_path / "nope.toml")
+
+
+def test_shared_prefix_table() -> None:
+    base = {"measurement_protocol": "t", "max_tokens": 16, "max_context_tokens": 9000,
+            "concurrency": 4, "context_distribution": {"4096": 4, "8192": 4}}
+    sc = scenario_from_dict({**base, "serve_flags": {"shared_prefix_burst": True},
+                             "shared_prefix": {"prefix_tokens": 3000}})
+    assert sc.shared_prefix() == {"prefix_tokens": 3000, "group_size": 4}  # concurrency
+    sc = scenario_from_dict({**base, "serve_flags": {"shared_prefix_burst": True},
+                             "shared_prefix": {"prefix_tokens": 3000, "group_size": 2}})
+    assert sc.shared_prefix() == {"prefix_tokens": 3000, "group_size": 2}
+    assert scenario_from_dict(base).shared_prefix() is None
+    bad = [
+        ({"serve_flags": {"shared_prefix_burst": True}}, "shared_prefix.prefix_tokens"),
+        ({"shared_prefix": {"prefix_tokens": 10}}, "shared_prefix"),
+        ({"serve_flags": {"shared_prefix_burst": True},
+          "shared_prefix": {"prefix_tokens": 4090}}, "shared_prefix.prefix_tokens"),
+        ({"serve_flags": {"shared_prefix_burst": True},
+          "shared_prefix": {"prefix_tokens": 100, "group_size": 0}}, "shared_prefix.group_size"),
+        ({"serve_flags": {"shared_prefix_burst": True},
+          "shared_prefix": {"prefix_tokens": 100, "group_size": 10_000}},
+         "shared_prefix.group_size"),
+        ({"serve_flags": {"shared_prefix_burst": True},
+          "shared_prefix": {"prefix_tokens": 100, "size": 3}}, "shared_prefix.size"),
+    ]
+    for extra, field in bad:
+        with pytest.raises(ScenarioError) as e:
+            scenario_from_dict({**base, **extra})
+        assert e.value.field == field, (extra, e.value.field)
+        assert "\n" not in str(e.value)

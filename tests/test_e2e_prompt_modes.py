@@ -1,0 +1,140 @@
+"""Prompt modes end to end against the simulator's prefix cache (real anvil and Locust
+processes): shared-prefix bursts hit the cache exactly where they share; normal runs do
+not; a reused nonce hits on purpose; a calibration is cached and reused; a plan past the
+context limit is refused before any load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
+
+from anvil_metrics.benchmark import verify_benchmark
+
+pytestmark = pytest.mark.e2e
+
+SIM = ("--prefix-cache", "--max-context", "9000", "--prefill-ms", "5",
+       "--prefill-ms-per-token", "0.002", "--reasoning-tokens", "2", "--content-tokens", "3",
+       "--interval-ms", "1")
+
+SHARED = """
+measurement_protocol = "shared"
+concurrency = 2
+requests = 8
+max_tokens = 16
+context_tokens = 8192
+max_context_tokens = 8192
+[context_distribution]
+4096 = 4
+6144 = 4
+[serve_flags]
+shared_prefix_burst = true
+[shared_prefix]
+prefix_tokens = 3000
+group_size = 4
+"""
+
+NORMAL = """
+measurement_protocol = "normal"
+concurrency = 2
+requests = 6
+max_tokens = 16
+context_tokens = 8192
+max_context_tokens = 8192
+[context_distribution]
+4096 = 6
+"""
+
+
+def _run(sim_url: str, tmp_path: Path, text: str, *extra: str) -> tuple[dict, Path, str]:
+    sc = write_scenario(tmp_path / "s.toml", text)
+    proc = anvil("run", str(sc), "--host", sim_url, "--results-dir", str(tmp_path / "res"),
+                 *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    doc = load_json(path)
+    assert verify_benchmark(doc) == []
+    return doc, path.parent, proc.stdout + proc.stderr
+
+
+def test_shared_prefix_bursts_hit_exactly_the_shared_prefix(simulator, tmp_path: Path) -> None:
+    """Groups of 4 sent 2 at a time: a group's first two requests miss (the prefix is new),
+    its last two are served the shared prefix from the cache (block-rounded); no group
+    hits another's prefix."""
+    sim = simulator(*SIM)
+    doc, run_dir, out = _run(sim.url, tmp_path, SHARED)
+    assert doc["serve_flags"]["shared_prefix_burst"] is True
+    assert doc["shared_prefix"] == {"prefix_tokens": 3000, "group_size": 4}
+    rows = {r["request_index"]: r for r in doc["request_timings"]}
+    assert sorted(rows) == list(range(8))
+    for i, r in rows.items():
+        if i % 4 < 2:
+            assert r["cached_tokens"] == 0, (i, r["cached_tokens"])
+        else:  # the prefix (chat header + 3000-token text) rounded down to 16-token blocks
+            assert 3000 - 16 - 8 <= r["cached_tokens"] <= 3000 + 8, (i, r["cached_tokens"])
+    hits = [rows[i]["cached_tokens"] / rows[i]["prompt_tokens"] for i in range(8)]
+    assert doc["metrics"]["prefix_cache_hit_avg"] == pytest.approx(sum(hits) / 8)
+    assert "prefix cache: hit avg" in out and "warning:" not in out
+    header = raw_lines(run_dir)[0]["params"]
+    assert abs(header["prompt_sizing"]["prefix_counted"] - 3000) <= 3
+
+
+def test_normal_runs_miss_and_a_reused_nonce_hits_on_purpose(simulator,
+                                                             tmp_path: Path) -> None:
+    sim = simulator(*SIM)
+    first, run1, out1 = _run(sim.url, tmp_path, NORMAL)
+    assert all(r["cached_tokens"] <= 16 for r in first["request_timings"])
+    assert first["metrics"]["prefix_cache_hit_avg"] < 0.01
+    assert "warning:" not in out1
+    nonce = first["run_nonce"]
+    again, run2, out2 = _run(sim.url, tmp_path, NORMAL, "--run-nonce", nonce)
+    assert again["run_nonce"] == nonce
+    assert all(r["cached_tokens"] >= r["prompt_tokens"] - 32 for r in again["request_timings"])
+    assert "warning:" not in out2  # expected: the nonce was reused on purpose
+    # the same hits without the reuse flag are a surprise, and `postprocess` says so
+    lines = raw_lines(run2)
+    lines[0]["params"]["nonce_reused"] = False
+    (run2 / "requests.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    proc = anvil("postprocess", str(run2))
+    assert proc.returncode == 0, proc.stderr
+    warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "6 of 6 requests" in warnings[0], proc.stderr
+
+
+def test_calibration_is_cached_and_reused(simulator, tmp_path: Path) -> None:
+    sim = simulator(*SIM)
+    _, run1, _ = _run(sim.url, tmp_path, NORMAL)
+    _, run2, _ = _run(sim.url, tmp_path, NORMAL)
+    _, run3, _ = _run(sim.url, tmp_path, NORMAL, "--recalibrate")
+    s1, s2, s3 = (raw_lines(r)[0]["params"]["prompt_sizing"] for r in (run1, run2, run3))
+    assert (s1["cache"], s2["cache"], s3["cache"]) == ("stored", "hit", "stored")
+    assert s1["cache_key"] == s2["cache_key"]
+    assert (tmp_path / "res" / ".cache" / f"calibration-{s1['cache_key']}.json").exists()
+    assert s2["counted"] == s1["counted"]
+    for r in (run1, run2, run3):  # the cached word counts still hit the plan
+        doc = load_json(r / "benchmark.json")
+        assert doc["prompt_calibration"]["planned_vs_counted_error_pct_max"] <= 0.1
+
+
+def test_plan_past_the_context_limit_is_refused_before_any_load(simulator,
+                                                                tmp_path: Path) -> None:
+    sim = simulator(*SIM)
+    sc = write_scenario(tmp_path / "big.toml", NORMAL.replace("4096 = 6", "8190 = 6"))
+    for argv in (
+        [sys.executable, "-m", "anvil_metrics", "run", str(sc), "--host", sim.url,
+         "--results-dir", str(tmp_path / "res")],
+        [sys.executable, "-m", "locust", "-f", "locustfiles/chat.py", "--headless",
+         "-H", sim.url, "-u", "1", "-r", "1", "--scenario", str(sc),
+         "--results-dir", str(tmp_path / "res2"), "--run-time", "30s"],
+    ):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO,
+                              stdin=subprocess.DEVNULL)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        msg = [ln for ln in (proc.stdout + proc.stderr).splitlines()
+               if "context_distribution.8190" in ln]
+        assert msg and "max_context_tokens" in msg[0] and "Traceback" not in proc.stderr
+    assert not list((tmp_path / "res").glob("benchmark-*"))  # no run folder, no load
