@@ -138,3 +138,31 @@ def test_plan_past_the_context_limit_is_refused_before_any_load(simulator,
                if "context_distribution.8190" in ln]
         assert msg and "max_context_tokens" in msg[0] and "Traceback" not in proc.stderr
     assert not list((tmp_path / "res").glob("benchmark-*"))  # no run folder, no load
+
+
+LARGE = """
+measurement_protocol = "large-prompts"
+concurrency = 32
+requests = 64
+max_tokens = 16
+context_tokens = 131200
+max_context_tokens = 131200
+[context_distribution]
+32768 = 32
+131072 = 32
+"""
+
+
+def test_large_prompts_never_hold_the_event_loop(simulator, tmp_path: Path) -> None:
+    """32 streams of 32k/131k-token prompts: each request is written in chunks, and no
+    single chunk write holds the hub for long (loose bound; benchmarks/prompts.py has the
+    figures); the run records its loop lag in `client.loop_lag_ms`."""
+    sim = simulator("--max-context", "131200", "--prefill-ms", "20", "--content-tokens", "16",
+                    "--interval-ms", "5")
+    doc, run_dir, _ = _run(sim.url, tmp_path, LARGE)
+    assert doc["completed"] == 64
+    client = raw_lines(run_dir)[-1]["client"]
+    assert client["send_chunks"] >= 32 * 7  # a 131k-token body is ~470 kB: 8 chunks
+    assert client["send_chunk_ms_max"] < 5, client
+    lag = doc["client"]["loop_lag_ms"]
+    assert lag["samples"] > 100 and lag["p50"] < 2, lag
