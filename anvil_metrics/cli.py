@@ -160,6 +160,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     sc = with_overrides(sc, requests=a.requests, concurrency=a.users,
                         max_tokens=a.max_tokens, model=a.model,
                         warmup_requests=a.warmup_requests)
+    if a.tokenizer:  # a bad file is the user's mistake: say so before any run folder exists
+        from anvil_metrics.counting import local_text_counter
+
+        local_text_counter(a.tokenizer)
     run_dir = prepare_run(a.host, a.results_dir)
     print(f"running {sc.requests} requests ({sc.warmup_requests} warm-up) with "
           f"{sc.concurrency} users against {strip_credentials(a.host)}; "

@@ -46,6 +46,7 @@ class Counter:
     count: CountTokens
     method: str  # "tokenize" | "local_tokenizer" | "probe"
     source: str  # human-readable: which endpoint(s) answer
+    max_model_len: int | None = None  # the server's context limit, where it says (vLLM)
 
 
 def _root(client: ChatClient) -> str:
@@ -81,10 +82,13 @@ def _works(count: Callable[[Any], int], arg: Any) -> bool:
     return True
 
 
-def vllm_counter(client: ChatClient, fields: dict[str, Any]) -> CountTokens | None:
-    """vLLM-style `POST /tokenize` with `messages` (chat template applied)."""
+def vllm_counter(client: ChatClient, fields: dict[str, Any]
+                 ) -> tuple[CountTokens, int | None] | None:
+    """vLLM-style `POST /tokenize` with `messages` (chat template applied), and the
+    `max_model_len` it reports (None if absent or not a positive integer)."""
     root = _root(client)
     base = {k: fields[k] for k in ("model", "chat_template_kwargs") if k in fields}
+    seen: dict[str, Any] = {}
 
     def count(messages: list[dict]) -> int:
         status, body = client.post_json(root + "/tokenize", {**base, "messages": messages},
@@ -92,9 +96,14 @@ def vllm_counter(client: ChatClient, fields: dict[str, Any]) -> CountTokens | No
         n = body.get("count") if isinstance(body, dict) else None
         if status != 200 or not isinstance(n, int):
             raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
+        seen["max_model_len"] = body.get("max_model_len")
         return n
 
-    return count if _works(count, _HELLO) else None
+    if not _works(count, _HELLO):
+        return None
+    limit = seen.get("max_model_len")
+    ok = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+    return count, limit if ok else None
 
 
 def llamacpp_counter(client: ChatClient, fields: dict[str, Any]) -> CountTokens | None:
@@ -190,16 +199,32 @@ def templated_counter(count_text: CountText, probe: CountTokens) -> CountTokens:
     return count
 
 
+def _check_local_tokenizer(count: CountTokens, probe: CountTokens, path: str) -> None:
+    """One probe of ~1,000 words: a tokenizer.json that is not the served model's counts
+    visibly differently (1 % is far beyond what the template adds), and would size every
+    prompt wrong."""
+    words = ("The quick brown fox jumps over the lazy dog while a careful engineer measures "
+             "every prompt twice, 42 times, before the benchmark runs. ") * 50
+    msgs = [{"role": "user", "content": words}]
+    local, server = count(msgs), probe(msgs)
+    if abs(local - server) > max(2, server // 100):
+        raise UsageError(
+            f"--tokenizer {path!r} does not match the server: it counts {local} tokens where "
+            f"the server counts {server} for the same prompt; pass the served model's "
+            "tokenizer.json, or leave --tokenizer out to count with the server")
+
+
 def server_counter(client: ChatClient, fields: dict[str, Any],
                    tokenizer_path: str | None = None) -> Counter:
     """The cheapest exact way to count this server's chat prompts (see the module doc)."""
     probe = probe_counter(client, fields)
     if tokenizer_path:
-        return Counter(templated_counter(local_text_counter(tokenizer_path), probe),
-                       "local_tokenizer", f"{tokenizer_path} + one probe for the template")
-    count = vllm_counter(client, fields)
-    if count is not None:
-        return Counter(count, "tokenize", "/tokenize with messages (vLLM)")
+        count = templated_counter(local_text_counter(tokenizer_path), probe)
+        _check_local_tokenizer(count, probe, tokenizer_path)
+        return Counter(count, "local_tokenizer", f"{tokenizer_path} + one probe for the template")
+    vllm = vllm_counter(client, fields)
+    if vllm is not None:
+        return Counter(vllm[0], "tokenize", "/tokenize with messages (vLLM)", vllm[1])
     count = llamacpp_counter(client, fields)
     if count is not None:
         return Counter(count, "tokenize", "/apply-template + /tokenize (llama.cpp)")

@@ -193,6 +193,15 @@ def on_test_start(environment: Any, **_: Any) -> None:
              session.calibration.method)
 
 
+@events.test_stopping.add_listener
+def on_test_stopping(**_: Any) -> None:
+    """The run is being stopped (time limit, Ctrl-C, the UI's stop): the load is over, so
+    freeze the generator-health figures before Locust's shutdown work stalls the hub."""
+    session = current()
+    if session is not None:
+        session.end_load()
+
+
 @events.test_stop.add_listener
 def on_test_stop(environment: Any, **_: Any) -> None:
     session = current()

@@ -73,15 +73,19 @@ def body_text(n_words: int, seed: int) -> str:
     return " ".join(_VARIANTS[idx].tolist())
 
 
-def request_prefix(run_nonce: str, request_index: int, warmup: bool = False) -> str:
-    """The unique head of a request's message in normal mode."""
-    kind = "warmup" if warmup else "request"
+def request_prefix(run_nonce: str, request_index: int, warmup: bool = False,
+                   sizing: bool = False) -> str:
+    """The unique head of a request's message in normal mode. Sizing counts use their own
+    head (same length in words), so counting a prompt before the load never sends a real
+    request's prompt: a server would cache it and serve that request warm."""
+    kind = "sizing" if sizing else "warmup" if warmup else "request"
     return f"Run {run_nonce} {kind} {request_index}. "
 
 
-def group_prefix(run_nonce: str, group: int, warmup: bool = False) -> str:
+def group_prefix(run_nonce: str, group: int, warmup: bool = False, sizing: bool = False
+                 ) -> str:
     """The head shared by one group's requests in shared-prefix mode."""
-    kind = "warmup group" if warmup else "group"
+    kind = "sizing group" if sizing else "warmup group" if warmup else "group"
     return f"Run {run_nonce} {kind} {group}. "
 
 
@@ -230,11 +234,13 @@ class PromptFactory:
         slope between the last two counts (secant), the calibration's until there are two,
         so a calibration that is off still converges in a few counts."""
         per_word = self.calibration.tokens_per_word
-        counted: int | None = None
+        best: tuple[int, int] | None = None  # (words, counted) closest to the target
         last: tuple[int, int] | None = None
         for _ in range(max_rounds if count is not None else 0):
             counted = count(messages_for(text_for(words), self.system_prompt))  # type: ignore[misc]
             miss = counted - target
+            if best is None or abs(miss) < abs(best[1] - target):
+                best = (words, counted)
             if abs(miss) * 100 <= tolerance_pct * target:
                 break
             if last is not None and last[0] != words:
@@ -243,39 +249,42 @@ class PromptFactory:
             last = (words, counted)
             step = round(miss / per_word) or (1 if miss > 0 else -1)
             words = max(1, words - step)
-        return words, counted
+        return best if best is not None else (words, None)
 
     def _prepare_prefix(self, count: CountTokens | None, tolerance_pct: float,
-                        max_rounds: int) -> None:
+                        max_rounds: int, recount_known: bool) -> None:
         if self.shared is None or self._prefix_text:
             return
         seed = self._body_seed(0) + 7
 
         def text_for(w: int) -> str:
-            return group_prefix(self.run_nonce, 0) + body_text(w, seed)
+            return group_prefix(self.run_nonce, 0, sizing=True) + body_text(w, seed)
 
         words = self.prefix_words
-        if words is None:
-            words = self.calibration.words_for(self.shared.prefix_tokens)
-            words, self.prefix_counted = self._fit(self.shared.prefix_tokens, text_for, words,
+        if words is None or recount_known:
+            start = words or self.calibration.words_for(self.shared.prefix_tokens)
+            words, self.prefix_counted = self._fit(self.shared.prefix_tokens, text_for, start,
                                                    count, tolerance_pct, max_rounds)
         self.prefix_words = words
         self._prefix_text = body_text(words, seed)
 
     def prepare(self, sizes: list[int], count: CountTokens | None = None,
-                tolerance_pct: float = 0.1, max_rounds: int = 4) -> dict[int, int | None]:
+                tolerance_pct: float = 0.1, max_rounds: int = 5,
+                recount_known: bool = False) -> dict[int, int | None]:
         """Build each planned size's body once. With `count` (the server's own count of a
         chat prompt), correct each body's word count until the counted size is within
         `tolerance_pct` of the plan (the linear fit alone misses by ~0.5-1 %); sizes whose
-        word count is already known are built without counting. Returns size -> last
-        counted tokens (None when not counted)."""
-        self._prepare_prefix(count, tolerance_pct, max_rounds)
+        word count is already known (a cached calibration) are built without counting
+        unless `recount_known` (then the known count is the first guess: one count when
+        it still holds). Counting uses a sizing head, never a real request's prompt.
+        Returns size -> the server's count of the body kept (None when not counted)."""
+        self._prepare_prefix(count, tolerance_pct, max_rounds, recount_known)
         counted: dict[int, int | None] = {}
         for size in sorted(set(sizes)):
             if size in self._bodies:
                 continue
             seed = self._body_seed(size)
-            parts = self.parts(size, 0, body="")
+            parts = self.parts(size, 0, body="", sizing=True)
             lead = parts.head + parts.prefix + parts.tag
 
             def text_for(w: int, lead: str = lead, seed: int = seed) -> str:
@@ -283,8 +292,8 @@ class PromptFactory:
 
             words = self.words.get(size)
             counted[size] = None
-            if words is None:
-                guess = self.calibration.words_for(size) - (self.prefix_words or 0)
+            if words is None or recount_known:
+                guess = words or self.calibration.words_for(size) - (self.prefix_words or 0)
                 words, counted[size] = self._fit(size, text_for, max(1, guess), count,
                                                  tolerance_pct, max_rounds)
             self.words[size] = words
@@ -292,17 +301,18 @@ class PromptFactory:
         return counted
 
     def parts(self, planned_tokens: int, request_index: int, warmup: bool = False,
-              body: str | None = None) -> PromptParts:
+              body: str | None = None, sizing: bool = False) -> PromptParts:
         if body is None:
             body = self._bodies.get(planned_tokens)
             if body is None:
                 self.prepare([planned_tokens])
                 body = self._bodies[planned_tokens]
         if self.shared is None:
-            return PromptParts(request_prefix(self.run_nonce, request_index, warmup), "", "",
-                               body)
+            return PromptParts(request_prefix(self.run_nonce, request_index, warmup, sizing),
+                               "", "", body)
         group = request_index // self.shared.group_size
-        return PromptParts(group_prefix(self.run_nonce, group, warmup), self._prefix_text,
+        return PromptParts(group_prefix(self.run_nonce, group, warmup, sizing),
+                           self._prefix_text,
                            request_tag(request_index, self.shared.group_size, warmup), body)
 
     def messages(self, planned_tokens: int, request_index: int, warmup: bool = False

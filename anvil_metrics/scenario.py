@@ -21,7 +21,9 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
     thinking_mode = "default"             # "default" | "on" | "off"
 
     [shared_prefix]                       # only with serve_flags.shared_prefix_burst = true
-    prefix_tokens = 2048                  # tokens each group's requests share (template incl.)
+    prefix_tokens = 2048                  # the shared text sized as a lone chat prompt (>= 64):
+                                          # members share it minus the template's closing
+                                          # tokens (~5), chat header included
     group_size = 8                        # requests per group (default: concurrency)
 
     [request]
@@ -69,6 +71,9 @@ _REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_p
 _TIMEOUT_KEYS = {"connect_s", "network_s"}
 _SHARED_PREFIX_KEYS = {"prefix_tokens", "group_size"}
 MIN_UNIQUE_TOKENS = 32  # shared-prefix mode: tokens each request keeps for itself
+# the chat header and the group's head line alone are ~10-20 tokens: a shared prefix
+# shorter than this would not be what the run reports
+MIN_SHARED_PREFIX_TOKENS = 64
 # body fields that anvil sets and reports; extra_body may not silently change them
 _RESERVED_BODY_KEYS = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
                        "stream_options"}
@@ -122,12 +127,14 @@ class Scenario:
             "thinking_mode": self.thinking_mode,
         }
 
-    def shared_prefix(self) -> dict[str, int] | None:
-        """The benchmark's `shared_prefix` field: `{prefix_tokens, group_size}` or None."""
+    def shared_prefix(self, users: int | None = None) -> dict[str, int] | None:
+        """The benchmark's `shared_prefix` field: `{prefix_tokens, group_size}` or None.
+        Without a `group_size`, a group is as large as the run's users (default: the
+        scenario's concurrency)."""
         if not self.shared_prefix_burst or self.shared_prefix_tokens is None:
             return None
         return {"prefix_tokens": self.shared_prefix_tokens,
-                "group_size": self.shared_group_size or self.concurrency}
+                "group_size": self.shared_group_size or users or self.concurrency}
 
     def planned_sizes(self) -> list[int]:
         """The distribution expanded and shuffled with `context_seed` (so a run shorter
@@ -236,7 +243,8 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         if "prefix_tokens" not in sp:
             raise _err("shared_prefix.prefix_tokens", None, "a token count (required with "
                        "serve_flags.shared_prefix_burst = true)", source)
-        prefix_tokens = _int(sp, "prefix_tokens", 0, 1, source, "shared_prefix.prefix_tokens")
+        prefix_tokens = _int(sp, "prefix_tokens", 0, MIN_SHARED_PREFIX_TOKENS, source,
+                             "shared_prefix.prefix_tokens")
         if "group_size" in sp:
             group_size = _int(sp, "group_size", 1, 1, source, "shared_prefix.group_size")
             if group_size > MAX_GROUP_SIZE:

@@ -23,7 +23,7 @@ from anvil_metrics import cachecheck, calcache
 from anvil_metrics.body import BodyBuilder, body_fields
 from anvil_metrics.client import ChatClient, Endpoint, SendStats
 from anvil_metrics.control import RequestBudget
-from anvil_metrics.counting import server_counter
+from anvil_metrics.counting import Counter, server_counter
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.lagmon import LoopLagMonitor
@@ -159,15 +159,17 @@ class RunSession:
                                   network_timeout_s=sc.timeouts.network_s)
         nonce = opts.run_nonce or secrets.token_hex(4)
         sizes = sc.planned_sizes()
-        shared_doc = sc.shared_prefix()
-        if shared_doc is not None and not shared_doc.get("group_size"):
-            shared_doc["group_size"] = opts.users
+        shared_doc = sc.shared_prefix(users=opts.users)
         shared = SharedPrefix(**shared_doc) if shared_doc else None
+        # bursts hold the load to one group at a time: that many streams at most
+        concurrency = min(opts.users, shared.group_size) if shared else opts.users
         try:
             model = sc.meta.get("model") or discover_model(probe_client)
             fields = body_fields(sc, model)
-            prompts, sizing = _prepare_prompts(opts, probe_client, fields, model, nonce,
-                                               sizes, shared)
+            counter = server_counter(probe_client, fields, opts.tokenizer_path)
+            _check_server_limit(counter.max_model_len, sizes, sc)
+            prompts, sizing = _prepare_prompts(opts, probe_client, counter, fields, model,
+                                               nonce, sizes, shared)
             bodies = BodyBuilder(sc, model, prompts)
             bodies.prepare(sizes)
         finally:
@@ -196,7 +198,7 @@ class RunSession:
             distribution[key] = distribution.get(key, 0) + 1
         params = {
             "measurement_protocol": sc.measurement_protocol,
-            "concurrency": opts.users,
+            "concurrency": concurrency,
             "context_tokens": sc.context_tokens,
             "max_context_tokens": sc.max_context_tokens,
             "context_distribution": distribution,
@@ -260,9 +262,23 @@ class RunSession:
         return self.benchmark_path
 
 
-def _prepare_prompts(opts: RunOptions, client: ChatClient, fields: dict[str, Any], model: str,
-                     nonce: str, sizes: list[int], shared: SharedPrefix | None
-                     ) -> tuple[PromptFactory, dict[str, Any]]:
+def _check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:
+    """Refuse, before any load, a plan the server says it cannot hold (vLLM's `/tokenize`
+    reports `max_model_len`): otherwise those requests would all fail with HTTP 400."""
+    if max_model_len is None:
+        return
+    worst = max(sizes)
+    if worst + sc.max_tokens > max_model_len:
+        raise UsageError(
+            f"the server's context limit is {max_model_len} tokens (max_model_len), but "
+            f"{sc.source or 'the scenario'} plans {worst} + max_tokens {sc.max_tokens} = "
+            f"{worst + sc.max_tokens}; plan sizes of at most {max_model_len - sc.max_tokens} "
+            "or serve a longer context")
+
+
+def _prepare_prompts(opts: RunOptions, client: ChatClient, counter: Counter,
+                     fields: dict[str, Any], model: str, nonce: str, sizes: list[int],
+                     shared: SharedPrefix | None) -> tuple[PromptFactory, dict[str, Any]]:
     """Count, calibrate and size every planned prompt (or reuse a cached calibration).
 
     Returns the factory and what the raw header records about it: which counter, whether
@@ -270,12 +286,12 @@ def _prepare_prompts(opts: RunOptions, client: ChatClient, fields: dict[str, Any
     run's requests are expected to share (the template header and system prompt; the
     prefix in shared-prefix mode): more cached tokens than that is a surprise."""
     sc = opts.scenario
-    counter = server_counter(client, fields, opts.tokenizer_path)
     key, parts = calcache.cache_key(
         base_url=client.endpoint.base_url, model=model, counter=counter.source,
         system_prompt=sc.system_prompt, seed=sc.context_seed,
         template={k: fields.get(k) for k in ("chat_template_kwargs", "reasoning_effort")},
-        shared_prefix_tokens=shared.prefix_tokens if shared else None)
+        shared_prefix_tokens=shared.prefix_tokens if shared else None,
+        nonce_chars=len(nonce))
     cached = None if (opts.recalibrate or not opts.calibrate) else calcache.load(
         opts.results_dir, key)
     calibration: Calibration = NO_CALIBRATION
@@ -291,8 +307,11 @@ def _prepare_prompts(opts: RunOptions, client: ChatClient, fields: dict[str, Any
                             words=cached.words if cached else None,
                             prefix_words=cached.prefix_words if cached else None)
     count = counter.count if calibration.method != "none" else None
+    # With a cheap counter (no prefill), even cached word counts are counted once: the run's
+    # own head (its nonce) may tokenize a little differently; with probes, trust the cache.
+    recount = cached is not None and counter.method != "probe"
     try:
-        counted_now = prompts.prepare(sizes, count)  # sizes the cache has are not counted
+        counted_now = prompts.prepare(sizes, count, recount_known=recount)
     except Exception as e:  # a correction count failed: keep the fitted sizes
         log.warning("anvil: prompt size correction failed (%s); using the fit", e)
         counted_now = prompts.prepare(sizes)

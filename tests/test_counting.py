@@ -398,3 +398,28 @@ def test_cli_bad_tokenizer_is_one_line_not_a_traceback(
                    timeout=60)
     assert result.returncode == 2, result.stderr
     assert "--tokenizer" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_local_tokenizer_that_is_not_the_servers_is_refused() -> None:
+    """One ~1,000-word probe compares the local count with the server's: 1 % off is a
+    different tokenizer, refused with one line naming --tokenizer."""
+    server = fake_server_count
+    counting._check_local_tokenizer(server, server, "same.json")  # agrees: accepted
+    off = lambda msgs: int(server(msgs) * 1.05)  # noqa: E731
+    with pytest.raises(UsageError) as info:
+        counting._check_local_tokenizer(off, server, "other.json")
+    msg = str(info.value)
+    assert "--tokenizer 'other.json' does not match the server" in msg and "\n" not in msg
+
+
+def test_cli_mismatched_tokenizer_exits_2(simulator: Callable[..., SimProcess],
+                                          tmp_path: Path) -> None:
+    path = tmp_path / "tokenizer.json"  # `tokenizers` is in the [dev] extra: runs in CI
+    write_word_level_tokenizer(path)
+    sim = start(simulator, "vllm")
+    proc = subprocess.run(
+        [sys.executable, "-m", "anvil_metrics", "prompts", "--host", sim.url, "--tokens",
+         "4096", "--tokenizer", str(path)],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "does not match the server" in proc.stderr and "Traceback" not in proc.stderr

@@ -81,6 +81,21 @@ def test_shared_prefix_bursts_hit_exactly_the_shared_prefix(simulator, tmp_path:
     assert "prefix cache: hit avg" in out and "warning:" not in out
     header = raw_lines(run_dir)[0]["params"]
     assert abs(header["prompt_sizing"]["prefix_counted"] - 3000) <= 3
+    assert doc["concurrency"] == 2
+    # more users than a group holds: the load is one group (4 streams) at a time
+    wide, _, _ = _run(sim.url, tmp_path, SHARED, "--users", "8")
+    assert wide["concurrency"] == 4 and wide["shared_prefix"]["group_size"] == 4
+
+
+@pytest.mark.parametrize("api", ["none", "sglang", "llamacpp"])
+def test_counting_before_the_load_never_warms_a_measured_prompt(simulator, tmp_path: Path,
+                                                                api: str) -> None:
+    """Sizing counts (probes, or a template probe) use their own head: a fresh run has no
+    request served from the prefix cache."""
+    sim = simulator(*SIM, "--tokenize-api", api)
+    doc, _, out = _run(sim.url, tmp_path, NORMAL)
+    assert all(r["cached_tokens"] <= 16 for r in doc["request_timings"]), api
+    assert "warning:" not in out
 
 
 def test_normal_runs_miss_and_a_reused_nonce_hits_on_purpose(simulator,
@@ -118,6 +133,15 @@ def test_calibration_is_cached_and_reused(simulator, tmp_path: Path) -> None:
     for r in (run1, run2, run3):  # the cached word counts still hit the plan
         doc = load_json(r / "benchmark.json")
         assert doc["prompt_calibration"]["planned_vs_counted_error_pct_max"] <= 0.1
+    # a nonce of another length is another key; one of the same length is recounted once
+    _, run4, _ = _run(sim.url, tmp_path, NORMAL, "--run-nonce", "n" * 32)
+    _, run5, _ = _run(sim.url, tmp_path, NORMAL, "--run-nonce", "abcdefgh")
+    s4, s5 = (raw_lines(r)[0]["params"]["prompt_sizing"] for r in (run4, run5))
+    assert s4["cache"] == "stored" and s4["cache_key"] != s1["cache_key"]
+    assert s5["cache"] == "hit"
+    for r in (run4, run5):
+        doc = load_json(r / "benchmark.json")
+        assert doc["prompt_calibration"]["planned_vs_counted_error_pct_max"] <= 0.1
 
 
 def test_plan_past_the_context_limit_is_refused_before_any_load(simulator,
@@ -138,6 +162,18 @@ def test_plan_past_the_context_limit_is_refused_before_any_load(simulator,
                if "context_distribution.8190" in ln]
         assert msg and "max_context_tokens" in msg[0] and "Traceback" not in proc.stderr
     assert not list((tmp_path / "res").glob("benchmark-*"))  # no run folder, no load
+
+
+def test_plan_past_the_servers_own_limit_is_refused(simulator, tmp_path: Path) -> None:
+    """The scenario allows 8192 tokens but the server's /tokenize says max_model_len 3000:
+    one line naming the limit, exit 2, no request sent."""
+    sim = simulator("--max-context", "3000")
+    sc = write_scenario(tmp_path / "s.toml", NORMAL)
+    proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path / "res"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "max_model_len" in lines[0] and "3000" in lines[0], lines
+    assert "4096 + max_tokens 16" in lines[0]
 
 
 LARGE = """

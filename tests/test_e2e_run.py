@@ -174,10 +174,12 @@ def test_user_locustfile_can_hook_anvil_events(simulator, tmp_path: Path) -> Non
 
 
 def test_http_errors_become_typed_failures(simulator, tmp_path: Path) -> None:
-    """The scenario claims an 8k context, the server has 200 tokens: every request (and
-    the calibration probes: sizing falls back to an estimate) gets the server's
-    OpenAI-style 400, recorded as a typed failure; the run still completes."""
-    sim = simulator(*FAST_SIM[:-2], "--max-context", "200")
+    """The scenario claims an 8k context, the server has 200 tokens and no tokenize
+    endpoint to say so: every request (and the calibration probes: sizing falls back to an
+    estimate) gets the server's OpenAI-style 400, recorded as a typed failure; the run
+    still completes. (A server that reports its limit is refused up front: see
+    test_e2e_prompt_modes.)"""
+    sim = simulator(*FAST_SIM[:-2], "--max-context", "200", "--tokenize-api", "none")
     sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(warmup=0))
     proc = anvil("run", str(sc), "--host", sim.url, "--requests", "5", "--users", "2",
                  "--results-dir", str(tmp_path))
