@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-real lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# A real OpenAI-compatible server with a tiny local model (tests/realserver/):
+# SERVER=transformers (~4 min set-up once), vllm (~13 min once), llama (~40 min build once).
+test-real: $(STAMP)
+	bash tests/realserver/run_real.sh $(SERVER)
 
 lint: $(STAMP)
 	$(BIN)/ruff check anvil_metrics locustfiles tests benchmarks

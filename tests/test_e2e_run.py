@@ -55,7 +55,8 @@ def test_exact_request_count_with_warmup(simulator, tmp_path: Path) -> None:
     assert verify_benchmark(doc) == []
     calib = doc["prompt_calibration"]
     assert calib["method"] == "tokenize" and calib["planned_vs_counted_error_pct_max"] is not None
-    tampered = {**doc, "prompt_calibration": {**calib, "planned_vs_counted_error_pct_max": 0.0}}
+    wrong = calib["planned_vs_counted_error_pct_max"] + 1.0
+    tampered = {**doc, "prompt_calibration": {**calib, "planned_vs_counted_error_pct_max": wrong}}
     assert [m.split(":")[0] for m in verify_benchmark(tampered)] == [
         "prompt_calibration.planned_vs_counted_error_pct_max"]
     assert (path.parent / "locust_stats.csv").exists()

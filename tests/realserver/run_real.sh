@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# make test-real SERVER=transformers|vllm|llama
+# Sets the real server up (cached under $ANVIL_REALSERVER_WORK, default ~/.cache/anvil-realserver),
+# starts it on 127.0.0.1, runs tests/test_real_servers.py against it, stops it by PID.
+# Budgets (wall clock, after set-up): transformers 10 min, vllm 20 min, llama 15 min.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+SERVER="${1:-}"
+export WORK="${ANVIL_REALSERVER_WORK:-$HOME/.cache/anvil-realserver}"
+case "$SERVER" in
+  transformers) SETUP=setup_tf_serve.sh; PIDFILE=tf-serve.pid; PORT=${PORT:-8101}
+                MODEL="$WORK/tiny-qwen3"; BUDGET=600 ;;
+  vllm)         SETUP=setup_vllm_cpu.sh; PIDFILE=vllm.pid; PORT=${PORT:-8104}
+                MODEL=tiny-qwen3; BUDGET=1200 ;;
+  llama)        SETUP=setup_llama_server.sh; PIDFILE=llama-server.pid; PORT=${PORT:-8102}
+                MODEL=tiny-qwen3; BUDGET=900 ;;
+  *) echo "make test-real: SERVER must be one of transformers, vllm, llama (got '${SERVER}')" >&2
+     exit 2 ;;
+esac
+export PORT
+stop() {
+  if [ -f "$WORK/$PIDFILE" ]; then
+    pid="$(cat "$WORK/$PIDFILE")"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$WORK/$PIDFILE"
+  fi
+}
+trap stop EXIT
+stop  # a server left by an interrupted run would hold the port
+t0=$(date +%s)
+bash "$HERE/$SETUP"
+echo "[test-real] $SERVER set up and started in $(( $(date +%s) - t0 )) s"
+ANVIL_REAL_SERVER="$SERVER" ANVIL_REAL_URL="http://127.0.0.1:$PORT" ANVIL_REAL_MODEL="$MODEL" \
+ANVIL_REAL_LOG="$WORK/${PIDFILE%.pid}.log" \
+  timeout "$BUDGET" "$ROOT/.venv/bin/python" -m pytest -m real -p no:cacheprovider \
+  "$ROOT/tests/test_real_servers.py"
+echo "[test-real] $SERVER done in $(( $(date +%s) - t0 )) s"

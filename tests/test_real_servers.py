@@ -1,0 +1,278 @@
+"""anvil against real third-party servers: transformers serve, vLLM, llama.cpp's llama-server.
+
+Run by `make test-real SERVER=...` (tests/realserver/run_real.sh), which sets the server up
+with a tiny local Qwen3-style model (random weights wired to answer `<think>` + 16 reasoning
+words + `</think>` + content until `max_tokens`; a real byte-level BPE tokenizer; anvil's own
+ChatML template) and passes its address in ANVIL_REAL_URL. Deselected from `make test`.
+
+What differs between the servers (../shared/design/SERVERS.md), and what each test pins:
+- where reasoning arrives (`reasoning` for vLLM, `reasoning_content` for the others);
+- where usage arrives (its own `choices: []` chunk when asked, or in the finish chunk always);
+- whether `[DONE]` ends the stream (transformers serve sends none);
+- `<think>`/`</think>` are counted in `completion_tokens` but never sent as deltas.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import time
+import urllib.parse
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import anvil, load_json, raw_lines, result_path, write_scenario
+
+from anvil_metrics.benchmark import verify_benchmark
+from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.derive import timing_from_record
+from anvil_metrics.observe import StreamObserver
+
+pytestmark = pytest.mark.real
+
+SERVER = os.environ.get("ANVIL_REAL_SERVER", "")
+URL = os.environ.get("ANVIL_REAL_URL", "")
+MODEL = os.environ.get("ANVIL_REAL_MODEL", "")
+REASONING_WORDS = 16  # the tiny model's fixed reasoning span (make_tiny_model.py)
+
+# What each server is known to do (checked on the wire by test_stream_shape_on_the_wire).
+SHAPES = {
+    # thinking off: transformers serve still opens with one reasoning delta of "\n\n"
+    # (whitespace, but non-empty: by the spec's rule it is the first output)
+    "transformers": {"reasoning_field": "reasoning_content", "usage_unasked": True,
+                     "done": False, "counter": "probe", "off_reasoning_chunks": 1},
+    "vllm": {"reasoning_field": "reasoning", "usage_unasked": False, "done": True,
+             "counter": "tokenize", "off_reasoning_chunks": 0},
+    "llama": {"reasoning_field": "reasoning_content", "usage_unasked": False, "done": True,
+              "counter": "tokenize", "off_reasoning_chunks": 0},
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _server() -> None:
+    if SERVER not in SHAPES or not URL or not MODEL:
+        pytest.fail("run these with `make test-real SERVER=transformers|vllm|llama` "
+                    f"(ANVIL_REAL_SERVER={SERVER!r}, ANVIL_REAL_URL={URL!r})")
+
+
+def _raw_stream(body: dict) -> tuple[list[dict], bool]:
+    """The server's SSE chunks for one request, read with the standard library."""
+    u = urllib.parse.urlsplit(URL)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    conn.request("POST", "/v1/chat/completions", orjson.dumps(body),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.read()[:500]
+    chunks, done = [], False
+    for line in resp:
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            done = True
+            continue
+        chunks.append(orjson.loads(data))
+    conn.close()
+    return chunks, done
+
+
+def _body(max_tokens: int = 40, usage: bool = True, thinking: bool | None = None) -> dict:
+    body: dict = {"model": MODEL, "stream": True, "max_tokens": max_tokens,
+                  "messages": [{"role": "user", "content": "Say something about rivers."}]}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    if thinking is not None:
+        body["chat_template_kwargs"] = {"enable_thinking": thinking}
+    return body
+
+
+def test_stream_shape_on_the_wire() -> None:
+    """The facts the other tests rely on, read off the wire for this server."""
+    shape = SHAPES[SERVER]
+    chunks, done = _raw_stream(_body(usage=True))
+    assert done is shape["done"]
+    fields = {k for c in chunks for ch in c.get("choices") or []
+              for k, v in (ch.get("delta") or {}).items() if v}
+    assert shape["reasoning_field"] in fields and "content" in fields, fields
+    usage_chunks = [c for c in chunks if c.get("usage")]
+    assert usage_chunks, "usage was asked for"
+    assert usage_chunks[-1]["usage"]["completion_tokens"] == 40
+    chunks, _ = _raw_stream(_body(usage=False))
+    assert any(c.get("usage") for c in chunks) is shape["usage_unasked"]
+
+
+SCENARIO = """
+measurement_protocol = "real-{server}"
+concurrency = {users}
+requests = {requests}
+max_tokens = {max_tokens}
+context_tokens = 4096
+max_context_tokens = 4096
+[context_distribution]
+1024 = 2
+2048 = 2
+[serve_flags]
+thinking_mode = "{thinking}"
+[request]
+include_usage = {usage}
+"""
+
+
+def _run(tmp_path: Path, *, usage: bool = True, thinking: str = "default", users: int = 2,
+         requests: int = 4, max_tokens: int = 40) -> tuple[dict, Path]:
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(
+        server=SERVER, users=users, requests=requests, max_tokens=max_tokens,
+        thinking=thinking, usage=str(usage).lower()))
+    proc = anvil("run", str(sc), "--host", URL, "--model", MODEL, "--results-dir",
+                 str(tmp_path / "res"), "--run-time", "600", timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    doc = load_json(path)
+    assert verify_benchmark(doc) == []
+    assert (doc["requests"], doc["completed"], doc["failed"]) == (requests, requests, 0), \
+        doc["failures"]
+    return doc, path.parent
+
+
+def _size_error_ok(row: dict, tolerance_pct: float) -> bool:
+    planned, counted = row["planned_context_tokens"], row["prompt_tokens"]
+    return abs(counted - planned) * 100 <= tolerance_pct * planned
+
+
+def test_reasoning_stream_with_usage(tmp_path: Path) -> None:
+    """Reasoning first, then content; usage gives the token count, and the `<think>` tags
+    are counted by the server but never sent: 16 reasoning chunks, content after them."""
+    doc, run_dir = _run(tmp_path)
+    tolerance = 0.1 if SHAPES[SERVER]["counter"] == "tokenize" else 0.5
+    for r in doc["request_timings"]:
+        assert r["output_token_source"] == "usage"
+        assert r["output_tokens"] == 40
+        assert r["reasoning_chunks"] == REASONING_WORDS, r
+        assert r["content_chunks"] >= 1
+        assert r["reasoning_chunks"] + r["content_chunks"] <= r["output_tokens"] - 2
+        assert r["time_to_first_output_ms"] < r["ttft_ms"] < r["e2e_ms"]
+        assert _size_error_ok(r, tolerance), r
+    assert doc["prompt_calibration"]["method"] == SHAPES[SERVER]["counter"]
+    print(f"\n[{SERVER}] " + " ".join(ln for ln in _summary(doc)))
+    assert raw_lines(run_dir)[0]["params"]["prompt_calibration"]["method"] == \
+        doc["prompt_calibration"]["method"]
+
+
+def _summary(doc: dict) -> list[str]:
+    m = doc["metrics"]
+    return [f"ttfo_p50={m['time_to_first_output_p50_ms']:.1f}ms",
+            f"ttft_p50={m['ttft_p50_ms']:.1f}ms", f"decode_p50={m['decode_tok_s_p50']:.1f}tok/s",
+            f"prompt_tokens_p50={m['prompt_tokens_p50']}",
+            f"error_max={doc['prompt_calibration']['planned_vs_counted_error_pct_max']:.3f}%"]
+
+
+def test_without_include_usage(tmp_path: Path) -> None:
+    """Servers that send usage only when asked: output tokens fall back to the chunk count
+    (flagged "chunks", prompt_tokens null); transformers serve sends usage anyway."""
+    doc, _ = _run(tmp_path, usage=False)
+    for r in doc["request_timings"]:
+        if SHAPES[SERVER]["usage_unasked"]:
+            assert r["output_token_source"] == "usage" and r["output_tokens"] == 40
+        else:
+            assert r["output_token_source"] == "chunks"
+            assert r["output_tokens"] == r["reasoning_chunks"] + r["content_chunks"]
+            assert r["prompt_tokens"] is None
+    if not SHAPES[SERVER]["usage_unasked"]:
+        assert doc["metrics"]["content_chunks_s"] is not None
+
+
+def test_thinking_off(tmp_path: Path) -> None:
+    """`thinking_mode = "off"` (chat_template_kwargs.enable_thinking = false): the template
+    closes the think block itself, so no reasoning words are sent (at most the server's
+    known whitespace delta); with none, the first output is the first content."""
+    doc, _ = _run(tmp_path, thinking="off")
+    expected = SHAPES[SERVER]["off_reasoning_chunks"]
+    for r in doc["request_timings"]:
+        assert r["reasoning_chunks"] == expected, r
+        assert r["content_chunks"] >= 1
+        if expected == 0:
+            assert r["ttft_ms"] == r["time_to_first_output_ms"]
+        else:
+            assert r["time_to_first_output_ms"] < r["ttft_ms"]
+
+
+def test_prompt_sizes_on_the_real_tokenizer(tmp_path: Path) -> None:
+    """`anvil prompts` against the server's own count: ±0.1 % where it tokenizes, ±0.5 %
+    with probes; 131k where counting costs no prefill."""
+    tokenize = SHAPES[SERVER]["counter"] == "tokenize"
+    sizes = "4096,32768,131000" if tokenize else "4096,32768"
+    proc = anvil("prompts", "--host", URL, "--model", MODEL, "--tokens", sizes, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    print(f"\n[{SERVER}] anvil prompts:\n{proc.stdout}")
+    rows = [ln.split() for ln in proc.stdout.splitlines() if re.match(r"\s+\d+\s+\d+", ln)]
+    assert len(rows) == len(sizes.split(","))
+    for planned, counted, err, _ in rows:
+        assert abs(float(err)) <= (0.1 if tokenize else 0.5), (planned, counted, err)
+
+
+# --- vLLM: anvil's figures against the server's own Prometheus histograms -------------------
+
+CLIENT_OVERHEAD_MS = 25.0  # stated bound: HTTP, parsing and SSE framing on this 2-core VM
+METRICS = ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+           "vllm:request_prompt_tokens", "vllm:request_generation_tokens")
+
+
+def _scrape() -> dict[str, tuple[float, float]]:
+    """name -> (sum, count) over all label sets, from /metrics."""
+    u = urllib.parse.urlsplit(URL)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    out: dict[str, list[float]] = {m: [0.0, 0.0] for m in METRICS}
+    for line in text.splitlines():
+        for m in METRICS:
+            for i, suffix in enumerate(("_sum", "_count")):
+                if line.startswith(m + suffix + "{") or line.startswith(m + suffix + " "):
+                    out[m][i] += float(line.rsplit(" ", 1)[1])
+    return {m: (v[0], v[1]) for m, v in out.items()}
+
+
+@pytest.mark.skipif(SERVER != "vllm", reason="only vLLM exposes these histograms")
+def test_vllm_own_metrics_agree_with_anvil() -> None:
+    """One request at a time through anvil's own client and observer; each histogram's
+    `_sum`/`_count` differenced around it. vLLM's TTFT is its first generated token, a
+    reasoning token here, so it is compared with anvil's time to first output. anvil's
+    times must be >= the server's (they include the network and the server's HTTP layer)
+    and within CLIENT_OVERHEAD_MS; token counts must be equal."""
+    client = ChatClient(Endpoint.parse(URL), None)
+    client.connect()
+    body = orjson.dumps({**_body(max_tokens=32, usage=True),
+                         "messages": [{"role": "user", "content": "word " * 600}]})
+    gaps = []
+    try:
+        for i in range(6):
+            before = _scrape()
+            obs = StreamObserver(i, time.perf_counter_ns())
+            client.stream_chat(body, obs)
+            row = timing_from_record(obs.finish(), request_index=i)
+            deadline = time.monotonic() + 10
+            after = _scrape()
+            while after["vllm:e2e_request_latency_seconds"][1] == \
+                    before["vllm:e2e_request_latency_seconds"][1] and time.monotonic() < deadline:
+                time.sleep(0.05)
+                after = _scrape()
+            d = {m: (after[m][0] - before[m][0], after[m][1] - before[m][1]) for m in METRICS}
+            assert all(cnt == 1 for _, cnt in d.values()), d
+            server_ttft_ms = d["vllm:time_to_first_token_seconds"][0] * 1000
+            server_e2e_ms = d["vllm:e2e_request_latency_seconds"][0] * 1000
+            gaps.append((row.time_to_first_output_ms - server_ttft_ms,
+                         row.e2e_ms - server_e2e_ms))
+            assert server_ttft_ms <= row.time_to_first_output_ms <= \
+                server_ttft_ms + CLIENT_OVERHEAD_MS, (row, server_ttft_ms)
+            assert server_e2e_ms <= row.e2e_ms <= server_e2e_ms + CLIENT_OVERHEAD_MS, \
+                (row, server_e2e_ms)
+            assert d["vllm:request_prompt_tokens"][0] == row.prompt_tokens
+            assert d["vllm:request_generation_tokens"][0] == row.output_tokens == 32
+    finally:
+        client.close()
+    print(f"\n[vllm] anvil - server (ttfo, e2e) ms per request: "
+          f"{[(round(a, 2), round(b, 2)) for a, b in gaps]}")
