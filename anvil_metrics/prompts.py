@@ -236,6 +236,7 @@ class PromptFactory:
         self.prefix_counted: int | None = None
         self._prefix_text = ""
         self._bodies: dict[int, str] = {}
+        self._delta: int | None = None
 
     def _body_seed(self, size: int) -> int:
         return self.seed * 1_000_003 + size
@@ -265,6 +266,18 @@ class PromptFactory:
             words = max(1, words - step)
         return best if best is not None else (words, None)
 
+    def _head_delta(self, count: CountTokens | None) -> int:
+        """Tokens a real request's head costs over the sizing head (e.g. " request" may be
+        one token where " sizing" is two): two tiny counts, so that fitting the sizing
+        prompt to `size - delta` puts the real prompts on `size`."""
+        if count is None:
+            return 0
+        if self._delta is None:
+            real, sizing = self.parts(0, 0, body=""), self.parts(0, 0, body="", sizing=True)
+            self._delta = (count(messages_for(real.head.rstrip(), self.system_prompt))
+                           - count(messages_for(sizing.head.rstrip(), self.system_prompt)))
+        return self._delta
+
     def _prepare_prefix(self, count: CountTokens | None, tolerance_pct: float,
                         max_rounds: int, recount_known: bool) -> None:
         if self.shared is None or self._prefix_text:
@@ -293,6 +306,7 @@ class PromptFactory:
         it still holds). Counting uses a sizing head, never a real request's prompt.
         Returns size -> the server's count of the body kept (None when not counted)."""
         self._prepare_prefix(count, tolerance_pct, max_rounds, recount_known)
+        delta = self._head_delta(count)
         counted: dict[int, int | None] = {}
         for size in sorted(set(sizes)):
             if size in self._bodies:
@@ -308,8 +322,10 @@ class PromptFactory:
             counted[size] = None
             if words is None or recount_known:
                 guess = words or self.calibration.words_for(size) - (self.prefix_words or 0)
-                words, counted[size] = self._fit(size, text_for, max(1, guess), count,
-                                                 tolerance_pct, max_rounds)
+                # the sizing prompt is fitted to what makes the *request's* prompt `size`
+                words, n = self._fit(size - delta, text_for, max(1, guess), count,
+                                     tolerance_pct, max_rounds)
+                counted[size] = None if n is None else n + delta
             self.words[size] = words
             self._bodies[size] = body_text(words, seed)
         return counted
