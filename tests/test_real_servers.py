@@ -29,6 +29,7 @@ from anvil_metrics.benchmark import verify_benchmark
 from anvil_metrics.client import ChatClient, Endpoint
 from anvil_metrics.derive import timing_from_record
 from anvil_metrics.observe import StreamObserver
+from anvil_metrics.run import summary_lines
 
 pytestmark = pytest.mark.real
 
@@ -156,7 +157,8 @@ def test_reasoning_stream_with_usage(tmp_path: Path) -> None:
         assert r["time_to_first_output_ms"] < r["ttft_ms"] < r["e2e_ms"]
         assert _size_error_ok(r, tolerance), r
     assert doc["prompt_calibration"]["method"] == SHAPES[SERVER]["counter"]
-    print(f"\n[{SERVER}] " + " ".join(ln for ln in _summary(doc)))
+    print(f"\n[{SERVER}] " + " ".join(_summary(doc)) + "\n"
+          + "\n".join(summary_lines(doc)))
     assert raw_lines(run_dir)[0]["params"]["prompt_calibration"]["method"] == \
         doc["prompt_calibration"]["method"]
 
