@@ -14,6 +14,7 @@ header and never shown or stored), and `/v1` is appended unless the URL already 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,12 @@ class Endpoint:
             path = path + "/v1"
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
 
+
+# A kept-alive connection the server closed between two requests fails like this before a
+# single byte of the answer arrives (llama.cpp's server closes after each streamed
+# response; any server may at its keep-alive timeout): the request is sent once more on a
+# new connection, and `start` is stamped again just before that second write.
+_STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 
 SEND_CHUNK_BYTES = 64 * 1024
 _YIELD_S = 1e-6  # a timer, not sleep(0): the hub polls sockets before timers fire
@@ -147,6 +154,8 @@ class ChatClient:
             head.append(f"Authorization: Bearer {key}")
         # the streamed request is written by hand (see stream_chat); it ends in Content-Length
         self._head = ("\r\n".join(head) + "\r\nContent-Length: ").encode("latin-1")
+        # sockets that have carried a full answer: only those may be stale when reused
+        self._answered: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def close(self) -> None:
         self._http.close()
@@ -188,43 +197,52 @@ class ChatClient:
         Returns the body bytes read.
         """
         pool = self._http._connection_pool
-        try:
-            sock = pool.get_socket()
-        except (TimeoutError, gevent.Timeout) as e:
-            obs.start_ns = obs._last_ns = _perf_ns()
-            obs.fail("timeout", f"could not connect within the connect timeout ({e})",
-                     obs.start_ns, phase="connect")
-            return 0
-        except (ConnectionError, OSError) as e:
-            obs.start_ns = obs._last_ns = _perf_ns()
-            obs.fail("connection", f"could not connect: {type(e).__name__}: {e}", obs.start_ns,
-                     phase="connect")
-            return 0
         parts = (body,) if isinstance(body, bytes) else tuple(body)
         head = self._head + b"%d\r\n\r\n" % sum(len(p) for p in parts)
-        obs.start_ns = obs._last_ns = _perf_ns()
-        try:
-            _send_cooperatively(sock, (head, *parts))
-        except BaseException as e:
-            pool.release_socket(sock)  # still ours: the response never took it
-            if not isinstance(e, Exception):
-                raise  # GreenletExit, KeyboardInterrupt
-            kind = "timeout" if isinstance(e, TimeoutError | gevent.Timeout) else "connection"
-            obs.fail(kind, f"could not send the request: {type(e).__name__}: {e}", _perf_ns(),
-                     phase="headers")
-            return 0
-        try:
-            # on any failure the response releases the socket to the pool itself
-            resp = HTTPSocketPoolResponse(sock, pool, block_size=self._http.block_size,
-                                          method="POST")
-        except (TimeoutError, gevent.Timeout) as e:
-            obs.fail("timeout", f"no response headers within the network timeout ({e})",
-                     _perf_ns(), phase="headers")
-            return 0
-        except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
-            obs.fail("connection", f"no valid response headers: {type(e).__name__}: {e}",
-                     _perf_ns(), phase="headers")
-            return 0
+        for attempt in (1, 2):
+            try:
+                sock = pool.get_socket()
+            except (TimeoutError, gevent.Timeout) as e:
+                obs.start_ns = obs._last_ns = _perf_ns()
+                obs.fail("timeout", f"could not connect within the connect timeout ({e})",
+                         obs.start_ns, phase="connect")
+                return 0
+            except (ConnectionError, OSError) as e:
+                obs.start_ns = obs._last_ns = _perf_ns()
+                obs.fail("connection", f"could not connect: {type(e).__name__}: {e}",
+                         obs.start_ns, phase="connect")
+                return 0
+            reused = sock in self._answered
+            obs.start_ns = obs._last_ns = _perf_ns()
+            try:
+                _send_cooperatively(sock, (head, *parts))
+            except BaseException as e:
+                if not isinstance(e, Exception):
+                    pool.release_socket(sock)
+                    raise  # GreenletExit, KeyboardInterrupt
+                pool.release_socket(sock)  # closes it
+                if reused and attempt == 1 and isinstance(e, _STALE):
+                    continue  # the server had closed this kept-alive connection: once more
+                kind = "timeout" if isinstance(e, TimeoutError | gevent.Timeout) else "connection"
+                obs.fail(kind, f"could not send the request: {type(e).__name__}: {e}",
+                         _perf_ns(), phase="headers")
+                return 0
+            try:
+                # on any failure the response releases the socket to the pool itself
+                resp = HTTPSocketPoolResponse(sock, pool, block_size=self._http.block_size,
+                                              method="POST")
+            except (TimeoutError, gevent.Timeout) as e:
+                obs.fail("timeout", f"no response headers within the network timeout ({e})",
+                         _perf_ns(), phase="headers")
+                return 0
+            except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
+                if reused and attempt == 1 and isinstance(e, _STALE):
+                    continue  # closed before a byte of the answer: the request was not taken
+                obs.fail("connection", f"no valid response headers: {type(e).__name__}: {e}",
+                         _perf_ns(), phase="headers")
+                return 0
+            self._answered.add(sock)
+            break
         obs.http_status = resp.status_code
         server_t0 = resp.get("anvil-t0-ns")  # anvil's simulator with --stamp-send
         if server_t0:
