@@ -13,8 +13,8 @@ header and never shown or stored), and `/v1` is appended unless the URL already 
 
 from __future__ import annotations
 
+import socket
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,11 +71,15 @@ class Endpoint:
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
 
 
-# A kept-alive connection the server closed between two requests fails like this before a
-# single byte of the answer arrives (llama.cpp's server closes after each streamed
-# response; any server may at its keep-alive timeout): the request is sent once more on a
-# new connection, and `start` is stamped again just before that second write.
+# A kept-alive connection the server closed between two requests (llama.cpp's server closes
+# after each streamed response; any server may at its keep-alive timeout). A socket taken
+# from the pool is first peeked: already closed, it is replaced before anything is written.
+# If the close crosses the write, the request fails like this before a byte of the answer:
+# within _STALE_WINDOW_NS of the write it cannot have been worked on, so it is written once
+# more on a new connection (`start` stamped again; the record keeps `connection_retry`).
+# Later, the server may have taken it: that is a failure, never a silent second send.
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
+_STALE_WINDOW_NS = 20_000_000
 
 SEND_CHUNK_BYTES = 64 * 1024
 _YIELD_S = 1e-6  # a timer, not sleep(0): the hub polls sockets before timers fire
@@ -87,6 +91,18 @@ class SendStats:
 
     max_chunk_ns: int = 0
     chunks: int = 0
+
+
+def _closed_by_peer(sock: Any) -> bool:
+    """True when the peer has already closed (or reset) this idle socket: a non-blocking
+    peek finds EOF or an error instead of "nothing to read yet"."""
+    raw = getattr(sock, "_sock", sock)  # gevent's recv would wait on EAGAIN: ask the OS
+    try:
+        return raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 def _chunks(parts: Sequence[bytes], size: int = SEND_CHUNK_BYTES) -> Iterator[bytes]:
@@ -154,8 +170,6 @@ class ChatClient:
             head.append(f"Authorization: Bearer {key}")
         # the streamed request is written by hand (see stream_chat); it ends in Content-Length
         self._head = ("\r\n".join(head) + "\r\nContent-Length: ").encode("latin-1")
-        # sockets that have carried a full answer: only those may be stale when reused
-        self._answered: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def close(self) -> None:
         self._http.close()
@@ -200,6 +214,7 @@ class ChatClient:
         parts = (body,) if isinstance(body, bytes) else tuple(body)
         head = self._head + b"%d\r\n\r\n" % sum(len(p) for p in parts)
         for attempt in (1, 2):
+            from_pool = attempt == 1 and pool._socket_queue.qsize() > 0
             try:
                 sock = pool.get_socket()
             except (TimeoutError, gevent.Timeout) as e:
@@ -212,7 +227,19 @@ class ChatClient:
                 obs.fail("connection", f"could not connect: {type(e).__name__}: {e}",
                          obs.start_ns, phase="connect")
                 return 0
-            reused = sock in self._answered
+            reused = from_pool
+            if reused and _closed_by_peer(sock):
+                pool.release_socket(sock)  # closes it; nothing was written
+                from_pool = False
+                sock = None
+                try:
+                    sock = pool.get_socket()
+                except (TimeoutError, gevent.Timeout, ConnectionError, OSError) as e:
+                    obs.start_ns = obs._last_ns = _perf_ns()
+                    obs.fail("connection", f"could not connect: {type(e).__name__}: {e}",
+                             obs.start_ns, phase="connect")
+                    return 0
+                reused = False
             obs.start_ns = obs._last_ns = _perf_ns()
             try:
                 _send_cooperatively(sock, (head, *parts))
@@ -221,7 +248,7 @@ class ChatClient:
                     pool.release_socket(sock)
                     raise  # GreenletExit, KeyboardInterrupt
                 pool.release_socket(sock)  # closes it
-                if reused and attempt == 1 and isinstance(e, _STALE):
+                if self._may_retry(reused, attempt, e, obs):
                     continue  # the server had closed this kept-alive connection: once more
                 kind = "timeout" if isinstance(e, TimeoutError | gevent.Timeout) else "connection"
                 obs.fail(kind, f"could not send the request: {type(e).__name__}: {e}",
@@ -236,12 +263,11 @@ class ChatClient:
                          _perf_ns(), phase="headers")
                 return 0
             except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
-                if reused and attempt == 1 and isinstance(e, _STALE):
+                if self._may_retry(reused, attempt, e, obs):
                     continue  # closed before a byte of the answer: the request was not taken
                 obs.fail("connection", f"no valid response headers: {type(e).__name__}: {e}",
                          _perf_ns(), phase="headers")
                 return 0
-            self._answered.add(sock)
             break
         obs.http_status = resp.status_code
         server_t0 = resp.get("anvil-t0-ns")  # anvil's simulator with --stamp-send
@@ -268,6 +294,17 @@ class ChatClient:
         finally:
             self._finish_response(resp, obs)
         return source.bytes_read
+
+    @staticmethod
+    def _may_retry(reused: bool, attempt: int, e: BaseException, obs: StreamObserver) -> bool:
+        """A reused socket that failed as stale, right after the write: retry once, and say
+        so in the record."""
+        waited = _perf_ns() - obs.start_ns
+        if not (reused and attempt == 1 and isinstance(e, _STALE) and waited <= _STALE_WINDOW_NS):
+            return False
+        obs.connection_retry = {"error": f"{type(e).__name__}: {e}",
+                                "first_write_to_error_ms": waited / 1e6}
+        return True
 
     def _http_error(self, resp, obs: StreamObserver) -> int:
         t = _perf_ns()

@@ -32,6 +32,7 @@ class StreamObserver:
 
     __slots__ = (
         "request_index",
+        "connection_retry",
         "start_ns",
         "warmup",
         "planned_context_tokens",
@@ -86,6 +87,9 @@ class StreamObserver:
         self.on_first_output = on_first_output
         self.on_first_content = on_first_content
         self.sent: dict[str, int] | None = None
+        # a stale kept-alive connection was replaced (see ChatClient.stream_chat): what the
+        # first write met, kept in the raw record so no retry is silent
+        self.connection_retry: dict[str, object] | None = None
 
     @property
     def phase(self) -> str:
@@ -215,5 +219,7 @@ class StreamObserver:
             http_status=self.http_status,
             failure=self.failure,
             worker=self.worker,
-            extra={"server": self.sent} if self.sent else {},
+            extra={**({"server": self.sent} if self.sent else {}),
+                   **({"connection_retry": self.connection_retry}
+                      if self.connection_retry else {})},
         )

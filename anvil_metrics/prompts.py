@@ -87,20 +87,30 @@ def body_text(n_words: int, seed: int) -> str:
     return " ".join(_VARIANTS[idx].tolist())
 
 
+# Indices are written with a fixed number of digits, least significant first: tokenizers
+# that split digits (Qwen's) would otherwise make request 1000's prompt 3 tokens longer than
+# request 0's, and with the digits reversed two requests differ within the first digits.
+INDEX_DIGITS = 6
+
+
+def _index(i: int) -> str:
+    return f"{i:0{INDEX_DIGITS}d}"[::-1]
+
+
 def request_prefix(run_nonce: str, request_index: int, warmup: bool = False,
                    sizing: bool = False) -> str:
     """The unique head of a request's message in normal mode. Sizing counts use their own
     head (same length in words), so counting a prompt before the load never sends a real
     request's prompt: a server would cache it and serve that request warm."""
-    kind = "sizing" if sizing else "warmup" if warmup else "request"
-    return f"Run {run_nonce} {kind} {request_index}. "
+    kind = "Sizing" if sizing else "Warmup" if warmup else "Request"
+    return f"{kind} {_index(request_index)} of run {run_nonce}. "
 
 
 def group_prefix(run_nonce: str, group: int, warmup: bool = False, sizing: bool = False
                  ) -> str:
     """The head shared by one group's requests in shared-prefix mode."""
-    kind = "sizing group" if sizing else "warmup group" if warmup else "group"
-    return f"Run {run_nonce} {kind} {group}. "
+    kind = "Sizing group" if sizing else "Warmup group" if warmup else "Group"
+    return f"{kind} {_index(group)} of run {run_nonce}. "
 
 
 MAX_GROUP_SIZE = len(_WORDS)
@@ -112,7 +122,7 @@ def request_tag(request_index: int, group_size: int, warmup: bool = False) -> st
     so it opens with a word that is distinct per position in the group (a tokenizer gives
     distinct whole words distinct first tokens), not with shared punctuation or digits."""
     kind = "Warmup" if warmup else "Request"
-    return f" {_CAPS[request_index % group_size]} {kind} {request_index}. "
+    return f" {_CAPS[request_index % group_size]} {kind} {_index(request_index)}. "
 
 
 def messages_for(text: str, system_prompt: str | None = None) -> list[dict]:

@@ -34,6 +34,7 @@ from anvil_metrics.prompts import (
     SharedPrefix,
     calibrate_by_probe,
     messages_for,
+    request_prefix,
 )
 from anvil_metrics.recorder import RUN_ID, RawWriter, create_run_dir, new_run_id
 from anvil_metrics.records import RequestRecord
@@ -339,12 +340,12 @@ def _prepare_prompts(opts: RunOptions, client: ChatClient, counter: Counter,
 def _expected_shared_tokens(prompts: PromptFactory, count: Any, system_prompt: str | None
                             ) -> int:
     """How many leading prompt tokens two requests of this run may legitimately share:
-    the chat template header, the system prompt and `Run <nonce>` (or, in shared-prefix
-    mode, the group's whole prefix). Counted where counting is available, else estimated
-    from the calibration."""
+    the chat template header, the system prompt and at most a whole head line (two
+    indices can share all but one digit; or, in shared-prefix mode, the group's whole
+    prefix). Counted where counting is available, else estimated from the calibration."""
     if prompts.shared is not None:
         return prompts.shared.prefix_tokens
-    lead = f"Run {prompts.run_nonce}"
+    lead = request_prefix(prompts.run_nonce, 0).rstrip()
     if count is not None:
         try:
             return int(count(messages_for(lead, system_prompt)))

@@ -51,7 +51,10 @@ def measure_sizes(host: str, sizes: list[int], *, model: str | None = None,
         counter = server_counter(client, {"model": model}, tokenizer_path)
         calibration = calibrate_by_probe(counter.count, seed, method=counter.method)
         factory = PromptFactory(calibration, seed, "sizing00")
-        counted = factory.prepare(sizes, counter.count)
+        factory.prepare(sizes, counter.count)
+        # the count reported is the server's count of a real request's prompt, not of the
+        # sizing prompt the fit used
+        counted = {size: counter.count(factory.messages(size, 0)) for size in set(sizes)}
     finally:
         client.close()
     results = []

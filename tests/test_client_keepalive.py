@@ -41,10 +41,13 @@ def _read_request(conn: socket.socket) -> bytes:
 
 
 class ClosingServer:
-    """Answers each request on a connection with one SSE stream, then closes it (and,
-    with `close_first`, closes the very first connection before answering anything)."""
+    """Answers one request per connection with an SSE stream, then closes the connection:
+    by default only once the client's next request arrived on it (the close crosses the
+    write); with `close_delay_s`, that long after answering. With `close_first` the very
+    first connection is closed before answering anything."""
 
-    def __init__(self, close_first: bool = False) -> None:
+    def __init__(self, close_first: bool = False, close_delay_s: float | None = None,
+                 drop_after_work: int | None = None) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -52,6 +55,8 @@ class ClosingServer:
         self.requests = 0
         self.connections = 0
         self.close_first = close_first
+        self.close_delay_s = close_delay_s
+        self.drop_after_work = drop_after_work  # this request: read, work 100 ms, drop
         self._stop = False
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -71,6 +76,9 @@ class ClosingServer:
                 if not head:
                     continue
                 self.requests += 1
+                if self.requests == self.drop_after_work:
+                    time.sleep(0.1)  # the server took the request and worked on it
+                    continue
                 if head.startswith(b"GET"):
                     body = b'{"data":[{"id":"m"}]}'
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -79,7 +87,12 @@ class ClosingServer:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                                  b"Transfer-Encoding: chunked\r\n"
                                  b"Keep-Alive: timeout=5, max=100\r\n\r\n" + _chunked(STREAM))
-                time.sleep(0.01)  # the close reaches the client after it reused the socket
+                if self.close_delay_s is None:
+                    # close only once the client's next request has arrived: the close
+                    # crosses that write (the request is never answered, nor counted)
+                    conn.recv(65536)
+                else:
+                    time.sleep(self.close_delay_s)
 
     def close(self) -> None:
         self._stop = True
@@ -108,6 +121,46 @@ def test_a_closed_kept_alive_connection_is_retried_once(server: ClosingServer) -
     assert [r.failure for r in results] == [None] * 5
     assert all(r.content_chunks == 1 for r in results)
     assert server.requests == 5  # each request answered once: nothing sent twice
+    # the close crossed the next write: retried, and the raw record says so
+    retried = [r for r in results if "connection_retry" in r.extra]
+    assert retried and all(r.extra["connection_retry"]["first_write_to_error_ms"] <= 20
+                           for r in retried)
+
+
+def test_an_already_closed_connection_is_replaced_before_writing() -> None:
+    server = ClosingServer(close_delay_s=0.0)
+    client = ClientFor(server.port)
+    try:
+        results = []
+        for i in range(4):
+            results.append(_stream(client, i).finish())
+            time.sleep(0.05)  # the server's close has arrived before the next request
+    finally:
+        client.close()
+        server.close()
+    assert [r.failure for r in results] == [None] * 4
+    assert not any("connection_retry" in r.extra for r in results)  # peeked, not retried
+    assert server.requests == 4
+
+
+def test_a_request_the_server_worked_on_is_never_sent_twice() -> None:
+    """The server reads request 2 (its third, after GET /models), works 100 ms, drops the
+    connection: a failure, not a silent second send."""
+    server = ClosingServer(close_delay_s=0.0, drop_after_work=3)
+    client = ClientFor(server.port)
+    try:
+        client.connect()
+        results = []
+        for i in range(3):
+            results.append(_stream(client, i).finish())
+            time.sleep(0.05)
+    finally:
+        client.close()
+        server.close()
+    assert results[0].failure is None
+    assert results[1].failure is not None and results[1].failure.kind == "connection"
+    assert results[2].failure is None
+    assert server.requests == 4  # GET + 3 requests, each received once
 
 
 def test_a_connection_that_never_answered_is_not_retried() -> None:

@@ -74,9 +74,10 @@ def test_body_has_the_scenario_switches_and_a_unique_prefix() -> None:
     b = orjson.loads(bb.build(500, 1))
     w = orjson.loads(bb.build(500, 0, warmup=True))
     ca, cb = a["messages"][-1]["content"], b["messages"][-1]["content"]
-    assert ca.startswith("Run abcd request 0. ") and cb.startswith("Run abcd request 1. ")
-    assert ca[len("Run abcd request 0. "):] == cb[len("Run abcd request 1. "):]
-    assert w["messages"][-1]["content"].startswith("Run abcd warmup 0. ")
+    assert ca.startswith("Request 000000 of run abcd. ")
+    assert cb.startswith("Request 100000 of run abcd. ")  # digits least significant first
+    assert ca[len("Request 000000 of run abcd. "):] == cb[len("Request 100000 of run abcd. "):]
+    assert w["messages"][-1]["content"].startswith("Warmup 000000 of run abcd. ")
     # same seed and nonce → byte-identical bodies
     pf2 = PromptFactory(Calibration("none", 0.0, 1.3), seed=1, run_nonce="abcd")
     assert BodyBuilder(sc, "m", pf2).build(500, 1) == bb.build(500, 1)

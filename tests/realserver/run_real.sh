@@ -19,9 +19,13 @@ case "$SERVER" in
      exit 2 ;;
 esac
 export PORT
-stop() {
+stop() {  # only the server this script starts: its pid file, its port on its command line
   if [ -f "$WORK/$PIDFILE" ]; then
     pid="$(cat "$WORK/$PIDFILE")"
+    if ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--port $PORT"; then
+      rm -f "$WORK/$PIDFILE"  # gone, or another process now: not ours to kill
+      return 0
+    fi
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -9 "$pid" 2>/dev/null || true

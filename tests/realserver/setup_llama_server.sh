@@ -61,13 +61,16 @@ if [ ! -f "$GGUF" ]; then
 fi
 
 # 5) start the server on loopback only
+if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
+  log "port $PORT already answers /health: stop what runs there or pick another PORT"; exit 1
+fi
 log "starting llama-server on 127.0.0.1:$PORT"
 nohup "$BIN" -m "$GGUF" --host 127.0.0.1 --port "$PORT" --alias tiny-qwen3 \
   --jinja --reasoning-format deepseek -c "$CTX" -np "$SLOTS" --kv-unified -n "$N_PREDICT" \
   -t "$THREADS" --no-webui --metrics >"$WORK/llama-server.log" 2>&1 &
 echo $! >"$WORK/llama-server.pid"
 for _ in $(seq 1 240); do
-  if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then log "ready (pid $(cat "$WORK/llama-server.pid"))"; exit 0; fi
+  if kill -0 "$(cat "$WORK/llama-server.pid")" 2>/dev/null && curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then log "ready (pid $(cat "$WORK/llama-server.pid"))"; exit 0; fi
   if ! kill -0 "$(cat "$WORK/llama-server.pid")" 2>/dev/null; then tail -30 "$WORK/llama-server.log"; exit 1; fi
   sleep 0.5
 done

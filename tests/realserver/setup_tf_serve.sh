@@ -22,12 +22,15 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
   log "creating tiny model"; "$WORK/venv/bin/python" "$HERE/make_tiny_model.py" "$MODEL" >"$WORK/make_model.log" 2>&1
 fi
 EXTRA=(); [ "${CB:-0}" = 1 ] && EXTRA=(--continuous-batching)
+if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
+  log "port $PORT already answers /health: stop what runs there or pick another PORT"; exit 1
+fi
 log "starting transformers serve on 127.0.0.1:$PORT"
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 nohup "$WORK/venv/bin/transformers" serve "${EXTRA[@]}" \
   --host 127.0.0.1 --port "$PORT" --device cpu --log-level warning "$MODEL" >"$WORK/tf-serve.log" 2>&1 &
 echo $! >"$WORK/tf-serve.pid"
 for _ in $(seq 1 360); do
-  if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then log "ready (pid $(cat "$WORK/tf-serve.pid")), model id: $MODEL"; exit 0; fi
+  if kill -0 "$(cat "$WORK/tf-serve.pid")" 2>/dev/null && curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then log "ready (pid $(cat "$WORK/tf-serve.pid")), model id: $MODEL"; exit 0; fi
   if ! kill -0 "$(cat "$WORK/tf-serve.pid")" 2>/dev/null; then tail -30 "$WORK/tf-serve.log"; exit 1; fi
   sleep 0.5
 done

