@@ -151,8 +151,16 @@ class ChatClient:
     """One HTTP connection (Locust users each own one, as a browser-less client would)."""
 
     def __init__(self, endpoint: Endpoint, api_key: str | None = None,
-                 connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0) -> None:
+                 connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0,
+                 idle_timeout_s: float | None = None, total_timeout_s: float | None = None
+                 ) -> None:
+        """`network_timeout_s` bounds the wait for the first byte of an answer (headers
+        and prefill, per read); once a stream has sent its first event, `idle_timeout_s`
+        bounds each silence; `total_timeout_s` the whole request (checked per event)."""
         self.endpoint = endpoint
+        self.first_byte_s = network_timeout_s
+        self.idle_s = idle_timeout_s or network_timeout_s
+        self.total_ns = int((total_timeout_s or 0) * 1e9) or None
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         key = api_key or endpoint.userinfo_key
         if key:
@@ -228,6 +236,7 @@ class ChatClient:
                          obs.start_ns, phase="connect")
                 return 0
             reused = from_pool
+            sock.settimeout(self.first_byte_s)  # an idle stream's socket may come back
             if reused and _closed_by_peer(sock):
                 pool.release_socket(sock)  # closes it; nothing was written
                 from_pool = False
@@ -258,9 +267,9 @@ class ChatClient:
                 # on any failure the response releases the socket to the pool itself
                 resp = HTTPSocketPoolResponse(sock, pool, block_size=self._http.block_size,
                                               method="POST")
-            except (TimeoutError, gevent.Timeout) as e:
-                obs.fail("timeout", f"no response headers within the network timeout ({e})",
-                         _perf_ns(), phase="headers")
+            except (TimeoutError, gevent.Timeout):
+                obs.fail("timeout", f"no response headers within the first-byte timeout "
+                         f"({self.first_byte_s:g} s)", _perf_ns(), phase="headers")
                 return 0
             except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
                 if self._may_retry(reused, attempt, e, obs):
@@ -276,15 +285,26 @@ class ChatClient:
         if resp.status_code != 200:
             return self._http_error(resp, obs)
         source = LineSource(lambda: resp.readline(b"\n"))
+        first = True
+        deadline_ns = obs.start_ns + self.total_ns if self.total_ns else None
         try:
             for data in iter_events(source):
+                if first:  # the answer has begun: from now on, silences are bounded
+                    first = False
+                    sock.settimeout(self.idle_s)
                 if obs.on_data(data, source.last_line_ns):
+                    break
+                if deadline_ns is not None and source.last_line_ns > deadline_ns:
+                    obs.fail("timeout", f"the request ran past the total timeout "
+                             f"({self.total_ns / 1e9:g} s)", source.last_line_ns,
+                             phase=obs.phase)
                     break
             else:
                 obs.on_eof(source.last_line_ns)
-        except (TimeoutError, gevent.Timeout) as e:
-            obs.fail("timeout", f"no data within the network timeout ({e})", _perf_ns(),
-                     phase=obs.phase)
+        except (TimeoutError, gevent.Timeout):
+            which = (f"first-byte timeout ({self.first_byte_s:g} s)" if first
+                     else f"idle timeout ({self.idle_s:g} s)")
+            obs.fail("timeout", f"no data within the {which}", _perf_ns(), phase=obs.phase)
         except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
             obs.fail("truncated", f"connection lost mid-stream: {type(e).__name__}: {e}",
                      _perf_ns(), phase=obs.phase)

@@ -31,6 +31,12 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
     fixed_output_tokens = false           # ignore_eos + min_tokens = max_tokens
     extra_body = {}                       # merged into every request body
 
+    [timeouts]                            # per request, seconds (defaults fit 393k prefills)
+    connect_s = 30                        # TCP connect
+    first_byte_s = 1800                   # write -> first byte of the stream (prefill)
+    idle_s = 300                          # silence between reads once streaming
+    total_s = 7200                        # the whole request
+
     [meta]                                # what was measured; unknown stays null
     model = "..."                         # else --model, else the server's /v1/models
 """
@@ -68,7 +74,7 @@ _TOP_KEYS = {
 }
 _SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
 _REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
-_TIMEOUT_KEYS = {"connect_s", "network_s"}
+_TIMEOUT_KEYS = {"connect_s", "first_byte_s", "idle_s", "total_s"}
 _SHARED_PREFIX_KEYS = {"prefix_tokens", "group_size"}
 MIN_UNIQUE_TOKENS = 32  # shared-prefix mode: tokens each request keeps for itself
 # the chat header and the group's head line alone are ~10-20 tokens: a shared prefix
@@ -81,11 +87,16 @@ _RESERVED_BODY_KEYS = {"model", "messages", "stream", "max_tokens", "max_complet
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """Client timeouts. `network_s` bounds each socket read, so it must exceed the longest
-    prefill expected (a 393k-token prefill can take minutes)."""
+    """Client timeouts, per request. The defaults fit a 393k-token prefill, which can take
+    minutes: `first_byte_s` bounds the wait from the request's write to the first byte of
+    the answer's stream (headers and prefill; a server may hold either), `idle_s` the
+    silence between two reads after that, `total_s` the whole request. A request that
+    overruns one fails with kind `timeout` in the phase it was in."""
 
     connect_s: float = 30.0
-    network_s: float = 900.0
+    first_byte_s: float = 1800.0
+    idle_s: float = 300.0
+    total_s: float = 7200.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,10 +295,7 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
             v = tmo[k]
             if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
                 raise _err(f"timeouts.{k}", v, "a number of seconds > 0", source)
-    timeouts = Timeouts(
-        connect_s=float(tmo.get("connect_s", timeouts.connect_s)),
-        network_s=float(tmo.get("network_s", timeouts.network_s)),
-    )
+    timeouts = Timeouts(**{k: float(tmo.get(k, getattr(timeouts, k))) for k in _TIMEOUT_KEYS})
 
     return Scenario(
         measurement_protocol=protocol,

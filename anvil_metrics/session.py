@@ -157,7 +157,7 @@ class RunSession:
         endpoint = Endpoint.parse(opts.host)
         probe_client = ChatClient(endpoint, opts.api_key,
                                   connect_timeout_s=sc.timeouts.connect_s,
-                                  network_timeout_s=sc.timeouts.network_s)
+                                  network_timeout_s=sc.timeouts.first_byte_s)
         nonce = opts.run_nonce or secrets.token_hex(4)
         sizes = sc.planned_sizes()
         shared_doc = sc.shared_prefix(users=opts.users)

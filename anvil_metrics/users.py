@@ -62,7 +62,9 @@ class ChatStreamUser(User):
             return
         self.client = ChatClient(run.endpoint, run.api_key,
                                  connect_timeout_s=run.scenario.timeouts.connect_s,
-                                 network_timeout_s=run.scenario.timeouts.network_s)
+                                 network_timeout_s=run.scenario.timeouts.first_byte_s,
+                                 idle_timeout_s=run.scenario.timeouts.idle_s,
+                                 total_timeout_s=run.scenario.timeouts.total_s)
         self.client.connect()
 
     def on_stop(self) -> None:

@@ -43,7 +43,8 @@ BASE = {"measurement_protocol": "t", "max_tokens": 100, "max_context_tokens": 10
         ({"request": {"include_usage": "yes"}}, "request.include_usage"),
         ({"request": {"extra_body": 3}}, "request.extra_body"),
         ({"meta": {"gpu": 5}}, "meta.gpu"),
-        ({"timeouts": {"network_s": 0}}, "timeouts.network_s"),
+        ({"timeouts": {"idle_s": 0}}, "timeouts.idle_s"),
+        ({"timeouts": {"network_s": 10}}, "timeouts.network_s"),
         ({"measurement_protocol": ""}, "measurement_protocol"),
     ],
 )
