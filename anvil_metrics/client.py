@@ -71,15 +71,11 @@ class Endpoint:
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
 
 
-# A kept-alive connection the server closed between two requests (llama.cpp's server closes
-# after each streamed response; any server may at its keep-alive timeout). A socket taken
-# from the pool is first peeked: already closed, it is replaced before anything is written.
-# If the close crosses the write, the request fails like this before a byte of the answer:
-# within _STALE_WINDOW_NS of the write it cannot have been worked on, so it is written once
-# more on a new connection (`start` stamped again; the record keeps `connection_retry`).
-# Later, the server may have taken it: that is a failure, never a silent second send.
-_STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
-_STALE_WINDOW_NS = 20_000_000
+# A kept-alive connection the server closed while it sat in the pool (llama.cpp's server
+# closes after each streamed response; any server may at its keep-alive timeout) is found
+# by a non-blocking peek and replaced before anything is written. A request that was
+# written is never sent again: if the connection fails after the write, that is a typed
+# failure (a silent retry could double the load the server saw and hide the failure).
 
 SEND_CHUNK_BYTES = 64 * 1024
 _YIELD_S = 1e-6  # a timer, not sleep(0): the hub polls sockets before timers fire
@@ -221,63 +217,40 @@ class ChatClient:
         pool = self._http._connection_pool
         parts = (body,) if isinstance(body, bytes) else tuple(body)
         head = self._head + b"%d\r\n\r\n" % sum(len(p) for p in parts)
-        for attempt in (1, 2):
-            from_pool = attempt == 1 and pool._socket_queue.qsize() > 0
-            try:
-                sock = pool.get_socket()
-            except (TimeoutError, gevent.Timeout) as e:
-                obs.start_ns = obs._last_ns = _perf_ns()
-                obs.fail("timeout", f"could not connect within the connect timeout ({e})",
-                         obs.start_ns, phase="connect")
+        from_pool = pool._socket_queue.qsize() > 0
+        sock = self._take_socket(pool, obs)
+        if sock is None:
+            return 0
+        sock.settimeout(self.first_byte_s)  # an idle stream's socket may come back
+        if from_pool and _closed_by_peer(sock):
+            pool.release_socket(sock)  # closed by the server while idle; nothing written
+            sock = self._take_socket(pool, obs)
+            if sock is None:
                 return 0
-            except (ConnectionError, OSError) as e:
-                obs.start_ns = obs._last_ns = _perf_ns()
-                obs.fail("connection", f"could not connect: {type(e).__name__}: {e}",
-                         obs.start_ns, phase="connect")
-                return 0
-            reused = from_pool
-            sock.settimeout(self.first_byte_s)  # an idle stream's socket may come back
-            if reused and _closed_by_peer(sock):
-                pool.release_socket(sock)  # closes it; nothing was written
-                from_pool = False
-                sock = None
-                try:
-                    sock = pool.get_socket()
-                except (TimeoutError, gevent.Timeout, ConnectionError, OSError) as e:
-                    obs.start_ns = obs._last_ns = _perf_ns()
-                    obs.fail("connection", f"could not connect: {type(e).__name__}: {e}",
-                             obs.start_ns, phase="connect")
-                    return 0
-                reused = False
-            obs.start_ns = obs._last_ns = _perf_ns()
-            try:
-                _send_cooperatively(sock, (head, *parts))
-            except BaseException as e:
-                if not isinstance(e, Exception):
-                    pool.release_socket(sock)
-                    raise  # GreenletExit, KeyboardInterrupt
-                pool.release_socket(sock)  # closes it
-                if self._may_retry(reused, attempt, e, obs):
-                    continue  # the server had closed this kept-alive connection: once more
-                kind = "timeout" if isinstance(e, TimeoutError | gevent.Timeout) else "connection"
-                obs.fail(kind, f"could not send the request: {type(e).__name__}: {e}",
-                         _perf_ns(), phase="headers")
-                return 0
-            try:
-                # on any failure the response releases the socket to the pool itself
-                resp = HTTPSocketPoolResponse(sock, pool, block_size=self._http.block_size,
-                                              method="POST")
-            except (TimeoutError, gevent.Timeout):
-                obs.fail("timeout", f"no response headers within the first-byte timeout "
-                         f"({self.first_byte_s:g} s)", _perf_ns(), phase="headers")
-                return 0
-            except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
-                if self._may_retry(reused, attempt, e, obs):
-                    continue  # closed before a byte of the answer: the request was not taken
-                obs.fail("connection", f"no valid response headers: {type(e).__name__}: {e}",
-                         _perf_ns(), phase="headers")
-                return 0
-            break
+            sock.settimeout(self.first_byte_s)
+        obs.start_ns = obs._last_ns = _perf_ns()
+        try:
+            _send_cooperatively(sock, (head, *parts))
+        except BaseException as e:
+            pool.release_socket(sock)  # still ours: the response never took it; closes it
+            if not isinstance(e, Exception):
+                raise  # GreenletExit, KeyboardInterrupt
+            kind = "timeout" if isinstance(e, TimeoutError | gevent.Timeout) else "connection"
+            obs.fail(kind, f"could not send the request: {type(e).__name__}: {e}",
+                     _perf_ns(), phase="headers")
+            return 0
+        try:
+            # on any failure the response releases the socket to the pool itself
+            resp = HTTPSocketPoolResponse(sock, pool, block_size=self._http.block_size,
+                                          method="POST")
+        except (TimeoutError, gevent.Timeout):
+            obs.fail("timeout", f"no response headers within the first-byte timeout "
+                     f"({self.first_byte_s:g} s)", _perf_ns(), phase="headers")
+            return 0
+        except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
+            obs.fail("connection", f"no valid response headers: {type(e).__name__}: {e}",
+                     _perf_ns(), phase="headers")
+            return 0
         obs.http_status = resp.status_code
         server_t0 = resp.get("anvil-t0-ns")  # anvil's simulator with --stamp-send
         if server_t0:
@@ -316,15 +289,20 @@ class ChatClient:
         return source.bytes_read
 
     @staticmethod
-    def _may_retry(reused: bool, attempt: int, e: BaseException, obs: StreamObserver) -> bool:
-        """A reused socket that failed as stale, right after the write: retry once, and say
-        so in the record."""
-        waited = _perf_ns() - obs.start_ns
-        if not (reused and attempt == 1 and isinstance(e, _STALE) and waited <= _STALE_WINDOW_NS):
-            return False
-        obs.connection_retry = {"error": f"{type(e).__name__}: {e}",
-                                "first_write_to_error_ms": waited / 1e6}
-        return True
+    def _take_socket(pool: Any, obs: StreamObserver) -> Any:
+        """A socket from the pool (a new connection if none is idle), or None with the
+        connect failure recorded on `obs`."""
+        try:
+            return pool.get_socket()
+        except (TimeoutError, gevent.Timeout) as e:
+            obs.start_ns = obs._last_ns = _perf_ns()
+            obs.fail("timeout", f"could not connect within the connect timeout ({e})",
+                     obs.start_ns, phase="connect")
+        except (ConnectionError, OSError) as e:
+            obs.start_ns = obs._last_ns = _perf_ns()
+            obs.fail("connection", f"could not connect: {type(e).__name__}: {e}",
+                     obs.start_ns, phase="connect")
+        return None
 
     def _http_error(self, resp, obs: StreamObserver) -> int:
         t = _perf_ns()

@@ -32,7 +32,6 @@ class StreamObserver:
 
     __slots__ = (
         "request_index",
-        "connection_retry",
         "start_ns",
         "warmup",
         "planned_context_tokens",
@@ -87,9 +86,6 @@ class StreamObserver:
         self.on_first_output = on_first_output
         self.on_first_content = on_first_content
         self.sent: dict[str, int] | None = None
-        # a stale kept-alive connection was replaced (see ChatClient.stream_chat): what the
-        # first write met, kept in the raw record so no retry is silent
-        self.connection_retry: dict[str, object] | None = None
 
     @property
     def phase(self) -> str:
@@ -141,6 +137,8 @@ class StreamObserver:
         if delta:
             reasoning = delta.get("reasoning") or delta.get("reasoning_content")
             content = delta.get("content")
+            if not isinstance(reasoning or "", str) or not isinstance(content or "", str):
+                raise TypeError("a delta's text is not a string")
             if reasoning or content:
                 self._output(bool(reasoning), bool(content), t_ns)
                 if sent_ns is not None:
@@ -149,6 +147,8 @@ class StreamObserver:
                         self._server_stamp("first_content_sent_ns", sent_ns, first=True)
         fr = choice.get("finish_reason")
         if fr:
+            if not isinstance(fr, str):
+                raise TypeError("finish_reason is not a string")
             self.finish_reason = fr
         return False
 
@@ -219,7 +219,5 @@ class StreamObserver:
             http_status=self.http_status,
             failure=self.failure,
             worker=self.worker,
-            extra={**({"server": self.sent} if self.sent else {}),
-                   **({"connection_retry": self.connection_retry}
-                      if self.connection_retry else {})},
+            extra={"server": self.sent} if self.sent else {},
         )

@@ -43,6 +43,7 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
 
 from __future__ import annotations
 
+import math
 import random
 import tomllib
 from dataclasses import dataclass, field
@@ -293,8 +294,9 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
     for k in _TIMEOUT_KEYS:
         if k in tmo:
             v = tmo[k]
-            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-                raise _err(f"timeouts.{k}", v, "a number of seconds > 0", source)
+            if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+                    or v <= 0):
+                raise _err(f"timeouts.{k}", v, "a finite number of seconds > 0", source)
     timeouts = Timeouts(**{k: float(tmo.get(k, getattr(timeouts, k))) for k in _TIMEOUT_KEYS})
 
     return Scenario(

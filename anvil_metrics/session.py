@@ -166,6 +166,7 @@ class RunSession:
         concurrency = min(opts.users, shared.group_size) if shared else opts.users
         try:
             model = sc.meta.get("model") or discover_model(probe_client)
+            _check_model_served(probe_client, model)
             fields = body_fields(sc, model)
             counter = server_counter(probe_client, fields, opts.tokenizer_path)
             _check_server_limit(counter.max_model_len, sizes, sc)
@@ -261,6 +262,21 @@ class RunSession:
             _current = None
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
         return self.benchmark_path
+
+
+def _check_model_served(client: ChatClient, model: str) -> None:
+    """Refuse, before any load, a model the server says it does not serve (its
+    `/v1/models` list); a server without that list is not second-guessed."""
+    try:
+        status, body = client.get_json("/models")
+    except Exception:  # noqa: BLE001 - no list to check against; the requests will tell
+        return
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        return
+    served = [str(m.get("id")) for m in body["data"] if isinstance(m, dict) and m.get("id")]
+    if served and model not in served:
+        raise UsageError(f"--model {model!r} is not served by {client.endpoint.base_url}; "
+                         f"it serves: {', '.join(served[:10])}")
 
 
 def _check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:

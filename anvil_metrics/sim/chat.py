@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -318,7 +318,7 @@ class ChatStream:
     __slots__ = (
         "_conn", "_sched", "_cfg", "_plan", "_usage", "_enc", "_include_usage",
         "_t0", "_prefill_end", "_interval", "_next", "_last", "_reasoning", "_head_sent",
-        "_bodies_r", "_bodies_c",
+        "_bodies_r", "_bodies_c", "_usage_in_finish", "_send_done",
     )  # fmt: skip
 
     def __init__(
@@ -345,6 +345,8 @@ class ChatStream:
         self._head_sent = False
         self._bodies_r = token_bodies(cfg.reasoning_field, "r")
         self._bodies_c = token_bodies("content", "c")
+        self._usage_in_finish = cfg.usage_in_finish_chunk
+        self._send_done = not cfg.no_done
 
     def start(self, first: Timed | None = None) -> None:
         """Send headers (and the role chunk, if immediate) now; schedule the first token.
@@ -389,18 +391,19 @@ class ChatStream:
             conn.abort()
             raise
 
-    def _finish_tail(self, i: int) -> bytes:
-        """The last token's chunk tail: its delta (empty if no tokens), finish_reason, usage."""
+    def _last_delta(self, i: int) -> dict[str, Any]:
+        """The delta of the last token `i` (empty if there are no tokens)."""
         plan = self._plan
         if plan.total == 0:
-            delta: dict[str, Any] = {}
-        elif i < plan.reasoning:
-            delta = {self._cfg.reasoning_field: piece("r", i)}
-        else:
-            delta = {"content": piece("c", i - plan.reasoning)}
-        finish = orjson.dumps(plan.finish_reason)
-        tail = _choices(delta, finish)
-        if self._cfg.usage_in_finish_chunk:
+            return {}
+        if i < plan.reasoning:
+            return {self._cfg.reasoning_field: piece("r", i)}
+        return {"content": piece("c", i - plan.reasoning)}
+
+    def _finish_tail(self, i: int) -> bytes:
+        """The last token's chunk tail: its delta, finish_reason, usage."""
+        tail = _choices(self._last_delta(i), orjson.dumps(self._plan.finish_reason))
+        if self._usage_in_finish:
             tail += b',"usage":' + orjson.dumps(self._usage)
         return tail + b"}"
 
@@ -409,7 +412,7 @@ class ChatStream:
         events = [self._enc.event(self._finish_tail(i))]
         if self._include_usage and not self._cfg.usage_in_finish_chunk:
             events.append(self._enc.event(b'"choices":[],"usage":%s}' % orjson.dumps(self._usage)))
-        if not self._cfg.no_done:
+        if self._send_done:
             events.append(DONE_EVENT)
         for event in events[:-1]:
             self._conn.write(event)
@@ -428,6 +431,23 @@ class DelayedCompletion:
         if not self._conn.closed:
             try:
                 self._conn.respond_json(200, self._body, self._headers)
+            except Exception:
+                self._conn.abort()
+                raise
+
+
+class Deferred:
+    """Run `action` at a deadline unless the client has gone (a deferred start or answer)."""
+
+    __slots__ = ("_conn", "_action")
+
+    def __init__(self, conn: HttpConnection, action: Callable[[], None]) -> None:
+        self._conn, self._action = conn, action
+
+    def fire(self) -> None:
+        if not self._conn.closed:
+            try:
+                self._action()
             except Exception:
                 self._conn.abort()
                 raise
@@ -483,18 +503,27 @@ def answer_chat(
     body: bytes,
     t0_ns: int,
     cache: PrefixCache | None = None,
+    make_stream: Callable[..., ChatStream] = ChatStream,
+    delay_ns: int = 0,
 ) -> None:
     """Handle ``POST /v1/chat/completions``: refuse, stream, or answer whole at the end.
 
     With a prefix `cache`, only the uncached prompt tokens are prefilled, and the prompt's
-    blocks enter the cache at the prefill deadline (`PrefillDone`).
+    blocks enter the cache at the prefill deadline (`PrefillDone`). Fault injection only:
+    `make_stream` builds the stream, and `delay_ns` holds every response byte until
+    ``t0 + delay_ns`` and shifts the whole schedule (and ``anvil-t0-ns``) by it.
     """
     try:
         data = load_json_object(body)
         request = parse_chat_request(data, cfg)
     except RequestError as exc:
-        conn.respond_json(exc.status, exc.body)
+        if delay_ns:
+            reply = functools.partial(conn.respond_json, exc.status, exc.body)
+            sched.at(t0_ns + delay_ns, Deferred(conn, reply))
+        else:
+            conn.respond_json(exc.status, exc.body)
         return
+    t0_ns += delay_ns
     keys: tuple[int, ...] = ()
     if cache is not None:
         lookup = cache.lookup(prompt_token_ids(data["messages"], cfg.tokenizer))
@@ -502,8 +531,12 @@ def answer_chat(
         request = dataclasses.replace(request, cached_tokens=lookup.cached_tokens)
     plan = plan_output(request, cfg)
     if request.stream:
-        stream = ChatStream(conn, sched, cfg, request, plan, t0_ns)
-        stream.start(None if cache is None else PrefillDone(conn, cache, keys, stream))
+        stream = make_stream(conn, sched, cfg, request, plan, t0_ns)
+        first = None if cache is None else PrefillDone(conn, cache, keys, stream)
+        if delay_ns:
+            sched.at(t0_ns, Deferred(conn, functools.partial(stream.start, first)))
+        else:
+            stream.start(first)
         return
     prefill_end = t0_ns + cfg.prefill_ns(request.computed_tokens)
     end = prefill_end + max(plan.total - 1, 0) * cfg.interval_ns

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from anvil_metrics.sim.faults import FaultRule
+
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 ROLE_CHUNK_MODES = ("immediate", "with-first-token")
 TIMER_KINDS = ("auto", "timerfd", "asyncio")
@@ -37,6 +39,8 @@ class SimConfig:
     prefix_cache: bool = False
     prefix_cache_block: int = 16
     prefix_cache_tokens: int = 4_000_000
+    faults: tuple[FaultRule, ...] = ()
+    fault_seed: int = 0
 
     def prefill_ns(self, prompt_tokens: int) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -35,12 +36,15 @@ REASONS = {
     405: "Method Not Allowed",
     411: "Length Required",
     413: "Payload Too Large",
+    429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
+    503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
 
 STREAM_END = b"0\r\n\r\n"
+_LINGER_ZERO = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, not FIN
 INTAKE_SLICE_NS = 300_000  # request handling per loop turn before sockets are read again
 
 
@@ -329,5 +333,14 @@ class HttpConnection(asyncio.Protocol):
     def abort(self) -> None:
         """Drop the connection now (server shutdown)."""
         if self._transport is not None:
+            self._transport.abort()
+        self.closed = True
+
+    def reset(self) -> None:
+        """Drop the connection with a TCP RST (fault injection): SO_LINGER 0, then abort."""
+        if self._transport is not None:
+            sock = self._transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ZERO)
             self._transport.abort()
         self.closed = True

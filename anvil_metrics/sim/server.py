@@ -32,6 +32,8 @@ from anvil_metrics.sim.config import (
     TOKENIZE_APIS,
     SimConfig,
 )
+from anvil_metrics.sim.faultchat import answer_with_fault
+from anvil_metrics.sim.faults import FaultPicker, FaultRule, parse_rule
 from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, Intake, error_body
 from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
@@ -61,6 +63,13 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _fault_rule(text: str) -> FaultRule:
+    try:
+        return parse_rule(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="prefix-cache capacity in tokens, least recently used blocks evicted beyond it "
         "(with --prefix-cache)",
     )
+    add(
+        "--fault",
+        dest="faults",
+        metavar="SPEC",
+        action="append",
+        type=_fault_rule,
+        help="inject a fault into chat completion requests, repeatable: KIND[=ARG]@I,J,... "
+        "hits those 0-based request indices, KIND[=ARG]%%P each request with probability P; "
+        "the first matching --fault wins. KIND: http400, http500, http503, http429=SECONDS, "
+        "reset_before_headers, reset_mid_stream=K, malformed_chunk=K, stream_error=K, "
+        "stall_first_byte=SECONDS, stall_mid_stream=SECONDS, no_done, end_before_finish=K, "
+        "no_usage, oversize_chunk, slow_headers=SECONDS (see anvil_metrics/sim/faultchat.py)",
+    )
+    add("--fault-seed", type=_int_at_least(0), default=0, help="seed of the --fault %%P draws")
     return p
 
 
@@ -166,6 +189,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"argument --prefix-cache-tokens: must be >= --prefix-cache-block "
             f"({args.prefix_cache_block}), got {args.prefix_cache_tokens}"
         )
+    args.faults = tuple(args.faults or ())
     return args
 
 
@@ -188,6 +212,7 @@ class App:
             if cfg.prefix_cache
             else None
         )
+        self.faults = FaultPicker(cfg.faults, cfg.fault_seed) if cfg.faults else None
 
     def connection(self) -> HttpConnection:
         conn = HttpConnection(self.handle, self.intake, self.connections.discard)
@@ -197,7 +222,13 @@ class App:
     def handle(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
         route = (request.method, request.path)
         if route == ("POST", "/v1/chat/completions"):
-            answer_chat(conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache)
+            fault = self.faults.pick() if self.faults is not None else None
+            if fault is None:
+                answer_chat(conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache)
+            else:
+                answer_with_fault(
+                    conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache, fault
+                )
         elif route == ("GET", "/health"):
             conn.respond(200, b"{}")
         elif route == ("GET", "/v1/models"):

@@ -1,0 +1,187 @@
+"""What each injected fault (`faults.py`) does on the wire to one chat completion request.
+
+Kept out of `chat.py` so that a request without a fault takes exactly the old path: the
+server calls `answer_with_fault` only for a request that drew a fault, and only such a
+request's stream is a `FaultyChatStream`, whose per-chunk check costs nothing elsewhere.
+
+"Token chunk K" below is the SSE event of generated token K (0-based, reasoning then content);
+the role-only chunk is not counted. A chunk-count fault acts when token chunk K is due, i.e.
+after K token chunks were sent; an answer with K tokens or fewer never reaches it and is sent
+normally. Stream-shaping faults do nothing to a non-streaming request (it still uses up its
+request index); http*, reset_before_headers, stall_first_byte and slow_headers apply to both.
+What each kind puts on the wire (the request is always read whole first):
+
+- ``http400|http500|http503``: that status, ``Content-Length`` JSON body
+  ``{"error": {"message": "injected fault: KIND", "type", "param": null, "code": STATUS}}``
+  (type ``invalid_request_error`` for 400, ``server_error`` for 5xx); keep-alive as usual.
+- ``http429=S``: the same with status 429, type ``rate_limit_error`` and ``retry-after: S``.
+- ``reset_before_headers``: nothing; the socket gets SO_LINGER 0 and is closed (TCP RST).
+- ``reset_mid_stream=K``: headers, role chunk, K token chunks, then RST (no terminator).
+- ``malformed_chunk=K``: after K token chunks one HTTP chunk ``data: {not json\n\n``, then
+  the rest of the stream exactly as normal (finish, usage, ``[DONE]``, terminator).
+- ``stream_error=K``: after K token chunks vLLM's in-stream error event
+  ``data: {"object":"error","message":"injected failure","type":"InternalServerError",
+  "code":500}``, then ``data: [DONE]`` and the chunked terminator (as vLLM does); no
+  finish_reason, no usage. The connection stays open.
+- ``stall_first_byte=S``: nothing at all for S seconds, then the request is answered exactly
+  as if it had arrived S later (t0, prefill and every deadline, ``anvil-t0-ns`` included).
+- ``stall_mid_stream=S``: token 1 and every later token come S seconds later than planned.
+- ``no_done``: finish chunk, usage chunk if asked, then the terminator without ``[DONE]``.
+- ``end_before_finish=K``: K token chunks, then the terminator: no finish_reason, no
+  usage, no ``[DONE]``.
+- ``no_usage``: no usage anywhere, even with ``include_usage`` or ``--usage-in-finish-chunk``.
+- ``oversize_chunk``: the first content token's delta is 1 MiB of ASCII text instead of its
+  piece (one well-formed SSE event, one HTTP chunk); usage is unchanged, so the big delta
+  counts as one content token. No effect on an answer without content tokens.
+- ``slow_headers=S``: the request is parsed, validated and planned at once, but no byte is
+  written before t0 + S: the head (and immediate role chunk) then, and the whole plan shifted
+  by S (first token at t0 + S + prefill, token i at t0 + S + prefill + i * interval; a
+  non-streaming body or error answer at its time + S). ``anvil-t0-ns`` reports t0 + S, the
+  origin the deadlines follow from. On the wire it looks like ``stall_first_byte``; the
+  difference is only when the request is validated and looked up in the prefix cache.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import orjson
+
+from anvil_metrics.sim.chat import (
+    DONE_EVENT,
+    ChatRequest,
+    ChatStream,
+    Deferred,
+    OutputPlan,
+    _choices,
+    answer_chat,
+    raw_event,
+)
+from anvil_metrics.sim.config import SimConfig
+from anvil_metrics.sim.faults import HTTP_STATUS, Fault
+from anvil_metrics.sim.httpproto import HttpConnection, error_body
+from anvil_metrics.sim.prefixcache import PrefixCache
+from anvil_metrics.sim.scheduler import Scheduler
+
+OVERSIZE_BYTES = 1 << 20  # the oversize_chunk content delta: 1 MiB of ASCII text
+MALFORMED_EVENT = raw_event(b"{not json")
+STREAM_ERROR_EVENT = raw_event(
+    b'{"object":"error","message":"injected failure","type":"InternalServerError","code":500}'
+)  # vLLM's in-stream error shape
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+@functools.cache
+def oversize_text() -> str:
+    """1 MiB of readable ASCII (so 1 MiB of UTF-8 too), built once per process."""
+    unit = "oversize chunk filler text 0123456789 "
+    return (unit * (OVERSIZE_BYTES // len(unit) + 1))[:OVERSIZE_BYTES]
+
+
+class FaultyChatStream(ChatStream):
+    """A `ChatStream` that misbehaves once, as its fault says (see the module docstring)."""
+
+    __slots__ = ("_fault", "_at")
+
+    def __init__(
+        self,
+        conn: HttpConnection,
+        sched: Scheduler,
+        cfg: SimConfig,
+        request: ChatRequest,
+        plan: OutputPlan,
+        t0_ns: int,
+        fault: Fault,
+    ) -> None:
+        super().__init__(conn, sched, cfg, request, plan, t0_ns)
+        self._fault = fault
+        kind = fault.kind
+        self._at = -1  # token index at which `_act` runs; -1: never
+        if kind in ("reset_mid_stream", "malformed_chunk", "stream_error", "end_before_finish"):
+            self._at = fault.count
+        elif kind == "stall_mid_stream":
+            self._at = 1
+        elif kind == "oversize_chunk" and plan.content:
+            self._at = plan.reasoning  # the first content token becomes the big one
+        elif kind == "no_done":
+            self._send_done = False
+        elif kind == "no_usage":
+            self._include_usage = False
+            self._usage_in_finish = False
+
+    def fire(self) -> None:
+        if self._next == self._at and not self._conn.closed:
+            self._at = -1
+            if not self._head_sent:
+                self._send_head()
+            if self._act(self._next):
+                return
+        super().fire()
+
+    def _act(self, i: int) -> bool:
+        """Misbehave before token `i` is written; True if the normal write must not follow."""
+        conn, kind = self._conn, self._fault.kind
+        if kind == "reset_mid_stream":
+            conn.reset()
+        elif kind == "malformed_chunk":
+            conn.write(MALFORMED_EVENT)
+            return False
+        elif kind == "stream_error":
+            conn.write(STREAM_ERROR_EVENT)
+            conn.stream_end(DONE_EVENT)
+        elif kind == "end_before_finish":
+            conn.stream_end()
+        elif kind == "stall_mid_stream":
+            self._prefill_end += self._fault.ns  # this token and all later ones move
+            self._sched.at(self._prefill_end + i * self._interval, self)
+        elif kind == "oversize_chunk":
+            if i >= self._last:  # the finish chunk carries it (`_last_delta`)
+                self._at = i
+                return False
+            conn.write(self._enc.event(_choices({"content": oversize_text()}) + b"}"))
+            self._next = i + 1
+            self._sched.at(self._prefill_end + (i + 1) * self._interval, self)
+        return True
+
+    def _last_delta(self, i: int) -> dict[str, Any]:
+        if self._fault.kind == "oversize_chunk" and i == self._at:
+            return {"content": oversize_text()}
+        return super()._last_delta(i)
+
+
+def answer_with_fault(
+    conn: HttpConnection,
+    sched: Scheduler,
+    cfg: SimConfig,
+    body: bytes,
+    t0_ns: int,
+    cache: PrefixCache | None,
+    fault: Fault,
+) -> None:
+    """Answer one chat completion request (already fully read) with `fault` injected."""
+    kind = fault.kind
+    if kind in HTTP_STATUS:
+        status = HTTP_STATUS[kind]
+        message = f"injected fault: {kind}"
+        extra: tuple[tuple[str, str], ...] = ()
+        if kind == "http429":
+            extra = (("retry-after", str(fault.count)),)
+        conn.respond(status, orjson.dumps(error_body(message, status, ERROR_TYPES[status])),
+                     extra=extra)  # fmt: skip
+    elif kind == "reset_before_headers":
+        conn.reset()
+    elif kind == "stall_first_byte":
+        later = t0_ns + fault.ns
+        answer = functools.partial(answer_chat, conn, sched, cfg, body, later, cache)
+        sched.at(later, Deferred(conn, answer))
+    elif kind == "slow_headers":
+        answer_chat(conn, sched, cfg, body, t0_ns, cache, delay_ns=fault.ns)
+    else:
+        stream = functools.partial(FaultyChatStream, fault=fault)
+        answer_chat(conn, sched, cfg, body, t0_ns, cache, make_stream=stream)
