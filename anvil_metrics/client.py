@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -89,6 +89,42 @@ class SendStats:
     chunks: int = 0
 
 
+MAX_LINE_BYTES = 16 * 1024 * 1024  # one SSE line; a 1 MiB chunk is fine, memory is bounded
+
+
+class LineTooLong(Exception):
+    """A stream line grew past MAX_LINE_BYTES without a newline."""
+
+
+def _bounded_readline(resp: Any, limit: int = MAX_LINE_BYTES) -> Callable[[], bytes]:
+    """`resp.readline(b"\n")` (geventhttpclient's loop: find the newline in the parsed
+    body buffer, else recv and feed more), refusing a line longer than `limit` instead of
+    buffering it whole: a server that never ends a line cannot exhaust memory."""
+    def readline() -> bytes:
+        buf = resp._body_buffer
+        scanned = 0
+        while True:
+            at = buf.find(b"\n", scanned)
+            if at >= 0:
+                line = bytes(buf[:at + 1])
+                del buf[:at + 1]
+                return line
+            scanned = len(buf)
+            if scanned > limit:
+                raise LineTooLong(f"an SSE line longer than {limit} bytes (no newline)")
+            if resp.message_complete:
+                return b""  # as geventhttpclient: an unterminated last line is dropped
+            sock = resp._sock
+            if sock is None:
+                raise HTTPConnectionClosed("connection closed.")
+            try:
+                resp.feed(sock.recv(resp.block_size))
+            except BaseException:
+                resp.release()
+                raise
+    return readline
+
+
 def _closed_by_peer(sock: Any) -> bool:
     """True when the peer has already closed (or reset) this idle socket: a non-blocking
     peek finds EOF or an error instead of "nothing to read yet"."""
@@ -150,9 +186,9 @@ class ChatClient:
                  connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0,
                  idle_timeout_s: float | None = None, total_timeout_s: float | None = None
                  ) -> None:
-        """`network_timeout_s` bounds the wait for the first byte of an answer (headers
-        and prefill, per read); once a stream has sent its first event, `idle_timeout_s`
-        bounds each silence; `total_timeout_s` the whole request (checked per event)."""
+        """`network_timeout_s` bounds each wait until a stream's first output (headers and
+        prefill, per read); once it has begun, `idle_timeout_s` bounds each silence;
+        `total_timeout_s` the whole request (checked per event)."""
         self.endpoint = endpoint
         self.first_byte_s = network_timeout_s
         self.idle_s = idle_timeout_s or network_timeout_s
@@ -257,16 +293,18 @@ class ChatClient:
             obs.sent = {"t0_ns": int(server_t0)}
         if resp.status_code != 200:
             return self._http_error(resp, obs)
-        source = LineSource(lambda: resp.readline(b"\n"))
+        source = LineSource(_bounded_readline(resp))
         first = True
         deadline_ns = obs.start_ns + self.total_ns if self.total_ns else None
         try:
             for data in iter_events(source):
-                if first:  # the answer has begun: from now on, silences are bounded
-                    first = False
-                    sock.settimeout(self.idle_s)
                 if obs.on_data(data, source.last_line_ns):
                     break
+                if first and obs.first_output_ns is not None:
+                    # prefill is over (a role-only first chunk does not end it): from now
+                    # on each silence between reads is bounded by the idle timeout
+                    first = False
+                    sock.settimeout(self.idle_s)
                 if deadline_ns is not None and source.last_line_ns > deadline_ns:
                     obs.fail("timeout", f"the request ran past the total timeout "
                              f"({self.total_ns / 1e9:g} s)", source.last_line_ns,
@@ -284,6 +322,8 @@ class ChatClient:
         except UnicodeDecodeError as e:
             obs.fail("malformed_chunk", f"stream is not valid UTF-8: {e}", _perf_ns(),
                      phase=obs.phase)
+        except LineTooLong as e:
+            obs.fail("malformed_chunk", str(e), _perf_ns(), phase=obs.phase)
         finally:
             self._finish_response(resp, obs)
         return source.bytes_read

@@ -33,7 +33,7 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
 
     [timeouts]                            # per request, seconds (defaults fit 393k prefills)
     connect_s = 30                        # TCP connect
-    first_byte_s = 1800                   # write -> first byte of the stream (prefill)
+    first_byte_s = 1800                   # each wait until the first output (prefill)
     idle_s = 300                          # silence between reads once streaming
     total_s = 7200                        # the whole request
 
@@ -89,9 +89,9 @@ _RESERVED_BODY_KEYS = {"model", "messages", "stream", "max_tokens", "max_complet
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     """Client timeouts, per request. The defaults fit a 393k-token prefill, which can take
-    minutes: `first_byte_s` bounds the wait from the request's write to the first byte of
-    the answer's stream (headers and prefill; a server may hold either), `idle_s` the
-    silence between two reads after that, `total_s` the whole request. A request that
+    minutes: `first_byte_s` bounds each wait from the request's write until the stream's
+    first output (headers, a role-only chunk and the prefill), `idle_s` each silence
+    between two reads after that, `total_s` the whole request. A request that
     overruns one fails with kind `timeout` in the phase it was in."""
 
     connect_s: float = 30.0

@@ -179,3 +179,37 @@ def test_a_connection_that_never_answered_is_not_retried() -> None:
 
 def ClientFor(port: int) -> ChatClient:  # noqa: N802 - reads as a constructor in the tests
     return ChatClient(Endpoint.parse(f"http://127.0.0.1:{port}"), None, network_timeout_s=5)
+
+
+def test_a_line_that_never_ends_is_malformed_not_unbounded() -> None:
+    """A stream line past MAX_LINE_BYTES without a newline: a malformed_chunk failure, with
+    the client's buffer bounded, instead of reading it all into memory."""
+    from anvil_metrics.client import MAX_LINE_BYTES
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            _read_request(conn)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Connection: close\r\n\r\n")
+            block = b"x" * 65536
+            try:
+                for _ in range(MAX_LINE_BYTES // len(block) + 64):
+                    conn.sendall(block)
+            except OSError:
+                pass  # the client gave up, as it should
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    client = ClientFor(srv.getsockname()[1])
+    try:
+        rec = _stream(client, 0).finish()
+    finally:
+        client.close()
+        srv.close()
+    assert rec.failure is not None and rec.failure.kind == "malformed_chunk"
+    assert "longer than" in rec.failure.message

@@ -144,3 +144,20 @@ def test_slow_headers_within_timeouts_are_waited_for(simulator, tmp_path: Path) 
     rows = {r["request_index"]: r for r in doc["request_timings"]}
     assert rows[1]["time_to_first_output_ms"] >= 400  # the wait is part of the timing
     assert rows[0]["time_to_first_output_ms"] < 200
+
+
+def test_headers_then_a_prefill_past_the_first_byte_timeout(simulator, tmp_path: Path) -> None:
+    """The usual shape on real servers (vLLM, the simulator): headers at once, then a
+    prefill longer than `first_byte_s`: a timeout in phase prefill, for every request."""
+    sim = simulator("--prefill-ms", "2000", "--content-tokens", "4", "--max-context", "2048")
+    sc = write_scenario(tmp_path / "s.toml",
+                        SCENARIO.format(first_byte=0.5, idle=30).replace(
+                            "requests = 4", "requests = 2"))
+    proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path / "res"),
+                 "--run-time", "60")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = load_json(result_path(proc))
+    assert (doc["requests"], doc["completed"], doc["failed"]) == (2, 0, 2)
+    for f in doc["failures"]:
+        assert (f["kind"], f["phase"], f["http_status"]) == ("timeout", "prefill", 200), f
+        assert "first-byte timeout (0.5 s)" in f["message"]
