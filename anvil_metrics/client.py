@@ -92,6 +92,10 @@ class SendStats:
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one SSE line; a 1 MiB chunk is fine, memory is bounded
 
 
+class _TotalTimeout(Exception):
+    """Raised into a request's greenlet when its total timeout expires."""
+
+
 class LineTooLong(Exception):
     """A stream line grew past MAX_LINE_BYTES without a newline."""
 
@@ -192,7 +196,7 @@ class ChatClient:
         self.endpoint = endpoint
         self.first_byte_s = network_timeout_s
         self.idle_s = idle_timeout_s or network_timeout_s
-        self.total_ns = int((total_timeout_s or 0) * 1e9) or None
+        self.total_s = total_timeout_s or None
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         key = api_key or endpoint.userinfo_key
         if key:
@@ -265,12 +269,35 @@ class ChatClient:
                 return 0
             sock.settimeout(self.first_byte_s)
         obs.start_ns = obs._last_ns = _perf_ns()
+        timer = gevent.Timeout(self.total_s, _TotalTimeout()) if self.total_s else None
+        if timer is not None:
+            timer.start()
+        try:
+            return self._exchange(sock, pool, head, parts, obs)
+        except _TotalTimeout:  # fired outside the places that record it with their phase
+            if obs.failure is None:
+                obs.fail("timeout", self._total_message(), _perf_ns(),
+                         phase="headers" if obs.http_status is None else obs.phase)
+            return 0
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _total_message(self) -> str:
+        return f"the request ran past the total timeout ({self.total_s:g} s)"
+
+    def _exchange(self, sock: Any, pool: Any, head: bytes, parts: tuple[bytes, ...],
+                  obs: StreamObserver) -> int:
+        """Write the request, read the answer into `obs`; every error a typed failure."""
         try:
             _send_cooperatively(sock, (head, *parts))
         except BaseException as e:
             pool.release_socket(sock)  # still ours: the response never took it; closes it
             if not isinstance(e, Exception):
                 raise  # GreenletExit, KeyboardInterrupt
+            if isinstance(e, _TotalTimeout):
+                obs.fail("timeout", self._total_message(), _perf_ns(), phase="headers")
+                return 0
             kind = "timeout" if isinstance(e, TimeoutError | gevent.Timeout) else "connection"
             obs.fail(kind, f"could not send the request: {type(e).__name__}: {e}",
                      _perf_ns(), phase="headers")
@@ -279,6 +306,9 @@ class ChatClient:
             # on any failure the response releases the socket to the pool itself
             resp = HTTPSocketPoolResponse(sock, pool, block_size=self._http.block_size,
                                           method="POST")
+        except _TotalTimeout:
+            obs.fail("timeout", self._total_message(), _perf_ns(), phase="headers")
+            return 0
         except (TimeoutError, gevent.Timeout):
             obs.fail("timeout", f"no response headers within the first-byte timeout "
                      f"({self.first_byte_s:g} s)", _perf_ns(), phase="headers")
@@ -295,7 +325,6 @@ class ChatClient:
             return self._http_error(resp, obs)
         source = LineSource(_bounded_readline(resp))
         first = True
-        deadline_ns = obs.start_ns + self.total_ns if self.total_ns else None
         try:
             for data in iter_events(source):
                 if obs.on_data(data, source.last_line_ns):
@@ -305,13 +334,10 @@ class ChatClient:
                     # on each silence between reads is bounded by the idle timeout
                     first = False
                     sock.settimeout(self.idle_s)
-                if deadline_ns is not None and source.last_line_ns > deadline_ns:
-                    obs.fail("timeout", f"the request ran past the total timeout "
-                             f"({self.total_ns / 1e9:g} s)", source.last_line_ns,
-                             phase=obs.phase)
-                    break
             else:
                 obs.on_eof(source.last_line_ns)
+        except _TotalTimeout:
+            obs.fail("timeout", self._total_message(), _perf_ns(), phase=obs.phase)
         except (TimeoutError, gevent.Timeout):
             which = (f"first-byte timeout ({self.first_byte_s:g} s)" if first
                      else f"idle timeout ({self.idle_s:g} s)")

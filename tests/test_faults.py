@@ -4,6 +4,7 @@ and the run completes (requests = completed + failed)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,27 @@ def test_headers_then_a_prefill_past_the_first_byte_timeout(simulator, tmp_path:
     for f in doc["failures"]:
         assert (f["kind"], f["phase"], f["http_status"]) == ("timeout", "prefill", 200), f
         assert "first-byte timeout (0.5 s)" in f["message"]
+
+
+def test_total_timeout_bounds_the_whole_request(simulator, tmp_path: Path) -> None:
+    """`total_s` ends a request whatever it is waiting for: here a 3 s prefill against a
+    0.8 s total (the first-byte timeout alone would wait 20 s)."""
+    sim = simulator("--prefill-ms", "3000", "--content-tokens", "4", "--max-context", "2048")
+    sc = write_scenario(tmp_path / "s.toml",
+                        SCENARIO.format(first_byte=20, idle=20).replace("requests = 4",
+                                                                       "requests = 2")
+                        + "total_s = 0.8\n")
+    t0 = time.monotonic()
+    proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path / "res"),
+                 "--run-time", "60")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - t0 < 20  # two requests, each cut at ~0.8 s, plus start-up
+    doc = load_json(result_path(proc))
+    assert (doc["requests"], doc["failed"]) == (2, 2)
+    raw = {x["request_index"]: x for x in raw_lines(result_path(proc).parent)
+           if x["type"] == "request"}
+    for f in doc["failures"]:
+        assert (f["kind"], f["phase"]) == ("timeout", "prefill"), f
+        assert "total timeout (0.8 s)" in f["message"]
+        rec = raw[f["request_index"]]
+        assert 0.7e9 <= rec["end_ns"] - rec["start_ns"] <= 1.6e9, rec
