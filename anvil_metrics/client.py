@@ -71,12 +71,6 @@ class Endpoint:
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
 
 
-# A kept-alive connection the server closed while it sat in the pool (llama.cpp's server
-# closes after each streamed response; any server may at its keep-alive timeout) is found
-# by a non-blocking peek and replaced before anything is written. A request that was
-# written is never sent again: if the connection fails after the write, that is a typed
-# failure (a silent retry could double the load the server saw and hide the failure).
-
 SEND_CHUNK_BYTES = 64 * 1024
 _YIELD_S = 1e-6  # a timer, not sleep(0): the hub polls sockets before timers fire
 
@@ -131,7 +125,13 @@ def _bounded_readline(resp: Any, limit: int = MAX_LINE_BYTES) -> Callable[[], by
 
 def _closed_by_peer(sock: Any) -> bool:
     """True when the peer has already closed (or reset) this idle socket: a non-blocking
-    peek finds EOF or an error instead of "nothing to read yet"."""
+    peek finds EOF or an error instead of "nothing to read yet".
+
+    A kept-alive connection the server closed while it sat in the pool (llama.cpp's server
+    closes after each streamed response; any server may at its keep-alive timeout) is
+    found this way and replaced before anything is written. A request that was written is
+    never sent again: a failure after the write is a typed failure (a silent retry could
+    double the load the server saw and hide the failure)."""
     raw = getattr(sock, "_sock", sock)  # gevent's recv would wait on EAGAIN: ask the OS
     try:
         return raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
