@@ -165,8 +165,11 @@ class RunSession:
         # bursts hold the load to one group at a time: that many streams at most
         concurrency = min(opts.users, shared.group_size) if shared else opts.users
         try:
-            model = sc.meta.get("model") or discover_model(probe_client)
-            _check_model_served(probe_client, model)
+            model = sc.meta.get("model")
+            if model:  # the user's name: check it against the server's list
+                _check_model_served(probe_client, model)
+            else:  # the server's own first model: nothing to check
+                model = discover_model(probe_client)
             fields = body_fields(sc, model)
             counter = server_counter(probe_client, fields, opts.tokenizer_path)
             _check_server_limit(counter.max_model_len, sizes, sc)
