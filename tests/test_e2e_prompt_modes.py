@@ -198,7 +198,11 @@ def test_large_prompts_never_hold_the_event_loop(simulator, tmp_path: Path) -> N
     doc, run_dir, _ = _run(sim.url, tmp_path, LARGE)
     assert doc["completed"] == 64
     client = raw_lines(run_dir)[-1]["client"]
+    # The chunking itself is the property under test: a whole-body write would show as
+    # ~64 chunks. The time bound is a loose sanity check only: one 64 KiB write costs
+    # microseconds, but a busy CI host can deschedule this process for ~10 ms at any point
+    # (13.2 ms seen once), so the max of ~250 timed writes is not a precise figure.
     assert client["send_chunks"] >= 32 * 7  # a 131k-token body is ~470 kB: 8 chunks
-    assert client["send_chunk_ms_max"] < 5, client
+    assert client["send_chunk_ms_max"] < 50, client
     lag = doc["client"]["loop_lag_ms"]
     assert lag["samples"] > 100 and lag["p50"] < 2, lag
