@@ -105,7 +105,8 @@ _STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 # --- build ---------------------------------------------------------------------------------
 
 
-def wall_clock_ms(records: Sequence[RequestRecord]) -> float | None:
+def wall_clock_ms(records: Sequence[RequestRecord],
+                  offsets_ns: Mapping[str, int] | None = None) -> float | None:
     """Monotonic duration of the measured run, ms: `(max end − min start) / 1e6`.
 
     Over the measured (non-warm-up) records, completed and failed: from the moment the first
@@ -113,11 +114,20 @@ def wall_clock_ms(records: Sequence[RequestRecord]) -> float | None:
     failure without an `end_ns` contributes its `start_ns`. Gaps between requests are
     included (with 12 sequential requests it is a little more than the sum of their
     `e2e_ms`); warm-ups are not. None when there are no measured records.
+
+    In a distributed run (`offsets_ns`: worker -> offset of its clock to the master's) each
+    record's stamps are first placed on the master's clock; the offset is exactly 0 for
+    workers on the master's kernel, so the figure is then as exact as a single process's.
     """
     if not records:
         return None
-    first = min(r.start_ns for r in records)
-    last = max(r.start_ns if r.end_ns is None else r.end_ns for r in records)
+    offsets = offsets_ns or {}
+
+    def off(r: RequestRecord) -> int:
+        return offsets.get(r.worker, 0) if r.worker is not None else 0
+
+    first = min(r.start_ns + off(r) for r in records)
+    last = max((r.start_ns if r.end_ns is None else r.end_ns) + off(r) for r in records)
     return derive.duration_ms(first, last)
 
 
@@ -137,7 +147,10 @@ def finished_at(raw: RawRun) -> str | None:
     wall0, perf0 = raw.header.get("wall_anchor_ns"), raw.header.get("perf_anchor_ns")
     if wall0 is None or perf0 is None or not raw.records:
         return None
-    last = max(r.start_ns if r.end_ns is None else r.end_ns for r in raw.records)
+    offsets = raw.clock_offsets_ns()  # workers' stamps onto the header's (master's) clock
+    last = max((r.start_ns if r.end_ns is None else r.end_ns)
+               + (offsets.get(r.worker, 0) if r.worker is not None else 0)
+               for r in raw.records)
     return _utc_stamp(wall0 + (last - perf0))
 
 
@@ -193,7 +206,7 @@ def build_benchmark(raw: RawRun, client: Mapping[str, Any] | None = None) -> dic
                     "phase": rec.failure.phase,
                 }
             )
-    wall = wall_clock_ms(measured)
+    wall = wall_clock_ms(measured, raw.clock_offsets_ns())
     doc: dict[str, Any] = {"schema": SCHEMA}
     doc.update({key: params.get(key) for key in PARAM_KEYS})
     doc["base_url"] = redact_url(doc["base_url"])

@@ -4,9 +4,12 @@ Importing this module (the locustfile does) registers listeners on Locust's even
 
 - `init_command_line_parser`: anvil's options, under the same names for `locust` and
   `anvil run`, shown in the web UI's start form (the API key masked);
+- `init`: on a master or a worker, anvil's messages between them (`dist.py`);
 - `test_start`: a `RunSession` is set up before any user sends (model, calibration,
-  bodies, run folder, raw header);
-- `test_stop`: the raw file is closed and `benchmark.json` written.
+  bodies, run folder, raw header); on a master, each worker then gets the set-up and its
+  clock offset is measured, before Locust sends it users;
+- `test_stopping` / `test_stop`: the load ends; a master drains its workers; the raw file
+  is closed and `benchmark.json` written (by the single process, or by the master).
 
 When the request budget is spent the run ends itself: a headless run quits (Locust then
 prints its summary and exits), a web-UI run stops and waits for the next start.
@@ -23,11 +26,13 @@ from typing import Any
 
 import gevent
 from locust import events
-from locust.runners import LocalRunner
+from locust.runners import MasterRunner, WorkerRunner
 
+from anvil_metrics import dist
+from anvil_metrics.benchmark import CLIENT_KEYS
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
-from anvil_metrics.session import RunOptions, RunSession, current
+from anvil_metrics.session import RunOptions, RunSession, current, set_current
 
 log = logging.getLogger("anvil")
 
@@ -55,6 +60,11 @@ def _scrub_argv(argv: list[str]) -> list[str]:
     return out
 
 
+# The master's / a worker's message handlers, installed once per process at `init`.
+_master: dist.MasterAgent | None = None
+_worker: dist.WorkerAgent | None = None
+
+
 @events.init.add_listener
 def take_secrets(environment: Any, **_: Any) -> None:
     """Move the API key out of Locust's options and argv before any page is served."""
@@ -64,6 +74,17 @@ def take_secrets(environment: Any, **_: Any) -> None:
         _api_key = o.api_key.strip() or None
         o.api_key = ""
     sys.argv[:] = _scrub_argv(sys.argv)
+
+
+@events.init.add_listener
+def install_messages(environment: Any, **_: Any) -> None:
+    """On a master or a worker, register anvil's messages (see `dist.py`)."""
+    global _master, _worker
+    runner = environment.runner
+    if isinstance(runner, MasterRunner) and _master is None:
+        _master = dist.MasterAgent(environment)
+    elif isinstance(runner, WorkerRunner) and _worker is None:
+        _worker = dist.WorkerAgent(environment, set_current)
 
 
 @events.init_command_line_parser.add_listener
@@ -135,10 +156,6 @@ def options_from_locust(environment: Any) -> RunOptions:
         _api_key, o.api_key = typed, ""
     api_key = _api_key or next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
     runner = environment.runner
-    if not isinstance(runner, LocalRunner):
-        raise UsageError(
-            "distributed runs (--master/--worker/--processes) are not supported yet: the "
-            "request budget and records are per process; run one Locust process")
     users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
     nonce = (getattr(o, "run_nonce", "") or "").strip() or None
     if nonce is not None and not NONCE.fullmatch(nonce):
@@ -165,14 +182,41 @@ def _end_run(environment: Any) -> None:
         gevent.spawn(runner.stop)
 
 
+def _start_workers(environment: Any, session: RunSession) -> None:
+    """On a master: give every connected worker the run's set-up (bodies are built there
+    from it), measure its clock, and route its messages to this run."""
+    assert _master is not None and session.prompts is not None
+    prompts = session.prompts
+    setup = dist.WorkerSetup(
+        run_id=session.run_id, scenario=session.scenario, host=session.opts.host,
+        api_key=session.api_key, model=session.model, calibration=prompts.calibration,
+        run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),
+        prefix_words=prompts.prefix_words, sizes=session.sizes)
+    coordinator = dist.MasterCoordinator(environment, session, setup)
+    _master.coordinator = coordinator
+    runner = environment.runner
+    ids = [w.id for w in runner.clients.ready + runner.clients.running + runner.clients.spawning]
+    try:
+        coordinator.set_up_workers(ids)
+    except RuntimeError as e:
+        raise AnvilError(str(e)) from None
+
+
 @events.test_start.add_listener
 def on_test_start(environment: Any, **_: Any) -> None:
+    if isinstance(environment.runner, WorkerRunner):  # the set-up came from the master
+        worker_session = current()
+        if worker_session is not None:
+            worker_session.begin_load()
+        return
     old = current()
     if old is not None and not old.finished:
         old.finish()
     try:
         opts = options_from_locust(environment)
         session = RunSession.start(opts, lambda: _end_run(environment))
+        if isinstance(environment.runner, MasterRunner):
+            _start_workers(environment, session)
     except AnvilError as e:
         log.error("anvil: %s", e)
         environment.process_exit_code = e.exit_code
@@ -200,6 +244,8 @@ def on_test_stopping(**_: Any) -> None:
     session = current()
     if session is not None:
         session.end_load()
+    if _master is not None and _master.coordinator is not None:
+        _master.coordinator.begin_stop()
 
 
 @events.test_stop.add_listener
@@ -209,6 +255,13 @@ def on_test_stop(environment: Any, **_: Any) -> None:
         return
     total = environment.stats.total
     stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
-    path = session.finish(stats)
+    coordinator = _master.coordinator if _master is not None else None
+    if coordinator is not None and coordinator.session is session:
+        summary = coordinator.drain()
+        client = coordinator.client_health() or dict.fromkeys(CLIENT_KEYS)
+        path = session.finish(stats, client=client, distributed=summary)
+        _master.coordinator = None
+    else:
+        path = session.finish(stats)
     if path is not None:
         log.info("anvil: wrote %s", path)

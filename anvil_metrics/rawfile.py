@@ -21,7 +21,7 @@ import math
 import os
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,9 @@ class RawRun:
     - `partial`: True when `run_end` is missing or a torn last line was dropped.
     - `torn_lines`: how many torn lines were dropped (0 or 1: only the last can be torn).
     - `notes`: human-readable remarks on what was tolerated, for the user to see.
+    - `workers`: the `"worker"` lines of a distributed run, by worker identity (`host:pid`,
+      the records' `worker` field): each one's `perf_offset_ns` places its stamps on the
+      master's clock (`stamp + perf_offset_ns`); empty for a single-process run.
     """
 
     header: dict[str, Any]
@@ -148,6 +151,13 @@ class RawRun:
     torn_lines: int = 0
     notes: tuple[str, ...] = ()
     path: str | None = None
+    workers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def clock_offsets_ns(self) -> dict[str, int]:
+        """Worker identity -> offset of its perf_counter_ns to the master's (only those
+        measured; a record of any other worker is on the master's clock or its own)."""
+        return {name: int(w["perf_offset_ns"]) for name, w in self.workers.items()
+                if _is_int(w.get("perf_offset_ns"))}
 
     @property
     def measured(self) -> tuple[RequestRecord, ...]:
@@ -269,6 +279,7 @@ def read_raw(path: str | Path) -> RawRun:
     header: dict[str, Any] | None = None
     run_end: dict[str, Any] | None = None
     records: list[RequestRecord] = []
+    workers: dict[str, dict[str, Any]] = {}
     seen: dict[tuple[bool, int], int] = {}
     for n, obj in parsed:
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
@@ -296,6 +307,11 @@ def read_raw(path: str | Path) -> RawRun:
             records.append(rec)
         elif kind == "run_end":
             run_end = obj
+        elif kind == "worker":
+            if not isinstance(obj.get("worker"), str) or not _opt_int(obj.get("perf_offset_ns")):
+                raise RawFileError(p, "a \"worker\" line needs a string worker and an integer "
+                                   "or null perf_offset_ns", line=n)
+            workers[obj["worker"]] = obj
         elif kind == "run":
             raise RawFileError(p, "a second \"run\" header", line=n,
                                fix="two runs were written into one file; split it")
@@ -320,6 +336,7 @@ def read_raw(path: str | Path) -> RawRun:
         torn_lines=torn_lines,
         notes=tuple(notes),
         path=str(p),
+        workers=workers,
     )
 
 

@@ -13,6 +13,10 @@ The file `requests.jsonl` holds three kinds of line, told apart by `"type"`:
   read back to back), so wall-clock moments can be placed without mixing clocks in any
   duration.
 - `"request"`: one `RequestRecord` per issued request (warm-up ones included, marked).
+- `"worker"`: in a distributed run, one per worker (written by the master): its identity
+  (`host:pid`, the records' `worker`) and `perf_offset_ns`, the measured offset of its
+  `perf_counter_ns` to the master's (0 on the same kernel), which places its stamps on one
+  time line; durations never use it.
 - `"run_end"`: last line of a run that finished; its absence marks the file partial.
 
 Chunk arrivals are delta-encoded: `chunk_deltas_ns[0]` is the first output-carrying chunk's
@@ -40,6 +44,7 @@ FAILURE_KINDS = (
     "timeout",
     "client_error",
     "cancelled",
+    "worker_lost",  # a distributed worker vanished with this request in flight
 )
 PHASES = ("connect", "headers", "prefill", "decode")
 

@@ -27,6 +27,7 @@ from anvil_metrics.counting import Counter, server_counter
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.lagmon import LoopLagMonitor
+from anvil_metrics.live import LiveStats
 from anvil_metrics.prompts import (
     NO_CALIBRATION,
     Calibration,
@@ -43,11 +44,25 @@ from anvil_metrics.scenario import Scenario
 log = logging.getLogger("anvil")
 
 _current: RunSession | None = None
+_latest: RunSession | None = None
 
 
-def current() -> RunSession | None:
-    """The run in progress in this process, if any."""
+def current() -> Any:
+    """The run in progress in this process, if any: a `RunSession`, or on a distributed
+    worker a `dist.WorkerSession`."""
     return _current
+
+
+def set_current(session: Any) -> None:
+    """Make `session` the run in progress (a distributed worker's `WorkerSession`, which
+    lends users the same attributes as a `RunSession`)."""
+    global _current
+    _current = session
+
+
+def latest() -> RunSession | None:
+    """The run in progress, else the last one this process ran (the web UI shows it)."""
+    return _current or _latest
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +102,8 @@ def discover_model(client: ChatClient) -> str:
 class RunSession:
     def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
-                 bodies: BodyBuilder, budget: RequestBudget, header: dict[str, Any]) -> None:
+                 bodies: BodyBuilder, budget: RequestBudget, header: dict[str, Any],
+                 prompts: PromptFactory | None = None) -> None:
         self.opts = opts
         self.scenario = opts.scenario
         self.endpoint = endpoint
@@ -98,12 +114,15 @@ class RunSession:
         self.run_dir = run_dir
         self.writer = writer
         self.bodies = bodies
+        self.prompts = prompts
+        self.sizes = opts.scenario.planned_sizes()
         self.budget = budget
         self.header = header
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.finished = False
         self.benchmark_path: Path | None = None
         self.cache_warning: str | None = None
+        self.live = LiveStats(run_id, opts.scenario.requests)
         anvil_events.request_record.add_listener(self._on_record)
         self.lag = LoopLagMonitor()
         self._health: dict[str, Any] | None = None
@@ -149,6 +168,7 @@ class RunSession:
 
     def _on_record(self, record: RequestRecord, **_: Any) -> None:
         self.writer.write_record(record)
+        self.live.add(record)
 
     @classmethod
     def start(cls, opts: RunOptions, on_exhausted: Callable[[], None]) -> RunSession:
@@ -229,24 +249,34 @@ class RunSession:
             params["shared_prefix"] = shared_doc
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, model, prompts.calibration, run_id, run_dir, writer,
-                      bodies, budget, header)
+                      bodies, budget, header, prompts)
         holder.append(session)
         _current = session
         return session
 
-    def finish(self, locust_stats: dict[str, Any] | None = None) -> Path | None:
+    def finish(self, locust_stats: dict[str, Any] | None = None,
+               client: dict[str, Any] | None = None,
+               distributed: dict[str, Any] | None = None) -> Path | None:
         """Close the raw file and write `benchmark.json`; idempotent. Logs a warning when
-        the server reported prefix-cache hits this run's prompts should not have had."""
-        global _current
+        the server reported prefix-cache hits this run's prompts should not have had.
+
+        `client`: the generator-health figures when they were measured elsewhere (the
+        workers of a distributed run), else this process's own; `distributed`: what the
+        master knows of its workers, kept in the raw `run_end` line."""
+        global _current, _latest
         if self.finished:
             return self.benchmark_path
         self.finished = True
+        _latest = self
         self.budget.close()
         anvil_events.request_record.remove_listener(self._on_record)
         from anvil_metrics.postprocess import postprocess
 
         try:
-            end: dict[str, Any] = {"client": self.client_health()}
+            own = self.client_health()
+            end: dict[str, Any] = {"client": own if client is None else client}
+            if distributed is not None:
+                end["distributed"] = distributed
             if locust_stats:
                 end["locust"] = locust_stats
             self.writer.write_end(end)
@@ -261,6 +291,7 @@ class RunSession:
             self.cache_warning = cachecheck.check_run_dir(self.run_dir)
             if self.cache_warning:
                 log.warning("anvil: %s", self.cache_warning)
+        self.live.finished = True
         if _current is self:
             _current = None
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)

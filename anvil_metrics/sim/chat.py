@@ -312,6 +312,11 @@ def t0_header(cfg: SimConfig, t0_ns: int) -> Headers:
     return (("anvil-t0-ns", str(t0_ns)),) if cfg.stamp_send else ()
 
 
+# Streams this simulator started and finished sending (`GET /sim/stats`): the server's own
+# count, which tests compare with the records a load generator kept.
+STREAM_COUNTS: dict[str, int] = {"started": 0, "completed": 0}
+
+
 class ChatStream:
     """One streaming answer, driven by the scheduler one absolute deadline at a time."""
 
@@ -354,6 +359,7 @@ class ChatStream:
         `first`, if given, is scheduled at the prefill deadline instead of the stream itself
         (a `PrefillDone` that fires the stream after filling the prefix cache).
         """
+        STREAM_COUNTS["started"] += 1
         if self._cfg.role_chunk == "immediate":
             self._send_head()
         self._sched.at(self._prefill_end, self if first is None else first)
@@ -417,6 +423,7 @@ class ChatStream:
         for event in events[:-1]:
             self._conn.write(event)
         self._conn.stream_end(events[-1])
+        STREAM_COUNTS["completed"] += 1
 
 
 class DelayedCompletion:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from anvil_metrics.sim import tokenapi
-from anvil_metrics.sim.chat import answer_chat
+from anvil_metrics.sim.chat import STREAM_COUNTS, answer_chat
 from anvil_metrics.sim.config import (
     REASONING_FIELDS,
     ROLE_CHUNK_MODES,
@@ -231,6 +231,8 @@ class App:
                 )
         elif route == ("GET", "/health"):
             conn.respond(200, b"{}")
+        elif route == ("GET", "/sim/stats"):
+            conn.respond_json(200, {"streams": dict(STREAM_COUNTS)})
         elif route == ("GET", "/v1/models"):
             conn.respond_json(200, self.models())
         elif request.path in self.tokenize_api.routes and request.method == "POST":

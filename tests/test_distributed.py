@@ -1,0 +1,221 @@
+"""Distributed runs end to end: a real Locust master and real worker processes on
+127.0.0.1 against the simulator, whose own stream counts (`GET /sim/stats`) are the truth
+the records are checked against."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import REPO, load_json, raw_lines, write_scenario
+
+from anvil_metrics.benchmark import verify_benchmark
+from anvil_metrics.simproc import stop_process
+
+pytestmark = pytest.mark.e2e
+
+LOCUSTFILE = str(REPO / "locustfiles" / "chat.py")
+
+SCENARIO = """
+measurement_protocol = "distributed"
+concurrency = 4
+max_tokens = 16
+context_tokens = 4096
+max_context_tokens = 8192
+[context_distribution]
+4096 = 37
+"""
+
+SIM_ARGS = ("--prefill-ms", "40", "--reasoning-tokens", "4", "--content-tokens", "12",
+            "--interval-ms", "5", "--max-context", "8192")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sim_streams(url: str) -> dict[str, int]:
+    base = url.rstrip("/").removesuffix("/v1")
+    with urllib.request.urlopen(base + "/sim/stats", timeout=5) as r:
+        return json.loads(r.read())["streams"]
+
+
+class Cluster:
+    def __init__(self, master: subprocess.Popen, workers: list[subprocess.Popen],
+                 results: Path, log: Path) -> None:
+        self.master, self.workers, self.results, self.log = master, workers, results, log
+
+    def wait(self, timeout: float = 90) -> int:
+        try:
+            return self.master.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the master did not end by itself:\n"
+                                 + self.log.read_text()[-3000:]) from None
+
+    def run_dir(self) -> Path:
+        runs = [p for p in self.results.iterdir() if p.is_dir() and p.name.startswith("bench")]
+        assert len(runs) == 1, (runs, self.log.read_text()[-3000:])
+        return runs[0]
+
+
+@contextmanager
+def cluster(tmp_path: Path, sim_url: str, *locust_args: str, workers: int = 2,
+            users: int = 4, env: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """A headless master expecting `workers` workers, and the workers; all are killed (by
+    PID) at the end whatever happened."""
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    port = _free_port()
+    results = tmp_path / "results"
+    log = tmp_path / "master.log"
+    penv = {**os.environ, **(env or {})}
+    with open(log, "wb") as out:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--master", "--headless",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+             "--expect-workers", str(workers), "-u", str(users), "-r", str(users),
+             "-H", sim_url, "--scenario", str(sc), "--results-dir", str(results),
+             *locust_args],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=penv)
+    procs = []
+    try:
+        for i in range(workers):
+            with open(tmp_path / f"worker{i}.log", "wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--worker",
+                     "--master-host", "127.0.0.1", "--master-port", str(port)],
+                    cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=penv))
+        yield Cluster(master, procs, results, log)
+    finally:
+        for p in [master, *procs]:
+            stop_process(p)
+
+
+def requests_of(run_dir: Path) -> list[dict]:
+    return [line for line in raw_lines(run_dir) if line["type"] == "request"]
+
+
+def check_document(run_dir: Path) -> dict:
+    doc = load_json(run_dir / "benchmark.json")
+    assert verify_benchmark(doc) == []
+    assert doc["requests"] == doc["completed"] + doc["failed"]
+    return doc
+
+
+def test_master_and_two_workers_run_exactly_the_requested_count(simulator, tmp_path: Path
+                                                                 ) -> None:
+    sim = simulator(*SIM_ARGS)
+    with cluster(tmp_path, sim.url, "--requests", "37") as c:
+        assert c.wait() == 0, c.log.read_text()[-3000:]
+        run_dir = c.run_dir()
+    rows = requests_of(run_dir)
+    indices = sorted(r["request_index"] for r in rows)
+    assert indices == list(range(37))  # exactly 37, each once
+    assert all(r["failure"] is None for r in rows)
+    by_worker = Counter(r["worker"] for r in rows)
+    assert len(by_worker) == 2 and min(by_worker.values()) > 0, by_worker
+    assert sim_streams(sim.url)["completed"] == 37  # the server finished exactly these
+    lines = raw_lines(run_dir)
+    workers = [line for line in lines if line["type"] == "worker"]
+    assert {w["worker"] for w in workers} == set(by_worker)
+    assert all(w["clock"] == "same_clock" and w["perf_offset_ns"] == 0 for w in workers)
+    end = lines[-1]
+    assert end["type"] == "run_end"
+    for name, w in end["distributed"]["workers"].items():
+        assert w["confirmed"] and w["records_sent"] == by_worker[name], (name, w)
+    doc = check_document(run_dir)
+    assert doc["requests"] == doc["completed"] == 37 and doc["concurrency"] == 4
+    assert doc["client"]["loop_lag_ms"]["p50"] is not None  # from the workers' figures
+
+
+def test_run_time_keeps_every_completed_request_exactly_once(simulator, tmp_path: Path
+                                                             ) -> None:
+    """Stopped by Locust's --run-time while streams are in flight: each record once, none
+    of the server's finished streams missing; the clock offset measured by ping (forced)
+    is within its stated uncertainty of the truth (0: one host)."""
+    sim = simulator(*SIM_ARGS)
+    with cluster(tmp_path, sim.url, "--requests", "100000", "--run-time", "4s",
+                 env={"ANVIL_CLOCK_SYNC": "ping"}) as c:
+        assert c.wait() == 0, c.log.read_text()[-3000:]
+        run_dir = c.run_dir()
+    rows = requests_of(run_dir)
+    indices = sorted(r["request_index"] for r in rows)
+    assert indices == list(range(len(indices))) and len(indices) > 40
+    ok = sum(1 for r in rows if r["failure"] is None)
+    cancelled = sum(1 for r in rows if (r["failure"] or {}).get("kind") == "cancelled")
+    assert ok + cancelled == len(rows), Counter(str(r["failure"]) for r in rows)
+    server_done = sim_streams(sim.url)["completed"]
+    # a stream the server finished just as the stop cancelled it may be either; none lost
+    assert ok <= server_done <= ok + cancelled, (ok, cancelled, server_done)
+    assert len(Counter(r["worker"] for r in rows)) == 2
+    for w in (line for line in raw_lines(run_dir) if line["type"] == "worker"):
+        assert w["clock"] == "ping"
+        assert abs(w["perf_offset_ns"]) <= w["offset_uncertainty_ns"] + 1_000_000, w
+    check_document(run_dir)
+
+
+def test_a_killed_worker_is_accounted_for(simulator, tmp_path: Path) -> None:
+    """kill -9 of one of two workers mid-run: the master finishes with the other, and the
+    lost worker's in-flight requests are failures that name it; totals add up."""
+    sim = simulator("--prefill-ms", "40", "--reasoning-tokens", "4", "--content-tokens",
+                    "20", "--interval-ms", "20", "--max-context", "8192")
+    with cluster(tmp_path, sim.url, "--requests", "120", users=6) as c:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sim_streams(sim.url)["completed"] < 15:
+            time.sleep(0.1)
+        victim = c.workers[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        assert c.wait(120) == 0, c.log.read_text()[-3000:]
+        run_dir = c.run_dir()
+    rows = requests_of(run_dir)
+    assert sorted(r["request_index"] for r in rows) == list(range(120))
+    lost = [r for r in rows if (r["failure"] or {}).get("kind") == "worker_lost"]
+    victim_name = next(line["worker"] for line in raw_lines(run_dir)
+                       if line["type"] == "worker" and line["pid"] == victim.pid)
+    assert lost, "the killed worker had requests in flight; none was recorded as lost"
+    assert all(r["worker"] == victim_name and victim_name in r["failure"]["message"]
+               for r in lost)
+    doc = check_document(run_dir)
+    assert doc["requests"] == 120 and doc["failed"] == len(lost)
+    kinds = Counter(f["kind"] for f in doc["failures"])
+    assert kinds == {"worker_lost": len(lost)}
+    survivors = Counter(r["worker"] for r in rows if r["failure"] is None)
+    assert len(survivors) == 2  # the victim's finished requests before the kill are kept
+    assert sim_streams(sim.url)["completed"] >= doc["completed"]
+    summary = raw_lines(run_dir)[-1]["distributed"]["workers"]
+    assert summary[victim_name]["lost"] is True
+
+
+def test_processes_flag_runs_workers_on_this_host(simulator, tmp_path: Path) -> None:
+    """`locust --processes 2` (a master with forked workers) gives the same exact result."""
+    sim = simulator(*SIM_ARGS)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--processes", "2", "--headless",
+         "-u", "4", "-r", "4", "-H", sim.url, "--scenario", str(sc), "--requests", "23",
+         "--results-dir", str(results)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        _, err = proc.communicate(timeout=90)
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    (run_dir,) = [p for p in results.iterdir() if p.name.startswith("benchmark-")]
+    rows = requests_of(run_dir)
+    assert sorted(r["request_index"] for r in rows) == list(range(23))
+    assert len(Counter(r["worker"] for r in rows)) == 2
+    assert check_document(run_dir)["completed"] == 23
