@@ -255,7 +255,8 @@ class WorkerSession:
         wall_s = time.perf_counter() - self._wall0_s
         cpu = (time.process_time() - self._cpu0_s) / wall_s * 100 if wall_s > 0 else None
         self._health = {"loop_lag_ms": lag.as_json(), "cpu_pct": cpu,
-                        "achieved_concurrency": None, "saturated": None}
+                        "achieved_concurrency": None, "saturated": None,
+                        "load_s": wall_s, "cpu_s": time.process_time() - self._cpu0_s}
 
     def finish(self, _stats: dict[str, Any] | None = None) -> None:
         """Stop taking tickets, ship what is left, then say how many records were sent

@@ -154,6 +154,8 @@ class RunSession:
                               for at, late in self.lag.stalls]  # [s into the load, ms late]
         self._health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
                         "achieved_concurrency": None, "saturated": None,
+                        # raw record only: the load window and this process's CPU in it
+                        "load_s": wall_s, "cpu_s": time.process_time() - self._cpu0_s,
                         # raw record only: the longest single write of a request chunk
                         "send_chunk_ms_max": SendStats.max_chunk_ns / 1e6,
                         "send_chunks": SendStats.chunks}
@@ -276,7 +278,7 @@ class RunSession:
             own = self.client_health()
             end: dict[str, Any] = {"client": own if client is None else client}
             if distributed is not None:
-                end["distributed"] = distributed
+                end["distributed"] = {**distributed, "master": own}
             if locust_stats:
                 end["locust"] = locust_stats
             self.writer.write_end(end)

@@ -1,0 +1,244 @@
+"""The distributed pieces without processes: the worker's remote budget, the master's
+bookkeeping of granted tickets (exactly once, lost workers), clock offsets in the raw
+file and the run's time line, and the live figures the web UI shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import gevent
+import orjson
+import pytest
+
+from anvil_metrics import stats
+from anvil_metrics.benchmark import build_benchmark, wall_clock_ms
+from anvil_metrics.control import RequestBudget, Ticket
+from anvil_metrics.derive import timing_from_record
+from anvil_metrics.dist import MasterCoordinator, RemoteBudget, WorkerSetup
+from anvil_metrics.errors import RawFileError
+from anvil_metrics.events import anvil_events
+from anvil_metrics.live import MAX_BUCKETS, LiveStats
+from anvil_metrics.prompts import NO_CALIBRATION
+from anvil_metrics.rawfile import read_raw, write_raw
+from anvil_metrics.records import Failure, RequestRecord
+from anvil_metrics.scenario import scenario_from_dict
+
+# --- worker side -----------------------------------------------------------------------------
+
+
+def test_remote_budget_waits_for_the_masters_ticket() -> None:
+    sent: list[tuple[str, dict]] = []
+    budget = RemoteBudget(lambda t, d: sent.append((t, d)), "run-1")
+    got: list[Ticket | None] = []
+    g = gevent.spawn(lambda: got.append(budget.take()))
+    gevent.sleep(0)
+    assert sent == [("anvil_take", {"run_id": "run-1", "seq": 1})] and not got
+    budget.deliver(1, Ticket(7, False, 4096))
+    g.join(1)
+    assert got == [Ticket(7, False, 4096)]
+
+
+def test_remote_budget_stops_asking_once_the_budget_is_spent() -> None:
+    sent: list[tuple[str, dict]] = []
+    budget = RemoteBudget(lambda t, d: sent.append((t, d)), "r")
+    g = gevent.spawn(budget.take)
+    gevent.sleep(0)
+    budget.deliver(1, None)
+    assert g.get(timeout=1) is None
+    assert budget.take() is None and len(sent) == 1  # no second message
+
+
+def test_a_ticket_for_a_stopped_user_is_reported_not_dropped() -> None:
+    budget = RemoteBudget(lambda t, d: None, "r")
+    orphans: list[Ticket] = []
+    budget.on_orphan = orphans.append
+    g = gevent.spawn(budget.take)
+    gevent.sleep(0)
+    g.kill()  # Locust stops the user while it waits
+    budget.deliver(1, Ticket(3, False, 4096))
+    assert orphans == [Ticket(3, False, 4096)]
+
+
+# --- master side -----------------------------------------------------------------------------
+
+
+class FakeRunner:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any, str | None]] = []
+        self.clients: dict[str, Any] = {}
+
+    def send_message(self, msg_type: str, data: Any = None, client_id: str | None = None
+                     ) -> None:
+        self.sent.append((msg_type, data, client_id))
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.lines: list[dict] = []
+
+    def write(self, obj: dict) -> None:
+        self.lines.append(obj)
+
+
+def _coordinator(requests: int = 4) -> tuple[MasterCoordinator, FakeRunner, RequestBudget]:
+    runner = FakeRunner()
+    budget = RequestBudget(requests, 0, [4096])
+    session = SimpleNamespace(run_id="run-1", budget=budget, writer=FakeWriter())
+    sc = scenario_from_dict({"measurement_protocol": "t"})
+    setup = WorkerSetup("run-1", sc, "http://127.0.0.1:1", None, "m", NO_CALIBRATION, "n",
+                        None, {4096: 10}, None, [4096])
+    c = MasterCoordinator(SimpleNamespace(runner=runner), session, setup)
+    return c, runner, budget
+
+
+def _msg(node: str, **data: Any) -> SimpleNamespace:
+    return SimpleNamespace(node_id=node, data={"run_id": "run-1", **data})
+
+
+def _line(index: int, worker: str = "h:1", start: int = 1_000) -> bytes:
+    rec = RequestRecord(request_index=index, start_ns=start, end_ns=start + 500,
+                        first_output_ns=start + 100, first_content_ns=start + 100,
+                        content_chunks=2, chunk_deltas_ns=(100, 400), chunk_channels="cc",
+                        usage={"prompt_tokens": 10, "completion_tokens": 2}, worker=worker)
+    return orjson.dumps(rec.to_json_dict())
+
+
+@pytest.fixture
+def fired() -> Any:
+    records: list[RequestRecord] = []
+
+    def listen(record: RequestRecord, **_: Any) -> None:
+        records.append(record)
+
+    anvil_events.request_record.add_listener(listen)
+    yield records
+    anvil_events.request_record.remove_listener(listen)
+
+
+def _grant_two(c: MasterCoordinator, runner: FakeRunner) -> None:
+    for cid in ("A", "B"):
+        c.add_worker(cid)
+        runner.clients[cid] = SimpleNamespace(state="running")
+        c.on_hello(_msg(cid, worker=f"host:{cid}", error=None))
+        c.on_take(_msg(cid, seq=1))
+    gevent.sleep(0)
+    gevent.sleep(0)
+
+
+def test_each_granted_ticket_is_recorded_exactly_once(fired: list) -> None:
+    c, runner, budget = _coordinator()
+    _grant_two(c, runner)
+    tickets = [d["ticket"] for t, d, _ in runner.sent if t == "anvil_ticket"]
+    assert sorted(t[0] for t in tickets) == [0, 1]
+    idx_a = next(d["ticket"][0] for t, d, cid in runner.sent if t == "anvil_ticket" and cid == "A")
+    c.on_records(_msg("A", lines=[_line(idx_a, "host:A")]))
+    c.on_records(_msg("A", lines=[_line(idx_a, "host:A")]))  # a duplicate: dropped
+    c.on_records(_msg("A", lines=[_line(1 - idx_a, "host:A")]))  # B's ticket: dropped
+    assert [r.request_index for r in fired] == [idx_a]
+    assert budget.finished == 1 and len(c.dropped) == 2
+    assert c.outstanding and all(g.client_id == "B" for g in c.outstanding.values())
+
+
+def test_a_lost_workers_in_flight_requests_become_failures(fired: list) -> None:
+    c, runner, budget = _coordinator()
+    _grant_two(c, runner)
+    c.workers["B"].offset_ns = 5_000  # B's clock is 5 µs behind the master's
+    idx_b = next(d["ticket"][0] for t, d, cid in runner.sent if t == "anvil_ticket" and cid == "B")
+    grant = c.outstanding[(False, idx_b)]
+    assert c.fail_outstanding("B", "was lost") == 1
+    (rec,) = fired
+    assert rec.request_index == idx_b and rec.failure is not None
+    assert rec.failure.kind == "worker_lost" and "host:B" in rec.failure.message
+    assert rec.worker == "host:B" and rec.start_ns == grant.granted_ns - 5_000
+    assert budget.finished == 1
+    c.on_records(_msg("B", lines=[_line(idx_b, "host:B")]))  # too late: already failed
+    assert len(fired) == 1 and "already recorded as lost" in c.dropped[0]
+
+
+def test_drain_fails_what_never_came_back(fired: list) -> None:
+    c, runner, _ = _coordinator()
+    _grant_two(c, runner)
+    for cid in ("A", "B"):
+        c.on_done(_msg(cid, sent=0, health={"loop_lag_ms": {"p99": 1.0 if cid == "A" else 3.0},
+                                            "cpu_pct": 20.0 if cid == "A" else 10.0}))
+    summary = c.drain(timeout_s=0.2)
+    assert {r.failure.kind for r in fired} == {"worker_lost"} and len(fired) == 2
+    assert not c.outstanding
+    assert all(w["confirmed"] for w in summary["workers"].values())  # sent 0, received 0
+    health = c.client_health()
+    assert health is not None
+    assert health["loop_lag_ms"] == {"p99": 3.0} and health["cpu_pct"] == 20.0
+    assert ("anvil_stop", {"run_id": "run-1"}, "A") in runner.sent
+
+
+# --- clock offsets in the raw file -------------------------------------------------------------
+
+
+def _rec(index: int, worker: str, start: int, end: int) -> RequestRecord:
+    return RequestRecord(request_index=index, start_ns=start, end_ns=end,
+                         first_output_ns=start + 10, content_chunks=0, reasoning_chunks=1,
+                         chunk_deltas_ns=(10,), chunk_channels="r",
+                         usage={"prompt_tokens": 5, "completion_tokens": 1}, worker=worker)
+
+
+def test_wall_clock_places_each_worker_on_the_masters_clock() -> None:
+    a = _rec(0, "a:1", 1_000_000, 3_000_000)
+    b = _rec(1, "b:2", 50_000_000, 51_000_000)  # b's clock reads 49 ms ahead of a's
+    assert wall_clock_ms([a, b]) == 50.0
+    assert wall_clock_ms([a, b], {"a:1": 0, "b:2": -49_000_000}) == 2.0
+
+
+def test_worker_lines_are_read_and_used(tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    header = {"run_id": "benchmark-20261130T000000Z", "started_at": "2026-11-30T00:00:00Z",
+              "wall_anchor_ns": 0, "perf_anchor_ns": 0,
+              "params": {"measurement_protocol": "t", "concurrency": 2}}
+    write_raw(path, header, [_rec(0, "a:1", 1_000_000, 3_000_000),
+                             _rec(1, "b:2", 50_000_000, 51_000_000)],
+              {"finished_at": "2026-11-30T00:00:01Z"})
+    lines = path.read_bytes().splitlines()
+    worker = orjson.dumps({"type": "worker", "worker": "b:2", "perf_offset_ns": -49_000_000})
+    path.write_bytes(b"\n".join([lines[0], worker, *lines[1:]]) + b"\n")
+    raw = read_raw(path)
+    assert raw.clock_offsets_ns() == {"b:2": -49_000_000}
+    assert build_benchmark(raw)["wall_clock_ms"] == 2.0
+    path.write_bytes(b"\n".join([lines[0], b'{"type":"worker","worker":7}', *lines[1:]]) + b"\n")
+    with pytest.raises(RawFileError, match="worker"):
+        read_raw(path)
+
+
+# --- live figures ------------------------------------------------------------------------------
+
+
+def test_live_percentiles_equal_the_files() -> None:
+    live = LiveStats("run", 40)
+    records = []
+    for i in range(40):
+        start = i * 1_000_000
+        rec = RequestRecord(request_index=i, start_ns=start, end_ns=start + 9_000_000 + i * 7919,
+                            first_output_ns=start + 1_000_000 + (i * 104729) % 3_000_000,
+                            first_content_ns=start + 4_500_000, reasoning_chunks=3,
+                            content_chunks=4, chunk_deltas_ns=(), chunk_channels="",
+                            usage={"prompt_tokens": 100, "completion_tokens": 7 + i % 5})
+        records.append(rec)
+        live.add(rec)
+    live.add(RequestRecord(request_index=40, start_ns=0, end_ns=1,
+                           failure=Failure("http_error", "x", 500)))
+    snap = live.snapshot()
+    assert snap["completed"] == 40 and snap["failed"] == 1
+    assert snap["failures_by_kind"] == {"http_error": 1}
+    rows = [timing_from_record(r).to_dict() for r in records]
+    for m in snap["metrics"]:
+        for p in (50, 95, 99):
+            assert m[f"p{p}"] == stats.nearest_rank([r[m["field"]] for r in rows], p), m
+
+
+def test_live_series_stays_bounded() -> None:
+    live = LiveStats("run", None)
+    for i in range(MAX_BUCKETS * 3):
+        live.series.add(float(i), {"ttft_ms": float(i), "decode_tok_s": 1.0})
+    series = live.series.as_json()
+    assert len(series["t_s"]) <= MAX_BUCKETS and series["bucket_s"] > 1
+    assert sum(series["completed"]) == MAX_BUCKETS * 3
