@@ -94,6 +94,8 @@ def _run_extra(a: argparse.Namespace) -> list[str]:
         out.append("--recalibrate")
     if a.tokenizer:
         out += ["--tokenizer", os.path.abspath(a.tokenizer)]
+    if a.processes and a.processes > 1:  # Locust forks a master and this many workers
+        out += ["--processes", str(a.processes)]
     return out
 
 
@@ -124,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tokenizer", type=_file("--tokenizer"), default=None,
                    help="count prompt tokens with this tokenizer.json (the served model's) "
                    "instead of the server's tokenize endpoint or probes")
+    r.add_argument("--processes", type=_positive("--processes"), default=1,
+                   help="load processes on this host (Locust's --processes: a master and "
+                   "this many workers, one exact result); default 1")
 
     pp = sub.add_parser("postprocess", help="build benchmark.json from a run folder")
     pp.add_argument("run_dir")

@@ -75,9 +75,6 @@ PONG_TIMEOUT_S = 2.0
 DRAIN_TIMEOUT_S = 30.0  # after the stop: records of cancelled requests are already queued
 LOST_POLL_S = 0.5
 
-MESSAGES = ("anvil_setup", "anvil_hello", "anvil_ping", "anvil_pong", "anvil_take",
-            "anvil_ticket", "anvil_records", "anvil_stop", "anvil_done")
-
 
 def worker_identity() -> str:
     """`host:pid` of this process: the `worker` field of every record it measures."""

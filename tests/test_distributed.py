@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO, load_json, raw_lines, write_scenario
+from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
 
 from anvil_metrics.benchmark import verify_benchmark
 from anvil_metrics.simproc import stop_process
@@ -148,6 +149,7 @@ def test_run_time_keeps_every_completed_request_exactly_once(simulator, tmp_path
     is within its stated uncertainty of the truth (0: one host)."""
     sim = simulator(*SIM_ARGS)
     with cluster(tmp_path, sim.url, "--requests", "100000", "--run-time", "4s",
+                 "--exit-code-on-error", "0",
                  env={"ANVIL_CLOCK_SYNC": "ping"}) as c:
         assert c.wait() == 0, c.log.read_text()[-3000:]
         run_dir = c.run_dir()
@@ -172,7 +174,8 @@ def test_a_killed_worker_is_accounted_for(simulator, tmp_path: Path) -> None:
     lost worker's in-flight requests are failures that name it; totals add up."""
     sim = simulator("--prefill-ms", "40", "--reasoning-tokens", "4", "--content-tokens",
                     "20", "--interval-ms", "20", "--max-context", "8192")
-    with cluster(tmp_path, sim.url, "--requests", "120", users=6) as c:
+    with cluster(tmp_path, sim.url, "--requests", "120", "--exit-code-on-error", "0",
+                 users=6) as c:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and sim_streams(sim.url)["completed"] < 15:
             time.sleep(0.1)
@@ -219,3 +222,71 @@ def test_processes_flag_runs_workers_on_this_host(simulator, tmp_path: Path) -> 
     assert sorted(r["request_index"] for r in rows) == list(range(23))
     assert len(Counter(r["worker"] for r in rows)) == 2
     assert check_document(run_dir)["completed"] == 23
+
+
+def test_anvil_run_processes(simulator, tmp_path: Path) -> None:
+    """`anvil run --processes 2` hands the load to Locust's master and two workers."""
+    sim = simulator(*SIM_ARGS)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    proc = anvil("run", str(sc), "--host", sim.url, "--processes", "2", "--requests", "19",
+                 "--users", "4", "--results-dir", str(tmp_path / "res"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = result_path(proc).parent
+    rows = requests_of(run_dir)
+    assert sorted(r["request_index"] for r in rows) == list(range(19))
+    assert len(Counter(r["worker"] for r in rows)) == 2
+    assert check_document(run_dir)["completed"] == sim_streams(sim.url)["completed"] == 19
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read()
+
+
+def test_a_run_started_in_the_masters_web_ui(simulator, tmp_path: Path) -> None:
+    """The web UI on a master: a run started from its form stops by itself after exactly
+    `requests` and writes the same files as a headless run, with both workers' records."""
+    sim = simulator(*SIM_ARGS)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    port, web = _free_port(), _free_port()
+    results = tmp_path / "results"
+    ui = f"http://127.0.0.1:{web}"
+    with open(tmp_path / "master.log", "wb") as out:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--master",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+             "--web-host", "127.0.0.1", "--web-port", str(web), "-H", sim.url,
+             "--scenario", str(sc), "--results-dir", str(results)],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    workers = [subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--worker", "--master-host",
+         "127.0.0.1", "--master-port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(_get(ui + "/stats/requests")).get("worker_count") == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        form = urllib.parse.urlencode({"user_count": 4, "spawn_rate": 4, "host": sim.url,
+                                       "requests": 21}).encode()
+        with urllib.request.urlopen(ui + "/swarm", data=form, timeout=60) as r:
+            assert json.loads(r.read())["success"] is True
+        runs: list[Path] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not runs:
+            runs = [p for p in results.iterdir() if (p / "benchmark.json").exists()] \
+                if results.exists() else []
+            time.sleep(0.2)
+        assert len(runs) == 1, (tmp_path / "master.log").read_text()[-3000:]
+    finally:
+        for p in [master, *workers]:
+            stop_process(p)
+    rows = requests_of(runs[0])
+    assert sorted(r["request_index"] for r in rows) == list(range(21))
+    assert len(Counter(r["worker"] for r in rows)) == 2
+    doc = check_document(runs[0])
+    assert doc["completed"] == 21 and doc["concurrency"] == 4
