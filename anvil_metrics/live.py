@@ -102,6 +102,13 @@ class LiveStats:
         self._sorted: dict[str, bool] = {m.field: True for m in LIVE_METRICS}
         self.series = _Series()
         self.finished = False
+        self._end_s: float | None = None
+
+    def finish(self) -> None:
+        """The run has ended: the figures are final and the clock stops."""
+        self.finished = True
+        if self._end_s is None:
+            self._end_s = time.perf_counter()
 
     def add(self, record: RequestRecord) -> None:
         """Count one finished raw record (call it where `requests.jsonl` is written)."""
@@ -148,7 +155,7 @@ class LiveStats:
         return {
             "run_id": self.run_id,
             "finished": self.finished,
-            "elapsed_s": round(time.perf_counter() - self.t0_s, 3),
+            "elapsed_s": round((self._end_s or time.perf_counter()) - self.t0_s, 3),
             "requests_planned": self.requests_planned,
             "requests": self.completed + self.failed,
             "completed": self.completed,

@@ -293,7 +293,7 @@ class RunSession:
             self.cache_warning = cachecheck.check_run_dir(self.run_dir)
             if self.cache_warning:
                 log.warning("anvil: %s", self.cache_warning)
-        self.live.finished = True
+        self.live.finish()
         if _current is self:
             _current = None
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)

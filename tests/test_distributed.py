@@ -119,9 +119,13 @@ def check_document(run_dir: Path) -> dict:
 def test_master_and_two_workers_run_exactly_the_requested_count(simulator, tmp_path: Path
                                                                  ) -> None:
     sim = simulator(*SIM_ARGS)
-    with cluster(tmp_path, sim.url, "--requests", "37") as c:
+    secret = "sk-anvil-dist-0123456789abcdef"
+    with cluster(tmp_path, sim.url, "--requests", "37", env={"ANVIL_API_KEY": secret}) as c:
         assert c.wait() == 0, c.log.read_text()[-3000:]
         run_dir = c.run_dir()
+    for f in tmp_path.rglob("*"):  # master and worker logs, raw file, benchmark, CSVs
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
     rows = requests_of(run_dir)
     indices = sorted(r["request_index"] for r in rows)
     assert indices == list(range(37))  # exactly 37, each once
@@ -282,6 +286,7 @@ def test_a_run_started_in_the_masters_web_ui(simulator, tmp_path: Path) -> None:
                 if results.exists() else []
             time.sleep(0.2)
         assert len(runs) == 1, (tmp_path / "master.log").read_text()[-3000:]
+        live = json.loads(_get(ui + "/anvil/live.json"))  # the master's LLM view, exact
     finally:
         for p in [master, *workers]:
             stop_process(p)
@@ -290,3 +295,6 @@ def test_a_run_started_in_the_masters_web_ui(simulator, tmp_path: Path) -> None:
     assert len(Counter(r["worker"] for r in rows)) == 2
     doc = check_document(runs[0])
     assert doc["completed"] == 21 and doc["concurrency"] == 4
+    assert live["completed"] == 21 and live["finished"] is True
+    ttft = next(m for m in live["metrics"] if m["field"] == "ttft_ms")
+    assert ttft["p50"] == doc["metrics"]["ttft_p50_ms"]

@@ -1,0 +1,206 @@
+"""The web UI as a user sees it, in headless Chromium (Debian's package, driven over CDP).
+
+A run is started the way a user does it: open Locust's page, open "Custom parameters",
+type anvil's options (and an API key) into the form, click Start. Then the "LLM" tab must
+show the run's exact figures (the same numbers as `benchmark.json`, to the 3 decimals the
+tab shows), the "Download Data" tab must link the run's files, and `/anvil/` must draw
+both charts, show the exact values and offer the downloads. A second run from the "New"
+dialog with the Recalibrate box ticked checks that a checkbox typed into the form works.
+
+Screenshots are saved in the test's tmp dir and copied to `results/screenshots/`
+(`webui-form.png`, `webui-llm-tab.png`, `webui-anvil-page.png`; `webui-failure.png` when the
+test fails). Chromium is installed with apt-get when missing; where that cannot be done the
+test is skipped with the reason, loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from chromium_cdp import Chromium, Page, ensure_chromium
+from conftest import REPO, load_json, raw_lines
+from locust_ui import FAST_SIM, LocustUI, assert_live_equals_benchmark, locust_ui
+
+from anvil_metrics.benchmark import verify_benchmark
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+SECRET = "sk-test-anvil-browser-0123456789"
+SCREENSHOTS = REPO / "results" / "screenshots"
+
+BUTTON = "[...document.querySelectorAll('button')].find(e => e.textContent.trim() === {!r})"
+TAB = "[...document.querySelectorAll('[role=tab]')].find(e => e.textContent === {!r})"
+INPUT = "document.querySelector('form input[name={}]')"
+# the visible table's rows as lists of cell texts
+TABLE = "[...document.querySelectorAll('table tbody tr')].map(tr => [...tr.cells]" \
+        ".map(td => td.textContent))"
+
+
+@pytest.fixture(scope="module")
+def chromium_available() -> None:
+    reason = ensure_chromium()
+    if reason is not None:
+        print(f"\n*** SKIPPING the headless-Chromium web UI test: {reason} ***",
+              file=sys.stderr)
+        pytest.skip(f"headless Chromium unavailable: {reason}")
+
+
+@pytest.fixture
+def page(chromium_available: None, tmp_path: Path) -> Iterator[Page]:
+    browser = Chromium(tmp_path / "chromium-profile", tmp_path / "chromium.log")
+    try:
+        yield browser.new_page()
+    finally:
+        browser.close()
+
+
+def js_number(value: float) -> str:
+    """How the page shows a JSON number (String(n) in JS): shortest repr, no '.0'."""
+    text = repr(value)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def screenshot(page: Page, tmp_path: Path, name: str) -> Path:
+    shot = page.screenshot(tmp_path / name)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, SCREENSHOTS / name)
+    print(f"screenshot: {SCREENSHOTS / name} (and {shot})")
+    return shot
+
+
+def open_custom_parameters(page: Page) -> None:
+    summary = BUTTON.format("Custom parameters")
+    if page.evaluate(f"({summary}).getAttribute('aria-expanded')") != "true":
+        page.click(summary)
+    page.wait_for(f"{INPUT.format('requests')}.getBoundingClientRect().height > 0",
+                  what="the Custom parameters fields to show")
+
+
+def type_options(page: Page, **fields: str) -> None:
+    for name, value in fields.items():
+        page.type_into(INPUT.format(name), value)
+    typed = page.evaluate("Object.fromEntries([...document.querySelectorAll('form input')]"
+                          ".map(e => [e.name, e.value]))")
+    for name, value in fields.items():
+        assert typed[name] == value, (name, typed[name])
+
+
+def tab_rows(page: Page) -> dict[str, list[str]]:
+    return {row[0]: row[1:] for row in page.evaluate(TABLE)}
+
+
+def start_first_run(page: Page, ui: LocustUI, ui_dir: Path, tmp_path: Path) -> None:
+    page.goto(ui.url + "/")
+    page.wait_for(f"!!({INPUT.format('userCount')})", what="Locust's start form")
+    open_custom_parameters(page)
+    # anvil's options in the form are named in camelCase by Locust's page
+    type_options(page, userCount="3", spawnRate="3", requests="9", maxTokens="6",
+                 warmupRequests="1", runNonce="browserRun1", resultsDir=str(ui_dir),
+                 apiKey=SECRET)
+    screenshot(page, tmp_path, "webui-form.png")
+    page.click("document.querySelector('form button[type=submit]')")
+
+
+def check_llm_tab(page: Page, doc: dict, tmp_path: Path) -> None:
+    page.wait_for(f"!!({TAB.format('LLM')})", 20, what="the LLM tab")
+    page.click(TAB.format("LLM"))
+    page.wait_for(f"{TABLE}.some(r => r[0] === 'run {doc['run_id']} (finished)')", 20,
+                  what="the LLM tab to show the finished run")
+    rows = tab_rows(page)
+    m = doc["metrics"]
+    # columns after the label: unit, count, p50, p90, p95, p99, min, max
+    assert rows["TTFT (first content)"][:3] == ["ms", "9", js_number(round(m["ttft_p50_ms"], 3))]
+    assert rows["TTFT (first content)"][4] == js_number(round(m["ttft_p95_ms"], 3))
+    assert rows["decode"][:3] == ["tok/s", "9", js_number(round(m["decode_tok_s_p50"], 3))]
+    assert rows["end to end"][2] == js_number(round(m["e2e_p50_ms"], 3))
+    assert rows["time to first output"][2] == js_number(round(m["time_to_first_output_p50_ms"],
+                                                              3))
+    assert rows["mean ITL"][2] == js_number(round(m["mean_inter_token_latency_ms_p50"], 3))
+    assert rows["completed"][1] == "9" and rows["failed"][1] == "0"
+    assert rows["warm-up requests (not measured)"][1] == "1"
+    screenshot(page, tmp_path, "webui-llm-tab.png")
+
+
+def check_download_data_tab(page: Page, run_dir: Path) -> None:
+    page.click(TAB.format("Download Data"))
+    link = "document.querySelector('a[href=\"./anvil/download/{}\"]')"
+    page.wait_for(f"!!({link.format('benchmark.json')})", what="anvil's download links")
+    for name in ("benchmark.json", "requests.jsonl"):
+        got = page.evaluate(f"fetch(({link.format(name)}).href).then(r => r.text())")
+        assert got.encode() == (run_dir / name).read_bytes(), name
+    assert page.evaluate("!!document.querySelector('a[href=\"./anvil/\"]')")
+
+
+def check_anvil_page(page: Page, ui: LocustUI, live: dict, doc: dict, tmp_path: Path) -> None:
+    page.goto(ui.url + "/anvil/")
+    page.wait_for(f"document.body.dataset.runId === {json.dumps(doc['run_id'])} && "
+                  "document.body.dataset.finished === 'true'", what="/anvil/ to show the run")
+    exact = page.evaluate("Object.fromEntries([...document.querySelectorAll("
+                          "'#anvil-table tbody tr')].map(tr => [tr.dataset.field, "
+                          "tr.querySelector('td[data-col=p50]').title]))")
+    for m in live["metrics"]:  # the page keeps the exact value of every p50
+        assert exact[m["field"]] == ("" if m["p50"] is None else js_number(m["p50"]))
+    assert exact["ttft_ms"] == js_number(doc["metrics"]["ttft_p50_ms"])
+    for chart in ("chart-ttft", "chart-decode"):
+        points = page.evaluate(f"document.getElementById('{chart}').dataset.points")
+        assert int(points) >= 1, chart
+        assert page.evaluate(f"!!document.querySelector('#{chart} polyline')"), chart
+    hrefs = page.evaluate("[...document.querySelectorAll('#downloads a')]"
+                          ".map(a => a.getAttribute('href'))")
+    assert hrefs == ["download/benchmark.json", "download/requests.jsonl"]
+    status = page.evaluate("document.getElementById('status').textContent")
+    assert "9 of 9 measured requests done (9 completed, 0 failed)" in status
+    screenshot(page, tmp_path, "webui-anvil-page.png")
+    assert SECRET not in page.evaluate("document.documentElement.outerHTML")
+
+
+def second_run_with_recalibrate(page: Page, ui: LocustUI, ui_dir: Path) -> None:
+    page.goto(ui.url + "/")
+    page.wait_for(f"!!({BUTTON.format('New')})", what="the New button")
+    page.click(BUTTON.format("New"))
+    page.wait_for(f"!!({INPUT.format('userCount')})", what="the New dialog's form")
+    open_custom_parameters(page)
+    type_options(page, requests="3", resultsDir=str(ui_dir))
+    box = INPUT.format("recalibrate")
+    if not page.evaluate(f"({box}).checked"):
+        page.click(box)
+    assert page.evaluate(f"({box}).checked") is True
+    page.click("document.querySelector('form button[type=submit]')")
+
+
+def test_llm_tab_in_headless_chromium(simulator, page: Page, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    ui_dir = tmp_path / "ui"
+    with locust_ui(sim.url, tmp_path, "--scenario", "scenarios/smoke.toml",
+                   "--results-dir", str(tmp_path / "cli")) as ui:
+        try:
+            start_first_run(page, ui, ui_dir, tmp_path)
+            live = ui.wait_run_finished()
+            run_dir = ui_dir / live["run_id"]
+            doc = load_json(run_dir / "benchmark.json")
+            assert verify_benchmark(doc) == []
+            assert (doc["requests"], doc["concurrency"], doc["max_tokens"]) == (9, 3, 6)
+            assert (doc["warmup_requests"], doc["run_nonce"]) == (1, "browserRun1")
+            assert_live_equals_benchmark(live, doc)
+            check_llm_tab(page, doc, tmp_path)
+            check_download_data_tab(page, run_dir)
+            check_anvil_page(page, ui, live, doc, tmp_path)
+            for path in ("/", "/stats/requests", "/anvil/live.json"):
+                assert SECRET.encode() not in ui.get(path), path
+            for f in run_dir.iterdir():
+                assert SECRET.encode() not in f.read_bytes(), f
+
+            second_run_with_recalibrate(page, ui, ui_dir)
+            live2 = ui.wait_run_finished(live["run_id"])
+            assert live2["completed"] == 3
+            header = raw_lines(ui_dir / live2["run_id"])[0]
+            # the first run stored its calibration in ui_dir: only the ticked box redoes it
+            assert header["params"]["prompt_sizing"]["cache"] == "stored"
+        except BaseException:
+            screenshot(page, tmp_path, "webui-failure.png")
+            raise
