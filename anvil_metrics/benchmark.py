@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics import derive, stats
+from anvil_metrics import derive, saturation, stats
 from anvil_metrics.errors import VerifyError
 from anvil_metrics.rawfile import RawRun, strict_json_problems
 from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
@@ -94,7 +94,8 @@ REQUIRED_FIELDS = frozenset(
 )
 FAILURE_FIELDS = ("request_index", "kind", "http_status", "message", "phase")
 CALIBRATION_METHODS = ("tokenize", "probe", "local_tokenizer", "none")
-CLIENT_KEYS = ("loop_lag_ms", "cpu_pct", "achieved_concurrency", "saturated")
+CLIENT_KEYS = ("loop_lag_ms", "cpu_pct", "achieved_concurrency", "saturated", "verdict",
+               "start_delay_ms")
 
 # The spec's `benchmark-YYYYMMDDTHHMMSSZ`; the recorder appends `-2`, `-3`, … when two runs
 # start in the same second, to keep run ids unique as the spec also requires.
@@ -159,11 +160,22 @@ def redact_url(url: Any) -> Any:
     return strip_credentials(url) if isinstance(url, str) else url
 
 
-def _client_block(client: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The `client` health block from the load generator's figures (missing keys → null)."""
+def _client_block(client: Mapping[str, Any] | None, measured: Sequence[RequestRecord],
+                  wall: float | None) -> dict[str, Any] | None:
+    """The `client` health block: the load generator's own figures from the raw `run_end`
+    (loop lag, CPU, the saturation verdict; missing keys → null) and, from the records,
+    `achieved_concurrency` and `start_delay_ms` (see `saturation.py`)."""
     if client is None:
         return None
-    return {key: client.get(key) for key in CLIENT_KEYS}
+    block = {key: client.get(key) for key in CLIENT_KEYS}
+    if block["saturated"] is None:  # figures from before the verdict existed
+        sat, reasons = saturation.health_verdict(client)
+        block["saturated"], block["verdict"] = sat, saturation.verdict_text(sat, reasons)
+    elif block["verdict"] is None:
+        block["verdict"] = saturation.verdict_text(block["saturated"], [])
+    block["achieved_concurrency"] = saturation.achieved_concurrency(measured, wall)
+    block["start_delay_ms"] = saturation.start_delay_ms(measured)
+    return block
 
 
 def build_benchmark(raw: RawRun, client: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -222,7 +234,7 @@ def build_benchmark(raw: RawRun, client: Mapping[str, Any] | None = None) -> dic
             "failed": len(failures),
             "failures": failures,
             "warmup_requests": len(raw.warmups),
-            "client": _client_block(client),
+            "client": _client_block(client, measured, wall),
             "timing_methodology": dict(TIMING_METHODOLOGY),
             "request_timings": rows,
             "metrics": stats.aggregate(rows, wall),

@@ -56,6 +56,7 @@ import orjson
 from greenlet import GreenletExit
 from locust.runners import STATE_MISSING
 
+from anvil_metrics import saturation
 from anvil_metrics.body import BodyBuilder
 from anvil_metrics.client import Endpoint
 from anvil_metrics.control import Ticket
@@ -251,8 +252,11 @@ class WorkerSession:
         lag = self.lag.stop()
         wall_s = time.perf_counter() - self._wall0_s
         cpu = (time.process_time() - self._cpu0_s) / wall_s * 100 if wall_s > 0 else None
-        self._health = {"loop_lag_ms": lag.as_json(), "cpu_pct": cpu,
-                        "achieved_concurrency": None, "saturated": None,
+        lag_json = lag.as_json()
+        saturated, reasons = saturation.verdict(lag_json.get("p99"), cpu)
+        self._health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
+                        "achieved_concurrency": None, "saturated": saturated,
+                        "verdict": saturation.verdict_text(saturated, reasons),
                         "load_s": wall_s, "cpu_s": time.process_time() - self._cpu0_s}
 
     def finish(self, _stats: dict[str, Any] | None = None) -> None:
@@ -626,8 +630,19 @@ class MasterCoordinator:
 
         worst = max(healths, key=p99)
         cpus = [h["cpu_pct"] for h in healths if isinstance(h.get("cpu_pct"), int | float)]
+        reasons, verdicts = [], []
+        for w in self.workers.values():
+            h = (w.done or {}).get("health")
+            if isinstance(h, dict):
+                sat, why = saturation.health_verdict(h)
+                verdicts.append(sat)
+                name = w.info.get("worker") or w.client_id
+                reasons += [f"worker {name}: {r}" for r in why]
+        saturated = (True if any(verdicts) else
+                     None if all(v is None for v in verdicts) else False)
         return {"loop_lag_ms": worst.get("loop_lag_ms"), "cpu_pct": max(cpus) if cpus else None,
-                "achieved_concurrency": None, "saturated": None}
+                "achieved_concurrency": None, "saturated": saturated,
+                "verdict": saturation.verdict_text(saturated, reasons)}
 
 
 class MasterAgent:

@@ -18,6 +18,8 @@ finish chunk, no `[DONE]`) is tested without a network. The rules are those of
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from anvil_metrics.records import Failure, RequestRecord
@@ -52,6 +54,7 @@ class StreamObserver:
         "on_first_output",
         "on_first_content",
         "sent",
+        "due_ns",
     )
 
     def __init__(
@@ -85,7 +88,8 @@ class StreamObserver:
         self._last_ns = start_ns
         self.on_first_output = on_first_output
         self.on_first_content = on_first_content
-        self.sent: dict[str, int] | None = None
+        self.sent: dict[str, Any] | None = None
+        self.due_ns: int | None = None  # when the request was due to go out (users.py)
 
     @property
     def phase(self) -> str:
@@ -142,6 +146,7 @@ class StreamObserver:
             if reasoning or content:
                 self._output(bool(reasoning), bool(content), t_ns)
                 if sent_ns is not None:
+                    self._server_chunk_sent(sent_ns)
                     self._server_stamp("first_output_sent_ns", sent_ns, first=True)
                     if content:
                         self._server_stamp("first_content_sent_ns", sent_ns, first=True)
@@ -162,6 +167,14 @@ class StreamObserver:
             self.sent.setdefault(key, sent_ns)
         else:
             self.sent[key] = sent_ns
+
+    def _server_chunk_sent(self, sent_ns: int) -> None:
+        """Each output chunk's send stamp, in order (only with a stamping server): its
+        arrival is `chunk_arrivals_ns()[i]`, so per-chunk bias is their difference."""
+        if self.sent is None:
+            self.sent = {}
+        chunks = self.sent.setdefault("chunks_sent_ns", [])
+        chunks.append(sent_ns)
 
     def _output(self, reasoning: bool, content: bool, t_ns: int) -> None:
         self.deltas.append(t_ns - self._last_ns)
@@ -219,5 +232,13 @@ class StreamObserver:
             http_status=self.http_status,
             failure=self.failure,
             worker=self.worker,
-            extra={"server": self.sent} if self.sent else {},
+            extra=self._extra(),
         )
+
+    def _extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.due_ns is not None:  # how late the request went out (saturation.py)
+            extra["start_delay_ns"] = max(0, self.start_ns - self.due_ns)
+        if self.sent:
+            extra["server"] = self.sent
+        return extra

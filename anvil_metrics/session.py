@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics import cachecheck, calcache
+from anvil_metrics import cachecheck, calcache, saturation
 from anvil_metrics.body import BodyBuilder, body_fields
 from anvil_metrics.client import ChatClient, Endpoint, SendStats
 from anvil_metrics.control import RequestBudget
@@ -152,8 +152,10 @@ class RunSession:
             lag_json["max_at_s"] = round((lag.max_at_ns - self._load0_ns) / 1e9, 3)
         lag_json["stalls"] = [[round((at - self._load0_ns) / 1e9, 3), round(late / 1e6, 2)]
                               for at, late in self.lag.stalls]  # [s into the load, ms late]
+        saturated, reasons = saturation.verdict(lag.as_json().get("p99"), cpu)
         self._health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
-                        "achieved_concurrency": None, "saturated": None,
+                        "achieved_concurrency": None, "saturated": saturated,
+                        "verdict": saturation.verdict_text(saturated, reasons),
                         # raw record only: the load window and this process's CPU in it
                         "load_s": wall_s, "cpu_s": time.process_time() - self._cpu0_s,
                         # raw record only: the longest single write of a request chunk
@@ -277,6 +279,10 @@ class RunSession:
         try:
             own = self.client_health()
             end: dict[str, Any] = {"client": own if client is None else client}
+            if end["client"].get("saturated"):
+                log.warning("anvil: the load generator was saturated (%s): its own delays may "
+                            "be in the figures; use more worker processes or fewer users",
+                            end["client"].get("verdict"))
             if distributed is not None:
                 end["distributed"] = {**distributed, "master": own}
             if locust_stats:

@@ -66,6 +66,7 @@ class ChatStreamUser(User):
                                  idle_timeout_s=run.scenario.timeouts.idle_s,
                                  total_timeout_s=run.scenario.timeouts.total_s)
         self.client.connect()
+        self._free_ns = time.perf_counter_ns()  # when this user could send its next request
 
     def on_stop(self) -> None:
         client = getattr(self, "client", None)
@@ -78,7 +79,11 @@ class ChatStreamUser(User):
         if run is None:
             gevent.sleep(3600)
             return
+        take0 = time.perf_counter_ns()
         ticket = run.budget.take()
+        # due: the previous request's end, moved by the wait for this ticket (a planned
+        # wait: a burst barrier, or the master's reply); the client's own delay is the rest
+        due_ns = getattr(self, "_free_ns", take0) + (time.perf_counter_ns() - take0)
         if ticket is None:
             # The budget is spent: this user idles until the run is stopped.
             gevent.sleep(3600)
@@ -90,6 +95,7 @@ class ChatStreamUser(User):
             planned_context_tokens=ticket.planned_context_tokens, worker=run.worker,
             on_first_output=_fire_first_output, on_first_content=_fire_first_content,
         )
+        obs.due_ns = due_ns
         wall_start = time.time()
         nbytes = 0
         # Whatever happens, the request is recorded once and its ticket returned: a run
@@ -116,6 +122,7 @@ class ChatStreamUser(User):
             try:
                 self._report(obs, wall_start, nbytes)
             finally:
+                self._free_ns = obs.end_ns if obs.end_ns is not None else time.perf_counter_ns()
                 run.budget.give_back(ticket)
 
     def _report(self, obs: StreamObserver, wall_start: float, nbytes: int) -> None:

@@ -336,7 +336,12 @@ def test_build_partial_run_places_finished_at_with_the_anchors():
 def test_build_client_block():
     doc = build_benchmark(_raw([_ok(0, 10**9)]), {"cpu_pct": 12.5, "saturated": False})
     assert doc["client"] == {"loop_lag_ms": None, "cpu_pct": 12.5,
-                             "achieved_concurrency": None, "saturated": False}
+                             "achieved_concurrency": 1.0, "saturated": False, "verdict": "ok",
+                             "start_delay_ms": None}
+    # figures without a verdict (an older raw file): the verdict is derived from them
+    doc = build_benchmark(_raw([_ok(0, 10**9), _ok(1, 10**9)]),
+                          {"cpu_pct": 95.0, "loop_lag_ms": {"p50": 1.0, "p99": 2.0}})
+    assert doc["client"]["saturated"] is True and "CPU 95 %" in doc["client"]["verdict"]
 
 
 def test_build_refuses_what_it_cannot_verify():

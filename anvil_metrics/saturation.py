@@ -1,0 +1,77 @@
+"""Is the load generator itself the bottleneck? The `client` block's verdict and figures.
+
+Why: a saturated client reports its own lag as server latency (`vllm bench serve` once
+reported a 134 s TTFT that was its own). Every run therefore measures its generator and
+says so when the generator, not the server, may have set the numbers:
+
+- `saturated` is true when the event loop's lag p99 over the load exceeds
+  `LAG_P99_LIMIT_MS` (a stream's stamps can be that late) or the load process used more
+  than `CPU_LIMIT_PCT` of one core (it had no headroom left); `verdict` says which. Null
+  when neither was measured (a run rebuilt from records without the figures).
+- `achieved_concurrency` = Σ request durations / `wall_clock_ms` over the measured
+  requests (Little's law: the time-averaged number of requests in flight), to set against
+  the requested `concurrency`.
+- `start_delay_ms` {p50, p99, max}: per request, how late it was written to the socket
+  after the moment it was due: its user's previous request had ended (or the user had
+  started) and its ticket had been handed out. What remains is the client's own work and
+  scheduling between two requests of one stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from anvil_metrics import stats
+from anvil_metrics.records import RequestRecord
+
+LAG_P99_LIMIT_MS = 10.0
+CPU_LIMIT_PCT = 90.0
+
+
+def verdict(lag_p99_ms: float | None, cpu_pct: float | None) -> tuple[bool | None, list[str]]:
+    """(saturated, reasons) from one load process's loop lag p99 and CPU share."""
+    if lag_p99_ms is None and cpu_pct is None:
+        return None, []
+    reasons = []
+    if lag_p99_ms is not None and lag_p99_ms > LAG_P99_LIMIT_MS:
+        reasons.append(f"event-loop lag p99 {lag_p99_ms:.1f} ms > {LAG_P99_LIMIT_MS:g} ms")
+    if cpu_pct is not None and cpu_pct > CPU_LIMIT_PCT:
+        reasons.append(f"CPU {cpu_pct:.0f} % of one core > {CPU_LIMIT_PCT:g} %")
+    return bool(reasons), reasons
+
+
+def health_verdict(health: Mapping[str, Any]) -> tuple[bool | None, list[str]]:
+    """`verdict` of a health dict ({loop_lag_ms: {p99}, cpu_pct})."""
+    lag = health.get("loop_lag_ms") or {}
+    p99 = lag.get("p99") if isinstance(lag, Mapping) else None
+    cpu = health.get("cpu_pct")
+    return verdict(p99 if isinstance(p99, int | float) else None,
+                   cpu if isinstance(cpu, int | float) else None)
+
+
+def achieved_concurrency(records: Sequence[RequestRecord], wall_clock_ms: float | None
+                         ) -> float | None:
+    """Σ (end − start) / wall clock over the measured records that have an end."""
+    if not wall_clock_ms:
+        return None
+    busy_ns = sum(r.end_ns - r.start_ns for r in records if r.end_ns is not None)
+    return busy_ns / 1e6 / wall_clock_ms
+
+
+def start_delay_ms(records: Sequence[RequestRecord]) -> dict[str, float | None] | None:
+    """p50/p99/max of the records' `extra.start_delay_ns`, ms (None if none has it)."""
+    values = [r.extra["start_delay_ns"] / 1e6 for r in records
+              if isinstance(r.extra.get("start_delay_ns"), int)]
+    if not values:
+        return None
+    return {"p50": stats.nearest_rank(values, 50), "p99": stats.nearest_rank(values, 99),
+            "max": max(values)}
+
+
+def verdict_text(saturated: bool | None, reasons: Sequence[str]) -> str:
+    if saturated is None:
+        return "not measured"
+    if not saturated:
+        return "ok"
+    return "saturated: " + "; ".join(reasons)
