@@ -1,0 +1,117 @@
+"""The client-saturation verdict: a starved generator says so; a healthy one does not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, load_json, write_scenario
+
+from anvil_metrics import saturation
+from anvil_metrics.records import RequestRecord
+
+SCENARIO = """
+measurement_protocol = "saturation"
+max_tokens = 40
+context_tokens = 4096
+max_context_tokens = 8192
+[context_distribution]
+4096 = 1
+"""
+
+# A locustfile that is anvil's, plus a greenlet that holds the hub ~30 ms at a time for
+# the whole run: every stream's stamps can be that late, and the process is busy.
+STARVED = '''
+import time
+
+import gevent
+from locust import events
+
+from anvil_metrics.locustfile import ChatUser  # noqa: F401
+
+_stop = []
+
+
+def _burn():
+    while not _stop:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.03:
+            pass
+        gevent.sleep(0.001)
+
+
+@events.test_start.add_listener
+def _start(**_):
+    gevent.spawn(_burn)
+
+
+@events.test_stopping.add_listener
+def _stopping(**_):
+    _stop.append(True)
+'''
+
+
+def test_verdict_thresholds() -> None:
+    assert saturation.verdict(None, None) == (None, [])
+    assert saturation.verdict(10.0, 90.0) == (False, [])  # the limits themselves are fine
+    sat, why = saturation.verdict(10.5, 20.0)
+    assert sat is True and why == ["event-loop lag p99 10.5 ms > 10 ms"]
+    sat, why = saturation.verdict(0.4, 97.0)
+    assert sat is True and why == ["CPU 97 % of one core > 90 %"]
+    assert saturation.verdict_text(True, why) == "saturated: CPU 97 % of one core > 90 %"
+
+
+def test_achieved_concurrency_and_start_delay() -> None:
+    recs = [RequestRecord(i, start_ns=i * 10, end_ns=i * 10 + 40,
+                          extra={"start_delay_ns": 1_000_000 * (i + 1)}) for i in range(4)]
+    # busy 4 × 40 ns over a wall of 70 ns
+    assert saturation.achieved_concurrency(recs, 70 / 1e6) == pytest.approx(160 / 70)
+    assert saturation.achieved_concurrency(recs, None) is None
+    assert saturation.start_delay_ms(recs) == {"p50": 2.0, "p99": 4.0, "max": 4.0}
+    assert saturation.start_delay_ms([RequestRecord(0, 0, 1)]) is None
+
+
+def _run(tmp_path: Path, sim_url: str, locustfile: str, users: int, requests: int) -> dict:
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", locustfile, "--headless", "-u", str(users),
+         "-r", str(users), "-H", sim_url, "--scenario", str(sc), "--requests", str(requests),
+         "--results-dir", str(results), "--only-summary"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = [p for p in results.iterdir() if p.name.startswith("benchmark-")]
+    doc = load_json(run_dir / "benchmark.json")
+    doc["_log"] = proc.stderr
+    return doc
+
+
+@pytest.mark.e2e
+def test_a_starved_client_is_marked_saturated(simulator, tmp_path: Path) -> None:
+    sim = simulator("--prefill-ms", "20", "--reasoning-tokens", "0", "--content-tokens", "40",
+                    "--interval-ms", "10", "--max-context", "8192")
+    locustfile = tmp_path / "starved.py"
+    locustfile.write_text(STARVED)
+    doc = _run(tmp_path, sim.url, str(locustfile), users=4, requests=12)
+    client = doc["client"]
+    assert client["saturated"] is True, client
+    assert "event-loop lag p99" in client["verdict"], client
+    assert client["loop_lag_ms"]["p99"] > 10
+    assert "the load generator was saturated" in doc["_log"]
+
+
+@pytest.mark.e2e
+def test_a_normal_run_is_not_saturated(simulator, tmp_path: Path) -> None:
+    """16 streams × 100 tok/s against the simulator: the client keeps up."""
+    sim = simulator("--prefill-ms", "20", "--reasoning-tokens", "0", "--content-tokens", "40",
+                    "--interval-ms", "10", "--max-context", "8192")
+    doc = _run(tmp_path, sim.url, "locustfiles/chat.py", users=16, requests=64)
+    client = doc["client"]
+    assert client["saturated"] is False and client["verdict"] == "ok", client
+    assert client["loop_lag_ms"]["p99"] <= 10 and client["cpu_pct"] <= 90
+    # 16 users back to back: in flight nearly all the time (ramp-up and tail excepted)
+    assert 12 <= client["achieved_concurrency"] <= 16, client
+    assert client["start_delay_ms"]["p50"] < 5, client
+    assert "saturated" not in doc["_log"]
