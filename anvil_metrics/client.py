@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -31,7 +31,7 @@ from geventhttpclient.response import (
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.observe import StreamObserver
-from anvil_metrics.sse import LineSource, iter_events
+from anvil_metrics.sse import EventSplitter, LineTooLong
 from anvil_metrics.urls import strip_credentials
 
 _perf_ns = time.perf_counter_ns
@@ -90,37 +90,31 @@ class _TotalTimeout(Exception):
     """Raised into a request's greenlet when its total timeout expires."""
 
 
-class LineTooLong(Exception):
-    """A stream line grew past MAX_LINE_BYTES without a newline."""
-
-
-def _bounded_readline(resp: Any, limit: int = MAX_LINE_BYTES) -> Callable[[], bytes]:
-    """`resp.readline(b"\n")` (geventhttpclient's loop: find the newline in the parsed
-    body buffer, else recv and feed more), refusing a line longer than `limit` instead of
-    buffering it whole: a server that never ends a line cannot exhaust memory."""
-    def readline() -> bytes:
-        buf = resp._body_buffer
-        scanned = 0
-        while True:
-            at = buf.find(b"\n", scanned)
-            if at >= 0:
-                line = bytes(buf[:at + 1])
-                del buf[:at + 1]
-                return line
-            scanned = len(buf)
-            if scanned > limit:
-                raise LineTooLong(f"an SSE line longer than {limit} bytes (no newline)")
-            if resp.message_complete:
-                return b""  # as geventhttpclient: an unterminated last line is dropped
-            sock = resp._sock
-            if sock is None:
-                raise HTTPConnectionClosed("connection closed.")
-            try:
-                resp.feed(sock.recv(resp.block_size))
-            except BaseException:
-                resp.release()
-                raise
-    return readline
+def _body_blocks(resp: Any) -> Iterator[tuple[bytes, int]]:
+    """The response body as it arrives: (bytes, perf_counter_ns right after the `recv`
+    that delivered them). Whatever geventhttpclient's parser has already buffered (with
+    the headers) comes first, stamped now. Reads once per `recv`, never waiting for a
+    full buffer; chunked transfer encoding is decoded by geventhttpclient's parser."""
+    buf = resp._body_buffer
+    if buf:
+        block = bytes(buf)
+        del buf[:]
+        yield block, _perf_ns()
+    while not resp.message_complete:
+        sock = resp._sock
+        if sock is None:
+            raise HTTPConnectionClosed("connection closed.")
+        try:
+            data = sock.recv(resp.block_size)
+            t = _perf_ns()
+            resp.feed(data)
+        except BaseException:
+            resp.release()
+            raise
+        if buf:
+            block = bytes(buf)
+            del buf[:]
+            yield block, t
 
 
 def _closed_by_peer(sock: Any) -> bool:
@@ -323,19 +317,33 @@ class ChatClient:
             obs.sent = {"t0_ns": int(server_t0)}
         if resp.status_code != 200:
             return self._http_error(resp, obs)
-        source = LineSource(_bounded_readline(resp))
+        splitter = EventSplitter(MAX_LINE_BYTES)
         first = True
+        nbytes = 0
+        t = _perf_ns()
         try:
-            for data in iter_events(source):
-                if obs.on_data(data, source.last_line_ns):
+            done = False
+            for block, t in _body_blocks(resp):
+                nbytes += len(block)
+                for data in splitter.feed(block):
+                    if obs.on_data(data, t):
+                        done = True
+                        break
+                if done:
                     break
+                if splitter.error is not None:  # after the events before it
+                    raise splitter.error
                 if first and obs.first_output_ns is not None:
                     # prefill is over (a role-only first chunk does not end it): from now
                     # on each silence between reads is bounded by the idle timeout
                     first = False
                     sock.settimeout(self.idle_s)
             else:
-                obs.on_eof(source.last_line_ns)
+                for data in splitter.end():
+                    if obs.on_data(data, t):
+                        break
+                else:
+                    obs.on_eof(t)
         except _TotalTimeout:
             obs.fail("timeout", self._total_message(), _perf_ns(), phase=obs.phase)
         except (TimeoutError, gevent.Timeout):
@@ -352,7 +360,7 @@ class ChatClient:
             obs.fail("malformed_chunk", str(e), _perf_ns(), phase=obs.phase)
         finally:
             self._finish_response(resp, obs)
-        return source.bytes_read
+        return nbytes
 
     @staticmethod
     def _take_socket(pool: Any, obs: StreamObserver) -> Any:

@@ -1,0 +1,89 @@
+"""The hot-path SSE splitter against its reference, sseclient-py fed one line at a time:
+for any byte stream, cut anywhere, the same payloads in the same order, or the same
+UTF-8 failure after the same payloads."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from anvil_metrics.sse import EventSplitter, LineSource, LineTooLong, iter_events
+
+PIECES = [
+    b"data: ", b"data:", b"data", b": comment", b":", b"event: x", b"id: 7", b"retry: 5",
+    b"nodata: y", b"\n", b"\n", b"\n", b"\r", b"\r\n", b" ", b"  ", b"\t", b"\x0b", b"\x1c",
+    b'{"choices":[{"delta":{"content":"hi"}}]}', b"[DONE]", b"\xc3\xa9", b"\xc2\xa0",
+    b"\xe2\x80\xa8", b"\xff", b"\xc3", b"x", b"data: {}", b"\n\n",
+]
+
+
+def _readline_dropping_tail(chunks: list[bytes]):
+    """What the client's line reader did: whole `\\n` lines; an unterminated last line is
+    dropped at the end of the stream."""
+    data = b"".join(chunks)
+    lines = data.split(b"\n")
+    lines.pop()  # the unterminated remainder (or b"")
+    it = iter(line + b"\n" for line in lines)
+    return lambda: next(it, b"")
+
+
+def reference(chunks: list[bytes]) -> tuple[list[str], str | None]:
+    out: list[str] = []
+    try:
+        for data in iter_events(LineSource(_readline_dropping_tail(chunks))):
+            out.append(data)
+    except UnicodeDecodeError:
+        return out, "utf-8"
+    return out, None
+
+
+def splitter(chunks: list[bytes]) -> tuple[list[str], str | None]:
+    s = EventSplitter()
+    out: list[str] = []
+    try:
+        for chunk in chunks:
+            out += s.feed(chunk)
+            if s.error is not None:
+                return out, "utf-8"
+        out += s.end()
+    except UnicodeDecodeError:
+        return out, "utf-8"
+    return out, None
+
+
+def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=40), st.lists(st.integers(0, 10_000),
+                                                                max_size=8))
+def test_splitter_agrees_with_sseclient(pieces: list[bytes], cuts: list[int]) -> None:
+    data = b"".join(pieces)
+    assert splitter(_cut(data, cuts)) == reference([data])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.integers(0, 10_000), max_size=8))
+def test_splitter_agrees_on_random_bytes(data: bytes, cuts: list[int]) -> None:
+    assert splitter(_cut(data, cuts)) == reference([data])
+
+
+def test_common_and_odd_events() -> None:
+    stream = (b'data: {"a":1}\n\n: keep-alive\n\ndata: x\ndata: y\n\nevent: e\n\n'
+              b"data:nospace\r\n\r\ndata: [DONE]\n\n")
+    assert splitter([stream]) == (['{"a":1}', "x\ny", "nospace", "[DONE]"], None)
+    assert splitter([b"data: a\n\ndata: b\n"]) == (["a", "b"], None)  # left at the end
+    assert splitter([b"data: a\n\ndata: b"]) == (["a"], None)  # unterminated line dropped
+    assert splitter([b"data: \xc3", b"\xa9\n\n"]) == (["\u00e9"], None)  # é cut in two
+    # an invalid event ends the stream after the events before it in the same read
+    assert splitter([b"data: a\n\n\xff\n\ndata: b\n\n"]) == (["a"], "utf-8")
+
+
+def test_a_line_without_end_is_bounded() -> None:
+    s = EventSplitter(limit=1000)
+    s.feed(b"data: " + b"x" * 500)
+    with pytest.raises(LineTooLong):
+        s.feed(b"x" * 600)
