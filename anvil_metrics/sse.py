@@ -122,19 +122,14 @@ class EventSplitter:
         if b"\r" in data:
             rest = self._feed_lines(data, out)
         else:
-            start = 0
-            find = data.find
-            while True:
-                end = find(b"\n\n", start)
-                if end < 0:
-                    break
-                piece = data[start:end]
-                start = end + 2
-                if piece.startswith(b"data: ") and b"\n" not in piece:
-                    out.append(piece[6:].decode("utf-8"))
+            pieces = data.split(b"\n\n")  # left to right, as finding each in turn
+            rest = pieces.pop()
+            append = out.append
+            for piece in pieces:
+                if piece[:6] == b"data: " and b"\n" not in piece:
+                    append(piece[6:].decode("utf-8"))
                 else:
                     _dispatch(piece + b"\n\n", out)
-            rest = data[start:]
         if len(rest) > self._limit:  # an event that never ends cannot exhaust memory
             raise LineTooLong(f"an SSE line or event longer than {self._limit} bytes "
                               "without its end")
