@@ -164,7 +164,13 @@ def summary_lines(doc: dict) -> list[str]:
     lag = client.get("loop_lag_ms") or {}
     if lag.get("max") is not None:
         lines.append(f"client: event-loop lag p50 {lag.get('p50')} ms, p99 {lag.get('p99')} ms, "
-                     f"max {lag['max']:.1f} ms; CPU {fmt(client.get('cpu_pct'))} %")
+                     f"max {lag['max']:.1f} ms; CPU {fmt(client.get('cpu_pct'))} %; "
+                     f"achieved concurrency {fmt(client.get('achieved_concurrency'))} of "
+                     f"{doc.get('concurrency')}; verdict {client.get('verdict')}")
+    if client.get("saturated"):
+        lines.append("WARNING: the load generator was saturated; these figures may include "
+                     "its own delays, not only the server's (use --processes N or fewer "
+                     "users per process)")
     for f in (doc.get("failures") or [])[:5]:
         lines.append(f"failure #{f.get('request_index')}: {f.get('kind')} "
                      f"{f.get('http_status') or ''} {f.get('message')}")

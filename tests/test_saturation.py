@@ -115,3 +115,15 @@ def test_a_normal_run_is_not_saturated(simulator, tmp_path: Path) -> None:
     assert 12 <= client["achieved_concurrency"] <= 16, client
     assert client["start_delay_ms"]["p50"] < 5, client
     assert "saturated" not in doc["_log"]
+
+
+def test_the_summary_warns_when_saturated() -> None:
+    from anvil_metrics.run import summary_lines
+
+    doc = {"concurrency": 4, "client": {"loop_lag_ms": {"p50": 1.0, "p99": 30.0, "max": 40.0},
+                                        "cpu_pct": 50.0, "achieved_concurrency": 3.9,
+                                        "saturated": True, "verdict": "saturated: x"}}
+    lines = summary_lines(doc)
+    assert any(line.startswith("WARNING: the load generator was saturated") for line in lines)
+    doc["client"]["saturated"] = False
+    assert not any("WARNING" in line for line in summary_lines(doc))
