@@ -41,6 +41,7 @@ class SimConfig:
     prefix_cache_tokens: int = 4_000_000
     faults: tuple[FaultRule, ...] = ()
     fault_seed: int = 0
+    burst: int = 1  # token chunks per socket write (`burst.py`); 1 = one write per token
 
     def prefill_ns(self, prompt_tokens: int) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""

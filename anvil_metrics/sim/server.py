@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from anvil_metrics.sim import tokenapi
-from anvil_metrics.sim.chat import STREAM_COUNTS, answer_chat
+from anvil_metrics.sim.burst import BurstChatStream
+from anvil_metrics.sim.chat import STREAM_COUNTS, ChatStream, answer_chat
 from anvil_metrics.sim.config import (
     REASONING_FIELDS,
     ROLE_CHUNK_MODES,
@@ -177,6 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
         "no_usage, oversize_chunk, slow_headers=SECONDS (see anvil_metrics/sim/faultchat.py)",
     )
     add("--fault-seed", type=_int_at_least(0), default=0, help="seed of the --fault %%P draws")
+    add(
+        "--burst",
+        type=_int_at_least(1),
+        default=1,
+        help="write N token chunks (each still its own SSE event and HTTP chunk) in one socket "
+        "write every N x interval, at the deadline of the burst's last token, pre-serialised: "
+        "a cheap sender for measuring a client's capacity; 1 writes each token at its own "
+        "deadline (not combinable with --fault)",
+    )
     return p
 
 
@@ -190,6 +200,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"({args.prefix_cache_block}), got {args.prefix_cache_tokens}"
         )
     args.faults = tuple(args.faults or ())
+    if args.burst > 1 and args.faults:
+        parser.error("argument --burst: cannot be combined with --fault")
     return args
 
 
@@ -213,6 +225,8 @@ class App:
             else None
         )
         self.faults = FaultPicker(cfg.faults, cfg.fault_seed) if cfg.faults else None
+        # --burst 1 keeps the token-by-token ChatStream, exactly as without the option
+        self.make_stream = BurstChatStream if cfg.burst > 1 else ChatStream
 
     def connection(self) -> HttpConnection:
         conn = HttpConnection(self.handle, self.intake, self.connections.discard)
@@ -224,7 +238,8 @@ class App:
         if route == ("POST", "/v1/chat/completions"):
             fault = self.faults.pick() if self.faults is not None else None
             if fault is None:
-                answer_chat(conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache)
+                answer_chat(conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache,
+                            self.make_stream)
             else:
                 answer_with_fault(
                     conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache, fault
