@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -83,6 +83,7 @@ class SendStats:
     chunks: int = 0
 
 
+RECV_BYTES = 64 * 1024
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one SSE line; a 1 MiB chunk is fine, memory is bounded
 
 
@@ -100,12 +101,13 @@ def _body_blocks(resp: Any) -> Iterator[tuple[bytes, int]]:
         block = bytes(buf)
         del buf[:]
         yield block, _perf_ns()
+    full = resp.block_size
     while not resp.message_complete:
         sock = resp._sock
         if sock is None:
             raise HTTPConnectionClosed("connection closed.")
         try:
-            data = sock.recv(resp.block_size)
+            data = sock.recv(full)
             t = _perf_ns()
             resp.feed(data)
         except BaseException:
@@ -115,6 +117,51 @@ def _body_blocks(resp: Any) -> Iterator[tuple[bytes, int]]:
             block = bytes(buf)
             del buf[:]
             yield block, t
+        elif resp.message_complete:
+            yield b"", t  # the end itself (e.g. the last chunk's terminator) arrived now
+        if len(data) == full:
+            # a full read: more is probably waiting, and gevent's recv returns it without
+            # yielding; let the other streams stamp theirs before this one drains its backlog
+            gevent.sleep(0)
+
+
+def read_events(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
+                on_output_started: Callable[[], None] | None = None,
+                limit: int = MAX_LINE_BYTES) -> int:
+    """The one SSE path from body bytes to `obs`: each (block, arrival stamp) is split into
+    events (`EventSplitter`) and each event is fed to the observer with its block's stamp,
+    until the observer says the stream is over (`[DONE]`, a failure) or the body ends
+    (`obs.on_eof`, stamped with the last block). Invalid UTF-8 and an endless line are
+    `malformed_chunk` failures; errors of the transport (timeouts, resets) propagate.
+    `on_output_started` is called once, after the block that brought the first output.
+    Returns the body bytes read. Tests drive it with blocks cut anywhere."""
+    splitter = EventSplitter(limit)
+    nbytes = 0
+    t: int | None = None
+    waiting = on_output_started is not None
+    try:
+        for block, t in blocks:
+            nbytes += len(block)
+            for data in splitter.feed(block):
+                if obs.on_data(data, t):
+                    return nbytes
+            if splitter.error is not None:  # after the events before it
+                raise splitter.error
+            if waiting and obs.first_output_ns is not None:
+                waiting = False
+                on_output_started()  # type: ignore[misc]
+        t_end = t if t is not None else _perf_ns()
+        for data in splitter.end():
+            if obs.on_data(data, t_end):
+                return nbytes
+        obs.on_eof(t_end)
+    except UnicodeDecodeError as e:
+        obs.fail("malformed_chunk", f"stream is not valid UTF-8: {e}",
+                 t if t is not None else _perf_ns(), phase=obs.phase)
+    except LineTooLong as e:
+        obs.fail("malformed_chunk", str(e), t if t is not None else _perf_ns(),
+                 phase=obs.phase)
+    return nbytes
 
 
 def _closed_by_peer(sock: Any) -> bool:
@@ -199,6 +246,9 @@ class ChatClient:
             endpoint.host, port=endpoint.port, ssl=endpoint.scheme == "https",
             connection_timeout=connect_timeout_s, network_timeout=network_timeout_s,
             concurrency=1, headers=headers,
+            # one recv takes what has arrived, up to 64 KiB (4 KiB split a burst of events
+            # into several reads, each with its own parser pass)
+            block_size=RECV_BYTES,
         )
         host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
         head = [f"POST {endpoint.api_path}/chat/completions HTTP/1.1",
@@ -317,47 +367,26 @@ class ChatClient:
             obs.sent = {"t0_ns": int(server_t0)}
         if resp.status_code != 200:
             return self._http_error(resp, obs)
-        splitter = EventSplitter(MAX_LINE_BYTES)
-        first = True
+        first = [True]
+
+        def prefill_over() -> None:
+            # the first output arrived (a role-only first chunk does not count): from now
+            # on each silence between reads is bounded by the idle timeout
+            first[0] = False
+            sock.settimeout(self.idle_s)
+
         nbytes = 0
-        t = _perf_ns()
         try:
-            done = False
-            for block, t in _body_blocks(resp):
-                nbytes += len(block)
-                for data in splitter.feed(block):
-                    if obs.on_data(data, t):
-                        done = True
-                        break
-                if done:
-                    break
-                if splitter.error is not None:  # after the events before it
-                    raise splitter.error
-                if first and obs.first_output_ns is not None:
-                    # prefill is over (a role-only first chunk does not end it): from now
-                    # on each silence between reads is bounded by the idle timeout
-                    first = False
-                    sock.settimeout(self.idle_s)
-            else:
-                for data in splitter.end():
-                    if obs.on_data(data, t):
-                        break
-                else:
-                    obs.on_eof(t)
+            nbytes = read_events(_body_blocks(resp), obs, prefill_over)
         except _TotalTimeout:
             obs.fail("timeout", self._total_message(), _perf_ns(), phase=obs.phase)
         except (TimeoutError, gevent.Timeout):
-            which = (f"first-byte timeout ({self.first_byte_s:g} s)" if first
+            which = (f"first-byte timeout ({self.first_byte_s:g} s)" if first[0]
                      else f"idle timeout ({self.idle_s:g} s)")
             obs.fail("timeout", f"no data within the {which}", _perf_ns(), phase=obs.phase)
         except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
             obs.fail("truncated", f"connection lost mid-stream: {type(e).__name__}: {e}",
                      _perf_ns(), phase=obs.phase)
-        except UnicodeDecodeError as e:
-            obs.fail("malformed_chunk", f"stream is not valid UTF-8: {e}", _perf_ns(),
-                     phase=obs.phase)
-        except LineTooLong as e:
-            obs.fail("malformed_chunk", str(e), _perf_ns(), phase=obs.phase)
         finally:
             self._finish_response(resp, obs)
         return nbytes

@@ -96,10 +96,11 @@ class StreamObserver:
         """Where the stream is now: `prefill` before the first output, then `decode`."""
         return "prefill" if self.first_output_ns is None else "decode"
 
-    def on_data(self, data: str, t_ns: int) -> bool:
-        """Feed one SSE `data` payload that arrived at `t_ns`. Returns True when the
-        stream is over (`[DONE]` or a failure)."""
-        if data == "[DONE]":
+    def on_data(self, data: str | bytes, t_ns: int) -> bool:
+        """Feed one SSE `data` payload (str, or the raw bytes: orjson checks their UTF-8)
+        that arrived at `t_ns`. Returns True when the stream is over (`[DONE]` or a
+        failure)."""
+        if data == b"[DONE]" or data == "[DONE]":
             self.end_ns = t_ns
             self.done = True
             return True

@@ -102,15 +102,18 @@ class EventSplitter:
         self._limit = limit
         self.error: UnicodeDecodeError | None = None
 
-    def feed(self, data: bytes) -> list[str]:
-        """The payloads of the events `data` completes. An event with invalid UTF-8 ends
-        the stream as in sseclient-py: the events before it are returned, and `error` is
-        set (the caller raises it after handling them; `feed` and `end` raise it too)."""
+    def feed(self, data: bytes) -> list[str | bytes]:
+        """The payloads of the events `data` completes: the common event's payload as
+        the bytes it arrived in (undecoded: orjson validates UTF-8 while parsing, and
+        invalid UTF-8 then fails the same event), any other as str. An event whose lines
+        are not UTF-8 in the general path ends the stream as in sseclient-py: the events
+        before it are returned, and `error` is set (the caller raises it after handling
+        them; `feed` and `end` raise it too)."""
         if self.error is not None:
             raise self.error
         if self._pending:
             data = self._pending + data
-        out: list[str] = []
+        out: list[str | bytes] = []
         try:
             return self._feed(data, out)
         except UnicodeDecodeError as e:
@@ -118,7 +121,7 @@ class EventSplitter:
             self._pending = b""
             return out
 
-    def _feed(self, data: bytes, out: list[str]) -> list[str]:
+    def _feed(self, data: bytes, out: list[str | bytes]) -> list[str | bytes]:
         if b"\r" in data:
             rest = self._feed_lines(data, out)
         else:
@@ -127,7 +130,7 @@ class EventSplitter:
             append = out.append
             for piece in pieces:
                 if piece[:6] == b"data: " and b"\n" not in piece:
-                    append(piece[6:].decode("utf-8"))
+                    append(piece[6:])  # bytes: orjson checks the UTF-8 as it parses
                 else:
                     _dispatch(piece + b"\n\n", out)
         if len(rest) > self._limit:  # an event that never ends cannot exhaust memory
@@ -136,20 +139,20 @@ class EventSplitter:
         self._pending = rest
         return out
 
-    def end(self) -> list[str]:
+    def end(self) -> list[str | bytes]:
         """At the end of the stream: the event left without its blank line, if any (its
         unterminated last line is dropped)."""
         if self.error is not None:
             raise self.error
         rest, self._pending = self._pending, b""
         block = rest[:rest.rfind(b"\n") + 1]
-        out: list[str] = []
+        out: list[str | bytes] = []
         if block:
             _dispatch(block, out)
         return out
 
     @staticmethod
-    def _feed_lines(data: bytes, out: list[str]) -> bytes:
+    def _feed_lines(data: bytes, out: list[str | bytes]) -> bytes:
         """The general rule, line by line: a `\n`-terminated line is cut at CR/LF into
         sub-lines, each appended to the block, which ends when it ends in a blank line.
         Returns what is left (the block's lines, then the incomplete line)."""
@@ -169,7 +172,7 @@ class EventSplitter:
         return block + data[start:]
 
 
-def _dispatch(block: bytes, out: list[str]) -> None:
+def _dispatch(block: bytes, out: list[str | bytes]) -> None:
     """Parse one event's block as sseclient-py does; append its data if it has any."""
     data = None
     for raw in block.splitlines():

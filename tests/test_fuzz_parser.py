@@ -1,14 +1,15 @@
-"""Property tests of the SSE parsing path: bytes → `LineSource` + sseclient-py → observer.
+"""Property tests of the SSE parsing path: body blocks → `client.read_events`
+(`EventSplitter` → observer), the very function `ChatClient.stream_chat` runs.
 
 (a) A valid stream gives the same record however its bytes are cut into reads, and the
-    record matches what the stream holds (counts, channels, usage, finish, failure kind).
+    record matches what the stream holds (counts, channels, usage, finish, failure kind);
+    each event is stamped with the arrival of the read that completed it.
 (b) Random bytes, and random mutations of a valid stream (byte-level and JSON-level), never
     raise out of the path: the result is a success or a typed failure, and the record
     survives the raw file's JSON round trip.
 
-The stream loop below is `ChatClient.stream_chat`'s (anvil_metrics/client.py): the same
-calls in the same order, including its one handled exception from parsing, invalid UTF-8,
-which becomes a `malformed_chunk` failure. The clock ticks 1 ms per line read.
+The clock ticks 1 ms per read. (The splitter itself is checked against sseclient-py in
+`test_sse_splitter.py`.)
 """
 
 from __future__ import annotations
@@ -21,24 +22,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from anvil_metrics.client import read_events
 from anvil_metrics.observe import StreamObserver
 from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
-from anvil_metrics.sse import LineSource, iter_events, lines_from_bytes
 
 
 def feed(parts: list[bytes]) -> RequestRecord:
-    clock = itertools.count(1_000_000, 1_000_000)
-    source = LineSource(lines_from_bytes(parts), clock=lambda: next(clock))
+    blocks = [(part, 1_000_000 * (i + 1)) for i, part in enumerate(parts)]
     obs = StreamObserver(0, 0)
-    try:
-        for data in iter_events(source):
-            if obs.on_data(data, source.last_line_ns):
-                break
-        else:
-            obs.on_eof(source.last_line_ns)
-    except UnicodeDecodeError as e:  # as client.py does
-        obs.fail("malformed_chunk", f"stream is not valid UTF-8: {e}", next(clock),
-                 phase=obs.phase)
+    read_events(blocks, obs)
     return obs.finish()
 
 
@@ -48,10 +40,10 @@ def split(stream: bytes, cuts: list[int]) -> list[bytes]:
 
 
 def summary(rec: RequestRecord) -> tuple:
+    """What a record says of the stream, whatever the reads: its stamps depend on them."""
     f = rec.failure
     return (rec.reasoning_chunks, rec.content_chunks, rec.chunk_channels, rec.usage,
-            rec.finish_reason, None if f is None else (f.kind, f.phase),
-            rec.first_output_ns, rec.first_content_ns, rec.end_ns, rec.chunk_deltas_ns)
+            rec.finish_reason, None if f is None else (f.kind, f.phase))
 
 
 # ---- building valid streams -------------------------------------------------------------
@@ -198,6 +190,10 @@ def test_rechunking_a_valid_stream_changes_nothing(plan: Plan, cuts: list[int],
         exp["r"], exp["c"], exp["channels"]), stream
     assert whole.usage == exp["usage"] and whole.finish_reason == exp["finish"], stream
     assert (None if f is None else f.kind) == exp["failure"], (stream, f)
+    # one read: every event arrived with it
+    stamps = [whole.first_output_ns, whole.first_content_ns, whole.end_ns]
+    assert all(x in (None, 1_000_000) for x in stamps), stamps
+    assert all(d == 0 for d in whole.chunk_deltas_ns[1:])
     # cut at random places, and at every `cut_every` bytes (through multi-byte characters)
     assert summary(feed(split(stream, cuts))) == summary(whole)
     every = [stream[i:i + cut_every] for i in range(0, len(stream), cut_every)]

@@ -39,14 +39,26 @@ def reference(chunks: list[bytes]) -> tuple[list[str], str | None]:
 
 
 def splitter(chunks: list[bytes]) -> tuple[list[str], str | None]:
+    """The splitter's payloads as str. A payload it hands over as bytes is decoded here,
+    as orjson will: invalid UTF-8 there ends the stream at that event, as sseclient-py's
+    decoding error does."""
     s = EventSplitter()
     out: list[str] = []
+
+    def take(payloads: list[str | bytes]) -> bool:
+        for p in payloads:
+            try:
+                out.append(p.decode("utf-8") if isinstance(p, bytes) else p)
+            except UnicodeDecodeError:
+                return False
+        return True
+
     try:
         for chunk in chunks:
-            out += s.feed(chunk)
-            if s.error is not None:
+            if not take(s.feed(chunk)) or s.error is not None:
                 return out, "utf-8"
-        out += s.end()
+        if not take(s.end()):
+            return out, "utf-8"
     except UnicodeDecodeError:
         return out, "utf-8"
     return out, None
