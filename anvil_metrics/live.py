@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import gevent
+
 from anvil_metrics import derive, stats
 from anvil_metrics.records import RequestRecord
 
@@ -46,6 +48,7 @@ LIVE_METRICS: tuple[LiveMetric, ...] = (
 )
 
 SERIES_FIELDS = ("ttft_ms", "decode_tok_s")
+MAX_PENDING = 1024
 MAX_BUCKETS = 240
 
 
@@ -103,6 +106,8 @@ class LiveStats:
         self.series = _Series()
         self.finished = False
         self._end_s: float | None = None
+        self._pending: list[tuple[RequestRecord, float]] = []
+        self._drainer: gevent.Greenlet | None = None
 
     def finish(self) -> None:
         """The run has ended: the figures are final and the clock stops."""
@@ -111,7 +116,30 @@ class LiveStats:
             self._end_s = time.perf_counter()
 
     def add(self, record: RequestRecord) -> None:
-        """Count one finished raw record (call it where `requests.jsonl` is written)."""
+        """Take one finished raw record (call it where `requests.jsonl` is written). Only
+        queued here, with its arrival time: the derivation runs when the event loop is
+        idle (or a snapshot is asked for), not at the moment a stream ends, when other
+        streams' stamps are due. At most MAX_PENDING records wait (memory stays bounded
+        however busy the loop is)."""
+        self._pending.append((record, time.perf_counter() - self.t0_s))
+        if len(self._pending) >= MAX_PENDING:
+            self._drain()
+        elif self._drainer is None:
+            self._drainer = gevent.spawn(self._drain_when_idle)
+
+    def _drain_when_idle(self) -> None:
+        try:
+            gevent.idle()
+            self._drain()
+        finally:
+            self._drainer = None
+
+    def _drain(self) -> None:
+        pending, self._pending = self._pending, []
+        for record, t_s in pending:
+            self._count(record, t_s)
+
+    def _count(self, record: RequestRecord, t_s: float) -> None:
         if record.warmup:
             self.warmups += 1
             return
@@ -130,7 +158,7 @@ class LiveStats:
                 if values and v < values[-1]:
                     self._sorted[m.field] = False
                 values.append(v)
-        self.series.add(time.perf_counter() - self.t0_s, row)
+        self.series.add(t_s, row)
 
     def _sorted_values(self, field: str) -> list[float]:
         values = self.values[field]
@@ -141,6 +169,7 @@ class LiveStats:
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the LLM tab shows, as JSON-ready values (missing is None)."""
+        self._drain()
         metrics = []
         for m in LIVE_METRICS:
             values = self._sorted_values(m.field)
