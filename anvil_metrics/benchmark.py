@@ -8,6 +8,13 @@ every derived row value and every aggregate with those same functions from the f
 int vs float and null vs value are mismatches). `build_benchmark` runs `verify_benchmark`
 on its own output before returning it, so anvil never hands out a document it cannot verify.
 
+Large runs: `build_benchmark_columns` builds the same document from `rawfile.scan_raw`'s
+columns and keeps its rows as columns (`BuiltBenchmark`), written a batch at a time; and
+`verify_benchmark` checks plainly typed rows as columns first (`_clean`), falling back to
+the row-by-row checks (`_verify_rows`) for the messages whenever that finds anything.
+`build_benchmark` and `_verify_rows` are the definitions; tests/test_columns.py holds the
+column forms to them, byte for byte and message for message.
+
 What verify can and cannot prove: base values of a row (`e2e_ms`, `ttft_ms`,
 `time_to_first_output_ms`, counts) were measured, not derived, so a changed base value shows
 up as disagreement with the values derived from it (the message lists the base inputs) or
@@ -21,17 +28,29 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import chain, repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import orjson
 
 from anvil_metrics import derive, saturation, stats
 from anvil_metrics.errors import VerifyError
-from anvil_metrics.rawfile import RawRun, strict_json_problems
-from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
+from anvil_metrics.rawfile import (
+    COL,
+    JSON_OPTIONS,
+    NULL,
+    RAW_COLUMNS,
+    RawColumns,
+    RawRun,
+    atomic_write_bytes,
+    dumps_strict,
+    strict_json_problems,
+)
+from anvil_metrics.records import FAILURE_KINDS, PHASES, Failure, RequestRecord
 from anvil_metrics.urls import strip_credentials
 
 SCHEMA = "anvil-serving.benchmark/v1"
@@ -196,7 +215,6 @@ def build_benchmark(raw: RawRun, client: Mapping[str, Any] | None = None) -> dic
     Raises VerifyError if the document does not verify (a bug, or raw data that breaks an
     invariant): anvil does not hand out numbers it cannot reproduce.
     """
-    params = raw.header.get("params") or {}
     measured = sorted(raw.measured, key=lambda r: r.request_index)
     rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
@@ -219,37 +237,294 @@ def build_benchmark(raw: RawRun, client: Mapping[str, Any] | None = None) -> dic
                 }
             )
     wall = wall_clock_ms(measured, raw.clock_offsets_ns())
+    doc = _document(
+        raw.header, finished=finished_at(raw), partial=raw.partial, wall=wall,
+        requests=len(measured), completed=len(rows), failures=failures,
+        warmups=len(raw.warmups), client=_client_block(client, measured, wall),
+        rows=rows, metrics=stats.aggregate(rows, wall),
+        calibration_error=lambda: stats.planned_vs_counted_error_pct_max(rows),
+    )
+    problems = verify_benchmark(doc)
+    if problems:
+        raise VerifyError(problems, source=f"benchmark built from {raw.path or 'raw records'}")
+    return doc
+
+
+def _document(header: Mapping[str, Any], *, finished: str | None, partial: bool,
+              wall: float | None, requests: int, completed: int,
+              failures: list[dict[str, Any]], warmups: int, client: dict[str, Any] | None,
+              rows: Any, metrics: dict[str, Any],
+              calibration_error: Any) -> dict[str, Any]:
+    """The document's fields, in the order every builder writes them (`rows` is the value of
+    `request_timings`; `calibration_error()` gives the measured
+    `prompt_calibration.planned_vs_counted_error_pct_max`)."""
+    params = header.get("params") or {}
     doc: dict[str, Any] = {"schema": SCHEMA}
     doc.update({key: params.get(key) for key in PARAM_KEYS})
     doc["base_url"] = redact_url(doc["base_url"])
     doc.update(
         {
-            "run_id": raw.header["run_id"],
-            "started_at": raw.header["started_at"],
-            "finished_at": finished_at(raw),
-            "partial": raw.partial,
+            "run_id": header["run_id"],
+            "started_at": header["started_at"],
+            "finished_at": finished,
+            "partial": partial,
             "wall_clock_ms": wall,
-            "requests": len(measured),
-            "completed": len(rows),
+            "requests": requests,
+            "completed": completed,
             "failed": len(failures),
             "failures": failures,
-            "warmup_requests": len(raw.warmups),
-            "client": _client_block(client, measured, wall),
+            "warmup_requests": warmups,
+            "client": client,
             "timing_methodology": dict(TIMING_METHODOLOGY),
             "request_timings": rows,
-            "metrics": stats.aggregate(rows, wall),
+            "metrics": metrics,
         }
     )
     calib = doc.get("prompt_calibration")
     if isinstance(calib, dict):  # the method is the run's; the error is measured, from rows
         doc["prompt_calibration"] = {
             **calib,
-            "planned_vs_counted_error_pct_max": stats.planned_vs_counted_error_pct_max(rows),
+            "planned_vs_counted_error_pct_max": calibration_error(),
         }
-    problems = verify_benchmark(doc)
-    if problems:
-        raise VerifyError(problems, source=f"benchmark built from {raw.path or 'raw records'}")
     return doc
+
+
+# --- build, for a run of any size ------------------------------------------------------------
+#
+# `anvil postprocess` reads the raw file as columns (`rawfile.scan_raw`) and builds the same
+# document with the column forms of the formulas (`derive.derive_columns`,
+# `stats.aggregate_columns`), then writes its rows a batch at a time: a million rows never
+# exist as a million Python dicts. `build_benchmark` above is the definition this must equal,
+# value for value and byte for byte once written (tests/test_columns.py).
+
+ROW_BATCH = 8192  # rows turned into JSON (or record views) at a time
+
+
+class BuiltBenchmark:
+    """A benchmark document whose `request_timings` are held as columns (`rows`);
+    `doc["request_timings"]` is an empty placeholder. `to_dict()` gives the plain document;
+    `write(path)` writes it as `atomic_write_json` would, without building it whole."""
+
+    def __init__(self, doc: dict[str, Any], rows: derive.RowColumns) -> None:
+        self.doc = doc
+        self.rows = rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.doc, "request_timings": self.rows.row_dicts()}
+
+    def write(self, path: str | Path) -> None:
+        atomic_write_bytes(path, self._json_chunks())
+
+    def _json_chunks(self) -> Iterator[bytes]:
+        """`dumps_strict(self.to_dict(), option=JSON_OPTIONS)`, in pieces: the document
+        around an empty `request_timings`, then the rows a batch at a time."""
+        rows = self.rows
+        for name, column in rows.floats.items():  # NaN is null; ±inf cannot be written
+            if np.isinf(column).any():
+                raise ValueError(f"refusing to write non-strict JSON: request_timings "
+                                 f"{name} holds ±inf")
+        head = dumps_strict(self.doc, option=JSON_OPTIONS)
+        n = len(rows)
+        if n == 0:
+            yield head
+            return
+        marker = b'\n  "request_timings": []'  # the top-level key: 2 spaces of indent
+        at = head.find(marker)
+        if at < 0 or head.find(marker, at + 1) >= 0:
+            raise AssertionError("request_timings placeholder not found exactly once")
+        yield head[:at] + b'\n  "request_timings": [\n'
+        for first in range(0, n, ROW_BATCH):
+            yield (b",\n" if first else b"") + _rows_json(rows, first, min(n, first + ROW_BATCH))
+        yield b"\n  ]" + head[at + len(marker):]
+
+
+# A row as orjson writes it inside the document (OPT_INDENT_2 | OPT_SORT_KEYS: keys sorted,
+# the row at 4 spaces of indent, its fields at 6): `cached_tokens` — first in sorted order —
+# only where reported, then every other field with orjson's text for its value.
+_ROW_KEYS = sorted(derive.ROW_FIELDS)
+assert _ROW_KEYS[0] == "cached_tokens"
+_ROW_OPEN = b",\n    {\n"  # each row's first piece; the batch's leading ",\n" is dropped
+_ROW_CACHED = b'      "cached_tokens": %b,\n'
+_ROW_PIECES = [b'      "%s": ' % _ROW_KEYS[1].encode()] + [
+    b',\n      "%s": ' % k.encode() for k in _ROW_KEYS[2:]]
+_ROW_CLOSE = b"\n    }"
+_SOURCE_JSON = (b'"chunks"', b'"usage"')
+
+
+def _rows_json(rows: derive.RowColumns, first: int, stop: int) -> bytes:
+    """Rows [first, stop) as they appear in the document's `request_timings`, joined by
+    `,\n` (no leading or trailing separator). Each value is orjson's own text for it (orjson
+    writes a float64 array element as it writes the Python float, NaN as null); the text of
+    each row is its fixed pieces and its values interleaved, joined in one go."""
+
+    def tokens(column: Any, present: Any = None) -> list[bytes]:
+        values = orjson.dumps(np.ascontiguousarray(column[first:stop]),
+                              option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
+        if present is not None:
+            for i in np.flatnonzero(~present[first:stop]).tolist():
+                values[i] = b"null"
+        return values
+
+    cached = [_ROW_CACHED % t if has else b"" for t, has in zip(
+        tokens(rows.counts["cached_tokens"]),
+        rows.present["cached_tokens"][first:stop].tolist(), strict=True)]
+    pieces: list[Any] = [repeat(_ROW_OPEN), cached]
+    for piece, name in zip(_ROW_PIECES, _ROW_KEYS[1:], strict=True):
+        if name in rows.floats:
+            values = tokens(rows.floats[name])
+        elif name == "output_token_source":
+            values = [_SOURCE_JSON[u] for u in rows.usage_source[first:stop].tolist()]
+        else:
+            values = tokens(rows.counts[name], rows.present.get(name))
+        pieces += [repeat(piece), values]
+    pieces.append(repeat(_ROW_CLOSE))
+    # the fixed pieces repeat without end: the value lists set the length
+    return b"".join(chain.from_iterable(zip(*pieces, strict=False)))[2:]
+
+
+def build_benchmark_columns(raw: RawColumns,
+                            client: Mapping[str, Any] | None = None) -> BuiltBenchmark:
+    """`build_benchmark` of a run read with `scan_raw`: the same document (rows as columns).
+
+    Raises VerifyError, with the messages `build_benchmark` gives, if it does not verify.
+    """
+    t = raw.table
+    col = {name: t[:, i] for i, name in enumerate(RAW_COLUMNS)}
+    measured = np.flatnonzero(col["warmup"] == 0)
+    order = measured[np.argsort(col["request_index"][measured], kind="stable")]
+    failed = col["failed"][order] != 0
+    failures = []
+    for new_index, pos in zip(np.flatnonzero(failed).tolist(), order[failed].tolist(),
+                              strict=True):
+        kind, message, status, phase, record_status = raw.failures[pos]
+        failures.append({"request_index": new_index, "kind": kind,
+                         "http_status": status if status is not None else record_status,
+                         "message": message, "phase": phase})
+    rows = _row_columns(t[order[~failed]], np.flatnonzero(~failed))
+    offsets = raw.clock_offsets_ns()
+    # offset of each record's clock (worker -1, no worker, indexes the trailing 0)
+    offset = np.array([offsets.get(name, 0) for name in raw.worker_names] + [0],
+                      dtype=np.int64)[col["worker"]]
+    last = np.where(col["end_ns"] != NULL, col["end_ns"], col["start_ns"]) + offset
+    wall = None
+    if len(order):
+        wall = derive.duration_ms(int((col["start_ns"][order] + offset[order]).min()),
+                                  int(last[order].max()))
+    finished = None
+    if raw.run_end is not None and isinstance(raw.run_end.get("finished_at"), str):
+        finished = raw.run_end["finished_at"]
+    else:  # as finished_at(): the last stamp of any record, placed with the anchors
+        wall0, perf0 = raw.header.get("wall_anchor_ns"), raw.header.get("perf_anchor_ns")
+        if wall0 is not None and perf0 is not None and len(t):
+            finished = _utc_stamp(wall0 + (int(last.max()) - perf0))
+    doc = _document(
+        raw.header, finished=finished, partial=raw.partial, wall=wall,
+        requests=len(order), completed=len(rows), failures=failures,
+        warmups=len(t) - len(measured),
+        client=_client_block(client, _RecordViews(raw, order), wall),
+        rows=[], metrics=stats.aggregate_columns(rows, wall),
+        calibration_error=lambda: stats.planned_vs_counted_error_pct_max_columns(rows),
+    )
+    built = BuiltBenchmark(doc, rows)
+    if not _clean(doc, rows):  # the row-by-row check says what is wrong, if anything is
+        problems = _verify_rows(built.to_dict())
+        if problems:
+            raise VerifyError(problems,
+                              source=f"benchmark built from {raw.path or 'raw records'}")
+    return built
+
+
+def _row_columns(t: Any, new_index: Any) -> derive.RowColumns:
+    """The rows of the completed records `t` (rows of a RawColumns table, in row order),
+    as `derive.timing_from_record` makes them, numbered `new_index`."""
+    c = {name: t[:, i] for i, name in enumerate(RAW_COLUMNS)}
+    start = c["start_ns"]
+    e2e = derive.durations_ms(start, c["end_ns"], c["end_ns"] != NULL)
+    ttfo = derive.durations_ms(start, c["first_output_ns"], c["first_output_ns"] != NULL)
+    ttft = derive.durations_ms(start, c["first_content_ns"], c["first_content_ns"] != NULL)
+    present = {name: c[name] != NULL for name in derive.OPTIONAL_COUNT_FIELDS}
+    counts = {name: np.where(present[name], c[name], 0)
+              for name in derive.OPTIONAL_COUNT_FIELDS}
+    counts.update(request_index=new_index.astype(np.int64), output_tokens=c["output_tokens"],
+                  reasoning_chunks=c["reasoning_chunks"], content_chunks=c["content_chunks"])
+    floats = {"e2e_ms": e2e, "time_to_first_output_ms": ttfo, "ttft_ms": ttft}
+    floats.update(derive.derive_columns(e2e, ttfo, ttft, counts["output_tokens"],
+                                        counts["prompt_tokens"], present["prompt_tokens"]))
+    return derive.RowColumns(floats=floats, counts=counts, present=present,
+                             usage_source=c["usage_source"] != 0)
+
+
+class _RecordView(NamedTuple):
+    """A measured record as the `client` block's figures read it (`saturation.py`): its
+    stamps, counts, worker, failure and `extra.start_delay_ns`; no chunk timings or usage."""
+
+    request_index: int
+    start_ns: int
+    end_ns: int | None
+    first_output_ns: int | None
+    first_content_ns: int | None
+    warmup: bool
+    planned_context_tokens: int | None
+    reasoning_chunks: int
+    content_chunks: int
+    worker: str | None
+    failure: Failure | None
+    extra: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def _failure(details: tuple[Any, Any, Any, Any, Any]) -> Failure:
+    kind, message, status, phase, _ = details
+    return Failure(kind=kind, message=message, http_status=status, phase=phase)
+
+
+class _RecordViews(Sequence[_RecordView]):
+    """The measured records of a RawColumns in `order`, made one batch at a time as they
+    are iterated (a million records are never all objects at once)."""
+
+    def __init__(self, raw: RawColumns, order: Any) -> None:
+        self.raw = raw
+        self.order = order
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return list(self._views(self.order[i]))
+        return next(self._views(self.order[[i]]))
+
+    def __iter__(self) -> Iterator[_RecordView]:
+        for first in range(0, len(self.order), ROW_BATCH):
+            yield from self._views(self.order[first:first + ROW_BATCH])
+
+    def _views(self, positions: Any) -> Iterator[_RecordView]:
+        raw = self.raw
+        t = raw.table[positions]
+
+        def column(name: str) -> list[Any]:
+            values = t[:, COL[name]]
+            missing = values == NULL
+            if not missing.any():
+                return values.tolist()
+            out = values.astype(object)
+            out[missing] = None
+            return out.tolist()
+
+        names = np.array([*raw.worker_names, None], dtype=object)  # worker -1: None
+        failures: list[Failure | None] = [None] * len(positions)
+        for i in np.flatnonzero(t[:, COL["failed"]]).tolist():
+            failures[i] = _failure(raw.failures[int(positions[i])])
+        extras = [{} if d is None else {"start_delay_ns": d} for d in column("start_delay_ns")]
+        yield from map(tuple.__new__, repeat(_RecordView), zip(
+            t[:, COL["request_index"]].tolist(), t[:, COL["start_ns"]].tolist(),
+            column("end_ns"), column("first_output_ns"), column("first_content_ns"),
+            (t[:, COL["warmup"]] != 0).tolist(), column("planned_context_tokens"),
+            t[:, COL["reasoning_chunks"]].tolist(), t[:, COL["content_chunks"]].tolist(),
+            names[t[:, COL["worker"]]].tolist(), failures, extras, strict=True))
 
 
 def load_benchmark(path: str | Path) -> dict[str, Any]:
@@ -337,6 +612,21 @@ _ROW_TYPES: dict[str, tuple[Any, str, bool]] = {
 def verify_benchmark(doc: Any) -> list[str]:
     """Every way `doc` fails to be a correct benchmark/v1 document; [] when it is one.
 
+    The checks are `_verify_rows`'s (below). A document whose rows are all plainly typed is
+    first checked as columns (`_clean`, the same checks with numpy): when that finds nothing
+    the answer is []; otherwise — or for any row it does not model — the row-by-row checks
+    run and give the messages.
+    """
+    if isinstance(doc, dict):
+        rows = derive.RowColumns.from_rows(doc.get("request_timings"))
+        if rows is not None and _clean(doc, rows):
+            return []
+    return _verify_rows(doc)
+
+
+def _verify_rows(doc: Any) -> list[str]:
+    """Every way `doc` fails to be a correct benchmark/v1 document; [] when it is one.
+
     Each message starts with the field path it is about (`request_timings[3].decode_tok_s:
     file has X, recomputed Y from …`, `metrics.ttft_p95_ms: …`, `completed: …`). Checked:
     strict JSON (no NaN/±inf); schema string, required fields, run_id and timestamp shapes;
@@ -361,6 +651,98 @@ def verify_benchmark(doc: Any) -> list[str]:
     if rows_ok:
         _check_prompt_calibration(doc, [row for _, row in rows], problems)
     return problems
+
+
+def _clean(doc: dict[str, Any], rows: derive.RowColumns) -> bool:
+    """True only if `_verify_rows(doc)` would find nothing, where `rows` are the document's
+    rows (`doc["request_timings"]` itself is not read: it may be a placeholder). `rows`
+    holds only values of the right JSON type (see `RowColumns.from_rows`), so what is left
+    to check is done here over whole columns; the rest of the document by the row-by-row
+    code itself. False does not mean a problem: `_verify_rows` says."""
+    problems = strict_json_problems({k: v for k, v in doc.items() if k != "request_timings"})
+    _check_run_fields(doc, problems)
+    _check_failures(doc, problems)
+    if problems:
+        return False
+    n = len(rows)
+    failures = doc["failures"]
+    counts = [doc[key] for key in ("requests", "completed", "failed")]
+    if not all(_is_count(c) for c in counts) or counts != [n + len(failures), n, len(failures)]:
+        return False
+    f, c, present = rows.floats, rows.counts, rows.present
+    # each row's derived values, bit for bit
+    derived = derive.derive_columns(f["e2e_ms"], f["time_to_first_output_ms"], f["ttft_ms"],
+                                    c["output_tokens"], c["prompt_tokens"],
+                                    present["prompt_tokens"])
+    for name in derive.DERIVED_FIELDS:
+        if not _same_floats(f[name], derived[name]):
+            return False
+    output = c["reasoning_chunks"] + c["content_chunks"]
+    chunks = ~rows.usage_source
+    if (c["output_tokens"][chunks] != output[chunks]).any():
+        return False
+    ttfo, ttft, e2e = f["time_to_first_output_ms"], f["ttft_ms"], f["e2e_ms"]
+    no_ttfo, no_ttft = np.isnan(ttfo), np.isnan(ttft)
+    if (~no_ttft & no_ttfo).any():  # content without first output
+        return False
+    with np.errstate(invalid="ignore"):  # comparisons with NaN (null) are False, as skipped
+        if (ttfo > ttft).any() or (ttft > e2e).any() or (ttfo > e2e).any():
+            return False
+    if (no_ttft != (c["content_chunks"] == 0)).any() or (no_ttfo != (output == 0)).any():
+        return False
+    # request_index: ascending in each list, together exactly 0 … N−1
+    try:
+        fail_index = np.array([x["request_index"] for x in failures], dtype=np.int64)
+    except OverflowError:
+        return False
+    for index in (c["request_index"], fail_index):
+        if len(index) > 1 and (np.diff(index) <= 0).any():
+            return False
+    both = np.sort(np.concatenate([c["request_index"], fail_index]))
+    if not np.array_equal(both, np.arange(len(both))):
+        return False
+    # planned sizes against the plan
+    dist = doc.get("context_distribution")
+    if dist is not None:
+        if not (isinstance(dist, dict) and all(k.isdigit() and _is_count(v)
+                                                for k, v in dist.items())):
+            return False
+        planned = present["planned_context_tokens"]
+        if not planned.all():
+            return False
+        sizes, used = np.unique(c["planned_context_tokens"], return_counts=True)
+        for size, k in zip(sizes.tolist(), used.tolist(), strict=True):
+            if k > dist.get(str(size), -1):
+                return False
+    # wall clock
+    wall = doc["wall_clock_ms"]
+    if wall is None:
+        if n:
+            return False
+    elif not _is_ms(wall) or (n and e2e.max() > wall):
+        return False
+    # metrics
+    metrics = doc["metrics"]
+    if not isinstance(metrics, dict) or metrics.keys() - stats.METRIC_KEYS:
+        return False
+    expected = stats.aggregate_columns(rows, wall)
+    if not all(key in metrics and same(metrics[key], value) for key, value in expected.items()):
+        return False
+    calib = doc.get("prompt_calibration")
+    if isinstance(calib, dict) and "planned_vs_counted_error_pct_max" in calib:
+        want = stats.planned_vs_counted_error_pct_max_columns(rows)
+        if not same(calib["planned_vs_counted_error_pct_max"], want):
+            return False
+    return True
+
+
+def _same_floats(a: Any, b: Any) -> bool:
+    """`same` element-wise over float64 columns with NaN for null: null where the other is
+    null, else the same double bit for bit (so 0.0 ≠ -0.0)."""
+    nulls = np.isnan(a)
+    if not np.array_equal(nulls, np.isnan(b)):
+        return False
+    return bool(np.array_equal(a[~nulls].view(np.int64), b[~nulls].view(np.int64)))
 
 
 def _check_prompt_calibration(doc: dict[str, Any], rows: list[dict[str, Any]],

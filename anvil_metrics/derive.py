@@ -6,6 +6,11 @@ functions and nothing else computes a per-request figure. Each function states i
 its formula and its inputs, and returns None — never NaN or ±inf — when an input is
 missing or a divisor is zero or negative (benchmark-v1.md: "null, never NaN or Infinity").
 
+Large runs: `derive_columns` is `derive_row` over numpy columns, operation for operation
+(the same IEEE-754 operations in the same order, so the same bits; tests/test_columns.py
+checks it), and `RowColumns` holds `request_timings` as columns — for `anvil postprocess`
+and `anvil verify` of a million rows, which never need a million row dicts.
+
 Evaluation order matters for bit-exactness and follows the spec literally:
 `decode_tok_s = (output_tokens − 1) / (generation_ms / 1000)`, not `… * 1000 / …`.
 Durations from integer `perf_counter_ns` stamps are `(b − a) / 1e6`: the integer
@@ -316,3 +321,193 @@ def inter_token_gaps_ms(rec: RequestRecord) -> list[float]:
     later inter-chunk-latency percentiles; not part of v1 rows.
     """
     return [d / 1e6 for d in rec.chunk_deltas_ns[1:]]
+
+
+# --- the same formulas over columns ------------------------------------------------------
+#
+# `anvil postprocess` of a large run and `anvil verify` of a large file work on columns
+# (numpy arrays) rather than one Python dict per row. The functions below are the row
+# formulas above, operation for operation: the same IEEE-754 double operations in the same
+# order on the same inputs (an integer becomes a double exactly as Python converts it), so
+# each value is bit for bit the one the scalar function gives; tests/test_columns.py checks
+# it. A null is NaN in a float column (no real value is NaN: every row value is finite) and
+# `present == False` in an integer column.
+
+
+def durations_ms(start_ns: Any, stop_ns: Any, stop_present: Any) -> Any:
+    """`duration_ms` over int64 columns: `(stop − start) / 1e6`, NaN where `stop` is
+    missing. The caller guarantees stop ≥ start and both within ±2**62 (no overflow)."""
+    import numpy as np
+
+    out = (np.where(stop_present, stop_ns, start_ns) - start_ns).astype(np.float64) / 1e6
+    out[~stop_present] = np.nan
+    return out
+
+
+def derive_columns(e2e: Any, ttfo: Any, ttft: Any, output_tokens: Any, prompt_tokens: Any,
+                   prompt_present: Any) -> dict[str, Any]:
+    """`derive_row` over columns: float64 `e2e`, `ttfo`, `ttft` (NaN = null), int64
+    `output_tokens` (never null in a row) and `prompt_tokens` with its `prompt_present`.
+    Returns the five derived float64 columns, NaN where `derive_row` gives None."""
+    import numpy as np
+
+    nan = np.nan
+    with np.errstate(all="ignore"):
+        gen = e2e - ttfo  # generation_ms: NaN when either is null
+        vis = e2e - ttft  # visible_generation_ms
+        after_first = output_tokens - 1
+        seconds = gen / 1000
+        decode = np.where((after_first >= 0) & (seconds > 0),
+                          after_first.astype(np.float64) / seconds, nan)
+        itl = np.where((after_first > 0) & ~np.isnan(gen),
+                       gen / after_first.astype(np.float64), nan)
+        prefill_seconds = ttfo / 1000
+        prefill = np.where(prompt_present & (prefill_seconds > 0),
+                           prompt_tokens.astype(np.float64) / prefill_seconds, nan)
+        for col in (decode, itl, prefill):  # _finite: an overflow to ±inf is null
+            col[np.isinf(col)] = nan
+    return {
+        "generation_ms": gen,
+        "visible_generation_ms": vis,
+        "decode_tok_s": decode,
+        "mean_inter_token_latency_ms": itl,
+        "effective_prefill_tok_s": prefill,
+    }
+
+
+# Row fields by how a RowColumns holds them.
+FLOAT_FIELDS = ("e2e_ms", "time_to_first_output_ms", "ttft_ms", "generation_ms",
+                "visible_generation_ms", "decode_tok_s", "mean_inter_token_latency_ms",
+                "effective_prefill_tok_s")
+COUNT_FIELDS = ("request_index", "output_tokens", "reasoning_chunks", "content_chunks")
+OPTIONAL_COUNT_FIELDS = ("planned_context_tokens", "prompt_tokens", "cached_tokens")
+NULLABLE_FLOATS = frozenset(FLOAT_FIELDS) - {"e2e_ms"}
+_COUNT_LIMIT = 2**53  # counts beyond this are left to the row-by-row code
+
+
+@dataclass(frozen=True, slots=True)
+class RowColumns:
+    """`request_timings` as columns, one numpy array per field, in row order.
+
+    - `floats`: each of FLOAT_FIELDS as float64, NaN for null;
+    - `counts`: each of COUNT_FIELDS and OPTIONAL_COUNT_FIELDS as int64 (0 where null);
+    - `present`: for each of OPTIONAL_COUNT_FIELDS, a bool array (False = null; for
+      `cached_tokens`, the row has no such key);
+    - `usage_source`: bool array, True where `output_token_source` is "usage".
+    """
+
+    floats: dict[str, Any]
+    counts: dict[str, Any]
+    present: dict[str, Any]
+    usage_source: Any
+
+    def __len__(self) -> int:
+        return len(self.usage_source)
+
+    def row_dicts(self, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
+        """Rows [start, stop) as `RequestTiming.to_dict()` gives them (spec field order,
+        `cached_tokens` only where reported)."""
+        import numpy as np
+
+        stop = len(self) if stop is None else stop
+        cols: dict[str, list[Any]] = {}
+        for name in FLOAT_FIELDS:
+            values = self.floats[name][start:stop]
+            lst = values.tolist()
+            for i in np.flatnonzero(np.isnan(values)).tolist():
+                lst[i] = None
+            cols[name] = lst
+        for name in COUNT_FIELDS:
+            cols[name] = self.counts[name][start:stop].tolist()
+        for name in OPTIONAL_COUNT_FIELDS:
+            lst = self.counts[name][start:stop].tolist()
+            for i in np.flatnonzero(~self.present[name][start:stop]).tolist():
+                lst[i] = None
+            cols[name] = lst
+        cols["output_token_source"] = [
+            "usage" if u else "chunks" for u in self.usage_source[start:stop].tolist()]
+        rows = [dict(zip(ROW_FIELDS, values, strict=True))
+                for values in zip(*(cols[name] for name in ROW_FIELDS), strict=True)]
+        for i in np.flatnonzero(~self.present["cached_tokens"][start:stop]).tolist():
+            del rows[i]["cached_tokens"]
+        return rows
+
+    @classmethod
+    def from_rows(cls, rows: Any) -> RowColumns | None:
+        """The columns of `request_timings` as read from a file, or None unless every row
+        is a dict with exactly the row fields (`cached_tokens` optional), each of its JSON
+        type — counts non-negative ints below 2**53, e2e/ttfo/ttft non-negative finite
+        floats, derived values finite floats or null (only those that may be), the source
+        "usage" or "chunks". None means: check these rows one by one."""
+        import numpy as np
+
+        if type(rows) is not list or not set(map(type, rows)) <= {dict}:
+            return None
+        lengths = list(map(len, rows))
+        n_required = len(ROW_FIELDS) - 1
+        if not set(lengths) <= {n_required, n_required + 1}:
+            return None
+        try:
+            columns = {name: [r[name] for r in rows] for name in ROW_FIELDS
+                       if name != "cached_tokens"}
+        except KeyError:
+            return None
+        cached = [r.get("cached_tokens", _ABSENT) for r in rows]
+        with_key = len(cached) - cached.count(_ABSENT)
+        # each row has the required fields; one more key is allowed only if it is this one
+        if lengths.count(n_required + 1) != with_key:
+            return None
+        floats: dict[str, Any] = {}
+        for name in FLOAT_FIELDS:
+            values = columns[name]
+            types = set(map(type, values))
+            if not types <= ({float, type(None)} if name in NULLABLE_FLOATS else {float}):
+                return None
+            nulls: list[int] = []
+            if type(None) in types:
+                nulls = [i for i, v in enumerate(values) if v is None]
+                for i in nulls:
+                    values[i] = 0.0
+            col = np.array(values, dtype=np.float64)
+            if not np.isfinite(col).all():
+                return None
+            if name in ("e2e_ms", "time_to_first_output_ms", "ttft_ms") and (col < 0).any():
+                return None
+            col[nulls] = np.nan
+            floats[name] = col
+        counts: dict[str, Any] = {}
+        present: dict[str, Any] = {}
+        for name in COUNT_FIELDS + OPTIONAL_COUNT_FIELDS:
+            mask = None
+            if name == "cached_tokens":
+                if None in (v for v in cached if v is not _ABSENT):
+                    return None  # a null cached_tokens is not allowed: the key is omitted
+                values = cached
+                if with_key < len(values):
+                    mask = np.array([v is not _ABSENT for v in values], dtype=bool)
+                    values = [0 if v is _ABSENT else v for v in values]
+            else:
+                values = columns[name]
+            if not set(map(type, values)) <= ({int, type(None)} if name in OPTIONAL_COUNT_FIELDS
+                                               and name != "cached_tokens" else {int}):
+                return None
+            if mask is None and name in OPTIONAL_COUNT_FIELDS and None in values:
+                mask = np.array([v is not None for v in values], dtype=bool)
+                values = [0 if v is None else v for v in values]
+            try:
+                col = np.array(values, dtype=np.int64)
+            except OverflowError:
+                return None
+            if len(col) and (col.min() < 0 or col.max() >= _COUNT_LIMIT):
+                return None
+            counts[name] = col
+            if name in OPTIONAL_COUNT_FIELDS:
+                present[name] = np.ones(len(col), dtype=bool) if mask is None else mask
+        sources = columns["output_token_source"]
+        if not set(map(type, sources)) <= {str} or not set(sources) <= set(OUTPUT_TOKEN_SOURCES):
+            return None
+        usage = np.array([s == "usage" for s in sources], dtype=bool)
+        return cls(floats=floats, counts=counts, present=present, usage_source=usage)
+
+
+_ABSENT = object()

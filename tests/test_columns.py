@@ -1,0 +1,463 @@
+"""The columnar post-processing path equals the row-by-row one, value for value and byte for
+byte.
+
+`anvil postprocess` reads `requests.jsonl` as columns (`rawfile.scan_raw`), builds the document
+with the column forms of the formulas (`derive.derive_columns`, `stats.aggregate_columns`) and
+writes its rows a batch at a time (`benchmark.build_benchmark_columns`); `verify_benchmark`
+checks plainly typed rows as columns first. The row-by-row code (`read_raw`,
+`build_benchmark`, `atomic_write_json`, `_verify_rows`) is the definition: here random runs,
+random damage and random alterations must give the same bytes, the same exceptions with the
+same messages and lines, and the same verify messages through both.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from anvil_metrics import benchmark, derive, stats
+from anvil_metrics.benchmark import (
+    _verify_rows,
+    build_benchmark,
+    build_benchmark_columns,
+    same,
+    verify_benchmark,
+)
+from anvil_metrics.postprocess import postprocess
+from anvil_metrics.rawfile import (
+    UnusualRecords,
+    atomic_write_json,
+    read_raw,
+    scan_raw,
+)
+from anvil_metrics.records import FAILURE_KINDS, PHASES, RAW_SCHEMA
+
+# --- random raw files ------------------------------------------------------------------------
+
+_DUR = st.one_of(st.sampled_from([0, 1, 999_999, 1_000_000]), st.integers(0, 5 * 10**10))
+_COUNT = st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, 5000))
+_ODD = st.sampled_from([None, True, -1, 2.5, "7", [3]])  # values usage readers must skip
+
+_USAGE = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "completion_tokens": st.one_of(_COUNT, _ODD),
+            "prompt_tokens": st.one_of(_COUNT, _ODD),
+            "total_tokens": _COUNT,
+            "prompt_tokens_details": st.one_of(
+                _ODD, st.fixed_dictionaries({}, optional={"cached_tokens": st.one_of(_COUNT,
+                                                                                      _ODD)})),
+        },
+    ),
+)
+
+_EXTRA = st.one_of(
+    st.just({}),
+    st.fixed_dictionaries({"start_delay_ns": st.one_of(_COUNT, st.just(True), st.just(2.5))}),
+    st.just({"server": {"last_sent_ns": 5}}),
+)
+
+_PARTS = st.fixed_dictionaries(
+    {
+        "failed": st.integers(0, 5).map(lambda x: x == 0),
+        "start": st.one_of(st.just(0), st.integers(0, 10**11)),
+        "ttfo": _DUR, "to_content": _DUR, "to_end": _DUR,
+        "output": st.sampled_from(["none", "reasoning", "content", "both"]),
+        "reasoning_chunks": st.integers(1, 40), "content_chunks": st.integers(1, 40),
+        "zero_gaps": st.booleans(),
+        "usage": _USAGE,
+        "planned": st.sampled_from([128, 4096, 30720, None]),
+        "kind": st.sampled_from(FAILURE_KINDS),
+        "phase": st.one_of(st.none(), st.sampled_from(PHASES)),
+        "status": st.one_of(st.none(), st.sampled_from([200, 429, 500, 503])),
+        "message": st.sampled_from(["boom", "", "line\nbreak \"quoted\" ünïcode"]),
+        "worker": st.sampled_from([None, "a:1", "b:2"]),
+        "extra": _EXTRA,
+        "finish_reason": st.sampled_from([None, "stop", "length"]),
+    }
+)
+
+
+def _line(parts: dict[str, Any], index: int, warmup: bool, base_ns: int) -> dict[str, Any]:
+    """A `"request"` line as RequestRecord.to_json_dict writes it."""
+    start = base_ns + parts["start"]
+    out = parts["output"]
+    reasoning = parts["reasoning_chunks"] if out in ("reasoning", "both") else 0
+    content = parts["content_chunks"] if out in ("content", "both") else 0
+    first_output = None if out == "none" else start + parts["ttfo"]
+    first_content = None
+    if out == "content":
+        first_content = first_output
+    elif out == "both":
+        first_content = first_output + parts["to_content"]
+    end = (first_content or first_output or start) + parts["to_end"]
+    n_chunks = reasoning + content
+    gap = 0 if parts["zero_gaps"] else 1_000
+    deltas = ([first_output - start] + [gap] * (n_chunks - 1)) if n_chunks else []
+    failure = None
+    if parts["failed"]:
+        failure = {"kind": parts["kind"], "message": parts["message"],
+                   "http_status": parts["status"], "phase": parts["phase"]}
+    d = {
+        "type": "request", "request_index": index, "warmup": warmup,
+        "planned_context_tokens": parts["planned"], "start_ns": start,
+        "first_output_ns": first_output, "first_content_ns": first_content, "end_ns": end,
+        "reasoning_chunks": reasoning, "content_chunks": content, "chunk_deltas_ns": deltas,
+        "chunk_channels": "r" * reasoning + "c" * content, "usage": parts["usage"],
+        "finish_reason": None if failure else parts["finish_reason"],
+        "http_status": parts["status"], "failure": failure, "worker": parts["worker"],
+    }
+    if parts["extra"]:
+        d["extra"] = parts["extra"]
+    return d
+
+
+@st.composite
+def raw_files(draw) -> list[bytes]:
+    """The lines (with newlines) of a plausible requests.jsonl."""
+    parts = draw(st.lists(_PARTS, min_size=0, max_size=40))
+    warmups = draw(st.integers(0, min(3, len(parts))))
+    base_ns = draw(st.one_of(st.just(0), st.integers(0, 2**61)))
+    measured = [p for p in parts[warmups:]]
+    params: dict[str, Any] = {"concurrency": draw(st.integers(1, 64)), "model": "m",
+                              "base_url": "http://u:p@127.0.0.1:8000/v1"}
+    if draw(st.booleans()):
+        plan: dict[str, int] = {}
+        for p in measured:
+            if p["planned"] is not None:
+                plan[str(p["planned"])] = plan.get(str(p["planned"]), 0) + 1
+        if draw(st.booleans()) and plan:  # sometimes one request fewer than ran
+            plan[next(iter(plan))] -= 1
+        params["context_distribution"] = plan
+    if draw(st.booleans()):
+        params["prompt_calibration"] = {"method": draw(st.sampled_from(["probe", "bogus"]))}
+    header = {"type": "run", "schema": RAW_SCHEMA,
+              "run_id": draw(st.sampled_from(["benchmark-20260801T160039Z", "bad-id"])),
+              "started_at": "2026-08-01T16:00:39Z", "params": params,
+              "wall_anchor_ns": 1_785_600_039_000_000_000, "perf_anchor_ns": base_ns}
+    lines = [header]
+    if draw(st.booleans()):
+        lines.append({"type": "worker", "worker": "b:2",
+                      "perf_offset_ns": draw(st.one_of(st.none(), st.integers(-10**9, 10**9)))})
+    order = list(range(len(parts)))
+    if draw(st.booleans()):  # records are written as requests finish, not in index order
+        order = draw(st.permutations(order))
+    for i in order:
+        warm = i < warmups
+        lines.append(_line(parts[i], i if warm else i - warmups, warm, base_ns))
+    if draw(st.booleans()):
+        end: dict[str, Any] = {"type": "run_end"}
+        if draw(st.booleans()):
+            end["finished_at"] = "2026-08-01T16:09:00Z"
+        client = draw(st.sampled_from([
+            None, {"cpu_pct": 12.5, "saturated": False},
+            {"cpu_pct": 95.0, "loop_lag_ms": {"p50": 1.0, "p99": 2.0}},
+        ]))
+        if client is not None:
+            end["client"] = client
+        lines.append(end)
+    out = [orjson.dumps(x) + b"\n" for x in lines]
+    tail = draw(st.sampled_from(["", "torn", "no newline"]))
+    if tail == "torn" and len(out) > 1:
+        out[-1] = out[-1][: len(out[-1]) // 2]
+    elif tail == "no newline":
+        out[-1] = out[-1][:-1]
+    return out
+
+
+def _outcome(fn) -> Any:
+    try:
+        return ("ok", fn())
+    except Exception as exc:  # compared by type, message and line
+        return ("error", type(exc).__name__, str(exc), getattr(exc, "line", None),
+                getattr(exc, "problems", None))
+
+
+def _reference_bytes(run_dir: Path) -> bytes:
+    doc = build_benchmark(read_raw(run_dir / "requests.jsonl"),
+                          (read_raw(run_dir / "requests.jsonl").run_end or {}).get("client"))
+    atomic_write_json(run_dir / "reference.json", doc)
+    return (run_dir / "reference.json").read_bytes()
+
+
+def _postprocess_bytes(run_dir: Path) -> bytes:
+    return postprocess(run_dir).read_bytes()
+
+
+def _check_same(lines: list[bytes]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        run_dir = Path(d)
+        (run_dir / "requests.jsonl").write_bytes(b"".join(lines))
+        want = _outcome(lambda: _reference_bytes(run_dir))
+        got = _outcome(lambda: _postprocess_bytes(run_dir))
+        assert got == want
+        # the reader alone: the same verdict as read_raw unless it hands the file over
+        scanned = _outcome(lambda: scan_raw(run_dir / "requests.jsonl"))
+        read = _outcome(lambda: read_raw(run_dir / "requests.jsonl"))
+        if scanned[0] == "error" or read[0] == "error":
+            if scanned[1] != "UnusualRecords":
+                assert scanned == read
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=raw_files())
+def test_postprocess_equals_the_row_by_row_build(lines: list[bytes]):
+    _check_same(lines)
+
+
+# --- damage anywhere: the same error, naming the same line -------------------------------------
+
+_MUTATIONS: list[tuple[str, Any]] = [
+    ("truncate", None), ("blank", None), ("not an object", b"[1, 2]"), ("null", b"null"),
+    ("no type", {"type": None}), ("type bogus", {"type": "bogus"}), ("type 5", {"type": 5}),
+    ("start float", {"start_ns": 1.5}), ("start bool", {"start_ns": True}),
+    ("index -1", {"request_index": -1}), ("end null", {"end_ns": None, "failure": None}),
+    ("content after end", "content_after_end"), ("no content chunks", {"content_chunks": 0}),
+    ("deltas negative", {"chunk_deltas_ns": [1, -2]}),
+    ("deltas bool", {"chunk_deltas_ns": [1, True]}), ("deltas float", {"chunk_deltas_ns": [1.0]}),
+    ("deltas nested", {"chunk_deltas_ns": [[1]]}), ("deltas string", {"chunk_deltas_ns": "12"}),
+    ("deltas huge", {"chunk_deltas_ns": [2**64 - 1]}), ("deltas null", {"chunk_deltas_ns": None}),
+    ("channels int", {"chunk_channels": 5}), ("usage list", {"usage": [1]}),
+    ("failure kind int", {"failure": {"kind": 5}}), ("warmup string", {"warmup": "no"}),
+    ("reasoning null", {"reasoning_chunks": None}), ("worker int", {"worker": 5}),
+    ("extra list", {"extra": [1]}), ("start huge", {"start_ns": 2**63 - 1}),
+    ("tokens huge", {"usage": {"completion_tokens": 2**60}}),
+    ("missing key", {"-": "chunk_channels"}), ("duplicate index", "duplicate"),
+    ("second run", "second run"), ("after run_end", "after run_end"),
+    ("bad worker line", b'{"type":"worker","worker":7}'),
+]
+
+
+def _mutate(lines: list[bytes], k: int, mutation: Any) -> list[bytes]:
+    lines = list(lines)
+    name, change = mutation
+    try:
+        obj = orjson.loads(lines[k])
+    except orjson.JSONDecodeError:  # damaged already: only more damage applies
+        obj = None
+    if not isinstance(obj, dict) and not (name in ("truncate", "blank")
+                                          or isinstance(change, bytes)):
+        return lines
+    if name == "truncate":
+        lines[k] = lines[k][: max(1, len(lines[k]) // 3)] + b"\n"
+    elif name == "blank":
+        lines[k] = b"\n"
+    elif isinstance(change, bytes):
+        lines[k] = change + b"\n"
+    elif change == "content_after_end":
+        if obj.get("end_ns") is not None and obj.get("first_content_ns") is not None:
+            obj["first_content_ns"] = obj["end_ns"] + 1
+        lines[k] = orjson.dumps(obj) + b"\n"
+    elif change == "duplicate":
+        others = [orjson.loads(x) for j, x in enumerate(lines)
+                  if j != k and x.startswith(b'{"type":"request"')]
+        if others:
+            obj["request_index"] = others[0]["request_index"]
+            obj["warmup"] = others[0]["warmup"]
+        lines[k] = orjson.dumps(obj) + b"\n"
+    elif change == "second run":
+        lines.insert(k, lines[0])
+    elif change == "after run_end":
+        lines.insert(k, b'{"type":"run_end"}\n')
+    elif isinstance(change, dict) and "-" in change:
+        obj.pop(change["-"], None)
+        lines[k] = orjson.dumps(obj) + b"\n"
+    else:
+        if isinstance(obj, dict):
+            obj.update(change)
+        lines[k] = orjson.dumps(obj) + b"\n"
+    return lines
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=raw_files(), data=st.data())
+def test_damaged_files_fail_the_same_way(lines: list[bytes], data: st.DataObject):
+    complete = [x for x in lines if x.endswith(b"\n")]
+    if not complete:
+        return
+    for _ in range(data.draw(st.integers(1, 2), label="faults")):
+        complete = [x for x in lines if x.endswith(b"\n")]
+        k = data.draw(st.integers(0, len(complete) - 1), label="line")
+        mutation = data.draw(st.sampled_from(_MUTATIONS), label="mutation")
+        lines = _mutate(complete, k, mutation) + lines[len(complete):]
+    _check_same(lines)
+
+
+def test_unusual_values_are_built_the_plain_way(tmp_path: Path):
+    """Stamps beyond ±2**62 (or a worker that is not a string…) are not for the columns:
+    postprocess hands the file to the row-by-row build and writes what it gives."""
+    header = {"type": "run", "run_id": "benchmark-20260801T160039Z",
+              "started_at": "2026-08-01T16:00:39Z", "params": {}}
+    rec = {"type": "request", "request_index": 0, "start_ns": 2**62, "end_ns": 2**62 + 10,
+           "failure": None, "worker": None}
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in (header, rec)))
+    with pytest.raises(UnusualRecords):
+        scan_raw(raw)
+    _check_same(raw.read_bytes().splitlines(keepends=True))
+    assert postprocess(tmp_path).read_bytes() == _reference_bytes(tmp_path)
+
+
+def test_large_run_writes_several_batches(tmp_path: Path, monkeypatch):
+    """Rows are written a batch at a time; the seams are invisible."""
+    monkeypatch.setattr(benchmark, "ROW_BATCH", 7)
+    header = {"type": "run", "run_id": "benchmark-20260801T160039Z",
+              "started_at": "2026-08-01T16:00:39Z", "params": {"context_distribution": None}}
+    lines = [orjson.dumps(header) + b"\n"]
+    for i in range(50):
+        s = 10**9 + i * 10**7
+        usage = {"prompt_tokens": 100 + i, "completion_tokens": 9}
+        if i % 3:
+            usage["prompt_tokens_details"] = {"cached_tokens": i}
+        lines.append(orjson.dumps({
+            "type": "request", "request_index": i, "warmup": False,
+            "planned_context_tokens": 100, "start_ns": s, "first_output_ns": s + 10**6,
+            "first_content_ns": s + 2 * 10**6, "end_ns": s + 9 * 10**6 + i,
+            "reasoning_chunks": 3, "content_chunks": 6, "chunk_deltas_ns": [10**6] * 9,
+            "chunk_channels": "rrrcccccc", "usage": usage if i % 7 else None,
+            "finish_reason": "stop", "http_status": 200, "failure": None, "worker": None,
+            "extra": {"start_delay_ns": i}}) + b"\n")
+    lines.append(b'{"type":"run_end","finished_at":"2026-08-01T16:09:00Z","client":{}}\n')
+    (tmp_path / "requests.jsonl").write_bytes(b"".join(lines))
+    assert postprocess(tmp_path).read_bytes() == _reference_bytes(tmp_path)
+    built = build_benchmark_columns(scan_raw(tmp_path / "requests.jsonl"), {})
+    assert built.to_dict() == orjson.loads((tmp_path / "benchmark.json").read_bytes())
+
+
+# --- the column formulas, value for value ----------------------------------------------------
+
+_MS = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 5e-324, 1e-3, 1.0, 1e300]),
+                st.floats(0, 1e7, allow_nan=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(_MS, _MS, _MS, st.integers(0, 10**6),
+                               st.one_of(st.none(), st.integers(0, 10**6))),
+                     min_size=1, max_size=30))
+def test_derive_columns_equals_derive_row(rows):
+    e2e = np.array([np.nan if r[0] is None else r[0] for r in rows])
+    ttfo = np.array([np.nan if r[1] is None else r[1] for r in rows])
+    ttft = np.array([np.nan if r[2] is None else r[2] for r in rows])
+    out = np.array([r[3] for r in rows], dtype=np.int64)
+    prompt = np.array([0 if r[4] is None else r[4] for r in rows], dtype=np.int64)
+    cols = derive.derive_columns(e2e, ttfo, ttft, out, prompt,
+                                 np.array([r[4] is not None for r in rows]))
+    for i, r in enumerate(rows):
+        want = derive.derive_row({"e2e_ms": r[0], "time_to_first_output_ms": r[1],
+                                  "ttft_ms": r[2], "output_tokens": r[3],
+                                  "prompt_tokens": r[4]})
+        for name, value in want.items():
+            got = cols[name][i]
+            got = None if math.isnan(got) else float(got)
+            assert same(got, value), (name, r, got, value)
+
+
+@given(values=st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5]) | st.floats(-5, 5),
+                       max_size=40),
+       p=st.integers(0, 100))
+def test_nearest_rank_columns_takes_the_same_zero(values, p):
+    got = stats.nearest_rank_column(np.array(values, dtype=np.float64), p)
+    assert same(got, stats.nearest_rank(values, p))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=raw_files(), data=st.data())
+def test_verify_columns_agrees_with_the_row_by_row_checks(lines: list[bytes],
+                                                          data: st.DataObject):
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "requests.jsonl"
+        path.write_bytes(b"".join(lines))
+        try:
+            doc = build_benchmark(read_raw(path))
+        except Exception:
+            return
+    assert verify_benchmark(doc) == _verify_rows(doc) == []
+    rows = derive.RowColumns.from_rows(doc["request_timings"])
+    assert rows is not None
+    assert same(stats.aggregate_columns(rows, doc["wall_clock_ms"]), doc["metrics"])
+    if not doc["request_timings"]:
+        return
+    altered = copy.deepcopy(doc)
+    i = data.draw(st.integers(0, len(altered["request_timings"]) - 1), label="row")
+    row = altered["request_timings"][i]
+    name = data.draw(st.sampled_from(sorted(row)), label="field")
+    value = row[name]
+    bad = data.draw(st.sampled_from([None, True, -0.0, 0.0, 1, 1.0, -1, 2**53, 2**64, "x",
+                                     math.nextafter(value, math.inf)
+                                     if isinstance(value, float) else value]),
+                    label="value")
+    if data.draw(st.booleans(), label="drop"):
+        del row[name]
+    else:
+        row[name] = bad
+    if data.draw(st.booleans(), label="extra key"):
+        row["other"] = 1
+    assert verify_benchmark(altered) == _verify_rows(altered)
+
+
+def test_from_rows_leaves_unusual_rows_to_the_row_by_row_checks():
+    good = {name: 0 for name in derive.ROW_FIELDS}
+    good.update({name: 1.0 for name in derive.FLOAT_FIELDS}, output_token_source="usage")
+    assert derive.RowColumns.from_rows([good]) is not None
+    for change in ({"e2e_ms": float("nan")}, {"ttft_ms": float("inf")}, {"output_tokens": True},
+                   {"cached_tokens": None}, {"request_index": 2**64}, {"other": 1},
+                   {"output_token_source": ["usage"]}, {"e2e_ms": None}, {"e2e_ms": -1.0}):
+        assert derive.RowColumns.from_rows([{**good, **change}]) is None, change
+    assert derive.RowColumns.from_rows([good, "row"]) is None
+    assert derive.RowColumns.from_rows("rows") is None
+
+
+def _request(i: int, *, warmup: bool = False, **change: Any) -> bytes:
+    s = 10**9 + i * 10**7
+    d = {"type": "request", "request_index": i, "warmup": warmup,
+         "planned_context_tokens": 100, "start_ns": s, "first_output_ns": s + 10**6,
+         "first_content_ns": s + 2 * 10**6, "end_ns": s + 9 * 10**6, "reasoning_chunks": 1,
+         "content_chunks": 1, "chunk_deltas_ns": [10**6, 10**6], "chunk_channels": "rc",
+         "usage": {"prompt_tokens": 100, "completion_tokens": 2}, "finish_reason": "stop",
+         "http_status": 200, "failure": None, "worker": None}
+    d.update(change)
+    return orjson.dumps(d) + b"\n"
+
+
+_HEAD = orjson.dumps({"type": "run", "run_id": "benchmark-20260801T160039Z",
+                      "started_at": "2026-08-01T16:00:39Z", "params": {}}) + b"\n"
+_END = b'{"type":"run_end","finished_at":"2026-08-01T16:09:00Z"}\n'
+
+
+@pytest.mark.parametrize(("lines", "line", "words"), [
+    # a duplicate names both lines; warm-ups have their own indices
+    ([_HEAD, _request(0), _request(1), _request(0), _END], 4, "already used on line 2"),
+    ([_HEAD, _request(0, warmup=True), _request(0), _request(0, warmup=True)], 4,
+     "already used on line 2"),
+    # the first fault in line order wins ...
+    ([_HEAD, _request(0), _request(0), _request(1, start_ns=1.5)], 3, "already used"),
+    ([_HEAD, _request(0), _request(1, start_ns=1.5), _request(0)], 3, "start_ns"),
+    ([_HEAD, _request(3), _request(1), _request(3), _request(1)], 4, "request_index 3"),
+    # ... except that an unparseable line anywhere wins over any other fault
+    ([_HEAD, _request(0), _request(0), _request(1), b'{"type": "req\n', _END], 5,
+     "not valid JSON"),
+    ([_HEAD, _END, _request(1), b"\n"], 4, "not valid JSON"),
+    ([_HEAD, _END, _request(1)], 3, "after the run_end"),
+    ([_HEAD, _request(0), _END, b"[1]\n"], 4, "not a JSON object"),
+    ([_HEAD, _request(0), _request(2), _END], None, r"\[1\] have no record"),
+    ([_HEAD, _request(0), _request(2**40), _END], None, r"\[1, 2, 3, 4, 5, 6, 7, 8, 9, 10\]"),
+])
+def test_faults_raise_the_same_error(tmp_path: Path, lines: list[bytes], line: int | None,
+                                     words: str):
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    with pytest.raises(Exception, match=words) as exc:
+        read_raw(raw)
+    assert getattr(exc.value, "line", None) == line
+    _check_same(lines)
