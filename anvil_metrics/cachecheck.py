@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.rawfile import read_raw
-
 # cache block granularity differs per server (vLLM 16 tokens, others up to 64): a hit may
 # round the legitimately shared head up by one block
 BLOCK_SLACK_TOKENS = 64
@@ -52,14 +50,27 @@ def warning_for(rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) ->
     )
 
 
-def check_run_dir(run_dir: str | Path) -> str | None:
-    """`warning_for` on a finished run folder (its raw header and benchmark rows)."""
+def header_params(raw_path: Path) -> dict[str, Any]:
+    """The run's `params` from the first line of its `requests.jsonl` alone (a run of a
+    million requests is not read to learn its header)."""
+    import orjson
+
+    with open(raw_path, "rb") as f:
+        header = orjson.loads(f.readline())
+    params = header.get("params") if isinstance(header, dict) else None
+    return params if isinstance(params, dict) else {}
+
+
+def check_run_dir(run_dir: str | Path, doc: Mapping[str, Any] | None = None) -> str | None:
+    """`warning_for` on a finished run folder: its raw header's params and the rows of its
+    benchmark (`doc`, when the caller has it loaded already; else `benchmark.json`)."""
     import orjson
 
     run_dir = Path(run_dir)
     try:
-        raw = read_raw(run_dir / "requests.jsonl")
-        doc = orjson.loads((run_dir / "benchmark.json").read_bytes())
+        params = header_params(run_dir / "requests.jsonl")
+        if doc is None:
+            doc = orjson.loads((run_dir / "benchmark.json").read_bytes())
     except Exception:  # a check, never a failure of the run
         return None
-    return warning_for(doc.get("request_timings") or [], raw.header.get("params") or {})
+    return warning_for(doc.get("request_timings") or [], params)

@@ -188,17 +188,18 @@ def cmd_run(a: argparse.Namespace) -> int:
             print(f"anvil: the run wrote no benchmark.json (Locust exit code "
                   f"{result.locust_exit_code}); its log is {result.log_path}", file=sys.stderr)
         return 2 if result.locust_exit_code == 2 else 1
-    for line in summary_lines(load_benchmark(result.benchmark_path)):
+    doc = load_benchmark(result.benchmark_path)
+    for line in summary_lines(doc):
         print(line)
-    _warn_cache_hits(result.benchmark_path.parent)
+    _warn_cache_hits(result.benchmark_path.parent, doc)
     print(f"result: {result.benchmark_path}")
     return 0
 
 
-def _warn_cache_hits(run_dir: Path) -> None:
+def _warn_cache_hits(run_dir: Path, doc: dict | None = None) -> None:
     from anvil_metrics.cachecheck import check_run_dir
 
-    warning = check_run_dir(run_dir)
+    warning = check_run_dir(run_dir, doc)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
 
@@ -208,9 +209,10 @@ def cmd_postprocess(a: argparse.Namespace) -> int:
     from anvil_metrics.run import load_benchmark, summary_lines
 
     path = postprocess(Path(a.run_dir))
-    for line in summary_lines(load_benchmark(path)):
+    doc = load_benchmark(path)
+    for line in summary_lines(doc):
         print(line)
-    _warn_cache_hits(path.parent)
+    _warn_cache_hits(path.parent, doc)
     print(f"result: {path}")
     return 0
 

@@ -260,8 +260,14 @@ def _mutate(lines: list[bytes], k: int, mutation: Any) -> list[bytes]:
             obj["first_content_ns"] = obj["end_ns"] + 1
         lines[k] = orjson.dumps(obj) + b"\n"
     elif change == "duplicate":
-        others = [orjson.loads(x) for j, x in enumerate(lines)
-                  if j != k and x.startswith(b'{"type":"request"')]
+        others = []
+        for j, x in enumerate(lines):
+            if j != k and x.startswith(b'{"type":"request"'):
+                try:  # an earlier fault may have damaged it
+                    others.append(orjson.loads(x))
+                except orjson.JSONDecodeError:
+                    continue
+        others = [o for o in others if isinstance(o, dict) and "request_index" in o]
         if others:
             obj["request_index"] = others[0]["request_index"]
             obj["warmup"] = others[0]["warmup"]
