@@ -61,7 +61,6 @@ from anvil_metrics.body import BodyBuilder
 from anvil_metrics.client import Endpoint
 from anvil_metrics.control import Ticket
 from anvil_metrics.events import anvil_events
-from anvil_metrics.lagmon import LoopLagMonitor
 from anvil_metrics.prompts import Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.rawfile import record_problem
 from anvil_metrics.records import Failure, RequestRecord
@@ -216,11 +215,7 @@ class WorkerSession:
         self.budget.on_orphan = self._orphan
         self.shipper = RecordShipper(send, setup.run_id)
         self.finished = False
-        self.lag = LoopLagMonitor()
-        self._health: dict[str, Any] | None = None
-        self._load_started = False
-        self._cpu0_s = time.process_time()
-        self._wall0_s = time.perf_counter()
+        self.load = saturation.LoadWindow()
         anvil_events.request_record.add_listener(self._on_record)
 
     def _on_record(self, record: RequestRecord, **_: Any) -> None:
@@ -239,25 +234,11 @@ class WorkerSession:
         anvil_events.request_record.fire(record=record)
 
     def begin_load(self) -> None:
-        if self._load_started:
-            return
-        self._load_started = True
-        self.lag.start()
-        self._cpu0_s = time.process_time()
-        self._wall0_s = time.perf_counter()
+        if not self.load.started:
+            self.load.begin()
 
     def end_load(self) -> None:
-        if self._health is not None:
-            return
-        lag = self.lag.stop()
-        wall_s = time.perf_counter() - self._wall0_s
-        cpu = (time.process_time() - self._cpu0_s) / wall_s * 100 if wall_s > 0 else None
-        lag_json = lag.as_json()
-        saturated, reasons = saturation.verdict(lag_json.get("p99"), cpu)
-        self._health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
-                        "achieved_concurrency": None, "saturated": saturated,
-                        "verdict": saturation.verdict_text(saturated, reasons),
-                        "load_s": wall_s, "cpu_s": time.process_time() - self._cpu0_s}
+        self.load.end()
 
     def finish(self, _stats: dict[str, Any] | None = None) -> None:
         """Stop taking tickets, ship what is left, then say how many records were sent
@@ -270,7 +251,7 @@ class WorkerSession:
         anvil_events.request_record.remove_listener(self._on_record)
         self.shipper.flush()
         self._send("anvil_done", {"run_id": self.run_id, "sent": self.shipper.sent,
-                                  "worker": self.worker, "health": self._health})
+                                  "worker": self.worker, "health": self.load.end()})
 
 
 class WorkerAgent:

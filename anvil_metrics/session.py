@@ -13,7 +13,6 @@ import logging
 import os
 import secrets
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,6 @@ from anvil_metrics.control import RequestBudget
 from anvil_metrics.counting import Counter, server_counter
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.events import anvil_events
-from anvil_metrics.lagmon import LoopLagMonitor
 from anvil_metrics.live import LiveStats
 from anvil_metrics.prompts import (
     NO_CALIBRATION,
@@ -124,40 +122,21 @@ class RunSession:
         self.cache_warning: str | None = None
         self.live = LiveStats(run_id, opts.scenario.requests)
         anvil_events.request_record.add_listener(self._on_record)
-        self.lag = LoopLagMonitor()
+        self.load = saturation.LoadWindow()
         self._health: dict[str, Any] | None = None
-        self._cpu0_s = time.process_time()
-        self._wall0_s = time.perf_counter()
-        self._load0_ns = time.perf_counter_ns()
 
     def begin_load(self) -> None:
         """Start the generator-health figures: call when set-up work is over and the users
         are about to send (set-up stalls, e.g. a final garbage collection, are not load)."""
         SendStats.max_chunk_ns = SendStats.chunks = 0
-        self.lag.start()
-        self._cpu0_s = time.process_time()
-        self._wall0_s = time.perf_counter()
-        self._load0_ns = time.perf_counter_ns()
+        self.load.begin()
 
     def end_load(self) -> None:
         """Freeze the generator-health figures: the load is over (the budget is spent, or
         the run is being stopped); shutting Locust down is not load."""
         if self._health is not None:
             return
-        lag = self.lag.stop()
-        wall_s = time.perf_counter() - self._wall0_s
-        cpu = (time.process_time() - self._cpu0_s) / wall_s * 100 if wall_s > 0 else None
-        lag_json = lag.as_json()
-        if lag.max_at_ns is not None:  # when the worst stall happened, for diagnosis
-            lag_json["max_at_s"] = round((lag.max_at_ns - self._load0_ns) / 1e9, 3)
-        lag_json["stalls"] = [[round((at - self._load0_ns) / 1e9, 3), round(late / 1e6, 2)]
-                              for at, late in self.lag.stalls]  # [s into the load, ms late]
-        saturated, reasons = saturation.verdict(lag.as_json().get("p99"), cpu)
-        self._health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
-                        "achieved_concurrency": None, "saturated": saturated,
-                        "verdict": saturation.verdict_text(saturated, reasons),
-                        # raw record only: the load window and this process's CPU in it
-                        "load_s": wall_s, "cpu_s": time.process_time() - self._cpu0_s,
+        self._health = {**self.load.end(),
                         # raw record only: the longest single write of a request chunk
                         "send_chunk_ms_max": SendStats.max_chunk_ns / 1e6,
                         "send_chunks": SendStats.chunks}
