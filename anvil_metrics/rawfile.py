@@ -650,9 +650,16 @@ class _Reader:
         if self.deferred is not None:
             raise self.deferred
 
-    def _finish_notes(self) -> None:
+    def _run_fields(self) -> dict[str, Any]:
+        """What a RawRun and a RawColumns both hold about the run (not its requests); notes
+        that the run did not finish."""
+        assert self.header is not None
         if self.run_end is None:
             self.notes.append("no run_end line: the run did not finish")
+        return {"header": self.header, "run_end": self.run_end,
+                "partial": self.run_end is None or self.torn_lines > 0,
+                "torn_lines": self.torn_lines, "notes": tuple(self.notes),
+                "path": str(self.p), "workers": self.workers}
 
     def _lost(self, missing: list[int]) -> RawFileError:
         return RawFileError(
@@ -661,31 +668,20 @@ class _Reader:
 
     def raw_run(self) -> RawRun:
         self._raise_deferred()
-        assert self.header is not None
-        self._finish_notes()
+        fields = self._run_fields()
         if self.run_end is not None:
             indices = sorted(r.request_index for r in self.records if not r.warmup)
             missing = _first_missing(indices)
             if missing:
                 raise self._lost(missing)
-        return RawRun(
-            header=self.header,
-            records=tuple(self.records),
-            run_end=self.run_end,
-            partial=self.run_end is None or self.torn_lines > 0,
-            torn_lines=self.torn_lines,
-            notes=tuple(self.notes),
-            path=str(self.p),
-            workers=self.workers,
-        )
+        return RawRun(records=tuple(self.records), **fields)
 
     def raw_columns(self) -> RawColumns:
         import numpy as np
 
         table = np.frombuffer(self.buf, dtype=np.int64).reshape(-1, len(RAW_COLUMNS))
         self._raise_deferred(self._first_duplicate(table))
-        assert self.header is not None
-        self._finish_notes()
+        fields = self._run_fields()
         measured = table[table[:, COL["warmup"]] == 0, COL["request_index"]]
         if self.run_end is not None and len(measured):
             missing = _first_missing(np.sort(measured))
@@ -704,18 +700,8 @@ class _Reader:
             off = w.get("perf_offset_ns")
             if _is_int(off) and not -STAMP_LIMIT < off < STAMP_LIMIT:
                 raise UnusualRecords(f"worker {name} clock offset beyond ±2**62")
-        return RawColumns(
-            header=self.header,
-            table=table,
-            failures=self.failures,
-            worker_names=tuple(self.worker_codes),
-            run_end=self.run_end,
-            partial=self.run_end is None or self.torn_lines > 0,
-            torn_lines=self.torn_lines,
-            notes=tuple(self.notes),
-            path=str(self.p),
-            workers=self.workers,
-        )
+        return RawColumns(table=table, failures=self.failures,
+                          worker_names=tuple(self.worker_codes), **fields)
 
     def _first_duplicate(self, table: Any) -> RawFileError | None:
         """The error read_raw raises for the first line (in file order) whose
