@@ -49,6 +49,10 @@ def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
     errfile = tempfile.TemporaryFile()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errfile,
                             stdin=subprocess.DEVNULL)
+    # poll, not select: select() refuses descriptors numbered 1024 or more, which a long
+    # test session can reach
+    poller = select.poll()
+    poller.register(proc.stdout, select.POLLIN)
     try:
         deadline = time.monotonic() + timeout_s
         url = None
@@ -59,8 +63,7 @@ def start_simulator(args: list[str] | None = None, timeout_s: float = 15.0
                 err = errfile.read().decode(errors="replace")
                 raise AnvilError(f"the simulator did not start ({' '.join(cmd)}): "
                                  f"{err.strip()[-500:] or 'no listening line in time'}")
-            ready, _, _ = select.select([proc.stdout], [], [], left)
-            if ready:
+            if poller.poll(left * 1000):
                 chunk = proc.stdout.readline()
                 m = _LISTENING.search(chunk)
                 if m:
