@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from itertools import chain, repeat
+from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,7 +40,6 @@ import orjson
 from anvil_metrics import derive, saturation, stats
 from anvil_metrics.errors import VerifyError
 from anvil_metrics.rawfile import (
-    COL,
     JSON_OPTIONS,
     NULL,
     RAW_COLUMNS,
@@ -50,7 +49,7 @@ from anvil_metrics.rawfile import (
     dumps_strict,
     strict_json_problems,
 )
-from anvil_metrics.records import FAILURE_KINDS, PHASES, Failure, RequestRecord
+from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
 from anvil_metrics.urls import strip_credentials
 
 SCHEMA = "anvil-serving.benchmark/v1"
@@ -179,11 +178,12 @@ def redact_url(url: Any) -> Any:
     return strip_credentials(url) if isinstance(url, str) else url
 
 
-def _client_block(client: Mapping[str, Any] | None, measured: Sequence[RequestRecord],
-                  wall: float | None) -> dict[str, Any] | None:
+def _client_block(client: Mapping[str, Any] | None,
+                  figures: Callable[[], tuple[float | None, dict[str, Any] | None]]
+                  ) -> dict[str, Any] | None:
     """The `client` health block: the load generator's own figures from the raw `run_end`
     (loop lag, CPU, the saturation verdict; missing keys → null) and, from the records,
-    `achieved_concurrency` and `start_delay_ms` (see `saturation.py`)."""
+    `achieved_concurrency` and `start_delay_ms` (`figures()`; see `saturation.py`)."""
     if client is None:
         return None
     block = {key: client.get(key) for key in CLIENT_KEYS}
@@ -192,8 +192,7 @@ def _client_block(client: Mapping[str, Any] | None, measured: Sequence[RequestRe
         block["saturated"], block["verdict"] = sat, saturation.verdict_text(sat, reasons)
     elif block["verdict"] is None:
         block["verdict"] = saturation.verdict_text(block["saturated"], [])
-    block["achieved_concurrency"] = saturation.achieved_concurrency(measured, wall)
-    block["start_delay_ms"] = saturation.start_delay_ms(measured)
+    block["achieved_concurrency"], block["start_delay_ms"] = figures()
     return block
 
 
@@ -240,7 +239,9 @@ def build_benchmark(raw: RawRun, client: Mapping[str, Any] | None = None) -> dic
     doc = _document(
         raw.header, finished=finished_at(raw), partial=raw.partial, wall=wall,
         requests=len(measured), completed=len(rows), failures=failures,
-        warmups=len(raw.warmups), client=_client_block(client, measured, wall),
+        warmups=len(raw.warmups),
+        client=_client_block(client, lambda: (saturation.achieved_concurrency(measured, wall),
+                                              saturation.start_delay_ms(measured))),
         rows=rows, metrics=stats.aggregate(rows, wall),
         calibration_error=lambda: stats.planned_vs_counted_error_pct_max(rows),
     )
@@ -297,7 +298,7 @@ def _document(header: Mapping[str, Any], *, finished: str | None, partial: bool,
 # exist as a million Python dicts. `build_benchmark` above is the definition this must equal,
 # value for value and byte for byte once written (tests/test_columns.py).
 
-ROW_BATCH = 8192  # rows turned into JSON (or record views) at a time
+ROW_BATCH = 1024  # rows turned into JSON at a time (small batches stay in the CPU caches)
 
 
 class BuiltBenchmark:
@@ -332,54 +333,102 @@ class BuiltBenchmark:
         at = head.find(marker)
         if at < 0 or head.find(marker, at + 1) >= 0:
             raise AssertionError("request_timings placeholder not found exactly once")
-        yield head[:at] + b'\n  "request_timings": [\n'
+        yield head[:at] + b'\n  "request_timings": ['
+        columns = _row_text(rows)
         for first in range(0, n, ROW_BATCH):
-            yield (b",\n" if first else b"") + _rows_json(rows, first, min(n, first + ROW_BATCH))
+            yield _rows_json(columns, first, min(n, first + ROW_BATCH))
         yield b"\n  ]" + head[at + len(marker):]
 
 
 # A row as orjson writes it inside the document (OPT_INDENT_2 | OPT_SORT_KEYS: keys sorted,
 # the row at 4 spaces of indent, its fields at 6): `cached_tokens` — first in sorted order —
 # only where reported, then every other field with orjson's text for its value.
+#
+# `_ROW_TEMPLATE` is a row's text with a None wherever it varies: slot 0 is the row's
+# opening (the separator before it, the brace and, where reported, the whole `cached_tokens`
+# line); slot 2 * j is the value of `_ROW_KEYS[j]`, j ≥ 1; the rest is fixed.
 _ROW_KEYS = sorted(derive.ROW_FIELDS)
 assert _ROW_KEYS[0] == "cached_tokens"
-_ROW_OPEN = b",\n    {\n"  # each row's first piece; the batch's leading ",\n" is dropped
-_ROW_CACHED = b'      "cached_tokens": %b,\n'
-_ROW_PIECES = [b'      "%s": ' % _ROW_KEYS[1].encode()] + [
-    b',\n      "%s": ' % k.encode() for k in _ROW_KEYS[2:]]
-_ROW_CLOSE = b"\n    }"
-_SOURCE_JSON = (b'"chunks"', b'"usage"')
+_ROW_OPEN = b",\n    {\n"  # the first row of all has no comma
+_ROW_CACHED = b'      "cached_tokens": '
+_ROW_TEMPLATE: list[bytes | None] = [
+    None,
+    b'      "%s": ' % _ROW_KEYS[1].encode(), None,
+    *chain.from_iterable((b',\n      "%s": ' % k.encode(), None) for k in _ROW_KEYS[2:]),
+    b"\n    }",
+]
+_SOURCE_JSON = np.array([b'"chunks"', b'"usage"'], dtype=object)  # by `usage_source`
 
 
-def _rows_json(rows: derive.RowColumns, first: int, stop: int) -> bytes:
-    """Rows [first, stop) as they appear in the document's `request_timings`, joined by
-    `,\n` (no leading or trailing separator). Each value is orjson's own text for it (orjson
-    writes a float64 array element as it writes the Python float, NaN as null); the text of
-    each row is its fixed pieces and its values interleaved, joined in one go."""
+class _RowText(NamedTuple):
+    """A RowColumns readied for `_rows_json` (whole columns, made once per write).
 
-    def tokens(column: Any, present: Any = None) -> list[bytes]:
-        values = orjson.dumps(np.ascontiguousarray(column[first:stop]),
-                              option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
-        if present is not None:
-            for i in np.flatnonzero(~present[first:stop]).tolist():
-                values[i] = b"null"
-        return values
+    `values`: for each of `_ROW_KEYS[1:]`, its column — an int64 or float64 array (orjson
+    writes NaN as null), or an object array of texts (`output_token_source`) — and
+    where the column is null (a bool array, or None). `cached`/`cached_shown`:
+    `cached_tokens` and where the row has it.
+    """
 
-    cached = [_ROW_CACHED % t if has else b"" for t, has in zip(
-        tokens(rows.counts["cached_tokens"]),
-        rows.present["cached_tokens"][first:stop].tolist(), strict=True)]
-    pieces: list[Any] = [repeat(_ROW_OPEN), cached]
-    for piece, name in zip(_ROW_PIECES, _ROW_KEYS[1:], strict=True):
+    values: list[tuple[Any, Any]]
+    cached: Any
+    cached_shown: Any
+
+
+def _row_text(rows: derive.RowColumns) -> _RowText:
+    values: list[tuple[Any, Any]] = []
+    for name in _ROW_KEYS[1:]:
         if name in rows.floats:
-            values = tokens(rows.floats[name])
+            values.append((rows.floats[name], None))
         elif name == "output_token_source":
-            values = [_SOURCE_JSON[u] for u in rows.usage_source[first:stop].tolist()]
+            values.append((_SOURCE_JSON[rows.usage_source.astype(np.intp)], None))
         else:
-            values = tokens(rows.counts[name], rows.present.get(name))
-        pieces += [repeat(piece), values]
-    pieces.append(repeat(_ROW_CLOSE))
-    # the fixed pieces repeat without end: the value lists set the length
-    return b"".join(chain.from_iterable(zip(*pieces, strict=False)))[2:]
+            present = rows.present.get(name)
+            values.append((rows.counts[name], None if present is None else ~present))
+    return _RowText(values, rows.counts["cached_tokens"], rows.present["cached_tokens"])
+
+
+def _json_values(column: Any) -> bytes:
+    """orjson's text of a numeric array's elements, `,`-separated (orjson writes a float64
+    element as it writes the Python float, NaN as null)."""
+    return orjson.dumps(np.ascontiguousarray(column),
+                        option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+
+
+def _rows_json(columns: _RowText, first: int, stop: int) -> bytes:
+    """Rows [first, stop) as they appear in the document's `request_timings`, each preceded
+    by `,\n` (the first row of all by `\n` alone).
+
+    `_ROW_TEMPLATE` repeated once per row, each column's texts put in its slots with one
+    slice assignment, all joined in one go: no Python code runs per row, only per null
+    count. What is left is orjson, one `split` per column and the join; small batches
+    (`ROW_BATCH`) keep the ~17 bytes objects a row makes in the CPU caches, which measured
+    faster than larger ones.
+    """
+    width = len(_ROW_TEMPLATE)
+    text = _ROW_TEMPLATE * (stop - first)
+    # The openings: `_ROW_OPEN`, plus the `cached_tokens` line where the row has it. The
+    # lines come from one replace of the reported values' separators: each `,` ends a line
+    # (and `\0` marks where to split) and starts the next.
+    opening = np.full(stop - first, _ROW_OPEN, dtype=object)
+    shown = columns.cached_shown[first:stop]
+    if shown.any():
+        line = _ROW_OPEN + _ROW_CACHED
+        cached = _json_values(columns.cached[first:stop][shown])
+        opening[shown] = (line + cached.replace(b",", b",\n\0" + line) + b",\n").split(b"\0")
+    openings = opening.tolist()
+    if first == 0:
+        openings[0] = openings[0][1:]
+    text[0::width] = openings
+    for slot, (column, null) in enumerate(columns.values, start=1):
+        if column.dtype == object:  # texts already
+            values = column[first:stop].tolist()
+        else:
+            values = _json_values(column[first:stop]).split(b",")
+        if null is not None:
+            for i in np.flatnonzero(null[first:stop]).tolist():
+                values[i] = b"null"
+        text[2 * slot::width] = values
+    return b"".join(text)  # type: ignore[arg-type]  # every None slot is filled
 
 
 def build_benchmark_columns(raw: RawColumns,
@@ -421,7 +470,7 @@ def build_benchmark_columns(raw: RawColumns,
         raw.header, finished=finished, partial=raw.partial, wall=wall,
         requests=len(order), completed=len(rows), failures=failures,
         warmups=len(t) - len(measured),
-        client=_client_block(client, _RecordViews(raw, order), wall),
+        client=_client_block(client, lambda: _client_figures(col, order, wall)),
         rows=[], metrics=stats.aggregate_columns(rows, wall),
         calibration_error=lambda: stats.planned_vs_counted_error_pct_max_columns(rows),
     )
@@ -454,77 +503,15 @@ def _row_columns(t: Any, new_index: Any) -> derive.RowColumns:
                              usage_source=c["usage_source"] != 0)
 
 
-class _RecordView(NamedTuple):
-    """A measured record as the `client` block's figures read it (`saturation.py`): its
-    stamps, counts, worker, failure and `extra.start_delay_ns`; no chunk timings or usage."""
-
-    request_index: int
-    start_ns: int
-    end_ns: int | None
-    first_output_ns: int | None
-    first_content_ns: int | None
-    warmup: bool
-    planned_context_tokens: int | None
-    reasoning_chunks: int
-    content_chunks: int
-    worker: str | None
-    failure: Failure | None
-    extra: dict[str, Any]
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
-
-
-def _failure(details: tuple[Any, Any, Any, Any, Any]) -> Failure:
-    kind, message, status, phase, _ = details
-    return Failure(kind=kind, message=message, http_status=status, phase=phase)
-
-
-class _RecordViews(Sequence[_RecordView]):
-    """The measured records of a RawColumns in `order`, made one batch at a time as they
-    are iterated (a million records are never all objects at once)."""
-
-    def __init__(self, raw: RawColumns, order: Any) -> None:
-        self.raw = raw
-        self.order = order
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return list(self._views(self.order[i]))
-        return next(self._views(self.order[[i]]))
-
-    def __iter__(self) -> Iterator[_RecordView]:
-        for first in range(0, len(self.order), ROW_BATCH):
-            yield from self._views(self.order[first:first + ROW_BATCH])
-
-    def _views(self, positions: Any) -> Iterator[_RecordView]:
-        raw = self.raw
-        t = raw.table[positions]
-
-        def column(name: str) -> list[Any]:
-            values = t[:, COL[name]]
-            missing = values == NULL
-            if not missing.any():
-                return values.tolist()
-            out = values.astype(object)
-            out[missing] = None
-            return out.tolist()
-
-        names = np.array([*raw.worker_names, None], dtype=object)  # worker -1: None
-        failures: list[Failure | None] = [None] * len(positions)
-        for i in np.flatnonzero(t[:, COL["failed"]]).tolist():
-            failures[i] = _failure(raw.failures[int(positions[i])])
-        extras = [{} if d is None else {"start_delay_ns": d} for d in column("start_delay_ns")]
-        yield from map(tuple.__new__, repeat(_RecordView), zip(
-            t[:, COL["request_index"]].tolist(), t[:, COL["start_ns"]].tolist(),
-            column("end_ns"), column("first_output_ns"), column("first_content_ns"),
-            (t[:, COL["warmup"]] != 0).tolist(), column("planned_context_tokens"),
-            t[:, COL["reasoning_chunks"]].tolist(), t[:, COL["content_chunks"]].tolist(),
-            names[t[:, COL["worker"]]].tolist(), failures, extras, strict=True))
+def _client_figures(col: Mapping[str, Any], order: Any, wall: float | None
+                    ) -> tuple[float | None, dict[str, Any] | None]:
+    """`achieved_concurrency` and `start_delay_ms` of the measured records at `order`, as
+    `saturation.py` computes them from RequestRecords."""
+    end = col["end_ns"][order]
+    delay = col["start_delay_ns"][order]
+    return (saturation.achieved_concurrency_columns(col["start_ns"][order], end, end != NULL,
+                                                    wall),
+            saturation.start_delay_ms_columns(delay[delay != NULL]))
 
 
 def load_benchmark(path: str | Path) -> dict[str, Any]:

@@ -30,20 +30,43 @@ def unexpected_hits(rows: Sequence[Mapping[str, Any]], expected_shared_tokens: i
     return [r for r in rows if (r.get("cached_tokens") or 0) > limit]
 
 
-def warning_for(rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> str | None:
-    """One line when cached tokens show hits the run's prompts should not have, else None."""
+def expected_shared(params: Mapping[str, Any]) -> int | None:
+    """How many tokens the run's prompts may share (`expected_shared_tokens`), or None
+    when hits are expected (shared-prefix mode, a reused nonce) or were never counted."""
     if params.get("nonce_reused") or params.get("shared_prefix"):
         return None
     sizing = params.get("prompt_sizing") or {}
     expected = sizing.get("expected_shared_tokens")
-    if not isinstance(expected, int):
+    return expected if isinstance(expected, int) else None
+
+
+def warning_for(rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> str | None:
+    """One line when cached tokens show hits the run's prompts should not have, else None."""
+    expected = expected_shared(params)
+    if expected is None:
         return None
-    hits = unexpected_hits(rows, expected)
+    return _warning(unexpected_hits(rows, expected), len(rows), expected)
+
+
+def warning_for_columns(rows: Any, params: Mapping[str, Any]) -> str | None:
+    """`warning_for` of the rows a `derive.RowColumns` holds (the same line)."""
+    expected = expected_shared(params)
+    if expected is None:
+        return None
+    counts, present = rows.counts, rows.present
+    hit = present["cached_tokens"] & (counts["cached_tokens"] > expected + BLOCK_SLACK_TOKENS)
+    hits = [{"cached_tokens": c, "prompt_tokens": p if has else None} for c, p, has in zip(
+        counts["cached_tokens"][hit].tolist(), counts["prompt_tokens"][hit].tolist(),
+        present["prompt_tokens"][hit].tolist(), strict=True)]
+    return _warning(hits, len(rows), expected)
+
+
+def _warning(hits: Sequence[Mapping[str, Any]], total: int, expected: int) -> str | None:
     if not hits:
         return None
     worst = max(hits, key=lambda r: r["cached_tokens"])
     return (
-        f"{len(hits)} of {len(rows)} requests were served partly from the server's prefix "
+        f"{len(hits)} of {total} requests were served partly from the server's prefix "
         f"cache (up to {worst['cached_tokens']} of {worst.get('prompt_tokens')} prompt tokens, "
         f"at most ~{expected} expected): their TTFT and prefill rate are not cold-prefill "
         "figures. Was the run nonce reused, or the same prompts sent earlier?"

@@ -205,15 +205,15 @@ def _warn_cache_hits(run_dir: Path, doc: dict | None = None) -> None:
 
 
 def cmd_postprocess(a: argparse.Namespace) -> int:
-    from anvil_metrics.postprocess import postprocess
-    from anvil_metrics.run import load_benchmark, summary_lines
+    from anvil_metrics.postprocess import postprocess_run
+    from anvil_metrics.run import summary_lines
 
-    path = postprocess(Path(a.run_dir))
-    doc = load_benchmark(path)
-    for line in summary_lines(doc):
+    done = postprocess_run(Path(a.run_dir))
+    for line in summary_lines(done.summary):
         print(line)
-    _warn_cache_hits(path.parent, doc)
-    print(f"result: {path}")
+    if done.cache_warning:
+        print(f"warning: {done.cache_warning}", file=sys.stderr)
+    print(f"result: {done.path}")
     return 0
 
 

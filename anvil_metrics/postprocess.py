@@ -11,8 +11,11 @@ row-by-row build, whose document it writes byte for byte.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from anvil_metrics import cachecheck
 from anvil_metrics.benchmark import build_benchmark, build_benchmark_columns
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.rawfile import UnusualRecords, atomic_write_json, read_raw, scan_raw
@@ -29,8 +32,24 @@ def build_for_run(run_dir: Path) -> dict:
     return build_benchmark(raw, (raw.run_end or {}).get("client"))
 
 
+@dataclass(frozen=True, slots=True)
+class Postprocessed:
+    """What `postprocess_run` wrote, and what a summary of it needs without reading it back
+    (a million rows' `benchmark.json` takes seconds and gigabytes to load)."""
+
+    path: Path  # the benchmark.json written
+    summary: dict[str, Any]  # the document, its `request_timings` left empty
+    cache_warning: str | None  # `cachecheck`'s line about unexpected prefix-cache hits
+
+
 def postprocess(run_dir: str | Path) -> Path:
-    """Build and atomically write `<run_dir>/benchmark.json`; returns its path.
+    """Build and atomically write `<run_dir>/benchmark.json`; returns its path (see
+    `postprocess_run`)."""
+    return postprocess_run(run_dir).path
+
+
+def postprocess_run(run_dir: str | Path) -> Postprocessed:
+    """Build and atomically write `<run_dir>/benchmark.json`.
 
     The raw file is read as columns and the rows are written a batch at a time, so a run of
     a million requests needs well under a GiB; the document is the one `build_for_run`
@@ -45,7 +64,14 @@ def postprocess(run_dir: str | Path) -> Path:
     try:
         raw = scan_raw(raw_path)
     except UnusualRecords:
-        atomic_write_json(out, build_for_run(run_dir))
-        return out
-    build_benchmark_columns(raw, (raw.run_end or {}).get("client")).write(out)
-    return out
+        doc = build_for_run(run_dir)
+        atomic_write_json(out, doc)
+        params = cachecheck.header_params(raw_path)
+        return Postprocessed(out, {**doc, "request_timings": []},
+                             cachecheck.warning_for(doc["request_timings"], params))
+    built = build_benchmark_columns(raw, (raw.run_end or {}).get("client"))
+    built.write(out)
+    params = raw.header.get("params")
+    warning = cachecheck.warning_for_columns(built.rows,
+                                             params if isinstance(params, dict) else {})
+    return Postprocessed(out, built.doc, warning)

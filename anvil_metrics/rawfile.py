@@ -31,6 +31,7 @@ import secrets
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -286,17 +287,31 @@ def read_raw(path: str | Path) -> RawRun:
     return reader.raw_run()
 
 
-def scan_raw(path: str | Path) -> RawColumns:
+def scan_raw(path: str | Path, *, parallel: bool = True) -> RawColumns:
     """Read a `requests.jsonl` as `read_raw` does — same checks, same errors, same notes —
     into columns instead of RequestRecord objects (see `RawColumns`): what `anvil
     postprocess` needs of a run of any size, without its chunk timings or usage objects.
 
     Raises UnusualRecords (before or instead of anything else it might find) when a record
     holds a value the columns do not model; `read_raw` reads such a file.
+
+    A large file's second half is read by a child process (`rawpart.py`) when `parallel`
+    and the machine has a second CPU; the outcome is the same.
     """
     reader = _Reader(Path(path), columns=True)
-    reader.read()
+    reader.read(split=None if not parallel else _split_offset(Path(path)))
     return reader.raw_columns()
+
+
+def _split_offset(p: Path) -> int | None:
+    from anvil_metrics import rawpart
+
+    if (os.cpu_count() or 1) < 2:
+        return None
+    try:
+        return rawpart.split_offset(p)
+    except OSError:
+        return None  # the one-pass read says what is wrong with the file
 
 
 class UnusualRecords(Exception):
@@ -395,30 +410,62 @@ class _Reader:
         self.records: list[RequestRecord] = []
         self.seen: dict[tuple[bool, int], int] = {}
         # scan_raw
-        self.buf = array("q")
+        self.buf = array("q")  # the rows, flushed from `pending` (see `_append`)
+        self.pending: list[int] = []
         self.n_records = 0
         self.failures: dict[int, tuple[Any, Any, Any, Any, Any]] = {}
         self.worker_codes: dict[str, int] = {}
 
-    def read(self) -> None:
+    def read(self, split: int | None = None, read_part: Any = None) -> None:
+        """Read the file; with `split` (a line start), the lines from there on are read by a
+        child process (`rawpart.py`; in-process by `read_part(path, split)` if given)."""
         # The cyclic collector would walk every record read so far, again and again, and
         # nothing read here forms a cycle: it is off for the read (reference counting frees
         # each line's objects as before).
         collecting = gc.isenabled()
         gc.disable()
         try:
-            self._read()
+            if split is None:
+                self._read()
+            else:
+                self._read_split(split, read_part)
         finally:
             if collecting:
                 gc.enable()
 
-    def _read(self) -> None:
+    def _read_split(self, split: int, read_part: Any) -> None:
+        from anvil_metrics import rawpart
+
+        child = rawpart.start_child(self.p, split) if read_part is None else None
+        try:
+            n = self._read(stop=split)
+            if child is not None:
+                part = rawpart.child_result(child)
+            else:
+                try:
+                    part = read_part(self.p, split)
+                except UnusualRecords:  # as a child that exits with it
+                    part = None
+        except BaseException:
+            if child is not None:
+                rawpart.stop_child(child)
+            raise
+        if part is None:  # the child failed: read the rest here
+            self._read(start=split, line0=n)
+        else:
+            rawpart.merge_part(self, part, n)
+
+    def _read(self, start: int = 0, stop: int | None = None, line0: int = 0) -> int:
+        """Lines from byte `start` (a line start; its line is `line0 + 1`) to `stop` (a line
+        start) or the end; returns the last line's number."""
         p = self.p
-        n = 0
+        n = line0
         try:
             with open(p, "rb", buffering=1 << 20) as f:
+                f.seek(start)
+                lines: Iterable[bytes] = f if stop is None else _until(f, stop - start)
                 line = self._line_columns if self.columns else self._line_records
-                for n, raw in enumerate(f, start=1):
+                for n, raw in enumerate(lines, start=line0 + 1):
                     if raw[-1:] == b"\n":
                         line(n, raw)
                     else:
@@ -431,6 +478,7 @@ class _Reader:
         if not self.parsed:
             raise RawFileError(p, "no complete line; the run header itself is torn",
                                line=1, fix="the run died before it started; run it again")
+        return n
 
     # --- one line -------------------------------------------------------------------------
 
@@ -444,6 +492,7 @@ class _Reader:
         try:
             obj = _loads(raw)  # the newline is JSON whitespace
         except orjson.JSONDecodeError:
+            self._flush()  # an earlier row beyond int64 was met first
             _parse(self.p, n, raw[:-1])  # raises, with the message read_raw gives
             raise
         self.parsed += 1
@@ -465,6 +514,7 @@ class _Reader:
             self._interpret(n, obj)
 
     def _interpret(self, n: int, obj: Any) -> None:
+        self._flush()  # the rows before this line first: one may be beyond int64
         try:
             self._interpret_now(n, obj)
         except UnusualRecords:
@@ -526,27 +576,12 @@ class _Reader:
         if type(d) is not dict or self.header is None or self.run_end is not None:
             return False
         try:  # the keys RequestRecord.to_json_dict always writes; else the slow way
-            if d["type"] != "request":
-                return False
-            ri = d["request_index"]
-            s = d["start_ns"]
-            e = d["end_ns"]
-            fo = d["first_output_ns"]
-            fc = d["first_content_ns"]
-            rc = d["reasoning_chunks"]
-            cc = d["content_chunks"]
-            pl = d["planned_context_tokens"]
-            wu = d["warmup"]
-            u = d["usage"]
-            f = d["failure"]
-            w = d["worker"]
-            ch = d["chunk_channels"]
-            deltas = d["chunk_deltas_ns"]
+            ty, ri, s, e, fo, fc, rc, cc, pl, wu, u, f, w, ch, deltas = _PLAIN_KEYS(d)
         except KeyError:
             return False
         x = d.get("extra")
-        if not (type(ri) is int and ri >= 0 and type(s) is int
-                and type(rc) is int and rc >= 0 and type(cc) is int and cc >= 0
+        if not (ty == "request" and type(ri) is int and ri >= 0 and type(s) is int
+                and s != NULL and type(rc) is int and rc >= 0 and type(cc) is int and cc >= 0
                 and (pl is None or (type(pl) is int and pl >= 0)) and type(wu) is bool
                 and (e is None or type(e) is int) and (fo is None or type(fo) is int)
                 and (fc is None or type(fc) is int)
@@ -588,7 +623,13 @@ class _Reader:
                 cached = NULL
         else:
             out, src, prompt, cached = rc + cc, False, NULL, NULL
-        delay = _delay(x.get("start_delay_ns") if x else None, n)
+        delay = NULL
+        if x:
+            delay = x.get("start_delay_ns")
+            if type(delay) is not int or delay == NULL:
+                if delay == NULL:
+                    self._flush()  # the rows before it first: one may be beyond int64
+                delay = _delay(delay, n)
         if f is not None:
             self.failures[self.n_records] = (f["kind"], f.get("message", ""),
                                              f.get("http_status"), f.get("phase"),
@@ -599,9 +640,12 @@ class _Reader:
             wc = self.worker_codes.get(w)
             if wc is None:
                 wc = self.worker_codes[w] = len(self.worker_codes)
-        self._append((n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
-                      NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out, src,
-                      prompt, cached, wc, delay, f is not None))
+        self.pending += (n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
+                         NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
+                         src, prompt, cached, wc, delay, f is not None)
+        self.n_records += 1
+        if len(self.pending) >= _FLUSH_VALUES:
+            self._flush()
         return True
 
     def _push_record(self, n: int, rec: RequestRecord) -> None:
@@ -612,6 +656,8 @@ class _Reader:
             raise UnusualRecords(f"line {n}: worker {rec.worker!r}")
         if not isinstance(rec.extra, dict):
             raise UnusualRecords(f"line {n}: extra {rec.extra!r}")
+        if rec.start_ns == NULL:  # the column would read it as null
+            raise UnusualRecords(f"line {n}: start_ns {rec.start_ns}")
         out, source = derive.output_tokens_from(rec.usage, rec.reasoning_chunks,
                                                 rec.content_chunks)
         prompt = derive.prompt_tokens_from(rec.usage)
@@ -634,11 +680,30 @@ class _Reader:
                       out, source == "usage", v(prompt), v(cached), wc, delay, f is not None))
 
     def _append(self, values: tuple[Any, ...]) -> None:
-        try:
-            self.buf.extend(values)
-        except OverflowError as exc:
-            raise UnusualRecords(f"line {values[0]}: a value beyond int64") from exc
+        self.pending += values
         self.n_records += 1
+        self._flush()
+
+    def _flush(self) -> None:
+        """Move the `pending` rows into `buf` (int64). Rows wait there a batch at a time
+        (one conversion for many rows is several times cheaper than one per row); every
+        path that could raise or record an error flushes first, so a row beyond int64
+        raises UnusualRecords exactly where reading row by row would have."""
+        pending = self.pending
+        if not pending:
+            return
+        try:
+            rows = array("q", pending)
+        except OverflowError:
+            width = len(RAW_COLUMNS)
+            for at in range(0, len(pending), width):
+                try:
+                    array("q", pending[at:at + width])
+                except OverflowError as exc:
+                    raise UnusualRecords(f"line {pending[at]}: a value beyond int64") from exc
+            raise
+        self.buf += rows
+        pending.clear()
 
     # --- the end ----------------------------------------------------------------------------
 
@@ -679,6 +744,7 @@ class _Reader:
     def raw_columns(self) -> RawColumns:
         import numpy as np
 
+        self._flush()
         table = np.frombuffer(self.buf, dtype=np.int64).reshape(-1, len(RAW_COLUMNS))
         self._raise_deferred(self._first_duplicate(table))
         fields = self._run_fields()
@@ -725,6 +791,15 @@ class _Reader:
                             f"{int(line[first])}", line=int(line[j]))
 
 
+def _until(f: Iterable[bytes], size: int) -> Iterable[bytes]:
+    """The lines of `f` that lie within its next `size` bytes (`size` ends a line)."""
+    for raw in f:
+        yield raw
+        size -= len(raw)
+        if size <= 0:
+            return
+
+
 def _delay(value: Any, n: int) -> int:
     """`extra.start_delay_ns` as the column holds it: the integer (a bool counts as one, as
     in `saturation.start_delay_ms`), NULL when it is not an integer."""
@@ -754,6 +829,11 @@ def _first_missing(indices: Any) -> list[int]:
 
 _loads = orjson.loads
 _dumps = orjson.dumps
+_PLAIN_KEYS = itemgetter("type", "request_index", "start_ns", "end_ns", "first_output_ns",
+                         "first_content_ns", "reasoning_chunks", "content_chunks",
+                         "planned_context_tokens", "warmup", "usage", "failure", "worker",
+                         "chunk_channels", "chunk_deltas_ns")
+_FLUSH_VALUES = 4096 * len(RAW_COLUMNS)  # rows of `_Reader.pending` converted at a time
 _DIGITS_AND_COMMAS = b"0123456789,"
 
 

@@ -71,6 +71,26 @@ def start_delay_ms(records: Sequence[RequestRecord]) -> dict[str, float | None] 
             "max": max(values)}
 
 
+def achieved_concurrency_columns(start_ns: Any, end_ns: Any, has_end: Any,
+                                 wall_clock_ms: float | None) -> float | None:
+    """`achieved_concurrency` of numpy columns (int64 stamps; `has_end` a bool mask): the
+    same value (the busy time is summed exactly, as Python integers are)."""
+    if not wall_clock_ms:
+        return None
+    busy_ns = sum((end_ns[has_end] - start_ns[has_end]).tolist())
+    return busy_ns / 1e6 / wall_clock_ms
+
+
+def start_delay_ms_columns(delay_ns: Any) -> dict[str, float | None] | None:
+    """`start_delay_ms` of a numpy int64 column of the records' delays (the ones with an
+    integer `extra.start_delay_ns`, in record order): the same values."""
+    if not len(delay_ns):
+        return None
+    values = delay_ns / 1e6  # float64, each int64 → double then ÷ as Python's int / float
+    p50, p99 = stats.nearest_rank_columns(values, (50, 99))
+    return {"p50": p50, "p99": p99, "max": float(values.max())}
+
+
 def verdict_text(saturated: bool | None, reasons: Sequence[str]) -> str:
     if saturated is None:
         return "not measured"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics import cachecheck, calcache, saturation
+from anvil_metrics import calcache, saturation
 from anvil_metrics.body import BodyBuilder, body_fields
 from anvil_metrics.client import ChatClient, Endpoint, SendStats
 from anvil_metrics.control import RequestBudget
@@ -253,7 +253,7 @@ class RunSession:
         _latest = self
         self.budget.close()
         anvil_events.request_record.remove_listener(self._on_record)
-        from anvil_metrics.postprocess import postprocess
+        from anvil_metrics.postprocess import postprocess_run
 
         try:
             own = self.client_health()
@@ -270,12 +270,13 @@ class RunSession:
         finally:
             self.writer.close()
         try:
-            self.benchmark_path = postprocess(self.run_dir)
+            done = postprocess_run(self.run_dir)
         except AnvilError as e:
             log.error("anvil: could not build benchmark.json for %s: %s", self.run_dir, e)
             self.benchmark_path = None
         else:
-            self.cache_warning = cachecheck.check_run_dir(self.run_dir)
+            self.benchmark_path = done.path
+            self.cache_warning = done.cache_warning
             if self.cache_warning:
                 log.warning("anvil: %s", self.cache_warning)
         self.live.finish()

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anvil_metrics import benchmark, derive, stats
+from anvil_metrics import benchmark, derive, rawpart, stats
 from anvil_metrics.benchmark import (
     _verify_rows,
     build_benchmark,
@@ -34,7 +34,9 @@ from anvil_metrics.benchmark import (
 )
 from anvil_metrics.postprocess import postprocess
 from anvil_metrics.rawfile import (
+    RawColumns,
     UnusualRecords,
+    _Reader,
     atomic_write_json,
     read_raw,
     scan_raw,
@@ -203,11 +205,34 @@ def _check_same(lines: list[bytes]) -> None:
         got = _outcome(lambda: _postprocess_bytes(run_dir))
         assert got == want
         # the reader alone: the same verdict as read_raw unless it hands the file over
-        scanned = _outcome(lambda: scan_raw(run_dir / "requests.jsonl"))
-        read = _outcome(lambda: read_raw(run_dir / "requests.jsonl"))
+        path = run_dir / "requests.jsonl"
+        scanned = _outcome(lambda: scan_raw(path, parallel=False))
+        read = _outcome(lambda: read_raw(path))
         if scanned[0] == "error" or read[0] == "error":
             if scanned[1] != "UnusualRecords":
                 assert scanned == read
+        # read in two parts (rawpart.py), cut at every line start: the same columns
+        one_pass = _comparable(scanned)
+        starts = np.flatnonzero(np.frombuffer(path.read_bytes(), np.uint8) == 10) + 1
+        for split in starts.tolist():
+            assert rawpart.line_start_after(path, split) in (split, None)
+            if rawpart.line_start_after(path, split) is None:
+                continue
+            assert _comparable(_outcome(lambda s=split: _scan_split(path, s))) == one_pass
+
+
+def _scan_split(path: Path, split: int) -> RawColumns:
+    reader = _Reader(path, columns=True)
+    reader.read(split=split, read_part=rawpart.read_part)
+    return reader.raw_columns()
+
+
+def _comparable(outcome: Any) -> Any:
+    if outcome[0] != "ok":
+        return outcome
+    c = outcome[1]
+    return (c.header, c.table.tolist(), c.failures, c.worker_names, c.run_end, c.partial,
+            c.torn_lines, c.notes, c.path, c.workers)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -341,6 +366,79 @@ def test_large_run_writes_several_batches(tmp_path: Path, monkeypatch):
     assert built.to_dict() == orjson.loads((tmp_path / "benchmark.json").read_bytes())
 
 
+def _mixed_run(path: Path, n: int) -> None:
+    """A run of `n` requests from two workers, with failures, a worker line in the middle
+    and a record only the slow path reads (no "worker" key)."""
+    header = {"type": "run", "run_id": "benchmark-20260801T160039Z",
+              "started_at": "2026-08-01T16:00:39Z", "params": {}}
+    lines = [orjson.dumps(header) + b"\n"]
+    for i in range(n):
+        if i == n // 2:
+            lines.append(b'{"type":"worker","worker":"w:2","perf_offset_ns":1000}\n')
+        s = 10**9 + i * 10**7
+        failed = i % 11 == 5
+        lines.append(orjson.dumps({
+            "type": "request", "request_index": i, "warmup": False,
+            "planned_context_tokens": 100, "start_ns": s, "first_output_ns": s + 10**6,
+            "first_content_ns": s + 2 * 10**6, "end_ns": s + 9 * 10**6 + i,
+            "reasoning_chunks": 3, "content_chunks": 6, "chunk_deltas_ns": [10**6] * 9,
+            "chunk_channels": "rrrcccccc",
+            "usage": {"completion_tokens": 9},
+            "finish_reason": "stop", "http_status": 200,
+            "failure": {"kind": "truncated", "message": f"lost {i}", "phase": "decode"}
+            if failed else None,
+            "worker": None if i % 5 == 0 else f"w:{1 + (i * 7 // n) % 2}",
+            "extra": {"start_delay_ns": i}}) + b"\n")
+        if i == n - 3:  # no "worker" key at all: not a plain line, read the slow way
+            lines[-1] = lines[-1].replace(b',"worker":"w:2"', b"").replace(
+                b',"worker":"w:1"', b"")
+    lines.append(b'{"type":"run_end","finished_at":"2026-08-01T16:09:00Z","client":{}}\n')
+    path.write_bytes(b"".join(lines))
+
+
+def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """A file over `rawpart.MIN_BYTES` has its second half read by a real child process
+    (`python -m anvil_metrics.rawpart`); the columns are those of one pass, and a child that
+    fails is replaced by reading the rest in-process."""
+    path = tmp_path / "requests.jsonl"
+    _mixed_run(path, 400)
+    outcome = _outcome(lambda: scan_raw(path, parallel=False))
+    assert outcome[0] == "ok" and len(outcome[1].table) == 400 and len(outcome[1].failures) == 36
+    one_pass = _comparable(outcome)
+    monkeypatch.setattr(rawpart, "MIN_BYTES", 0)
+    started = []
+    real_start = rawpart.start_child
+
+    def spy(p: Path, offset: int) -> Any:
+        started.append(offset)
+        return real_start(p, offset)
+
+    results = []
+    real_result = rawpart.child_result
+
+    def result_spy(proc: Any) -> Any:
+        results.append(real_result(proc))
+        return results[-1]
+
+    monkeypatch.setattr(rawpart, "start_child", spy)
+    monkeypatch.setattr(rawpart, "child_result", result_spy)
+    assert _comparable(_outcome(lambda: scan_raw(path))) == one_pass
+    assert started and 0 < started[0] < path.stat().st_size
+    assert len(results) == 1 and results[0] is not None  # the child's part was merged
+    assert any(seg[0] == "line" for seg in results[0].segments)  # the worker line
+    assert postprocess(tmp_path).read_bytes() == _reference_bytes(tmp_path)
+
+    def failing(p: Path, offset: int) -> Any:
+        import subprocess
+        import sys
+        return subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    monkeypatch.setattr(rawpart, "start_child", failing)
+    assert _comparable(_outcome(lambda: scan_raw(path))) == one_pass
+
+
 # --- the column formulas, value for value ----------------------------------------------------
 
 _MS = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 5e-324, 1e-3, 1.0, 1e300]),
@@ -467,3 +565,56 @@ def test_faults_raise_the_same_error(tmp_path: Path, lines: list[bytes], line: i
         read_raw(raw)
     assert getattr(exc.value, "line", None) == line
     _check_same(lines)
+
+
+@pytest.mark.parametrize("after", [b'{"type": "req\n', b'{"type":"bogus"}\n',
+                                   _request(1, start_ns=1.5)])
+def test_a_row_beyond_int64_is_found_before_what_follows_it(tmp_path: Path, after: bytes):
+    """Rows are converted to int64 a batch at a time; an unusual row is still reported
+    (UnusualRecords, naming its line) before a later line's fault, as row by row."""
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join([_HEAD, _request(0), _request(2**40), _request(2), after, _END]))
+    with pytest.raises(UnusualRecords, match="line 3: a value beyond int64"):
+        scan_raw(raw, parallel=False)
+    _check_same(raw.read_bytes().splitlines(keepends=True))
+
+
+_ROW_COUNT = st.one_of(st.sampled_from([0, 1, 9, 10]), st.integers(0, 2**53 - 1))
+_ROW_FLOAT = st.one_of(st.sampled_from([0.0, 1e-7, 1e16, 0.1 + 0.2, 123456789.0]),
+                       st.floats(0, 1e300, allow_nan=False), st.floats(-1e9, 1e9))
+
+
+@st.composite
+def _timing_rows(draw: Any) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(draw(st.integers(1, 12))):
+        row: dict[str, Any] = {name: draw(_ROW_COUNT) for name in derive.COUNT_FIELDS}
+        row["request_index"] = i
+        for name in derive.OPTIONAL_COUNT_FIELDS:
+            row[name] = draw(st.one_of(st.none(), _ROW_COUNT))
+        if row["cached_tokens"] is None:
+            del row["cached_tokens"]  # not reported: no key
+        for name in derive.FLOAT_FIELDS:
+            nullable = name in derive.NULLABLE_FLOATS
+            value = draw(st.one_of(st.none(), _ROW_FLOAT) if nullable else _ROW_FLOAT)
+            row[name] = abs(value) if name in ("e2e_ms", "time_to_first_output_ms",
+                                               "ttft_ms") and value is not None else value
+        row["output_token_source"] = draw(st.sampled_from(["usage", "chunks"]))
+        rows.append(row)
+    return rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(_timing_rows(), st.sampled_from([1, 2, 3, 5, 1024]))
+def test_rows_are_written_as_orjson_writes_them(rows: list[dict[str, Any]], batch: int):
+    """`BuiltBenchmark` writes its rows, batch by batch, as orjson writes the plain document:
+    nulls, `cached_tokens` absent or present, any float, any batch seam."""
+    columns = derive.RowColumns.from_rows(rows)
+    assert columns is not None
+    doc = {"schema": "x", "request_timings": [], "wall_clock_ms": 1.5}
+    built = benchmark.BuiltBenchmark(doc, columns)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(benchmark, "ROW_BATCH", batch)
+        written = b"".join(built._json_chunks())
+    assert written == orjson.dumps({**doc, "request_timings": rows},
+                                   option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)

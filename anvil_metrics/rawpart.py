@@ -1,0 +1,222 @@
+"""`scan_raw` of a large `requests.jsonl` in two processes: the second half is read by a child.
+
+Why: reading is what post-processing a big run costs (a million request lines are ~1.1 GB
+of JSON; parsing and checking them takes ~10 µs a line, most of the ~20 s a million-row
+`anvil postprocess` took), and a machine that ran a load generator has a second core. The
+file is cut at the first line start after its middle; this process reads the first part as
+before while a child (`python -m anvil_metrics.rawpart FILE OFFSET`, a fresh interpreter:
+nothing is forked, so a gevent-patched Locust process can use it too) reads the rest.
+
+The outcome is exactly the one of reading the file in one pass (`rawfile._Reader`): the
+child only does the part that does not depend on what came before — parse each line and
+put a plain `"request"` line into columns (`_Reader._fast_request`) — and hands back every
+other line as it is. This process then takes the child's lines in file order
+(`merge_part`): column rows are appended (line numbers, record positions and worker codes
+shifted to the whole file's), other lines go through the one-pass reader's own code. Where
+the state of the run changes what a plain request line means (after a `run_end` line, or
+after an error that will be raised at the end), the merge applies what the one-pass reader
+would have done with it. The child stops at the first unparseable line (the one-pass
+reader raises there).
+
+What the child returns (pickled on its stdout), `Part`:
+- `buf`: the column rows it built (int64, `RAW_COLUMNS`), line numbers counted from 1 at the
+  cut, worker codes its own (`workers`, in code order), failures by its own row position;
+- `segments`: in file order, `("rows", first, stop)` (rows of `buf`), `("line", n, raw)` (a
+  line for the one-pass reader, with its newline if it had one).
+
+A child that meets a value the columns do not model (`UnusualRecords`), or fails in any
+way, hands nothing back: this process reads the part itself, as the one-pass reader would.
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from anvil_metrics.errors import RawFileError
+from anvil_metrics.rawfile import COL, RAW_COLUMNS, UnusualRecords, _Reader
+
+MIN_BYTES = 64 * 2**20  # smaller files are read in one process (a child costs ~0.2 s)
+
+
+@dataclass
+class Part:
+    buf: bytes = b""
+    workers: list[str] = field(default_factory=list)
+    failures: dict[int, tuple[Any, Any, Any, Any, Any]] = field(default_factory=dict)
+    segments: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def split_offset(path: Path) -> int | None:
+    """Where the second part starts: the first line start after the middle of the file
+    (None when the file is too small to be worth a child, or has no line start there)."""
+    size = path.stat().st_size
+    if size < MIN_BYTES:
+        return None
+    return line_start_after(path, size // 2)
+
+
+def line_start_after(path: Path, offset: int) -> int | None:
+    """The first offset ≥ `offset` that starts a line (follows a newline), or None."""
+    with open(path, "rb") as f:
+        if offset > 0:
+            f.seek(offset - 1)
+            f.readline()  # to the end of the line `offset - 1` is in
+        else:
+            f.seek(0)
+        start = f.tell()
+        return start if f.read(1) else None
+
+
+class _PartReader(_Reader):
+    """The child's reader: a part of the file, from a line start to the end."""
+
+    def __init__(self, p: Path) -> None:
+        super().__init__(p, columns=True)
+        self.header = {}  # the run header is in the first part; plain lines need only this
+        self.segments: list[tuple[Any, ...]] = []
+        self._rows_from = 0  # first row of the open "rows" segment
+
+    def read_from(self, offset: int) -> Part:
+        """Read from `offset` to the end. Raises UnusualRecords when a line has a value the
+        columns do not model (the parent then reads this part itself)."""
+        with open(self.p, "rb", buffering=1 << 20) as f:
+            f.seek(offset)
+            for n, raw in enumerate(f, start=1):
+                if not self._part_line(n, raw):
+                    break
+        self._close_rows()
+        return Part(buf=self.buf.tobytes(), workers=list(self.worker_codes),
+                    failures=self.failures, segments=self.segments)
+
+    def _part_line(self, n: int, raw: bytes) -> bool:
+        """Take one line; False after an unparseable one (nothing after it matters)."""
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self._hand_over(n, raw)
+            return False
+        if raw[-1:] != b"\n" or not self._fast_request(n, obj):
+            self._hand_over(n, raw)
+        return True
+
+    def _hand_over(self, n: int, raw: bytes) -> None:
+        self._close_rows()
+        self.segments.append(("line", n, raw))
+
+    def _close_rows(self) -> None:
+        self._flush()
+        if self.n_records > self._rows_from:
+            self.segments.append(("rows", self._rows_from, self.n_records))
+            self._rows_from = self.n_records
+
+
+def read_part(path: Path, offset: int) -> Part:
+    """The child's work, callable in-process (tests)."""
+    return _PartReader(path).read_from(offset)
+
+
+def start_child(path: Path, offset: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "anvil_metrics.rawpart", str(path), str(offset)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def child_result(proc: subprocess.Popen[bytes]) -> Part | None:
+    """The child's Part, or None if it failed (the caller reads the part itself)."""
+    out, _err = proc.communicate()
+    if proc.returncode != 0:
+        return None
+    try:
+        return Part(*pickle.loads(out))
+    except Exception:  # noqa: BLE001 - a child that wrote something else: read it here
+        return None
+
+
+def stop_child(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
+def merge_part(reader: _Reader, part: Part, line0: int) -> None:
+    """Append the child's `part` (which began after line `line0`) to `reader`, as if
+    `reader` had read those lines itself."""
+    import numpy as np
+
+    table = np.frombuffer(part.buf, dtype=np.int64).reshape(-1, len(RAW_COLUMNS)).copy()
+    table[:, COL["line"]] += line0
+    failed = sorted(part.failures)
+    for seg in part.segments:
+        kind = seg[0]
+        if kind == "line":
+            n, raw = seg[1] + line0, seg[2]
+            if raw[-1:] == b"\n":
+                reader._line_columns(n, raw)
+            else:
+                reader._tail(n, raw)
+        else:
+            first, stop = seg[1], seg[2]
+            reader.parsed += stop - first
+            if reader.deferred is not None:
+                continue  # parsed, not interpreted: the kept error is what will be raised
+            if reader.run_end is not None:
+                _after_run_end(reader, int(table[first, COL["line"]]))
+                continue
+            shift = reader.n_records - first
+            lo, hi = np.searchsorted(failed, [first, stop]).tolist()
+            for pos in failed[lo:hi]:
+                reader.failures[pos + shift] = part.failures[pos]
+            rows = table[first:stop]
+            _recode_workers(reader, part.workers, rows)
+            reader._flush()  # the reader's own rows first
+            reader.buf.frombytes(rows.tobytes())
+            reader.n_records += stop - first
+
+
+def _recode_workers(reader: _Reader, names: list[str], rows: Any) -> None:
+    """Turn the child's worker codes in `rows` into the reader's, giving new names their
+    codes in the order they first appear (as the one-pass reader does)."""
+    import numpy as np
+
+    column = rows[:, COL["worker"]]
+    codes, first_at = np.unique(column, return_index=True)
+    for code in codes[np.argsort(first_at)].tolist():
+        if code >= 0:
+            reader.worker_codes.setdefault(names[code], len(reader.worker_codes))
+    # the child's -1 (no worker) indexes the trailing -1
+    to_reader = np.array([reader.worker_codes.get(name, -1) for name in names] + [-1],
+                         dtype=np.int64)
+    rows[:, COL["worker"]] = to_reader[column]
+
+
+def _after_run_end(reader: _Reader, n: int) -> None:
+    """What the one-pass reader keeps for a request line after the `run_end` line."""
+    reader.deferred = RawFileError(reader.p, "'request' line after the run_end line", line=n)
+    reader.deferred_line = n
+
+
+def main(argv: list[str]) -> int:
+    path, offset = Path(argv[0]), int(argv[1])
+    gc.disable()  # as _Reader.read: nothing read forms a cycle
+    try:
+        part = read_part(path, offset)
+    except UnusualRecords:
+        return 3  # the parent reads this part itself, and says what is unusual where
+    out = sys.stdout.buffer
+    # plain values (the child runs as __main__: its Part class is not the parent's)
+    out.write(pickle.dumps((part.buf, part.workers, part.failures, part.segments),
+                           protocol=pickle.HIGHEST_PROTOCOL))
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
