@@ -640,12 +640,9 @@ class _Reader:
             wc = self.worker_codes.get(w)
             if wc is None:
                 wc = self.worker_codes[w] = len(self.worker_codes)
-        self.pending += (n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
-                         NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
-                         src, prompt, cached, wc, delay, f is not None)
-        self.n_records += 1
-        if len(self.pending) >= _FLUSH_VALUES:
-            self._flush()
+        self._append((n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
+                      NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out, src,
+                      prompt, cached, wc, delay, f is not None))
         return True
 
     def _push_record(self, n: int, rec: RequestRecord) -> None:
@@ -680,9 +677,11 @@ class _Reader:
                       out, source == "usage", v(prompt), v(cached), wc, delay, f is not None))
 
     def _append(self, values: tuple[Any, ...]) -> None:
+        """One row (`RAW_COLUMNS`) into `pending`; converted with the others of its batch."""
         self.pending += values
         self.n_records += 1
-        self._flush()
+        if len(self.pending) >= _FLUSH_VALUES:
+            self._flush()
 
     def _flush(self) -> None:
         """Move the `pending` rows into `buf` (int64). Rows wait there a batch at a time
