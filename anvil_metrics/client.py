@@ -149,10 +149,10 @@ def _body_blocks(resp: Any, silence: Silence | None = None) -> Iterator[tuple[by
     the headers) comes first, stamped now. Reads once per `recv`, never waiting for a
     full buffer; chunked transfer encoding is decoded by geventhttpclient's parser.
 
-    The socket is read directly (its non-blocking OS socket, after waiting for it to be
-    readable): gevent's `recv` first tries and fails with EAGAIN (an exception per SSE
-    event) and, with a timeout set, starts a timer per wait. Silences are bounded by
-    `silence` instead, whose `last_ns` each read stamps."""
+    The socket is read directly (its non-blocking OS socket; on EAGAIN, a wait on its read
+    watcher): gevent's `recv` on a socket with a timeout starts and cancels a timer around
+    every wait, once per SSE event. Silences are bounded by `silence` instead, whose
+    `last_ns` each read stamps."""
     buf = resp._body_buffer
     if buf:
         block = bytes(buf)
@@ -164,16 +164,20 @@ def _body_blocks(resp: Any, silence: Silence | None = None) -> Iterator[tuple[by
         raise HTTPConnectionClosed("connection closed.")
     raw_recv = sock._sock.recv  # the OS socket, non-blocking (gevent keeps it so)
     wait, readable = sock.hub.wait, sock._read_event
-    data = b""
     while not resp.message_complete:
         if resp._sock is None:
             raise HTTPConnectionClosed("connection closed.")
         try:
-            if len(data) < full:  # a full read may have left more: read before waiting
-                wait(readable)
+            # read first, as gevent does: what arrived while this stream was busy (the
+            # next event of a quick pair, e.g. usage then [DONE]) is stamped now, not after
+            # a turn of the hub behind every other ready stream
             data = raw_recv(full)
         except (BlockingIOError, InterruptedError):
-            data = b""  # woken with nothing to read after all: wait again
+            try:
+                wait(readable)
+            except BaseException:
+                resp.release()
+                raise
             continue
         except BaseException:
             resp.release()
