@@ -40,7 +40,6 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics.errors import RawFileError
 from anvil_metrics.rawfile import COL, RAW_COLUMNS, UnusualRecords, _Reader
 
 MIN_BYTES = 64 * 2**20  # smaller files are read in one process (a child costs ~0.2 s)
@@ -198,9 +197,9 @@ def _recode_workers(reader: _Reader, names: list[str], rows: Any) -> None:
 
 
 def _after_run_end(reader: _Reader, n: int) -> None:
-    """What the one-pass reader keeps for a request line after the `run_end` line."""
-    reader.deferred = RawFileError(reader.p, "'request' line after the run_end line", line=n)
-    reader.deferred_line = n
+    """What the one-pass reader keeps for a request line after the `run_end` line (its own
+    interpretation of such a line, which is all it looks at before keeping the error)."""
+    reader._interpret(n, {"type": "request"})
 
 
 def main(argv: list[str]) -> int:
