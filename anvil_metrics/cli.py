@@ -199,9 +199,12 @@ def cmd_run(a: argparse.Namespace) -> int:
 def _warn_cache_hits(run_dir: Path, doc: dict | None = None) -> None:
     from anvil_metrics.cachecheck import check_run_dir
 
-    warning = check_run_dir(run_dir, doc)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    _warn(check_run_dir(run_dir, doc))
+
+
+def _warn(line: str | None) -> None:
+    if line:
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def cmd_postprocess(a: argparse.Namespace) -> int:
@@ -211,8 +214,7 @@ def cmd_postprocess(a: argparse.Namespace) -> int:
     done = postprocess_run(Path(a.run_dir))
     for line in summary_lines(done.summary):
         print(line)
-    if done.cache_warning:
-        print(f"warning: {done.cache_warning}", file=sys.stderr)
+    _warn(done.cache_warning)
     print(f"result: {done.path}")
     return 0
 
