@@ -39,6 +39,7 @@ import argparse
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,7 +56,7 @@ from _bench import (  # noqa: E402
     sim_stats,
 )
 
-from anvil_metrics.simproc import start_simulator  # noqa: E402
+from anvil_metrics.simproc import pinned_apart, start_simulator  # noqa: E402
 
 TARGET = 120_000
 PEERS = "SGLang bench_serving 78k, vLLM benchmark_serving 69k, bare asyncio client 137-157k"
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="at least this many requests per run (a flat-out run of 64 streams "
                     "is otherwise over in about a second)")
     ap.add_argument("--timeout-s", type=float, default=240.0, help="per client run")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="leave the simulator on the clients' CPUs (by default it gets a CPU "
+                    "of its own, as a server on its own machine: see simproc.pinned_apart)")
     args = ap.parse_args(argv)
     levels = [int(x) for x in args.streams.split(",") if x.strip()]
     regimes = [r for r in args.regimes.split(",") if r in REGIMES]
@@ -147,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{burst * interval_ms:g} ms per stream); {requests} requests]  "
                       f"{loadavg()}", flush=True)
                 runs = []
-                with start_simulator(sim_args) as sim:
+                with start_simulator(sim_args) as sim, \
+                        (pinned_apart(sim.pid) if args.pin else nullcontext("not pinned")) \
+                        as pinning:
+                    print(f"  CPUs: {pinning}", flush=True)
                     for kind in ("anvil", "reference"):
                         before = sim_stats(sim.url)["completed"]
                         work = Path(d) / f"{regime}-{n}-{kind}"

@@ -34,11 +34,13 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 
 from anvil_metrics.sim.rawclient import Capture, parse_capture, request_bytes
+from anvil_metrics.simproc import pinned_apart
 
 MS = 1e6
 
@@ -165,18 +167,6 @@ def start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], int]:
         proc.kill()
         raise SystemExit(f"simulator did not start: {line!r}")
     return proc, int(line.rsplit(":", 1)[1])
-
-
-def pin_cpus(sim_pid: int) -> str:
-    """Simulator on the first allowed CPU, this client on the others, if there are two."""
-    if not hasattr(os, "sched_setaffinity"):
-        return "not pinned"
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return "not pinned (one CPU)"
-    os.sched_setaffinity(sim_pid, {cpus[0]})
-    os.sched_setaffinity(0, set(cpus[1:]))
-    return f"sim on CPU {cpus[0]}, client on CPUs {cpus[1:]}"
 
 
 def analyse(clients: list[StreamClient], args: argparse.Namespace) -> dict[str, object]:
@@ -318,15 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     background = busy_cpus()
     proc, port = start_sim(args)
     try:
-        pinning = pin_cpus(proc.pid) if args.pin else "not pinned"
-        print(
-            f"sim capacity: {args.streams} streams x {args.tokens} tokens, interval "
-            f"{args.interval_ms:g} ms ({1000 / args.interval_ms:g} tok/s each), prefill "
-            f"{args.prefill_ms:g} ms, timer {args.timer}; {pinning}; "
-            f"background load before start: {background:.2f} busy CPUs "
-            f"of {os.cpu_count()}"
-        )
-        asyncio.run(bench(args, proc.pid, port))
+        with pinned_apart(proc.pid) if args.pin else nullcontext("not pinned") as pinning:
+            print(
+                f"sim capacity: {args.streams} streams x {args.tokens} tokens, interval "
+                f"{args.interval_ms:g} ms ({1000 / args.interval_ms:g} tok/s each), prefill "
+                f"{args.prefill_ms:g} ms, timer {args.timer}; {pinning}; "
+                f"background load before start: {background:.2f} busy CPUs "
+                f"of {os.cpu_count()}"
+            )
+            asyncio.run(bench(args, proc.pid, port))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -33,6 +33,7 @@ import argparse
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from _bench import (  # noqa: E402
     start_spread_ms,
 )
 
-from anvil_metrics.simproc import start_simulator  # noqa: E402
+from anvil_metrics.simproc import pinned_apart, start_simulator  # noqa: E402
 
 MS = 1e6
 
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
                     "one token interval, so its streams' phases are spread as anvil's are by "
                     "Locust's spawning; 0 aligns them all)")
     ap.add_argument("--timeout-s", type=float, default=180.0, help="per client run")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="leave the simulator on the clients' CPUs (by default it gets a CPU "
+                    "of its own, as a server on its own machine: see simproc.pinned_apart)")
     args = ap.parse_args(argv)
     stagger = args.interval_ms if args.ref_stagger_ms is None else args.ref_stagger_ms
     levels = [int(x) for x in args.streams.split(",") if x.strip()]
@@ -164,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[int, dict[str, Any]] = {}
     t_begin = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="anvil-timing-bias-") as d, \
-            start_simulator(sim_args) as sim:
+            start_simulator(sim_args) as sim, \
+            (pinned_apart(sim.pid) if args.pin else nullcontext("not pinned")) as pinning:
+        print(f"CPUs: {pinning}", flush=True)
         for n in levels:
             requests = max(args.min_requests, args.rounds * n)
             work = Path(d) / f"n{n}"

@@ -7,6 +7,7 @@ the plan itself: every chunk leaves no earlier than its deadline and arrives wit
 from __future__ import annotations
 
 import http.client
+import os
 import select
 import signal
 import statistics
@@ -29,6 +30,7 @@ from anvil_metrics.sim.tokenizer import (
     count_text_tokens,
     text_token_ids,
 )
+from anvil_metrics.simproc import pinned_apart, start_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -389,3 +391,21 @@ def test_non_streaming_waits_for_last_token(sim: Callable[[tuple[str, ...]], int
     assert int(resp.headers["anvil-t0-ns"]) > sent
     late = (resp.headers_arrival_ns - sent) / MS - plan_ms(LONG_USER)[2]
     assert 0 <= late < 50  # never early; the bound catches gross errors (VM stalls are ms)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_pinned_apart_gives_the_simulator_its_own_cpu() -> None:
+    mine = os.sched_getaffinity(0)
+    first = min(mine)
+    with start_simulator() as proc:
+        with pinned_apart(proc.pid) as what:
+            assert os.sched_getaffinity(proc.pid) == {first}
+            assert os.sched_getaffinity(0) == mine - {first}
+            # a process started now (a Locust run) inherits the client's CPUs
+            child = subprocess.run([sys.executable, "-c",
+                                    "import os; print(sorted(os.sched_getaffinity(0)))"],
+                                   capture_output=True, text=True, check=True)
+            assert child.stdout.strip() == str(sorted(mine - {first}))
+            assert f"simulator on CPU {first}" in what
+        assert os.sched_getaffinity(0) == mine
