@@ -48,6 +48,21 @@ def warning_for(rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) ->
     return _warning(unexpected_hits(rows, expected), len(rows), expected)
 
 
+def warning_for_scan(scanned: Any, params: Mapping[str, Any]) -> str | None:
+    """`warning_for` of a `docscan.ScannedBenchmark` scanned with `cached_above=limit(params)`
+    (the same line)."""
+    expected = expected_shared(params)
+    if expected is None:
+        return None
+    return _warning(scanned.cached_hits, scanned.rows, expected)
+
+
+def limit(params: Mapping[str, Any]) -> int | None:
+    """The `cached_tokens` above which a row is an unexpected hit, or None (no check)."""
+    expected = expected_shared(params)
+    return None if expected is None else expected + BLOCK_SLACK_TOKENS
+
+
 def warning_for_columns(rows: Any, params: Mapping[str, Any]) -> str | None:
     """`warning_for` of the rows a `derive.RowColumns` holds (the same line)."""
     expected = expected_shared(params)
@@ -84,16 +99,10 @@ def header_params(raw_path: Path) -> dict[str, Any]:
     return params if isinstance(params, dict) else {}
 
 
-def check_run_dir(run_dir: str | Path, doc: Mapping[str, Any] | None = None) -> str | None:
-    """`warning_for` on a finished run folder: its raw header's params and the rows of its
-    benchmark (`doc`, when the caller has it loaded already; else `benchmark.json`)."""
-    import orjson
-
-    run_dir = Path(run_dir)
+def run_params(run_dir: str | Path) -> dict[str, Any]:
+    """`header_params` of a run folder's raw file, {} if it cannot be read (the check is
+    never a failure of the run)."""
     try:
-        params = header_params(run_dir / "requests.jsonl")
-        if doc is None:
-            doc = orjson.loads((run_dir / "benchmark.json").read_bytes())
-    except Exception:  # a check, never a failure of the run
-        return None
-    return warning_for(doc.get("request_timings") or [], params)
+        return header_params(Path(run_dir) / "requests.jsonl")
+    except Exception:  # noqa: BLE001 - a check, never a failure of the run
+        return {}

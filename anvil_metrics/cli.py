@@ -157,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from anvil_metrics.run import load_benchmark, prepare_run, run_scenario, summary_lines
+    from anvil_metrics import cachecheck
+    from anvil_metrics.docscan import scan_benchmark
+    from anvil_metrics.run import prepare_run, run_scenario, summary_lines
     from anvil_metrics.scenario import load_scenario, with_overrides
     from anvil_metrics.urls import strip_credentials
 
@@ -188,18 +190,14 @@ def cmd_run(a: argparse.Namespace) -> int:
             print(f"anvil: the run wrote no benchmark.json (Locust exit code "
                   f"{result.locust_exit_code}); its log is {result.log_path}", file=sys.stderr)
         return 2 if result.locust_exit_code == 2 else 1
-    doc = load_benchmark(result.benchmark_path)
-    for line in summary_lines(doc):
+    # the document without its rows (a million of them would take ~2.6 GB to load)
+    params = cachecheck.run_params(result.benchmark_path.parent)
+    scanned = scan_benchmark(result.benchmark_path, cachecheck.limit(params))
+    for line in summary_lines(scanned.doc):
         print(line)
-    _warn_cache_hits(result.benchmark_path.parent, doc)
+    _warn(cachecheck.warning_for_scan(scanned, params))
     print(f"result: {result.benchmark_path}")
     return 0
-
-
-def _warn_cache_hits(run_dir: Path, doc: dict | None = None) -> None:
-    from anvil_metrics.cachecheck import check_run_dir
-
-    _warn(check_run_dir(run_dir, doc))
 
 
 def _warn(line: str | None) -> None:
@@ -256,14 +254,15 @@ def cmd_demo(a: argparse.Namespace) -> int:
     from anvil_metrics.benchmark import verify_benchmark
     from anvil_metrics.run import load_benchmark, prepare_run, run_scenario, summary_lines
     from anvil_metrics.scenario import load_scenario
-    from anvil_metrics.simproc import start_simulator
+    from anvil_metrics.simproc import pinned_apart, start_simulator
 
     scenario_path = Path(__file__).resolve().parent.parent / "scenarios" / "smoke.toml"
     if not scenario_path.exists():
         raise UsageError(f"demo: {scenario_path} is missing; run from an anvil checkout")
     sc = load_scenario(scenario_path)
-    with start_simulator(["--max-context", str(sc.max_context_tokens)]) as sim:
-        print(f"simulator: {sim.url} (pid {sim.pid})")
+    with start_simulator(["--max-context", str(sc.max_context_tokens)]) as sim, \
+            pinned_apart(sim.pid) as cpus:  # a server on its own CPU, as on its own machine
+        print(f"simulator: {sim.url} (pid {sim.pid}; {cpus})")
         run_dir = prepare_run(sim.url, a.results_dir)
         print(f"running {scenario_path.name}: {sc.requests} requests, {sc.concurrency} users; "
               f"Locust log: {run_dir / 'locust.log'}", flush=True)
