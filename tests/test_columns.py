@@ -579,6 +579,41 @@ def test_a_row_beyond_int64_is_found_before_what_follows_it(tmp_path: Path, afte
     _check_same(raw.read_bytes().splitlines(keepends=True))
 
 
+# Text a writer other than orjson could put in or around a chunk_deltas_ns array (leading
+# zeros, whitespace, numbers past 64 bits, a second key, a nested one): the columns' fast
+# checks must give the verdict of read_raw's whole parse.
+_KEY = b'"chunk_deltas_ns":'
+_CUTS = [
+    (b"[1000000,1000000]", b"[0,7,1000000]"),  # zeros, fine
+    (b"[1000000,1000000]", b"[]"),  # empty, fine
+    (b"[1000000,1000000]", b"[9999999999999999999]"),  # 19 digits: below 2**64, fine
+    (b"[1000000,1000000]", b"[18446744073709551615]"),  # 2**64 - 1: 20 digits, whole parse
+    (b"[1000000,1000000]", b"[99999999999999999999]"),  # beyond 2**64: not JSON orjson reads
+    (b"[1000000,1000000]", b"[01,2]"), (b"[1000000,1000000]", b"[1,00]"),  # leading zeros
+    (b"[1000000,1000000]", b"[1,,2]"), (b"[1000000,1000000]", b"[,1]"),
+    (b"[1000000,1000000]", b"[1,]"), (b"[1000000,1000000]", b"[1, 2]"),
+    (b"[1000000,1000000]", b"[1,-2]"), (b"[1000000,1000000]", b"[1.5]"),
+    (b"[1000000,1000000]", b"[1].5"), (b"[1000000,1000000]", b"[1]0"),
+    (b"[1000000,1000000]", b"[1,[2]]"), (b"[1000000,1000000]", b"[1,true]"),
+    (b"[1000000,1000000]", b'[1,"2"]'), (b"[1000000,1000000]", b"[1"),
+    (_KEY + b"[", b'"chunk_deltas_ns" :['),  # whitespace before the colon
+    (b'"finish_reason"', b'"chunk_deltas_ns":0,"finish_reason"'),  # a second key after
+    (b'"finish_reason"', b'"chunk_deltas_ns":[1],"finish_reason"'),
+    (b'"finish_reason"', b'"x":"chunk_deltas_ns","finish_reason"'),  # the name as a value
+    (b'"request_index"', b'"x":{"chunk_deltas_ns":[5]},"request_index"'),  # nested before
+    (b'"request_index"', b'"x":[1],"request_index"'),  # an array opens before the key
+]
+
+
+@pytest.mark.parametrize(("old", "new"), _CUTS, ids=[c[1].decode() for c in _CUTS])
+def test_odd_deltas_text_gets_the_verdict_of_a_whole_parse(old: bytes, new: bytes):
+    line = _request(0)
+    assert line.count(old) == 1
+    _check_same([_HEAD, line.replace(old, new), _request(1), _END])
+    last = _request(2).replace(old, new)[:-1]  # the last line, without its newline
+    _check_same([_HEAD, _request(0), _request(1), last])
+
+
 _ROW_COUNT = st.one_of(st.sampled_from([0, 1, 9, 10]), st.integers(0, 2**53 - 1))
 _ROW_FLOAT = st.one_of(st.sampled_from([0.0, 1e-7, 1e16, 0.1 + 0.2, 123456789.0]),
                        st.floats(0, 1e300, allow_nan=False), st.floats(-1e9, 1e9))
