@@ -4,7 +4,7 @@ The live run and the command share this one function, so a benchmark rebuilt lat
 `requests.jsonl` (after a crash, say) is the same document the run would have written —
 marked `partial` when the raw file has no `run_end` line.
 
-`postprocess` reads the raw file as columns (a large one in two processes, `rawpart.py`) and
+`postprocess` reads the raw file as columns (a large one in a process per CPU, `rawpart.py`) and
 writes the rows a batch at a time (a run of a million requests in about 0.6 GB rather than
 several); `build_for_run` is the plain row-by-row build, whose document it writes byte for
 byte. `postprocess_run` also hands back what a summary needs, so nothing reads the written

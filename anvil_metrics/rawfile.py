@@ -30,7 +30,7 @@ import math
 import os
 import secrets
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
@@ -307,23 +307,25 @@ def scan_raw(path: str | Path, *, parallel: bool = True) -> RawColumns:
     Raises UnusualRecords (before or instead of anything else it might find) when a record
     holds a value the columns do not model; `read_raw` reads such a file.
 
-    A large file's second half is read by a child process (`rawpart.py`) when `parallel`
-    and the machine has a second CPU; the outcome is the same.
+    A large file is read in one part per CPU this process may use (`rawpart.py`: a child
+    process for each part after the first) when `parallel`; the outcome is the same.
     """
     reader = _Reader(Path(path), columns=True)
-    reader.read(split=None if not parallel else _split_offset(Path(path)))
+    reader.read(splits=_split_offsets(Path(path)) if parallel else [])
     return reader.raw_columns()
 
 
-def _split_offset(p: Path) -> int | None:
+def _split_offsets(p: Path) -> list[int]:
     from anvil_metrics import rawpart
 
-    if (os.cpu_count() or 1) < 2:
-        return None
     try:
-        return rawpart.split_offset(p)
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        return rawpart.split_offsets(p, min(cpus, rawpart.MAX_PARTS))
     except OSError:
-        return None  # the one-pass read says what is wrong with the file
+        return []  # the one-pass read says what is wrong with the file
 
 
 class UnusualRecords(Exception):
@@ -428,44 +430,50 @@ class _Reader:
         self.failures: dict[int, tuple[Any, Any, Any, Any, Any]] = {}
         self.worker_codes: dict[str, int] = {}
 
-    def read(self, split: int | None = None, read_part: Any = None) -> None:
-        """Read the file; with `split` (a line start), the lines from there on are read by a
-        child process (`rawpart.py`; in-process by `read_part(path, split)` if given)."""
+    def read(self, splits: Sequence[int] = (), read_part: Any = None) -> None:
+        """Read the file; with `splits` (ascending line starts), the part from each to the
+        next (or the end) is read by a child process (`rawpart.py`; in-process by
+        `read_part(path, start, stop)` if given)."""
         # The cyclic collector would walk every record read so far, again and again, and
         # nothing read here forms a cycle: it is off for the read (reference counting frees
         # each line's objects as before).
         collecting = gc.isenabled()
         gc.disable()
         try:
-            if split is None:
+            if not splits:
                 self._read()
             else:
-                self._read_split(split, read_part)
+                self._read_parts(list(splits), read_part)
         finally:
             if collecting:
                 gc.enable()
 
-    def _read_split(self, split: int, read_part: Any) -> None:
+    def _read_parts(self, splits: list[int], read_part: Any) -> None:
         from anvil_metrics import rawpart
 
-        child = rawpart.start_child(self.p, split) if read_part is None else None
+        parts = list(zip(splits, [*splits[1:], None], strict=True))
+        children = ([rawpart.start_child(self.p, start, stop) for start, stop in parts]
+                    if read_part is None else [])
+        taken = 0  # children whose result was taken
         try:
-            n = self._read(stop=split)
-            if child is not None:
-                part = rawpart.child_result(child)
-            else:
-                try:
-                    part = read_part(self.p, split)
-                except UnusualRecords:  # as a child that exits with it
-                    part = None
-        except BaseException:
-            if child is not None:
+            n = self._read(stop=splits[0])
+            for start, stop in parts:
+                if children:
+                    part = rawpart.child_result(children[taken])
+                    taken += 1
+                else:
+                    try:
+                        part = read_part(self.p, start, stop)
+                    except UnusualRecords:  # as a child that exits with it
+                        part = None
+                if part is None:  # the child failed: read its part here
+                    n = self._read(start=start, stop=stop, line0=n)
+                else:
+                    rawpart.merge_part(self, part, n)
+                    n += part.lines
+        finally:
+            for child in children[taken:]:  # an error (raised here) made them pointless
                 rawpart.stop_child(child)
-            raise
-        if part is None:  # the child failed: read the rest here
-            self._read(start=split, line0=n)
-        else:
-            rawpart.merge_part(self, part, n)
 
     def _read(self, start: int = 0, stop: int | None = None, line0: int = 0) -> int:
         """Lines from byte `start` (a line start; its line is `line0 + 1`) to `stop` (a line

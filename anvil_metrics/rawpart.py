@@ -1,31 +1,35 @@
-"""`scan_raw` of a large `requests.jsonl` in two processes: the second half is read by a child.
+"""`scan_raw` of a large `requests.jsonl` in several processes: each part after the first is
+read by a child.
 
 Why: reading is what post-processing a big run costs (a million request lines are ~1.1 GB
-of JSON; parsing and checking them takes ~10 µs a line, most of the ~20 s a million-row
-`anvil postprocess` took), and a machine that ran a load generator has a second core. The
-file is cut at the first line start after its middle; this process reads the first part as
-before while a child (`python -m anvil_metrics.rawpart FILE OFFSET`, a fresh interpreter:
-nothing is forked, so a gevent-patched Locust process can use it too) reads the rest.
+of JSON; parsing and checking them takes ~13 µs a line on a 2-vCPU VM), and a machine that
+ran a load generator has more cores. The file is cut into one part per CPU this process
+may use (at most `MAX_PARTS`), each cut at the first line start after an equal share of
+the bytes; this process reads the first part as before while a child per other part
+(`python -m anvil_metrics.rawpart FILE START STOP`, a fresh interpreter: nothing is forked,
+so a gevent-patched Locust process can use it too) reads its own.
 
-The outcome is exactly the one of reading the file in one pass (`rawfile._Reader`): the
+The outcome is exactly the one of reading the file in one pass (`rawfile._Reader`): a
 child only does the part that does not depend on what came before — parse each line and
 put a plain `"request"` line into columns (`_Reader._fast_request`) — and hands back every
-other line as it is. This process then takes the child's lines in file order
-(`merge_part`): column rows are appended (line numbers, record positions and worker codes
-shifted to the whole file's), other lines go through the one-pass reader's own code. Where
-the state of the run changes what a plain request line means (after a `run_end` line, or
-after an error that will be raised at the end), the merge applies what the one-pass reader
-would have done with it. The child stops at the first unparseable line (the one-pass
-reader raises there).
+other line as it is. This process then takes the children's lines in file order
+(`merge_part`, one part after another): column rows are appended (line numbers, record
+positions and worker codes shifted to the whole file's), other lines go through the
+one-pass reader's own code. Where the state of the run changes what a plain request line
+means (after a `run_end` line, or after an error that will be raised at the end), the merge
+applies what the one-pass reader would have done with it. A child stops at the first
+unparseable line (the one-pass reader raises there, and nothing after it matters).
 
-What the child returns (pickled on its stdout), `Part`:
+What a child returns (pickled on its stdout), `Part`:
 - `buf`: the column rows it built (int64, `RAW_COLUMNS`), line numbers counted from 1 at the
-  cut, worker codes its own (`workers`, in code order), failures by its own row position;
+  part's start, worker codes its own (`workers`, in code order), failures by its own row
+  position;
 - `segments`: in file order, `("rows", first, stop)` (rows of `buf`), `("line", n, raw)` (a
-  line for the one-pass reader, with its newline if it had one).
+  line for the one-pass reader, with its newline if it had one);
+- `lines`: how many lines it read.
 
 A child that meets a value the columns do not model (`UnusualRecords`), or fails in any
-way, hands nothing back: this process reads the part itself, as the one-pass reader would.
+way, hands nothing back: this process reads that part itself, as the one-pass reader would.
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics.rawfile import COL, RAW_COLUMNS, UnusualRecords, _Reader
+from anvil_metrics.rawfile import COL, RAW_COLUMNS, UnusualRecords, _Reader, _until
 
 MIN_BYTES = 64 * 2**20  # smaller files are read in one process (a child costs ~0.2 s)
+MAX_PARTS = 8  # at most this many processes read one file
 
 
 @dataclass
@@ -51,15 +56,17 @@ class Part:
     workers: list[str] = field(default_factory=list)
     failures: dict[int, tuple[Any, Any, Any, Any, Any]] = field(default_factory=dict)
     segments: list[tuple[Any, ...]] = field(default_factory=list)
+    lines: int = 0
 
 
-def split_offset(path: Path) -> int | None:
-    """Where the second part starts: the first line start after the middle of the file
-    (None when the file is too small to be worth a child, or has no line start there)."""
+def split_offsets(path: Path, parts: int) -> list[int]:
+    """Where parts 2… of `parts` start: the first line start after each equal share of the
+    file's bytes, without repeats ([] when the file is too small to be worth a child)."""
     size = path.stat().st_size
-    if size < MIN_BYTES:
-        return None
-    return line_start_after(path, size // 2)
+    if size < MIN_BYTES or parts < 2:
+        return []
+    starts = (line_start_after(path, size * i // parts) for i in range(1, parts))
+    return sorted({s for s in starts if s is not None and s > 0})
 
 
 def line_start_after(path: Path, offset: int) -> int | None:
@@ -83,17 +90,20 @@ class _PartReader(_Reader):
         self.segments: list[tuple[Any, ...]] = []
         self._rows_from = 0  # first row of the open "rows" segment
 
-    def read_from(self, offset: int) -> Part:
-        """Read from `offset` to the end. Raises UnusualRecords when a line has a value the
-        columns do not model (the parent then reads this part itself)."""
+    def read_from(self, offset: int, stop: int | None = None) -> Part:
+        """Read from `offset` (a line start) to `stop` (a line start) or the end. Raises
+        UnusualRecords when a line has a value the columns do not model (the parent then
+        reads this part itself)."""
+        n = 0
         with open(self.p, "rb", buffering=1 << 20) as f:
             f.seek(offset)
-            for n, raw in enumerate(f, start=1):
+            lines: Any = f if stop is None else _until(f, stop - offset)
+            for n, raw in enumerate(lines, start=1):
                 if not self._part_line(n, raw):
                     break
         self._close_rows()
         return Part(buf=self.buf.tobytes(), workers=list(self.worker_codes),
-                    failures=self.failures, segments=self.segments)
+                    failures=self.failures, segments=self.segments, lines=n)
 
     def _part_line(self, n: int, raw: bytes) -> bool:
         """Take one line; False after an unparseable one (nothing after it matters)."""
@@ -117,14 +127,15 @@ class _PartReader(_Reader):
             self._rows_from = self.n_records
 
 
-def read_part(path: Path, offset: int) -> Part:
+def read_part(path: Path, offset: int, stop: int | None = None) -> Part:
     """The child's work, callable in-process (tests)."""
-    return _PartReader(path).read_from(offset)
+    return _PartReader(path).read_from(offset, stop)
 
 
-def start_child(path: Path, offset: int) -> subprocess.Popen[bytes]:
+def start_child(path: Path, offset: int, stop: int | None = None) -> subprocess.Popen[bytes]:
+    bound = [] if stop is None else [str(stop)]
     return subprocess.Popen(
-        [sys.executable, "-m", "anvil_metrics.rawpart", str(path), str(offset)],
+        [sys.executable, "-m", "anvil_metrics.rawpart", str(path), str(offset), *bound],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
 
 
@@ -204,14 +215,15 @@ def _after_run_end(reader: _Reader, n: int) -> None:
 
 def main(argv: list[str]) -> int:
     path, offset = Path(argv[0]), int(argv[1])
+    stop = int(argv[2]) if len(argv) > 2 else None
     gc.disable()  # as _Reader.read: nothing read forms a cycle
     try:
-        part = read_part(path, offset)
+        part = read_part(path, offset, stop)
     except UnusualRecords:
         return 3  # the parent reads this part itself, and says what is unusual where
     out = sys.stdout.buffer
     # plain values (the child runs as __main__: its Part class is not the parent's)
-    out.write(pickle.dumps((part.buf, part.workers, part.failures, part.segments),
+    out.write(pickle.dumps((part.buf, part.workers, part.failures, part.segments, part.lines),
                            protocol=pickle.HIGHEST_PROTOCOL))
     out.flush()
     return 0

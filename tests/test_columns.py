@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -211,19 +212,21 @@ def _check_same(lines: list[bytes]) -> None:
         if scanned[0] == "error" or read[0] == "error":
             if scanned[1] != "UnusualRecords":
                 assert scanned == read
-        # read in two parts (rawpart.py), cut at every line start: the same columns
+        # read in two parts (rawpart.py), cut at every line start, and in three, cut there
+        # and at the next line start or at the first: the same columns
         one_pass = _comparable(scanned)
         starts = np.flatnonzero(np.frombuffer(path.read_bytes(), np.uint8) == 10) + 1
-        for split in starts.tolist():
-            assert rawpart.line_start_after(path, split) in (split, None)
-            if rawpart.line_start_after(path, split) is None:
-                continue
-            assert _comparable(_outcome(lambda s=split: _scan_split(path, s))) == one_pass
+        starts = [x for x in starts.tolist() if rawpart.line_start_after(path, x) == x]
+        cuts = [[x] for x in starts]
+        cuts += [[a, b] for a, b in zip(starts, starts[1:], strict=False)]
+        cuts += [[starts[0], b] for b in starts[2:]]
+        for splits in cuts:
+            assert _comparable(_outcome(lambda s=splits: _scan_split(path, s))) == one_pass
 
 
-def _scan_split(path: Path, split: int) -> RawColumns:
+def _scan_split(path: Path, splits: list[int]) -> RawColumns:
     reader = _Reader(path, columns=True)
-    reader.read(split=split, read_part=rawpart.read_part)
+    reader.read(splits=splits, read_part=rawpart.read_part)
     return reader.raw_columns()
 
 
@@ -407,12 +410,13 @@ def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Pat
     assert outcome[0] == "ok" and len(outcome[1].table) == 400 and len(outcome[1].failures) == 36
     one_pass = _comparable(outcome)
     monkeypatch.setattr(rawpart, "MIN_BYTES", 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})  # two CPUs
     started = []
     real_start = rawpart.start_child
 
-    def spy(p: Path, offset: int) -> Any:
-        started.append(offset)
-        return real_start(p, offset)
+    def spy(p: Path, offset: int, stop: int | None = None) -> Any:
+        started.append((offset, stop))
+        return real_start(p, offset, stop)
 
     results = []
     real_result = rawpart.child_result
@@ -424,12 +428,22 @@ def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Pat
     monkeypatch.setattr(rawpart, "start_child", spy)
     monkeypatch.setattr(rawpart, "child_result", result_spy)
     assert _comparable(_outcome(lambda: scan_raw(path))) == one_pass
-    assert started and 0 < started[0] < path.stat().st_size
+    assert len(started) == 1 and 0 < started[0][0] < path.stat().st_size
+    assert started[0][1] is None
     assert len(results) == 1 and results[0] is not None  # the child's part was merged
     assert any(seg[0] == "line" for seg in results[0].segments)  # the worker line
     assert postprocess(tmp_path).read_bytes() == _reference_bytes(tmp_path)
 
-    def failing(p: Path, offset: int) -> Any:
+    # four CPUs: three children, each reading from its cut to the next one
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    started.clear()
+    results.clear()
+    assert _comparable(_outcome(lambda: scan_raw(path))) == one_pass
+    assert [stop for _, stop in started] == [started[1][0], started[2][0], None]
+    assert len(results) == 3 and all(r is not None and r.lines > 0 for r in results)
+    assert postprocess(tmp_path).read_bytes() == _reference_bytes(tmp_path)
+
+    def failing(p: Path, offset: int, stop: int | None = None) -> Any:
         import subprocess
         import sys
         return subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"],
