@@ -26,8 +26,12 @@ BLOCK_SLACK_TOKENS = 64
 def unexpected_hits(rows: Sequence[Mapping[str, Any]], expected_shared_tokens: int
                     ) -> list[Mapping[str, Any]]:
     """The rows whose `cached_tokens` exceed what the run's prompts could share."""
-    limit = expected_shared_tokens + BLOCK_SLACK_TOKENS
-    return [r for r in rows if (r.get("cached_tokens") or 0) > limit]
+    return rows_above(rows, expected_shared_tokens + BLOCK_SLACK_TOKENS)
+
+
+def rows_above(rows: Sequence[Mapping[str, Any]], cached_limit: int) -> list[Mapping[str, Any]]:
+    """The rows whose `cached_tokens` exceed `cached_limit` (a row without them has 0)."""
+    return [r for r in rows if (r.get("cached_tokens") or 0) > cached_limit]
 
 
 def expected_shared(params: Mapping[str, Any]) -> int | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from anvil_metrics import cachecheck
 from anvil_metrics.benchmark import load_benchmark
 
 BLOCK_BYTES = 1 << 22
@@ -67,8 +68,7 @@ def scan_benchmark(path: str | Path, cached_above: int | None = None,
 def _whole(doc: dict[str, Any], cached_above: int | None) -> ScannedBenchmark:
     rows = doc.get("request_timings")
     rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-    hits = [] if cached_above is None else [
-        r for r in rows if (r.get("cached_tokens") or 0) > cached_above]
+    hits = [] if cached_above is None else cachecheck.rows_above(rows, cached_above)
     return ScannedBenchmark({**doc, "request_timings": []}, len(rows), hits)
 
 
