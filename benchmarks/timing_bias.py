@@ -22,7 +22,7 @@ starting each client process to its first request, and the targets beside the fi
 first-output bias p50 ≤ 1 ms up to 16 streams, ≤ 1.2× the reference at 64 and 256, per-chunk
 ITL error p50 ≤ 0.5 ms up to 64 streams. It asserts nothing.
 
-    .venv/bin/python benchmarks/timing_bias.py [--streams 1,16,64,256] [--rounds 3] [--repeat 1]
+    .venv/bin/python benchmarks/timing_bias.py [--streams 1,16,64,256] [--rounds 10] [--repeat 3]
 
 Run on an otherwise idle machine: the simulator and the client share its cores.
 """
@@ -190,14 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--content-tokens", type=int, default=48)
     ap.add_argument("--prefill-ms", type=float, default=20.0)
     ap.add_argument("--prompt-tokens", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=3, help="requests per stream at each level")
+    ap.add_argument("--rounds", type=int, default=10,
+                    help="requests per stream at each level (the first round is start-up: "
+                    "Locust users connect as they spawn, the reference connects all first)")
     ap.add_argument("--min-requests", type=int, default=24, help="at least this many per level")
     ap.add_argument("--ref-stagger-ms", type=float, default=None,
                     help="spread the reference's first requests over this window (default: "
                     "one token interval, so its streams' phases are spread as anvil's are by "
                     "Locust's spawning; 0 aligns them all)")
     ap.add_argument("--timeout-s", type=float, default=180.0, help="per client run")
-    ap.add_argument("--repeat", type=int, default=1,
+    ap.add_argument("--repeat", type=int, default=3,
                     help="run each level this many times; the targets take the median (the "
                     "ratios at 64 and 256 streams swing between runs on a small machine)")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
