@@ -24,7 +24,10 @@ ITL error p50 ≤ 0.5 ms up to 64 streams. It asserts nothing.
 
     .venv/bin/python benchmarks/timing_bias.py [--streams 1,16,64,256] [--rounds 10] [--repeat 3]
 
-Run on an otherwise idle machine: the simulator and the client share its cores.
+Each level runs `--repeat` times (3) with `--rounds` requests per stream (10: the first round
+is start-up, where Locust users connect as they spawn and the reference connects all first),
+and the targets are judged on the median of the runs. The simulator gets a CPU of its own
+(`simproc.pinned_apart`; `--no-pin` to share). Run on an otherwise idle machine.
 """
 
 from __future__ import annotations
