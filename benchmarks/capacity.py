@@ -30,7 +30,8 @@ benchmark_serving 69k, a bare asyncio client 137-157k). It asserts nothing.
 
     .venv/bin/python benchmarks/capacity.py [--streams 64,256] [--regimes paced,flat]
 
-The cores are shared by the simulator and the client: run it on an otherwise idle machine.
+The simulator gets a CPU of its own (`simproc.pinned_apart`; `--no-pin` to share). Run it on
+an otherwise idle machine.
 """
 
 from __future__ import annotations
