@@ -26,7 +26,7 @@ BLOCK_SLACK_TOKENS = 64
 def unexpected_hits(rows: Sequence[Mapping[str, Any]], expected_shared_tokens: int
                     ) -> list[Mapping[str, Any]]:
     """The rows whose `cached_tokens` exceed what the run's prompts could share."""
-    return rows_above(rows, expected_shared_tokens + BLOCK_SLACK_TOKENS)
+    return rows_above(rows, _limit(expected_shared_tokens))
 
 
 def rows_above(rows: Sequence[Mapping[str, Any]], cached_limit: int) -> list[Mapping[str, Any]]:
@@ -64,7 +64,11 @@ def warning_for_scan(scanned: Any, params: Mapping[str, Any]) -> str | None:
 def limit(params: Mapping[str, Any]) -> int | None:
     """The `cached_tokens` above which a row is an unexpected hit, or None (no check)."""
     expected = expected_shared(params)
-    return None if expected is None else expected + BLOCK_SLACK_TOKENS
+    return None if expected is None else _limit(expected)
+
+
+def _limit(expected: int) -> int:
+    return expected + BLOCK_SLACK_TOKENS
 
 
 def warning_for_columns(rows: Any, params: Mapping[str, Any]) -> str | None:
@@ -73,7 +77,7 @@ def warning_for_columns(rows: Any, params: Mapping[str, Any]) -> str | None:
     if expected is None:
         return None
     counts, present = rows.counts, rows.present
-    hit = present["cached_tokens"] & (counts["cached_tokens"] > expected + BLOCK_SLACK_TOKENS)
+    hit = present["cached_tokens"] & (counts["cached_tokens"] > _limit(expected))
     hits = [{"cached_tokens": c, "prompt_tokens": p if has else None} for c, p, has in zip(
         counts["cached_tokens"][hit].tolist(), counts["prompt_tokens"][hit].tolist(),
         present["prompt_tokens"][hit].tolist(), strict=True)]
