@@ -122,9 +122,13 @@ class Silence:
         self._timer = self._loop.timer(max(seconds, 0.0))
         self._timer.start(self._expired)
 
+    def _left_s(self) -> float:
+        """What is left of the limit, counted from the last bytes."""
+        return self.limit_s - (_perf_ns() - self.last_ns) / 1e9
+
     def _expired(self) -> None:  # runs in the hub
         self._timer.close()
-        left_s = self.limit_s - (_perf_ns() - self.last_ns) / 1e9
+        left_s = self._left_s()
         if left_s > 0:
             self._arm(left_s)
         else:
@@ -136,7 +140,7 @@ class Silence:
         self.limit_s = limit_s
         if self._timer is not None:
             self._timer.close()
-            self._arm(limit_s - (_perf_ns() - self.last_ns) / 1e9)
+            self._arm(self._left_s())
 
     def cancel(self) -> None:
         if self._timer is not None:
