@@ -274,13 +274,20 @@ def _idle_socket(pool: Any) -> Any:
     gevent is a turn of the hub: when the process is busy, one pass over every stream with
     data waiting, before the next request can be sent. `_closed_by_peer` makes the same
     check (and a stricter one) with a non-blocking peek. The pool's semaphore is taken as
-    `get_socket` takes it; `return_socket` / `release_socket` give it back."""
-    if not pool._socket_queue.qsize() or not pool._semaphore.acquire(blocking=False):
+    `get_socket` takes it; `return_socket` / `release_socket` give it back.
+
+    These are geventhttpclient's (2.6) private attributes: a pool without them (another
+    version) gets None, and the caller's `get_socket` hands out idle sockets as before."""
+    queue = getattr(pool, "_socket_queue", None)
+    semaphore = getattr(pool, "_semaphore", None)
+    if queue is None or semaphore is None:
+        return None
+    if not queue.qsize() or not semaphore.acquire(blocking=False):
         return None
     try:
-        return pool._socket_queue.get(block=False)
+        return queue.get(block=False)
     except gevent.queue.Empty:
-        pool._semaphore.release()
+        semaphore.release()
         return None
 
 

@@ -1,7 +1,8 @@
 """Kept-alive connections a server closes between requests (llama.cpp's server closes after
 every streamed response): a pooled connection already closed is replaced before anything is
 written; a request that was written is never sent twice (a failure after the write is a
-typed failure, not a silent retry)."""
+typed failure, not a silent retry). A server that keeps connections open gets one for
+streams in a row, also through a pool that shows only its public methods."""
 
 from __future__ import annotations
 
@@ -175,6 +176,66 @@ def test_a_connection_that_never_answered_is_not_retried() -> None:
         server.close()
     assert first.failure is not None and first.failure.kind == "connection"
     assert second.failure is None
+
+
+class KeepingServer:
+    """Answers every request on a connection with an SSE stream and keeps it open."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.connections = self.requests = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            while _read_request(conn):
+                self.requests += 1
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(STREAM))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class _PublicOnly:
+    """A connection pool showing only its public methods, as a geventhttpclient whose
+    private attributes differ from 2.6's would."""
+
+    def __init__(self, pool: object) -> None:
+        self._pool = pool
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("_socket_queue", "_semaphore"):
+            raise AttributeError(name)
+        return getattr(self._pool, name)
+
+
+@pytest.mark.parametrize("pool", ["geventhttpclient 2.6", "public methods only"])
+def test_streams_in_a_row_share_one_kept_alive_connection(pool: str) -> None:
+    server = KeepingServer()
+    client = ClientFor(server.port)
+    if pool == "public methods only":
+        client._http._connection_pool = _PublicOnly(client._http._connection_pool)
+    try:
+        results = [_stream(client, i).finish() for i in range(3)]
+    finally:
+        client.close()
+        server.close()
+    assert [r.failure for r in results] == [None] * 3
+    assert all(r.content_chunks == 1 for r in results)
+    assert (server.requests, server.connections) == (3, 1)
 
 
 def ClientFor(port: int) -> ChatClient:  # noqa: N802 - reads as a constructor in the tests
