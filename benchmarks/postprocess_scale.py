@@ -4,11 +4,11 @@
 What it answers: how long the real CLI (`python -m anvil_metrics postprocess RUN_DIR`, a
 child process) takes to read the raw records, derive the rows, aggregate, verify and write
 `benchmark.json`, and how much memory that child needs at its peak (its own `ru_maxrss`,
-from `os.wait4` on that one child). The CLI then also prints a summary of the file it wrote
-and checks the run for prefix-cache hits, which read `benchmark.json` and `requests.jsonl`
-back; so the library call alone — `anvil_metrics.postprocess.postprocess(RUN_DIR)`, what a
-finished run calls — is timed too, in a child of its own. Then `anvil verify` checks the
-file produced (also timed, also a child of its own).
+from `os.wait4` on that one child). The CLI also starts an interpreter and prints a
+summary and the prefix-cache check, both from what `postprocess_run` hands back (nothing is
+read back); so the library call alone — `anvil_metrics.postprocess.postprocess(RUN_DIR)`,
+what a finished run calls — is timed too, in a child of its own. Then `anvil verify` checks
+the file produced (also timed, also a child of its own).
 
 The raw file is synthesised, seeded and reproducible (`--seed`), in a temporary folder
 removed afterwards (`--keep` leaves it): a `"run"` header as `RawWriter.write_header`
