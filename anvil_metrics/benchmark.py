@@ -612,6 +612,13 @@ def verify_benchmark(doc: Any) -> list[str]:
     return _verify_rows(doc)
 
 
+def columns_are_clean(doc: dict[str, Any], rows: derive.RowColumns) -> bool:
+    """True only if `verify_benchmark` finds nothing in `doc` with `rows` (`RowColumns`) as
+    its `request_timings` (the key itself is not read: it may be a placeholder). False
+    does not mean a problem: `verify_benchmark` of the whole document says."""
+    return _clean(doc, rows)
+
+
 def _verify_rows(doc: Any) -> list[str]:
     """Every way `doc` fails to be a correct benchmark/v1 document; [] when it is one.
 

@@ -218,13 +218,13 @@ def cmd_postprocess(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from anvil_metrics.benchmark import verify_benchmark
+    from anvil_metrics.docscan import verify_file
     from anvil_metrics.run import load_benchmark
 
     path = Path(a.file)
     if not path.exists():
         raise UsageError(f"verify: {a.file!r} does not exist; pass a benchmark.json path")
-    problems = verify_benchmark(load_benchmark(path))
+    problems = verify_file(path, load=load_benchmark)
     for msg in problems:
         print(f"MISMATCH {msg}")
     if problems:

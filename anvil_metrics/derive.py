@@ -20,7 +20,7 @@ difference is exact, and one correctly rounded division makes the milliseconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -508,6 +508,23 @@ class RowColumns:
             return None
         usage = np.array([s == "usage" for s in sources], dtype=bool)
         return cls(floats=floats, counts=counts, present=present, usage_source=usage)
+
+    @classmethod
+    def concat(cls, parts: Sequence[RowColumns]) -> RowColumns:
+        """The rows of `parts` (one or more), one part after another."""
+        import numpy as np
+
+        if len(parts) == 1:
+            return parts[0]
+
+        def joined(name: str, field: str) -> Any:
+            return np.concatenate([getattr(p, field)[name] for p in parts])
+
+        first = parts[0]
+        return cls(floats={k: joined(k, "floats") for k in first.floats},
+                   counts={k: joined(k, "counts") for k in first.counts},
+                   present={k: joined(k, "present") for k in first.present},
+                   usage_source=np.concatenate([p.usage_source for p in parts]))
 
 
 _ABSENT = object()

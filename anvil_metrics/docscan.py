@@ -1,21 +1,27 @@
 """A `benchmark.json` read for its summary, without loading its rows.
 
-`anvil run` prints a summary of the document its Locust child wrote. Parsed whole, a run of
-a million requests is ~540 MB of text and ~2.6 GB of Python objects, nearly all of them in
-`request_timings`, which the summary never shows. `scan_benchmark` reads the file a block
-at a time, parses the document around its rows, counts the rows and, for the prefix-cache
-check (`cachecheck`), parses only the rows whose `cached_tokens` exceed a limit.
+`anvil run` prints a summary of the document its Locust child wrote, and `anvil verify`
+checks a document. Parsed whole, a run of a million requests is ~540 MB of text and ~2.6 GB
+of Python objects, nearly all of them in `request_timings`. Both read the file a block at a
+time and parse the document around its rows:
+- `scan_benchmark` (the summary) counts the rows and, for the prefix-cache check
+  (`cachecheck`), parses only the rows whose `cached_tokens` exceed a limit;
+- `verify_file` parses the rows a block at a time into columns (`RowColumns`) and checks
+  them as `verify_benchmark` does; only a document with a problem is loaded whole, for the
+  messages that name each one.
 
 It relies on the layout anvil writes (`benchmark.py`: orjson, 2-space indent, sorted keys):
 the top-level key opens as a line `  "request_timings": [`, each row is `    {` … `    }`
 with its fields at 6 spaces, and the array closes with a line `  ]`. No JSON string holds
-a raw newline, so these lines cannot occur inside a value. A file laid out otherwise (or
-not JSON) is parsed whole, as `benchmark.load_benchmark` does.
+a raw newline, so these lines cannot occur inside a value. A file laid out otherwise, with
+a second `"request_timings"` key (a whole parse keeps the last), or not JSON, is parsed
+whole, as `benchmark.load_benchmark` does.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,13 +29,15 @@ from typing import Any
 import orjson
 
 from anvil_metrics import cachecheck
-from anvil_metrics.benchmark import load_benchmark
+from anvil_metrics.benchmark import columns_are_clean, load_benchmark, verify_benchmark
+from anvil_metrics.derive import RowColumns
 
 BLOCK_BYTES = 1 << 22
 _OPEN = b'\n  "request_timings": ['
 _CLOSE = b"\n  ]"
 _ROW_START = b"\n    {"
 _ROW_END = b"\n    }"
+_KEY = b'"request_timings"'
 _CACHED = re.compile(rb'\n      "cached_tokens": (\d+)')
 
 
@@ -47,22 +55,74 @@ def scan_benchmark(path: str | Path, cached_above: int | None = None,
                    block_bytes: int = BLOCK_BYTES) -> ScannedBenchmark:
     """Read `path` as above; with `cached_above`, collect the rows whose `cached_tokens`
     exceed it. Errors as `load_benchmark`'s (VerifyError naming the file)."""
-    p = Path(path)
+    hits: list[dict[str, Any]] = []
+    count = 0
+
+    def take(part: bytes) -> bool:
+        nonlocal count
+        count += _rows(part, cached_above, hits)
+        return True
+
+    doc = _doc_around_rows(Path(path), take, block_bytes)
+    if doc is None:
+        return _whole(load_benchmark(Path(path)), cached_above)
+    return ScannedBenchmark(doc, count, hits)
+
+
+def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
+                load: Callable[[Path], Any] = load_benchmark) -> list[str]:
+    """`verify_benchmark(load(path))`: [] when the file holds a correct benchmark/v1
+    document, else every problem. A clean file laid out as anvil writes it is checked as
+    columns built a block of rows at a time, and `load` (which raises for a file that
+    cannot be read or parsed) is called only when that does not settle it."""
+    blocks: list[RowColumns] = []
+
+    def take(part: bytes) -> bool:
+        if not part:
+            return True  # the array closes right after the rows taken last
+        if blocks:  # a later part starts with the comma after the row before it
+            if part[:1] != b",":
+                return False
+            part = part[1:]
+        try:
+            rows = RowColumns.from_rows(orjson.loads(b"[" + part + b"]"))
+        except orjson.JSONDecodeError:
+            return False
+        # None: a row the columns do not model (checked row by row); no rows: a trailing
+        # comma, or only white space — whatever it is, the whole parse says
+        if rows is None or not len(rows):
+            return False
+        blocks.append(rows)
+        return True
+
+    doc = _doc_around_rows(Path(path), take, block_bytes)
+    if doc is not None:
+        rows = RowColumns.concat(blocks) if blocks else RowColumns.from_rows([])
+        if rows is not None and columns_are_clean(doc, rows):
+            return []
+    return verify_benchmark(load(Path(path)))
+
+
+def _doc_around_rows(p: Path, take: Callable[[bytes], bool], block_bytes: int
+                     ) -> dict[str, Any] | None:
+    """The document with `request_timings` empty, having given `take` the rows' text in
+    order, whole rows at a time; None when the file is not laid out as anvil writes it, it
+    cannot be read, or `take` says no (False)."""
     try:
         with open(p, "rb") as f:
-            scanned = _scan(f, cached_above, block_bytes)
+            scanned = _scan(f, take, block_bytes)
     except OSError:
-        scanned = None  # load_benchmark names the file and the reason
+        return None  # load_benchmark names the file and the reason
     if scanned is None:
-        return _whole(load_benchmark(p), cached_above)
-    head, rows, hits, tail = scanned
+        return None
+    head, tail = scanned
+    if _KEY in head or _KEY in tail:
+        return None  # a second key, which a whole parse would keep
     try:
         doc = orjson.loads(head + _OPEN + b"]" + tail)
     except orjson.JSONDecodeError:
-        return _whole(load_benchmark(p), cached_above)
-    if not isinstance(doc, dict):
-        return _whole(load_benchmark(p), cached_above)
-    return ScannedBenchmark(doc, rows, hits)
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _whole(doc: dict[str, Any], cached_above: int | None) -> ScannedBenchmark:
@@ -72,10 +132,12 @@ def _whole(doc: dict[str, Any], cached_above: int | None) -> ScannedBenchmark:
     return ScannedBenchmark({**doc, "request_timings": []}, len(rows), hits)
 
 
-def _scan(f: Any, cached_above: int | None, block_bytes: int
-          ) -> tuple[bytes, int, list[dict[str, Any]], bytes] | None:
-    """(text before the rows' key, row count, hits, text after the rows' array), or None
-    when the file is not laid out as anvil writes it."""
+def _scan(f: Any, take: Callable[[bytes], bool], block_bytes: int
+          ) -> tuple[bytes, bytes] | None:
+    """(text before the rows' key, text after the rows' array), having given `take` the
+    text between them — the rows, whole ones at a time, each part after the first starting
+    with the comma that ends the row before it; None when the file is not laid out as anvil
+    writes it or `take` returned False."""
     head = b""
     while True:  # the text up to the key
         block = f.read(block_bytes)
@@ -88,19 +150,23 @@ def _scan(f: Any, cached_above: int | None, block_bytes: int
             break
     buf = head[at + len(_OPEN):]
     head = head[:at]
-    rows, hits = 0, []
+    while not buf:
+        buf = f.read(block_bytes)
+        if not buf:
+            return None
+    if buf[:1] == b"]":  # an empty array: `"request_timings": []`
+        return head, buf[1:] + f.read()
     while True:  # whole rows a block at a time, until the array's closing line
         close = buf.find(_CLOSE)
         if close >= 0:
-            if buf[:1] == b"]":  # an empty array: `"request_timings": []`
-                return head, 0, [], buf[1:] + f.read()
-            part, tail = buf[:close], buf[close + len(_CLOSE):]
-            rows += _rows(part, cached_above, hits)
-            return head, rows, hits, tail + f.read()
+            if not take(buf[:close]):
+                return None
+            return head, buf[close + len(_CLOSE):] + f.read()
         last = buf.rfind(_ROW_END)
         if last >= 0:
             cut = last + len(_ROW_END)
-            rows += _rows(buf[:cut], cached_above, hits)
+            if not take(buf[:cut]):
+                return None
             buf = buf[cut:]
         block = f.read(block_bytes)
         if not block:

@@ -1,10 +1,13 @@
 """docscan: a benchmark.json read without its rows gives the document, the row count and
 the rows above a cached-tokens limit exactly as a whole parse does, whatever the block size;
-a file not laid out as anvil writes it is parsed whole; a bad file is named."""
+`verify_file` gives `verify_benchmark`'s verdict of the whole document, and loads a clean
+file without a problem never whole; a file not laid out as anvil writes it is parsed whole;
+a bad file is named."""
 
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anvil_metrics import cachecheck
-from anvil_metrics.docscan import scan_benchmark
+from anvil_metrics.benchmark import build_benchmark, load_benchmark, verify_benchmark
+from anvil_metrics.docscan import scan_benchmark, verify_file
 from anvil_metrics.errors import VerifyError
-from anvil_metrics.rawfile import atomic_write_json
+from anvil_metrics.rawfile import atomic_write_json, read_raw
 
 EXAMPLE = Path(__file__).resolve().parent / "data" / "benchmark-v1.000_51f6de0d03ca0563.json"
 
@@ -109,3 +113,130 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(VerifyError) as e:
         scan_benchmark(tmp_path / "nope.json")
     assert "nope.json" in str(e.value)
+
+
+# -- verify_file: verify_benchmark's verdict, loading only a file with a problem whole ---------
+
+
+def _built(tmp_path: Path, n: int) -> dict[str, Any]:
+    """A correct document of `n` requests, built from raw records: failures, chunk-counted
+    rows (no usage) and cached tokens on some."""
+    header = {"type": "run", "run_id": "benchmark-20260801T160039Z",
+              "started_at": "2026-08-01T16:00:39Z", "params": {}}
+    lines = [orjson.dumps(header)]
+    for i in range(n):
+        s = 10**9 + i * 10**7
+        usage = None if i % 5 == 4 else {"completion_tokens": 9 + i % 3, "prompt_tokens": 100,
+                                          "prompt_tokens_details": {"cached_tokens": i % 4 * 7}}
+        lines.append(orjson.dumps({
+            "type": "request", "request_index": i, "warmup": False,
+            "planned_context_tokens": 100, "start_ns": s, "first_output_ns": s + 10**6 + i,
+            "first_content_ns": s + 2 * 10**6 + 3 * i, "end_ns": s + 9 * 10**6 + 7 * i,
+            "reasoning_chunks": 3, "content_chunks": 6, "chunk_deltas_ns": [10**6] * 9,
+            "chunk_channels": "rrrcccccc", "usage": usage, "finish_reason": "stop",
+            "http_status": 200, "worker": None, "extra": {},
+            "failure": {"kind": "truncated", "message": f"lost {i}", "phase": "decode"}
+            if i % 7 == 3 else None}))
+    lines.append(b'{"type":"run_end","finished_at":"2026-08-01T16:09:00Z","client":{}}')
+    raw = tmp_path / f"requests-{n}.jsonl"
+    raw.write_bytes(b"\n".join(lines) + b"\n")
+    return build_benchmark(read_raw(raw))
+
+
+def _never(path: Path) -> Any:
+    raise AssertionError(f"{path} was loaded whole")
+
+
+def _outcome(path: Path, block: int | None = None) -> Any:
+    """verify_file's answer (its exception's text if it raises); whole: verify_benchmark of
+    the whole file."""
+    try:
+        if block is None:
+            return verify_benchmark(load_benchmark(path))
+        return verify_file(path, block_bytes=block)
+    except VerifyError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("n_rows", [0, 1, 3, 40])
+@pytest.mark.parametrize("block", [1, 7, 100, 4096, 1 << 22])
+def test_a_clean_file_is_verified_without_loading_it_whole(tmp_path: Path, n_rows: int,
+                                                           block: int) -> None:
+    doc = _built(tmp_path, n_rows)
+    assert len(doc["request_timings"]) == n_rows - len(doc["failures"])
+    path = tmp_path / "benchmark.json"
+    atomic_write_json(path, doc)
+    assert verify_benchmark(doc) == []
+    assert verify_file(path, block_bytes=block, load=_never) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n=st.integers(1, 25), block=st.integers(1, 5000))
+def test_an_altered_file_gets_the_whole_documents_verdict(tmp_path_factory: Any,
+                                                          data: st.DataObject, n: int,
+                                                          block: int) -> None:
+    d = tmp_path_factory.mktemp("verify")
+    doc = _built(d, n)
+    rows = doc["request_timings"]
+    if rows:
+        row = rows[data.draw(st.integers(0, len(rows) - 1), label="row")]
+        name = data.draw(st.sampled_from(sorted(row)), label="field")
+        value = row[name]
+        bad = data.draw(st.sampled_from(
+            [None, True, -0.0, 0.0, 1, 1.0, -1, 2**53, 2**63, "x",
+             math.nextafter(value, math.inf) if isinstance(value, float) else value]),
+            label="value")
+        action = data.draw(st.sampled_from(["set", "drop", "extra key", "none"]))
+        if action == "set":
+            row[name] = bad
+        elif action == "drop":
+            del row[name]
+        elif action == "extra key":
+            row["other"] = 1
+    if data.draw(st.booleans(), label="alter a metric"):
+        doc["metrics"]["e2e_p50_ms"] = 1.5
+    path = d / "benchmark.json"
+    atomic_write_json(path, doc)
+    assert _outcome(path, block) == _outcome(path) == verify_benchmark(doc)
+
+
+def _in_rows(text: bytes, old: bytes, new: bytes) -> bytes:
+    """`text` with the first `old` in `request_timings` (after the `failures`) made `new`."""
+    at = text.index(b'\n  "request_timings": [')
+    return text[:at] + text[at:].replace(old, new, 1)
+
+
+def _edited(tmp_path: Path, edit: Any) -> Path:
+    path = tmp_path / "benchmark.json"
+    atomic_write_json(path, _built(tmp_path, 9))
+    text = path.read_bytes()
+    path.write_bytes(edit(text))
+    assert path.read_bytes() != text
+    return path
+
+
+@pytest.mark.parametrize("edit", [
+    # a second key after the rows (a whole parse keeps it: no rows at all)
+    lambda t: t[:t.rindex(b"\n}")] + b',\n  "request_timings": []\n}',
+    # not JSON: a comma missing between two rows, one too many after the last
+    lambda t: _in_rows(t, b"\n    },\n    {", b"\n    }\n    {"),
+    lambda t: _in_rows(t, b"\n    }\n  ]", b"\n    },\n  ]"),
+    # another layout of the same document, or of the same rows
+    lambda t: orjson.dumps(orjson.loads(t)),
+    lambda t: _in_rows(t, b"\n    },\n    {", b"\n    } ,\n    {"),
+    # a row whose values the columns cannot hold
+    lambda t: _in_rows(t, b'"output_tokens": 9', b'"output_tokens": 9.0'),
+], ids=["second key", "missing comma", "trailing comma", "compact", "space", "float count"])
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 8, 13, 4096])  # cuts at every place
+def test_a_file_laid_out_otherwise_gets_the_whole_documents_verdict(
+        tmp_path: Path, edit: Any, block: int) -> None:
+    path = _edited(tmp_path, edit)
+    assert _outcome(path, block) == _outcome(path)
+
+
+def test_verify_file_names_a_bad_file(tmp_path: Path) -> None:
+    path = tmp_path / "benchmark.json"
+    path.write_bytes(b'{\n  "request_timings": [\n    {\n')
+    with pytest.raises(VerifyError) as e:
+        verify_file(path)
+    assert str(path) in str(e.value)
