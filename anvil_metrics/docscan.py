@@ -13,9 +13,10 @@ time and parse the document around its rows:
 It relies on the layout anvil writes (`benchmark.py`: orjson, 2-space indent, sorted keys):
 the top-level key opens as a line `  "request_timings": [`, each row is `    {` … `    }`
 with its fields at 6 spaces, and the array closes with a line `  ]`. No JSON string holds
-a raw newline, so these lines cannot occur inside a value. A file laid out otherwise, with
-a second `"request_timings"` key (a whole parse keeps the last), or not JSON, is parsed
-whole, as `benchmark.load_benchmark` does.
+a raw newline, so these lines cannot occur inside a value. A file laid out otherwise, one
+that may hold a second `"request_timings"` key (a whole parse keeps the last; an escape
+such as `\u005f` spells the same key), or not JSON, is parsed whole, as
+`benchmark.load_benchmark` does.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ _CLOSE = b"\n  ]"
 _ROW_START = b"\n    {"
 _ROW_END = b"\n    }"
 _KEY = b'"request_timings"'
+_ESCAPE = b"\\u"
 _CACHED = re.compile(rb'\n      "cached_tokens": (\d+)')
 
 
@@ -116,13 +118,17 @@ def _doc_around_rows(p: Path, take: Callable[[bytes], bool], block_bytes: int
     if scanned is None:
         return None
     head, tail = scanned
-    if _KEY in head or _KEY in tail:
-        return None  # a second key, which a whole parse would keep
+    # A key is "request_timings" only if it is spelled so or holds an escape (`\u005f`):
+    # without either around the rows, theirs is the document's one key of that name.
+    if _KEY in head or _KEY in tail or _ESCAPE in head or _ESCAPE in tail:
+        return None  # perhaps a second key, which a whole parse would keep
     try:
         doc = orjson.loads(head + _OPEN + b"]" + tail)
     except orjson.JSONDecodeError:
         return None
-    return doc if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("request_timings") != []:
+        return None  # the line found is not the document's own key
+    return doc
 
 
 def _whole(doc: dict[str, Any], cached_above: int | None) -> ScannedBenchmark:

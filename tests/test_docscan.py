@@ -226,7 +226,14 @@ def _edited(tmp_path: Path, edit: Any) -> Path:
     lambda t: _in_rows(t, b"\n    },\n    {", b"\n    } ,\n    {"),
     # a row whose values the columns cannot hold
     lambda t: _in_rows(t, b'"output_tokens": 9', b'"output_tokens": 9.0'),
-], ids=["second key", "missing comma", "trailing comma", "compact", "space", "float count"])
+    # the same key spelled with an escape, after the rows (kept) or before them, the line
+    # found then being another object's
+    lambda t: t[:t.rindex(b"\n}")] + b',\n  "request\\u005ftimings": []\n}',
+    lambda t: t[:t.rindex(b"\n}")] + b',\n  "\\u0072equest_timings": null\n}',
+    lambda t: (b'{\n  "request_timing\\u0073": [],\n  "other": {' + t[1:t.rindex(b"\n}")]
+               + b"}\n}"),
+], ids=["second key", "missing comma", "trailing comma", "compact", "space", "float count",
+        "escaped key after", "escaped key null", "escaped key before"])
 @pytest.mark.parametrize("block", [1, 2, 3, 5, 8, 13, 4096])  # cuts at every place
 def test_a_file_laid_out_otherwise_gets_the_whole_documents_verdict(
         tmp_path: Path, edit: Any, block: int) -> None:
