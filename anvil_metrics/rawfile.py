@@ -70,25 +70,32 @@ def strict_json_problems(obj: Any, path: str = "") -> list[str]:
 
 
 def _walk(obj: Any, path: str, problems: list[str]) -> None:
-    where = path or "document"
-    if obj is None or isinstance(obj, bool | str | int):
-        return
-    if isinstance(obj, float):
-        if not math.isfinite(obj):
-            problems.append(f"{where}: {obj!r} is not allowed in strict JSON (use null)")
-        return
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            if not isinstance(key, str):
-                problems.append(f"{where}: object key {key!r} is not a string")
-                continue
-            _walk(value, f"{path}.{key}" if path else key, problems)
-        return
-    if isinstance(obj, list | tuple):
-        for i, value in enumerate(obj):
-            _walk(value, f"{path}[{i}]", problems)
-        return
-    problems.append(f"{where}: {type(obj).__name__} is not a JSON type")
+    """Depth first, in document order, with a stack of its own: orjson reads documents
+    nested 1023 deep, deeper than Python's recursion limit."""
+    stack: list[tuple[bool, Any, str]] = [(False, obj, path)]  # (is a message, value, path)
+    while stack:
+        message, obj, path = stack.pop()
+        if message:
+            problems.append(obj)
+            continue
+        where = path or "document"
+        if obj is None or isinstance(obj, bool | str | int):
+            continue
+        if isinstance(obj, float):
+            if not math.isfinite(obj):
+                problems.append(f"{where}: {obj!r} is not allowed in strict JSON (use null)")
+            continue
+        items: list[tuple[bool, Any, str]]
+        if isinstance(obj, dict):
+            items = [(False, value, f"{path}.{key}" if path else key) if isinstance(key, str)
+                     else (True, f"{where}: object key {key!r} is not a string", "")
+                     for key, value in obj.items()]
+        elif isinstance(obj, list | tuple):
+            items = [(False, value, f"{path}[{i}]") for i, value in enumerate(obj)]
+        else:
+            problems.append(f"{where}: {type(obj).__name__} is not a JSON type")
+            continue
+        stack.extend(reversed(items))
 
 
 def dumps_strict(obj: Any, *, option: int | None = None) -> bytes:

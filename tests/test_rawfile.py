@@ -5,12 +5,21 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anvil_metrics.errors import RawFileError
-from anvil_metrics.rawfile import atomic_write_json, dump_line, read_raw, write_raw
+from anvil_metrics.rawfile import (
+    atomic_write_json,
+    dump_line,
+    read_raw,
+    strict_json_problems,
+    write_raw,
+)
 from anvil_metrics.records import RAW_SCHEMA, Failure, RequestRecord
 
 HEADER = {
@@ -210,6 +219,55 @@ def test_atomic_write_json_refuses_non_json_values(tmp_path: Path):
     with pytest.raises(ValueError, match="key 1"):
         atomic_write_json(tmp_path / "o.json", {1: "a"})
     assert list(tmp_path.iterdir()) == []
+
+
+def _recursive_walk(obj: Any, path: str, problems: list[str]) -> None:
+    """strict_json_problems' walk as it was written first, recursively: the reference."""
+    where = path or "document"
+    if obj is None or isinstance(obj, bool | str | int):
+        return
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            problems.append(f"{where}: {obj!r} is not allowed in strict JSON (use null)")
+        return
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                problems.append(f"{where}: object key {key!r} is not a string")
+                continue
+            _recursive_walk(value, f"{path}.{key}" if path else key, problems)
+        return
+    if isinstance(obj, list | tuple):
+        for i, value in enumerate(obj):
+            _recursive_walk(value, f"{path}[{i}]", problems)
+        return
+    problems.append(f"{where}: {type(obj).__name__} is not a JSON type")
+
+
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3),
+                    st.floats(), st.sampled_from([frozenset(), b"x", 1j]))
+_VALUES = st.recursive(_LEAVES, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.tuples(inner, inner),
+    st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 3), st.none()), inner,
+                    max_size=4)), max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(obj=_VALUES)
+def test_strict_json_problems_are_the_recursive_walks_in_its_order(obj: Any) -> None:
+    expected: list[str] = []
+    _recursive_walk(obj, "", expected)
+    assert strict_json_problems(obj) == expected
+
+
+def test_strict_json_problems_of_a_document_nested_as_deep_as_orjson_reads() -> None:
+    deep: Any = [math.nan]
+    for _ in range(1022):
+        deep = [deep]
+    assert strict_json_problems({"a": deep}) == [
+        "a" + "[0]" * 1023 + ": nan is not allowed in strict JSON (use null)"]
+    text = b'{"a":' + b"[" * 1022 + b"[]" + b"]" * 1022 + b"}"  # orjson's deepest
+    assert strict_json_problems(orjson.loads(text)) == []
 
 
 def test_dump_line_refuses_nan():
