@@ -13,6 +13,7 @@ header and never shown or stored), and `/v1` is appended unless the URL already 
 
 from __future__ import annotations
 
+import _socket
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -249,22 +250,28 @@ def read_events(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
     return nbytes
 
 
-def _closed_by_peer(sock: Any) -> bool:
-    """True when the peer has already closed (or reset) this idle socket: a non-blocking
-    peek finds EOF or an error instead of "nothing to read yet".
+def _not_reusable(sock: Any) -> bool:
+    """True unless this idle kept-alive socket is open with nothing to read: a
+    non-blocking peek at the OS socket finds "nothing yet" only then. Anything else — EOF,
+    an error, or bytes no request asked for (a TLS close_notify before the server's close,
+    a late `408 Request Timeout`) — means the connection must not carry a request, as the
+    pool's own check (readable at all) says.
 
     A kept-alive connection the server closed while it sat in the pool (llama.cpp's server
     closes after each streamed response; any server may at its keep-alive timeout) is
     found this way and replaced before anything is written. A request that was written is
     never sent again: a failure after the write is a typed failure (a silent retry could
     double the load the server saw and hide the failure)."""
-    raw = getattr(sock, "_sock", sock)  # gevent's recv would wait on EAGAIN: ask the OS
+    # gevent's socket keeps the OS one in `_sock`; the C-level recv never waits (gevent's
+    # would, on EAGAIN) and reads the TCP bytes under a TLS layer
+    raw = getattr(sock, "_sock", sock)
     try:
-        return raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        _socket.socket.recv(raw, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except (BlockingIOError, InterruptedError):
         return False
-    except OSError:
+    except Exception:  # noqa: BLE001 - closed, reset, or not a socket we can peek at
         return True
+    return True
 
 
 def _idle_socket(pool: Any) -> Any:
@@ -272,9 +279,9 @@ def _idle_socket(pool: Any) -> Any:
 
     The pool's `get_socket` checks an idle socket with a zero-timeout `select`, which under
     gevent is a turn of the hub: when the process is busy, one pass over every stream with
-    data waiting, before the next request can be sent. `_closed_by_peer` makes the same
-    check (and a stricter one) with a non-blocking peek. The pool's semaphore is taken as
-    `get_socket` takes it; `return_socket` / `release_socket` give it back.
+    data waiting, before the next request can be sent. `_not_reusable` makes the same
+    check with a non-blocking peek. The pool's semaphore is taken as `get_socket` takes
+    it; `return_socket` / `release_socket` give it back.
 
     These are geventhttpclient's (2.6) private attributes: a pool without them (another
     version) gets None, and the caller's `get_socket` hands out idle sockets as before."""
@@ -409,8 +416,8 @@ class ChatClient:
         parts = (body,) if isinstance(body, bytes) else tuple(body)
         head = self._head + b"%d\r\n\r\n" % sum(len(p) for p in parts)
         sock = _idle_socket(pool)
-        if sock is not None and _closed_by_peer(sock):
-            pool.release_socket(sock)  # closed by the server while idle; nothing written
+        if sock is not None and _not_reusable(sock):
+            pool.release_socket(sock)  # closed (or spoken on) while idle; nothing written
             sock = None
         if sock is None:
             sock = self._take_socket(pool, obs)  # a new connection

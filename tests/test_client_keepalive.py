@@ -6,10 +6,14 @@ streams in a row, also through a pool that shows only its public methods."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -179,14 +183,18 @@ def test_a_connection_that_never_answered_is_not_retried() -> None:
 
 
 class KeepingServer:
-    """Answers every request on a connection with an SSE stream and keeps it open."""
+    """Answers every request on a connection with an SSE stream and keeps it open; with
+    `late`, then sends those bytes while the connection is idle, and with `close` closes
+    it after them (over TLS with `tls`: a close_notify alert, then the TCP close)."""
 
-    def __init__(self) -> None:
+    def __init__(self, late: bytes = b"", close: bool = False,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
         self.connections = self.requests = 0
+        self.late, self.close_after, self.tls = late, close, tls
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -199,11 +207,23 @@ class KeepingServer:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            while _read_request(conn):
-                self.requests += 1
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(STREAM))
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            with conn:
+                while _read_request(conn):
+                    self.requests += 1
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(STREAM))
+                    time.sleep(0.05)  # the client has put the connection back: idle
+                    if self.late:
+                        conn.sendall(self.late)
+                    if self.close_after:
+                        if isinstance(conn, ssl.SSLSocket):
+                            conn.unwrap()  # close_notify, as nginx and Go send it
+                        return
+        except (OSError, ValueError):
+            pass
 
     def close(self) -> None:
         self.sock.close()
@@ -236,6 +256,55 @@ def test_streams_in_a_row_share_one_kept_alive_connection(pool: str) -> None:
     assert [r.failure for r in results] == [None] * 3
     assert all(r.content_chunks == 1 for r in results)
     assert (server.requests, server.connections) == (3, 1)
+
+
+@pytest.mark.parametrize("late,close", [
+    (b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+     True),
+    (b"x", False),
+], ids=["a late 408, then the close", "a stray byte, left open"])
+def test_an_idle_connection_with_bytes_waiting_is_not_reused(late: bytes, close: bool) -> None:
+    """Bytes no request asked for mean the connection must not carry the next request (it
+    would read them as its answer): each request gets a new connection, and succeeds."""
+    server = KeepingServer(late=late, close=close)
+    client = ClientFor(server.port)
+    try:
+        results = []
+        for i in range(3):
+            results.append(_stream(client, i).finish())
+            time.sleep(0.2)  # the late bytes have arrived
+    finally:
+        client.close()
+        server.close()
+    assert [r.failure for r in results] == [None] * 3
+    assert (server.requests, server.connections) == (3, 3)
+
+
+def test_an_https_connection_closed_with_close_notify_is_replaced(tmp_path: Path) -> None:
+    """A TLS server closes an idle connection with a close_notify alert before the TCP
+    close: the alert's bytes are waiting, so the connection is replaced, not written to."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server = KeepingServer(close=True, tls=tls)
+    client = ChatClient(Endpoint.parse(f"https://127.0.0.1:{server.port}"), None,
+                        network_timeout_s=5)
+    client._http._connection_pool.ssl_context.load_verify_locations(cert)
+    try:
+        results = []
+        for i in range(3):
+            results.append(_stream(client, i).finish())
+            time.sleep(0.2)  # the alert and the close have arrived
+    finally:
+        client.close()
+        server.close()
+    assert [r.failure for r in results] == [None] * 3
+    assert (server.requests, server.connections) == (3, 3)
 
 
 def ClientFor(port: int) -> ChatClient:  # noqa: N802 - reads as a constructor in the tests
