@@ -338,8 +338,8 @@ def _split_offsets(p: Path) -> list[int]:
 class UnusualRecords(Exception):
     """`scan_raw` met a record outside what its columns model — a stamp or clock offset
     beyond ±2**62, a token count of 2**53 or more, a `worker` that is not a string, an
-    `extra` that is not an object, `reasoning_chunks` null. Such a file is valid or not
-    exactly as `read_raw` says; read it with `read_raw`."""
+    `extra` that is not an object. Such a file is valid or not exactly as `read_raw` says;
+    read it with `read_raw`."""
 
 
 # Column layout of `RawColumns.table`: one int64 row per request record, in file order.
@@ -614,8 +614,7 @@ class _Reader:
                 and (fc is None or type(fc) is int)
                 and (u is None or type(u) is dict) and (w is None or type(w) is str)
                 and (not x or type(x) is dict) and (not ch or type(ch) is str)
-                and (not deltas or (type(deltas) is list and _dumps(deltas).translate(
-                    None, _DIGITS_AND_COMMAS) == b"[]"))):
+                and (not deltas or (type(deltas) is list and _all_counts(deltas)))):
             return False
         if f is None:
             if e is None:

@@ -156,8 +156,8 @@ class RequestRecord:
             first_content_ns=d.get("first_content_ns"),
             warmup=bool(d.get("warmup", False)),
             planned_context_tokens=d.get("planned_context_tokens"),
-            reasoning_chunks=int(d.get("reasoning_chunks", 0)),
-            content_chunks=int(d.get("content_chunks", 0)),
+            reasoning_chunks=int(d.get("reasoning_chunks") or 0),  # null: none, as absent
+            content_chunks=int(d.get("content_chunks") or 0),
             chunk_deltas_ns=tuple(d.get("chunk_deltas_ns") or ()),
             chunk_channels=d.get("chunk_channels") or "",
             usage=d.get("usage"),

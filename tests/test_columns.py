@@ -581,6 +581,20 @@ def test_faults_raise_the_same_error(tmp_path: Path, lines: list[bytes], line: i
     _check_same(lines)
 
 
+@pytest.mark.parametrize("key", ["reasoning_chunks", "content_chunks"])
+def test_a_null_chunk_count_is_none_in_both_readers(tmp_path: Path, key: str):
+    """`null` counts no chunks, as an absent key does (record_problem reads it so)."""
+    line = orjson.loads(_request(0))  # one reasoning chunk, one content chunk
+    line[key] = None
+    if key == "content_chunks":
+        line["first_content_ns"] = None
+    lines = [_HEAD, orjson.dumps(line) + b"\n", _request(1), _END]
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    assert getattr(read_raw(raw).records[0], key) == 0
+    _check_same(lines)
+
+
 @pytest.mark.parametrize("after", [b'{"type": "req\n', b'{"type":"bogus"}\n',
                                    _request(1, start_ns=1.5)])
 def test_a_row_beyond_int64_is_found_before_what_follows_it(tmp_path: Path, after: bytes):
@@ -616,10 +630,12 @@ _CUTS = [
     (b'"finish_reason"', b'"x":"chunk_deltas_ns","finish_reason"'),  # the name as a value
     (b'"request_index"', b'"x":{"chunk_deltas_ns":[5]},"request_index"'),  # nested before
     (b'"request_index"', b'"x":[1],"request_index"'),  # an array opens before the key
+    # nested deeper than orjson writes (255), not deeper than it reads (1024)
+    (b"[1000000,1000000]", b"[" * 300 + b"1" + b"]" * 300),
 ]
 
 
-@pytest.mark.parametrize(("old", "new"), _CUTS, ids=[c[1].decode() for c in _CUTS])
+@pytest.mark.parametrize(("old", "new"), _CUTS, ids=[c[1].decode()[:40] for c in _CUTS])
 def test_odd_deltas_text_gets_the_verdict_of_a_whole_parse(old: bytes, new: bytes):
     line = _request(0)
     assert line.count(old) == 1
