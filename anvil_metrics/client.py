@@ -500,6 +500,9 @@ class ChatClient:
         except (ConnectionError, HTTPConnectionClosed, OSError, HTTPParseError) as e:
             obs.fail("truncated", f"connection lost mid-stream: {type(e).__name__}: {e}",
                      _perf_ns(), phase=obs.phase)
+        except BaseException:
+            resp.release()  # killed mid-stream (GreenletExit): dropped now, not drained
+            raise
         finally:
             silence.cancel()
             self._finish_response(resp, obs)

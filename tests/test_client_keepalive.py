@@ -2,7 +2,9 @@
 every streamed response): a pooled connection already closed is replaced before anything is
 written; a request that was written is never sent twice (a failure after the write is a
 typed failure, not a silent retry). A server that keeps connections open gets one for
-streams in a row, also through a pool that shows only its public methods."""
+streams in a row, also through a pool that shows only its public methods; one that spoke
+on an idle connection (a late 408, a TLS close_notify) gets a new one. A stream killed
+mid-body drops its connection at once."""
 
 from __future__ import annotations
 
@@ -343,3 +345,60 @@ def test_a_line_that_never_ends_is_malformed_not_unbounded() -> None:
         srv.close()
     assert rec.failure is not None and rec.failure.kind == "malformed_chunk"
     assert "longer than" in rec.failure.message
+
+
+def test_a_stream_killed_mid_body_drops_its_connection_at_once(monkeypatch) -> None:
+    """A GreenletExit (Locust stopping a user) at the yield after a full read: the
+    connection is closed at once, not drained for seconds first."""
+    import sys
+
+    import gevent
+
+    from anvil_metrics import client as client_module
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    closed_after_s: list[float] = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            _read_request(conn)
+            event = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+                         + event * (300_000 // len(event)))  # several full reads; no end
+            t = time.monotonic()
+            conn.settimeout(10)
+            try:
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                pass
+            closed_after_s.append(time.monotonic() - t)
+
+    threading.Thread(target=serve, daemon=True).start()
+    real_sleep = gevent.sleep
+
+    def sleep(seconds: float = 0, *args: object) -> None:
+        if seconds == 0 and sys._getframe(1).f_code.co_name == "_body_blocks":
+            raise gevent.GreenletExit
+        real_sleep(seconds, *args)
+
+    monkeypatch.setattr(client_module.gevent, "sleep", sleep)
+    client = ClientFor(srv.getsockname()[1])
+    t = time.monotonic()
+    try:
+        with pytest.raises(gevent.GreenletExit):
+            _stream(client, 0)
+        elapsed = time.monotonic() - t
+    finally:
+        monkeypatch.undo()
+        client.close()
+        srv.close()
+    for _ in range(50):
+        if closed_after_s:
+            break
+        time.sleep(0.1)
+    assert elapsed < 2  # a drain would take its 5 s
+    assert closed_after_s and closed_after_s[0] < 2
