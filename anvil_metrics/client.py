@@ -266,11 +266,11 @@ def _not_reusable(sock: Any) -> bool:
     # would, on EAGAIN) and reads the TCP bytes under a TLS layer
     raw = getattr(sock, "_sock", sock)
     try:
-        _socket.socket.recv(raw, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        _socket.socket.recv(raw, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # data or EOF
     except (BlockingIOError, InterruptedError):
-        return False
+        return False  # nothing to read yet: idle and open
     except Exception:  # noqa: BLE001 - closed, reset, or not a socket we can peek at
-        return True
+        pass
     return True
 
 
