@@ -47,6 +47,7 @@ from anvil_metrics.rawfile import (
     RawRun,
     atomic_write_bytes,
     dumps_strict,
+    show,
     strict_json_problems,
 )
 from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
@@ -554,8 +555,8 @@ def fmt(v: Any) -> str:
         return repr(v)
     try:
         return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
-    except TypeError:
-        return repr(v)
+    except TypeError:  # not JSON, or nested deeper than orjson writes (and repr recurses)
+        return show(v)
 
 
 def _is_int(v: Any) -> bool:

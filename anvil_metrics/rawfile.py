@@ -28,6 +28,7 @@ import gc
 import json
 import math
 import os
+import reprlib
 import secrets
 from array import array
 from collections.abc import Iterable, Sequence
@@ -39,7 +40,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics.errors import RawFileError
-from anvil_metrics.records import RAW_SCHEMA, RequestRecord
+from anvil_metrics.records import FAILURE_KINDS, PHASES, RAW_SCHEMA, RequestRecord
 
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 # the standard library's C encoder, refusing NaN/±inf (ValueError) and non-JSON types
@@ -216,6 +217,9 @@ def _opt_int(x: Any) -> bool:
 
 
 _REQUIRED_INT = ("request_index", "start_ns")
+# how deep a run / run_end / worker line may nest (anvil writes 3 levels; far below the 254
+# that orjson writes, however a value is placed in a benchmark)
+MAX_LINE_DEPTH = 32
 _OPTIONAL_STAMPS = ("end_ns", "first_output_ns", "first_content_ns")
 
 
@@ -235,6 +239,39 @@ def _all_counts(xs: list[Any]) -> bool:
     return all(_is_int(x) and x >= 0 for x in xs)
 
 
+def show(value: Any) -> str:
+    """`repr(value)` for a message, cut short: a value read from a damaged file may be a
+    string of megabytes or a list nested 1,000 deep (orjson reads it; a plain `repr` of it
+    raises RecursionError)."""
+    return _SHOW.repr(value)
+
+
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 3, 60, 60, 60
+_SHOW.maxlist = _SHOW.maxtuple = _SHOW.maxdict = 6
+
+
+def failure_problem(f: Any) -> str | None:
+    """Why a record's `failure` is not one a benchmark can hold, or None: null, or an
+    object whose kind is one of FAILURE_KINDS, message a string, http_status an integer or
+    null, phase one of PHASES or null (the types `verify` checks in `failures`)."""
+    if f is None:
+        return None
+    if not isinstance(f, dict):
+        return f"failure must be null or an object, got {show(f)}"
+    kind = f.get("kind")
+    if not (isinstance(kind, str) and kind in FAILURE_KINDS):
+        return f"failure.kind must be one of {list(FAILURE_KINDS)}, got {show(kind)}"
+    if not isinstance(f.get("message", ""), str):
+        return f"failure.message must be a string, got {show(f['message'])}"
+    if not _opt_int(f.get("http_status")):
+        return f"failure.http_status must be an integer or null, got {show(f['http_status'])}"
+    phase = f.get("phase")
+    if phase is not None and not (isinstance(phase, str) and phase in PHASES):
+        return f"failure.phase must be one of {list(PHASES)} or null, got {show(phase)}"
+    return None
+
+
 def record_problem(d: dict[str, Any]) -> str | None:
     """Why a `"request"` line cannot be a valid RequestRecord, or None if it can.
 
@@ -242,33 +279,40 @@ def record_problem(d: dict[str, Any]) -> str | None:
     order of stamps: start ≤ first_output ≤ first_content ≤ end, where present; a first
     content without a first output is impossible (a content chunk is an output chunk); the
     first-output / first-content stamps exist exactly when output / content chunks were
-    counted; and a completed request has an end.
+    counted; and a completed request has an end. The fields a benchmark takes as they are
+    (`failure`, `http_status`, `worker`, `extra`) must have the types it holds.
     """
     for key in _REQUIRED_INT:
         if not _is_int(d.get(key)):
-            return f"{key} must be an integer, got {d.get(key)!r}"
+            return f"{key} must be an integer, got {show(d.get(key))}"
     if d["request_index"] < 0:
         return f"request_index must be >= 0, got {d['request_index']}"
     for key in _OPTIONAL_STAMPS:
         if not _opt_int(d.get(key)):
-            return f"{key} must be an integer or null, got {d.get(key)!r}"
+            return f"{key} must be an integer or null, got {show(d.get(key))}"
     for key in ("reasoning_chunks", "content_chunks", "planned_context_tokens"):
         v = d.get(key)
         if v is not None and not (_is_int(v) and v >= 0):
-            return f"{key} must be a non-negative integer, got {v!r}"
+            return f"{key} must be a non-negative integer, got {show(v)}"
     if "warmup" in d and not isinstance(d["warmup"], bool):
-        return f"warmup must be true or false, got {d['warmup']!r}"
+        return f"warmup must be true or false, got {show(d['warmup'])}"
     deltas = d.get("chunk_deltas_ns") or []
     if not isinstance(deltas, list) or not _all_counts(deltas):
         return "chunk_deltas_ns must be a list of non-negative integers"
     if not isinstance(d.get("chunk_channels") or "", str):
         return "chunk_channels must be a string"
     if d.get("usage") is not None and not isinstance(d["usage"], dict):
-        return f"usage must be an object or null, got {d['usage']!r}"
+        return f"usage must be an object or null, got {show(d['usage'])}"
+    if not _opt_int(d.get("http_status")):
+        return f"http_status must be an integer or null, got {show(d['http_status'])}"
+    if d.get("worker") is not None and not isinstance(d["worker"], str):
+        return f"worker must be a string or null, got {show(d['worker'])}"
+    if d.get("extra") is not None and not isinstance(d["extra"], dict):
+        return f"extra must be an object or null, got {show(d['extra'])}"
     failure = d.get("failure")
-    if failure is not None and not (isinstance(failure, dict) and isinstance(failure.get("kind"),
-                                                                                str)):
-        return f"failure must be null or an object with a string kind, got {failure!r}"
+    problem = failure_problem(failure)
+    if problem:
+        return problem
     if failure is None and d.get("end_ns") is None:
         return "a completed request (failure null) must have an end_ns"
     if d.get("first_content_ns") is not None and d.get("first_output_ns") is None:
@@ -286,6 +330,26 @@ def record_problem(d: dict[str, Any]) -> str | None:
     for (ka, a), (kb, b) in zip(present, present[1:], strict=False):
         if b < a:
             return f"stamps out of order: {kb} {b} < {ka} {a}"
+    return None
+
+
+def nested_too_deep(obj: Any, limit: int = MAX_LINE_DEPTH) -> str | None:
+    """Where `obj` holds containers nested more than `limit` deep (the path of the field, two
+    levels at most, that holds them), or None. Iterative: orjson reads values nested 1,023
+    deep but writes at most 254, so a header value copied into a benchmark must be caught
+    when it is read, not when it is written."""
+    stack: list[tuple[str, Any, int]] = [("", obj, 0)]
+    while stack:
+        path, value, depth = stack.pop()
+        if isinstance(value, dict):
+            names = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            names = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        if depth >= limit:
+            return path
+        stack.extend((name if depth < 2 else path, v, depth + 1) for name, v in names)
     return None
 
 
@@ -578,11 +642,13 @@ class _Reader:
             self.seen[key] = n
             self.records.append(rec)
         elif kind == "run_end":
+            _check_depth(p, n, obj)
             self.run_end = obj
         elif kind == "worker":
             if not isinstance(obj.get("worker"), str) or not _opt_int(obj.get("perf_offset_ns")):
                 raise RawFileError(p, "a \"worker\" line needs a string worker and an integer "
                                    "or null perf_offset_ns", line=n)
+            _check_depth(p, n, obj)
             self.workers[obj["worker"]] = obj
         elif kind == "run":
             raise RawFileError(p, "a second \"run\" header", line=n,
@@ -607,19 +673,21 @@ class _Reader:
         except KeyError:
             return False
         x = d.get("extra")
+        hs = d.get("http_status")
         if not (ty == "request" and type(ri) is int and ri >= 0 and type(s) is int
                 and s != NULL and type(rc) is int and rc >= 0 and type(cc) is int and cc >= 0
                 and (pl is None or (type(pl) is int and pl >= 0)) and type(wu) is bool
                 and (e is None or type(e) is int) and (fo is None or type(fo) is int)
                 and (fc is None or type(fc) is int)
                 and (u is None or type(u) is dict) and (w is None or type(w) is str)
-                and (not x or type(x) is dict) and (not ch or type(ch) is str)
+                and (x is None or type(x) is dict) and (hs is None or type(hs) is int)
+                and (not ch or type(ch) is str)
                 and (not deltas or (type(deltas) is list and _all_counts(deltas)))):
             return False
         if f is None:
             if e is None:
                 return False
-        elif type(f) is not dict or type(f.get("kind")) is not str:
+        elif type(f) is not dict or failure_problem(f) is not None:
             return False
         if (fc is None) != (cc == 0) or (fo is None) != (rc + cc == 0):
             return False
@@ -676,9 +744,9 @@ class _Reader:
         from anvil_metrics import derive  # derive imports records only; no cycle
 
         if rec.worker is not None and not isinstance(rec.worker, str):
-            raise UnusualRecords(f"line {n}: worker {rec.worker!r}")
+            raise UnusualRecords(f"line {n}: worker {show(rec.worker)}")
         if not isinstance(rec.extra, dict):
-            raise UnusualRecords(f"line {n}: extra {rec.extra!r}")
+            raise UnusualRecords(f"line {n}: extra {show(rec.extra)}")
         if rec.start_ns == NULL:  # the column would read it as null
             raise UnusualRecords(f"line {n}: start_ns {rec.start_ns}")
         out, source = derive.output_tokens_from(rec.usage, rec.reasoning_chunks,
@@ -872,6 +940,15 @@ def _parse(p: Path, n: int, raw: bytes) -> Any:
         ) from exc
 
 
+def _check_depth(p: Path, n: int, obj: dict[str, Any]) -> None:
+    where = nested_too_deep(obj)
+    if where is not None:
+        raise RawFileError(p, f"{where} holds values nested more than {MAX_LINE_DEPTH} "
+                           f"levels deep (anvil writes {obj['type']!r} lines a few levels "
+                           "deep)", line=n,
+                           fix="the file is damaged; restore it or run again")
+
+
 def _check_header(p: Path, n: int, obj: dict[str, Any]) -> dict[str, Any]:
     schema = obj.get("schema")
     if schema is not None and schema != RAW_SCHEMA:
@@ -882,6 +959,7 @@ def _check_header(p: Path, n: int, obj: dict[str, Any]) -> dict[str, Any]:
             raise RawFileError(p, f"run header has no string {key!r}", line=n)
     if not isinstance(obj.get("params", {}), dict):
         raise RawFileError(p, "run header 'params' must be an object", line=n)
+    _check_depth(p, n, obj)
     for key in ("wall_anchor_ns", "perf_anchor_ns"):
         if not _opt_int(obj.get(key)):
             raise RawFileError(p, f"run header {key!r} must be an integer", line=n)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from conftest import anvil
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,8 +35,10 @@ from anvil_metrics.benchmark import (
     same,
     verify_benchmark,
 )
+from anvil_metrics.errors import RawFileError
 from anvil_metrics.postprocess import postprocess
 from anvil_metrics.rawfile import (
+    MAX_LINE_DEPTH,
     RawColumns,
     UnusualRecords,
     _Reader,
@@ -258,6 +262,11 @@ _MUTATIONS: list[tuple[str, Any]] = [
     ("deltas huge", {"chunk_deltas_ns": [2**64 - 1]}), ("deltas null", {"chunk_deltas_ns": None}),
     ("channels int", {"chunk_channels": 5}), ("usage list", {"usage": [1]}),
     ("failure kind int", {"failure": {"kind": 5}}), ("warmup string", {"warmup": "no"}),
+    ("failure kind bogus", {"failure": {"kind": "bogus", "message": "m"}}),
+    ("failure message int", {"failure": {"kind": "timeout", "message": 5}}),
+    ("failure phase bogus", {"failure": {"kind": "timeout", "phase": "x"}}),
+    ("status string", {"http_status": "200"}), ("worker list", {"worker": [1]}),
+    ("extra string", {"extra": "x"}),
     ("reasoning null", {"reasoning_chunks": None}), ("worker int", {"worker": 5}),
     ("extra list", {"extra": [1]}), ("start huge", {"start_ns": 2**63 - 1}),
     ("tokens huge", {"usage": {"completion_tokens": 2**60}}),
@@ -605,6 +614,138 @@ def test_a_row_beyond_int64_is_found_before_what_follows_it(tmp_path: Path, afte
     with pytest.raises(UnusualRecords, match="line 3: a value beyond int64"):
         scan_raw(raw, parallel=False)
     _check_same(raw.read_bytes().splitlines(keepends=True))
+
+
+# Values nested deeper than orjson writes (254 levels) but not than it reads (1,023), where a
+# plain repr recurses too deep: written as markers, put in the line's text by `_deepen`.
+_DEEP = "@deep list@"  # a list nested 1,000 deep
+
+
+def _deep_dict(levels: int) -> str:
+    return f"@deep dict {levels}@"  # {"a": {"a": ... 1}}, `levels` objects
+
+
+def _deepen(line: bytes) -> bytes:
+    line = line.replace(b'"@deep list@"', b"[" * 1000 + b"]" * 1000)
+    return re.sub(rb'"@deep dict (\d+)@"',
+                  lambda m: b'{"a":' * int(m[1]) + b"1" + b"}" * int(m[1]), line)
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    # what a benchmark takes as it is must have the type it holds there (verify's checks)
+    ({"failure": {"kind": "bogus"}}, "failure.kind must be one of"),
+    ({"failure": {"kind": ["timeout"]}}, "failure.kind must be one of"),
+    ({"failure": {"kind": "timeout", "message": 5}}, "failure.message must be a string, got 5"),
+    ({"failure": {"kind": "timeout", "http_status": "500"}},
+     "failure.http_status must be an integer or null, got '500'"),
+    ({"failure": {"kind": "timeout", "http_status": True}}, "failure.http_status"),
+    ({"failure": {"kind": "timeout", "phase": "bogus"}}, "failure.phase must be one of"),
+    ({"failure": [1]}, r"failure must be null or an object, got \[1\]"),
+    ({"http_status": "200"}, "http_status must be an integer or null, got '200'"),
+    ({"worker": [1]}, r"worker must be a string or null, got \[1\]"),
+    ({"worker": {}}, "worker must be a string or null"),
+    ({"extra": [1]}, r"extra must be an object or null, got \[1\]"),
+    ({"extra": "x"}, "extra must be an object or null, got 'x'"),
+    # a value nested 1,000 deep is shown cut short (a plain repr of it raises RecursionError)
+    ({"start_ns": _DEEP}, r"start_ns must be an integer, got \[\[\[\[\.\.\.\]\]\]\]"),
+    ({"warmup": _DEEP}, "warmup must be true or false"),
+    ({"planned_context_tokens": _DEEP}, "planned_context_tokens must be"),
+    ({"usage": _DEEP}, "usage must be an object or null"),
+    ({"extra": _DEEP}, "extra must be an object or null"),
+    ({"worker": _DEEP}, "worker must be a string or null"),
+    ({"failure": _DEEP}, "failure must be null or an object"),
+    ({"failure": {"kind": "timeout", "message": _DEEP}}, "failure.message must be a string"),
+    ({"start_ns": "9" * 5000}, r"start_ns must be an integer, got '9{20,}\.\.\.9+'$"),
+])
+def test_fields_a_benchmark_takes_as_they_are_are_checked_on_reading(
+        tmp_path: Path, change: dict[str, Any], words: str):
+    """A damaged record is refused by both readers, naming its line, not built into a
+    document that then fails verification (or raises on the way)."""
+    lines = [_HEAD, _request(0), _deepen(_request(1, **change)), _END]
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    with pytest.raises(RawFileError, match=words) as exc:
+        read_raw(raw)
+    assert exc.value.line == 3
+    assert len(str(exc.value)) < 400
+    _check_same(lines)
+
+
+def test_a_failure_as_anvil_writes_it_is_read(tmp_path: Path):
+    """Every kind and phase anvil writes, with and without a status, passes both readers."""
+    lines = [_HEAD]
+    for i, kind in enumerate(FAILURE_KINDS):
+        failure = {"kind": kind, "message": "m", "http_status": [None, 503][i % 2],
+                   "phase": [*PHASES, None][i % (len(PHASES) + 1)]}
+        lines.append(_request(i, failure=failure, http_status=[None, 200][i % 2]))
+    lines.append(_END)
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    assert [r.failure.kind for r in read_raw(raw).records] == list(FAILURE_KINDS)
+    _check_same(lines)
+
+
+_RUN = orjson.loads(_HEAD)
+
+
+@pytest.mark.parametrize(("line", "at", "where"), [
+    ({**_RUN, "params": {"model": _DEEP}}, 1, "params.model"),
+    ({**_RUN, "params": {"serve_flags": {"x": _deep_dict(40)}}}, 1, "params.serve_flags"),
+    ({"type": "run_end", "client": {"cpu_pct": _DEEP}}, 3, "client.cpu_pct"),
+    ({"type": "run_end", "client": _deep_dict(300)}, 3, "client.a"),
+    ({"type": "worker", "worker": "w1", "perf_offset_ns": 0, "x": _DEEP}, 2, r"x\[0\]"),
+])
+def test_a_run_line_nested_deeper_than_anvil_writes_is_refused(
+        tmp_path: Path, line: dict[str, Any], at: int, where: str):
+    """Header, worker and run_end values are copied into the document; one nested deeper
+    than a JSON writer writes (orjson: 254 levels) made the write raise with a traceback."""
+    text = _deepen(orjson.dumps(line)) + b"\n"
+    lines = ([text, _request(0), _END] if at == 1 else [_HEAD, text, _request(0), _END]
+             if at == 2 else [_HEAD, _request(0), text])
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    with pytest.raises(RawFileError, match=f"{where} holds values nested more than "
+                       f"{MAX_LINE_DEPTH} levels deep") as exc:
+        read_raw(raw)
+    assert exc.value.line == at
+    _check_same(lines)
+
+
+def test_run_lines_up_to_the_depth_limit_are_read(tmp_path: Path):
+    """`MAX_LINE_DEPTH` levels in all, the line itself included, pass; one more does not."""
+    def head(levels: int) -> bytes:  # the line, params, and levels - 2 objects in it
+        return _deepen(orjson.dumps({**_RUN, "params": {"x": _deep_dict(levels - 2)}})) + b"\n"
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(head(MAX_LINE_DEPTH) + _request(0) + _END)
+    assert read_raw(raw).header["params"]["x"]["a"]
+    raw.write_bytes(head(MAX_LINE_DEPTH + 1) + _request(0) + _END)
+    with pytest.raises(RawFileError, match="params.x holds values nested"):
+        read_raw(raw)
+
+
+def test_postprocess_of_a_damaged_record_is_one_line_no_traceback(tmp_path: Path):
+    """The CLI a user runs on such a file: exit 1, one line naming the file, line and
+    field."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    deep_message = orjson.dumps({"kind": "timeout", "message": "@"}).replace(
+        b'"@"', b"[" * 1000 + b"]" * 1000)
+    bad = _request(1).replace(b'"failure":null', b'"failure":' + deep_message)
+    (run_dir / "requests.jsonl").write_bytes(b"".join([_HEAD, _request(0), bad, _END]))
+    proc = anvil("postprocess", str(run_dir))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "requests.jsonl:3" in lines[0] and "failure.message must be a string" in lines[0]
+    assert not (run_dir / "benchmark.json").exists()
+
+
+def test_fmt_shows_a_value_too_deep_for_orjson_cut_short():
+    assert benchmark.fmt(orjson.loads(_deepen(b'"@deep list@"'))) == "[[[[...]]]]"
+    shown = benchmark.fmt(orjson.loads(_deepen(b'"@deep dict 600@"')))
+    assert shown == "{'a': {'a': {'a': {...}}}}"
+    assert benchmark.fmt([1, "x"]) == '[1,"x"]'  # orjson's text where it can write it
 
 
 # Text a writer other than orjson could put in or around a chunk_deltas_ns array (leading
