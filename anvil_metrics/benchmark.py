@@ -115,6 +115,7 @@ FAILURE_FIELDS = ("request_index", "kind", "http_status", "message", "phase")
 CALIBRATION_METHODS = ("tokenize", "probe", "local_tokenizer", "none")
 CLIENT_KEYS = ("loop_lag_ms", "cpu_pct", "achieved_concurrency", "saturated", "verdict",
                "start_delay_ms")
+CLIENT_SPEC_KEYS = CLIENT_KEYS[:4]  # the spec's `client` fields; the other two are anvil's
 
 # The spec's `benchmark-YYYYMMDDTHHMMSSZ`; the recorder appends `-2`, `-3`, … when two runs
 # start in the same second, to keep run ids unique as the spec also requires.
@@ -639,6 +640,7 @@ def _verify_rows(doc: Any) -> list[str]:
     _check_run_fields(doc, problems)
     rows, rows_ok = _check_rows(doc, problems)
     _check_failures(doc, problems)
+    _check_client(doc, problems)
     _check_counts(doc, problems)
     _check_indices(doc, problems)
     _check_context_distribution(doc, rows, problems)
@@ -664,6 +666,7 @@ def _clean(doc: dict[str, Any], rows: derive.RowColumns, *, recompute: bool = Tr
     problems = strict_json_problems({k: v for k, v in doc.items() if k != "request_timings"})
     _check_run_fields(doc, problems)
     _check_failures(doc, problems)
+    _check_client(doc, problems)
     if problems:
         return False
     n = len(rows)
@@ -906,6 +909,80 @@ def _check_row_values(path: str, row: dict[str, Any], problems: list[str]) -> No
         problems.append(f"{path}.time_to_first_output_ms: {fmt(ttfo)} with reasoning_chunks="
                         f"{row['reasoning_chunks']}, content_chunks={row['content_chunks']} "
                         "(a first output stamp exists exactly when output chunks arrived)")
+
+
+def _is_number(v: Any) -> bool:
+    """A finite JSON number, integer or not (JSON may write a whole figure as 0)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_figure(v: Any) -> bool:
+    return _is_number(v) and v >= 0
+
+
+def _check_client(doc: dict[str, Any], problems: list[str]) -> None:
+    """The `client` block, where there is one: an object with the spec's keys (null where
+    not measured); figures that are non-negative numbers, p50 <= p99 <= max; `saturated`
+    exactly when the block's own loop lag p99 and CPU cross `saturation`'s limits (in a
+    distributed run they are the worst worker's, whose verdict decides), and a `verdict`
+    that says the same."""
+    client = doc.get("client")
+    if client is None:
+        return
+    if not isinstance(client, dict):
+        problems.append(f"client: expected an object or null, file has {fmt(client)}")
+        return
+    for key in CLIENT_SPEC_KEYS:
+        if key not in client:
+            problems.append(f"client.{key}: missing (null when it was not measured)")
+    p99 = None
+    for key, check, what in (("loop_lag_ms", _is_figure, "a non-negative number"),
+                             ("start_delay_ms", _is_number, "a number")):
+        block = client.get(key)
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            problems.append(f"client.{key}: expected an object or null, file has {fmt(block)}")
+            continue
+        values = []
+        for q in ("p50", "p99", "max"):
+            v = block.get(q)
+            if v is not None and not check(v):
+                problems.append(f"client.{key}.{q}: expected {what} or null, file has {fmt(v)}")
+            values.append(v if v is not None and check(v) else None)
+        if None not in values and not values[0] <= values[1] <= values[2]:
+            problems.append(f"client.{key}: p50 {fmt(values[0])} <= p99 {fmt(values[1])} <= "
+                            f"max {fmt(values[2])} does not hold")
+        if key == "loop_lag_ms":
+            p99 = values[1]
+    for key in ("cpu_pct", "achieved_concurrency"):
+        v = client.get(key)
+        if v is not None and not _is_figure(v):
+            problems.append(f"client.{key}: expected a non-negative number or null, "
+                            f"file has {fmt(v)}")
+    saturated = client.get("saturated")
+    if saturated is not None and not isinstance(saturated, bool):
+        problems.append(f"client.saturated: expected true, false or null, "
+                        f"file has {fmt(saturated)}")
+        return
+    cpu = client.get("cpu_pct")
+    want, _ = saturation.verdict(p99, cpu if _is_figure(cpu) else None)
+    if saturated is not want:
+        problems.append(
+            f"client.saturated: file has {fmt(saturated)}, its own figures (loop lag p99 "
+            f"{fmt(p99)} ms, CPU {fmt(cpu)} %) give {fmt(want)} (saturated when p99 > "
+            f"{saturation.LAG_P99_LIMIT_MS:g} ms or CPU > {saturation.CPU_LIMIT_PCT:g} %)")
+    verdict = client.get("verdict")
+    if verdict is None:
+        return
+    if not isinstance(verdict, str):
+        problems.append(f"client.verdict: expected a string or null, file has {fmt(verdict)}")
+    elif not (verdict.startswith("saturated: ") if saturated
+              else verdict == saturation.verdict_text(saturated, [])):
+        problems.append(f"client.verdict: {fmt(verdict)} does not say what saturated "
+                        f"{fmt(saturated)} says ("
+                        + ('"saturated: <why>"' if saturated
+                           else fmt(saturation.verdict_text(saturated, []))) + ")")
 
 
 def _check_failures(doc: dict[str, Any], problems: list[str]) -> None:

@@ -344,6 +344,66 @@ def test_build_client_block():
     assert doc["client"]["saturated"] is True and "CPU 95 %" in doc["client"]["verdict"]
 
 
+_LAG = {"p50": 0.2, "p99": 1.5, "max": 9.0, "samples": 900, "over_5ms": 2}
+
+
+@pytest.mark.parametrize("client", [
+    None,
+    {"loop_lag_ms": _LAG, "cpu_pct": 40.0, "saturated": False, "verdict": "ok"},
+    {"loop_lag_ms": {**_LAG, "p99": 12.0, "max": 30.0}, "cpu_pct": 40.0, "saturated": True,
+     "verdict": "saturated: event-loop lag p99 12.0 ms > 10 ms"},
+    {"loop_lag_ms": _LAG, "cpu_pct": 91, "saturated": True,  # a distributed run's text
+     "verdict": "saturated: worker w2: CPU 91 % of one core > 90 %"},
+    {"loop_lag_ms": {"p50": None, "p99": None, "max": None, "samples": 0, "over_5ms": 0},
+     "cpu_pct": None, "saturated": None, "verdict": "not measured"},
+    {"cpu_pct": 10.0},  # an older raw file's figures: the verdict is derived from them
+])
+def test_client_blocks_anvil_builds_verify(client):
+    doc = build_benchmark(_raw([_ok(0, 10**9), _ok(1, 2 * 10**9)]), client)
+    assert verify_benchmark(doc) == []
+
+
+@pytest.mark.parametrize(("change", "path", "words"), [
+    (lambda c: c.update(saturated=True), "client.saturated", "give false"),
+    (lambda c: c.update(saturated=None), "client.saturated", "give false"),
+    (lambda c: c.update(cpu_pct=95.0), "client.saturated", "give true"),
+    (lambda c: c["loop_lag_ms"].update(p99=10.5), "client.saturated", "give true"),
+    (lambda c: c.update(saturated="no"), "client.saturated", "expected true, false or null"),
+    (lambda c: c.update(verdict="fine"), "client.verdict", "does not say"),
+    (lambda c: c.update(verdict=7), "client.verdict", "expected a string or null"),
+    (lambda c: c.update(cpu_pct=-1.0), "client.cpu_pct", "non-negative number"),
+    (lambda c: c.update(cpu_pct=True), "client.cpu_pct", "non-negative number"),
+    (lambda c: c.update(achieved_concurrency="2"), "client.achieved_concurrency", "number"),
+    (lambda c: c.pop("achieved_concurrency"), "client.achieved_concurrency", "missing"),
+    (lambda c: c.pop("loop_lag_ms"), "client.loop_lag_ms", "missing"),
+    (lambda c: c.update(loop_lag_ms=[1.0]), "client.loop_lag_ms", "expected an object"),
+    (lambda c: c["loop_lag_ms"].update(p50=2.0), "client.loop_lag_ms", "does not hold"),
+    (lambda c: c["loop_lag_ms"].update(max="9"), "client.loop_lag_ms.max", "number"),
+    (lambda c: c.update(start_delay_ms={"p50": 1.0, "p99": 0.5, "max": 2.0}),
+     "client.start_delay_ms", "does not hold"),
+    (lambda c: c.update(start_delay_ms={"p50": None, "p99": "x", "max": 2.0}),
+     "client.start_delay_ms.p99", "a number"),
+])
+def test_client_block_altered_is_named(change, path, words):
+    """The `client` block is the run's verdict on its own generator: a hand-edited or
+    corrupt one is named, as any other figure is."""
+    doc = build_benchmark(_raw([_ok(0, 10**9), _ok(1, 2 * 10**9)]),
+                          {"loop_lag_ms": dict(_LAG), "cpu_pct": 40.0, "saturated": False,
+                           "verdict": "ok"})
+    assert verify_benchmark(doc) == []
+    change(doc["client"])
+    problems = verify_benchmark(doc)
+    assert any(p.startswith(path + ":") and words in p for p in problems), problems
+
+
+@pytest.mark.parametrize("client", [[1], "ok", 3])
+def test_client_block_must_be_an_object_or_null(client):
+    doc = build_benchmark(_raw([_ok(0, 10**9)]))
+    doc["client"] = client
+    assert [p for p in verify_benchmark(doc) if p.startswith("client:")] == [
+        f"client: expected an object or null, file has {json.dumps(client)}"]
+
+
 def test_build_refuses_what_it_cannot_verify():
     header = {**HEADER, "run_id": "my-run"}
     with pytest.raises(VerifyError, match="run_id"):
