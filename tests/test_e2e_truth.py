@@ -85,7 +85,9 @@ def _quantile(errs: list[float], q: float) -> float:
 # characterisation, printed with -s); the performance issue tightens it.
 SPREAD_SIZES = tuple(512 + 96 * i for i in range(16))
 CASES = [
-    ("single", 1, 8, 0.0, (1024,),
+    # one stream, 16 requests in a row: once, right after a memory-heavy test, 3 of 8 had
+    # first-output lags of 1.3 ms or more (p50 0.2) and moved the q75 past its bound
+    ("single", 1, 16, 0.0, (1024,),
      {"send": (0.75, 1.0, 8.0), "plan": (0.5, 2.0, 12.0), "rate": (0.9, 0.01, 0.03)}),
     # 16 streams whose prompts differ, so their prefills (and every deadline) differ by ~1 ms;
     # four rounds, so that one multi-ms stall of this VM (it takes every stream ending in
@@ -117,6 +119,11 @@ def test_timings_match_truth(simulator, tmp_path, name, users, requests, per_tok
         "ttfo-plan", "ttft-plan", "e2e-plan", "first_output-send", "first_content-send",
         "end-send")}
     rate_errs: list[float] = []
+    # how late the simulator itself wrote each planned event (its send stamp against its
+    # own arrival stamp t0 plus the plan), which the plan error includes but anvil did not
+    # cause: a wake-up of the simulator's process once made one e2e 12.7 ms off its plan
+    # while anvil's end stamp was 2.8 ms after the send
+    sim_late: dict[str, list[float]] = {k: [] for k in ("ttfo-plan", "ttft-plan", "e2e-plan")}
     for r in rows:
         rec = raw[r["request_index"]]
         srv = rec["extra"]["server"]
@@ -131,6 +138,11 @@ def test_timings_match_truth(simulator, tmp_path, name, users, requests, per_tok
         errs["ttfo-plan"].append(abs(r["time_to_first_output_ms"] - prefill))
         errs["ttft-plan"].append(abs(r["ttft_ms"] - (prefill + N_REASON * STEP_MS)))
         errs["e2e-plan"].append(abs(r["e2e_ms"] - (prefill + GEN_MS)))
+        for key, sent, planned in (("ttfo-plan", "first_output_sent_ns", prefill),
+                                   ("ttft-plan", "first_content_sent_ns",
+                                    prefill + N_REASON * STEP_MS),
+                                   ("e2e-plan", "last_sent_ns", prefill + GEN_MS)):
+            sim_late[key].append((srv[sent] - srv["t0_ns"]) / 1e6 - planned)
         rate_errs.append(abs(r["decode_tok_s"] - DECODE) / DECODE)
         rate_errs.append(abs(r["mean_inter_token_latency_ms"] - STEP_MS) / STEP_MS)
         assert r["output_token_source"] == "usage"
@@ -146,7 +158,10 @@ def test_timings_match_truth(simulator, tmp_path, name, users, requests, per_tok
     for key, e in errs.items():
         q, at_q, at_max = bounds[key.rsplit("-", 1)[1]]
         assert _quantile(e, q) <= at_q, (key, sorted(e))
-        assert max(e) <= at_max, (key, sorted(e))
+        # every request: the plan error less the simulator's own recorded lateness
+        late = sim_late.get(key, [0.0] * len(e))
+        net = [err - max(0.0, x) for err, x in zip(e, late, strict=True)]
+        assert max(net) <= at_max, (key, sorted(e), sorted(late))
     assert verify_benchmark(doc) == []
 
 
