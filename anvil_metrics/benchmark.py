@@ -189,6 +189,9 @@ def _client_block(client: Mapping[str, Any] | None,
     if client is None:
         return None
     block = {key: client.get(key) for key in CLIENT_KEYS}
+    lag = block["loop_lag_ms"]
+    if isinstance(lag, dict):  # the spec's {p50, p99, max}, a missing one null
+        block["loop_lag_ms"] = {"p50": None, "p99": None, "max": None, **lag}
     if block["saturated"] is None:  # figures from before the verdict existed
         sat, reasons = saturation.health_verdict(client)
         block["saturated"], block["verdict"] = sat, saturation.verdict_text(sat, reasons)
@@ -550,14 +553,18 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+FMT_MAX = 200  # characters of a value a message shows (a damaged file's may be megabytes)
+
+
 def fmt(v: Any) -> str:
     """A value as it reads in the JSON file (floats with all their digits)."""
     if isinstance(v, float):
         return repr(v)
     try:
-        return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
+        text = orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:  # not JSON, or nested deeper than orjson writes (and repr recurses)
         return show(v)
+    return text if len(text) <= FMT_MAX else text[:FMT_MAX - 3] + "..."
 
 
 def _is_int(v: Any) -> bool:
@@ -922,10 +929,10 @@ def _is_figure(v: Any) -> bool:
 
 def _check_client(doc: dict[str, Any], problems: list[str]) -> None:
     """The `client` block, where there is one: an object with the spec's keys (null where
-    not measured); figures that are non-negative numbers, p50 <= p99 <= max; `saturated`
-    exactly when the block's own loop lag p99 and CPU cross `saturation`'s limits (in a
-    distributed run they are the worst worker's, whose verdict decides), and a `verdict`
-    that says the same."""
+    not measured) and anvil's two, nothing else; figures that are non-negative numbers,
+    p50 <= p99 <= max; `saturated` exactly when the block's own loop lag p99 and CPU cross
+    `saturation`'s limits (in a distributed run they are the worst worker's, whose verdict
+    decides), and a `verdict` that says the same."""
     client = doc.get("client")
     if client is None:
         return
@@ -935,26 +942,11 @@ def _check_client(doc: dict[str, Any], problems: list[str]) -> None:
     for key in CLIENT_SPEC_KEYS:
         if key not in client:
             problems.append(f"client.{key}: missing (null when it was not measured)")
-    p99 = None
-    for key, check, what in (("loop_lag_ms", _is_figure, "a non-negative number"),
-                             ("start_delay_ms", _is_number, "a number")):
-        block = client.get(key)
-        if block is None:
-            continue
-        if not isinstance(block, dict):
-            problems.append(f"client.{key}: expected an object or null, file has {fmt(block)}")
-            continue
-        values = []
-        for q in ("p50", "p99", "max"):
-            v = block.get(q)
-            if v is not None and not check(v):
-                problems.append(f"client.{key}.{q}: expected {what} or null, file has {fmt(v)}")
-            values.append(v if v is not None and check(v) else None)
-        if None not in values and not values[0] <= values[1] <= values[2]:
-            problems.append(f"client.{key}: p50 {fmt(values[0])} <= p99 {fmt(values[1])} <= "
-                            f"max {fmt(values[2])} does not hold")
-        if key == "loop_lag_ms":
-            p99 = values[1]
+    for key in sorted(client.keys() - set(CLIENT_KEYS), key=str):
+        problems.append(f"client.{key}: unknown field")
+    p99 = _check_quantiles(client, "loop_lag_ms", _LAG_EXTRA, _is_figure,
+                           "a non-negative number", problems)
+    _check_quantiles(client, "start_delay_ms", {}, _is_number, "a number", problems)
     for key in ("cpu_pct", "achieved_concurrency"):
         v = client.get(key)
         if v is not None and not _is_figure(v):
@@ -983,6 +975,65 @@ def _check_client(doc: dict[str, Any], problems: list[str]) -> None:
                         f"{fmt(saturated)} says ("
                         + ('"saturated: <why>"' if saturated
                            else fmt(saturation.verdict_text(saturated, []))) + ")")
+
+
+def _is_stall(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_is_figure(x) for x in v)
+
+
+# `loop_lag_ms`'s keys beside p50/p99/max (lagmon.py, saturation.py): check, description
+_LAG_EXTRA: dict[str, tuple[Any, str]] = {
+    "samples": (_is_count, "a non-negative integer"),
+    "over_5ms": (_is_count, "a non-negative integer"),
+    "max_at_s": (lambda v: v is None or _is_figure(v), "a non-negative number or null"),
+    "stalls": (lambda v: isinstance(v, list) and all(_is_stall(x) for x in v),
+               "a list of [seconds into the load, ms late] pairs"),
+}
+
+
+def _check_quantiles(client: dict[str, Any], key: str, extra: dict[str, tuple[Any, str]],
+                     check: Callable[[Any], bool], what: str, problems: list[str]
+                     ) -> float | None:
+    """`client[key]`: null, or {p50, p99, max} (each `check`ed, or null) with p50 <= p99 <=
+    max, plus only the `extra` keys; returns its p99 where it is a valid number."""
+    block = client.get(key)
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        problems.append(f"client.{key}: expected an object or null, file has {fmt(block)}")
+        return None
+    values = []
+    for q in ("p50", "p99", "max"):
+        if q not in block:
+            problems.append(f"client.{key}.{q}: missing (null when there was no sample)")
+        v = block.get(q)
+        if v is not None and not check(v):
+            problems.append(f"client.{key}.{q}: expected {what} or null, file has {fmt(v)}")
+        values.append(v if v is not None and check(v) else None)
+    if None not in values and not values[0] <= values[1] <= values[2]:
+        problems.append(f"client.{key}: p50 {fmt(values[0])} <= p99 {fmt(values[1])} <= "
+                        f"max {fmt(values[2])} does not hold")
+    for name in sorted(block.keys() - {"p50", "p99", "max"}, key=str):
+        if name not in extra:
+            problems.append(f"client.{key}.{name}: unknown field")
+        elif not extra[name][0](block[name]):
+            problems.append(f"client.{key}.{name}: expected {extra[name][1]}, "
+                            f"file has {fmt(block[name])}")
+    return values[1]
+
+
+def raw_client_problems(client: Any) -> list[str]:
+    """`_check_client`'s problems with the `client` block a raw `run_end` line's `client`
+    (generator figures; `load_s`/`cpu_s` are not copied) becomes in a benchmark, or [].
+    The raw reader asks, so that a damaged one is named with its line rather than found
+    when the benchmark built from it fails verification."""
+    if client is None:
+        return []
+    if not isinstance(client, dict):
+        return [f"client: expected an object or null, file has {fmt(client)}"]
+    problems: list[str] = []
+    _check_client({"client": _client_block(client, lambda: (None, None))}, problems)
+    return problems
 
 
 def _check_failures(doc: dict[str, Any], problems: list[str]) -> None:

@@ -643,6 +643,7 @@ class _Reader:
             self.records.append(rec)
         elif kind == "run_end":
             _check_depth(p, n, obj)
+            _check_client(p, n, obj)
             self.run_end = obj
         elif kind == "worker":
             if not isinstance(obj.get("worker"), str) or not _opt_int(obj.get("perf_offset_ns")):
@@ -946,6 +947,18 @@ def _check_depth(p: Path, n: int, obj: dict[str, Any]) -> None:
         raise RawFileError(p, f"{where} holds values nested more than {MAX_LINE_DEPTH} "
                            f"levels deep (anvil writes {obj['type']!r} lines a few levels "
                            "deep)", line=n,
+                           fix="the file is damaged; restore it or run again")
+
+
+def _check_client(p: Path, n: int, obj: dict[str, Any]) -> None:
+    """A run_end's `client` (the generator's figures) as the benchmark's `client` block will
+    hold it: named here, with its line, rather than by the built benchmark's verification."""
+    from anvil_metrics import benchmark  # imports this module; loaded by the time it runs
+
+    problems = benchmark.raw_client_problems(obj.get("client"))
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise RawFileError(p, f"run_end {problems[0]}{more}", line=n,
                            fix="the file is damaged; restore it or run again")
 
 

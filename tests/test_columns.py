@@ -711,6 +711,51 @@ def test_a_run_line_nested_deeper_than_anvil_writes_is_refused(
     _check_same(lines)
 
 
+_LAG = {"p50": 0.2, "p99": 1.1, "max": 3.0, "samples": 100, "over_5ms": 0}
+
+
+@pytest.mark.parametrize(("client", "words"), [
+    ({"loop_lag_ms": _LAG, "cpu_pct": 11.0, "saturated": True, "verdict": "saturated: x"},
+     "run_end client.saturated: file has true"),
+    ({"loop_lag_ms": [1], "cpu_pct": 11.0}, "run_end client.loop_lag_ms: expected an object"),
+    ({"loop_lag_ms": {**_LAG, "p50": 2.0}, "cpu_pct": 11.0, "saturated": False},
+     "run_end client.loop_lag_ms: p50 2.0 <= p99 1.1"),
+    ({"cpu_pct": "x"}, "run_end client.cpu_pct: expected a non-negative number"),
+    ([1], r"run_end client: expected an object or null, file has \[1\]"),
+    ("ok", "run_end client: expected an object or null"),
+])
+def test_a_damaged_client_in_run_end_is_named_with_its_line(
+        tmp_path: Path, client: Any, words: str):
+    """The run_end's generator figures become the benchmark's `client` block; damaged, they
+    are refused on reading (a list raised AttributeError; wrong figures made the built
+    benchmark fail its verification, with advice to rebuild it that cannot help)."""
+    end = orjson.dumps({"type": "run_end", "finished_at": "2026-08-01T16:09:00Z",
+                        "client": client}) + b"\n"
+    lines = [_HEAD, _request(0), end]
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    with pytest.raises(RawFileError, match=words) as exc:
+        read_raw(raw)
+    assert exc.value.line == 3
+    _check_same(lines)
+
+
+@pytest.mark.parametrize("client", [
+    None, {},
+    {"loop_lag_ms": _LAG, "cpu_pct": 11.0},  # figures from before the verdict existed
+    {"loop_lag_ms": {**_LAG, "max_at_s": 1.5, "stalls": [[1.5, 6.2]]}, "cpu_pct": 95.0,
+     "achieved_concurrency": None, "saturated": True,
+     "verdict": "saturated: CPU 95 % of one core > 90 %", "load_s": 9.0, "cpu_s": 8.6},
+])
+def test_run_end_clients_anvil_writes_are_read(tmp_path: Path, client: Any):
+    end = orjson.dumps({"type": "run_end", "finished_at": "2026-08-01T16:09:00Z",
+                        "client": client}) + b"\n"
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(_HEAD + _request(0) + end)
+    assert read_raw(raw).run_end["client"] == client
+    assert postprocess(tmp_path).exists()
+
+
 def test_run_lines_up_to_the_depth_limit_are_read(tmp_path: Path):
     """`MAX_LINE_DEPTH` levels in all, the line itself included, pass; one more does not."""
     def head(levels: int) -> bytes:  # the line, params, and levels - 2 objects in it

@@ -357,6 +357,8 @@ _LAG = {"p50": 0.2, "p99": 1.5, "max": 9.0, "samples": 900, "over_5ms": 2}
     {"loop_lag_ms": {"p50": None, "p99": None, "max": None, "samples": 0, "over_5ms": 0},
      "cpu_pct": None, "saturated": None, "verdict": "not measured"},
     {"cpu_pct": 10.0},  # an older raw file's figures: the verdict is derived from them
+    {"loop_lag_ms": {**_LAG, "max_at_s": 2.5, "stalls": [[2.5, 9.0]]}, "cpu_pct": 5.0,
+     "saturated": False, "verdict": "ok", "load_s": 3.0, "cpu_s": 0.15},  # as run_end has it
 ])
 def test_client_blocks_anvil_builds_verify(client):
     doc = build_benchmark(_raw([_ok(0, 10**9), _ok(1, 2 * 10**9)]), client)
@@ -383,6 +385,13 @@ def test_client_blocks_anvil_builds_verify(client):
      "client.start_delay_ms", "does not hold"),
     (lambda c: c.update(start_delay_ms={"p50": None, "p99": "x", "max": 2.0}),
      "client.start_delay_ms.p99", "a number"),
+    (lambda c: c.update(loop_lag_ms={}), "client.loop_lag_ms.p50", "missing"),
+    (lambda c: c.update(start_delay_ms={"p50": 1.0}), "client.start_delay_ms.max", "missing"),
+    (lambda c: c.update(extra=1), "client.extra", "unknown field"),
+    (lambda c: c["loop_lag_ms"].update(note="x"), "client.loop_lag_ms.note", "unknown field"),
+    (lambda c: c["loop_lag_ms"].update(samples=-1), "client.loop_lag_ms.samples", "integer"),
+    (lambda c: c["loop_lag_ms"].update(stalls=[[1.0]]), "client.loop_lag_ms.stalls", "pairs"),
+    (lambda c: c["loop_lag_ms"].update(max_at_s="x"), "client.loop_lag_ms.max_at_s", "number"),
 ])
 def test_client_block_altered_is_named(change, path, words):
     """The `client` block is the run's verdict on its own generator: a hand-edited or
@@ -394,6 +403,14 @@ def test_client_block_altered_is_named(change, path, words):
     change(doc["client"])
     problems = verify_benchmark(doc)
     assert any(p.startswith(path + ":") and words in p for p in problems), problems
+
+
+def test_a_huge_value_is_shown_cut_short():
+    doc = build_benchmark(_raw([_ok(0, 10**9)]), {"cpu_pct": 10.0})
+    doc["client"]["verdict"] = "x" * 1_000_000
+    problems = verify_benchmark(doc)
+    assert any(p.startswith("client.verdict:") for p in problems), problems
+    assert max(len(p) for p in problems) < 400
 
 
 @pytest.mark.parametrize("client", [[1], "ok", 3])
