@@ -217,10 +217,10 @@ def _opt_int(x: Any) -> bool:
 
 
 _REQUIRED_INT = ("request_index", "start_ns")
-# how deep a run / run_end / worker line may nest (anvil writes 3 levels; far below the 254
-# that orjson writes, however a value is placed in a benchmark)
-MAX_LINE_DEPTH = 32
 _OPTIONAL_STAMPS = ("end_ns", "first_output_ns", "first_content_ns")
+# how deep a run / run_end / worker line may nest (anvil writes at most ~8 levels; far below
+# the 254 that orjson writes, however a value is placed in a benchmark)
+MAX_LINE_DEPTH = 32
 
 
 def _all_counts(xs: list[Any]) -> bool:
@@ -401,9 +401,9 @@ def _split_offsets(p: Path) -> list[int]:
 
 class UnusualRecords(Exception):
     """`scan_raw` met a record outside what its columns model — a stamp or clock offset
-    beyond ±2**62, a token count of 2**53 or more, a `worker` that is not a string, an
-    `extra` that is not an object. Such a file is valid or not exactly as `read_raw` says;
-    read it with `read_raw`."""
+    beyond ±2**62, a token count of 2**53 or more, a start delay its int64 column cannot hold
+    (beyond int64, or the NULL sentinel itself). Such a file is valid or not exactly as
+    `read_raw` says; read it with `read_raw`."""
 
 
 # Column layout of `RawColumns.table`: one int64 row per request record, in file order.
@@ -643,7 +643,7 @@ class _Reader:
             self.records.append(rec)
         elif kind == "run_end":
             _check_depth(p, n, obj)
-            _check_client(p, n, obj)
+            _check_run_end_client(p, n, obj)
             self.run_end = obj
         elif kind == "worker":
             if not isinstance(obj.get("worker"), str) or not _opt_int(obj.get("perf_offset_ns")):
@@ -744,10 +744,7 @@ class _Reader:
         """A RequestRecord (read the slow way) into the columns."""
         from anvil_metrics import derive  # derive imports records only; no cycle
 
-        if rec.worker is not None and not isinstance(rec.worker, str):
-            raise UnusualRecords(f"line {n}: worker {show(rec.worker)}")
-        if not isinstance(rec.extra, dict):
-            raise UnusualRecords(f"line {n}: extra {show(rec.extra)}")
+        # (`record_problem` has checked `worker` is a string or null, `extra` an object)
         if rec.start_ns == NULL:  # the column would read it as null
             raise UnusualRecords(f"line {n}: start_ns {rec.start_ns}")
         out, source = derive.output_tokens_from(rec.usage, rec.reasoning_chunks,
@@ -950,7 +947,7 @@ def _check_depth(p: Path, n: int, obj: dict[str, Any]) -> None:
                            fix="the file is damaged; restore it or run again")
 
 
-def _check_client(p: Path, n: int, obj: dict[str, Any]) -> None:
+def _check_run_end_client(p: Path, n: int, obj: dict[str, Any]) -> None:
     """A run_end's `client` (the generator's figures) as the benchmark's `client` block will
     hold it: named here, with its line, rather than by the built benchmark's verification."""
     from anvil_metrics import benchmark  # imports this module; loaded by the time it runs

@@ -338,7 +338,7 @@ def test_damaged_files_fail_the_same_way(lines: list[bytes], data: st.DataObject
 
 
 def test_unusual_values_are_built_the_plain_way(tmp_path: Path):
-    """Stamps beyond ±2**62 (or a worker that is not a string…) are not for the columns:
+    """Stamps beyond ±2**62 are not for the columns:
     postprocess hands the file to the row-by-row build and writes what it gives."""
     header = {"type": "run", "run_id": "benchmark-20260801T160039Z",
               "started_at": "2026-08-01T16:00:39Z", "params": {}}
