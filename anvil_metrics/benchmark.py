@@ -1022,6 +1022,19 @@ def _check_quantiles(client: dict[str, Any], key: str, extra: dict[str, tuple[An
     return values[1]
 
 
+def raw_header_problems(header: Mapping[str, Any]) -> list[str]:
+    """`_check_run_fields`'s problems with the fields a raw `"run"` header (its `run_id`,
+    `started_at` and `params`) becomes in a benchmark, or []: the raw reader asks, so that
+    a damaged header is named with its line rather than when the benchmark built from it
+    fails verification."""
+    params = header.get("params") or {}
+    doc = {"schema": SCHEMA, **{key: params.get(key) for key in PARAM_KEYS},
+           "run_id": header.get("run_id"), "started_at": header.get("started_at")}
+    problems: list[str] = []
+    _check_run_fields(doc, problems)
+    return [p for p in problems if not p.endswith(": missing")]  # the rest of a document
+
+
 def raw_client_problems(client: Any) -> list[str]:
     """`_check_client`'s problems with the `client` block a raw `run_end` line's `client`
     (generator figures; `load_s`/`cpu_s` are not copied) becomes in a benchmark, or [].

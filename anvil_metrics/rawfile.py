@@ -952,10 +952,14 @@ def _check_run_end_client(p: Path, n: int, obj: dict[str, Any]) -> None:
     hold it: named here, with its line, rather than by the built benchmark's verification."""
     from anvil_metrics import benchmark  # imports this module; loaded by the time it runs
 
-    problems = benchmark.raw_client_problems(obj.get("client"))
+    _refuse(p, n, "run_end ", benchmark.raw_client_problems(obj.get("client")))
+
+
+def _refuse(p: Path, n: int, what: str, problems: list[str]) -> None:
+    """Line `n` is damaged if the benchmark's own checks found `problems` in what it holds."""
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise RawFileError(p, f"run_end {problems[0]}{more}", line=n,
+        raise RawFileError(p, f"{what}{problems[0]}{more}", line=n,
                            fix="the file is damaged; restore it or run again")
 
 
@@ -973,4 +977,7 @@ def _check_header(p: Path, n: int, obj: dict[str, Any]) -> dict[str, Any]:
     for key in ("wall_anchor_ns", "perf_anchor_ns"):
         if not _opt_int(obj.get(key)):
             raise RawFileError(p, f"run header {key!r} must be an integer", line=n)
+    from anvil_metrics import benchmark  # imports this module; loaded by the time it runs
+
+    _refuse(p, n, "run header: ", benchmark.raw_header_problems(obj))
     return obj

@@ -756,6 +756,35 @@ def test_run_end_clients_anvil_writes_are_read(tmp_path: Path, client: Any):
     assert postprocess(tmp_path).exists()
 
 
+@pytest.mark.parametrize(("params", "words"), [
+    ({"serve_flags": [1]}, r"run header: serve_flags: expected an object or null"),
+    ({"concurrency": "4"}, r"run header: concurrency: expected an integer or null"),
+    ({"prompt_calibration": {"method": "guess"}}, r"run header: prompt_calibration: expected"),
+    ({"serve_flags": {"shared_prefix_burst": True}, "shared_prefix": {"prefix_tokens": -1}},
+     r"run header: shared_prefix: serve_flags.shared_prefix_burst is true"),
+    ({"concurrency": 1.5, "max_tokens": "x"}, r"concurrency: .* \(and 1 more\)"),
+])
+def test_a_damaged_run_header_is_named_with_its_line(
+        tmp_path: Path, params: dict[str, Any], words: str):
+    """The header's params become the benchmark's run fields; of the wrong type, they are
+    refused on reading, not found when the built benchmark fails its verification."""
+    lines = [orjson.dumps({**_RUN, "params": params}) + b"\n", _request(0), _END]
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    with pytest.raises(RawFileError, match=words) as exc:
+        read_raw(raw)
+    assert exc.value.line == 1
+    _check_same(lines)
+
+
+def test_a_run_id_the_benchmark_cannot_hold_is_named_with_its_line(tmp_path: Path):
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(orjson.dumps({**_RUN, "run_id": "my-run"}) + b"\n" + _request(0) + _END)
+    with pytest.raises(RawFileError, match="run_id: \"my-run\" is not benchmark-") as exc:
+        read_raw(raw)
+    assert exc.value.line == 1
+
+
 def test_run_lines_up_to_the_depth_limit_are_read(tmp_path: Path):
     """`MAX_LINE_DEPTH` levels in all, the line itself included, pass; one more does not."""
     def head(levels: int) -> bytes:  # the line, params, and levels - 2 objects in it
