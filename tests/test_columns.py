@@ -631,6 +631,17 @@ def _deepen(line: bytes) -> bytes:
                   lambda m: b'{"a":' * int(m[1]) + b"1" + b"}" * int(m[1]), line)
 
 
+def _refused_on(tmp_path: Path, lines: list[bytes], line: int, words: str) -> RawFileError:
+    """`lines` as a raw file: both readers refuse it with `words`, naming `line`."""
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    with pytest.raises(RawFileError, match=words) as exc:
+        read_raw(raw)
+    assert exc.value.line == line
+    _check_same(lines)
+    return exc.value
+
+
 @pytest.mark.parametrize(("change", "words"), [
     # what a benchmark takes as it is must have the type it holds there (verify's checks)
     ({"failure": {"kind": "bogus"}}, "failure.kind must be one of"),
@@ -662,13 +673,7 @@ def test_fields_a_benchmark_takes_as_they_are_are_checked_on_reading(
     """A damaged record is refused by both readers, naming its line, not built into a
     document that then fails verification (or raises on the way)."""
     lines = [_HEAD, _request(0), _deepen(_request(1, **change)), _END]
-    raw = tmp_path / "requests.jsonl"
-    raw.write_bytes(b"".join(lines))
-    with pytest.raises(RawFileError, match=words) as exc:
-        read_raw(raw)
-    assert exc.value.line == 3
-    assert len(str(exc.value)) < 400
-    _check_same(lines)
+    assert len(str(_refused_on(tmp_path, lines, 3, words))) < 400
 
 
 def test_a_failure_as_anvil_writes_it_is_read(tmp_path: Path):
@@ -702,13 +707,8 @@ def test_a_run_line_nested_deeper_than_anvil_writes_is_refused(
     text = _deepen(orjson.dumps(line)) + b"\n"
     lines = ([text, _request(0), _END] if at == 1 else [_HEAD, text, _request(0), _END]
              if at == 2 else [_HEAD, _request(0), text])
-    raw = tmp_path / "requests.jsonl"
-    raw.write_bytes(b"".join(lines))
-    with pytest.raises(RawFileError, match=f"{where} holds values nested more than "
-                       f"{MAX_LINE_DEPTH} levels deep") as exc:
-        read_raw(raw)
-    assert exc.value.line == at
-    _check_same(lines)
+    _refused_on(tmp_path, lines, at,
+                f"{where} holds values nested more than {MAX_LINE_DEPTH} levels deep")
 
 
 _LAG = {"p50": 0.2, "p99": 1.1, "max": 3.0, "samples": 100, "over_5ms": 0}
@@ -731,13 +731,7 @@ def test_a_damaged_client_in_run_end_is_named_with_its_line(
     benchmark fail its verification, with advice to rebuild it that cannot help)."""
     end = orjson.dumps({"type": "run_end", "finished_at": "2026-08-01T16:09:00Z",
                         "client": client}) + b"\n"
-    lines = [_HEAD, _request(0), end]
-    raw = tmp_path / "requests.jsonl"
-    raw.write_bytes(b"".join(lines))
-    with pytest.raises(RawFileError, match=words) as exc:
-        read_raw(raw)
-    assert exc.value.line == 3
-    _check_same(lines)
+    _refused_on(tmp_path, [_HEAD, _request(0), end], 3, words)
 
 
 @pytest.mark.parametrize("client", [
@@ -768,21 +762,13 @@ def test_a_damaged_run_header_is_named_with_its_line(
         tmp_path: Path, params: dict[str, Any], words: str):
     """The header's params become the benchmark's run fields; of the wrong type, they are
     refused on reading, not found when the built benchmark fails its verification."""
-    lines = [orjson.dumps({**_RUN, "params": params}) + b"\n", _request(0), _END]
-    raw = tmp_path / "requests.jsonl"
-    raw.write_bytes(b"".join(lines))
-    with pytest.raises(RawFileError, match=words) as exc:
-        read_raw(raw)
-    assert exc.value.line == 1
-    _check_same(lines)
+    _refused_on(tmp_path, [orjson.dumps({**_RUN, "params": params}) + b"\n", _request(0), _END],
+                1, words)
 
 
 def test_a_run_id_the_benchmark_cannot_hold_is_named_with_its_line(tmp_path: Path):
-    raw = tmp_path / "requests.jsonl"
-    raw.write_bytes(orjson.dumps({**_RUN, "run_id": "my-run"}) + b"\n" + _request(0) + _END)
-    with pytest.raises(RawFileError, match="run_id: \"my-run\" is not benchmark-") as exc:
-        read_raw(raw)
-    assert exc.value.line == 1
+    _refused_on(tmp_path, [orjson.dumps({**_RUN, "run_id": "my-run"}) + b"\n", _request(0),
+                           _END], 1, "run_id: \"my-run\" is not benchmark-")
 
 
 def test_run_lines_up_to_the_depth_limit_are_read(tmp_path: Path):
