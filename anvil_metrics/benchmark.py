@@ -939,11 +939,8 @@ def _check_client(doc: dict[str, Any], problems: list[str]) -> None:
     if not isinstance(client, dict):
         problems.append(f"client: expected an object or null, file has {fmt(client)}")
         return
-    for key in CLIENT_SPEC_KEYS:
-        if key not in client:
-            problems.append(f"client.{key}: missing (null when it was not measured)")
-    for key in sorted(client.keys() - set(CLIENT_KEYS), key=str):
-        problems.append(f"client.{key}: unknown field")
+    _check_keys("client", client, CLIENT_SPEC_KEYS, CLIENT_KEYS, problems,
+                missing="missing (null when it was not measured)")
     p99 = _check_quantiles(client, "loop_lag_ms", _LAG_EXTRA, _is_figure,
                            "a non-negative number", problems)
     _check_quantiles(client, "start_delay_ms", {}, _is_number, "a number", problems)
@@ -975,6 +972,17 @@ def _check_client(doc: dict[str, Any], problems: list[str]) -> None:
                         f"{fmt(saturated)} says ("
                         + ('"saturated: <why>"' if saturated
                            else fmt(saturation.verdict_text(saturated, []))) + ")")
+
+
+def _check_keys(path: str, obj: dict[str, Any], required: Sequence[str], known: Sequence[str],
+                problems: list[str], missing: str = "missing") -> None:
+    """Each `required` key absent from `obj` (in that order), then each key not `known`
+    (sorted), named under `path`."""
+    for key in required:
+        if key not in obj:
+            problems.append(f"{path}.{key}: {missing}")
+    for key in sorted(obj.keys() - set(known), key=str):
+        problems.append(f"{path}.{key}: unknown field")
 
 
 def _is_stall(v: Any) -> bool:
@@ -1061,11 +1069,7 @@ def _check_failures(doc: dict[str, Any], problems: list[str]) -> None:
         if not isinstance(f, dict):
             problems.append(f"{path}: expected an object, file has {fmt(f)}")
             continue
-        for key in FAILURE_FIELDS:
-            if key not in f:
-                problems.append(f"{path}.{key}: missing")
-        for key in sorted(f.keys() - set(FAILURE_FIELDS)):
-            problems.append(f"{path}.{key}: unknown field")
+        _check_keys(path, f, FAILURE_FIELDS, FAILURE_FIELDS, problems)
         if "request_index" in f and not _is_count(f["request_index"]):
             problems.append(f"{path}.request_index: expected a non-negative integer, "
                             f"file has {fmt(f['request_index'])}")
