@@ -21,7 +21,18 @@ every kind at the phase they happen in (some with partial output), `extra.start_
 concurrent streams, and a `"run_end"` line with a `client` block like `session.py`'s.
 
     .venv/bin/python benchmarks/postprocess_scale.py [--rows 100000,1000000] [--users 64]
-        [--seed 0] [--keep]
+        [--seed 0] [--repeat 3] [--keep]
+
+How it measures, and why:
+- the synthesised file is flushed to disk (`os.sync`) before anything is timed. A run's raw
+  file was written over the whole run and the kernel writes dirty pages back within ~30 s,
+  so a real `anvil postprocess` does not compete with the write-back of its own input; a
+  file synthesised a second earlier would make it (measured: 10.7 s against 8.9-9.9 s);
+- `anvil postprocess` runs `--repeat` times (3) and the median is the figure judged against
+  the target (each run is printed); the library call and `anvil verify` run once;
+- a fixed pure-Python loop (`speed_s`, 10M additions) is timed before and after: on a shared
+  VM the same code ran 1.5x slower from one hour to the next, so a figure is quoted with
+  the machine's speed at the time.
 
 It prints figures and asserts nothing (its exit status is 1 only if a child failed or the
 produced file does not verify).
@@ -68,6 +79,7 @@ FAILURES = (
     ("client_error", "prefill", 200, "RuntimeError: synthetic client error", 1),
 )
 FAILURE_RATE = 0.03
+TARGET_S, TARGET_BYTES = 10.0, 2**30  # the issue's target for 1M rows
 
 
 def _stamp(wall_ns: int) -> str:
@@ -261,17 +273,32 @@ def run_child(cmd: list[str], log: Path) -> tuple[int, float, int]:
     return proc.returncode, wall, rss
 
 
+def speed_s() -> float:
+    """Seconds this interpreter takes for 10M additions in a plain loop: the machine's speed
+    for Python code at the moment, to quote beside the figures."""
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(10_000_000):
+        x += i
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="100000,1000000",
                     help="measured request rows per file, comma-separated")
     ap.add_argument("--users", type=int, default=64, help="concurrent streams simulated")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of `anvil postprocess` per file; the median is judged")
     ap.add_argument("--keep", action="store_true", help="keep the temporary run folders")
     a = ap.parse_args(argv)
+    if a.repeat < 1:
+        ap.error(f"--repeat must be 1 or more, got {a.repeat}")
     sizes = [int(x) for x in a.rows.split(",") if x.strip()]
     py = sys.executable
     load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    speed0 = speed_s()
     root = Path(tempfile.mkdtemp(prefix="anvil-pp-scale-"))
     results = []
     ok = True
@@ -286,12 +313,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rows:,} rows: synthesised {raw.stat().st_size / 2**20:,.1f} MiB in "
                   f"{gen_s:.1f} s ({info['failed']:,} failures, {info['warmups']} warm-ups)",
                   flush=True)
+            t0 = time.perf_counter()
+            os.sync()  # see the module docstring: a run's raw file is on disk by its end
+            print(f"  flushed to disk in {time.perf_counter() - t0:.1f} s", flush=True)
             bench = run_dir / "benchmark.json"
             lib = [py, "-c", "import sys; from anvil_metrics.postprocess import postprocess; "
                    "postprocess(sys.argv[1])", str(run_dir)]
             lcode, lwall, lrss = run_child(lib, run_dir / "library.log")
-            code, wall, rss = run_child([py, "-m", "anvil_metrics", "postprocess",
-                                         str(run_dir)], run_dir / "postprocess.log")
+            runs = [run_child([py, "-m", "anvil_metrics", "postprocess", str(run_dir)],
+                              run_dir / "postprocess.log") for _ in range(a.repeat)]
+            code = max((r[0] for r in runs), key=abs)
+            walls = sorted(r[1] for r in runs)
+            wall, rss = walls[len(walls) // 2], max(r[2] for r in runs)
             if code != 0 or lcode != 0 or not bench.exists():
                 print(f"  postprocess failed (exit {code}, library {lcode}):\n"
                       + (run_dir / "postprocess.log").read_text()[-2000:]
@@ -303,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
             ok = ok and vcode == 0
             results.append((rows, raw.stat().st_size, bench.stat().st_size, wall, rss,
                             lwall, lrss, vcode, vwall, vrss))
-            print(f"  anvil postprocess {wall:.2f} s, peak RSS {rss / 2**20:,.0f} MiB; "
+            each = ", ".join(f"{r[1]:.2f}" for r in runs)
+            print(f"  anvil postprocess {wall:.2f} s (median of {each}), peak RSS "
+                  f"{rss / 2**20:,.0f} MiB; "
                   f"postprocess() alone {lwall:.2f} s, {lrss / 2**20:,.0f} MiB; "
                   f"verify exit {vcode} in {vwall:.2f} s", flush=True)
             if not a.keep:
@@ -323,8 +358,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{rows:>10,}{raw_b / 2**20:>10,.1f} MiB{bench_b / 2**20:>10,.1f} MiB"
               f"{wall:>8.2f} s{rss / 2**20:>6,.0f} MiB{lwall:>8.2f} s{lrss / 2**20:>6,.0f} MiB"
               f"{'ok' if vcode == 0 else 'FAIL':>8}{vwall:>6.2f} s{vrss / 2**20:>6,.0f} MiB")
+    for (rows, _raw_b, _bench_b, wall, rss, *_rest) in results:
+        if rows == 1_000_000:
+            met = wall <= TARGET_S and rss <= TARGET_BYTES
+            print(f"target for 1M rows, <= {TARGET_S:g} s and <= 1 GiB (`anvil postprocess`, "
+                  f"median): {'met' if met else 'MISSED'} ({wall:.2f} s, "
+                  f"{rss / 2**20:,.0f} MiB)")
     print(f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs; load average "
-          f"{load0} before, {' '.join(f'{x:.2f}' for x in os.getloadavg())} after)")
+          f"{load0} before, {' '.join(f'{x:.2f}' for x in os.getloadavg())} after; "
+          f"speed_s {speed0:.2f} s before, {speed_s():.2f} s after)")
     return 0 if ok else 1
 
 
