@@ -271,6 +271,27 @@ def start_spread_ms(run: ClientRun, streams: int) -> float | None:
     return (starts[-1] - starts[0]) / 1e6 if starts else None
 
 
+def drain_spread_ms(run: ClientRun, streams: int) -> float | None:
+    """How far apart the last `streams` requests ended (the run's drain)."""
+    ends = sorted(r["end_ns"] for r in run.records if r.get("end_ns") is not None)[-streams:]
+    return (ends[-1] - ends[0]) / 1e6 if ends else None
+
+
+def held_concurrency(run: ClientRun, streams: int) -> float | None:
+    """Mean requests in flight between the `streams`-th start and the `streams`-th last end:
+    the stretch where every stream has begun and none has had its last request end, so the
+    ramp and the drain of a fixed-count run are left out and what is missing is the time
+    each stream spent between its requests. None when the two do not leave a stretch."""
+    timed = [(r["start_ns"], r["end_ns"]) for r in run.records if r.get("end_ns") is not None]
+    if len(timed) < streams:
+        return None
+    lo = sorted(s for s, _ in timed)[streams - 1]
+    hi = sorted(e for _, e in timed)[-streams]
+    if hi <= lo:
+        return None
+    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in timed) / (hi - lo)
+
+
 def achieved_concurrency(run: ClientRun) -> float | None:
     """Σ request durations / the load window (Little's law), as anvil's `client` block."""
     window = run.window_ns

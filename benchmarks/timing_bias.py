@@ -49,7 +49,9 @@ from _bench import (  # noqa: E402
     CpuSampler,
     achieved_concurrency,
     code_state,
+    drain_spread_ms,
     fmt,
+    held_concurrency,
     loadavg,
     pct,
     run_anvil,
@@ -99,6 +101,9 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def describe(run: ClientRun, streams: int) -> list[str]:
     spread = fmt(start_spread_ms(run, streams), ".1f")
+    held = (f"    {run.label}: held {fmt(held_concurrency(run, streams), '.2f')} in flight "
+            f"between the {streams}th start and the {streams}th-last end; the last {streams} "
+            f"requests ended over {fmt(drain_spread_ms(run, streams), '.1f')} ms")
     to_first = ((run.first_start_ns - run.popen_ns) / MS
                 if run.first_start_ns is not None else None)
     cpu_pct = 100 * run.cpu_s / run.load_s if run.cpu_s is not None and run.load_s else None
@@ -116,12 +121,14 @@ def describe(run: ClientRun, streams: int) -> list[str]:
             f"    anvil start delay ms p50/p99/max {fmt(sd.get('p50'))} / {fmt(sd.get('p99'))}"
             f" / {fmt(sd.get('max'))}; process start → first request {fmt(to_first, '.0f')} ms;"
             f" first {streams} requests written over {spread} ms; failed {run.failed}",
+            held,
         ]
     return [
         f"    reference: achieved concurrency {fmt(achieved_concurrency(run), '.2f')}; "
         f"CPU {fmt(cpu_pct, '.0f')} % of one core ({per_cpu} events per CPU-second); "
         f"process start → first request {fmt(to_first, '.0f')} ms; first {streams} requests "
-        f"written over {spread} ms; failed {run.failed}"
+        f"written over {spread} ms; failed {run.failed}",
+        held,
     ]
 
 
@@ -182,7 +189,9 @@ def measure_level(sim: Any, n: int, rep: int, args: argparse.Namespace, work_roo
     if fa["mismatched"] or fr["mismatched"]:
         print(f"    ! records without one send stamp per chunk: anvil "
               f"{fa['mismatched']}, reference {fr['mismatched']}")
-    return {"anvil": fa, "ref": fr, "client": anvil.client}
+    return {"anvil": fa, "ref": fr, "client": anvil.client,
+            "held": (held_concurrency(anvil, n), held_concurrency(ref, n)),
+            "ref_concurrency": achieved_concurrency(ref)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     for n in levels:
         for r in results[n]:
             c = r["client"]
+            held, ref_held = r["held"]
             print(f"  {n} streams: client verdict {c.get('verdict')!r}, achieved concurrency "
-                  f"{fmt(c.get('achieved_concurrency'), '.2f')} of {n}")
+                  f"{fmt(c.get('achieved_concurrency'), '.2f')} of {n} (held "
+                  f"{fmt(held, '.2f')}); reference {fmt(r['ref_concurrency'], '.2f')} (held "
+                  f"{fmt(ref_held, '.2f')})")
     return 0
 
 
