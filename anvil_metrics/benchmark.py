@@ -111,6 +111,9 @@ REQUIRED_FIELDS = frozenset(
         "metrics",
     }
 )
+# Run fields that are names or texts: a string, or null when unknown (as in the example).
+TEXT_FIELDS = ("model", "engine", "gpu", "tier", "manifest", "source_recipe", "base_url",
+               "measurement_protocol", "run_nonce")
 FAILURE_FIELDS = ("request_index", "kind", "http_status", "message", "phase")
 CALIBRATION_METHODS = ("tokenize", "probe", "local_tokenizer", "none")
 CLIENT_KEYS = ("loop_lag_ms", "cpu_pct", "achieved_concurrency", "saturated", "verdict",
@@ -798,6 +801,14 @@ def _check_run_fields(doc: dict[str, Any], problems: list[str]) -> None:
                 "max_tokens"):
         if doc.get(key) is not None and not _is_int(doc[key]):
             problems.append(f"{key}: expected an integer or null, file has {fmt(doc[key])}")
+    for key in TEXT_FIELDS:
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            problems.append(f"{key}: expected a string or null, file has {fmt(doc[key])}")
+    url = doc.get("base_url")
+    if isinstance(url, str) and strip_credentials(url) != url.strip():
+        # the value itself is not shown: it is the secret
+        problems.append("base_url: holds credentials (a user:password@ part), which a "
+                        "benchmark never stores; `anvil postprocess` removes them")
     if "partial" in doc and not isinstance(doc["partial"], bool):
         problems.append(f"partial: expected true or false, file has {fmt(doc['partial'])}")
     if "warmup_requests" in doc and not _is_count(doc["warmup_requests"]):
@@ -1038,6 +1049,7 @@ def raw_header_problems(header: Mapping[str, Any]) -> list[str]:
     params = header.get("params") or {}
     doc = {"schema": SCHEMA, **{key: params.get(key) for key in PARAM_KEYS},
            "run_id": header.get("run_id"), "started_at": header.get("started_at")}
+    doc["base_url"] = redact_url(doc["base_url"])  # as the build does
     problems: list[str] = []
     _check_run_fields(doc, problems)
     return [p for p in problems if not p.endswith(": missing")]  # the rest of a document

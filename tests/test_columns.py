@@ -757,6 +757,8 @@ def test_run_end_clients_anvil_writes_are_read(tmp_path: Path, client: Any):
     ({"serve_flags": {"shared_prefix_burst": True}, "shared_prefix": {"prefix_tokens": -1}},
      r"run header: shared_prefix: serve_flags.shared_prefix_burst is true"),
     ({"concurrency": 1.5, "max_tokens": "x"}, r"concurrency: .* \(and 1 more\)"),
+    ({"model": ["a", "b"]}, r"run header: model: expected a string or null"),
+    ({"gpu": 4090}, r"run header: gpu: expected a string or null"),
 ])
 def test_a_damaged_run_header_is_named_with_its_line(
         tmp_path: Path, params: dict[str, Any], words: str):
@@ -764,6 +766,18 @@ def test_a_damaged_run_header_is_named_with_its_line(
     refused on reading, not found when the built benchmark fails its verification."""
     _refused_on(tmp_path, [orjson.dumps({**_RUN, "params": params}) + b"\n", _request(0), _END],
                 1, words)
+
+
+def test_a_header_base_url_with_credentials_is_read_and_built_without_them(tmp_path: Path):
+    """The build removes credentials from `base_url`, so the reader takes such a header
+    (an old raw file) rather than refusing what the benchmark will not hold."""
+    lines = [orjson.dumps({**_RUN, "params": {"base_url": "http://al:pw@127.0.0.1:9/v1"}})
+             + b"\n", _request(0), _END]
+    raw = tmp_path / "requests.jsonl"
+    raw.write_bytes(b"".join(lines))
+    assert read_raw(raw).header["params"]["base_url"].startswith("http://al:pw@")
+    doc = orjson.loads(postprocess(tmp_path).read_bytes())
+    assert doc["base_url"] == "http://127.0.0.1:9/v1"
 
 
 def test_a_run_id_the_benchmark_cannot_hold_is_named_with_its_line(tmp_path: Path):

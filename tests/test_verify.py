@@ -244,6 +244,29 @@ def test_run_id_may_carry_the_recorders_uniqueness_suffix(example):
     assert [m for m in verify_benchmark(doc) if m.startswith("run_id:")]
 
 
+@pytest.mark.parametrize("key", ["model", "engine", "gpu", "tier", "manifest",
+                                 "source_recipe", "base_url", "measurement_protocol",
+                                 "run_nonce"])
+@pytest.mark.parametrize("value", [5, ["sglang"], {"name": "x"}, True])
+def test_text_run_fields_must_be_strings_or_null(example, key: str, value: Any):
+    doc = copy.deepcopy(example)
+    doc[key] = value
+    messages = verify_benchmark(doc)
+    assert any(m.startswith(f"{key}: expected a string or null") for m in messages), messages
+    doc[key] = None
+    assert verify_benchmark(doc) == []
+
+
+@pytest.mark.parametrize("url", ["http://alice:s3cr3t@127.0.0.1:8000/v1",
+                                 "https://tok3n@gpu-box/v1", "alice:s3cr3t@127.0.0.1:8000/v1"])
+def test_a_base_url_with_credentials_is_named_without_showing_them(example, url: str):
+    doc = copy.deepcopy(example)
+    doc["base_url"] = url
+    messages = verify_benchmark(doc)
+    assert [m for m in messages if m.startswith("base_url: holds credentials")], messages
+    assert not any("s3cr3t" in m or "tok3n" in m for m in messages)
+
+
 def test_not_a_document():
     assert verify_benchmark([]) == ["document: expected a JSON object, got list"]
 
