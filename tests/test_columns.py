@@ -462,6 +462,42 @@ def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Pat
     assert _comparable(_outcome(lambda: scan_raw(path))) == one_pass
 
 
+@pytest.mark.parametrize("script", [
+    # the head promises more rows than follow (a child killed mid-write), exit 0
+    "import struct, sys; sys.stdout.buffer.write(struct.pack('<QQ', 0, 800) + b'x' * 80)",
+    # a whole message whose fields are not a pickle
+    "import struct, sys; sys.stdout.buffer.write(struct.pack('<QQ', 4, 8) + b'nope' + b'\\0' * 8)",
+    # half a head
+    "import sys; sys.stdout.buffer.write(b'\\0' * 7)",
+    # all of it, then a failure
+    "import struct, sys; sys.stdout.buffer.write(struct.pack('<QQ', 0, 0)); sys.exit(1)",
+])
+def test_a_child_whose_output_is_cut_or_wrong_is_replaced_by_reading_its_part_here(
+        tmp_path: Path, monkeypatch, script: str) -> None:
+    path = tmp_path / "requests.jsonl"
+    _mixed_run(path, 120)
+    one_pass = _comparable(_outcome(lambda: scan_raw(path, parallel=False)))
+    monkeypatch.setattr(rawpart, "MIN_BYTES", 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    results = []
+    real_result = rawpart.child_result
+
+    def fake(p: Path, offset: int, stop: int | None = None) -> Any:
+        import subprocess
+        import sys
+        return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+
+    def result_spy(proc: Any) -> Any:
+        results.append(real_result(proc))
+        return results[-1]
+
+    monkeypatch.setattr(rawpart, "start_child", fake)
+    monkeypatch.setattr(rawpart, "child_result", result_spy)
+    assert _comparable(_outcome(lambda: scan_raw(path))) == one_pass
+    assert results == [None]
+
+
 # --- the column formulas, value for value ----------------------------------------------------
 
 _MS = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 5e-324, 1e-3, 1.0, 1e300]),
