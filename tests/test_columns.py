@@ -408,6 +408,19 @@ def _mixed_run(path: Path, n: int) -> None:
     path.write_bytes(b"".join(lines))
 
 
+def _child_results(monkeypatch) -> list[Any]:
+    """The list every `rawpart.child_result` outcome is appended to, from now on."""
+    results: list[Any] = []
+    real_result = rawpart.child_result
+
+    def result_spy(proc: Any) -> Any:
+        results.append(real_result(proc))
+        return results[-1]
+
+    monkeypatch.setattr(rawpart, "child_result", result_spy)
+    return results
+
+
 def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Path,
                                                                    monkeypatch) -> None:
     """A file over `rawpart.MIN_BYTES` has its second half read by a real child process
@@ -427,15 +440,8 @@ def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Pat
         started.append((offset, stop))
         return real_start(p, offset, stop)
 
-    results = []
-    real_result = rawpart.child_result
-
-    def result_spy(proc: Any) -> Any:
-        results.append(real_result(proc))
-        return results[-1]
-
     monkeypatch.setattr(rawpart, "start_child", spy)
-    monkeypatch.setattr(rawpart, "child_result", result_spy)
+    results = _child_results(monkeypatch)
     assert _comparable(_outcome(lambda: scan_raw(path))) == one_pass
     assert len(started) == 1 and 0 < started[0][0] < path.stat().st_size
     assert started[0][1] is None
@@ -479,8 +485,6 @@ def test_a_child_whose_output_is_cut_or_wrong_is_replaced_by_reading_its_part_he
     one_pass = _comparable(_outcome(lambda: scan_raw(path, parallel=False)))
     monkeypatch.setattr(rawpart, "MIN_BYTES", 0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    results = []
-    real_result = rawpart.child_result
 
     def fake(p: Path, offset: int, stop: int | None = None) -> Any:
         import subprocess
@@ -488,12 +492,8 @@ def test_a_child_whose_output_is_cut_or_wrong_is_replaced_by_reading_its_part_he
         return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL)
 
-    def result_spy(proc: Any) -> Any:
-        results.append(real_result(proc))
-        return results[-1]
-
     monkeypatch.setattr(rawpart, "start_child", fake)
-    monkeypatch.setattr(rawpart, "child_result", result_spy)
+    results = _child_results(monkeypatch)
     assert _comparable(_outcome(lambda: scan_raw(path))) == one_pass
     assert results == [None]
 
