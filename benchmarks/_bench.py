@@ -292,6 +292,16 @@ def held_concurrency(run: ClientRun, streams: int) -> float | None:
     return sum(max(0, min(e, hi) - max(s, lo)) for s, e in timed) / (hi - lo)
 
 
+def peak_concurrency(run: ClientRun) -> int | None:
+    """The most requests in flight at once (an end and a start at the same nanosecond count
+    as one after the other)."""
+    timed = [(r["start_ns"], r["end_ns"]) for r in run.records if r.get("end_ns") is not None]
+    if not timed:
+        return None
+    steps = sorted([(e, -1) for _, e in timed] + [(s, 1) for s, _ in timed])
+    return int(np.max(np.cumsum([d for _, d in steps])))
+
+
 def achieved_concurrency(run: ClientRun) -> float | None:
     """Σ request durations / the load window (Little's law), as anvil's `client` block."""
     window = run.window_ns

@@ -54,6 +54,7 @@ from _bench import (  # noqa: E402
     held_concurrency,
     loadavg,
     pct,
+    peak_concurrency,
     run_anvil,
     run_reference,
     start_spread_ms,
@@ -101,9 +102,10 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def describe(run: ClientRun, streams: int) -> list[str]:
     spread = fmt(start_spread_ms(run, streams), ".1f")
-    held = (f"    {run.label}: held {fmt(held_concurrency(run, streams), '.2f')} in flight "
-            f"between the {streams}th start and the {streams}th-last end; the last {streams} "
-            f"requests ended over {fmt(drain_spread_ms(run, streams), '.1f')} ms")
+    held = (f"    {run.label}: at most {fmt(peak_concurrency(run), 'd')} in flight at once; held "
+            f"{fmt(held_concurrency(run, streams), '.2f')} between the {streams}th start and "
+            f"the {streams}th-last end; the last {streams} requests ended over "
+            f"{fmt(drain_spread_ms(run, streams), '.1f')} ms")
     to_first = ((run.first_start_ns - run.popen_ns) / MS
                 if run.first_start_ns is not None else None)
     cpu_pct = 100 * run.cpu_s / run.load_s if run.cpu_s is not None and run.load_s else None
@@ -191,6 +193,7 @@ def measure_level(sim: Any, n: int, rep: int, args: argparse.Namespace, work_roo
               f"{fa['mismatched']}, reference {fr['mismatched']}")
     return {"anvil": fa, "ref": fr, "client": anvil.client,
             "held": (held_concurrency(anvil, n), held_concurrency(ref, n)),
+            "peak": (peak_concurrency(anvil), peak_concurrency(ref)),
             "ref_concurrency": achieved_concurrency(ref)}
 
 
@@ -269,11 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     for n in levels:
         for r in results[n]:
             c = r["client"]
-            held, ref_held = r["held"]
+            (held, ref_held), (peak, ref_peak) = r["held"], r["peak"]
             print(f"  {n} streams: client verdict {c.get('verdict')!r}, achieved concurrency "
-                  f"{fmt(c.get('achieved_concurrency'), '.2f')} of {n} (held "
-                  f"{fmt(held, '.2f')}); reference {fmt(r['ref_concurrency'], '.2f')} (held "
-                  f"{fmt(ref_held, '.2f')})")
+                  f"{fmt(c.get('achieved_concurrency'), '.2f')} of {n} (peak {fmt(peak, 'd')}, "
+                  f"held {fmt(held, '.2f')}); reference {fmt(r['ref_concurrency'], '.2f')} "
+                  f"(peak {fmt(ref_peak, 'd')}, held {fmt(ref_held, '.2f')})")
     return 0
 
 
