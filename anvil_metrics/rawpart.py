@@ -147,14 +147,12 @@ def start_child(path: Path, offset: int, stop: int | None = None) -> subprocess.
 
 
 def child_result(proc: subprocess.Popen[bytes]) -> Part | None:
-    """The child's Part, or None if it failed (the caller reads the part itself)."""
+    """The child's Part, or None if it failed or wrote anything else (the caller reads the
+    part itself)."""
     try:
-        head = _read_into(proc.stdout, bytearray(_HEAD.size))
-        fields = buf = None
-        if head is not None:
-            fields_len, buf_len = _HEAD.unpack(head)
-            fields = _read_into(proc.stdout, bytearray(fields_len))
-            buf = _read_into(proc.stdout, bytearray(buf_len)) if fields is not None else None
+        part = _receive(proc.stdout)
+    except Exception:  # noqa: BLE001 - whatever else the child wrote: read its part here
+        part = None
     except BaseException:
         stop_child(proc)
         raise
@@ -163,12 +161,26 @@ def child_result(proc: subprocess.Popen[bytes]) -> Part | None:
     except subprocess.TimeoutExpired:
         pass  # killed below; its part is read here
     stop_child(proc)
-    if proc.returncode != 0 or fields is None or buf is None:
+    return part if proc.returncode == 0 else None
+
+
+def _receive(stream: Any) -> Part | None:
+    """A child's output as `main` writes it, or None if it is cut short or inconsistent.
+    The rows' size must be what the fields describe before a buffer is made for it (a
+    bytearray is zero-filled: a wrong size must not make the parent touch gigabytes)."""
+    head = stream.read(_HEAD.size)
+    if len(head) != _HEAD.size:
         return None
-    try:
-        return Part(buf, *pickle.loads(fields))
-    except Exception:  # noqa: BLE001 - a child that wrote something else: read it here
+    fields_len, buf_len = _HEAD.unpack(head)
+    fields = stream.read(fields_len)  # bytes: memory is taken only as they arrive
+    if len(fields) != fields_len:
         return None
+    workers, failures, segments, lines = pickle.loads(fields)
+    rows = max((seg[2] for seg in segments if seg[0] == "rows"), default=0)
+    if buf_len != rows * 8 * len(RAW_COLUMNS):
+        return None
+    buf = _read_into(stream, bytearray(buf_len))
+    return None if buf is None else Part(buf, workers, failures, segments, lines)
 
 
 def _read_into(stream: Any, buf: bytearray) -> bytearray | None:

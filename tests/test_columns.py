@@ -475,6 +475,9 @@ def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Pat
     "import struct, sys; sys.stdout.buffer.write(struct.pack('<QQ', 4, 8) + b'nope' + b'\\0' * 8)",
     # half a head
     "import sys; sys.stdout.buffer.write(b'\\0' * 7)",
+    # a head whose size for the rows is not what the fields describe (huge, here)
+    "import pickle, struct, sys; f = pickle.dumps(([], {}, [], 0)); "
+    "sys.stdout.buffer.write(struct.pack('<QQ', len(f), 2**62) + f)",
     # all of it, then a failure
     "import struct, sys; sys.stdout.buffer.write(struct.pack('<QQ', 0, 0)); sys.exit(1)",
 ])
