@@ -50,7 +50,7 @@ from anvil_metrics.rawfile import (
     show,
     strict_json_problems,
 )
-from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
+from anvil_metrics.records import RequestRecord, failure_field_problems
 from anvil_metrics.urls import strip_credentials
 
 SCHEMA = "anvil-serving.benchmark/v1"
@@ -1085,16 +1085,8 @@ def _check_failures(doc: dict[str, Any], problems: list[str]) -> None:
         if "request_index" in f and not _is_count(f["request_index"]):
             problems.append(f"{path}.request_index: expected a non-negative integer, "
                             f"file has {fmt(f['request_index'])}")
-        if "kind" in f and f["kind"] not in FAILURE_KINDS:
-            problems.append(f"{path}.kind: {fmt(f['kind'])} is not one of {list(FAILURE_KINDS)}")
-        status = f.get("http_status")
-        if status is not None and not _is_int(status):
-            problems.append(f"{path}.http_status: expected an integer or null, "
-                            f"file has {fmt(status)}")
-        if "message" in f and not isinstance(f["message"], str):
-            problems.append(f"{path}.message: expected a string, file has {fmt(f['message'])}")
-        if f.get("phase") is not None and f["phase"] not in PHASES:
-            problems.append(f"{path}.phase: {fmt(f['phase'])} is not one of {list(PHASES)}")
+        for key, expected in failure_field_problems(f):
+            problems.append(f"{path}.{key}: expected {expected}, file has {fmt(f[key])}")
 
 
 def _check_counts(doc: dict[str, Any], problems: list[str]) -> None:

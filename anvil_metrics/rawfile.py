@@ -40,7 +40,12 @@ from typing import Any
 import orjson
 
 from anvil_metrics.errors import RawFileError
-from anvil_metrics.records import FAILURE_KINDS, PHASES, RAW_SCHEMA, RequestRecord
+from anvil_metrics.records import (
+    FAILURE_KINDS,
+    RAW_SCHEMA,
+    RequestRecord,
+    failure_field_problems,
+)
 
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 # the standard library's C encoder, refusing NaN/±inf (ValueError) and non-JSON types
@@ -253,22 +258,18 @@ _SHOW.maxlist = _SHOW.maxtuple = _SHOW.maxdict = 6
 
 def failure_problem(f: Any) -> str | None:
     """Why a record's `failure` is not one a benchmark can hold, or None: null, or an
-    object whose kind is one of FAILURE_KINDS, message a string, http_status an integer or
-    null, phase one of PHASES or null (the types `verify` checks in `failures`)."""
+    object with a `kind`, whose fields pass `records.failure_field_problems` (the types
+    `verify` checks in `failures`)."""
     if f is None:
         return None
     if not isinstance(f, dict):
         return f"failure must be null or an object, got {show(f)}"
-    kind = f.get("kind")
-    if not (isinstance(kind, str) and kind in FAILURE_KINDS):
-        return f"failure.kind must be one of {list(FAILURE_KINDS)}, got {show(kind)}"
-    if not isinstance(f.get("message", ""), str):
-        return f"failure.message must be a string, got {show(f['message'])}"
-    if not _opt_int(f.get("http_status")):
-        return f"failure.http_status must be an integer or null, got {show(f['http_status'])}"
-    phase = f.get("phase")
-    if phase is not None and not (isinstance(phase, str) and phase in PHASES):
-        return f"failure.phase must be one of {list(PHASES)} or null, got {show(phase)}"
+    wrong = failure_field_problems(f)
+    if "kind" not in f:
+        wrong.insert(0, ("kind", f"one of {list(FAILURE_KINDS)}"))
+    if wrong:
+        key, expected = wrong[0]
+        return f"failure.{key} must be {expected}, got {show(f.get(key))}"
     return None
 
 

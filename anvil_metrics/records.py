@@ -49,6 +49,25 @@ FAILURE_KINDS = (
 PHASES = ("connect", "headers", "prefill", "decode")
 
 
+def failure_field_problems(f: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, what it must be) for each of a failure's `kind`, `message`, `http_status` and
+    `phase` that is present with a value a Failure cannot hold. The one rule the raw reader
+    (a record's `failure`) and `verify` (a benchmark's `failures[]`) apply; which fields
+    must be present is each one's own (a raw record may leave `message` out)."""
+    wrong = []
+    if "kind" in f and not (isinstance(f["kind"], str) and f["kind"] in FAILURE_KINDS):
+        wrong.append(("kind", f"one of {list(FAILURE_KINDS)}"))
+    if "message" in f and not isinstance(f["message"], str):
+        wrong.append(("message", "a string"))
+    status = f.get("http_status")
+    if status is not None and (not isinstance(status, int) or isinstance(status, bool)):
+        wrong.append(("http_status", "an integer or null"))
+    phase = f.get("phase")
+    if phase is not None and not (isinstance(phase, str) and phase in PHASES):
+        wrong.append(("phase", f"one of {list(PHASES)} or null"))
+    return wrong
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     """Why a request did not complete.

@@ -236,6 +236,23 @@ def test_index_problems_are_named(example):
     assert any(m.startswith("request_index: [12] missing") for m in messages), messages
 
 
+def test_failure_fields_of_the_wrong_type_are_named(example):
+    """The same rule as the raw reader's (`records.failure_field_problems`), each field
+    named at its path."""
+    doc = copy.deepcopy(example)
+    doc["failures"].append({"request_index": 12, "kind": "bogus", "http_status": "500",
+                            "message": 5, "phase": "x"})
+    doc["failed"], doc["requests"] = 1, 13
+    messages = verify_benchmark(doc)
+    for start in ("failures[0].kind: expected one of ['http_error'",
+                  "failures[0].message: expected a string, file has 5",
+                  "failures[0].http_status: expected an integer or null, file has \"500\"",
+                  "failures[0].phase: expected one of ['connect'"):
+        assert any(m.startswith(start) for m in messages), (start, messages)
+    doc["failures"][0].update(kind="timeout", http_status=None, message="m", phase=None)
+    assert verify_benchmark(doc) == []
+
+
 def test_run_id_may_carry_the_recorders_uniqueness_suffix(example):
     doc = copy.deepcopy(example)
     doc["run_id"] = "benchmark-20260801T160039Z-2"
