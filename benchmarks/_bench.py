@@ -271,35 +271,32 @@ def start_spread_ms(run: ClientRun, streams: int) -> float | None:
     return (starts[-1] - starts[0]) / 1e6 if starts else None
 
 
-def drain_spread_ms(run: ClientRun, streams: int) -> float | None:
-    """How far apart the last `streams` requests ended (the run's drain)."""
-    ends = sorted(r["end_ns"] for r in run.records if r.get("end_ns") is not None)[-streams:]
-    return (ends[-1] - ends[0]) / 1e6 if ends else None
+def _spans(run: ClientRun) -> list[tuple[int, int]]:
+    """(start_ns, end_ns) of every request that has an end."""
+    return [(r["start_ns"], r["end_ns"]) for r in run.records if r.get("end_ns") is not None]
 
 
-def held_concurrency(run: ClientRun, streams: int) -> float | None:
-    """Mean requests in flight between the `streams`-th start and the `streams`-th last end:
-    the stretch where every stream has begun and none has had its last request end, so the
-    ramp and the drain of a fixed-count run are left out and what is missing is the time
-    each stream spent between its requests. None when the two do not leave a stretch."""
-    timed = [(r["start_ns"], r["end_ns"]) for r in run.records if r.get("end_ns") is not None]
-    if len(timed) < streams:
-        return None
-    lo = sorted(s for s, _ in timed)[streams - 1]
-    hi = sorted(e for _, e in timed)[-streams]
-    if hi <= lo:
-        return None
-    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in timed) / (hi - lo)
-
-
-def peak_concurrency(run: ClientRun) -> int | None:
-    """The most requests in flight at once (an end and a start at the same nanosecond count
-    as one after the other)."""
-    timed = [(r["start_ns"], r["end_ns"]) for r in run.records if r.get("end_ns") is not None]
-    if not timed:
-        return None
-    steps = sorted([(e, -1) for _, e in timed] + [(s, 1) for s, _ in timed])
-    return int(np.max(np.cumsum([d for _, d in steps])))
+def concurrency_figures(run: ClientRun, streams: int) -> dict[str, Any]:
+    """How `run` held `streams` streams, beside `achieved_concurrency`:
+    - `peak`: the most requests in flight at once (an end and a start at the same
+      nanosecond count as one after the other);
+    - `held`: the mean in flight between the `streams`-th start and the `streams`-th last
+      end, the stretch where every stream has begun and none has had its last request end:
+      the ramp and the drain of a fixed-count run are left out, and what is missing is the
+      time each stream spent between its requests (None when there is no such stretch);
+    - `drain_ms`: how far apart the last `streams` requests ended."""
+    spans = _spans(run)
+    if not spans:
+        return {"peak": None, "held": None, "drain_ms": None}
+    starts, ends = sorted(s for s, _ in spans), sorted(e for _, e in spans)
+    steps = sorted([(e, -1) for e in ends] + [(s, 1) for s in starts])
+    held = None
+    if len(spans) >= streams and ends[-streams] > starts[streams - 1]:
+        lo, hi = starts[streams - 1], ends[-streams]
+        held = sum(max(0, min(e, hi) - max(s, lo)) for s, e in spans) / (hi - lo)
+    last = ends[-streams:]
+    return {"peak": int(np.max(np.cumsum([d for _, d in steps]))), "held": held,
+            "drain_ms": (last[-1] - last[0]) / 1e6}
 
 
 def achieved_concurrency(run: ClientRun) -> float | None:
@@ -307,5 +304,4 @@ def achieved_concurrency(run: ClientRun) -> float | None:
     window = run.window_ns
     if window is None or window[1] <= window[0]:
         return None
-    busy = sum(r["end_ns"] - r["start_ns"] for r in run.records if r.get("end_ns") is not None)
-    return busy / (window[1] - window[0])
+    return sum(e - s for s, e in _spans(run)) / (window[1] - window[0])

@@ -49,12 +49,10 @@ from _bench import (  # noqa: E402
     CpuSampler,
     achieved_concurrency,
     code_state,
-    drain_spread_ms,
+    concurrency_figures,
     fmt,
-    held_concurrency,
     loadavg,
     pct,
-    peak_concurrency,
     run_anvil,
     run_reference,
     start_spread_ms,
@@ -100,12 +98,13 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def describe(run: ClientRun, streams: int) -> list[str]:
+def describe(run: ClientRun, streams: int, conc: dict[str, Any]) -> list[str]:
+    """`run`'s lines; `conc` its `concurrency_figures`."""
     spread = fmt(start_spread_ms(run, streams), ".1f")
-    held = (f"    {run.label}: at most {fmt(peak_concurrency(run), 'd')} in flight at once; held "
-            f"{fmt(held_concurrency(run, streams), '.2f')} between the {streams}th start and "
-            f"the {streams}th-last end; the last {streams} requests ended over "
-            f"{fmt(drain_spread_ms(run, streams), '.1f')} ms")
+    held = (f"    {run.label}: at most {fmt(conc['peak'], 'd')} in flight at once; held "
+            f"{fmt(conc['held'], '.2f')} from start #{streams} to end #{streams} counted "
+            f"from the last; the last {streams} requests ended over "
+            f"{fmt(conc['drain_ms'], '.1f')} ms")
     to_first = ((run.first_start_ns - run.popen_ns) / MS
                 if run.first_start_ns is not None else None)
     cpu_pct = 100 * run.cpu_s / run.load_s if run.cpu_s is not None and run.load_s else None
@@ -179,7 +178,8 @@ def measure_level(sim: Any, n: int, rep: int, args: argparse.Namespace, work_roo
         cells.append(f"{fmt(ratio(pct(fa[key], 50), pct(fr[key], 50)), '.2f'):>8}"
                      f"{fmt(ratio(pct(fa[key], 99), pct(fr[key], 99)), '.2f'):>9}")
     print(f"  {'ratio':<10}{'':>13}  " + "  ".join(cells) + "   (anvil / reference)")
-    for line in describe(anvil, n) + describe(ref, n):
+    ca, cr = concurrency_figures(anvil, n), concurrency_figures(ref, n)
+    for line in describe(anvil, n, ca) + describe(ref, n, cr):
         print(line)
     shares = []
     for run, sampler in ((anvil, sim_during_anvil), (ref, sim_during_ref)):
@@ -192,9 +192,7 @@ def measure_level(sim: Any, n: int, rep: int, args: argparse.Namespace, work_roo
         print(f"    ! records without one send stamp per chunk: anvil "
               f"{fa['mismatched']}, reference {fr['mismatched']}")
     return {"anvil": fa, "ref": fr, "client": anvil.client,
-            "held": (held_concurrency(anvil, n), held_concurrency(ref, n)),
-            "peak": (peak_concurrency(anvil), peak_concurrency(ref)),
-            "ref_concurrency": achieved_concurrency(ref)}
+            "concurrency": (ca, cr), "ref_concurrency": achieved_concurrency(ref)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,11 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     for n in levels:
         for r in results[n]:
             c = r["client"]
-            (held, ref_held), (peak, ref_peak) = r["held"], r["peak"]
+            ca, cr = r["concurrency"]
             print(f"  {n} streams: client verdict {c.get('verdict')!r}, achieved concurrency "
-                  f"{fmt(c.get('achieved_concurrency'), '.2f')} of {n} (peak {fmt(peak, 'd')}, "
-                  f"held {fmt(held, '.2f')}); reference {fmt(r['ref_concurrency'], '.2f')} "
-                  f"(peak {fmt(ref_peak, 'd')}, held {fmt(ref_held, '.2f')})")
+                  f"{fmt(c.get('achieved_concurrency'), '.2f')} of {n} (peak "
+                  f"{fmt(ca['peak'], 'd')}, held {fmt(ca['held'], '.2f')}); reference "
+                  f"{fmt(r['ref_concurrency'], '.2f')} (peak {fmt(cr['peak'], 'd')}, held "
+                  f"{fmt(cr['held'], '.2f')})")
     return 0
 
 
