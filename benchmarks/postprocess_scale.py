@@ -31,8 +31,10 @@ How it measures, and why:
 - `anvil postprocess` runs `--repeat` times (3) and the median is the figure judged against
   the target (each run is printed); the library call and `anvil verify` run once;
 - a fixed pure-Python loop (`speed_s`, 10M additions) is timed before and after: on a shared
-  VM the same code ran 1.5x slower from one hour to the next, so a figure is quoted with
-  the machine's speed at the time.
+  VM the same code ran 1.5-1.8x slower from one hour to the next, so a figure is quoted with
+  the machine's speed at the time. It is a rough guide only: post-processing also waits on
+  memory (first-touch page faults) and the disk, which the loop does not (1M rows took
+  9.5 s at speed_s 0.33 s and 14.4 s at 0.37 s).
 
 It prints figures and asserts nothing (its exit status is 1 only if a child failed or the
 produced file does not verify).
