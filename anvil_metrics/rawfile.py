@@ -942,10 +942,8 @@ def _parse(p: Path, n: int, raw: bytes) -> Any:
 def _check_depth(p: Path, n: int, obj: dict[str, Any]) -> None:
     where = nested_too_deep(obj)
     if where is not None:
-        raise RawFileError(p, f"{where} holds values nested more than {MAX_LINE_DEPTH} "
-                           f"levels deep (anvil writes {obj['type']!r} lines a few levels "
-                           "deep)", line=n,
-                           fix="the file is damaged; restore it or run again")
+        _refuse(p, n, "", [f"{where} holds values nested more than {MAX_LINE_DEPTH} levels "
+                           f"deep (anvil writes {obj['type']!r} lines a few levels deep)"])
 
 
 def _check_run_end_client(p: Path, n: int, obj: dict[str, Any]) -> None:
