@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
+from anvil_metrics.jsonio import atomic_write_json
 from anvil_metrics.prompts import Calibration
-from anvil_metrics.rawfile import atomic_write_json
 
 CACHE_DIR = ".cache"
 CACHE_VERSION = 1

@@ -151,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--tokenizer", type=_file("--tokenizer"), default=None,
                     help="count with this tokenizer.json instead of asking the server")
 
+    sub.add_parser("metrics", help="list every figure anvil computes: name, unit, formula")
+
     d = sub.add_parser("demo", help="simulator + smoke scenario, end to end")
     d.add_argument("--results-dir", default="results")
     return p
@@ -251,10 +253,10 @@ def cmd_prompts(a: argparse.Namespace) -> int:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    from anvil_metrics.benchmark import verify_benchmark
     from anvil_metrics.run import load_benchmark, prepare_run, run_scenario, summary_lines
     from anvil_metrics.scenario import load_scenario
     from anvil_metrics.simproc import pinned_apart, start_simulator
+    from anvil_metrics.verify import verify_benchmark
 
     scenario_path = Path(__file__).resolve().parent.parent / "scenarios" / "smoke.toml"
     if not scenario_path.exists():
@@ -280,6 +282,20 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
+def cmd_metrics(a: argparse.Namespace) -> int:
+    from anvil_metrics.catalog import describe
+
+    rows = describe()
+    width = max(len(name) for _, name, _, _ in rows)
+    block = None
+    for where, name, unit, definition in rows:
+        if where != block:
+            block = where
+            print(f"{where}:")
+        print(f"  {name:<{width}}  {unit:<8}  {definition}")
+    return 0
+
+
 def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # unwinds like Ctrl-C: children are stopped, files finished
 
@@ -293,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"run": cmd_run, "postprocess": cmd_postprocess, "verify": cmd_verify,
-                "demo": cmd_demo, "prompts": cmd_prompts}
+                "demo": cmd_demo, "prompts": cmd_prompts, "metrics": cmd_metrics}
     try:
         return handlers[args.command](args)
     except AnvilError as e:

@@ -62,8 +62,7 @@ from anvil_metrics.client import Endpoint
 from anvil_metrics.control import Ticket
 from anvil_metrics.events import anvil_events
 from anvil_metrics.prompts import Calibration, PromptFactory, SharedPrefix
-from anvil_metrics.rawfile import record_problem
-from anvil_metrics.records import Failure, RequestRecord
+from anvil_metrics.records import Failure, RequestRecord, record_problem
 from anvil_metrics.scenario import Scenario
 
 log = logging.getLogger("anvil")

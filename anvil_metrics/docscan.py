@@ -30,8 +30,9 @@ from typing import Any
 import orjson
 
 from anvil_metrics import cachecheck
-from anvil_metrics.benchmark import columns_are_clean, load_benchmark, verify_benchmark
+from anvil_metrics.benchmark import load_benchmark
 from anvil_metrics.derive import RowColumns
+from anvil_metrics.verify import columns_are_clean, verify_benchmark
 
 BLOCK_BYTES = 1 << 22
 _OPEN = b'\n  "request_timings": ['
@@ -91,8 +92,9 @@ def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
         except orjson.JSONDecodeError:
             return False
         # None: a row the columns do not model (checked row by row); no rows: a trailing
-        # comma, or only white space — whatever it is, the whole parse says
-        if rows is None or not len(rows):
+        # comma, or only white space; rows with other fields than the first block's —
+        # whatever it is, the whole parse says
+        if rows is None or not len(rows) or (blocks and rows.absent != blocks[0].absent):
             return False
         blocks.append(rows)
         return True

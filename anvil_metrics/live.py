@@ -3,10 +3,11 @@
 Why its own module: Locust's own percentiles come from response-time buckets rounded to
 about two significant digits, and an LLM stream has several moments Locust does not know.
 `LiveStats` is fed every finished raw record (on the process that writes `requests.jsonl`:
-the single Locust process, or the master of a distributed run), derives its row with the
-same functions as `benchmark.json` (`derive.timing_from_record`) and takes nearest-rank
-percentiles over all rows so far with `stats.nearest_rank`: at the end of a run the tab's
-p50/p95 equal the file's, bit for bit.
+the single Locust process, or the master of a distributed run), derives the rows of the
+records that arrived together with the same functions as `benchmark.json`
+(`derive.rows_from_raw`, the catalogue's formulas) and takes nearest-rank percentiles over
+all rows so far: at the end of a run the tab's p50/p95 equal the file's, bit for bit. Which
+figures it shows, and their labels, are the catalogue's (`catalog.LIVE_FIELDS`).
 
 Per metric it keeps one float per completed request (a few MB for 100k requests). The
 time series for the charts keeps, per bucket of arrival time, the same exact values, and
@@ -23,7 +24,9 @@ from typing import Any
 
 import gevent
 
-from anvil_metrics import derive, stats
+from anvil_metrics import catalog, stats
+from anvil_metrics.derive import rows_from_raw
+from anvil_metrics.rawcolumns import COL, ColumnBuilder
 from anvil_metrics.records import RequestRecord
 
 LIVE_PERCENTILES = (50, 90, 95, 99)
@@ -38,14 +41,8 @@ class LiveMetric:
     unit: str
 
 
-LIVE_METRICS: tuple[LiveMetric, ...] = (
-    LiveMetric("time_to_first_output_ms", "time to first output", "ms"),
-    LiveMetric("ttft_ms", "TTFT (first content)", "ms"),
-    LiveMetric("e2e_ms", "end to end", "ms"),
-    LiveMetric("decode_tok_s", "decode", "tok/s"),
-    LiveMetric("mean_inter_token_latency_ms", "mean ITL", "ms"),
-    LiveMetric("effective_prefill_tok_s", "effective prefill", "tok/s"),
-)
+LIVE_METRICS: tuple[LiveMetric, ...] = tuple(
+    LiveMetric(f.name, f.label, f.unit) for f in catalog.LIVE_FIELDS)
 
 SERIES_FIELDS = ("ttft_ms", "decode_tok_s")
 MAX_PENDING = 1024
@@ -136,21 +133,27 @@ class LiveStats:
 
     def _drain(self) -> None:
         pending, self._pending = self._pending, []
+        done = ColumnBuilder()
+        arrived: list[float] = []
         for record, t_s in pending:
-            self._count(record, t_s)
+            if record.warmup:
+                self.warmups += 1
+            elif record.failure is not None:
+                self.failed += 1
+                self.failure_kinds[record.failure.kind] += 1
+            else:
+                done.add_record(0, record)
+                arrived.append(t_s)
+        if not arrived:
+            return
+        table = done.table()
+        rows = rows_from_raw(table, table[:, COL["request_index"]]).row_dicts()
+        for row, t_s in zip(rows, arrived, strict=True):
+            self._count(row, t_s)
 
-    def _count(self, record: RequestRecord, t_s: float) -> None:
-        if record.warmup:
-            self.warmups += 1
-            return
-        if record.failure is not None:
-            self.failed += 1
-            self.failure_kinds[record.failure.kind] += 1
-            return
-        row = derive.timing_from_record(record).to_dict()
+    def _count(self, row: dict[str, Any], t_s: float) -> None:
         self.completed += 1
-        if isinstance(row.get("output_tokens"), int):
-            self.output_tokens += row["output_tokens"]
+        self.output_tokens += row["output_tokens"]
         for m in LIVE_METRICS:
             v = row.get(m.field)
             if v is not None:

@@ -29,9 +29,9 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from anvil_metrics import dist
-from anvil_metrics.benchmark import CLIENT_KEYS
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
+from anvil_metrics.schema import CLIENT_KEYS
 from anvil_metrics.session import RunOptions, RunSession, current, set_current
 
 log = logging.getLogger("anvil")

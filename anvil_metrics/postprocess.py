@@ -6,9 +6,8 @@ marked `partial` when the raw file has no `run_end` line.
 
 `postprocess` reads the raw file as columns (a large one in a process per CPU, `rawpart.py`) and
 writes the rows a batch at a time (a run of a million requests in about 0.6 GB rather than
-several); `build_for_run` is the plain row-by-row build, whose document it writes byte for
-byte. `postprocess_run` also hands back what a summary needs, so nothing reads the written
-file back.
+several). `postprocess_run` also hands back what a summary needs, so nothing reads the
+written file back.
 """
 
 from __future__ import annotations
@@ -18,20 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics import cachecheck
-from anvil_metrics.benchmark import build_benchmark, build_benchmark_columns
+from anvil_metrics.benchmark import build
 from anvil_metrics.errors import RawFileError
-from anvil_metrics.rawfile import UnusualRecords, atomic_write_json, read_raw, scan_raw
+from anvil_metrics.rawpart import scan_raw
 
 BENCHMARK_FILE = "benchmark.json"
 RAW_FILE = "requests.jsonl"
-
-
-def build_for_run(run_dir: Path) -> dict:
-    raw_path = run_dir / RAW_FILE
-    if not raw_path.exists():
-        raise RawFileError(raw_path, "it does not exist", fix="pass a run folder made by anvil")
-    raw = read_raw(raw_path)
-    return build_benchmark(raw, (raw.run_end or {}).get("client"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,34 +35,19 @@ class Postprocessed:
     cache_warning: str | None  # `cachecheck`'s line about unexpected prefix-cache hits
 
 
-def postprocess(run_dir: str | Path) -> Path:
-    """Build and atomically write `<run_dir>/benchmark.json`; returns its path (see
-    `postprocess_run`)."""
-    return postprocess_run(run_dir).path
-
-
 def postprocess_run(run_dir: str | Path) -> Postprocessed:
     """Build and atomically write `<run_dir>/benchmark.json`.
 
     The raw file is read as columns and the rows are written a batch at a time, so a run of
-    a million requests needs well under a GiB; the document is the one `build_for_run`
-    returns, byte for byte once written. A raw file with values the columns do not model
-    (see `rawfile.UnusualRecords`) is built the plain way.
+    a million requests needs well under a GiB.
     """
     run_dir = Path(run_dir)
     raw_path = run_dir / RAW_FILE
     if not raw_path.exists():
         raise RawFileError(raw_path, "it does not exist", fix="pass a run folder made by anvil")
     out = run_dir / BENCHMARK_FILE
-    try:
-        raw = scan_raw(raw_path)
-    except UnusualRecords:
-        doc = build_for_run(run_dir)
-        atomic_write_json(out, doc)
-        params = cachecheck.header_params(raw_path)
-        return Postprocessed(out, {**doc, "request_timings": []},
-                             cachecheck.warning_for(doc["request_timings"], params))
-    built = build_benchmark_columns(raw, (raw.run_end or {}).get("client"))
+    raw = scan_raw(raw_path)
+    built = build(raw, (raw.run_end or {}).get("client"))
     built.write(out)
     params = raw.header.get("params")
     warning = cachecheck.warning_for_columns(built.rows,

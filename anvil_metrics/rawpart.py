@@ -1,5 +1,5 @@
-"""`scan_raw` of a large `requests.jsonl` in several processes: each part after the first is
-read by a child.
+"""`scan_raw`: a `requests.jsonl` read as columns, a large one in several processes (each part
+after the first read by a child).
 
 Why: reading is what post-processing a big run costs (a million request lines are ~1.1 GB
 of JSON; parsing and checking them takes ~13 µs a line on a 2-vCPU VM), and a machine that
@@ -9,9 +9,9 @@ the bytes; this process reads the first part as before while a child per other p
 (`python -m anvil_metrics.rawpart FILE START STOP`, a fresh interpreter: nothing is forked,
 so a gevent-patched Locust process can use it too) reads its own.
 
-The outcome is exactly the one of reading the file in one pass (`rawfile._Reader`): a
+The outcome is exactly the one of reading the file in one pass (`rawread.RawReader`): a
 child only does the part that does not depend on what came before — parse each line and
-put a plain `"request"` line into columns (`_Reader._fast_request`) — and hands back every
+put a plain `"request"` line into columns (`ColumnBuilder.add_plain`) — and hands back every
 other line as it is. This process then takes the children's lines in file order
 (`merge_part`, one part after another): column rows are appended (line numbers, record
 positions and worker codes shifted to the whole file's), other lines go through the
@@ -31,24 +31,28 @@ parent's merge uses, rather than being pickled and copied on each side.
   line for the one-pass reader, with its newline if it had one);
 - `lines`: how many lines it read.
 
-A child that meets a value the columns do not model (`UnusualRecords`), or fails in any
-way, hands nothing back: this process reads that part itself, as the one-pass reader would.
+A child that fails in any way hands nothing back: this process reads that part itself, as
+the one-pass reader would. (The pipe between parent and child on one host carries the small
+fields pickled; nothing that crosses a network is ever unpickled.)
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from anvil_metrics.rawfile import COL, RAW_COLUMNS, UnusualRecords, _Reader, _until
+from anvil_metrics.rawcolumns import COL, RAW_COLUMNS, ColumnBuilder, RawColumns
+from anvil_metrics.rawread import RawReader, lines_within, no_cyclic_gc
 
 MIN_BYTES = 64 * 2**20  # smaller files are read in one process (a child costs ~0.2 s)
 MAX_PARTS = 8  # at most this many processes read one file
@@ -86,29 +90,88 @@ def line_start_after(path: Path, offset: int) -> int | None:
         return start if f.read(1) else None
 
 
-class _PartReader(_Reader):
-    """The child's reader: a part of the file, from a line start to the end."""
+def scan_raw(path: str | Path, *, parallel: bool = True) -> RawColumns:
+    """Read a `requests.jsonl` as `rawread.read_raw` does — same checks, same errors, same
+    notes — into columns instead of RequestRecord objects (`RawColumns`): what `anvil
+    postprocess` needs of a run of any size, without its chunk timings or usage objects.
+
+    A large file is read in one part per CPU this process may use (a child process for
+    each part after the first) when `parallel`; the outcome is the same.
+    """
+    p = Path(path)
+    reader = RawReader(p, columns=True)
+    splits = _split_offsets(p) if parallel else []
+    with no_cyclic_gc():
+        if splits:
+            read_parts(reader, splits)
+        else:
+            reader.read_lines()
+    return reader.raw_columns()
+
+
+def _split_offsets(p: Path) -> list[int]:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        return split_offsets(p, min(cpus, MAX_PARTS))
+    except OSError:
+        return []  # the one-pass read says what is wrong with the file
+
+
+def read_parts(reader: RawReader, splits: list[int],
+               read_in_process: Callable[[Path, int, int | None], Part] | None = None
+               ) -> None:
+    """`reader` reads the file up to `splits[0]` itself; the part from each split to the
+    next (or the end) is read by a child process (by `read_in_process(path, start, stop)`
+    instead, if given: tests) and merged in file order; a part whose child failed is read
+    here."""
+    p = reader.p
+    parts = list(zip(splits, [*splits[1:], None], strict=True))
+    children = ([start_child(p, start, stop) for start, stop in parts]
+                if read_in_process is None else [])
+    taken = 0  # children whose result was taken
+    try:
+        n = reader.read_lines(stop=splits[0])
+        for start, stop in parts:
+            if children:
+                part = child_result(children[taken])
+                taken += 1
+            else:
+                part = read_in_process(p, start, stop)  # type: ignore[misc]
+            if part is None:  # the child failed: read its part here
+                n = reader.read_lines(start=start, stop=stop, line0=n)
+            else:
+                merge_part(reader, part, n)
+                n += part.lines
+    finally:
+        for child in children[taken:]:  # an error (raised here) made them pointless
+            stop_child(child)
+
+
+class _PartReader:
+    """The child's reader: a part of the file, from a line start to its stop or the end.
+    Plain request lines become column rows; every other line is handed back as it is."""
 
     def __init__(self, p: Path) -> None:
-        super().__init__(p, columns=True)
-        self.header = {}  # the run header is in the first part; plain lines need only this
+        self.p = p
+        self.cols = ColumnBuilder()
         self.segments: list[tuple[Any, ...]] = []
         self._rows_from = 0  # first row of the open "rows" segment
 
     def read_from(self, offset: int, stop: int | None = None) -> Part:
-        """Read from `offset` (a line start) to `stop` (a line start) or the end. Raises
-        UnusualRecords when a line has a value the columns do not model (the parent then
-        reads this part itself)."""
+        """Read from `offset` (a line start) to `stop` (a line start) or the end."""
         n = 0
         with open(self.p, "rb", buffering=1 << 20) as f:
             f.seek(offset)
-            lines: Any = f if stop is None else _until(f, stop - offset)
+            lines: Any = f if stop is None else lines_within(f, stop - offset)
             for n, raw in enumerate(lines, start=1):
                 if not self._part_line(n, raw):
                     break
         self._close_rows()
-        return Part(buf=self.buf, workers=list(self.worker_codes),
-                    failures=self.failures, segments=self.segments, lines=n)
+        return Part(buf=self.cols.buf, workers=list(self.cols.worker_codes),
+                    failures=self.cols.failures, segments=self.segments, lines=n)
 
     def _part_line(self, n: int, raw: bytes) -> bool:
         """Take one line; False after an unparseable one (nothing after it matters)."""
@@ -117,7 +180,7 @@ class _PartReader(_Reader):
         except orjson.JSONDecodeError:
             self._hand_over(n, raw)
             return False
-        if raw[-1:] != b"\n" or not self._fast_request(n, obj):
+        if raw[-1:] != b"\n" or not self.cols.add_plain(n, obj):
             self._hand_over(n, raw)
         return True
 
@@ -126,10 +189,10 @@ class _PartReader(_Reader):
         self.segments.append(("line", n, raw))
 
     def _close_rows(self) -> None:
-        self._flush()
-        if self.n_records > self._rows_from:
-            self.segments.append(("rows", self._rows_from, self.n_records))
-            self._rows_from = self.n_records
+        self.cols.flush()
+        if self.cols.n_records > self._rows_from:
+            self.segments.append(("rows", self._rows_from, self.cols.n_records))
+            self._rows_from = self.cols.n_records
 
 
 def read_part(path: Path, offset: int, stop: int | None = None) -> Part:
@@ -200,7 +263,7 @@ def stop_child(proc: subprocess.Popen[bytes]) -> None:
     proc.communicate()
 
 
-def merge_part(reader: _Reader, part: Part, line0: int) -> None:
+def merge_part(reader: RawReader, part: Part, line0: int) -> None:
     """Append the child's `part` (which began after line `line0`) to `reader`, as if
     `reader` had read those lines itself."""
     import numpy as np
@@ -211,33 +274,28 @@ def merge_part(reader: _Reader, part: Part, line0: int) -> None:
     table[:, COL["line"]] += line0
     failed = sorted(part.failures)
     for seg in part.segments:
-        kind = seg[0]
-        if kind == "line":
+        if seg[0] == "line":
             n, raw = seg[1] + line0, seg[2]
             if raw[-1:] == b"\n":
-                reader._line_columns(n, raw)
+                reader.line(n, raw)
             else:
-                reader._tail(n, raw)
-        else:
-            first, stop = seg[1], seg[2]
+                reader.tail(n, raw)
+            continue
+        first, stop = seg[1], seg[2]
+        if reader.deferred is not None or reader.run_end is not None:
+            # parsed, not interpreted: the kept error is what will be raised; after the
+            # run_end line, the one-pass reader keeps the error of its first request line
             reader.parsed += stop - first
-            if reader.deferred is not None:
-                continue  # parsed, not interpreted: the kept error is what will be raised
-            if reader.run_end is not None:
-                _after_run_end(reader, int(table[first, COL["line"]]))
-                continue
-            shift = reader.n_records - first
-            lo, hi = np.searchsorted(failed, [first, stop]).tolist()
-            for pos in failed[lo:hi]:
-                reader.failures[pos + shift] = part.failures[pos]
-            rows = table[first:stop]
-            _recode_workers(reader, part.workers, rows)
-            reader._flush()  # the reader's own rows first
-            reader.buf.frombytes(memoryview(rows).cast("B"))  # rows: C-contiguous
-            reader.n_records += stop - first
+            if reader.deferred is None:
+                reader.interpret(int(table[first, COL["line"]]), {"type": "request"})
+            continue
+        rows = table[first:stop]
+        _recode_workers(reader, part.workers, rows)
+        lo, hi = np.searchsorted(failed, [first, stop]).tolist()
+        reader.append_rows(rows, {pos: part.failures[pos] for pos in failed[lo:hi]}, first)
 
 
-def _recode_workers(reader: _Reader, names: list[str], rows: Any) -> None:
+def _recode_workers(reader: RawReader, names: list[str], rows: Any) -> None:
     """Turn the child's worker codes in `rows` into the reader's, giving new names their
     codes in the order they first appear (as the one-pass reader does)."""
     import numpy as np
@@ -246,27 +304,18 @@ def _recode_workers(reader: _Reader, names: list[str], rows: Any) -> None:
     codes, first_at = np.unique(column, return_index=True)
     for code in codes[np.argsort(first_at)].tolist():
         if code >= 0:
-            reader.worker_codes.setdefault(names[code], len(reader.worker_codes))
+            reader.cols.worker_codes.setdefault(names[code], len(reader.cols.worker_codes))
     # the child's -1 (no worker) indexes the trailing -1
-    to_reader = np.array([reader.worker_codes.get(name, -1) for name in names] + [-1],
+    to_reader = np.array([reader.cols.worker_codes.get(name, -1) for name in names] + [-1],
                          dtype=np.int64)
     rows[:, COL["worker"]] = to_reader[column]
-
-
-def _after_run_end(reader: _Reader, n: int) -> None:
-    """What the one-pass reader keeps for a request line after the `run_end` line (its own
-    interpretation of such a line, which is all it looks at before keeping the error)."""
-    reader._interpret(n, {"type": "request"})
 
 
 def main(argv: list[str]) -> int:
     path, offset = Path(argv[0]), int(argv[1])
     stop = int(argv[2]) if len(argv) > 2 else None
-    gc.disable()  # as _Reader.read: nothing read forms a cycle
-    try:
-        part = read_part(path, offset, stop)
-    except UnusualRecords:
-        return 3  # the parent reads this part itself, and says what is unusual where
+    gc.disable()  # as rawread.no_cyclic_gc: nothing read forms a cycle
+    part = read_part(path, offset, stop)
     out = sys.stdout.buffer
     # plain values (the child runs as __main__: its Part class is not the parent's)
     fields = pickle.dumps((part.workers, part.failures, part.segments, part.lines),

@@ -2,7 +2,7 @@
 
 It is only a listener on `anvil_events.request_record`, so what it writes is exactly what
 any other listener sees. Each line is flushed to the OS when written: a killed process
-loses at most the line being written (which `rawfile` tolerates as a torn last line), never
+loses at most the line being written (which `rawread` tolerates as a torn last line), never
 a finished request. The run folder is created exclusively, so two runs started in the same
 second get distinct folders (`benchmark-…Z`, `benchmark-…Z-2`, …) and never share a file.
 """
@@ -10,7 +10,6 @@ second get distinct folders (`benchmark-…Z`, `benchmark-…Z-2`, …) and neve
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from datetime import UTC, datetime
@@ -28,7 +27,6 @@ def utc_iso(ts: float | None = None) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-RUN_ID = re.compile(r"benchmark-\d{8}T\d{6}Z(-\d+)?")
 
 
 def new_run_id(now: float | None = None) -> str:

@@ -3,8 +3,8 @@
 A `RequestRecord` is written as one JSON line of `requests.jsonl` the moment its request
 ends (or fails). It holds only what was observed — integer `time.perf_counter_ns()` stamps
 taken on the host that sent the request, counts, and the server's `usage` object exactly as
-received — so every derived figure (`RequestTiming`, aggregates) can be rebuilt later, by
-`anvil postprocess` and checked by `anvil verify`, with the formulas in `derive.py`.
+received — so every derived figure can be rebuilt later, by `anvil postprocess` and checked
+by `anvil verify`, with the formulas of the metric catalogue (`catalog.py`).
 
 The file `requests.jsonl` holds three kinds of line, told apart by `"type"`:
 
@@ -24,12 +24,19 @@ arrival minus `start_ns`, and each later entry is the gap from the previous one,
 `start_ns + cumsum(chunk_deltas_ns)` gives every arrival and inter-token gaps are the
 entries after the first. `chunk_channels` has one letter per such chunk: `r` reasoning,
 `c` content, `b` a chunk carrying both.
+
+`record_problem` is the one judge of a `"request"` line: the raw reader refuses what it
+refuses, and the distributed master applies it to every record a worker ships.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import orjson
+
+from anvil_metrics.jsonio import show
 
 RAW_SCHEMA = "anvil-serving.requests/v1"
 
@@ -131,15 +138,6 @@ class RequestRecord:
     def ok(self) -> bool:
         return self.failure is None
 
-    def chunk_arrivals_ns(self) -> list[int]:
-        """Absolute perf_counter_ns arrival of every output-carrying chunk."""
-        out: list[int] = []
-        t = self.start_ns
-        for d in self.chunk_deltas_ns:
-            t += d
-            out.append(t)
-        return out
-
     def to_json_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "type": "request",
@@ -186,3 +184,153 @@ class RequestRecord:
             worker=d.get("worker"),
             extra=d.get("extra") or {},
         )
+
+
+# --- the one validator of a raw request line ----------------------------------------------
+
+# What a row of the columns can hold (`rawcolumns.py`): |stamp| and |clock offset| below
+# STAMP_LIMIT, so every sum and difference of two fits int64; counts below COUNT_LIMIT, so
+# each converts to a double exactly. perf_counter_ns reaches 2**62 after 146 years of uptime.
+STAMP_LIMIT = 2**62
+COUNT_LIMIT = 2**53
+_DIGITS_AND_COMMAS = b"0123456789,"
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _opt_int(x: Any) -> bool:
+    return x is None or _is_int(x)
+
+
+_REQUIRED_INT = ("request_index", "start_ns")
+_OPTIONAL_STAMPS = ("end_ns", "first_output_ns", "first_content_ns")
+# how deep a run / run_end / worker line may nest (anvil writes at most ~8 levels; far below
+# the 254 that orjson writes, however a value is placed in a benchmark)
+MAX_LINE_DEPTH = 32
+
+
+def all_counts(xs: list[Any]) -> bool:
+    """Every item of `xs` is a non-negative integer (not a bool).
+
+    The quick test first: orjson writes such a list as `[` digits and commas `]` and nothing
+    else — a bool prints as true/false, a float with `.` or `e`, a negative number with `-`,
+    a string with quotes, a nested list or object with more brackets. Anything orjson cannot
+    write at all (a Python int subclass, an int beyond 64 bits) gets the item-by-item test.
+    """
+    try:
+        if orjson.dumps(xs).translate(None, _DIGITS_AND_COMMAS) == b"[]":
+            return True
+    except TypeError:
+        pass
+    return all(_is_int(x) and x >= 0 for x in xs)
+
+
+def failure_problem(f: Any) -> str | None:
+    """Why a record's `failure` is not one a benchmark can hold, or None: null, or an
+    object with a `kind`, whose fields pass `records.failure_field_problems` (the types
+    `verify` checks in `failures`)."""
+    if f is None:
+        return None
+    if not isinstance(f, dict):
+        return f"failure must be null or an object, got {show(f)}"
+    wrong = failure_field_problems(f)
+    if "kind" not in f:
+        wrong.insert(0, ("kind", f"one of {list(FAILURE_KINDS)}"))
+    if wrong:
+        key, expected = wrong[0]
+        return f"failure.{key} must be {expected}, got {show(f.get(key))}"
+    return None
+
+
+def record_problem(d: dict[str, Any]) -> str | None:
+    """Why a `"request"` line cannot be a valid RequestRecord, or None if it can.
+
+    Checks types (integer stamps and counts; JSON floats are refused, not truncated) and the
+    order of stamps: start ≤ first_output ≤ first_content ≤ end, where present; a first
+    content without a first output is impossible (a content chunk is an output chunk); the
+    first-output / first-content stamps exist exactly when output / content chunks were
+    counted; and a completed request has an end. The fields a benchmark takes as they are
+    (`failure`, `http_status`, `worker`, `extra`) must have the types it holds.
+    """
+    for key in _REQUIRED_INT:
+        if not _is_int(d.get(key)):
+            return f"{key} must be an integer, got {show(d.get(key))}"
+    if not 0 <= d["request_index"] < COUNT_LIMIT:
+        return f"request_index must be >= 0 and below 2**53, got {d['request_index']}"
+    for key in _OPTIONAL_STAMPS:
+        if not _opt_int(d.get(key)):
+            return f"{key} must be an integer or null, got {show(d.get(key))}"
+    for key in ("start_ns", *_OPTIONAL_STAMPS):
+        v = d.get(key)
+        if v is not None and not -STAMP_LIMIT < v < STAMP_LIMIT:
+            return (f"{key} must lie within ±2**62 (a perf_counter_ns stamp), got {v}")
+    for key in ("reasoning_chunks", "content_chunks", "planned_context_tokens"):
+        v = d.get(key)
+        if v is not None and not (_is_int(v) and 0 <= v < COUNT_LIMIT):
+            return f"{key} must be a non-negative integer below 2**53, got {show(v)}"
+    if (d.get("reasoning_chunks") or 0) + (d.get("content_chunks") or 0) >= COUNT_LIMIT:
+        return "reasoning_chunks + content_chunks must be below 2**53"
+    if "warmup" in d and not isinstance(d["warmup"], bool):
+        return f"warmup must be true or false, got {show(d['warmup'])}"
+    deltas = d.get("chunk_deltas_ns") or []
+    if not isinstance(deltas, list) or not all_counts(deltas):
+        return "chunk_deltas_ns must be a list of non-negative integers"
+    if not isinstance(d.get("chunk_channels") or "", str):
+        return "chunk_channels must be a string"
+    if d.get("usage") is not None and not isinstance(d["usage"], dict):
+        return f"usage must be an object or null, got {show(d['usage'])}"
+    if not _opt_int(d.get("http_status")):
+        return f"http_status must be an integer or null, got {show(d['http_status'])}"
+    if d.get("worker") is not None and not isinstance(d["worker"], str):
+        return f"worker must be a string or null, got {show(d['worker'])}"
+    if d.get("extra") is not None and not isinstance(d["extra"], dict):
+        return f"extra must be an object or null, got {show(d['extra'])}"
+    delay = (d.get("extra") or {}).get("start_delay_ns")
+    if _is_int(delay) and not -STAMP_LIMIT < delay < STAMP_LIMIT:
+        return f"extra.start_delay_ns must lie within ±2**62, got {delay}"
+    failure = d.get("failure")
+    problem = failure_problem(failure)
+    if problem:
+        return problem
+    if failure is None and d.get("end_ns") is None:
+        return "a completed request (failure null) must have an end_ns"
+    if d.get("first_content_ns") is not None and d.get("first_output_ns") is None:
+        return "first_content_ns is set but first_output_ns is not (content is output)"
+    content = d.get("content_chunks") or 0
+    output = (d.get("reasoning_chunks") or 0) + content
+    if (d.get("first_content_ns") is None) != (content == 0):
+        return (f"first_content_ns is {d.get('first_content_ns')} with content_chunks "
+                f"{content}: a first-content stamp exists exactly when content chunks arrived")
+    if (d.get("first_output_ns") is None) != (output == 0):
+        return (f"first_output_ns is {d.get('first_output_ns')} with {output} output chunks: "
+                "a first-output stamp exists exactly when output chunks arrived")
+    order = [(k, d.get(k)) for k in ("start_ns", "first_output_ns", "first_content_ns", "end_ns")]
+    present = [(k, v) for k, v in order if v is not None]
+    for (ka, a), (kb, b) in zip(present, present[1:], strict=False):
+        if b < a:
+            return f"stamps out of order: {kb} {b} < {ka} {a}"
+    return None
+
+
+def nested_too_deep(obj: Any, limit: int = MAX_LINE_DEPTH) -> str | None:
+    """Where `obj` holds containers nested more than `limit` deep (the path of the field, two
+    levels at most, that holds them), or None. Iterative: orjson reads values nested 1,023
+    deep but writes at most 254, so a header value copied into a benchmark must be caught
+    when it is read, not when it is written."""
+    stack: list[tuple[str, Any, int]] = [("", obj, 0)]
+    while stack:
+        path, value, depth = stack.pop()
+        if isinstance(value, dict):
+            names = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            names = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        if depth >= limit:
+            return path
+        stack.extend((name if depth < 2 else path, v, depth + 1) for name, v in names)
+    return None
+
+

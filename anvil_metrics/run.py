@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from anvil_metrics import catalog
 from anvil_metrics.client import Endpoint
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.postprocess import BENCHMARK_FILE
@@ -115,16 +116,8 @@ def load_benchmark(path: Path) -> dict:
         raise AnvilError(f"{path} is not valid JSON: {e}") from e
 
 
-SUMMARY_ROWS = (
-    ("time to first output", "time_to_first_output_p50_ms", "time_to_first_output_p95_ms", "ms"),
-    ("TTFT", "ttft_p50_ms", "ttft_p95_ms", "ms"),
-    ("end to end", "e2e_p50_ms", "e2e_p95_ms", "ms"),
-    ("generation", "generation_p50_ms", "generation_p95_ms", "ms"),
-    ("decode", "decode_tok_s_p50", "decode_tok_s_p95", "tok/s"),
-    ("mean ITL", "mean_inter_token_latency_ms_p50", "mean_inter_token_latency_ms_p95", "ms"),
-    ("effective prefill", "effective_prefill_tok_s_p50", "effective_prefill_tok_s_p95", "tok/s"),
-    ("prompt tokens", "prompt_tokens_p50", "prompt_tokens_p95", "tok"),
-)
+# (label, p50 key, p95 key, unit) of each figure the summary shows: the catalogue's
+SUMMARY_ROWS = tuple((f.label, *f.percentile_names(), f.unit) for f in catalog.SUMMARY_FIELDS)
 
 
 def summary_lines(doc: dict) -> list[str]:

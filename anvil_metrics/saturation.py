@@ -25,7 +25,6 @@ from typing import Any
 
 from anvil_metrics import stats
 from anvil_metrics.lagmon import LoopLagMonitor
-from anvil_metrics.records import RequestRecord
 
 LAG_P99_LIMIT_MS = 10.0
 CPU_LIMIT_PCT = 90.0
@@ -52,38 +51,19 @@ def health_verdict(health: Mapping[str, Any]) -> tuple[bool | None, list[str]]:
                    cpu if isinstance(cpu, int | float) else None)
 
 
-def achieved_concurrency(records: Sequence[RequestRecord], wall_clock_ms: float | None
-                         ) -> float | None:
-    """Σ (end − start) / wall clock over the measured records that have an end."""
-    if not wall_clock_ms:
-        return None
-    busy_ns = sum(r.end_ns - r.start_ns for r in records if r.end_ns is not None)
-    return busy_ns / 1e6 / wall_clock_ms
-
-
-def start_delay_ms(records: Sequence[RequestRecord]) -> dict[str, float | None] | None:
-    """p50/p99/max of the records' `extra.start_delay_ns`, ms (None if none has it)."""
-    values = [r.extra["start_delay_ns"] / 1e6 for r in records
-              if isinstance(r.extra.get("start_delay_ns"), int)]
-    if not values:
-        return None
-    return {"p50": stats.nearest_rank(values, 50), "p99": stats.nearest_rank(values, 99),
-            "max": max(values)}
-
-
-def achieved_concurrency_columns(start_ns: Any, end_ns: Any, has_end: Any,
-                                 wall_clock_ms: float | None) -> float | None:
-    """`achieved_concurrency` of numpy columns (int64 stamps; `has_end` a bool mask): the
-    same value (the busy time is summed exactly, as Python integers are)."""
+def achieved_concurrency(start_ns: Any, end_ns: Any, has_end: Any,
+                         wall_clock_ms: float | None) -> float | None:
+    """Σ (end − start) / wall clock over the measured records that have an end (numpy int64
+    stamps; `has_end` a bool mask); the busy time is summed exactly, as Python integers."""
     if not wall_clock_ms:
         return None
     busy_ns = sum((end_ns[has_end] - start_ns[has_end]).tolist())
     return busy_ns / 1e6 / wall_clock_ms
 
 
-def start_delay_ms_columns(delay_ns: Any) -> dict[str, float | None] | None:
-    """`start_delay_ms` of a numpy int64 column of the records' delays (the ones with an
-    integer `extra.start_delay_ns`, in record order): the same values."""
+def start_delay_ms(delay_ns: Any) -> dict[str, float | None] | None:
+    """p50/p99/max, ms, of the measured records' `extra.start_delay_ns` (a numpy int64
+    column of those that have one, in record order); None if none has it."""
     if not len(delay_ns):
         return None
     values = delay_ns / 1e6  # float64, each int64 → double then ÷ as Python's int / float

@@ -35,9 +35,10 @@ from anvil_metrics.prompts import (
     messages_for,
     request_prefix,
 )
-from anvil_metrics.recorder import RUN_ID, RawWriter, create_run_dir, new_run_id
+from anvil_metrics.recorder import RawWriter, create_run_dir, new_run_id
 from anvil_metrics.records import RequestRecord
 from anvil_metrics.scenario import Scenario
+from anvil_metrics.schema import RUN_ID
 
 log = logging.getLogger("anvil")
 

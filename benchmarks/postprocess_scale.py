@@ -6,9 +6,15 @@ child process) takes to read the raw records, derive the rows, aggregate, verify
 `benchmark.json`, and how much memory that child needs at its peak (its own `ru_maxrss`,
 from `os.wait4` on that one child). The CLI also starts an interpreter and prints a
 summary and the prefix-cache check, both from what `postprocess_run` hands back (nothing is
-read back); so the library call alone — `anvil_metrics.postprocess.postprocess(RUN_DIR)`,
+read back); so the library call alone — `anvil_metrics.postprocess.postprocess_run(RUN_DIR)`,
 what a finished run calls — is timed too, in a child of its own. Then `anvil verify` checks
 the file produced (also timed, also a child of its own).
+
+Beside it, in the same invocation and on the same file, interleaved run by run:
+- the floor: a bare `orjson.loads` of every line of the raw file, in one process (reading
+  the records is what post-processing cannot avoid);
+- with `--baseline DIR`, the same `anvil postprocess` of another checkout of anvil (e.g.
+  `git worktree add /tmp/before <commit>`), to say what a change cost or saved.
 
 The raw file is synthesised, seeded and reproducible (`--seed`), in a temporary folder
 removed afterwards (`--keep` leaves it): a `"run"` header as `RawWriter.write_header`
@@ -21,7 +27,7 @@ every kind at the phase they happen in (some with partial output), `extra.start_
 concurrent streams, and a `"run_end"` line with a `client` block like `session.py`'s.
 
     .venv/bin/python benchmarks/postprocess_scale.py [--rows 100000,1000000] [--users 64]
-        [--seed 0] [--repeat 3] [--keep]
+        [--seed 0] [--repeat 3] [--keep] [--baseline DIR]
 
 How it measures, and why:
 - the synthesised file is flushed to disk (`os.sync`) before anything is timed. A run's raw
@@ -253,7 +259,7 @@ def synthesize(path: Path, rows: int, users: int, seed: int) -> dict:
 TIME = shutil.which("time", path="/usr/bin:/bin")
 
 
-def run_child(cmd: list[str], log: Path) -> tuple[int, float, int]:
+def run_child(cmd: list[str], log: Path, cwd: Path = REPO) -> tuple[int, float, int]:
     """Run `cmd`; returns (exit status, wall seconds, peak RSS in bytes) of that one child.
 
     The peak comes from `/usr/bin/time -v` when there is one. Otherwise it is the child's
@@ -262,8 +268,9 @@ def run_child(cmd: list[str], log: Path) -> tuple[int, float, int]:
     """
     with open(log, "wb") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([TIME, "-v", *cmd] if TIME else cmd, cwd=REPO, stdout=out,
-                                stderr=subprocess.STDOUT)
+        env = {**os.environ, "PYTHONPATH": str(cwd)}  # `-m anvil_metrics` of that checkout
+        proc = subprocess.Popen([TIME, "-v", *cmd] if TIME else cmd, cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -285,6 +292,11 @@ def speed_s() -> float:
     return time.perf_counter() - t0
 
 
+def _median(runs: list[tuple[int, float, int]]) -> float:
+    walls = sorted(r[1] for r in runs)
+    return walls[len(walls) // 2]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="100000,1000000",
@@ -294,7 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of `anvil postprocess` per file; the median is judged")
     ap.add_argument("--keep", action="store_true", help="keep the temporary run folders")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout of anvil (a git worktree of an earlier commit) "
+                    "whose `anvil postprocess` runs beside this one's on the same files")
     a = ap.parse_args(argv)
+    if a.baseline is not None and not (a.baseline / "anvil_metrics").is_dir():
+        ap.error(f"--baseline {a.baseline}: not a checkout of anvil (no anvil_metrics/)")
     if a.repeat < 1:
         ap.error(f"--repeat must be 1 or more, got {a.repeat}")
     sizes = [int(x) for x in a.rows.split(",") if x.strip()]
@@ -319,11 +336,19 @@ def main(argv: list[str] | None = None) -> int:
             os.sync()  # see the module docstring: a run's raw file is on disk by its end
             print(f"  flushed to disk in {time.perf_counter() - t0:.1f} s", flush=True)
             bench = run_dir / "benchmark.json"
-            lib = [py, "-c", "import sys; from anvil_metrics.postprocess import postprocess; "
-                   "postprocess(sys.argv[1])", str(run_dir)]
+            lib = [py, "-c", "import sys; from anvil_metrics.postprocess import postprocess_run; "
+                   "postprocess_run(sys.argv[1])", str(run_dir)]
             lcode, lwall, lrss = run_child(lib, run_dir / "library.log")
-            runs = [run_child([py, "-m", "anvil_metrics", "postprocess", str(run_dir)],
-                              run_dir / "postprocess.log") for _ in range(a.repeat)]
+            cli = [py, "-m", "anvil_metrics", "postprocess", str(run_dir)]
+            floor_cmd = [py, "-c", "import sys, orjson; loads = orjson.loads\n"
+                         "with open(sys.argv[1], 'rb', buffering=1 << 20) as f:\n"
+                         "    for line in f: loads(line)", str(raw)]
+            runs, before, floor = [], [], []
+            for _ in range(a.repeat):  # interleaved: each compared with its neighbours
+                runs.append(run_child(cli, run_dir / "postprocess.log"))
+                if a.baseline is not None:
+                    before.append(run_child(cli, run_dir / "baseline.log", cwd=a.baseline))
+                floor.append(run_child(floor_cmd, run_dir / "floor.log"))
             code = max((r[0] for r in runs), key=abs)
             walls = sorted(r[1] for r in runs)
             wall, rss = walls[len(walls) // 2], max(r[2] for r in runs)
@@ -341,8 +366,23 @@ def main(argv: list[str] | None = None) -> int:
             each = ", ".join(f"{r[1]:.2f}" for r in runs)
             print(f"  anvil postprocess {wall:.2f} s (median of {each}), peak RSS "
                   f"{rss / 2**20:,.0f} MiB; "
-                  f"postprocess() alone {lwall:.2f} s, {lrss / 2**20:,.0f} MiB; "
+                  f"postprocess_run() alone {lwall:.2f} s, {lrss / 2**20:,.0f} MiB; "
                   f"verify exit {vcode} in {vwall:.2f} s", flush=True)
+            floor_s = _median(floor)
+            print(f"  floor, orjson.loads of every line in one process: {floor_s:.2f} s "
+                  f"(median of {', '.join(f'{r[1]:.2f}' for r in floor)}); "
+                  f"anvil postprocess / floor = {wall / floor_s:.2f}", flush=True)
+            if before:
+                if any(r[0] != 0 for r in before):
+                    print("  baseline failed:\n"
+                          + (run_dir / "baseline.log").read_text()[-2000:])
+                    ok = False
+                else:
+                    then = _median(before)
+                    print(f"  baseline {a.baseline}: anvil postprocess {then:.2f} s (median of "
+                          f"{', '.join(f'{r[1]:.2f}' for r in before)}), peak RSS "
+                          f"{max(r[2] for r in before) / 2**20:,.0f} MiB; "
+                          f"this / baseline = {wall / then:.2f}", flush=True)
             if not a.keep:
                 raw.unlink()
     finally:

@@ -23,7 +23,7 @@ from typing import Any
 
 from conftest import REPO
 
-from anvil_metrics import stats
+from anvil_metrics import catalog
 from anvil_metrics.live import LIVE_METRICS
 from anvil_metrics.simproc import stop_process
 
@@ -31,9 +31,9 @@ from anvil_metrics.simproc import stop_process
 FAST_SIM = ("--prefill-ms", "20", "--reasoning-tokens", "3", "--content-tokens", "8",
             "--interval-ms", "3", "--max-context", "8192")
 
-# benchmark.json's key for (live field, percentile), from the one table stats.py uses
-BENCHMARK_KEY = {(field, p): pattern.format(p=f"p{p}")
-                 for pattern, field in stats.PERCENTILE_METRICS for p in stats.PERCENTILES}
+# benchmark.json's key for (live field, percentile), from the catalogue
+BENCHMARK_KEY = {(f.name, p): name for f in catalog.ROW if f.percentiles
+                 for p, name in zip(catalog.PERCENTILES, f.percentile_names(), strict=True)}
 
 
 def free_port() -> int:
@@ -118,7 +118,7 @@ def assert_live_equals_benchmark(live: dict[str, Any], doc: dict[str, Any]) -> N
     assert live["completed"] == doc["completed"] and live["failed"] == doc["failed"]
     compared = 0
     for m in live["metrics"]:
-        for p in stats.PERCENTILES:
+        for p in catalog.PERCENTILES:
             key = BENCHMARK_KEY[(m["field"], p)]
             assert m[f"p{p}"] == doc["metrics"][key], (key, m[f"p{p}"], doc["metrics"][key])
             assert m[f"p{p}"] is None or m[f"p{p}"].hex() == float(doc["metrics"][key]).hex()

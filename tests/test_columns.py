@@ -1,13 +1,12 @@
-"""The columnar post-processing path equals the row-by-row one, value for value and byte for
-byte.
+"""The raw reader's two roads and the row writer give what the plain ones give.
 
-`anvil postprocess` reads `requests.jsonl` as columns (`rawfile.scan_raw`), builds the document
-with the column forms of the formulas (`derive.derive_columns`, `stats.aggregate_columns`) and
-writes its rows a batch at a time (`benchmark.build_benchmark_columns`); `verify_benchmark`
-checks plainly typed rows as columns first. The row-by-row code (`read_raw`,
-`build_benchmark`, `atomic_write_json`, `_verify_rows`) is the definition: here random runs,
-random damage and random alterations must give the same bytes, the same exceptions with the
-same messages and lines, and the same verify messages through both.
+`anvil postprocess` reads `requests.jsonl` as columns (`rawpart.scan_raw`: plain request lines
+straight into int64 rows, `ColumnBuilder.add_plain`, a large file in parallel parts) and
+writes its rows a batch at a time from a byte template (`rowjson.py`). The plain roads are
+the definition: `read_raw` (every record judged by `records.record_problem`, built into a
+RequestRecord) and `atomic_write_json` of the plain document. Here random runs and random
+damage must give the same bytes, and the same exceptions with the same messages and lines,
+through both.
 """
 
 from __future__ import annotations
@@ -27,26 +26,21 @@ from conftest import anvil
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anvil_metrics import benchmark, derive, rawpart, stats
-from anvil_metrics.benchmark import (
-    _verify_rows,
-    build_benchmark,
-    build_benchmark_columns,
-    same,
-    verify_benchmark,
-)
+from anvil_metrics import benchmark, catalog, derive, rawpart, rowjson, stats, verify
+from anvil_metrics.benchmark import build, build_benchmark
 from anvil_metrics.errors import RawFileError
-from anvil_metrics.postprocess import postprocess
-from anvil_metrics.rawfile import (
-    MAX_LINE_DEPTH,
-    RawColumns,
-    UnusualRecords,
-    _Reader,
-    atomic_write_json,
-    read_raw,
-    scan_raw,
-)
-from anvil_metrics.records import FAILURE_KINDS, PHASES, RAW_SCHEMA
+from anvil_metrics.jsonio import atomic_write_json
+from anvil_metrics.postprocess import postprocess_run
+from anvil_metrics.rawcolumns import RawColumns
+from anvil_metrics.rawpart import scan_raw
+from anvil_metrics.rawread import RawReader, read_raw
+from anvil_metrics.records import FAILURE_KINDS, MAX_LINE_DEPTH, PHASES, RAW_SCHEMA
+from anvil_metrics.schema import fmt, same
+from anvil_metrics.verify import verify_benchmark
+
+
+def postprocess(run_dir: Path) -> Path:
+    return postprocess_run(run_dir).path
 
 # --- random raw files ------------------------------------------------------------------------
 
@@ -214,8 +208,7 @@ def _check_same(lines: list[bytes]) -> None:
         scanned = _outcome(lambda: scan_raw(path, parallel=False))
         read = _outcome(lambda: read_raw(path))
         if scanned[0] == "error" or read[0] == "error":
-            if scanned[1] != "UnusualRecords":
-                assert scanned == read
+            assert scanned == read
         # read in two parts (rawpart.py), cut at every line start, and in three, cut there
         # and at the next line start or at the first: the same columns
         one_pass = _comparable(scanned)
@@ -229,8 +222,8 @@ def _check_same(lines: list[bytes]) -> None:
 
 
 def _scan_split(path: Path, splits: list[int]) -> RawColumns:
-    reader = _Reader(path, columns=True)
-    reader.read(splits=splits, read_part=rawpart.read_part)
+    reader = RawReader(path, columns=True)
+    rawpart.read_parts(reader, splits, rawpart.read_part)
     return reader.raw_columns()
 
 
@@ -244,7 +237,7 @@ def _comparable(outcome: Any) -> Any:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=raw_files())
-def test_postprocess_equals_the_row_by_row_build(lines: list[bytes]):
+def test_postprocess_equals_the_plain_build(lines: list[bytes]):
     _check_same(lines)
 
 
@@ -337,24 +330,19 @@ def test_damaged_files_fail_the_same_way(lines: list[bytes], data: st.DataObject
     _check_same(lines)
 
 
-def test_unusual_values_are_built_the_plain_way(tmp_path: Path):
-    """Stamps beyond ±2**62 are not for the columns:
-    postprocess hands the file to the row-by-row build and writes what it gives."""
+def test_stamps_beyond_what_the_columns_hold_are_refused_by_both_readers(tmp_path: Path):
+    """A stamp beyond ±2**62 (146 years of uptime) is damage: named with its line."""
     header = {"type": "run", "run_id": "benchmark-20260801T160039Z",
               "started_at": "2026-08-01T16:00:39Z", "params": {}}
     rec = {"type": "request", "request_index": 0, "start_ns": 2**62, "end_ns": 2**62 + 10,
            "failure": None, "worker": None}
-    raw = tmp_path / "requests.jsonl"
-    raw.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in (header, rec)))
-    with pytest.raises(UnusualRecords):
-        scan_raw(raw)
-    _check_same(raw.read_bytes().splitlines(keepends=True))
-    assert postprocess(tmp_path).read_bytes() == _reference_bytes(tmp_path)
+    lines = [orjson.dumps(x) + b"\n" for x in (header, rec)]
+    _refused_on(tmp_path, lines, 2, r"start_ns must lie within ±2\*\*62")
 
 
 def test_large_run_writes_several_batches(tmp_path: Path, monkeypatch):
     """Rows are written a batch at a time; the seams are invisible."""
-    monkeypatch.setattr(benchmark, "ROW_BATCH", 7)
+    monkeypatch.setattr(rowjson, "ROW_BATCH", 7)
     header = {"type": "run", "run_id": "benchmark-20260801T160039Z",
               "started_at": "2026-08-01T16:00:39Z", "params": {"context_distribution": None}}
     lines = [orjson.dumps(header) + b"\n"]
@@ -374,7 +362,7 @@ def test_large_run_writes_several_batches(tmp_path: Path, monkeypatch):
     lines.append(b'{"type":"run_end","finished_at":"2026-08-01T16:09:00Z","client":{}}\n')
     (tmp_path / "requests.jsonl").write_bytes(b"".join(lines))
     assert postprocess(tmp_path).read_bytes() == _reference_bytes(tmp_path)
-    built = build_benchmark_columns(scan_raw(tmp_path / "requests.jsonl"), {})
+    built = build(scan_raw(tmp_path / "requests.jsonl"), {})
     assert built.to_dict() == orjson.loads((tmp_path / "benchmark.json").read_bytes())
 
 
@@ -501,46 +489,23 @@ def test_a_child_whose_output_is_cut_or_wrong_is_replaced_by_reading_its_part_he
     assert results == [None]
 
 
-# --- the column formulas, value for value ----------------------------------------------------
-
-_MS = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 5e-324, 1e-3, 1.0, 1e300]),
-                st.floats(0, 1e7, allow_nan=False))
-
-
-@settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.tuples(_MS, _MS, _MS, st.integers(0, 10**6),
-                               st.one_of(st.none(), st.integers(0, 10**6))),
-                     min_size=1, max_size=30))
-def test_derive_columns_equals_derive_row(rows):
-    e2e = np.array([np.nan if r[0] is None else r[0] for r in rows])
-    ttfo = np.array([np.nan if r[1] is None else r[1] for r in rows])
-    ttft = np.array([np.nan if r[2] is None else r[2] for r in rows])
-    out = np.array([r[3] for r in rows], dtype=np.int64)
-    prompt = np.array([0 if r[4] is None else r[4] for r in rows], dtype=np.int64)
-    cols = derive.derive_columns(e2e, ttfo, ttft, out, prompt,
-                                 np.array([r[4] is not None for r in rows]))
-    for i, r in enumerate(rows):
-        want = derive.derive_row({"e2e_ms": r[0], "time_to_first_output_ms": r[1],
-                                  "ttft_ms": r[2], "output_tokens": r[3],
-                                  "prompt_tokens": r[4]})
-        for name, value in want.items():
-            got = cols[name][i]
-            got = None if math.isnan(got) else float(got)
-            assert same(got, value), (name, r, got, value)
+# --- percentiles, verify, rows ------------------------------------------------------------
 
 
 @given(values=st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5]) | st.floats(-5, 5),
                        max_size=40),
        p=st.integers(0, 100))
 def test_nearest_rank_columns_takes_the_same_zero(values, p):
-    got = stats.nearest_rank_column(np.array(values, dtype=np.float64), p)
+    got = stats.nearest_rank_columns(np.array(values, dtype=np.float64), (p,))[0]
     assert same(got, stats.nearest_rank(values, p))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=raw_files(), data=st.data())
-def test_verify_columns_agrees_with_the_row_by_row_checks(lines: list[bytes],
-                                                          data: st.DataObject):
+def test_rows_plainly_typed_pass_the_type_checks_alike(lines: list[bytes], data: st.DataObject):
+    """verify takes rows as columns at once when `RowColumns.from_rows` accepts them, and
+    type-checks them one by one otherwise: from_rows accepts exactly what the type checks
+    pass, into the same columns; an altered row is named either way."""
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "requests.jsonl"
         path.write_bytes(b"".join(lines))
@@ -548,10 +513,10 @@ def test_verify_columns_agrees_with_the_row_by_row_checks(lines: list[bytes],
             doc = build_benchmark(read_raw(path))
         except Exception:
             return
-    assert verify_benchmark(doc) == _verify_rows(doc) == []
+    assert verify_benchmark(doc) == []
     rows = derive.RowColumns.from_rows(doc["request_timings"])
     assert rows is not None
-    assert same(stats.aggregate_columns(rows, doc["wall_clock_ms"]), doc["metrics"])
+    assert same(stats.aggregate(rows, doc["wall_clock_ms"]), doc["metrics"])
     if not doc["request_timings"]:
         return
     altered = copy.deepcopy(doc)
@@ -569,12 +534,22 @@ def test_verify_columns_agrees_with_the_row_by_row_checks(lines: list[bytes],
         row[name] = bad
     if data.draw(st.booleans(), label="extra key"):
         row["other"] = 1
-    assert verify_benchmark(altered) == _verify_rows(altered)
+    found: list[Any] = []
+    (typed, at), all_typed = verify._typed_rows(altered, [], found)
+    fast = derive.RowColumns.from_rows(altered["request_timings"])
+    assert (fast is not None) == (all_typed and not found)
+    if fast is not None:
+        assert at.tolist() == list(range(len(fast)))
+        assert same(fast.row_dicts(), typed.row_dicts())
+    messages = verify_benchmark(altered)
+    if catalog.BY_NAME[name].derived and not same(altered, doc):
+        assert any(m.startswith(f"request_timings[{i}].{name}:") for m in messages), (
+            name, value, bad, messages)
 
 
 def test_from_rows_leaves_unusual_rows_to_the_row_by_row_checks():
-    good = {name: 0 for name in derive.ROW_FIELDS}
-    good.update({name: 1.0 for name in derive.FLOAT_FIELDS}, output_token_source="usage")
+    good = {name: 0 for name in catalog.ROW_FIELDS}
+    good.update({name: 1.0 for name in catalog.FLOAT_FIELDS}, output_token_source="usage")
     assert derive.RowColumns.from_rows([good]) is not None
     for change in ({"e2e_ms": float("nan")}, {"ttft_ms": float("inf")}, {"output_tokens": True},
                    {"cached_tokens": None}, {"request_index": 2**64}, {"other": 1},
@@ -582,10 +557,15 @@ def test_from_rows_leaves_unusual_rows_to_the_row_by_row_checks():
         assert derive.RowColumns.from_rows([{**good, **change}]) is None, change
     assert derive.RowColumns.from_rows([good, "row"]) is None
     assert derive.RowColumns.from_rows("rows") is None
+    # the fields added after v1's first rows: in every row, or in none
+    old = {k: v for k, v in good.items() if k not in catalog.ADDED}
+    assert derive.RowColumns.from_rows([old, old]).absent == catalog.ADDED
+    assert derive.RowColumns.from_rows([old, good]) is None
+    assert derive.RowColumns.from_rows([good, old]) is None
 
 
 def _request(i: int, *, warmup: bool = False, **change: Any) -> bytes:
-    s = 10**9 + i * 10**7
+    s = 10**9 + i % 1000 * 10**7
     d = {"type": "request", "request_index": i, "warmup": warmup,
          "planned_context_tokens": 100, "start_ns": s, "first_output_ns": s + 10**6,
          "first_content_ns": s + 2 * 10**6, "end_ns": s + 9 * 10**6, "reasoning_chunks": 1,
@@ -645,14 +625,19 @@ def test_a_null_chunk_count_is_none_in_both_readers(tmp_path: Path, key: str):
 
 @pytest.mark.parametrize("after", [b'{"type": "req\n', b'{"type":"bogus"}\n',
                                    _request(1, start_ns=1.5)])
-def test_a_row_beyond_int64_is_found_before_what_follows_it(tmp_path: Path, after: bytes):
-    """Rows are converted to int64 a batch at a time; an unusual row is still reported
-    (UnusualRecords, naming its line) before a later line's fault, as row by row."""
+def test_a_stamp_beyond_the_columns_is_found_before_what_follows_it(tmp_path: Path,
+                                                                     after: bytes):
+    """A line the plain road cannot take is judged where it stands, as by read_raw: its
+    error is the first in line order (but an unparseable line wins, wherever it is)."""
+    far = _request(1, start_ns=2**62, first_output_ns=2**62 + 1, first_content_ns=2**62 + 2,
+                   end_ns=2**62 + 3)
+    lines = [_HEAD, _request(0), far, _request(2), after, _END]
     raw = tmp_path / "requests.jsonl"
-    raw.write_bytes(b"".join([_HEAD, _request(0), _request(2**40), _request(2), after, _END]))
-    with pytest.raises(UnusualRecords, match="line 3: a value beyond int64"):
+    raw.write_bytes(b"".join(lines))
+    with pytest.raises(RawFileError) as exc:
         scan_raw(raw, parallel=False)
-    _check_same(raw.read_bytes().splitlines(keepends=True))
+    assert exc.value.line == (5 if after.startswith(b'{"type": "req') else 3)
+    _check_same(lines)
 
 
 # Values nested deeper than orjson writes (254 levels) but not than it reads (1,023), where a
@@ -855,10 +840,10 @@ def test_postprocess_of_a_damaged_record_is_one_line_no_traceback(tmp_path: Path
 
 
 def test_fmt_shows_a_value_too_deep_for_orjson_cut_short():
-    assert benchmark.fmt(orjson.loads(_deepen(b'"@deep list@"'))) == "[[[[...]]]]"
-    shown = benchmark.fmt(orjson.loads(_deepen(b'"@deep dict 600@"')))
+    assert fmt(orjson.loads(_deepen(b'"@deep list@"'))) == "[[[[...]]]]"
+    shown = fmt(orjson.loads(_deepen(b'"@deep dict 600@"')))
     assert shown == "{'a': {'a': {'a': {...}}}}"
-    assert benchmark.fmt([1, "x"]) == '[1,"x"]'  # orjson's text where it can write it
+    assert fmt([1, "x"]) == '[1,"x"]'  # orjson's text where it can write it
 
 
 # Text a writer other than orjson could put in or around a chunk_deltas_ns array (leading
@@ -907,13 +892,13 @@ _ROW_FLOAT = st.one_of(st.sampled_from([0.0, 1e-7, 1e16, 0.1 + 0.2, 123456789.0]
 def _timing_rows(draw: Any) -> list[dict[str, Any]]:
     rows = []
     for i in range(draw(st.integers(1, 12))):
-        row: dict[str, Any] = {name: draw(_ROW_COUNT) for name in derive.COUNT_FIELDS}
+        row: dict[str, Any] = {name: draw(_ROW_COUNT) for name in catalog.COUNT_FIELDS}
         row["request_index"] = i
-        for name in derive.OPTIONAL_COUNT_FIELDS:
+        for name in catalog.OPTIONAL_COUNT_FIELDS:
             row[name] = draw(st.one_of(st.none(), _ROW_COUNT))
         if row["cached_tokens"] is None:
             del row["cached_tokens"]  # not reported: no key
-        for name in derive.FLOAT_FIELDS:
+        for name in catalog.FLOAT_FIELDS:
             nullable = name in derive.NULLABLE_FLOATS
             value = draw(st.one_of(st.none(), _ROW_FLOAT) if nullable else _ROW_FLOAT)
             row[name] = abs(value) if name in ("e2e_ms", "time_to_first_output_ms",
@@ -933,7 +918,7 @@ def test_rows_are_written_as_orjson_writes_them(rows: list[dict[str, Any]], batc
     doc = {"schema": "x", "request_timings": [], "wall_clock_ms": 1.5}
     built = benchmark.BuiltBenchmark(doc, columns)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(benchmark, "ROW_BATCH", batch)
-        written = b"".join(built._json_chunks())
+        m.setattr(rowjson, "ROW_BATCH", batch)
+        written = b"".join(built.json_chunks())
     assert written == orjson.dumps({**doc, "request_timings": rows},
                                    option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)

@@ -11,17 +11,18 @@ from typing import Any
 import gevent
 import orjson
 import pytest
+from rawbuild import write_raw
 
 from anvil_metrics import stats
-from anvil_metrics.benchmark import build_benchmark, wall_clock_ms
+from anvil_metrics.benchmark import build_benchmark
 from anvil_metrics.control import RequestBudget, Ticket
-from anvil_metrics.derive import timing_from_record
+from anvil_metrics.derive import derive_row
 from anvil_metrics.dist import MasterCoordinator, RemoteBudget, WorkerSetup
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live import MAX_BUCKETS, LiveStats
 from anvil_metrics.prompts import NO_CALIBRATION
-from anvil_metrics.rawfile import read_raw, write_raw
+from anvil_metrics.rawread import RawRun, read_raw
 from anvil_metrics.records import Failure, RequestRecord
 from anvil_metrics.scenario import scenario_from_dict
 
@@ -186,8 +187,16 @@ def _rec(index: int, worker: str, start: int, end: int) -> RequestRecord:
 def test_wall_clock_places_each_worker_on_the_masters_clock() -> None:
     a = _rec(0, "a:1", 1_000_000, 3_000_000)
     b = _rec(1, "b:2", 50_000_000, 51_000_000)  # b's clock reads 49 ms ahead of a's
-    assert wall_clock_ms([a, b]) == 50.0
-    assert wall_clock_ms([a, b], {"a:1": 0, "b:2": -49_000_000}) == 2.0
+    header = {"run_id": "benchmark-20261130T000000Z", "started_at": "2026-11-30T00:00:00Z",
+              "params": {}}
+
+    def wall(workers: dict) -> float:
+        raw = RawRun(header=header, records=(a, b), run_end=None, partial=True,
+                     workers=workers)
+        return build_benchmark(raw)["wall_clock_ms"]
+
+    assert wall({}) == 50.0
+    assert wall({"a:1": {"perf_offset_ns": 0}, "b:2": {"perf_offset_ns": -49_000_000}}) == 2.0
 
 
 def test_worker_lines_are_read_and_used(tmp_path: Path) -> None:
@@ -229,7 +238,7 @@ def test_live_percentiles_equal_the_files() -> None:
     snap = live.snapshot()
     assert snap["completed"] == 40 and snap["failed"] == 1
     assert snap["failures_by_kind"] == {"http_error": 1}
-    rows = [timing_from_record(r).to_dict() for r in records]
+    rows = [derive_row(r) for r in records]
     for m in snap["metrics"]:
         for p in (50, 95, 99):
             assert m[f"p{p}"] == stats.nearest_rank([r[m["field"]] for r in rows], p), m

@@ -11,47 +11,18 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rawbuild import HEADER, completed, failed, write_raw
 
 from anvil_metrics.errors import RawFileError
-from anvil_metrics.rawfile import (
-    atomic_write_json,
-    dump_line,
-    read_raw,
-    strict_json_problems,
-    write_raw,
-)
-from anvil_metrics.records import RAW_SCHEMA, Failure, RequestRecord
-
-HEADER = {
-    "schema": RAW_SCHEMA,
-    "run_id": "benchmark-20260801T160039Z",
-    "started_at": "2026-08-01T16:00:39Z",
-    "params": {"concurrency": 1},
-    "wall_anchor_ns": 1_785_600_039_000_000_000,
-    "perf_anchor_ns": 1_000,
-}
+from anvil_metrics.jsonio import atomic_write_json, dump_line, strict_json_problems
+from anvil_metrics.rawread import read_raw
 
 
-def _rec(i: int, *, warmup: bool = False, failed: bool = False) -> RequestRecord:
-    start = 1_000 + i * 10_000_000
-    if failed:
-        return RequestRecord(
-            request_index=i, start_ns=start, end_ns=start + 5_000, warmup=warmup,
-            failure=Failure(kind="http_error", message="503 busy", http_status=503,
-                            phase="headers"),
-            http_status=503,
-        )
-    return RequestRecord(
-        request_index=i, start_ns=start, first_output_ns=start + 1_000_000,
-        first_content_ns=start + 2_000_000, end_ns=start + 5_000_000, warmup=warmup,
-        planned_context_tokens=128, reasoning_chunks=2, content_chunks=3,
-        chunk_deltas_ns=(1_000_000, 1_000_000, 1_000_000, 1_000_000, 1_000_000),
-        chunk_channels="rrccc", usage={"prompt_tokens": 130, "completion_tokens": 6},
-        finish_reason="stop", http_status=200, extra={"note": "x"},
-    )
+def _rec(i: int, *, warmup: bool = False, failed_: bool = False):
+    return failed(i, warmup=warmup) if failed_ else completed(i, warmup=warmup)
 
 
-RECORDS = [_rec(0, warmup=True), _rec(1), _rec(2, failed=True), _rec(3)]
+RECORDS = [_rec(0, warmup=True), _rec(1), _rec(2, failed_=True), _rec(3)]
 RUN_END = {"finished_at": "2026-08-01T16:01:42Z"}
 
 

@@ -25,11 +25,11 @@ import orjson
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 
-from anvil_metrics.benchmark import verify_benchmark
 from anvil_metrics.client import ChatClient, Endpoint
-from anvil_metrics.derive import timing_from_record
+from anvil_metrics.derive import derive_row
 from anvil_metrics.observe import StreamObserver
 from anvil_metrics.run import summary_lines
+from anvil_metrics.verify import verify_benchmark
 
 pytestmark = pytest.mark.real
 
@@ -269,7 +269,7 @@ def test_vllm_own_metrics_agree_with_anvil() -> None:
             before = _scrape()
             obs = StreamObserver(i, time.perf_counter_ns())
             client.stream_chat(body, obs)
-            row = timing_from_record(obs.finish(), request_index=i)
+            row = derive_row(obs.finish())
             deadline = time.monotonic() + 10
             after = _scrape()
             while after["vllm:e2e_request_latency_seconds"][1] == \
@@ -280,16 +280,16 @@ def test_vllm_own_metrics_agree_with_anvil() -> None:
             assert all(cnt == 1 for _, cnt in d.values()), d
             server_ttft_ms = d["vllm:time_to_first_token_seconds"][0] * 1000
             server_e2e_ms = d["vllm:e2e_request_latency_seconds"][0] * 1000
-            gaps.append((row.time_to_first_output_ms - server_ttft_ms,
-                         row.e2e_ms - server_e2e_ms))
-            assert server_ttft_ms <= row.time_to_first_output_ms <= \
+            gaps.append((row["time_to_first_output_ms"] - server_ttft_ms,
+                         row["e2e_ms"] - server_e2e_ms))
+            assert server_ttft_ms <= row["time_to_first_output_ms"] <= \
                 server_ttft_ms + FIRST_OUTPUT_OVERHEAD_MS, (row, server_ttft_ms)
-            assert server_e2e_ms <= row.e2e_ms <= server_e2e_ms + E2E_OVERHEAD_MS, \
+            assert server_e2e_ms <= row["e2e_ms"] <= server_e2e_ms + E2E_OVERHEAD_MS, \
                 (row, server_e2e_ms)
-            assert d["vllm:request_prompt_tokens"][0] == prompt_tokens == row.prompt_tokens
+            assert d["vllm:request_prompt_tokens"][0] == prompt_tokens == row["prompt_tokens"]
             generated = d["vllm:request_generation_tokens"][0]
             assert generated == 32
-            assert row.reasoning_chunks + row.content_chunks == generated - 2
+            assert row["reasoning_chunks"] + row["content_chunks"] == generated - 2
     finally:
         client.close()
     print(f"\n[vllm] anvil - server (ttfo, e2e) ms per request: "

@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REPO, load_json, write_scenario
 
 from anvil_metrics import saturation
-from anvil_metrics.records import RequestRecord
 
 SCENARIO = """
 measurement_protocol = "saturation"
@@ -64,13 +64,16 @@ def test_verdict_thresholds() -> None:
 
 
 def test_achieved_concurrency_and_start_delay() -> None:
-    recs = [RequestRecord(i, start_ns=i * 10, end_ns=i * 10 + 40,
-                          extra={"start_delay_ns": 1_000_000 * (i + 1)}) for i in range(4)]
+    start = np.arange(5, dtype=np.int64) * 10
+    end = start + 40
+    has_end = np.array([True] * 4 + [False])  # the last one failed without an end
     # busy 4 × 40 ns over a wall of 70 ns
-    assert saturation.achieved_concurrency(recs, 70 / 1e6) == pytest.approx(160 / 70)
-    assert saturation.achieved_concurrency(recs, None) is None
-    assert saturation.start_delay_ms(recs) == {"p50": 2.0, "p99": 4.0, "max": 4.0}
-    assert saturation.start_delay_ms([RequestRecord(0, 0, 1)]) is None
+    assert saturation.achieved_concurrency(start, end, has_end, 70 / 1e6) \
+        == pytest.approx(160 / 70)
+    assert saturation.achieved_concurrency(start, end, has_end, None) is None
+    delays = np.array([1, 2, 3, 4], dtype=np.int64) * 1_000_000
+    assert saturation.start_delay_ms(delays) == {"p50": 2.0, "p99": 4.0, "max": 4.0}
+    assert saturation.start_delay_ms(np.array([], dtype=np.int64)) is None
 
 
 def _run(tmp_path: Path, sim_url: str, locustfile: str, users: int, requests: int) -> dict:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anvil_metrics import stats
+from anvil_metrics import catalog, stats
+from anvil_metrics.derive import RowColumns
 
 
 def test_nearest_rank_spec_examples():
@@ -74,14 +75,23 @@ def _row(i: int, **kw) -> dict:
         "decode_tok_s": 10 / 0.9,
         "mean_inter_token_latency_ms": 90.0,
         "effective_prefill_tok_s": 1000.0,
+        "reasoning_tokens": None,
+        "content_tok_s": None,
     }
     row.update(kw)
     return row
 
 
+def aggregate(rows: list[dict], wall_clock_ms: float | None) -> dict:
+    """`stats.aggregate` of plain row dicts."""
+    columns = RowColumns.from_rows(rows)
+    assert columns is not None
+    return stats.aggregate(columns, wall_clock_ms)
+
+
 def test_aggregate_keys_and_types():
-    m = stats.aggregate([_row(0), _row(1, prompt_tokens=300)], 4000.0)
-    assert set(m) == stats.METRIC_KEYS
+    m = aggregate([_row(0), _row(1, prompt_tokens=300)], 4000.0)
+    assert set(m) == catalog.METRIC_KEYS
     assert m["output_tokens"] == 22 and type(m["output_tokens"]) is int
     assert m["prompt_tokens"] == 400 and type(m["prompt_tokens"]) is int
     assert m["reasoning_chunks"] == 8 and m["content_chunks"] == 12
@@ -96,12 +106,12 @@ def test_aggregate_keys_and_types():
 
 
 def test_aggregate_throughput_none_without_wall_clock():
-    assert stats.aggregate([_row(0)], None)["throughput_tok_s"] is None
-    assert stats.aggregate([_row(0)], 0.0)["throughput_tok_s"] is None
+    assert aggregate([_row(0)], None)["throughput_tok_s"] is None
+    assert aggregate([_row(0)], 0.0)["throughput_tok_s"] is None
 
 
 def test_aggregate_no_rows():
-    m = stats.aggregate([], 10.0)
+    m = aggregate([], 10.0)
     assert m["output_tokens"] == 0 and m["ttft_p50_ms"] is None
     assert m["output_token_sources"] == {} and m["ttft_samples"] == 0
     assert m["throughput_tok_s"] == 0.0
@@ -110,7 +120,7 @@ def test_aggregate_no_rows():
 def test_aggregate_samples_skip_missing_values():
     rows = [_row(0), _row(1, ttft_ms=None, visible_generation_ms=None, content_chunks=0,
                           prompt_tokens=None, effective_prefill_tok_s=None)]
-    m = stats.aggregate(rows, 1000.0)
+    m = aggregate(rows, 1000.0)
     assert m["ttft_samples"] == 1 and m["prompt_token_samples"] == 1
     assert m["prompt_tokens"] == 100
     assert m["ttft_p95_ms"] == 200.0
@@ -126,20 +136,21 @@ def test_content_chunks_s_over_chunk_rows_only():
         _row(3, output_token_source="chunks", output_tokens=4, content_chunks=0, ttft_ms=None,
              visible_generation_ms=None),  # no content: adds nothing
     ]
-    m = stats.aggregate(rows, 1000.0)
+    m = aggregate(rows, 1000.0)
     assert m["content_chunks_s"] == 10.0  # 15 chunks / 1.5 s
     assert m["output_token_sources"] == {"chunks": 3, "usage": 1}
 
 
 def test_content_chunks_s_zero_time_is_none():
     rows = [_row(0, output_token_source="chunks", visible_generation_ms=0.0)]
-    assert stats.aggregate(rows, 1000.0)["content_chunks_s"] is None
+    assert aggregate(rows, 1000.0)["content_chunks_s"] is None
 
 
 def test_prefix_cache_hit_avg():
     rows = [_row(0, cached_tokens=50), _row(1, cached_tokens=0, prompt_tokens=200), _row(2)]
-    assert stats.aggregate(rows, 1.0)["prefix_cache_hit_avg"] == 0.25  # (0.5 + 0) / 2
-    assert stats.prefix_cache_hit_avg([_row(0, cached_tokens=5, prompt_tokens=0)]) is None
+    assert aggregate(rows, 1.0)["prefix_cache_hit_avg"] == 0.25  # (0.5 + 0) / 2
+    assert aggregate([_row(0, cached_tokens=5, prompt_tokens=0)], 1.0)[
+        "prefix_cache_hit_avg"] is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -156,9 +167,23 @@ def test_prefix_cache_hit_avg():
 def test_aggregate_does_not_depend_on_row_order(cols, rnd: random.Random):
     rows = [
         _row(i, output_token_source="chunks", e2e_ms=a, visible_generation_ms=b,
-             content_chunks=c, cached_tokens=cached, decode_tok_s=a / 7)
+             content_chunks=c, decode_tok_s=a / 7,
+             **({} if cached is None else {"cached_tokens": cached}))  # absent: not reported
         for i, (a, b, c, cached) in enumerate(cols)
     ]
     shuffled = rows[:]
     rnd.shuffle(shuffled)
-    assert stats.aggregate(rows, 5.0) == stats.aggregate(shuffled, 5.0)
+    assert aggregate(rows, 5.0) == aggregate(shuffled, 5.0)
+
+
+def test_rows_written_before_the_added_fields_have_no_added_aggregates():
+    old = [{k: v for k, v in _row(0).items() if k not in catalog.ADDED}]
+    m = aggregate(old, 1000.0)
+    assert set(m) == catalog.METRIC_KEYS - {"content_tok_s_p50", "content_tok_s_p95"}
+    assert set(m) == stats.expected_keys(catalog.ADDED)
+
+
+def test_content_tok_s_percentiles_over_the_rows_that_have_it():
+    rows = [_row(0, content_tok_s=4.0), _row(1, content_tok_s=None), _row(2, content_tok_s=2.0)]
+    m = aggregate(rows, 1000.0)
+    assert (m["content_tok_s_p50"], m["content_tok_s_p95"]) == (2.0, 4.0)

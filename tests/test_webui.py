@@ -26,10 +26,10 @@ from locust_ui import FAST_SIM, assert_live_equals_benchmark, locust_ui
 
 from anvil_metrics import session as run_session
 from anvil_metrics import webui
-from anvil_metrics.benchmark import verify_benchmark
 from anvil_metrics.live import LIVE_METRICS, LiveStats
 from anvil_metrics.records import Failure, RequestRecord
 from anvil_metrics.users import ChatUser
+from anvil_metrics.verify import verify_benchmark
 
 SECRET = "sk-test-anvil-webui-0123456789"
 

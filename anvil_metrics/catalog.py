@@ -1,0 +1,323 @@
+"""The metric catalogue: every figure of benchmark/v1, defined once.
+
+Why one place: a figure users promote a model on must mean the same thing in the file, in
+`anvil verify`'s recomputation, in the CLI summary and in the web UI. So each per-request
+field (`ROW`) and each aggregate (`AGGREGATES`) is one entry here — name, unit, JSON type,
+inputs, the formula as code and as text, the label — and everything else is generated from
+the entries: the row layout and type rules (`schema.py`, `derive.RowColumns`), row
+derivation and verification (`derive.py`, `verify.py`), the `metrics` block (`stats.py`),
+the CLI summary and the live tables (`live.py`, `/anvil/`), and `anvil metrics`, which prints
+the catalogue.
+
+Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the
+only implementation: a single row is a column of one. Each returns NaN — written as null —
+where an input is missing or a divisor is zero or negative (the spec: "null, never NaN or
+Infinity"), and follows the spec's evaluation order literally so that any implementation of
+the definitions gets the same bits (`(output_tokens − 1) / (generation_ms / 1000)`, never
+`… * 1000 / …`).
+
+Adding a per-request metric is one `RowField` in `ROW`; a percentile of it is its
+`percentiles` pattern. Fields marked `added` may be absent from files written before them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Columns = Mapping[str, Any]  # field name -> float64 column, NaN for null
+PERCENTILES = (50, 95)
+
+# the `timing_methodology` entry that is not one field's: where every duration comes from
+CLOCK_METHODOLOGY = "client time.perf_counter"
+
+
+@dataclass(frozen=True, slots=True)
+class RowField:
+    """One field of a `request_timings[]` row.
+
+    - `kind`: its JSON type — "count" (a non-negative integer), "duration" (a non-negative
+      float, ms), "float" (a finite float), "source" ("usage" or "chunks");
+    - `presence`: "always"; "reported" (the key is left out when the server did not report
+      the value, as `cached_tokens`); "added" (always written, but files written before
+      anvil had it lack it in every row);
+    - `inputs`: for a derived field, the row fields its formula reads (`compute`, a function
+      of `Columns`); measured fields have none and `source` says where they come from;
+    - `methodology`: (key, sentence) of the document's `timing_methodology` it defines;
+    - `percentiles`: the `metrics` name pattern of its p50/p95 (`{p}` → `p50`), if any;
+    - `live` / `summary`: shown in the live tables / the CLI summary, under `label`.
+    """
+
+    name: str
+    unit: str
+    kind: str
+    nullable: bool
+    description: str
+    presence: str = "always"
+    source: str = ""
+    inputs: tuple[str, ...] = ()
+    formula: str = ""
+    compute: Callable[[Columns], Any] | None = None
+    label: str = ""
+    methodology: tuple[str, str] | None = None
+    percentiles: str | None = None
+    live: bool = False
+    summary: bool = False
+
+    @property
+    def derived(self) -> bool:
+        return self.compute is not None
+
+    def percentile_names(self) -> list[str]:
+        pattern = self.percentiles
+        return [] if pattern is None else [pattern.format(p=f"p{p}") for p in PERCENTILES]
+
+
+def _where(ok: Any, value: Any) -> Any:
+    """`value` where `ok`, NaN elsewhere and where a division overflowed to ±inf."""
+    out = np.where(ok, value, np.nan)
+    out[np.isinf(out)] = np.nan
+    return out
+
+
+def _rate(count: Any, ms: Any) -> Any:
+    """`count / (ms / 1000)` where the count is present and `ms / 1000 > 0`."""
+    seconds = ms / 1000
+    with np.errstate(all="ignore"):
+        return _where(~np.isnan(count) & (seconds > 0), count / seconds)
+
+
+def _generation_ms(c: Columns) -> Any:
+    return c["e2e_ms"] - c["time_to_first_output_ms"]
+
+
+def _visible_generation_ms(c: Columns) -> Any:
+    return c["e2e_ms"] - c["ttft_ms"]
+
+
+def _decode_tok_s(c: Columns) -> Any:
+    after_first = c["output_tokens"] - 1
+    seconds = c["generation_ms"] / 1000
+    with np.errstate(all="ignore"):
+        return _where((after_first >= 0) & (seconds > 0), after_first / seconds)
+
+
+def _mean_inter_token_latency_ms(c: Columns) -> Any:
+    gaps = c["output_tokens"] - 1
+    generation = c["generation_ms"]
+    with np.errstate(all="ignore"):
+        return _where((gaps > 0) & ~np.isnan(generation), generation / gaps)
+
+
+def _effective_prefill_tok_s(c: Columns) -> Any:
+    return _rate(c["prompt_tokens"], c["time_to_first_output_ms"])
+
+
+def _content_tok_s(c: Columns) -> Any:
+    after_first = c["output_tokens"] - c["reasoning_tokens"] - 1  # NaN without the split
+    seconds = c["visible_generation_ms"] / 1000
+    with np.errstate(all="ignore"):
+        return _where((after_first >= 0) & (seconds > 0), after_first / seconds)
+
+
+_SUM = "summed into `metrics`"
+
+ROW: tuple[RowField, ...] = (
+    RowField("request_index", "", "count", False,
+             "0-based order in which the measured requests were issued (dense across "
+             "request_timings and failures)", source="the raw records, renumbered"),
+    RowField("planned_context_tokens", "tok", "count", True,
+             "prompt size the scenario planned", source="raw record"),
+    RowField("prompt_tokens", "tok", "count", True,
+             "prompt tokens the server counted", source="usage.prompt_tokens",
+             label="prompt tokens", percentiles="prompt_tokens_{p}", summary=True),
+    RowField("output_tokens", "tok", "count", False,
+             "output tokens (reasoning included)",
+             source="usage.completion_tokens, else reasoning_chunks + content_chunks"),
+    RowField("output_token_source", "", "source", False,
+             "which of the two gave output_tokens", source='"usage" or "chunks"'),
+    RowField("cached_tokens", "tok", "count", False,
+             "prompt tokens served from the server's prefix cache", presence="reported",
+             source="usage.prompt_tokens_details.cached_tokens (the key is absent when the "
+                    "server does not report it)"),
+    RowField("reasoning_chunks", "chunks", "count", False,
+             f"SSE chunks with a non-empty reasoning delta ({_SUM})", source="raw record"),
+    RowField("content_chunks", "chunks", "count", False,
+             f"SSE chunks with a non-empty content delta ({_SUM})", source="raw record"),
+    RowField("e2e_ms", "ms", "duration", False,
+             "request written to stream finished", source="(end_ns − start_ns) / 1e6",
+             label="end to end", percentiles="e2e_{p}_ms", live=True, summary=True),
+    RowField("time_to_first_output_ms", "ms", "duration", True,
+             "request written to the first non-empty reasoning or content delta",
+             source="(first_output_ns − start_ns) / 1e6", label="time to first output",
+             methodology=("time_to_first_output", "request start through the first "
+                          "non-empty streamed reasoning or content delta"),
+             percentiles="time_to_first_output_{p}_ms", live=True, summary=True),
+    RowField("ttft_ms", "ms", "duration", True,
+             "request written to the first non-empty content delta (null if no content)",
+             source="(first_content_ns − start_ns) / 1e6", label="TTFT (first content)",
+             methodology=("ttft", "request start through the first non-empty streamed "
+                          "content delta"),
+             percentiles="ttft_{p}_ms", live=True, summary=True),
+    RowField("generation_ms", "ms", "float", True, "time after the first output",
+             inputs=("e2e_ms", "time_to_first_output_ms"),
+             formula="e2e_ms − time_to_first_output_ms", compute=_generation_ms,
+             label="generation",
+             methodology=("generation", "client-observed E2E minus time to first output"),
+             percentiles="generation_{p}_ms", summary=True),
+    RowField("visible_generation_ms", "ms", "float", True, "time after the first content",
+             inputs=("e2e_ms", "ttft_ms"), formula="e2e_ms − ttft_ms",
+             compute=_visible_generation_ms),
+    RowField("decode_tok_s", "tok/s", "float", True,
+             "output tokens after the first, per second of generation",
+             inputs=("output_tokens", "generation_ms"),
+             formula="(output_tokens − 1) / (generation_ms / 1000)", compute=_decode_tok_s,
+             label="decode",
+             methodology=("decode", "usage completion tokens after the first token divided "
+                          "by client-observed generation time; completion tokens may include "
+                          "reasoning tokens"),
+             percentiles="decode_tok_s_{p}", live=True, summary=True),
+    RowField("mean_inter_token_latency_ms", "ms", "float", True,
+             "generation time per output token after the first",
+             inputs=("generation_ms", "output_tokens"),
+             formula="generation_ms / (output_tokens − 1)",
+             compute=_mean_inter_token_latency_ms, label="mean ITL",
+             methodology=("mean_inter_token_latency", "client-observed generation time "
+                          "divided by completion tokens after the first token; not a raw "
+                          "per-token timestamp trace"),
+             percentiles="mean_inter_token_latency_ms_{p}", live=True, summary=True),
+    RowField("effective_prefill_tok_s", "tok/s", "float", True,
+             "prompt tokens per second of time to first output (queueing included)",
+             inputs=("prompt_tokens", "time_to_first_output_ms"),
+             formula="prompt_tokens / (time_to_first_output_ms / 1000)",
+             compute=_effective_prefill_tok_s, label="effective prefill",
+             methodology=("effective_prefill", "usage.prompt_tokens divided by "
+                          "client-observed time to first output; includes queueing, "
+                          "scheduling, prefill, and first-token work"),
+             percentiles="effective_prefill_tok_s_{p}", live=True, summary=True),
+    RowField("reasoning_tokens", "tok", "count", True,
+             "output tokens the server counted as reasoning", presence="added",
+             source="usage.completion_tokens_details.reasoning_tokens"),
+    RowField("content_tok_s", "tok/s", "float", True,
+             "content tokens after the first, per second after the first content (null "
+             "unless usage splits reasoning tokens)", presence="added",
+             inputs=("output_tokens", "reasoning_tokens", "visible_generation_ms"),
+             formula="(output_tokens − reasoning_tokens − 1) / (visible_generation_ms / 1000)",
+             compute=_content_tok_s, label="content decode", percentiles="content_tok_s_{p}",
+             summary=True),
+)
+
+BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}
+ROW_FIELDS: tuple[str, ...] = tuple(f.name for f in ROW)  # the order rows are written in
+DERIVED: tuple[RowField, ...] = tuple(f for f in ROW if f.derived)  # in dependency order
+ADDED: frozenset[str] = frozenset(f.name for f in ROW if f.presence == "added")
+FLOAT_FIELDS = tuple(f.name for f in ROW if f.kind in ("duration", "float"))
+COUNT_FIELDS = tuple(f.name for f in ROW if f.kind == "count" and not f.nullable
+                     and f.presence == "always")
+OPTIONAL_COUNT_FIELDS = tuple(f.name for f in ROW if f.kind == "count"
+                              and (f.nullable or f.presence != "always"))
+OUTPUT_TOKEN_SOURCES = ("usage", "chunks")
+
+
+def base_inputs(field: RowField) -> tuple[str, ...]:
+    """The measured fields a derived field depends on, through other derived ones (what a
+    verify message names), in row order."""
+    seen: set[str] = set()
+    todo = list(field.inputs)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(BY_NAME[name].inputs)
+    return tuple(n for n in ROW_FIELDS if n in seen and not BY_NAME[n].derived)
+
+
+def derive(columns: dict[str, Any], skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The derived fields (`DERIVED`, except `skip`) of rows whose measured fields are in
+    `columns` (float64, NaN for null), added to `columns` in dependency order; returns it."""
+    with np.errstate(all="ignore"):
+        for f in DERIVED:
+            if f.name not in skip:
+                columns[f.name] = f.compute(columns)  # type: ignore[misc]
+    return columns
+
+
+def timing_methodology() -> dict[str, str]:
+    """The document's `timing_methodology`: the clock and each defining field's sentence."""
+    out = {"clock": CLOCK_METHODOLOGY}
+    out.update(f.methodology for f in ROW if f.methodology is not None)
+    return dict(sorted(out.items()))
+
+
+# --- aggregates ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """One key of the `metrics` block: its unit, formula text and the row fields it reads
+    (`stats.aggregate` computes it; `added` keys may be absent from older files)."""
+
+    name: str
+    unit: str
+    formula: str
+    inputs: tuple[str, ...]
+    added: bool = False
+
+
+def _aggregates() -> tuple[Aggregate, ...]:
+    out = [Aggregate(name, f.unit, f"nearest-rank p{p} of {f.name} over the rows that have "
+                     "it", (f.name,), f.presence == "added")
+           for f in ROW if f.percentiles
+           for name, p in zip(f.percentile_names(), PERCENTILES, strict=True)]
+    out += [
+        Aggregate("output_tokens", "tok", "Σ output_tokens", ("output_tokens",)),
+        Aggregate("prompt_tokens", "tok", "Σ prompt_tokens over the rows that have it",
+                  ("prompt_tokens",)),
+        Aggregate("reasoning_chunks", "chunks", "Σ reasoning_chunks", ("reasoning_chunks",)),
+        Aggregate("content_chunks", "chunks", "Σ content_chunks", ("content_chunks",)),
+        Aggregate("output_token_sources", "rows", "rows per output_token_source",
+                  ("output_token_source",)),
+        Aggregate("ttft_samples", "rows", "rows that have a ttft_ms", ("ttft_ms",)),
+        Aggregate("prompt_token_samples", "rows", "rows that have a prompt_tokens",
+                  ("prompt_tokens",)),
+        Aggregate("throughput_tok_s", "tok/s", "output_tokens / (wall_clock_ms / 1000)",
+                  ("output_tokens",)),
+        Aggregate("content_chunks_s", "chunks/s",
+                  "Σ content_chunks / fsum(visible_generation_ms / 1000) over the rows whose "
+                  "output_token_source is \"chunks\" and that have a visible_generation_ms",
+                  ("content_chunks", "visible_generation_ms", "output_token_source")),
+        Aggregate("prefix_cache_hit_avg", "ratio",
+                  "fsum(cached_tokens / prompt_tokens) / rows, over the rows that have "
+                  "cached_tokens and a positive prompt_tokens",
+                  ("cached_tokens", "prompt_tokens")),
+    ]
+    return tuple(out)
+
+
+AGGREGATES: tuple[Aggregate, ...] = _aggregates()
+METRIC_KEYS: frozenset[str] = frozenset(a.name for a in AGGREGATES)
+# the order in which tables show the fields (the phases of a request, then rates and sizes);
+# which tables show a field is its `live` / `summary`
+DISPLAY_ORDER = ("time_to_first_output_ms", "ttft_ms", "reasoning_ms", "e2e_ms", "generation_ms",
+                 "decode_tok_s", "reasoning_tok_s", "content_tok_s",
+                 "mean_inter_token_latency_ms", "effective_prefill_tok_s", "prompt_tokens")
+_SHOWN = sorted((f for f in ROW if f.live or f.summary), key=lambda f: DISPLAY_ORDER.index(f.name))
+LIVE_FIELDS: tuple[RowField, ...] = tuple(f for f in _SHOWN if f.live)
+SUMMARY_FIELDS: tuple[RowField, ...] = tuple(f for f in _SHOWN if f.summary)
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """The catalogue as rows of (block, name, unit, definition), one per per-request field
+    (block "request_timings[]") and per `metrics` key (block "metrics"): what `anvil metrics`
+    prints. A measured field's definition is where it comes from; a derived one's, its
+    formula; each ends with the field's description where it has one."""
+    out = []
+    for f in ROW:
+        how = f.formula or f.source
+        out.append(("request_timings[]", f.name, f.unit or "-", f"{how} — {f.description}"))
+    for a in sorted(AGGREGATES, key=lambda a: a.name):
+        out.append(("metrics", a.name, a.unit, a.formula))
+    return out

@@ -1,0 +1,141 @@
+"""Strict JSON and atomic writes: the one place anvil turns values into JSON files.
+
+Why strict: orjson writes NaN and ±inf as `null` without complaint, which would turn a bug
+into a plausible-looking value in a benchmark, so every value is checked first and a
+non-finite float (or a value JSON has no type for) raises before the disk is touched.
+
+Why atomic: `atomic_write_json` / `atomic_write_bytes` write a temporary file in the target's
+directory, fsync it and `os.replace` it over the target, so a reader sees the old file or the
+new one, never a mix, and a crash never leaves a half-written result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import reprlib
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+# keys sorted, 2-space indent: the layout of the spec's example files
+JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+# the standard library's C encoder, refusing NaN/±inf (ValueError) and non-JSON types
+_FINITE_JSON = json.JSONEncoder(allow_nan=False, check_circular=False)
+_dumps = orjson.dumps
+
+
+def strict_json_problems(obj: Any, path: str = "") -> list[str]:
+    """Every place in `obj` that strict JSON (RFC 8259) cannot hold, by field path.
+
+    Flags non-finite floats (NaN, ±inf), non-string object keys and values that are not
+    JSON types (dict, list/tuple, str, int, float, bool, None). Returns [] when clean.
+    """
+    # The common case, in C: orjson refuses non-string keys; json refuses NaN, ±inf and
+    # values that are not JSON types. Each accepts only what _walk accepts, so when both do,
+    # _walk finds nothing (a document with 30k failures: ~65 ms rather than ~110 ms).
+    try:
+        _dumps(obj)
+        _FINITE_JSON.encode(obj)
+        return []
+    except (TypeError, ValueError, RecursionError):  # orjson.JSONEncodeError is a TypeError
+        pass
+    problems: list[str] = []
+    _walk(obj, path, problems)
+    return problems
+
+
+def _walk(obj: Any, path: str, problems: list[str]) -> None:
+    """Depth first, in document order, with a stack of its own: orjson reads documents
+    nested 1023 deep, deeper than Python's recursion limit."""
+    stack: list[tuple[bool, Any, str]] = [(False, obj, path)]  # (is a message, value, path)
+    while stack:
+        message, obj, path = stack.pop()
+        if message:
+            problems.append(obj)
+            continue
+        where = path or "document"
+        if obj is None or isinstance(obj, bool | str | int):
+            continue
+        if isinstance(obj, float):
+            if not math.isfinite(obj):
+                problems.append(f"{where}: {obj!r} is not allowed in strict JSON (use null)")
+            continue
+        items: list[tuple[bool, Any, str]]
+        if isinstance(obj, dict):
+            items = [(False, value, f"{path}.{key}" if path else key) if isinstance(key, str)
+                     else (True, f"{where}: object key {key!r} is not a string", "")
+                     for key, value in obj.items()]
+        elif isinstance(obj, list | tuple):
+            items = [(False, value, f"{path}[{i}]") for i, value in enumerate(obj)]
+        else:
+            problems.append(f"{where}: {type(obj).__name__} is not a JSON type")
+            continue
+        stack.extend(reversed(items))
+
+
+def dumps_strict(obj: Any, *, option: int | None = None) -> bytes:
+    """orjson bytes of `obj`, after refusing anything strict JSON cannot hold (ValueError)."""
+    problems = strict_json_problems(obj)
+    if problems:
+        raise ValueError("refusing to write non-strict JSON: " + "; ".join(problems[:5]))
+    return orjson.dumps(obj) if option is None else orjson.dumps(obj, option=option)
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """Write `obj` to `path` as strict JSON (keys sorted, 2-space indent, as the spec
+    example), atomically: temp file in the same directory, fsync, `os.replace`, then fsync
+    of the directory so the rename itself survives a crash.
+
+    Raises ValueError (before touching the disk) if `obj` holds NaN/±inf or a non-JSON value.
+    """
+    atomic_write_bytes(path, (dumps_strict(obj, option=JSON_OPTIONS),))
+
+
+def atomic_write_bytes(path: str | Path, chunks: Iterable[bytes]) -> None:
+    """Write the concatenation of `chunks` to `path` atomically, as `atomic_write_json` does.
+
+    `chunks` may be a generator (a large document written piece by piece); if it raises,
+    the temp file is removed and `path` is left as it was.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # os.open applies the umask, so the result gets the same mode a plain open() would give.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def dump_line(obj: dict[str, Any]) -> bytes:
+    """One `requests.jsonl` line: compact strict JSON plus the newline."""
+    return dumps_strict(obj) + b"\n"
+
+
+
+def show(value: Any) -> str:
+    """`repr(value)` for a message, cut short: a value read from a damaged file may be a
+    string of megabytes or a list nested 1,000 deep (orjson reads it; a plain `repr` of it
+    raises RecursionError)."""
+    return _SHOW.repr(value)
+
+
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 3, 60, 60, 60
+_SHOW.maxlist = _SHOW.maxtuple = _SHOW.maxdict = 6

@@ -1,0 +1,254 @@
+"""The raw records as integer columns: the one shape every benchmark figure is computed from.
+
+Why columns: a benchmark is built from, and verified against, its requests' figures, and a
+run may hold a million of them. One int64 row per request record (`RAW_COLUMNS`, `NULL` for
+a missing value) holds all that post-processing needs — stamps, counts, the counts read
+from the server's `usage` — in a few hundred bytes per request, without chunk timings,
+channels or usage objects. `anvil postprocess`, `build_benchmark` of records read one by one
+and the catalogue's formulas all work on these columns: one numeric path.
+
+How a record becomes a row is said once, here: `ColumnBuilder.add_plain` takes a `"request"`
+line as orjson parsed it (the common case, without building a `RequestRecord`), and
+`add_record` a `RequestRecord`; both read `usage` with `usage_counts`. The values a row can
+hold are bounded (`records.STAMP_LIMIT`, `records.COUNT_LIMIT`), and `records.record_problem`
+refuses a record beyond them, so every sum and difference of stamps fits int64 and every
+count converts to a double exactly.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+
+from anvil_metrics.records import (
+    COUNT_LIMIT,
+    STAMP_LIMIT,
+    RequestRecord,
+    all_counts,
+    failure_problem,
+)
+
+# Column layout of `RawColumns.table`: one int64 row per request record, in file order.
+# NULL marks a missing value (JSON null, or not reported).
+RAW_COLUMNS = (
+    "line",  # 1-based line number in the file (0 for records not read from a file)
+    "warmup",  # 0 / 1
+    "request_index",
+    "start_ns",
+    "end_ns",
+    "first_output_ns",
+    "first_content_ns",
+    "planned_context_tokens",
+    "reasoning_chunks",
+    "content_chunks",
+    "output_tokens",  # usage_counts: usage.completion_tokens, else the chunk counts
+    "usage_source",  # 1 when output_tokens came from usage, 0 from chunk counts
+    "prompt_tokens",  # usage.prompt_tokens
+    "cached_tokens",  # usage.prompt_tokens_details.cached_tokens
+    "reasoning_tokens",  # usage.completion_tokens_details.reasoning_tokens
+    "worker",  # index into RawColumns.worker_names, -1 for null
+    "start_delay_ns",  # extra.start_delay_ns when it is an integer
+    "failed",  # 0 / 1: the record has a failure (its details are in RawColumns.failures)
+)
+COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
+NULL = -(2**63)
+
+# (kind, message, http_status, phase) of a failure as `Failure.from_dict` reads them, plus
+# the record's own http_status
+FailureFields = tuple[Any, Any, Any, Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RawColumns:
+    """A `requests.jsonl` read back as columns (`rawpart.scan_raw`, or `RawRun.columns()`):
+    what a `rawread.RawRun` holds, except that the request records are rows of `table`
+    (int64, columns `RAW_COLUMNS`, `NULL` for a missing value).
+
+    - `failures`: record position (row of `table`) -> `FailureFields`.
+    - `worker_names`: the names the `worker` column indexes.
+    Other fields as in RawRun.
+    """
+
+    header: dict[str, Any]
+    table: Any  # numpy.ndarray, shape (records, len(RAW_COLUMNS)), int64
+    failures: dict[int, FailureFields]
+    worker_names: tuple[str, ...]
+    run_end: dict[str, Any] | None
+    partial: bool
+    torn_lines: int = 0
+    notes: tuple[str, ...] = ()
+    path: str | None = None
+    workers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def clock_offsets_ns(self) -> dict[str, int]:
+        """Worker identity -> offset of its perf_counter_ns to the master's."""
+        return clock_offsets_ns(self.workers)
+
+
+def clock_offsets_ns(workers: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Worker identity -> offset of its perf_counter_ns to the master's (only those
+    measured; a record of any other worker is on the master's clock or its own)."""
+    return {name: int(w["perf_offset_ns"]) for name, w in workers.items()
+            if type(w.get("perf_offset_ns")) is int}
+
+
+def _count(x: Any) -> int:
+    """A usage count as a column holds it: the integer, NULL unless it is one in range."""
+    return x if type(x) is int and 0 <= x < COUNT_LIMIT else NULL
+
+
+def usage_counts(usage: Mapping[str, Any] | None, reasoning_chunks: int, content_chunks: int
+                 ) -> tuple[int, bool, int, int, int]:
+    """What a row takes from the server's `usage` object: `(output_tokens, from_usage,
+    prompt_tokens, cached_tokens, reasoning_tokens)`, NULL where not reported.
+
+    `output_tokens` is `usage.completion_tokens` when the server sent an integer count,
+    else `reasoning_chunks + content_chunks` (a chunk carrying both a reasoning and a
+    content delta counts in both chunk counts: it carried at least two pieces of text;
+    chunk counts undercount tokens anyway, which is why the source is recorded).
+    """
+    if usage is None:
+        return reasoning_chunks + content_chunks, False, NULL, NULL, NULL
+    out = _count(usage.get("completion_tokens"))
+    from_usage = out != NULL
+    if not from_usage:
+        out = reasoning_chunks + content_chunks
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if type(details) is dict else NULL
+    details = usage.get("completion_tokens_details")
+    reasoning = _count(details.get("reasoning_tokens")) if type(details) is dict else NULL
+    return out, from_usage, _count(usage.get("prompt_tokens")), cached, reasoning
+
+
+_PLAIN_KEYS = itemgetter("type", "request_index", "start_ns", "end_ns", "first_output_ns",
+                         "first_content_ns", "reasoning_chunks", "content_chunks",
+                         "planned_context_tokens", "warmup", "usage", "failure", "worker",
+                         "chunk_channels", "chunk_deltas_ns")
+_FLUSH_ROWS = 4096  # rows converted to int64 at a time
+
+
+def _stamp(x: Any) -> bool:
+    return type(x) is int and -STAMP_LIMIT < x < STAMP_LIMIT
+
+
+class ColumnBuilder:
+    """Rows of `RAW_COLUMNS`, appended one record at a time, held as int64.
+
+    Rows wait in a list a batch at a time (one conversion for many rows is several times
+    cheaper than one per row); `flush()` converts them, and `table()` gives them all.
+    """
+
+    def __init__(self) -> None:
+        self.buf = array("q")
+        self.pending: list[int] = []
+        self.n_records = 0
+        self.failures: dict[int, FailureFields] = {}
+        self.worker_codes: dict[str, int] = {}
+
+    def add_plain(self, n: int, d: Any) -> bool:
+        """Add a plain `"request"` line (as orjson parsed it, line `n`) without building a
+        RequestRecord. True when done; False when the line is anything else or not plainly
+        valid: `records.record_problem` then gives the verdict (and `add_record` takes the
+        record if it is valid). Every test here is one of `record_problem`'s, on the exact
+        JSON types orjson returns; a line that passes them all is one it accepts."""
+        if type(d) is not dict:
+            return False
+        try:  # the keys RequestRecord.to_json_dict always writes; else the slow way
+            ty, ri, s, e, fo, fc, rc, cc, pl, wu, u, f, w, ch, deltas = _PLAIN_KEYS(d)
+        except KeyError:
+            return False
+        x = d.get("extra")
+        hs = d.get("http_status")
+        if not (ty == "request" and type(ri) is int and 0 <= ri < COUNT_LIMIT and _stamp(s)
+                and type(rc) is int and 0 <= rc < COUNT_LIMIT
+                and type(cc) is int and 0 <= cc < COUNT_LIMIT
+                and (pl is None or (type(pl) is int and 0 <= pl < COUNT_LIMIT))
+                and type(wu) is bool
+                and (e is None or _stamp(e)) and (fo is None or _stamp(fo))
+                and (fc is None or _stamp(fc))
+                and (u is None or type(u) is dict) and (w is None or type(w) is str)
+                and (x is None or type(x) is dict) and (hs is None or type(hs) is int)
+                and (not ch or type(ch) is str)
+                and (not deltas or (type(deltas) is list and all_counts(deltas)))):
+            return False
+        if f is None:
+            if e is None:
+                return False
+        elif type(f) is not dict or failure_problem(f) is not None:
+            return False
+        if (fc is None) != (cc == 0) or (fo is None) != (rc + cc == 0):
+            return False
+        last = s
+        for t in (fo, fc, e):
+            if t is not None:
+                if t < last:
+                    return False
+                last = t
+        delay = NULL
+        if x:
+            delay = x.get("start_delay_ns")
+            if type(delay) is bool:
+                delay = int(delay)
+            elif type(delay) is not int:
+                delay = NULL
+            elif not -STAMP_LIMIT < delay < STAMP_LIMIT:
+                return False
+        usage = usage_counts(u, rc, cc)
+        if usage[0] >= COUNT_LIMIT:
+            return False
+        self._add(n, wu, ri, s, e, fo, fc, pl, rc, cc, usage, w, delay,
+                  None if f is None else (f["kind"], f.get("message", ""),
+                                          f.get("http_status"), f.get("phase"), hs))
+        return True
+
+    def add_record(self, n: int, rec: RequestRecord) -> None:
+        """Add a RequestRecord that `records.record_problem` accepted (line `n`)."""
+        f = rec.failure
+        delay = rec.extra.get("start_delay_ns")
+        self._add(n, rec.warmup, rec.request_index, rec.start_ns, rec.end_ns,
+                  rec.first_output_ns, rec.first_content_ns, rec.planned_context_tokens,
+                  rec.reasoning_chunks, rec.content_chunks,
+                  usage_counts(rec.usage, rec.reasoning_chunks, rec.content_chunks),
+                  rec.worker, int(delay) if isinstance(delay, int) else NULL,
+                  None if f is None else (f.kind, f.message, f.http_status, f.phase,
+                                          rec.http_status))
+
+    def _add(self, n: int, warmup: bool, index: int, start: int, end: int | None,
+             first_output: int | None, first_content: int | None, planned: int | None,
+             reasoning_chunks: int, content_chunks: int,
+             usage: tuple[int, bool, int, int, int], worker: str | None, delay: int,
+             failure: FailureFields | None) -> None:
+        if failure is not None:
+            self.failures[self.n_records] = failure
+        if worker is None:
+            code = -1
+        else:
+            code = self.worker_codes.get(worker)
+            if code is None:
+                code = self.worker_codes[worker] = len(self.worker_codes)
+        out, from_usage, prompt, cached, reasoning = usage
+        self.pending += (n, warmup, index, start, NULL if end is None else end,
+                         NULL if first_output is None else first_output,
+                         NULL if first_content is None else first_content,
+                         NULL if planned is None else planned, reasoning_chunks,
+                         content_chunks, out, from_usage, prompt, cached, reasoning, code,
+                         delay, failure is not None)
+        self.n_records += 1
+        if len(self.pending) >= _FLUSH_ROWS * len(RAW_COLUMNS):
+            self.flush()
+
+    def flush(self) -> None:
+        """Move the waiting rows into `buf` (int64)."""
+        if self.pending:
+            self.buf += array("q", self.pending)
+            self.pending.clear()
+
+    def table(self) -> Any:
+        """All rows so far as an int64 numpy array, shape (records, len(RAW_COLUMNS))."""
+        import numpy as np
+
+        self.flush()
+        return np.frombuffer(self.buf, dtype=np.int64).reshape(-1, len(RAW_COLUMNS))
