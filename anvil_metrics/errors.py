@@ -56,10 +56,9 @@ class TransportUnsupported(UsageError):
     """The installed geventhttpclient (or gevent) lacks a private attribute anvil's transport
     reads, so streams cannot be stamped as anvil stamps them (the CLI exits 2).
 
-    >>> str(TransportUnsupported("9.0", "HTTPResponse._body_buffer", ">=2.6,<2.7"))
-    "geventhttpclient 9.0 is installed, but anvil's transport needs its internal \
-HTTPResponse._body_buffer, which it lacks; install a supported version: \
-pip install 'geventhttpclient>=2.6,<2.7'"
+    >>> e = TransportUnsupported("9.0", "HTTPClient.pool", ">=2.6,<2.7")
+    >>> e.exit_code, str(e)[:70]
+    (2, "geventhttpclient 9.0 is installed, but anvil's transport needs its int")
     """
 
     def __init__(self, version: str, attribute: str, supported: str):

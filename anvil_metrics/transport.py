@@ -90,12 +90,10 @@ def missing_private_attribute() -> str | None:
     """The first private attribute the transport reads that the installed geventhttpclient
     (or gevent) lacks, as `Class.attribute`, or None when all are there."""
     http = HTTPClient("127.0.0.1", port=9)  # nothing is connected until a request
-    try:
-        missing = _missing(http, "HTTPClient", ("_connection_pool",))
-    finally:
-        http.close()
+    missing = _missing(http, "HTTPClient", ("_connection_pool",))
     if missing:
-        return missing
+        return missing  # and nothing to close
+    http.close()
     missing = _missing(HTTPResponse(), "HTTPResponse", ("_body_buffer", "message_complete"))
     if missing:
         return missing

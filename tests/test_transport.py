@@ -1,0 +1,94 @@
+"""The transport's check of geventhttpclient's internals: the installed version passes; one
+attribute taken away is refused at the first client with one line naming the installed
+version, the attribute and the supported range (a UsageError: the CLI exits 2); the range
+in that line is the one pyproject.toml pins."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import gevent.socket
+import pytest
+from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPResponse
+
+from anvil_metrics import transport
+from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.errors import TransportUnsupported, UsageError
+
+
+def test_the_installed_geventhttpclient_has_every_internal() -> None:
+    assert transport.missing_private_attribute() is None
+    transport.require_private_api()
+
+
+def _drop_after_init(monkeypatch: pytest.MonkeyPatch, cls: type, name: str) -> None:
+    init = cls.__init__
+
+    def without(self, *args, **kw) -> None:
+        init(self, *args, **kw)
+        delattr(self, name)
+
+    monkeypatch.setattr(cls, "__init__", without)
+
+
+_GEVENT_SOCKET = gevent.socket.socket
+
+
+class _SocketWithoutReadEvent:
+    """An unconnected socket as a gevent without `_read_event` would make it."""
+
+    def __init__(self) -> None:
+        self._inner = _GEVENT_SOCKET()
+        self._sock = self._inner._sock
+        self.hub = self._inner.hub
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+@pytest.mark.parametrize("attribute", [
+    "HTTPResponse._body_buffer", "HTTPClient._connection_pool",
+    "gevent.socket.socket._read_event"])
+def test_a_missing_internal_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                   attribute: str) -> None:
+    if attribute == "HTTPResponse._body_buffer":
+        _drop_after_init(monkeypatch, HTTPResponse, "_body_buffer")
+    elif attribute == "HTTPClient._connection_pool":
+        _drop_after_init(monkeypatch, HTTPClient, "_connection_pool")
+    else:
+        monkeypatch.setattr(gevent.socket, "socket", _SocketWithoutReadEvent)
+    assert transport.missing_private_attribute() == attribute
+    monkeypatch.setattr(transport, "_checked", False)  # as in a fresh process
+    with pytest.raises(TransportUnsupported) as info:
+        ChatClient(Endpoint.parse("http://127.0.0.1:9"))
+    err = info.value
+    assert isinstance(err, UsageError) and err.exit_code == 2
+    text = str(err)
+    assert "\n" not in text
+    assert f"geventhttpclient {transport.installed_version()} is installed" in text
+    assert attribute in text
+    assert f"geventhttpclient{transport.SUPPORTED_GEVENTHTTPCLIENT}" in text
+    assert not transport._checked  # refused: checked again next time
+
+
+def test_pyproject_pins_the_supported_range() -> None:
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pins = [d for d in project["project"]["dependencies"] if d.startswith("geventhttpclient")]
+    assert pins == [f"geventhttpclient{transport.SUPPORTED_GEVENTHTTPCLIENT}"]
+
+
+_INTERNALS = re.compile(r"^\s*(import|from) geventhttpclient\b|\.(_sock|_body_buffer|_read_event"
+                        r"|_write_event|_socket_queue|_semaphore|_connection_pool)\b", re.M)
+
+
+def test_no_other_module_touches_geventhttpclient() -> None:
+    """The transport is the package's one importer of geventhttpclient and one reader of
+    its (and gevent's sockets') internals."""
+    package = Path(transport.__file__).parent
+    touching = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                      if p.name != "transport.py" and _INTERNALS.search(p.read_text()))
+    assert touching == []
+    assert _INTERNALS.search((package / "transport.py").read_text())  # the pattern finds them
