@@ -32,6 +32,7 @@ import gevent
 import gevent.queue
 import gevent.socket
 import geventhttpclient
+from gevent.ssl import SSLSocket
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import (
     HTTPConnectionClosed,
@@ -200,7 +201,8 @@ def body_blocks(resp: Any, silence: Silence | None = None) -> Iterator[tuple[byt
     The socket is read directly (its non-blocking OS socket; on EAGAIN, a wait on its read
     watcher): gevent's `recv` on a socket with a timeout starts and cancels a timer around
     every wait, once per SSE event. Silences are bounded by `silence` instead, whose
-    `last_ns` each read stamps."""
+    `last_ns` each read stamps. A TLS socket is read through gevent's TLS layer (the OS
+    socket holds ciphertext), with its timeout off for the same reason."""
     buf = resp._body_buffer
     if buf:
         block = bytes(buf)
@@ -210,7 +212,13 @@ def body_blocks(resp: Any, silence: Silence | None = None) -> Iterator[tuple[byt
     sock = resp._sock
     if sock is None:
         raise HTTPConnectionClosed("connection closed.")
-    raw_recv = sock._sock.recv  # the OS socket, non-blocking (gevent keeps it so)
+    if isinstance(sock, SSLSocket):
+        # TLS: the OS socket holds ciphertext, so read through gevent's TLS layer; without
+        # a socket timeout its waits start no timer (`silence` bounds them, as below)
+        sock.settimeout(None)
+        raw_recv = sock.recv
+    else:
+        raw_recv = sock._sock.recv  # the OS socket, non-blocking (gevent keeps it so)
     wait, readable = sock.hub.wait, sock._read_event
     while not resp.message_complete:
         if resp._sock is None:

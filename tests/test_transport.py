@@ -92,3 +92,70 @@ def test_no_other_module_touches_geventhttpclient() -> None:
                       if p.name != "transport.py" and _INTERNALS.search(p.read_text()))
     assert touching == []
     assert _INTERNALS.search((package / "transport.py").read_text())  # the pattern finds them
+
+
+_TLS_STREAMS = """
+from gevent import monkey
+monkey.patch_all()  # as Locust does: the client's TLS sockets are gevent's
+import socket, ssl, sys, threading, time
+from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.observe import StreamObserver
+cert, key = sys.argv[1:3]
+tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+tls.load_cert_chain(cert, key)
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(2)
+event = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\\n\\n'
+end = (b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\\n\\n'
+       b'data: [DONE]\\n\\n')
+def serve():
+    for pause_s in (0.05, 1.5):  # the second: a silence past the idle timeout
+        raw, _ = srv.accept()
+        with tls.wrap_socket(raw, server_side=True) as conn:
+            data = b""
+            while b"\\r\\n\\r\\n" not in data:
+                data += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Type: text/event-stream\\r\\n"
+                         b"Connection: close\\r\\n\\r\\n")
+            for _ in range(3):
+                time.sleep(0.05)
+                conn.sendall(event)
+            time.sleep(pause_s)
+            try:
+                conn.sendall(end)
+            except OSError:
+                pass
+threading.Thread(target=serve, daemon=True).start()
+client = ChatClient(Endpoint.parse(f"https://127.0.0.1:{srv.getsockname()[1]}"), None,
+                    network_timeout_s=5, idle_timeout_s=0.5)
+client.transport.pool.ssl_context.load_verify_locations(cert)
+for i in range(2):
+    obs = StreamObserver(i, time.perf_counter_ns())
+    client.stream_chat(b"{}", obs)
+    rec = obs.finish()
+    f = rec.failure
+    print(rec.content_chunks, None if f is None else f.kind, None if f is None else f.phase)
+client.close()
+"""
+
+
+def test_a_tls_stream_is_read_through_the_tls_layer(tmp_path: Path) -> None:
+    """Events that arrive over HTTPS after the response head was read are decrypted (the OS
+    socket under TLS holds ciphertext: read raw, they were garbage — a malformed or
+    truncated failure), and a silence past the idle timeout is still a `timeout`. Run in
+    a gevent-patched process, as under Locust."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    out = subprocess.run([sys.executable, "-c", _TLS_STREAMS, str(cert), str(key)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["3 None None", "3 timeout decode"], out.stdout
