@@ -8,6 +8,8 @@ attempted, why it failed, and how to fix it, so that line is enough on its own.
     ├── UsageError             bad user input (flags, paths, values); exit code 2
     │   └── ScenarioError      a scenario field with a bad value: names the field, the value,
     │                          and what is allowed
+    │   └── TransportUnsupported  the installed geventhttpclient lacks an internal anvil's
+    │                          transport reads (names the version, the attribute, the range)
     ├── RawFileError           `requests.jsonl` unreadable or invalid (names the file and line)
     └── VerifyError            a benchmark document failed `verify` (carries every mismatch)
 
@@ -48,6 +50,25 @@ class ScenarioError(UsageError):
         self.source = source
         where = f"{source}: " if source else "scenario: "
         super().__init__(f"{where}{field} = {value!r} is not allowed; use {allowed}")
+
+
+class TransportUnsupported(UsageError):
+    """The installed geventhttpclient (or gevent) lacks a private attribute anvil's transport
+    reads, so streams cannot be stamped as anvil stamps them (the CLI exits 2).
+
+    >>> e = TransportUnsupported("9.0", "HTTPClient.pool", ">=2.6,<2.7")
+    >>> e.exit_code, str(e)[:70]
+    (2, "geventhttpclient 9.0 is installed, but anvil's transport needs its int")
+    """
+
+    def __init__(self, version: str, attribute: str, supported: str):
+        self.version = version
+        self.attribute = attribute
+        self.supported = supported
+        super().__init__(
+            f"geventhttpclient {version} is installed, but anvil's transport needs its "
+            f"internal {attribute}, which it lacks; install a supported version: "
+            f"pip install 'geventhttpclient{supported}'")
 
 
 class RawFileError(AnvilError):

@@ -89,7 +89,15 @@ class StreamObserver:
         self.on_first_output = on_first_output
         self.on_first_content = on_first_content
         self.sent: dict[str, Any] | None = None
-        self.due_ns: int | None = None  # when the request was due to go out (users.py)
+        self.due_ns: int | None = None  # when the request was due to go out (`begin`)
+
+    def begin(self, t_ns: int, due_ns: int | None = None) -> None:
+        """Stamp the start of the request: `t_ns` just before its first byte is written (or
+        its connect failed); `due_ns` when it was due to go out (None: no delay recorded).
+        The one way a start is set after construction; called once per request."""
+        self.start_ns = t_ns
+        self._last_ns = t_ns
+        self.due_ns = due_ns
 
     @property
     def phase(self) -> str:

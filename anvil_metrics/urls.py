@@ -1,12 +1,21 @@
-"""Credentials out of URLs, for everything anvil shows or stores.
+"""The endpoint URL, parsed once, and credentials out of URLs for everything anvil shows or
+stores.
 
-Its own module, with no dependencies, so the benchmark builder (`base_url`) and the HTTP
-client (`--host` messages) share one rule without `verify` importing gevent.
+Its own module, without gevent or any HTTP library, so the benchmark builder (`base_url`),
+the run set-up (`Endpoint`) and the HTTP client (`--host` messages) share one rule without
+`verify` importing gevent.
+
+`Endpoint` parses the user's URL once: credentials are stripped from it (they are sent as a
+header and never shown or stored), and `/v1` is appended unless the URL already ends in it.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from anvil_metrics.errors import UsageError
 
 _NO_SCHEME_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/+)?[^/@\s]*@")
 
@@ -20,3 +29,36 @@ def strip_credentials(url: str) -> str:
         return _NO_SCHEME_USERINFO.sub(r"\1", url, count=1)
     authority, slash, path = rest.partition("/")
     return head + sep + authority.rpartition("@")[2] + slash + path
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A parsed endpoint. `base_url` is safe to show and store (no credentials)."""
+
+    scheme: str
+    host: str
+    port: int
+    api_path: str  # e.g. "/v1"
+    userinfo_key: str | None = None  # a password given in the URL, used as the API key
+
+    @property
+    def base_url(self) -> str:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        netloc = f"{host}:{self.port}"
+        return urlunsplit((self.scheme, netloc, self.api_path, "", ""))
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoint:
+        try:
+            parts = urlsplit(url.strip())
+            port = parts.port or (443 if parts.scheme == "https" else 80)  # ValueError if bad
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(
+                f"--host {strip_credentials(url)!r} is not a usable URL; expected "
+                "http(s)://HOST[:PORT][/v1], e.g. http://127.0.0.1:8000")
+        path = parts.path.rstrip("/")
+        if not path.endswith("/v1"):
+            path = path + "/v1"
+        return cls(parts.scheme, parts.hostname, port, path, parts.password or None)

@@ -90,12 +90,15 @@ class ChatStreamUser(User):
             return
         body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
                                       ticket.warmup)
+        now = time.perf_counter_ns()
         obs = StreamObserver(
-            ticket.request_index, time.perf_counter_ns(), warmup=ticket.warmup,
+            ticket.request_index, now, warmup=ticket.warmup,
             planned_context_tokens=ticket.planned_context_tokens, worker=run.worker,
             on_first_output=_fire_first_output, on_first_content=_fire_first_content,
         )
-        obs.due_ns = due_ns
+        # provisional: the client stamps the start again, keeping `due_ns`, just before
+        # the request is written (a request stopped before that keeps this one)
+        obs.begin(now, due_ns)
         wall_start = time.time()
         nbytes = 0
         # Whatever happens, the request is recorded once and its ticket returned: a run

@@ -249,7 +249,7 @@ def test_streams_in_a_row_share_one_kept_alive_connection(pool: str) -> None:
     server = KeepingServer()
     client = ClientFor(server.port)
     if pool == "public methods only":
-        client._http._connection_pool = _PublicOnly(client._http._connection_pool)
+        client.transport.pool = _PublicOnly(client.transport.pool)
     try:
         results = [_stream(client, i).finish() for i in range(3)]
     finally:
@@ -296,7 +296,7 @@ def test_an_https_connection_closed_with_close_notify_is_replaced(tmp_path: Path
     server = KeepingServer(close=True, tls=tls)
     client = ChatClient(Endpoint.parse(f"https://127.0.0.1:{server.port}"), None,
                         network_timeout_s=5)
-    client._http._connection_pool.ssl_context.load_verify_locations(cert)
+    client.transport.pool.ssl_context.load_verify_locations(cert)
     try:
         results = []
         for i in range(3):
@@ -354,7 +354,7 @@ def test_a_stream_killed_mid_body_drops_its_connection_at_once(monkeypatch) -> N
 
     import gevent
 
-    from anvil_metrics import client as client_module
+    from anvil_metrics import transport as transport_module
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -381,11 +381,11 @@ def test_a_stream_killed_mid_body_drops_its_connection_at_once(monkeypatch) -> N
     real_sleep = gevent.sleep
 
     def sleep(seconds: float = 0, *args: object) -> None:
-        if seconds == 0 and sys._getframe(1).f_code.co_name == "_body_blocks":
+        if seconds == 0 and sys._getframe(1).f_code.co_name == "body_blocks":
             raise gevent.GreenletExit
         real_sleep(seconds, *args)
 
-    monkeypatch.setattr(client_module.gevent, "sleep", sleep)
+    monkeypatch.setattr(transport_module.gevent, "sleep", sleep)
     client = ClientFor(srv.getsockname()[1])
     t = time.monotonic()
     try:

@@ -149,3 +149,21 @@ def test_vllm_style_error_object() -> None:
     rec = run(b'data: {"object": "error", "message": "overloaded", "code": 503}\n\n').finish()
     assert rec.failure is not None and rec.failure.kind == "stream_error"
     assert "overloaded" in rec.failure.message and rec.failure.phase == "prefill"
+
+
+def test_begin_stamps_the_start_the_first_delta_and_the_start_delay() -> None:
+    """`begin` moves the start (the first chunk's delta is counted from it, not from the
+    construction stamp) and records how late the request went out."""
+    obs = StreamObserver(0, 100)
+    obs.begin(1_000, due_ns=400)
+    obs.on_data(orjson.dumps({"choices": [{"index": 0, "delta": {"content": "a"}}]}), 1_250)
+    obs.on_data(b"[DONE]", 1_300)
+    rec = obs.finish()
+    assert rec.start_ns == 1_000 and rec.chunk_deltas_ns == (250,)
+    assert rec.extra == {"start_delay_ns": 600}
+    obs = StreamObserver(0, 100)
+    obs.begin(1_000, due_ns=400)
+    obs.begin(2_000)  # no due time: no delay recorded
+    obs.on_data(b"[DONE]", 2_100)
+    rec = obs.finish()
+    assert rec.start_ns == 2_000 and "start_delay_ns" not in rec.extra

@@ -49,7 +49,6 @@ def test_text_is_varied_not_one_repeated_token() -> None:
 # --- shared-prefix mode, needles, request parts --------------------------------------------
 
 from anvil_metrics.body import BodyBuilder  # noqa: E402
-from anvil_metrics.client import _chunks  # noqa: E402
 from anvil_metrics.prompts import (  # noqa: E402
     SharedPrefix,
     insert_needle,
@@ -58,6 +57,7 @@ from anvil_metrics.prompts import (  # noqa: E402
 )
 from anvil_metrics.scenario import scenario_from_dict  # noqa: E402
 from anvil_metrics.sim.tokenizer import chat_token_ids, count_chat_tokens  # noqa: E402
+from anvil_metrics.transport import chunks  # noqa: E402
 
 
 def _common(a: list[int], b: list[int]) -> int:
@@ -112,7 +112,7 @@ def test_normal_mode_parts_splice_to_the_same_body() -> None:
 
 def test_chunks_rebuild_the_request_exactly() -> None:
     parts = (b"head", b"x" * 200_000, b"", b"mid", b"y" * 70_000, b"t")
-    out = list(_chunks(parts, 65_536))
+    out = list(chunks(parts, 65_536))
     assert b"".join(out) == b"".join(parts)
     assert all(len(c) == 65_536 for c in out[:-1]) and 0 < len(out[-1]) <= 65_536
 
