@@ -1,12 +1,17 @@
-"""Credentials out of URLs, for everything anvil shows or stores.
+"""Credentials: out of URLs for everything anvil shows or stores, and the API key's
+environment variables.
 
 Its own module, with no dependencies, so the benchmark builder (`base_url`) and the HTTP
-client (`--host` messages) share one rule without `verify` importing gevent.
+client (`--host` messages) share one rule without `verify` importing gevent, and every
+process of a run (the CLI, Locust's master and workers) looks for a key the same way.
 """
 
 from __future__ import annotations
 
+import os
 import re
+
+API_KEY_ENV = ("ANVIL_API_KEY", "OPENAI_API_KEY")
 
 _NO_SCHEME_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/+)?[^/@\s]*@")
 
@@ -20,3 +25,9 @@ def strip_credentials(url: str) -> str:
         return _NO_SCHEME_USERINFO.sub(r"\1", url, count=1)
     authority, slash, path = rest.partition("/")
     return head + sep + authority.rpartition("@")[2] + slash + path
+
+
+def api_key_from_env() -> str | None:
+    """The API key from the environment: `$ANVIL_API_KEY`, else `$OPENAI_API_KEY`; None
+    when neither is set (or both are empty)."""
+    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
