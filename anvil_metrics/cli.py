@@ -14,16 +14,17 @@ code 2, any other `AnvilError` one line and exit 1. A user mistake never shows a
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
 import signal
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.options import RUN_OPTIONS, Parse, run_options, text, tokenizer_file, whole
+from anvil_metrics.urls import api_key_from_env
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,30 +32,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"anvil: {message} (see '{self.prog} --help')\n")
 
 
-def _number(flag: str, parse, ok, allowed: str):
-    """An argparse type: `parse` the text, accept it when `ok`, else one line naming
-    the flag, the value and what is allowed."""
-    def conv(v: str):
+def _argtype(parse: Parse, flag: str) -> Callable[[str], Any]:
+    """An argparse type from an option's check: its UsageError becomes argparse's error
+    (one line naming the flag, the value and what is allowed)."""
+    def conv(v: str) -> Any:
         try:
-            x = parse(v)
-        except ValueError:
-            x = None
-        if x is None or not ok(x):
-            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not allowed; expected {allowed}")
-        return x
+            return parse(flag, v)
+        except UsageError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
     return conv
-
-
-def _positive(flag: str):
-    return _number(flag, int, lambda n: n >= 1, "a whole number >= 1")
-
-
-def _non_negative(flag: str):
-    return _number(flag, int, lambda n: n >= 0, "a whole number >= 0")
-
-
-def _seconds(flag: str):
-    return _number(flag, float, lambda x: math.isfinite(x) and x > 0, "a number of seconds > 0")
 
 
 def _sizes(v: str) -> list[int]:
@@ -68,35 +54,17 @@ def _sizes(v: str) -> list[int]:
     return out
 
 
-def _nonce(v: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", v):
-        raise argparse.ArgumentTypeError(
-            f"--run-nonce {v!r} is not allowed; expected 1-32 letters, digits, '-' or '_' "
-            "(copy run_nonce from a previous benchmark.json)")
-    return v
-
-
-def _file(flag: str) -> Callable[[str], str]:
-    def check(v: str) -> str:
-        if not os.path.isfile(v):
-            raise argparse.ArgumentTypeError(f"{flag} {v!r} is not a file; pass the served "
-                                             "model's tokenizer.json")
-        return v
-    return check
-
-
-def _run_extra(a: argparse.Namespace) -> list[str]:
-    """The options `anvil run` hands on to the Locust process unchanged."""
-    out: list[str] = []
-    if a.run_nonce:
-        out += ["--run-nonce", a.run_nonce]
-    if a.recalibrate:
-        out.append("--recalibrate")
-    if a.tokenizer:
-        out += ["--tokenizer", os.path.abspath(a.tokenizer)]
-    if a.processes and a.processes > 1:  # Locust forks a master and this many workers
-        out += ["--processes", str(a.processes)]
-    return out
+def _add_run_options(r: argparse.ArgumentParser) -> None:
+    """`anvil run`'s flags, made from `options.OPTIONS` (the table the plugin uses too)."""
+    for o in RUN_OPTIONS:
+        names = [o.flag, *([o.short] if o.short else [])]
+        if o.switch:
+            r.add_argument(*names, action="store_true", default=o.default, help=o.help)
+        elif o.parse is text:
+            r.add_argument(*names, default=o.default, required=o.required, help=o.help)
+        else:
+            r.add_argument(*names, type=_argtype(o.parse, o.flag), default=o.default,
+                           required=o.required, help=o.help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,30 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a scenario headless against an endpoint")
     r.add_argument("scenario", help="scenario TOML file, e.g. scenarios/smoke.toml")
-    r.add_argument("--host", "-H", required=True, help="endpoint, e.g. http://127.0.0.1:8000")
-    r.add_argument("--model", default=None, help="model name (default: scenario, then server)")
-    r.add_argument("--users", "-u", type=_positive("--users"), default=None,
-                   help="concurrent streams (default: scenario's concurrency)")
-    r.add_argument("--requests", type=_positive("--requests"), default=None,
-                   help="measured requests, exactly (default: scenario's)")
-    r.add_argument("--max-tokens", type=_positive("--max-tokens"), default=None)
-    r.add_argument("--warmup-requests", type=_non_negative("--warmup-requests"), default=None)
-    r.add_argument("--results-dir", default="results")
-    r.add_argument("--run-time", type=_seconds("--run-time"), default=None,
-                   help="safety limit in seconds (the run normally ends by request count)")
-    r.add_argument("--api-key", default=None,
-                   help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
-    r.add_argument("--run-nonce", type=_nonce, default=None,
-                   help="reuse a previous run's run_nonce: its prompts then hit the server's "
-                   "prefix cache on purpose (default: a new random nonce)")
-    r.add_argument("--recalibrate", action="store_true",
-                   help="ignore the cached prompt calibration (results/.cache) and redo it")
-    r.add_argument("--tokenizer", type=_file("--tokenizer"), default=None,
-                   help="count prompt tokens with this tokenizer.json (the served model's) "
-                   "instead of the server's tokenize endpoint or probes")
-    r.add_argument("--processes", type=_positive("--processes"), default=1,
-                   help="load processes on this host (Locust's --processes: a master and "
-                   "this many workers, one exact result); default 1")
+    _add_run_options(r)
 
     pp = sub.add_parser("postprocess", help="build benchmark.json from a run folder")
     pp.add_argument("run_dir")
@@ -145,10 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--tokens", type=_sizes, default=[4096, 32768],
                     help="planned sizes, comma-separated (default 4096,32768)")
     pr.add_argument("--model", default=None)
-    pr.add_argument("--seed", type=_non_negative("--seed"), default=0)
+    pr.add_argument("--seed", type=_argtype(whole(0), "--seed"), default=0)
     pr.add_argument("--api-key", default=None,
                     help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
-    pr.add_argument("--tokenizer", type=_file("--tokenizer"), default=None,
+    pr.add_argument("--tokenizer", type=_argtype(tokenizer_file, "--tokenizer"), default=None,
                     help="count with this tokenizer.json instead of asking the server")
 
     sub.add_parser("metrics", help="list every figure anvil computes: name, unit, formula")
@@ -162,32 +107,29 @@ def cmd_run(a: argparse.Namespace) -> int:
     from anvil_metrics import cachecheck
     from anvil_metrics.docscan import scan_benchmark
     from anvil_metrics.run import prepare_run, run_scenario, summary_lines
-    from anvil_metrics.scenario import load_scenario, with_overrides
     from anvil_metrics.urls import strip_credentials
 
-    sc = load_scenario(a.scenario)
-    sc = with_overrides(sc, requests=a.requests, concurrency=a.users,
-                        max_tokens=a.max_tokens, model=a.model,
-                        warmup_requests=a.warmup_requests)
-    if a.tokenizer:  # a bad file is the user's mistake: say so before any run folder exists
+    values = {o.dest: getattr(a, o.dest) for o in RUN_OPTIONS}
+    values["scenario"] = a.scenario
+    opts = run_options(values, host=a.host, users=a.users, api_key=a.api_key)
+    sc = opts.scenario
+    if opts.tokenizer_path:  # a bad file is the user's mistake: say so before any run folder
         from anvil_metrics.counting import local_text_counter
 
-        local_text_counter(a.tokenizer)
-    run_dir = prepare_run(a.host, a.results_dir)
+        local_text_counter(opts.tokenizer_path)
+        values["tokenizer"] = os.path.abspath(opts.tokenizer_path)
+    run_dir = prepare_run(a.host, opts.results_dir)
     print(f"running {sc.requests} requests ({sc.warmup_requests} warm-up) with "
-          f"{sc.concurrency} users against {strip_credentials(a.host)}; "
+          f"{opts.users} users against {strip_credentials(a.host)}; "
           f"Locust log: {run_dir / 'locust.log'}", flush=True)
-    result = run_scenario(sc, a.scenario, a.host, users=sc.concurrency,
-                          run_dir=run_dir, model=a.model, max_tokens=a.max_tokens,
-                          warmup_requests=a.warmup_requests, api_key=a.api_key,
-                          run_time_s=a.run_time, extra=_run_extra(a))
+    result = run_scenario(sc, a.scenario, a.host, users=opts.users, run_dir=run_dir,
+                          values=values, api_key=a.api_key, run_time_s=a.run_time,
+                          processes=a.processes)
     if result.benchmark_path is None:
-        log_lines = result.log_path.read_text(errors="replace").strip().splitlines()
-        anvil_errors = [ln.split("/ERROR/anvil: ", 1)[1] for ln in log_lines
-                        if "/ERROR/anvil: " in ln]
-        if anvil_errors:  # anvil's own one-line reason (e.g. the server cannot be reached)
-            print(anvil_errors[0], file=sys.stderr)
+        if result.error:  # anvil's own one-line reason (e.g. the server cannot be reached)
+            print(result.error, file=sys.stderr)
         else:
+            log_lines = result.log_path.read_text(errors="replace").strip().splitlines()
             print("\n".join(log_lines[-15:]), file=sys.stderr)
             print(f"anvil: the run wrote no benchmark.json (Locust exit code "
                   f"{result.locust_exit_code}); its log is {result.log_path}", file=sys.stderr)
@@ -239,7 +181,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 def cmd_prompts(a: argparse.Namespace) -> int:
     from anvil_metrics.sizing import measure_sizes
 
-    key = a.api_key or os.environ.get("ANVIL_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    key = a.api_key or api_key_from_env()
     rep = measure_sizes(a.host, a.tokens, model=a.model, api_key=key, seed=a.seed,
                         tokenizer_path=a.tokenizer)
     print(f"endpoint {rep.base_url}  model {rep.model}  calibration {rep.method} "

@@ -2,12 +2,14 @@
 
 Importing this module (the locustfile does) registers listeners on Locust's events:
 
-- `init_command_line_parser`: anvil's options, under the same names for `locust` and
-  `anvil run`, shown in the web UI's start form (the API key masked);
-- `init`: on a master or a worker, anvil's messages between them (`dist.py`);
+- `init_command_line_parser`: anvil's options (`options.OPTIONS`, the same table `anvil
+  run` is made from), shown in the web UI's start form (the API key masked);
+- `init`: on a master or a worker, anvil's messages between them (`dist.py`); given a run
+  folder (`anvil run`), the first error anvil logs goes to its `error.json` (`runerror`);
 - `test_start`: a `RunSession` is set up before any user sends (model, calibration,
-  bodies, run folder, raw header); on a master, each worker then gets the set-up and its
-  clock offset is measured, before Locust sends it users;
+  bodies, run folder, raw header) and kept on the `Environment` for the users
+  (`runctx`); on a master, each worker then gets the set-up and its clock offset is
+  measured, before Locust sends it users;
 - `test_stopping` / `test_stop`: the load ends; a master drains its workers; the raw file
   is closed and `benchmark.json` written (by the single process, or by the master).
 
@@ -19,8 +21,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
-import re
 import sys
 from typing import Any
 
@@ -29,15 +29,15 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from anvil_metrics import dist
-from anvil_metrics.errors import AnvilError, UsageError
-from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
+from anvil_metrics.errors import AnvilError
+from anvil_metrics.options import LOCUST_OPTIONS, RunOptions, run_options
+from anvil_metrics.runctx import run_in_progress, set_run
+from anvil_metrics.runerror import ErrorFile
 from anvil_metrics.schema import CLIENT_KEYS
-from anvil_metrics.session import RunOptions, RunSession, current, set_current
+from anvil_metrics.session import RunSession
+from anvil_metrics.urls import api_key_from_env
 
 log = logging.getLogger("anvil")
-
-API_KEY_ENV = ("ANVIL_API_KEY", "OPENAI_API_KEY")
-NONCE = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 # A key given with --api-key lives here, not in Locust's options: Locust's web UI re-parses
 # sys.argv to fill its start form, so a value left there would be served in the page.
@@ -84,92 +84,56 @@ def install_messages(environment: Any, **_: Any) -> None:
     if isinstance(runner, MasterRunner) and _master is None:
         _master = dist.MasterAgent(environment)
     elif isinstance(runner, WorkerRunner) and _worker is None:
-        _worker = dist.WorkerAgent(environment, set_current)
+        _worker = dist.WorkerAgent(environment, lambda run: set_run(environment, run))
+
+
+_error_file: ErrorFile | None = None
+
+
+@events.init.add_listener
+def report_errors(environment: Any, **_: Any) -> None:
+    """Given a run folder (`anvil run` passes one), keep the first error anvil logs in its
+    `error.json`, where `anvil run` looks for the reason a run failed."""
+    global _error_file
+    o = environment.parsed_options
+    run_dir = getattr(o, "run_dir", "") if o is not None else ""
+    if run_dir and _error_file is None:
+        _error_file = ErrorFile(run_dir)
+        log.addHandler(_error_file)
 
 
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any, **_: Any) -> None:
-    g = parser
-    g.add_argument("--scenario", type=str, default="", env_var="ANVIL_SCENARIO",
-                   help="scenario TOML file (see scenarios/); empty = built-in defaults")
-    g.add_argument("--requests", type=str, default="",
-                   help="stop after exactly this many measured requests (default: scenario's)")
-    g.add_argument("--warmup-requests", type=str, default="",
-                   help="warm-up requests before measuring (default: scenario's)")
-    g.add_argument("--model", type=str, default="",
-                   help="model name to request (default: scenario's, else the server's first)")
-    g.add_argument("--max-tokens", type=str, default="",
-                   help="completion cap per request (default: scenario's)")
-    g.add_argument("--results-dir", type=str, default="results",
-                   help="where run folders are created")
-    g.add_argument("--run-dir", type=str, default="", include_in_web_ui=False,
-                   help="use this (already created) run folder instead of a new one")
-    g.add_argument("--run-nonce", type=str, default="",
-                   help="reuse a previous run's run_nonce: its prompts hit the server's prefix "
-                   "cache on purpose (default: a new random nonce)")
-    g.add_argument("--recalibrate", action="store_true", default=False,
-                   help="ignore the cached prompt calibration for this endpoint and model")
-    g.add_argument("--tokenizer", type=str, default="",
-                   help="count prompt tokens with this tokenizer.json (the served model's) "
-                   "instead of asking the server; needs anvil-metrics[tokenizer]")
-    g.add_argument("--api-key", type=str, default="", is_secret=True,
-                   help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored "
-                   "or shown")
-
-
-def _opt_int(opts: Any, name: str, flag: str) -> int | None:
-    raw = getattr(opts, name, "")
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return None
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        value = -1
-    if value < 0 or (flag != "--warmup-requests" and value < 1):
-        raise UsageError(f"{flag} {raw!r} is not allowed; expected a whole number >= "
-                         f"{0 if flag == '--warmup-requests' else 1}")
-    return value
+    """anvil's options on Locust's parser: strings defaulting to "" (see `options.py`)."""
+    for o in LOCUST_OPTIONS:
+        extra: dict[str, Any] = {}
+        if o.env_var:
+            extra["env_var"] = o.env_var
+        if not o.web_ui:
+            extra["include_in_web_ui"] = False
+        if o.secret:
+            extra["is_secret"] = True
+        if o.switch:
+            parser.add_argument(o.flag, action="store_true", default=o.default, help=o.help,
+                                **extra)
+        else:
+            parser.add_argument(o.flag, type=str, default=o.locust_default, help=o.help,
+                                **extra)
 
 
 def options_from_locust(environment: Any) -> RunOptions:
     """Turn Locust's parsed options (CLI or web form: values may be strings) into
     `RunOptions`; raises AnvilError naming the bad option."""
     o = environment.parsed_options
-    if o.scenario:
-        sc = load_scenario(o.scenario)
-    else:
-        sc = scenario_from_dict({"measurement_protocol": "adhoc"}, source="built-in defaults")
-    requests = _opt_int(o, "requests", "--requests")
-    sc = with_overrides(
-        sc,
-        requests=requests,
-        max_tokens=_opt_int(o, "max_tokens", "--max-tokens"),
-        model=(o.model or "").strip() or None,
-        warmup_requests=_opt_int(o, "warmup_requests", "--warmup-requests"),
-    )
-    host = environment.host or ""
-    if not host:
-        raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
     global _api_key
     typed = (o.api_key or "").strip()  # typed into the web UI's start form
     if typed:
         _api_key, o.api_key = typed, ""
-    api_key = _api_key or next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
     runner = environment.runner
     users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
-    nonce = (getattr(o, "run_nonce", "") or "").strip() or None
-    if nonce is not None and not NONCE.fullmatch(nonce):
-        raise UsageError(f"--run-nonce {nonce!r} is not allowed; expected 1-32 letters, digits, "
-                         "'-' or '_' (copy run_nonce from a previous benchmark.json)")
-    tokenizer = (getattr(o, "tokenizer", "") or "").strip() or None
-    if tokenizer is not None and not os.path.isfile(tokenizer):
-        raise UsageError(f"--tokenizer {tokenizer!r} is not a file; pass the served model's "
-                         "tokenizer.json")
-    return RunOptions(
-        scenario=sc, host=host, users=int(users), results_dir=o.results_dir or "results",
-        run_dir=o.run_dir or None, api_key=api_key, run_nonce=nonce,
-        recalibrate=bool(getattr(o, "recalibrate", False)), tokenizer_path=tokenizer,
-    )
+    values = {opt.dest: getattr(o, opt.dest, None) for opt in LOCUST_OPTIONS}
+    return run_options(values, host=environment.host or "", users=int(users),
+                       api_key=_api_key or api_key_from_env())
 
 
 def _end_run(environment: Any) -> None:
@@ -205,16 +169,18 @@ def _start_workers(environment: Any, session: RunSession) -> None:
 @events.test_start.add_listener
 def on_test_start(environment: Any, **_: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):  # the set-up came from the master
-        worker_session = current()
+        worker_session = run_in_progress(environment)
         if worker_session is not None:
             worker_session.begin_load()
         return
-    old = current()
+    old = run_in_progress(environment)
     if old is not None and not old.finished:
         old.finish()
+    set_run(environment, None)  # until this run has started, users have nothing to send
     try:
         opts = options_from_locust(environment)
         session = RunSession.start(opts, lambda: _end_run(environment))
+        set_run(environment, session)
         if isinstance(environment.runner, MasterRunner):
             _start_workers(environment, session)
     except AnvilError as e:
@@ -238,10 +204,10 @@ def on_test_start(environment: Any, **_: Any) -> None:
 
 
 @events.test_stopping.add_listener
-def on_test_stopping(**_: Any) -> None:
+def on_test_stopping(environment: Any, **_: Any) -> None:
     """The run is being stopped (time limit, Ctrl-C, the UI's stop): the load is over, so
     freeze the generator-health figures before Locust's shutdown work stalls the hub."""
-    session = current()
+    session = run_in_progress(environment)
     if session is not None:
         session.end_load()
     if _master is not None and _master.coordinator is not None:
@@ -250,9 +216,10 @@ def on_test_stopping(**_: Any) -> None:
 
 @events.test_stop.add_listener
 def on_test_stop(environment: Any, **_: Any) -> None:
-    session = current()
+    session = run_in_progress(environment)
     if session is None:
         return
+    set_run(environment, None)  # ended (it stays the latest, for the web UI)
     total = environment.stats.total
     stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
     coordinator = _master.coordinator if _master is not None else None

@@ -4,8 +4,9 @@ It is plain Locust underneath — `python -m locust -f <anvil's locustfile> --he
 child process, with anvil's options under the names they have for `locust` itself — so a
 run made here and one made by hand are the same run. What `anvil run` adds: the scenario
 is validated (one line, exit 2) before any process starts; the run folder is created first
-so Locust's CSVs land in it; Locust's own output goes to `<run_dir>/locust.log`; and the
-result is summarised from the exact records, not from Locust's rounded figures.
+so Locust's CSVs land in it; Locust's own output goes to `<run_dir>/locust.log`, and the
+reason a run failed comes back in `<run_dir>/error.json` (`runerror`), not from that log;
+and the result is summarised from the exact records, not from Locust's rounded figures.
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from anvil_metrics import catalog
 from anvil_metrics.client import Endpoint
 from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.options import locust_args
 from anvil_metrics.postprocess import BENCHMARK_FILE
 from anvil_metrics.recorder import create_run_dir
+from anvil_metrics.runerror import read_error
 from anvil_metrics.scenario import Scenario
 from anvil_metrics.simproc import stop_process
 
@@ -37,29 +42,28 @@ class RunResult:
     benchmark_path: Path | None
     locust_exit_code: int
     log_path: Path
+    error: str | None = None  # the first error anvil logged in the run (`runerror`)
 
 
-def locust_argv(sc: Scenario, scenario_path: str, host: str, users: int, run_dir: Path,
-                *, model: str | None, requests: int, max_tokens: int | None,
-                warmup_requests: int | None, run_time_s: float | None,
-                extra: list[str] | None = None) -> list[str]:
+def locust_argv(sc: Scenario, scenario_path: str, users: int, run_dir: Path, *,
+                values: Mapping[str, Any] | None = None, run_time_s: float | None = None,
+                processes: int = 1) -> list[str]:
+    """The Locust command line of a headless run: anvil's options from `values` (dest ->
+    typed value, see `options.OPTIONS`), except the ones the runner decides itself: the
+    scenario, its exact request count and the run folder it created."""
+    own = {**(values or {}), "scenario": scenario_path, "requests": sc.requests,
+           "run_dir": str(run_dir), "results_dir": str(run_dir.parent)}
     argv = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
         "-u", str(users), "-r", str(users),
-        "--scenario", scenario_path, "--requests", str(requests),
-        "--run-dir", str(run_dir), "--results-dir", str(run_dir.parent),
         "--csv", str(run_dir / "locust"), "--exit-code-on-error", "0",
-        "--only-summary",
+        "--only-summary", *locust_args(own),
     ]
-    if model:
-        argv += ["--model", model]
-    if max_tokens is not None:
-        argv += ["--max-tokens", str(max_tokens)]
-    if warmup_requests is not None:
-        argv += ["--warmup-requests", str(warmup_requests)]
     if run_time_s:
         argv += ["--run-time", f"{math.ceil(run_time_s)}s"]
-    return argv + list(extra or [])
+    if processes > 1:  # Locust forks a master and this many workers
+        argv += ["--processes", str(processes)]
+    return argv
 
 
 def prepare_run(host: str, results_dir: str) -> Path:
@@ -73,15 +77,13 @@ def prepare_run(host: str, results_dir: str) -> Path:
 
 
 def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
-                 run_dir: Path, model: str | None = None, max_tokens: int | None = None,
-                 warmup_requests: int | None = None, api_key: str | None = None,
-                 run_time_s: float | None = None, extra: list[str] | None = None
-                 ) -> RunResult:
-    """Run Locust headless until `sc.requests` measured requests have finished. `extra`:
-    more anvil options for the Locust process (`--run-nonce`, `--recalibrate`, ...)."""
-    argv = locust_argv(sc, scenario_path, host, users, run_dir, model=model,
-                       requests=sc.requests, max_tokens=max_tokens,
-                       warmup_requests=warmup_requests, run_time_s=run_time_s, extra=extra)
+                 run_dir: Path, values: Mapping[str, Any] | None = None,
+                 api_key: str | None = None, run_time_s: float | None = None,
+                 processes: int = 1) -> RunResult:
+    """Run Locust headless until `sc.requests` measured requests have finished. `values`:
+    the user's anvil options (`--model`, `--run-nonce`, `--recalibrate`, ...)."""
+    argv = locust_argv(sc, scenario_path, users, run_dir, values=values,
+                       run_time_s=run_time_s, processes=processes)
     # The host (it may carry credentials) and the key go by environment, never on a
     # command line that `ps` shows.
     env = dict(os.environ, LOCUST_HOST=host)
@@ -101,7 +103,8 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
                 except subprocess.TimeoutExpired:
                     stop_process(proc)
     bench = run_dir / BENCHMARK_FILE
-    return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path)
+    return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path,
+                     read_error(run_dir))
 
 
 def load_benchmark(path: Path) -> dict:

@@ -4,7 +4,8 @@
 resolves the model, calibrates prompt sizing, builds every request body template (so no
 prompt is built on the hub during the load), creates the run folder exclusively and writes
 the raw file's header. `RunSession.finish` closes the raw file and writes `benchmark.json`.
-Both run inside Locust's `test_start` / `test_stop` events (see `plugin.py`).
+Both run inside Locust's `test_start` / `test_stop` events (see `plugin.py`), which also
+keep the session on Locust's `Environment` for the users (a `runctx.RunContext`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import secrets
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from anvil_metrics.counting import Counter, server_counter
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live import LiveStats
+from anvil_metrics.options import RunOptions
 from anvil_metrics.prompts import (
     NO_CALIBRATION,
     Calibration,
@@ -40,45 +41,9 @@ from anvil_metrics.records import RequestRecord
 from anvil_metrics.scenario import Scenario
 from anvil_metrics.schema import RUN_ID
 
+__all__ = ["RunOptions", "RunSession", "discover_model"]
+
 log = logging.getLogger("anvil")
-
-_current: RunSession | None = None
-_latest: RunSession | None = None
-
-
-def current() -> Any:
-    """The run in progress in this process, if any: a `RunSession`, or on a distributed
-    worker a `dist.WorkerSession`."""
-    return _current
-
-
-def set_current(session: Any) -> None:
-    """Make `session` the run in progress (a distributed worker's `WorkerSession`, which
-    lends users the same attributes as a `RunSession`)."""
-    global _current
-    _current = session
-
-
-def latest() -> RunSession | None:
-    """The run in progress, else the last one this process ran (the web UI shows it)."""
-    return _current or _latest
-
-
-@dataclass(frozen=True, slots=True)
-class RunOptions:
-    """What the user asked for on the command line / start form, already typed."""
-
-    scenario: Scenario
-    host: str
-    users: int
-    results_dir: str = "results"
-    run_dir: str | None = None
-    api_key: str | None = None
-    run_nonce: str | None = None
-    calibrate: bool = True
-    recalibrate: bool = False  # ignore a cached calibration (and store a fresh one)
-    tokenizer_path: str | None = None  # a local tokenizer.json to count with
-
 
 def discover_model(client: ChatClient) -> str:
     try:
@@ -156,7 +121,6 @@ class RunSession:
 
     @classmethod
     def start(cls, opts: RunOptions, on_exhausted: Callable[[], None]) -> RunSession:
-        global _current
         sc = opts.scenario
         endpoint = Endpoint.parse(opts.host)
         probe_client = ChatClient(endpoint, opts.api_key,
@@ -235,7 +199,6 @@ class RunSession:
         session = cls(opts, endpoint, model, prompts.calibration, run_id, run_dir, writer,
                       bodies, budget, header, prompts)
         holder.append(session)
-        _current = session
         return session
 
     def finish(self, locust_stats: dict[str, Any] | None = None,
@@ -247,11 +210,9 @@ class RunSession:
         `client`: the generator-health figures when they were measured elsewhere (the
         workers of a distributed run), else this process's own; `distributed`: what the
         master knows of its workers, kept in the raw `run_end` line."""
-        global _current, _latest
         if self.finished:
             return self.benchmark_path
         self.finished = True
-        _latest = self
         self.budget.close()
         anvil_events.request_record.remove_listener(self._on_record)
         from anvil_metrics.postprocess import postprocess_run
@@ -281,8 +242,6 @@ class RunSession:
             if self.cache_warning:
                 log.warning("anvil: %s", self.cache_warning)
         self.live.finish()
-        if _current is self:
-            _current = None
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
         return self.benchmark_path
 

@@ -1,9 +1,10 @@
-"""The endpoint URL, parsed once, and credentials out of URLs for everything anvil shows or
-stores.
+"""The endpoint URL, parsed once; credentials out of URLs for everything anvil shows or
+stores; the API key's environment variables.
 
 Its own module, without gevent or any HTTP library, so the benchmark builder (`base_url`),
 the run set-up (`Endpoint`) and the HTTP client (`--host` messages) share one rule without
-`verify` importing gevent.
+`verify` importing gevent, and every process of a run (the CLI, Locust's master and
+workers) looks for a key the same way.
 
 `Endpoint` parses the user's URL once: credentials are stripped from it (they are sent as a
 header and never shown or stored), and `/v1` is appended unless the URL already ends in it.
@@ -11,11 +12,14 @@ header and never shown or stored), and `/v1` is appended unless the URL already 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from anvil_metrics.errors import UsageError
+
+API_KEY_ENV = ("ANVIL_API_KEY", "OPENAI_API_KEY")
 
 _NO_SCHEME_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/+)?[^/@\s]*@")
 
@@ -62,3 +66,9 @@ class Endpoint:
         if not path.endswith("/v1"):
             path = path + "/v1"
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
+
+
+def api_key_from_env() -> str | None:
+    """The API key from the environment: `$ANVIL_API_KEY`, else `$OPENAI_API_KEY`; None
+    when neither is set (or both are empty)."""
+    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)

@@ -2,8 +2,8 @@
 
 Each `ChatStreamUser` owns one HTTP connection and issues one request at a time, so the
 number of users is the number of simultaneous streams. The run's shared state (scenario,
-request bodies, request budget) lives in `anvil_metrics.session.current()`, set up by the
-plugin when the test starts; the user only borrows it.
+request bodies, request budget) is a `runctx.RunContext` the plugin keeps on Locust's
+`Environment` when the test starts; the user only borrows it.
 
 For every request it fires anvil's events (`first_output`, `first_content` live;
 `stream_end` and `request_record` at the end) and exactly one Locust `request` event with
@@ -23,7 +23,7 @@ from locust import User, task
 from anvil_metrics.client import ChatClient
 from anvil_metrics.events import anvil_events
 from anvil_metrics.observe import StreamObserver
-from anvil_metrics.session import current
+from anvil_metrics.runctx import run_in_progress
 
 log = logging.getLogger("anvil")
 
@@ -55,7 +55,7 @@ class ChatStreamUser(User):
         return 0.0
 
     def on_start(self) -> None:
-        run = current()
+        run = run_in_progress(self.environment)
         self.run = run
         self.client = None
         if run is None:  # the run failed to start (logged); the plugin is ending it

@@ -17,8 +17,9 @@ serves the rest itself:
   files, only once it has ended; any other name is a 404 (no path ever comes from the URL).
   The "Download Data" tab links them and the page.
 
-Everything is read from `session.latest()`, which on a distributed run's master is the
-merged run, so nothing here knows about workers. No API key or endpoint URL is ever sent.
+Everything is read from the latest run the plugin keeps on Locust's `Environment`
+(`runctx.latest_run`), which on a distributed run's master is the merged run, so nothing
+here knows about workers. No API key or endpoint URL is ever sent.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import orjson
 from flask import Blueprint, Response, redirect, request, send_file
 from locust import events
 
-from anvil_metrics import session as run_session
+from anvil_metrics.runctx import latest_run
 from anvil_metrics.webui_page import PAGE_HTML
 
 log = logging.getLogger("anvil")
@@ -139,6 +140,7 @@ def make_blueprint(web_ui: Any, base_path: str) -> Blueprint:
     """The `/anvil` routes, behind Locust's login when `--web-login` is on."""
     bp = Blueprint("anvil", __name__, url_prefix=f"{base_path}/anvil")
     guard = web_ui.auth_required_if_enabled
+    environment = web_ui.environment
 
     @bp.route("")
     @guard
@@ -155,12 +157,12 @@ def make_blueprint(web_ui: Any, base_path: str) -> Blueprint:
     @bp.route("/live.json")
     @guard
     def live_json() -> Response:
-        return _json(live_payload(run_session.latest()))
+        return _json(live_payload(latest_run(environment)))
 
     @bp.route("/download/<path:name>")
     @guard
     def download(name: str) -> Response:
-        sess = run_session.latest()
+        sess = latest_run(environment)
         path = _available(sess, name)
         if path is None:
             return _not_found(_why_not(sess, name))
@@ -183,12 +185,12 @@ def _why_not(sess: Any, name: str) -> str:
     return f"run {sess.run_id} has no {name}"
 
 
-def _add_tab_rows(response: Response, stats_path: str) -> Response:
+def _add_tab_rows(response: Response, stats_path: str, environment: Any) -> Response:
     """After Locust's `/stats/requests`: add the LLM tab's rows as `extended_stats`."""
     if request.path != stats_path or response.status_code != 200 or not response.is_json:
         return response
     try:
-        sess = run_session.latest()
+        sess = latest_run(environment)
         body = response.get_json()
         body["extended_stats"] = [{"key": TAB_KEY,
                                    "data": tab_rows(sess.live.snapshot() if sess else None)}]
@@ -204,7 +206,8 @@ def install(web_ui: Any, base_path: str = "") -> None:
     web_ui.template_args.update(template_extensions())
     web_ui.app.register_blueprint(make_blueprint(web_ui, base_path))
     stats_path = f"{base_path}/stats/requests"
-    web_ui.app.after_request(lambda response: _add_tab_rows(response, stats_path))
+    web_ui.app.after_request(
+        lambda response: _add_tab_rows(response, stats_path, web_ui.environment))
 
 
 @events.init.add_listener

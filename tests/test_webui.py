@@ -24,10 +24,10 @@ from conftest import REPO, load_json, raw_lines
 from locust.env import Environment
 from locust_ui import FAST_SIM, assert_live_equals_benchmark, locust_ui
 
-from anvil_metrics import session as run_session
 from anvil_metrics import webui
 from anvil_metrics.live import LIVE_METRICS, LiveStats
 from anvil_metrics.records import Failure, RequestRecord
+from anvil_metrics.runctx import LATEST_ATTR
 from anvil_metrics.users import ChatUser
 from anvil_metrics.verify import verify_benchmark
 
@@ -69,13 +69,15 @@ def _stand_in_run(run_dir: Path, ttfts: list[int]) -> SimpleNamespace:
 def ui(monkeypatch, tmp_path: Path) -> Any:
     """An in-process Locust WebUI (not listening) with anvil installed, and its client."""
     monkeypatch.setattr(sys, "argv", ["locust"])  # Locust re-parses argv for its form
-    run: dict[str, Any] = {"session": None}
-    monkeypatch.setattr(run_session, "latest", lambda: run["session"])
     env = Environment(user_classes=[ChatUser])
     env.create_local_runner()
     web_ui = env.create_web_ui("127.0.0.1", 0, delayed_start=True)
     webui.install(web_ui)
-    return SimpleNamespace(web_ui=web_ui, client=web_ui.app.test_client(), run=run,
+
+    def show(sess: Any) -> None:  # what the plugin does: the latest run, on the Environment
+        setattr(env, LATEST_ATTR, sess)
+
+    return SimpleNamespace(web_ui=web_ui, client=web_ui.app.test_client(), show=show,
                            run_dir=tmp_path / "benchmark-20260101T000000Z")
 
 
@@ -99,7 +101,7 @@ def test_stats_requests_carries_the_tab_rows(ui) -> None:
     assert body["extended_stats"][0]["data"][0]["metric"] == "no anvil run yet in this process"
     assert "stats" in body and "state" in body  # Locust's own figures are untouched
 
-    ui.run["session"] = _stand_in_run(ui.run_dir, [400, 100, 300, 200])
+    ui.show(_stand_in_run(ui.run_dir, [400, 100, 300, 200]))
     # Locust memoizes its part for 2 s; the LLM rows are fresh on every poll
     rows = ui.client.get("/stats/requests").get_json()["extended_stats"][0]["data"]
     assert [r["name"] for r in rows] == sorted(r["name"] for r in rows)  # Locust sorts by it
@@ -118,7 +120,7 @@ def test_stats_requests_carries_the_tab_rows(ui) -> None:
 def test_live_json_is_the_snapshot_with_exact_values(ui) -> None:
     empty = ui.client.get("/anvil/live.json")
     assert empty.status_code == 200 and empty.get_json()["run_id"] is None
-    ui.run["session"] = _stand_in_run(ui.run_dir, [431, 107, 389, 212, 250])
+    ui.show(_stand_in_run(ui.run_dir, [431, 107, 389, 212, 250]))
     resp = ui.client.get("/anvil/live.json")
     assert resp.headers["Cache-Control"] == "no-store"
     live = orjson.loads(resp.data)
@@ -146,7 +148,7 @@ def test_page_is_self_contained(ui) -> None:
 def test_downloads_only_the_latest_runs_two_files_once_it_ended(ui) -> None:
     assert ui.client.get("/anvil/download/benchmark.json").status_code == 404  # no run yet
     run = _stand_in_run(ui.run_dir, [100, 200])
-    ui.run["session"] = run
+    ui.show(run)
     (ui.run_dir / "locust.log").write_text("not served")
     resp = ui.client.get("/anvil/download/requests.jsonl")
     assert resp.status_code == 404 and b"still in progress" in resp.data
@@ -175,7 +177,6 @@ def test_downloads_only_the_latest_runs_two_files_once_it_ended(ui) -> None:
 
 def test_web_base_path(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(sys, "argv", ["locust"])
-    monkeypatch.setattr(run_session, "latest", lambda: None)
     env = Environment(user_classes=[ChatUser])
     env.create_local_runner()
     web_ui = env.create_web_ui("127.0.0.1", 0, web_base_path="/lt", delayed_start=True)
@@ -188,7 +189,6 @@ def test_web_base_path(monkeypatch, tmp_path: Path) -> None:
 
 def test_web_login_guards_the_anvil_routes(monkeypatch) -> None:
     monkeypatch.setattr(sys, "argv", ["locust"])
-    monkeypatch.setattr(run_session, "latest", lambda: None)
     env = Environment(user_classes=[ChatUser])
     env.create_local_runner()
     web_ui = env.create_web_ui("127.0.0.1", 0, web_login=True, delayed_start=True)
@@ -207,8 +207,8 @@ def test_a_failing_snapshot_never_breaks_locusts_page(ui, caplog) -> None:
         def snapshot(self) -> dict[str, Any]:
             raise RuntimeError("bug in LiveStats")
 
-    ui.run["session"] = SimpleNamespace(live=Broken(), run_id="r", run_dir=Path("/"),
-                                        finished=False, benchmark_path=None)
+    ui.show(SimpleNamespace(live=Broken(), run_id="r", run_dir=Path("/"),
+                            finished=False, benchmark_path=None))
     resp = ui.client.get("/stats/requests")
     assert resp.status_code == 200 and "stats" in resp.get_json()
     assert "could not add the LLM tab" in caplog.text

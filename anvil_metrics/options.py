@@ -1,0 +1,221 @@
+"""anvil's options, declared once: `anvil run`'s flags and the Locust plugin's are made here.
+
+Why one table: the same option reaches anvil by two roads — `anvil run`'s argparse, and
+Locust's own parser (configargparse; its custom arguments are also the fields of the web
+UI's start form). Declared twice, the names, defaults, help and checks drift apart. So
+`OPTIONS` holds one frozen `Option` per flag; `cli.py` and `plugin.py` only walk it, and
+`run_options` is the one conversion of parsed values (typed by argparse, or strings from
+Locust's parser and form) into the `RunOptions` a run starts from.
+
+On Locust's side every non-switch option is a string defaulting to "": the form posts text
+and Locust keeps an option's type when it fills in posted values, and there is no None in
+a form (an empty field means "not set"). Its values are checked by `run_options`, so a bad
+value typed into the form is one `UsageError` naming the flag, the value and what is
+allowed — the same words argparse prints for `anvil run`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from anvil_metrics.errors import UsageError
+
+if TYPE_CHECKING:  # the scenario module (and numpy) only when a run is actually made
+    from anvil_metrics.scenario import Scenario
+
+# `parse(flag, text)`: the typed value, or UsageError naming the flag, the text and what is
+# allowed. It never sees an empty text on Locust's side (empty means "not set").
+Parse = Callable[[str, str], Any]
+
+NONCE = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def _refuse(flag: str, text: str, allowed: str) -> UsageError:
+    return UsageError(f"{flag} {text!r} is not allowed; expected {allowed}")
+
+
+def text(_flag: str, value: str) -> str | None:
+    """Free text; blank is "not set"."""
+    return value.strip() or None
+
+
+def whole(minimum: int) -> Parse:
+    """A whole number >= `minimum`."""
+    def parse(flag: str, value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < minimum:
+            raise _refuse(flag, value, f"a whole number >= {minimum}")
+        return n
+    return parse
+
+
+def seconds(flag: str, value: str) -> float:
+    """A finite number of seconds > 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise _refuse(flag, value, "a number of seconds > 0")
+    return x
+
+
+def nonce(flag: str, value: str) -> str:
+    """A previous run's `run_nonce`."""
+    if not NONCE.fullmatch(value):
+        raise _refuse(flag, value, "1-32 letters, digits, '-' or '_' (copy run_nonce from a "
+                      "previous benchmark.json)")
+    return value
+
+
+def tokenizer_file(flag: str, value: str) -> str:
+    """An existing file (the served model's tokenizer.json)."""
+    if not os.path.isfile(value):
+        raise UsageError(f"{flag} {value!r} is not a file; pass the served model's "
+                         "tokenizer.json")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option. `run`: `anvil run` has it; `locust`: the plugin adds it to Locust's
+    parser (False for options Locust has itself, e.g. -u, which `anvil run` translates);
+    `web_ui`: shown in Locust's start form; `secret`: masked there, and never passed on a
+    command line; `env_var`: read by Locust's parser when the flag is absent."""
+
+    flag: str
+    help: str
+    parse: Parse = text
+    default: Any = None  # None: not set (the scenario's, the server's, ...)
+    short: str | None = None
+    switch: bool = False  # a store_true flag
+    required: bool = False
+    run: bool = True
+    locust: bool = True
+    web_ui: bool = True
+    secret: bool = False
+    env_var: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def locust_default(self) -> Any:
+        """The default on Locust's side: a form has no None, an empty field is "not set"."""
+        return "" if self.default is None else self.default
+
+    def value(self, raw: Any) -> Any:
+        """`raw` as parsed by either parser, typed: None or blank text is the default,
+        text is checked by `parse`, anything else was already typed by argparse."""
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return self.default
+        if self.switch:
+            return bool(raw)
+        if isinstance(raw, str):
+            parsed = self.parse(self.flag, raw.strip())
+            return self.default if parsed is None else parsed
+        return raw
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--scenario", "scenario TOML file (see scenarios/); empty = built-in defaults",
+           run=False, env_var="ANVIL_SCENARIO"),  # `anvil run`: its positional argument
+    Option("--host", "endpoint, e.g. http://127.0.0.1:8000", short="-H", required=True,
+           locust=False),
+    Option("--model", "model name to request (default: scenario's, else the server's first)"),
+    Option("--users", "concurrent streams (default: scenario's concurrency)", whole(1),
+           short="-u", locust=False),
+    Option("--requests", "stop after exactly this many measured requests (default: "
+           "scenario's)", whole(1)),
+    Option("--max-tokens", "completion cap per request (default: scenario's)", whole(1)),
+    Option("--warmup-requests", "warm-up requests before measuring (default: scenario's)",
+           whole(0)),
+    Option("--results-dir", "where run folders are created", default="results"),
+    Option("--run-dir", "use this (already created) run folder instead of a new one",
+           run=False, web_ui=False),
+    Option("--run-time", "safety limit in seconds (the run normally ends by request count)",
+           seconds, locust=False),
+    Option("--api-key", "API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored "
+           "or shown", secret=True),
+    Option("--run-nonce", "reuse a previous run's run_nonce: its prompts then hit the "
+           "server's prefix cache on purpose (default: a new random nonce)", nonce),
+    Option("--recalibrate", "ignore the cached prompt calibration for this endpoint and model "
+           "(results/.cache) and redo it", switch=True, default=False),
+    Option("--tokenizer", "count prompt tokens with this tokenizer.json (the served model's) "
+           "instead of asking the server; needs anvil-metrics[tokenizer]", tokenizer_file),
+    Option("--processes", "load processes on this host (Locust's --processes: a master and "
+           "this many workers, one exact result); default 1", whole(1), default=1,
+           locust=False),
+)
+
+RUN_OPTIONS = tuple(o for o in OPTIONS if o.run)
+LOCUST_OPTIONS = tuple(o for o in OPTIONS if o.locust)
+
+
+def option(dest: str) -> Option:
+    return next(o for o in OPTIONS if o.dest == dest)
+
+
+def locust_args(values: Mapping[str, Any]) -> list[str]:
+    """The Locust command-line arguments for `values` (dest -> typed value) of the options
+    the plugin declares; unset ones are left out, secrets never appear."""
+    out: list[str] = []
+    for o in LOCUST_OPTIONS:
+        v = values.get(o.dest)
+        if o.secret or v is None or v is False or v == "":
+            continue
+        if o.switch:
+            out.append(o.flag)
+        else:
+            out += [o.flag, str(v)]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What the user asked for on the command line / start form, already typed."""
+
+    scenario: Scenario
+    host: str
+    users: int
+    results_dir: str = "results"
+    run_dir: str | None = None
+    api_key: str | None = None
+    run_nonce: str | None = None
+    calibrate: bool = True
+    recalibrate: bool = False  # ignore a cached calibration (and store a fresh one)
+    tokenizer_path: str | None = None  # a local tokenizer.json to count with
+
+
+def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
+                api_key: str | None) -> RunOptions:
+    """The one conversion, for `anvil run` and for Locust (CLI or web form): check every
+    plugin option in `values` (dest -> raw or typed value), load the scenario (none: the
+    built-in defaults) and apply the overrides; `users` (None: the scenario's) becomes its
+    concurrency. `api_key` is resolved by the caller (it never travels in `values`).
+    Raises UsageError naming the bad option."""
+    from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
+
+    v = {o.dest: o.value(values.get(o.dest)) for o in LOCUST_OPTIONS if not o.secret}
+    if v["scenario"]:
+        sc = load_scenario(v["scenario"])
+    else:
+        sc = scenario_from_dict({"measurement_protocol": "adhoc"}, source="built-in defaults")
+    sc = with_overrides(sc, requests=v["requests"], concurrency=users,
+                        max_tokens=v["max_tokens"], model=v["model"],
+                        warmup_requests=v["warmup_requests"])
+    if not host:
+        raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
+    return RunOptions(
+        scenario=sc, host=host, users=sc.concurrency, results_dir=v["results_dir"],
+        run_dir=v["run_dir"], api_key=api_key, run_nonce=v["run_nonce"],
+        recalibrate=v["recalibrate"], tokenizer_path=v["tokenizer"])

@@ -1,0 +1,63 @@
+"""Why a run failed, told to `anvil run` through one small file instead of its log.
+
+`anvil run` starts Locust as a child process and learns that the run failed when no
+`benchmark.json` appears. The reason is the first error anvil logged in that process (e.g.
+"anvil: cannot reach ... is the server running? check --host"): `ErrorFile`, a logging
+handler the plugin attaches to the `anvil` logger when it is given a run folder, writes
+that line to `<run_dir>/error.json` as `{"message": ...}`, and `read_error` gives it back.
+Only the first error is kept, also across the processes of one run (`--processes`): the
+file is created whole and linked into place, never overwritten, so a reader never sees a
+half-written one. Nothing is written when nothing goes wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import orjson
+
+ERROR_FILE = "error.json"
+
+
+class ErrorFile(logging.Handler):
+    """Writes the first ERROR-or-worse record's message to `<run_dir>/error.json`."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        super().__init__(logging.ERROR)
+        self.path = Path(run_dir) / ERROR_FILE
+        self.written = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.written:
+            return
+        self.written = True
+        try:
+            write_error(self.path.parent, record.getMessage())
+        except Exception:  # noqa: BLE001 - a logging handler must never raise
+            self.handleError(record)
+
+
+def write_error(run_dir: Path, message: str) -> bool:
+    """Create `<run_dir>/error.json` holding `message` unless it exists; True if written."""
+    final = run_dir / ERROR_FILE
+    tmp = run_dir / f".{ERROR_FILE}.{os.getpid()}.tmp"
+    tmp.write_bytes(orjson.dumps({"message": message}))
+    try:
+        os.link(tmp, final)  # atomic, and refuses to replace an earlier error
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_error(run_dir: Path) -> str | None:
+    """The first error logged in `run_dir`'s run, or None (none, or no readable file)."""
+    try:
+        doc = orjson.loads((run_dir / ERROR_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    message = doc.get("message") if isinstance(doc, dict) else None
+    return message if isinstance(message, str) and message else None
