@@ -236,8 +236,9 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 def cmd_prompts(a: argparse.Namespace) -> int:
     from anvil_metrics.sizing import measure_sizes
+    from anvil_metrics.urls import api_key_from_env
 
-    key = a.api_key or os.environ.get("ANVIL_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    key = a.api_key or api_key_from_env()
     rep = measure_sizes(a.host, a.tokens, model=a.model, api_key=key, seed=a.seed,
                         tokenizer_path=a.tokenizer)
     print(f"endpoint {rep.base_url}  model {rep.model}  calibration {rep.method} "

@@ -28,11 +28,12 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from anvil_metrics import dist
+from anvil_metrics import dist, dist_wire, dist_worker
 from anvil_metrics.benchmark import CLIENT_KEYS
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
 from anvil_metrics.session import RunOptions, RunSession, current, set_current
+from anvil_metrics.urls import api_key_from_env
 
 log = logging.getLogger("anvil")
 
@@ -62,7 +63,7 @@ def _scrub_argv(argv: list[str]) -> list[str]:
 
 # The master's / a worker's message handlers, installed once per process at `init`.
 _master: dist.MasterAgent | None = None
-_worker: dist.WorkerAgent | None = None
+_worker: dist_worker.WorkerAgent | None = None
 
 
 @events.init.add_listener
@@ -84,7 +85,7 @@ def install_messages(environment: Any, **_: Any) -> None:
     if isinstance(runner, MasterRunner) and _master is None:
         _master = dist.MasterAgent(environment)
     elif isinstance(runner, WorkerRunner) and _worker is None:
-        _worker = dist.WorkerAgent(environment, set_current)
+        _worker = dist_worker.WorkerAgent(environment, set_current)
 
 
 @events.init_command_line_parser.add_listener
@@ -154,7 +155,7 @@ def options_from_locust(environment: Any) -> RunOptions:
     typed = (o.api_key or "").strip()  # typed into the web UI's start form
     if typed:
         _api_key, o.api_key = typed, ""
-    api_key = _api_key or next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
+    api_key = _api_key or api_key_from_env()
     runner = environment.runner
     users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
     nonce = (getattr(o, "run_nonce", "") or "").strip() or None
@@ -187,7 +188,7 @@ def _start_workers(environment: Any, session: RunSession) -> None:
     from it), measure its clock, and route its messages to this run."""
     assert _master is not None and session.prompts is not None
     prompts = session.prompts
-    setup = dist.WorkerSetup(
+    setup = dist_wire.WorkerSetup(
         run_id=session.run_id, scenario=session.scenario, host=session.opts.host,
         api_key=session.api_key, model=session.model, calibration=prompts.calibration,
         run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),

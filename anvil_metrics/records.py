@@ -28,10 +28,19 @@ entries after the first. `chunk_channels` has one letter per such chunk: `r` rea
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 RAW_SCHEMA = "anvil-serving.requests/v1"
+
+
+def worker_identity() -> str:
+    """`host:pid` of this process: the `worker` field of every record it measures (a single
+    process's run, or a distributed worker's), and a `"worker"` line's `worker`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
 
 # Failure kinds (see the faults issue for the full table); phases say where it happened.
 FAILURE_KINDS = (

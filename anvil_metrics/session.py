@@ -10,9 +10,7 @@ Both run inside Locust's `test_start` / `test_stop` events (see `plugin.py`).
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ from anvil_metrics.prompts import (
     request_prefix,
 )
 from anvil_metrics.recorder import RUN_ID, RawWriter, create_run_dir, new_run_id
-from anvil_metrics.records import RequestRecord
+from anvil_metrics.records import RequestRecord, worker_identity
 from anvil_metrics.scenario import Scenario
 
 log = logging.getLogger("anvil")
@@ -47,7 +45,7 @@ _latest: RunSession | None = None
 
 def current() -> Any:
     """The run in progress in this process, if any: a `RunSession`, or on a distributed
-    worker a `dist.WorkerSession`."""
+    worker a `dist_worker.WorkerSession`."""
     return _current
 
 
@@ -116,7 +114,7 @@ class RunSession:
         self.sizes = opts.scenario.planned_sizes()
         self.budget = budget
         self.header = header
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker = worker_identity()
         self.finished = False
         self.benchmark_path: Path | None = None
         self.cache_warning: str | None = None
