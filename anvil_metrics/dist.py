@@ -24,295 +24,56 @@ within the drain timeout gets each of its outstanding requests recorded as a fai
 kind `worker_lost`, naming the worker: `requests = completed + failed` always holds, and a
 late record from a worker declared lost is dropped (and counted in the run's `run_end`).
 
-Messages (Locust custom messages; every one carries the `run_id` it belongs to, and a
-message of another run is ignored)::
+Messages (Locust custom messages, plain data carried as msgpack; every one carries the
+`run_id` it belongs to, and a message of another run is ignored; each is checked on
+receipt, and a damaged one is refused with one log line and not acted on: `dist_wire.py`)::
 
-    master -> worker  anvil_setup    pickled WorkerSetup: what a worker needs to send
-    worker -> master  anvil_hello    {worker, host, pid, boot_id, error}
+    master -> worker  anvil_setup    WorkerSetup.to_wire(): {version, run_id, scenario
+                                     {source, document}, host, api_key, model, calibration
+                                     {method, overhead_tokens, tokens_per_word}, run_nonce,
+                                     shared {prefix_tokens, group_size} | None,
+                                     words [[size, words], ...], prefix_words, sizes}
+    worker -> master  anvil_hello    {worker, host, pid, boot_id, error} (run_id null: the
+                                     worker could not read the set-up; `error` says why)
     master -> worker  anvil_ping     {seq, t_master_ns}           (clock offset, 8 rounds)
     worker -> master  anvil_pong     {seq, t_master_ns, t_worker_ns}
     worker -> master  anvil_take     {seq}                        (a user wants a ticket)
     master -> worker  anvil_ticket   {seq, ticket: [index, warmup, size] | None}
     worker -> master  anvil_records  {lines: [orjson bytes, ...]} (<= 256 per message)
     master -> worker  anvil_stop     {}                           (stop users, flush)
-    worker -> master  anvil_done     {sent, health}               (after the last record)
+    worker -> master  anvil_done     {sent, worker, health}       (after the last record)
+
+This module is the master's side (`MasterCoordinator`, `MasterAgent`); `dist_worker.py` is
+the workers' and `dist_wire.py` the messages' shapes and checks.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import pickle
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.event
 import orjson
-from greenlet import GreenletExit
 from locust.runners import STATE_MISSING
 
 from anvil_metrics import saturation
-from anvil_metrics.body import BodyBuilder
-from anvil_metrics.client import Endpoint
 from anvil_metrics.control import Ticket
+from anvil_metrics.dist_wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.events import anvil_events
-from anvil_metrics.prompts import Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.records import Failure, RequestRecord, record_problem
-from anvil_metrics.scenario import Scenario
 
 log = logging.getLogger("anvil")
 
-BATCH_RECORDS = 256
 PING_ROUNDS = 8
 HELLO_TIMEOUT_S = 120.0  # a worker builds every planned body (a 393k-token one: ~0.1 s)
 PONG_TIMEOUT_S = 2.0
 DRAIN_TIMEOUT_S = 30.0  # after the stop: records of cancelled requests are already queued
 LOST_POLL_S = 0.5
-
-
-def worker_identity() -> str:
-    """`host:pid` of this process: the `worker` field of every record it measures."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def boot_id() -> str | None:
-    """The kernel's boot id: two processes with the same one read the same monotonic
-    clock (`perf_counter_ns` is CLOCK_MONOTONIC on Linux). None where unknown."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
-    except OSError:
-        return None
-
-
-# --- the set-up a worker receives ---------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSetup:
-    """Everything a worker needs to send the run's requests exactly as a single process
-    would: the scenario (as loaded on the master), the endpoint, the served model and the
-    prompt calibration (word counts per planned size, so bodies are identical)."""
-
-    run_id: str
-    scenario: Scenario
-    host: str
-    api_key: str | None
-    model: str
-    calibration: Calibration
-    run_nonce: str
-    shared: SharedPrefix | None
-    words: dict[int, int]
-    prefix_words: int | None
-    sizes: list[int]
-
-
-# --- worker side ---------------------------------------------------------------------------
-
-
-class RemoteBudget:
-    """The worker's view of the master's request budget: `take()` asks the master for a
-    ticket and waits for it; `give_back` is a no-op (the record returns the ticket)."""
-
-    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str) -> None:
-        self._send = send
-        self._run_id = run_id
-        self._seq = 0
-        self._waiting: dict[int, gevent.event.AsyncResult] = {}
-        self._abandoned: set[int] = set()
-        self._closed = False
-        self.on_orphan: Callable[[Ticket], None] | None = None
-
-    def take(self) -> Ticket | None:
-        if self._closed:
-            return None
-        self._seq += 1
-        seq = self._seq
-        result = gevent.event.AsyncResult()
-        self._waiting[seq] = result
-        self._send("anvil_take", {"run_id": self._run_id, "seq": seq})
-        try:
-            ticket = result.get()
-        except GreenletExit:  # the user is being stopped; a ticket may still come
-            if self._waiting.pop(seq, None) is not None:
-                self._abandoned.add(seq)
-            raise
-        return ticket
-
-    def deliver(self, seq: int, ticket: Ticket | None) -> None:
-        result = self._waiting.pop(seq, None)
-        if result is not None:
-            result.set(ticket)
-            if ticket is None:  # the master's budget is spent: stop asking
-                self._closed = True
-        elif ticket is not None and (seq in self._abandoned or self._closed):
-            self._abandoned.discard(seq)
-            if self.on_orphan is not None:
-                self.on_orphan(ticket)
-
-    def give_back(self, ticket: Ticket) -> None:
-        """Nothing to do: the master returns a ticket when its record arrives."""
-
-    def close(self) -> None:
-        self._closed = True
-        waiting, self._waiting = self._waiting, {}
-        for result in waiting.values():
-            result.set(None)
-
-
-class RecordShipper:
-    """Sends finished records to the master in bounded batches, as they finish: records
-    finishing in the same moment share a message; none waits for a timer."""
-
-    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str) -> None:
-        self._send = send
-        self._run_id = run_id
-        self._pending: list[bytes] = []
-        self._scheduled = False
-        self.sent = 0
-
-    def add(self, record: RequestRecord) -> None:
-        self._pending.append(orjson.dumps(record.to_json_dict()))
-        if not self._scheduled:
-            self._scheduled = True
-            gevent.spawn(self.flush)
-
-    def flush(self) -> None:
-        self._scheduled = False
-        while self._pending:
-            batch, self._pending = (self._pending[:BATCH_RECORDS],
-                                    self._pending[BATCH_RECORDS:])
-            self._send("anvil_records", {"run_id": self._run_id, "lines": batch})
-            self.sent += len(batch)
-
-
-class WorkerSession:
-    """A worker's share of a run: what `ChatStreamUser` borrows (endpoint, key, scenario,
-    bodies, budget), the shipping of its records, and its generator-health figures."""
-
-    def __init__(self, setup: WorkerSetup, send: Callable[[str, dict[str, Any]], None]
-                 ) -> None:
-        self.run_id = setup.run_id
-        self.scenario = setup.scenario
-        self.endpoint = Endpoint.parse(setup.host)
-        own_key = next((os.environ[k] for k in ("ANVIL_API_KEY", "OPENAI_API_KEY")
-                        if os.environ.get(k)), None)
-        self.api_key = own_key or setup.api_key
-        self.model = setup.model
-        prompts = PromptFactory(setup.calibration, setup.scenario.context_seed,
-                                setup.run_nonce, setup.scenario.system_prompt, setup.shared,
-                                words=setup.words, prefix_words=setup.prefix_words)
-        self.bodies = BodyBuilder(setup.scenario, setup.model, prompts)
-        self.bodies.prepare(setup.sizes)
-        self.worker = worker_identity()
-        self._send = send
-        self.budget = RemoteBudget(send, setup.run_id)
-        self.budget.on_orphan = self._orphan
-        self.shipper = RecordShipper(send, setup.run_id)
-        self.finished = False
-        self.load = saturation.LoadWindow()
-        anvil_events.request_record.add_listener(self._on_record)
-
-    def _on_record(self, record: RequestRecord, **_: Any) -> None:
-        self.shipper.add(record)
-
-    def _orphan(self, ticket: Ticket) -> None:
-        """A ticket arrived for a user that was stopped while waiting for it: the request
-        was never sent, but it was issued, so it is recorded (never silently dropped)."""
-        now = time.perf_counter_ns()
-        record = RequestRecord(
-            request_index=ticket.request_index, start_ns=now, end_ns=now,
-            warmup=ticket.warmup, planned_context_tokens=ticket.planned_context_tokens,
-            failure=Failure("cancelled", "the run was stopped before this request was sent",
-                            phase="connect"),
-            worker=self.worker)
-        anvil_events.request_record.fire(record=record)
-
-    def begin_load(self) -> None:
-        if not self.load.started:
-            self.load.begin()
-
-    def end_load(self) -> None:
-        self.load.end()
-
-    def finish(self, _stats: dict[str, Any] | None = None) -> None:
-        """Stop taking tickets, ship what is left, then say how many records were sent
-        (the master checks it received exactly that many)."""
-        if self.finished:
-            return
-        self.finished = True
-        self.budget.close()
-        self.end_load()
-        anvil_events.request_record.remove_listener(self._on_record)
-        self.shipper.flush()
-        self._send("anvil_done", {"run_id": self.run_id, "sent": self.shipper.sent,
-                                  "worker": self.worker, "health": self.load.end()})
-
-
-class WorkerAgent:
-    """Installs the worker's message handlers; holds the worker's current session."""
-
-    def __init__(self, environment: Any, set_current: Callable[[Any], None]) -> None:
-        self.environment = environment
-        self.runner = environment.runner
-        self.session: WorkerSession | None = None
-        self._set_current = set_current
-        for name, handler in (("anvil_setup", self._on_setup), ("anvil_ping", self._on_ping),
-                              ("anvil_ticket", self._on_ticket), ("anvil_stop", self._on_stop)):
-            self.runner.register_message(name, handler)
-
-    def send(self, msg_type: str, data: dict[str, Any]) -> None:
-        self.runner.send_message(msg_type, data)
-
-    def _on_setup(self, msg: Any, **_: Any) -> None:
-        old = self.session
-        if old is not None and not old.finished:
-            old.finish()
-        hello = {"worker": worker_identity(), "host": socket.gethostname(),
-                 "pid": os.getpid(), "boot_id": boot_id(), "error": None}
-        try:
-            setup: WorkerSetup = pickle.loads(msg.data)
-            hello["run_id"] = setup.run_id
-            self.session = WorkerSession(setup, self.send)
-        except Exception as e:  # a bug or a broken install on this worker: say so
-            log.exception("anvil: this worker could not set up the run")
-            hello["error"] = f"{type(e).__name__}: {e}"
-            hello.setdefault("run_id", None)
-            self.session = None
-        self._set_current(self.session)
-        self.send("anvil_hello", hello)
-
-    def _current(self, data: Any) -> WorkerSession | None:
-        s = self.session
-        if s is None or not isinstance(data, dict) or data.get("run_id") != s.run_id:
-            return None
-        return s
-
-    def _on_ping(self, msg: Any, **_: Any) -> None:
-        t_worker = time.perf_counter_ns()
-        d = msg.data
-        self.send("anvil_pong", {"run_id": d.get("run_id"), "seq": d.get("seq"),
-                                 "t_master_ns": d.get("t_master_ns"), "t_worker_ns": t_worker})
-
-    def _on_ticket(self, msg: Any, **_: Any) -> None:
-        s = self._current(msg.data)
-        if s is None:
-            return
-        raw = msg.data.get("ticket")
-        ticket = None if raw is None else Ticket(int(raw[0]), bool(raw[1]), int(raw[2]))
-        s.budget.deliver(int(msg.data["seq"]), ticket)
-
-    def _on_stop(self, msg: Any, **_: Any) -> None:
-        s = self._current(msg.data)
-        if s is None:
-            return
-        s.budget.close()
-        self.runner.stop()  # kills the users (in-flight requests: `cancelled` records)
-        s.finish()  # test_stop has done it already unless the runner was not running
 
 
 # --- master side ---------------------------------------------------------------------------
@@ -349,7 +110,7 @@ class MasterCoordinator:
         self.runner = environment.runner
         self.session = session
         self.run_id = session.run_id
-        self.setup_blob = pickle.dumps(setup)
+        self.setup_wire = setup.to_wire()  # plain data, built once for every worker
         self.workers: dict[str, _Worker] = {}
         self.outstanding: dict[tuple[bool, int], _Grant] = {}
         self.dropped: list[str] = []
@@ -384,7 +145,7 @@ class MasterCoordinator:
     def add_worker(self, client_id: str) -> None:
         """Send the set-up to a worker (also one that joins mid-run)."""
         self.workers[client_id] = _Worker(client_id)
-        self.runner.send_message("anvil_setup", self.setup_blob, client_id=client_id)
+        self.runner.send_message(SETUP, self.setup_wire, client_id=client_id)
 
     def sync_late(self, client_id: str) -> None:
         w = self.workers.get(client_id)
@@ -424,7 +185,7 @@ class MasterCoordinator:
             "host": info.get("host"), "pid": info.get("pid"), "clock": method,
             "perf_offset_ns": w.offset_ns, "offset_uncertainty_ns": w.uncertainty_ns})
 
-    # messages ----------------------------------------------------------------------------
+    # messages (each one checked by `MasterAgent` first: `dist_wire.MESSAGES`) -------------
 
     def _worker_for(self, msg: Any) -> _Worker | None:
         data = msg.data
@@ -434,8 +195,7 @@ class MasterCoordinator:
 
     def on_hello(self, msg: Any) -> None:
         w = self.workers.get(msg.node_id)
-        run_id = msg.data.get("run_id") if isinstance(msg.data, dict) else self.run_id
-        if w is not None and run_id in (self.run_id, None):  # None: its set-up failed
+        if w is not None and msg.data.get("run_id") in (self.run_id, None):  # None: failed
             w.info = dict(msg.data)
             w.hello.set()
 
@@ -632,7 +392,7 @@ class MasterAgent:
         self.environment = environment
         self.runner = environment.runner
         self.coordinator: MasterCoordinator | None = None
-        handlers: dict[str, Callable[[Any], None]] = {
+        handlers: dict[str, Callable[[MasterCoordinator, Any], None]] = {
             "anvil_hello": lambda c, m: c.on_hello(m),
             "anvil_pong": lambda c, m: c.on_pong(m),
             "anvil_take": lambda c, m: c.on_take(m),
@@ -640,12 +400,14 @@ class MasterAgent:
             "anvil_done": lambda c, m: c.on_done(m),
         }
         for name, route in handlers.items():
-            self.runner.register_message(name, self._route(route))
+            self.runner.register_message(name, refusing(name, self._route(route),
+                                                        lambda m: f"worker {m.node_id}"))
         environment.events.worker_connect.add_listener(self._on_worker_connect)
 
     def _route(self, route: Callable[[MasterCoordinator, Any], None]
-               ) -> Callable[..., None]:
-        def handler(msg: Any, **_: Any) -> None:
+               ) -> Callable[[Any], None]:
+        """A checked message to the run's coordinator (none between runs: dropped)."""
+        def handler(msg: Any) -> None:
             c = self.coordinator
             if c is not None:
                 route(c, msg)

@@ -11,6 +11,8 @@ attempted, why it failed, and how to fix it, so that line is enough on its own.
     │   └── TransportUnsupported  the installed geventhttpclient lacks an internal anvil's
     │                          transport reads (names the version, the attribute, the range)
     ├── RawFileError           `requests.jsonl` unreadable or invalid (names the file and line)
+    ├── WireError              a message between a distributed master and worker with a bad
+    │                          field: names the message, the field, the value and what is allowed
     └── VerifyError            a benchmark document failed `verify` (carries every mismatch)
 
 Bugs in anvil itself (a NaN reaching a writer, a negative clock difference) are not
@@ -87,6 +89,48 @@ class RawFileError(AnvilError):
         if fix:
             text += f"; {fix}"
         super().__init__(text)
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "missing"
+
+
+MISSING: Any = _Missing()  # a message field that is absent
+
+
+def shorten(value: Any, limit: int = 60) -> str:
+    """`value` as it may appear in one log line: bytes and dicts by their size only (a
+    message's bytes may hold anything, a secret included), anything else as a repr cut to
+    `limit` characters."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, dict):
+        return f"<a dict of {len(value)} field{'' if len(value) == 1 else 's'}>"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class WireError(AnvilError):
+    """A message from a distributed run's master or worker with a field that is not allowed
+    (a damaged message, or a peer of another anvil version). `value` is `MISSING` for an
+    absent field; `secret` shows only its type.
+
+    >>> str(WireError("anvil_take", "seq", "7", "a whole number >= 1"))
+    "anvil_take: seq = '7' is not allowed; expected a whole number >= 1"
+    """
+
+    def __init__(self, message: str, field: str, value: Any, allowed: str, *,
+                 secret: bool = False):
+        self.message_type = message
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        if value is MISSING:
+            super().__init__(f"{message}: {field} is missing; expected {allowed}")
+        else:
+            shown = f"<a {type(value).__name__}>" if secret else shorten(value)
+            super().__init__(f"{message}: {field} = {shown} is not allowed; expected {allowed}")
 
 
 class VerifyError(AnvilError):

@@ -28,7 +28,7 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from anvil_metrics import dist
+from anvil_metrics import dist, dist_wire, dist_worker
 from anvil_metrics.errors import AnvilError
 from anvil_metrics.options import LOCUST_OPTIONS, RunOptions, run_options
 from anvil_metrics.runctx import run_in_progress, set_run
@@ -62,7 +62,7 @@ def _scrub_argv(argv: list[str]) -> list[str]:
 
 # The master's / a worker's message handlers, installed once per process at `init`.
 _master: dist.MasterAgent | None = None
-_worker: dist.WorkerAgent | None = None
+_worker: dist_worker.WorkerAgent | None = None
 
 
 @events.init.add_listener
@@ -84,7 +84,7 @@ def install_messages(environment: Any, **_: Any) -> None:
     if isinstance(runner, MasterRunner) and _master is None:
         _master = dist.MasterAgent(environment)
     elif isinstance(runner, WorkerRunner) and _worker is None:
-        _worker = dist.WorkerAgent(environment, lambda run: set_run(environment, run))
+        _worker = dist_worker.WorkerAgent(environment, lambda run: set_run(environment, run))
 
 
 _error_file: ErrorFile | None = None
@@ -151,7 +151,7 @@ def _start_workers(environment: Any, session: RunSession) -> None:
     from it), measure its clock, and route its messages to this run."""
     assert _master is not None and session.prompts is not None
     prompts = session.prompts
-    setup = dist.WorkerSetup(
+    setup = dist_wire.WorkerSetup(
         run_id=session.run_id, scenario=session.scenario, host=session.opts.host,
         api_key=session.api_key, model=session.model, calibration=prompts.calibration,
         run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),

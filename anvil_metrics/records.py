@@ -31,6 +31,8 @@ refuses, and the distributed master applies it to every record a worker ships.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,6 +41,13 @@ import orjson
 from anvil_metrics.jsonio import show
 
 RAW_SCHEMA = "anvil-serving.requests/v1"
+
+
+def worker_identity() -> str:
+    """`host:pid` of this process: the `worker` field of every record it measures (a single
+    process's run, or a distributed worker's), and a `"worker"` line's `worker`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
 
 # Failure kinds (see the faults issue for the full table); phases say where it happened.
 FAILURE_KINDS = (

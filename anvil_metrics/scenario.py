@@ -46,9 +46,11 @@ from __future__ import annotations
 import math
 import random
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.prompts import MAX_GROUP_SIZE
@@ -208,7 +210,7 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
     for k, v in dist_raw.items():
         try:
             size = int(k)
-        except ValueError:
+        except (TypeError, ValueError):
             key = f"context_distribution.{k}"
             raise _err(key, v, "keys that are token counts", source) from None
         if size < 1:
@@ -275,6 +277,10 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
     extra = req.get("extra_body", {})
     if not isinstance(extra, dict):
         raise _err("request.extra_body", extra, "a table of JSON fields", source)
+    try:  # kept as the JSON the body will carry (a TOML date becomes its string): plain data
+        extra = orjson.loads(orjson.dumps(extra))
+    except orjson.JSONEncodeError as e:
+        raise _err("request.extra_body", extra, f"a table of JSON fields ({e})", source) from None
     for k in extra:
         if k in _RESERVED_BODY_KEYS:
             raise _err(f"request.extra_body.{k}", extra[k],
@@ -322,6 +328,42 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         timeouts=timeouts,
         source=source,
     )
+
+
+def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
+    """The TOML-shaped document `scenario_from_dict` reads back into an equal Scenario
+    (`source` apart: pass it along). Plain data only: `context_distribution`'s keys are
+    strings, as in TOML, and keep their order (the order sizes are handed out in)."""
+    flags: dict[str, Any] = {"thinking_mode": sc.thinking_mode,
+                             "shared_prefix_burst": sc.shared_prefix_burst}
+    if sc.reasoning_effort is not None:
+        flags["reasoning_effort"] = sc.reasoning_effort
+    request: dict[str, Any] = {"include_usage": sc.include_usage,
+                               "fixed_output_tokens": sc.fixed_output_tokens,
+                               "extra_body": orjson.loads(orjson.dumps(sc.extra_body))}
+    if sc.system_prompt is not None:
+        request["system_prompt"] = sc.system_prompt
+    doc: dict[str, Any] = {
+        "measurement_protocol": sc.measurement_protocol,
+        "concurrency": sc.concurrency,
+        "requests": sc.requests,
+        "warmup_requests": sc.warmup_requests,
+        "max_tokens": sc.max_tokens,
+        "context_tokens": sc.context_tokens,
+        "max_context_tokens": sc.max_context_tokens,
+        "context_seed": sc.context_seed,
+        "context_distribution": {str(k): v for k, v in sc.context_distribution.items()},
+        "serve_flags": flags,
+        "request": request,
+        "meta": dict(sc.meta),
+        "timeouts": {f.name: getattr(sc.timeouts, f.name) for f in fields(Timeouts)},
+    }
+    if sc.shared_prefix_burst:
+        sp: dict[str, Any] = {"prefix_tokens": sc.shared_prefix_tokens}
+        if sc.shared_group_size is not None:
+            sp["group_size"] = sc.shared_group_size
+        doc["shared_prefix"] = sp
+    return doc
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -11,9 +11,7 @@ keep the session on Locust's `Environment` for the users (a `runctx.RunContext`)
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ from anvil_metrics.prompts import (
     request_prefix,
 )
 from anvil_metrics.recorder import RawWriter, create_run_dir, new_run_id
-from anvil_metrics.records import RequestRecord
+from anvil_metrics.records import RequestRecord, worker_identity
 from anvil_metrics.scenario import Scenario
 from anvil_metrics.schema import RUN_ID
 
@@ -82,7 +80,7 @@ class RunSession:
         self.sizes = opts.scenario.planned_sizes()
         self.budget = budget
         self.header = header
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker = worker_identity()
         self.finished = False
         self.benchmark_path: Path | None = None
         self.cache_warning: str | None = None

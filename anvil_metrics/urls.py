@@ -19,7 +19,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from anvil_metrics.errors import UsageError
 
-API_KEY_ENV = ("ANVIL_API_KEY", "OPENAI_API_KEY")
+API_KEY_ENV = ("ANVIL_API_KEY", "OPENAI_API_KEY")  # the first one set and not empty wins
+
+
+def api_key_from_env() -> str | None:
+    """The API key from `$ANVIL_API_KEY`, else `$OPENAI_API_KEY`; None when neither is set
+    to a non-empty value."""
+    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
+
 
 _NO_SCHEME_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/+)?[^/@\s]*@")
 
@@ -66,9 +73,3 @@ class Endpoint:
         if not path.endswith("/v1"):
             path = path + "/v1"
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
-
-
-def api_key_from_env() -> str | None:
-    """The API key from the environment: `$ANVIL_API_KEY`, else `$OPENAI_API_KEY`; None
-    when neither is set (or both are empty)."""
-    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)

@@ -17,7 +17,9 @@ from anvil_metrics import stats
 from anvil_metrics.benchmark import build_benchmark
 from anvil_metrics.control import RequestBudget, Ticket
 from anvil_metrics.derive import derive_row
-from anvil_metrics.dist import MasterCoordinator, RemoteBudget, WorkerSetup
+from anvil_metrics.dist import MasterCoordinator
+from anvil_metrics.dist_wire import WorkerSetup
+from anvil_metrics.dist_worker import RemoteBudget
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live import MAX_BUCKETS, LiveStats

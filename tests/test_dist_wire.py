@@ -1,0 +1,405 @@
+"""The master<->worker messages as plain data: the set-up round-trips exactly through
+Locust's own msgpack framing (and gives byte-identical request bodies), and every damaged
+message is refused with one log line, never acted on."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import pickle
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import gevent
+import pytest
+from locust.rpc.protocol import Message
+
+from anvil_metrics.benchmark import CALIBRATION_METHODS
+from anvil_metrics.body import BodyBuilder
+from anvil_metrics.control import RequestBudget, Ticket
+from anvil_metrics.dist import MasterAgent, MasterCoordinator
+from anvil_metrics.dist_wire import MESSAGES, WorkerSetup
+from anvil_metrics.dist_worker import WorkerAgent, WorkerSession
+from anvil_metrics.errors import WireError
+from anvil_metrics.prompts import NO_CALIBRATION, Calibration, PromptFactory, SharedPrefix
+from anvil_metrics.records import worker_identity
+from anvil_metrics.scenario import load_scenario, scenario_from_dict, scenario_to_dict
+from anvil_metrics.urls import api_key_from_env
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def over_locust(msg_type: str, data: Any) -> Any:
+    """`data` as a peer receives it: through Locust's own msgpack framing."""
+    return Message.unserialize(Message(msg_type, data, "node").serialize()).data
+
+
+def _setup(doc: dict[str, Any], calibration: Calibration = NO_CALIBRATION,
+           shared: SharedPrefix | None = None, api_key: str | None = None
+           ) -> tuple[WorkerSetup, BodyBuilder]:
+    """A set-up as the master builds it, and the master's own bodies."""
+    sc = scenario_from_dict({"measurement_protocol": "wire", **doc}, source="wire.toml")
+    prompts = PromptFactory(calibration, sc.context_seed, "nonce-1", sc.system_prompt, shared)
+    bodies = BodyBuilder(sc, "the-model", prompts)
+    sizes = sc.planned_sizes()
+    bodies.prepare(sizes)
+    setup = WorkerSetup("run-1", sc, "http://127.0.0.1:9", api_key, "the-model", calibration,
+                        "nonce-1", shared, dict(prompts.words), prompts.prefix_words, sizes)
+    return setup, bodies
+
+
+PLAIN: dict[str, Any] = {}
+RICH = {
+    "concurrency": 3, "requests": 11, "warmup_requests": 2, "max_tokens": 64,
+    "context_tokens": 2048, "max_context_tokens": 4096, "context_seed": 7,
+    "context_distribution": {"1500": 3, "300": 5, "900": 1},  # not sorted: order is kept
+    "serve_flags": {"reasoning_effort": "high", "thinking_mode": "off"},
+    "request": {"include_usage": False, "fixed_output_tokens": True, "system_prompt": "Be brief.",
+                "extra_body": {"temperature": 0.0, "top_p": 0.95, "seed": 3, "stop": ["\n\n"],
+                               "chat_template_kwargs": {"custom": [1, {"deep": None}]},
+                               "logit_bias": {"50256": -100}}},
+    "meta": {"engine": "vllm", "gpu": None, "model": "m"},
+    "timeouts": {"connect_s": 2, "first_byte_s": 12.5, "idle_s": 3.25, "total_s": 99},
+}
+SHARED = {"context_distribution": {"1024": 4, "2048": 4},
+          "serve_flags": {"shared_prefix_burst": True},
+          "shared_prefix": {"prefix_tokens": 512, "group_size": 4}}
+
+CASES = [
+    pytest.param(PLAIN, NO_CALIBRATION, None, None, id="defaults"),
+    pytest.param(RICH, Calibration("probe", 21.25, 1.31), None, "sk-x", id="rich"),
+    pytest.param(SHARED, Calibration("tokenize", 9.0, 1.27), SharedPrefix(512, 4), None,
+                 id="shared-prefix"),
+    *(pytest.param(PLAIN, Calibration(m, 3.5, 1.2), None, None, id=f"calibration-{m}")
+      for m in CALIBRATION_METHODS),
+]
+
+
+@pytest.mark.parametrize("doc,calibration,shared,api_key", CASES)
+def test_the_setup_round_trips_and_builds_the_same_bodies(doc: dict, calibration: Calibration,
+                                                          shared: SharedPrefix | None,
+                                                          api_key: str | None) -> None:
+    setup, master_bodies = _setup(doc, calibration, shared, api_key)
+    wire = over_locust("anvil_setup", setup.to_wire())
+    back = WorkerSetup.from_wire(wire)
+    assert back == setup
+    assert list(back.scenario.context_distribution) == list(setup.scenario.context_distribution)
+    assert back.scenario.planned_sizes() == setup.scenario.planned_sizes()
+    worker = WorkerSession(back, lambda t, d: None)
+    try:
+        for size in set(setup.sizes):
+            for index, warmup in ((0, False), (1, False), (5, True), (123_456, False)):
+                assert (worker.bodies.build(size, index, warmup)
+                        == master_bodies.build(size, index, warmup))
+    finally:
+        worker.finish()
+
+
+def test_a_toml_date_in_extra_body_crosses_as_the_json_the_body_carries() -> None:
+    extra = {"when": datetime.date(2026, 1, 2), "at": datetime.datetime(2026, 1, 2, 3, 4, 5)}
+    setup, master_bodies = _setup({"request": {"extra_body": extra}})
+    assert setup.scenario.extra_body == {"when": "2026-01-02", "at": "2026-01-02T03:04:05"}
+    back = WorkerSetup.from_wire(over_locust("anvil_setup", setup.to_wire()))
+    assert back == setup
+    size = setup.sizes[0]
+    bodies = BodyBuilder(back.scenario, back.model, PromptFactory(
+        back.calibration, back.scenario.context_seed, back.run_nonce,
+        back.scenario.system_prompt, back.shared, back.words, back.prefix_words))
+    assert bodies.build(size, 3) == master_bodies.build(size, 3)
+
+
+def test_every_scenario_file_round_trips_through_its_document() -> None:
+    files = sorted((REPO / "scenarios").glob("*.toml"))
+    assert files
+    for path in files:
+        sc = load_scenario(path)
+        assert scenario_from_dict(scenario_to_dict(sc), source=sc.source) == sc, path
+
+
+# --- a worker refuses a damaged set-up -----------------------------------------------------
+
+
+class FakeRunner:
+    """Locust's runner as anvil's agents use it: registered handlers, sent messages."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Any] = {}
+        self.sent: list[tuple[str, Any, str | None]] = []
+        self.clients: dict[str, Any] = {}
+        self.stopped = 0
+
+    def register_message(self, msg_type: str, listener: Any, concurrent: bool = False) -> None:
+        self.handlers[msg_type] = listener
+
+    def send_message(self, msg_type: str, data: Any = None, client_id: str | None = None
+                     ) -> None:
+        self.sent.append((msg_type, data, client_id))
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+    def receive(self, msg_type: str, data: Any, node: str = "node") -> None:
+        msg = Message.unserialize(Message(msg_type, data, node).serialize())
+        self.handlers[msg_type](environment=None, msg=msg)
+
+
+def _worker() -> tuple[WorkerAgent, FakeRunner, list]:
+    runner = FakeRunner()
+    current: list = []
+    agent = WorkerAgent(SimpleNamespace(runner=runner), current.append)
+    return agent, runner, current
+
+
+def _good_wire() -> dict[str, Any]:
+    return _setup(PLAIN, api_key="sk-secret-wire-0123456789")[0].to_wire()
+
+
+def _without(key: str) -> dict[str, Any]:
+    wire = _good_wire()
+    del wire[key]
+    return wire
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    wire = _good_wire()
+    *parents, last = path.split(".")
+    d = wire
+    for p in parents:
+        d = d[p]
+    d[last] = value
+    return wire
+
+
+DAMAGED = [
+    pytest.param(pickle.dumps({"run_id": "run-1"}), "data = <", id="pickle-blob"),
+    pytest.param(["run-1"], "data = ['run-1']", id="a-list"),
+    pytest.param(None, "data = None", id="none"),
+    pytest.param(_without("run_id"), "run_id is missing", id="missing-run-id"),
+    pytest.param(_without("version"), "version is missing", id="missing-version"),
+    pytest.param(_with("version", 2), "version = 2", id="other-version"),
+    pytest.param(_with("sizes", "4096"), "sizes = '4096'", id="sizes-a-string"),
+    pytest.param(_with("sizes", [4096, True]), "sizes = [4096, True]", id="sizes-a-bool"),
+    pytest.param(_with("words", {"4096": 10}), "words = <a dict", id="words-a-dict"),
+    pytest.param(_with("words", [[4096, 10], [4096, 11]]), "words[1] = [4096, 11]",
+                 id="words-twice"),
+    pytest.param(_with("api_key", ["sk-secret-wire-0123456789"]), "api_key = <a list>",
+                 id="api-key-a-list"),
+    pytest.param(_with("calibration.method", "guess"), "calibration.method = 'guess'",
+                 id="calibration-method"),
+    pytest.param(_with("calibration.tokens_per_word", 0.0),
+                 "calibration.tokens_per_word = 0.0", id="tokens-per-word-zero"),
+    pytest.param(_with("shared", {"prefix_tokens": 512}), "shared.group_size is missing",
+                 id="shared-partial"),
+    pytest.param(_with("scenario.document.concurrency", 0),
+                 "scenario.document.concurrency = 0", id="scenario-rule"),
+    pytest.param(_with("scenario.document.context_distribution", {4096: 1}),
+                 "scenario.document.context_distribution = 4096", id="int-key"),
+    pytest.param(_with("scenario.document.timeouts", {"idle_s": "soon"}),
+                 "scenario.document.timeouts.idle_s = 'soon'", id="timeout-a-string"),
+    pytest.param(_with("scenario.document.request", {"extra_body": {1: 2}}),
+                 "scenario.document.request.extra_body = <a dict of 1 field>",
+                 id="extra-body-int-key"),
+]
+
+
+@pytest.mark.parametrize("data,shown", DAMAGED)
+def test_a_damaged_setup_is_refused_with_one_line_and_runs_nothing(
+        data: Any, shown: str, caplog: pytest.LogCaptureFixture) -> None:
+    agent, runner, current = _worker()
+    with caplog.at_level(logging.DEBUG, logger="anvil"):
+        runner.receive("anvil_setup", data)
+    (record,) = caplog.records
+    assert record.levelno == logging.ERROR and record.exc_info is None
+    text = record.getMessage()
+    assert "anvil_setup: " in text and shown in text and "\n" not in text
+    assert "sk-secret-wire" not in text
+    assert agent.session is None and current == [None]
+    ((msg_type, hello, _),) = runner.sent  # the hello, nothing else
+    assert msg_type == "anvil_hello" and hello["run_id"] is None
+    assert hello["error"] and shown in hello["error"] and hello["worker"] == worker_identity()
+
+
+def test_a_sound_setup_makes_a_session_and_a_clean_hello(caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    agent, runner, current = _worker()
+    with caplog.at_level(logging.INFO, logger="anvil"):
+        runner.receive("anvil_setup", _good_wire())
+    try:
+        assert not caplog.records
+        assert agent.session is not None and current == [agent.session]
+        ((msg_type, hello, _),) = runner.sent
+        assert msg_type == "anvil_hello" and hello["run_id"] == "run-1"
+        assert hello["error"] is None
+    finally:
+        agent.session.finish()
+
+
+# --- the small messages -------------------------------------------------------------------
+
+
+def _set_up_worker() -> tuple[WorkerAgent, FakeRunner]:
+    agent, runner, _ = _worker()
+    runner.receive("anvil_setup", _good_wire())
+    runner.sent.clear()
+    return agent, runner
+
+
+BAD_TO_WORKER = [
+    ("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": ["0", False, 4096]}, "ticket"),
+    ("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": [0, 0, 4096]}, "ticket"),
+    ("anvil_ticket", {"run_id": "run-1", "ticket": None}, "seq"),
+    ("anvil_ticket", "run-1", "data"),
+    ("anvil_ping", {"run_id": "run-1", "seq": 0}, "t_master_ns"),
+    ("anvil_ping", {"run_id": "run-1", "seq": "0", "t_master_ns": 5}, "seq"),
+    ("anvil_stop", {"run_id": 7}, "run_id"),
+    ("anvil_stop", [], "data"),
+]
+
+
+@pytest.mark.parametrize("msg_type,data,field", BAD_TO_WORKER)
+def test_a_damaged_message_to_a_worker_is_refused(msg_type: str, data: Any, field: str,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    agent, runner = _set_up_worker()
+    session = agent.session
+    assert session is not None
+    waiting = gevent.spawn(session.budget.take)
+    gevent.sleep(0)
+    runner.sent.clear()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="anvil"):
+            runner.receive(msg_type, data)
+        (record,) = caplog.records
+        text = record.getMessage()
+        assert record.levelno == logging.ERROR and record.exc_info is None
+        assert f"{msg_type}: {field} " in text and "\n" not in text
+        assert runner.sent == [] and runner.stopped == 0  # nothing answered, nothing done
+        assert not waiting.ready() and not session.finished
+    finally:
+        waiting.kill()
+        session.finish()
+
+
+def test_sound_messages_to_a_worker_still_act() -> None:
+    agent, runner = _set_up_worker()
+    session = agent.session
+    assert session is not None
+    waiting = gevent.spawn(session.budget.take)
+    gevent.sleep(0)
+    runner.receive("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": [4, True, 2048]})
+    assert waiting.get(timeout=1) == Ticket(4, True, 2048)
+    runner.receive("anvil_ticket", {"run_id": "other", "seq": 1, "ticket": None})  # ignored
+    runner.receive("anvil_ping", {"run_id": "run-1", "seq": 3, "t_master_ns": 11})
+    assert [m[0] for m in runner.sent] == ["anvil_take", "anvil_pong"]
+    assert runner.sent[-1][1]["seq"] == 3 and runner.sent[-1][1]["t_master_ns"] == 11
+    runner.receive("anvil_stop", {"run_id": "run-1"})
+    assert runner.stopped == 1 and session.finished
+
+
+def _master() -> tuple[MasterCoordinator, FakeRunner]:
+    runner = FakeRunner()
+    env = SimpleNamespace(runner=runner, events=SimpleNamespace(
+        worker_connect=SimpleNamespace(add_listener=lambda f: None)))
+    agent = MasterAgent(env)
+    session = SimpleNamespace(run_id="run-1", budget=RequestBudget(4, 0, [4096]), writer=None)
+    coordinator = MasterCoordinator(env, session, _setup(PLAIN)[0])
+    agent.coordinator = coordinator
+    coordinator.add_worker("A")
+    runner.clients["A"] = SimpleNamespace(state="running")
+    runner.sent.clear()
+    return coordinator, runner
+
+
+HELLO = {"run_id": "run-1", "worker": "h:1", "host": "h", "pid": 1, "boot_id": None,
+         "error": None}
+BAD_TO_MASTER = [
+    ("anvil_hello", {**HELLO, "pid": "1"}, "pid"),
+    ("anvil_hello", {**HELLO, "worker": 7}, "worker"),
+    ("anvil_hello", b"\x80\x04", "data"),
+    ("anvil_pong", {"run_id": "run-1", "seq": 0, "t_master_ns": 1}, "t_worker_ns"),
+    ("anvil_take", {"run_id": "run-1", "seq": "1"}, "seq"),
+    ("anvil_take", {"seq": 1}, "run_id"),
+    ("anvil_records", {"run_id": "run-1", "lines": [b"{}", "{}"]}, "lines"),
+    ("anvil_records", {"run_id": "run-1", "lines": b"{}"}, "lines"),
+    ("anvil_done", {"run_id": "run-1", "sent": -1, "health": None}, "sent"),
+    ("anvil_done", {"run_id": "run-1", "sent": 0, "health": [1]}, "health"),
+]
+
+
+@pytest.mark.parametrize("msg_type,data,field", BAD_TO_MASTER)
+def test_a_damaged_message_to_the_master_is_refused(msg_type: str, data: Any, field: str,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    c, runner = _master()
+    with caplog.at_level(logging.DEBUG, logger="anvil"):
+        runner.receive(msg_type, data, node="A")
+        gevent.sleep(0)
+    (record,) = caplog.records
+    text = record.getMessage()
+    assert record.levelno == logging.ERROR and record.exc_info is None
+    assert f"worker A: {msg_type}: {field} " in text and "\n" not in text
+    w = c.workers["A"]
+    assert runner.sent == [] and not c.outstanding  # no ticket granted
+    assert not w.hello.is_set() and w.done is None and w.received == 0
+
+
+def test_every_message_type_is_checked() -> None:
+    assert set(MESSAGES) == {"anvil_hello", "anvil_ping", "anvil_pong", "anvil_take",
+                             "anvil_ticket", "anvil_records", "anvil_stop", "anvil_done"}
+    c, runner = _master()
+    runner.receive("anvil_hello", HELLO, node="A")
+    runner.receive("anvil_take", {"run_id": "run-1", "seq": 1}, node="A")
+    gevent.sleep(0)
+    assert c.workers["A"].hello.is_set()
+    assert [m[0] for m in runner.sent] == ["anvil_ticket"]
+
+
+def test_wire_error_names_message_field_value_and_what_is_allowed() -> None:
+    e = WireError("anvil_take", "seq", "x" * 500, "a whole number >= 1")
+    assert str(e).startswith("anvil_take: seq = 'xxx") and str(e).endswith(
+        "... is not allowed; expected a whole number >= 1")
+    assert len(str(e)) < 130  # the value cut to 60 characters
+
+
+def test_the_api_key_comes_from_one_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANVIL_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert api_key_from_env() is None
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    assert api_key_from_env() == "sk-openai"
+    monkeypatch.setenv("ANVIL_API_KEY", "")
+    assert api_key_from_env() == "sk-openai"
+    monkeypatch.setenv("ANVIL_API_KEY", "sk-anvil")
+    assert api_key_from_env() == "sk-anvil"
+    setup = replace(_setup(PLAIN)[0], api_key="sk-master")
+    session = WorkerSession(setup, lambda t, d: None)  # a worker's own key wins
+    try:
+        assert session.api_key == "sk-anvil"
+    finally:
+        session.finish()
+
+
+def test_the_master_refuses_the_run_when_its_only_worker_refuses_the_setup(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Master and worker wired back to back through Locust's framing: a set-up the worker
+    cannot read comes back as a hello with `error`, and the master refuses the run."""
+    master_runner, worker_runner = FakeRunner(), FakeRunner()
+    env = SimpleNamespace(runner=master_runner, events=SimpleNamespace(
+        worker_connect=SimpleNamespace(add_listener=lambda f: None)))
+    master = MasterAgent(env)
+    worker = WorkerAgent(SimpleNamespace(runner=worker_runner), lambda s: None)
+    master_runner.send_message = (  # type: ignore[method-assign]
+        lambda t, d=None, client_id=None: worker_runner.receive(t, d, node="master"))
+    worker_runner.send_message = (  # type: ignore[method-assign]
+        lambda t, d=None, client_id=None: master_runner.receive(t, d, node="W"))
+    session = SimpleNamespace(run_id="run-1", budget=RequestBudget(4, 0, [4096]), writer=None)
+    c = MasterCoordinator(env, session, _setup(PLAIN)[0])
+    master.coordinator = c
+    c.setup_wire = {**c.setup_wire, "version": 0}  # as from a master of another version
+    with caplog.at_level(logging.INFO, logger="anvil"), pytest.raises(
+            RuntimeError, match="no worker could set up the run"):
+        c.set_up_workers(["W"])
+    assert worker.session is None
+    assert c.workers["W"].info["error"].startswith("anvil_setup: version = 0 is not allowed")
+    assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
+    assert "could not set up the run: anvil_setup: version = 0" in caplog.records[1].getMessage()
