@@ -170,20 +170,24 @@ include_usage = true
 
 
 def run_anvil(url: str, users: int, requests: int, prompt_tokens: int, max_tokens: int,
-              work: Path, timeout_s: float) -> ClientRun:
-    """One headless Locust process (anvil's locustfile), -u N -r N, until `requests` end."""
+              work: Path, timeout_s: float, repo: Path = REPO,
+              label: str = "anvil") -> ClientRun:
+    """One headless Locust process (anvil's locustfile), -u N -r N, until `requests` end;
+    anvil as checked out in `repo` (another checkout: a baseline to compare with)."""
     work.mkdir(parents=True, exist_ok=True)
     scenario = write_scenario(work / "scenario.toml", requests, prompt_tokens, max_tokens)
     results = work / "results"
-    cmd = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--headless", "-H", url,
+    locustfile = str(repo / "locustfiles" / "chat.py")
+    cmd = [sys.executable, "-m", "locust", "-f", locustfile, "--headless", "-H", url,
            "-u", str(users), "-r", str(users), "--scenario", str(scenario),
            "--requests", str(requests), "--results-dir", str(results), "--only-summary"]
     log_path = work / "locust.log"
     with open(log_path, "wb") as log:
         popen_ns = time.perf_counter_ns()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        code = _wait(proc, timeout_s, f"anvil ({users} users)")
+        proc = subprocess.Popen(cmd, cwd=repo, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(repo)})
+        code = _wait(proc, timeout_s, f"{label} ({users} users)")
         exit_ns = time.perf_counter_ns()
     run_dirs = sorted(results.glob("benchmark-*")) if results.exists() else []
     if not run_dirs or not (run_dirs[-1] / "requests.jsonl").exists():
@@ -214,7 +218,7 @@ def run_anvil(url: str, users: int, requests: int, prompt_tokens: int, max_token
     client = ((orjson.loads(bench_path.read_bytes()).get("client") or {})
               if bench_path.exists() else {})
     return ClientRun(
-        label="anvil", records=records, popen_ns=popen_ns, exit_ns=exit_ns, returncode=code,
+        label=label, records=records, popen_ns=popen_ns, exit_ns=exit_ns, returncode=code,
         cpu_s=run_end.get("cpu_s"), load_s=run_end.get("load_s"),
         events=sum(r["events"] for r in records), client=client, run_end=run_end,
         failed=sum(1 for r in records if not r["ok"]), log=str(log_path))

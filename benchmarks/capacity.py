@@ -29,6 +29,11 @@ per CPU-second (reference peers measured on this machine: SGLang bench_serving 7
 benchmark_serving 69k, a bare asyncio client 137-157k). It asserts nothing.
 
     .venv/bin/python benchmarks/capacity.py [--streams 64,256] [--regimes paced,flat]
+        [--baseline DIR]
+
+With `--baseline DIR` (another checkout of anvil, e.g. `git worktree add /tmp/before
+<commit>`), that anvil runs too, between this one and the reference against the same
+simulator, and the ratio of the two anvils' events per CPU-second is printed.
 
 The simulator gets a CPU of its own (`simproc.pinned_apart`; `--no-pin` to share). Run it on
 an otherwise idle machine.
@@ -46,6 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench import (  # noqa: E402
+    REPO,
     ClientRun,
     CpuSampler,
     achieved_concurrency,
@@ -67,7 +73,7 @@ def client_row(run: ClientRun, streams: int) -> tuple[str, float | None]:
     per_cpu = run.events / run.cpu_s if run.cpu_s else None
     per_wall = run.events / run.load_s if run.load_s else None
     cpu_pct = 100 * run.cpu_s / run.load_s if run.cpu_s is not None and run.load_s else None
-    if run.label == "anvil":
+    if run.label != "reference":
         conc = run.client.get("achieved_concurrency")
         verdict = run.client.get("verdict")
     else:
@@ -120,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="leave the simulator on the clients' CPUs (by default it gets a CPU "
                     "of its own, as a server on its own machine: see simproc.pinned_apart)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout of anvil, run beside this one (see above)")
     args = ap.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "locustfiles" / "chat.py").is_file():
+        ap.error(f"--baseline {args.baseline}: not a checkout of anvil")
     levels = [int(x) for x in args.streams.split(",") if x.strip()]
     regimes = [r for r in args.regimes.split(",") if r in REGIMES]
     max_tokens = 4096
@@ -156,14 +166,18 @@ def main(argv: list[str] | None = None) -> int:
                         (pinned_apart(sim.pid) if args.pin else nullcontext("not pinned")) \
                         as pinning:
                     print(f"  CPUs: {pinning}", flush=True)
-                    for kind in ("anvil", "reference"):
+                    kinds = ("anvil", "reference") if args.baseline is None else (
+                        "anvil", "baseline", "reference")
+                    for kind in kinds:
                         before = sim_stats(sim.url)["completed"]
                         work = Path(d) / f"{regime}-{n}-{kind}"
                         try:
                             with CpuSampler(sim.pid) as sampler:
-                                if kind == "anvil":
+                                if kind != "reference":
                                     run = run_anvil(sim.url, n, requests, args.prompt_tokens,
-                                                    max_tokens, work, args.timeout_s)
+                                                    max_tokens, work, args.timeout_s,
+                                                    args.baseline if kind == "baseline"
+                                                    else REPO, kind)
                                 else:
                                     # its streams' bursts spread over one burst period
                                     run = run_reference(sim.url, n, requests,
@@ -174,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                             break
                         completed = sim_stats(sim.url)["completed"] - before
                         runs.append((run, sampler, completed))
-                if len(runs) < 2:
+                if len(runs) < len(kinds):
                     continue
                 print(head)
                 rates = {}
@@ -184,15 +198,23 @@ def main(argv: list[str] | None = None) -> int:
                 r = (rates["anvil"] / rates["reference"]
                      if rates["anvil"] and rates["reference"] else None)
                 print(f"  anvil / reference events per CPU-second: {fmt(r, '.2f')}")
+                if "baseline" in rates:
+                    b = (rates["anvil"] / rates["baseline"]
+                         if rates["anvil"] and rates["baseline"] else None)
+                    print(f"  anvil / baseline events per CPU-second: {fmt(b, '.3f')}")
                 for run, sampler, completed in runs:
                     print(sim_line(run, sampler, completed, per_stream, rate))
-                summary.append((regime, n, rates["anvil"], rates["reference"]))
+                summary.append((regime, n, rates["anvil"], rates["reference"],
+                                rates.get("baseline")))
     print(f"\ntarget: anvil >= {TARGET:,} events per CPU-second (peers on this machine: "
           f"{PEERS})  [{time.perf_counter() - t_begin:.0f} s in all]")
-    for regime, n, anvil_rate, ref_rate in summary:
+    for regime, n, anvil_rate, ref_rate, base_rate in summary:
         mark = "n/a" if anvil_rate is None else ("meets" if anvil_rate >= TARGET else "MISSES")
+        base = "" if base_rate is None else (
+            f"   baseline {fmt(base_rate, ',.0f'):>9} (anvil / baseline "
+            f"{fmt(anvil_rate / base_rate if anvil_rate else None, '.3f')})")
         print(f"  {regime:<6}{n:>4} streams: anvil {fmt(anvil_rate, ',.0f'):>9}   reference "
-              f"{fmt(ref_rate, ',.0f'):>9}   {mark}")
+              f"{fmt(ref_rate, ',.0f'):>9}   {mark}{base}")
     return 0
 
 
