@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.benchmark import CALIBRATION_METHODS
 from anvil_metrics.errors import MISSING, ScenarioError, WireError
 from anvil_metrics.prompts import Calibration, SharedPrefix
 from anvil_metrics.scenario import Scenario, scenario_from_dict, scenario_to_dict
+from anvil_metrics.schema import CALIBRATION_METHODS
 
 log = logging.getLogger("anvil")
 

@@ -16,7 +16,6 @@ import gevent
 import pytest
 from locust.rpc.protocol import Message
 
-from anvil_metrics.benchmark import CALIBRATION_METHODS
 from anvil_metrics.body import BodyBuilder
 from anvil_metrics.control import RequestBudget, Ticket
 from anvil_metrics.dist import MasterAgent, MasterCoordinator
@@ -26,6 +25,7 @@ from anvil_metrics.errors import WireError
 from anvil_metrics.prompts import NO_CALIBRATION, Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.records import worker_identity
 from anvil_metrics.scenario import load_scenario, scenario_from_dict, scenario_to_dict
+from anvil_metrics.schema import CALIBRATION_METHODS
 from anvil_metrics.urls import api_key_from_env
 
 REPO = Path(__file__).resolve().parents[1]

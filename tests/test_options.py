@@ -20,7 +20,8 @@ from anvil_metrics import cli, plugin
 from anvil_metrics.body import BodyBuilder
 from anvil_metrics.client import Endpoint
 from anvil_metrics.control import RequestBudget
-from anvil_metrics.dist import WorkerSession, WorkerSetup
+from anvil_metrics.dist_wire import WorkerSetup
+from anvil_metrics.dist_worker import WorkerSession
 from anvil_metrics.errors import UsageError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.options import OPTIONS, RunOptions, locust_args, run_options

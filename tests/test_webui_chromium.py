@@ -26,7 +26,7 @@ from chromium_cdp import Chromium, Page, ensure_chromium
 from conftest import REPO, load_json, raw_lines
 from locust_ui import FAST_SIM, LocustUI, assert_live_equals_benchmark, locust_ui
 
-from anvil_metrics.benchmark import verify_benchmark
+from anvil_metrics.verify import verify_benchmark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
