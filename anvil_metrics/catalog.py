@@ -201,6 +201,14 @@ ROW: tuple[RowField, ...] = (
     RowField("reasoning_tokens", "tok", "count", True,
              "output tokens the server counted as reasoning", presence="added",
              source="usage.completion_tokens_details.reasoning_tokens"),
+    RowField("reasoning_ms", "ms", "float", True,
+             "the reasoning phase: first output to first content (null without reasoning "
+             "chunks, or without content)", presence="added",
+             inputs=("ttft_ms", "time_to_first_output_ms", "reasoning_chunks"),
+             formula="ttft_ms − time_to_first_output_ms, where reasoning_chunks > 0",
+             compute=lambda c: np.where(c["reasoning_chunks"] > 0,
+                                        c["ttft_ms"] - c["time_to_first_output_ms"], np.nan),
+             label="reasoning phase", percentiles="reasoning_{p}_ms", live=True, summary=True),
     RowField("content_tok_s", "tok/s", "float", True,
              "content tokens after the first, per second after the first content (null "
              "unless usage splits reasoning tokens)", presence="added",

@@ -220,3 +220,15 @@ def test_row_of_a_record_refuses_failures():
         _row_of(failure=Failure(kind="timeout", message="x"))
     with pytest.raises(ValueError, match="did not complete"):
         _row_of(end_ns=None)
+
+
+def test_reasoning_ms():
+    rm = "reasoning_ms"
+    # reasoning from 250 ms to the first content at 400 ms
+    assert formula(rm, ttft_ms=400.0, time_to_first_output_ms=250.0, reasoning_chunks=3) \
+        == 150.0
+    assert formula(rm, ttft_ms=400.0, time_to_first_output_ms=400.0,
+                   reasoning_chunks=0) is None  # no reasoning: no phase, not 0
+    assert formula(rm, ttft_ms=None, time_to_first_output_ms=250.0,
+                   reasoning_chunks=3) is None  # reasoning that never reached content
+    assert derive.derive_row(_record())["reasoning_ms"] == 150.0
