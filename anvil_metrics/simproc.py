@@ -7,7 +7,7 @@ always stopped by its PID: SIGTERM, then SIGKILL if it has not exited within 5 s
 When the simulator and a client share a small machine, `pinned_apart` gives the simulator a
 CPU of its own. Without it, on a 2-vCPU VM, the kernel woke the simulator on the CPU of the
 client that had just written to it (loopback wake-ups are "affine"), where it waited until
-the client blocked. Over 8 runs of 16 streams each (tests/test_e2e_truth.py's spread16): a
+the client blocked. Over 8 runs of 16 streams each (tests/e2e/test_truth.py's spread16): a
 request reached the simulator up to 2.7 ms after it was sent (p90 per run 0.87-2.07 ms),
 and a stream's last event was stamped up to 4.2 ms after it was written (p90 0.67-2.67 ms);
 pinned apart, p90 0.55-0.86 ms and 0.17-0.98 ms. A server on its own machine, as in any real

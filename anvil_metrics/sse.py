@@ -9,13 +9,13 @@ Two implementations of one behaviour:
   before they are decoded, so a multi-byte UTF-8 character split across reads is
   reassembled first. Its common case (`data: <payload>` then a blank line, no CR) is a
   few byte operations; everything else goes through a general path.
-- `iter_events` over a `LineSource`: sseclient-py fed one `\n`-terminated line at a time
-  (never buffered blocks: a block reader that waits for a full buffer delays events, the
-  measured 24 ms of Locust's `iter_content`). It is the reference `EventSplitter` is
-  property-tested against (`tests/test_sse_splitter.py`): for any byte stream, cut
-  anywhere, both give the same payloads, or both fail on the same invalid UTF-8. Measured
-  on this machine, sseclient-py cost ~2/3 of the client's CPU per event, hence the
-  splitter on the hot path.
+- sseclient-py fed one `\n`-terminated line at a time (`tests/sseref.py`, never buffered
+  blocks: a block reader that waits for a full buffer delays events, the measured 24 ms of
+  Locust's `iter_content`). It is the reference `EventSplitter` is property-tested
+  against (`tests/unit/test_sse.py`): for any byte stream, cut anywhere, both give the
+  same payloads, or both fail on the same invalid UTF-8. Measured on this machine,
+  sseclient-py cost ~2/3 of the client's CPU per event, hence the splitter on the hot
+  path.
 
 Semantics shared by both (sseclient-py's): an event ends at a blank line (`\n\n`, `\r\r`
 or `\r\n\r\n`); comment lines (`:`...) and whitespace-only lines are skipped; `data`
@@ -26,57 +26,6 @@ client's line reader always did).
 """
 
 from __future__ import annotations
-
-import time
-from collections.abc import Callable, Iterator
-
-from sseclient import SSEClient
-
-ReadLine = Callable[[], bytes]
-
-_perf_ns = time.perf_counter_ns
-
-
-class LineSource:
-    """Iterator of byte lines from `readline`, stamping each; ends at the first b"".
-
-    `bytes_read` counts the body bytes seen (for Locust's response_length).
-    """
-
-    __slots__ = ("_readline", "_clock", "last_line_ns", "bytes_read", "eof")
-
-    def __init__(self, readline: ReadLine, clock: Callable[[], int] = _perf_ns) -> None:
-        self._readline = readline
-        self._clock = clock
-        self.last_line_ns = 0
-        self.bytes_read = 0
-        self.eof = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        readline = self._readline
-        clock = self._clock
-        while True:
-            line = readline()
-            self.last_line_ns = clock()
-            if not line:
-                self.eof = True
-                return
-            self.bytes_read += len(line)
-            yield line
-
-    def close(self) -> None:  # sseclient-py's SSEClient.close() calls this
-        pass
-
-
-def iter_events(source: LineSource) -> Iterator[str]:
-    """Yield the `data` payload of each SSE event (multi-line data joined by newlines).
-
-    Comments, `event:`/`id:`/`retry:`-only events and events without data are skipped by
-    sseclient-py, as the SSE specification says.
-    """
-    for event in SSEClient(source).events():
-        yield event.data
-
 
 _EVENT_ENDS = (b"\r\r", b"\n\n", b"\r\n\r\n")
 _FIELDS = ("id", "event", "data", "retry")
@@ -187,26 +136,3 @@ def _dispatch(block: bytes, out: list[str | bytes]) -> None:
             data = (data or "") + value + "\n"
     if data:
         out.append(data[:-1])
-
-
-def lines_from_bytes(chunks: list[bytes]) -> ReadLine:
-    """A `readline` over arbitrary byte chunks (tests, replays): returns one line ending in
-    b"\\n" at a time, then the unterminated remainder, then b""."""
-    buf = bytearray()
-    it = iter(chunks)
-
-    def readline() -> bytes:
-        while True:
-            i = buf.find(b"\n")
-            if i >= 0:
-                line = bytes(buf[: i + 1])
-                del buf[: i + 1]
-                return line
-            nxt = next(it, None)
-            if nxt is None:
-                rest = bytes(buf)
-                buf.clear()
-                return rest
-            buf.extend(nxt)
-
-    return readline

@@ -5,7 +5,7 @@ What it answers: what the issue asks the note to give when the splitter replaces
 sseclient-py on the hot path — both figures. Each path turns body bytes into event
 payloads and hands every payload to `orjson.loads`, as the client does:
 
-- sseclient-py, fed one `\\n`-terminated line at a time (`sse.LineSource` over a
+- sseclient-py, fed one `\\n`-terminated line at a time (`tests/sseref.py`'s `LineSource` over a
   `readline`, the only way it does not delay events), as anvil's first client did;
 - `EventSplitter.feed`, one block per event (a server pacing tokens: each `recv` brings
   one event);
@@ -32,8 +32,11 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the reference parser
 
-from anvil_metrics.sse import EventSplitter, LineSource, iter_events, lines_from_bytes  # noqa: E402
+from sseref import LineSource, iter_events, lines_from_bytes  # noqa: E402
+
+from anvil_metrics.sse import EventSplitter  # noqa: E402
 
 WORDS = ("the", "model", "weighs", "each", "token", "before", "it", "answers", "with", "care")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test-real SERVER=transformers|vllm|llama
 # Sets the real server up (cached under $ANVIL_REALSERVER_WORK, default ~/.cache/anvil-realserver),
-# starts it on 127.0.0.1, runs tests/test_real_servers.py against it, stops it by PID.
+# starts it on 127.0.0.1, runs tests/realserver/test_real_servers.py against it, stops it by PID.
 # Budgets (wall clock, after set-up): transformers 10 min, vllm 20 min, llama 15 min.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -40,5 +40,5 @@ echo "[test-real] $SERVER set up and started in $(( $(date +%s) - t0 )) s"
 ANVIL_REAL_SERVER="$SERVER" ANVIL_REAL_URL="http://127.0.0.1:$PORT" ANVIL_REAL_MODEL="$MODEL" \
 ANVIL_REAL_LOG="$WORK/${PIDFILE%.pid}.log" \
   timeout "$BUDGET" "$ROOT/.venv/bin/python" -m pytest -m real -s -p no:cacheprovider \
-  "$ROOT/tests/test_real_servers.py"
+  "$ROOT/tests/realserver/test_real_servers.py"
 echo "[test-real] $SERVER done in $(( $(date +%s) - t0 )) s"

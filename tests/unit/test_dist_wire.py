@@ -28,7 +28,7 @@ from anvil_metrics.scenario import load_scenario, scenario_from_dict, scenario_t
 from anvil_metrics.schema import CALIBRATION_METHODS
 from anvil_metrics.urls import api_key_from_env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def over_locust(msg_type: str, data: Any) -> Any:

@@ -10,9 +10,9 @@ import itertools
 
 import orjson
 import pytest
+from sseref import LineSource, iter_events, lines_from_bytes
 
 from anvil_metrics.observe import StreamObserver
-from anvil_metrics.sse import LineSource, iter_events, lines_from_bytes
 
 
 def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None,

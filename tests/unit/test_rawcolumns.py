@@ -923,3 +923,24 @@ def test_rows_are_written_as_orjson_writes_them(rows: list[dict[str, Any]], batc
         written = b"".join(built.json_chunks())
     assert written == orjson.dumps({**doc, "request_timings": rows},
                                    option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+
+
+def test_a_row_template_orjson_does_not_match_falls_back_to_orjson(monkeypatch):
+    """The writer's template is orjson's layout today; were orjson to lay rows out otherwise
+    (here: the template is made to differ), the rows are written by orjson itself."""
+    rows = [{name: 0 for name in catalog.ROW_FIELDS} for _ in range(3)]
+    for i, row in enumerate(rows):
+        row.update({name: 1.5 for name in catalog.FLOAT_FIELDS}, output_token_source="usage",
+                   request_index=i)
+    columns = derive.RowColumns.from_rows(rows)
+    doc = {"schema": "x", "request_timings": [], "wall_clock_ms": 1.5}
+    want = orjson.dumps({**doc, "request_timings": rows},
+                        option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    built = benchmark.BuiltBenchmark(doc, columns)
+    assert b"".join(built.json_chunks()) == want
+    monkeypatch.setattr(rowjson, "_ROW_OPEN", b",\n   {\n")  # another layout
+    text = rowjson._RowText.of(columns)
+    assert rowjson._rows_json(text, 0, 3) != rowjson._rows_orjson(text, 0, 3)
+    with monkeypatch.context() as m:
+        m.setattr(rowjson, "ROW_BATCH", 2)  # and across a batch seam
+        assert b"".join(built.json_chunks()) == want

@@ -24,7 +24,7 @@ from anvil_metrics.jsonio import atomic_write_json
 from anvil_metrics.rawread import read_raw
 from anvil_metrics.verify import verify_benchmark
 
-EXAMPLE = Path(__file__).resolve().parent / "data" / "benchmark-v1.000_51f6de0d03ca0563.json"
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "benchmark-v1.000_51f6de0d03ca0563.json"
 
 
 def _doc(n_rows: int, cached: list[int | None]) -> dict[str, Any]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sseref import LineSource, iter_events
 
-from anvil_metrics.sse import EventSplitter, LineSource, LineTooLong, iter_events
+from anvil_metrics.sse import EventSplitter, LineTooLong
 
 PIECES = [
     b"data: ", b"data:", b"data", b": comment", b":", b"event: x", b"id: 7", b"retry: 5",
