@@ -116,6 +116,10 @@ def _effective_prefill_tok_s(c: Columns) -> Any:
     return _rate(c["prompt_tokens"], c["time_to_first_output_ms"])
 
 
+def _reasoning_tok_s(c: Columns) -> Any:
+    return _rate(c["reasoning_tokens"], c["reasoning_ms"])
+
+
 def _content_tok_s(c: Columns) -> Any:
     after_first = c["output_tokens"] - c["reasoning_tokens"] - 1  # NaN without the split
     seconds = c["visible_generation_ms"] / 1000
@@ -209,6 +213,12 @@ ROW: tuple[RowField, ...] = (
              compute=lambda c: np.where(c["reasoning_chunks"] > 0,
                                         c["ttft_ms"] - c["time_to_first_output_ms"], np.nan),
              label="reasoning phase", percentiles="reasoning_{p}_ms", live=True, summary=True),
+    RowField("reasoning_tok_s", "tok/s", "float", True,
+             "reasoning tokens per second of the reasoning phase (the first content token "
+             "ends it; null unless usage splits reasoning tokens)", presence="added",
+             inputs=("reasoning_tokens", "reasoning_ms"),
+             formula="reasoning_tokens / (reasoning_ms / 1000)", compute=_reasoning_tok_s,
+             label="reasoning decode", percentiles="reasoning_tok_s_{p}", summary=True),
     RowField("content_tok_s", "tok/s", "float", True,
              "content tokens after the first, per second after the first content (null "
              "unless usage splits reasoning tokens)", presence="added",

@@ -232,3 +232,18 @@ def test_reasoning_ms():
     assert formula(rm, ttft_ms=None, time_to_first_output_ms=250.0,
                    reasoning_chunks=3) is None  # reasoning that never reached content
     assert derive.derive_row(_record())["reasoning_ms"] == 150.0
+
+
+def test_reasoning_tok_s():
+    rt = "reasoning_tok_s"
+    # 30 reasoning tokens; the phase (first output → first content) took 1.5 s: after the
+    # first output token, 29 more reasoning tokens and the first content token arrived
+    assert formula(rt, reasoning_tokens=30, reasoning_ms=1500.0) == 20.0
+    assert formula(rt, reasoning_tokens=None, reasoning_ms=1500.0) is None  # not split
+    assert formula(rt, reasoning_tokens=30, reasoning_ms=None) is None  # no phase
+    assert formula(rt, reasoning_tokens=30, reasoning_ms=0.0) is None  # divisor zero
+    usage = {"prompt_tokens": 500, "completion_tokens": 21,
+             "completion_tokens_details": {"reasoning_tokens": 6}}
+    row = derive.derive_row(_record(usage=usage))  # phase: 250 → 400 ms
+    assert row["reasoning_tok_s"] == 6 / 0.15
+    assert row["content_tok_s"] == (21 - 6 - 1) / 0.85
