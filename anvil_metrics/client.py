@@ -11,8 +11,6 @@ This module is the request's logic: the bytes of the request, when its start is 
 which timeout bounds which wait, and the body's events fed to the observer. The sockets,
 pool and response parser are `transport.py`'s (the only module that touches
 geventhttpclient's internals); which failure an exception is, `failures.py`'s table.
-`Endpoint` (urls.py) and `SendStats` (transport.py) are importable from here too, where the
-run set-up has always found them.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from anvil_metrics.failures import CAUGHT, classify
 from anvil_metrics.observe import StreamObserver
 from anvil_metrics.sse import EventSplitter
 from anvil_metrics.transport import (
-    SendStats,
     Silence,
     TotalTimeout,
     Transport,
@@ -36,8 +33,6 @@ from anvil_metrics.transport import (
     send_cooperatively,
 )
 from anvil_metrics.urls import Endpoint
-
-__all__ = ["ChatClient", "Endpoint", "MAX_LINE_BYTES", "SendStats", "read_events"]
 
 _perf_ns = time.perf_counter_ns
 _ERROR_BODY_LIMIT = 64 * 1024

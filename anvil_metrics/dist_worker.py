@@ -24,14 +24,14 @@ from greenlet import GreenletExit
 
 from anvil_metrics import saturation
 from anvil_metrics.body import BodyBuilder
-from anvil_metrics.client import Endpoint
 from anvil_metrics.control import Ticket
 from anvil_metrics.dist_wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.prompts import PromptFactory
+from anvil_metrics.recorder import Recorder
 from anvil_metrics.records import Failure, RequestRecord, worker_identity
-from anvil_metrics.urls import api_key_from_env
+from anvil_metrics.urls import Endpoint, api_key_from_env
 
 log = logging.getLogger("anvil")
 
@@ -99,7 +99,8 @@ class RecordShipper:
         self._scheduled = False
         self.sent = 0
 
-    def add(self, record: RequestRecord) -> None:
+    def take(self, record: RequestRecord) -> None:
+        """Queue `record` for the next message (a `recorder.RecordSink`)."""
         self._pending.append(orjson.dumps(record.to_json_dict()))
         if not self._scheduled:
             self._scheduled = True
@@ -137,10 +138,8 @@ class WorkerSession:
         self.shipper = RecordShipper(send, setup.run_id)
         self.finished = False
         self.load = saturation.LoadWindow()
-        anvil_events.request_record.add_listener(self._on_record)
-
-    def _on_record(self, record: RequestRecord, **_: Any) -> None:
-        self.shipper.add(record)
+        self.recorder = Recorder(self.shipper)
+        self.recorder.start()
 
     def _orphan(self, ticket: Ticket) -> None:
         """A ticket arrived for a user that was stopped while waiting for it: the request
@@ -169,7 +168,7 @@ class WorkerSession:
         self.finished = True
         self.budget.close()
         self.end_load()
-        anvil_events.request_record.remove_listener(self._on_record)
+        self.recorder.stop()
         self.shipper.flush()
         self._send("anvil_done", {"run_id": self.run_id, "sent": self.shipper.sent,
                                   "worker": self.worker, "health": self.load.end()})

@@ -112,7 +112,7 @@ class LiveStats:
         if self._end_s is None:
             self._end_s = time.perf_counter()
 
-    def add(self, record: RequestRecord) -> None:
+    def take(self, record: RequestRecord) -> None:
         """Take one finished raw record (call it where `requests.jsonl` is written). Only
         queued here, with its arrival time: the derivation runs when the event loop is
         idle (or a snapshot is asked for), not at the moment a stream ends, when other

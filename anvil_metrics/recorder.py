@@ -1,7 +1,12 @@
-"""The recorder: appends each raw record to `requests.jsonl` as it happens.
+"""The recorder: every finished raw record, as it happens, to where it belongs.
 
-It is only a listener on `anvil_events.request_record`, so what it writes is exactly what
-any other listener sees. Each line is flushed to the OS when written: a killed process
+`Recorder` is the one listener on `anvil_events.request_record` a run installs, so what it
+records is exactly what any other listener sees. It hands each record to its sinks
+(`RecordSink`): on a single process or a distributed master, `RawWriter` (the
+`requests.jsonl` file) and the live figures; on a distributed worker, the shipper that
+batches records to the master (`dist_worker.RecordShipper`).
+
+`RawWriter` appends `requests.jsonl`. Each line is flushed to the OS when written: a killed process
 loses at most the line being written (which `rawread` tolerates as a torn last line), never
 a finished request. The run folder is created exclusively, so two runs started in the same
 second get distinct folders (`benchmark-…Z`, `benchmark-…Z-2`, …) and never share a file.
@@ -14,11 +19,37 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
+from anvil_metrics.events import anvil_events
 from anvil_metrics.records import RAW_SCHEMA, RequestRecord
+
+
+class RecordSink(Protocol):
+    """Where finished records go."""
+
+    def take(self, record: RequestRecord) -> None:
+        """Take one finished record (called in the order records finish)."""
+
+
+class Recorder:
+    """The run's one listener on `anvil_events.request_record`: each record to every sink,
+    in order, from `start()` to `stop()`."""
+
+    def __init__(self, *sinks: RecordSink) -> None:
+        self.sinks = sinks
+
+    def start(self) -> None:
+        anvil_events.request_record.add_listener(self._on_record)
+
+    def stop(self) -> None:
+        anvil_events.request_record.remove_listener(self._on_record)
+
+    def _on_record(self, record: RequestRecord, **_: Any) -> None:
+        for sink in self.sinks:
+            sink.take(record)
 
 
 def utc_iso(ts: float | None = None) -> str:
@@ -58,7 +89,6 @@ class RawWriter:
         self.path = path
         self._f = open(path, "ab")
         self._lock = threading.Lock()
-        self.records_written = 0
 
     def write(self, obj: dict[str, Any]) -> None:
         line = orjson.dumps(obj) + b"\n"
@@ -83,9 +113,9 @@ class RawWriter:
         self.write(header)
         return header
 
-    def write_record(self, record: RequestRecord) -> None:
+    def take(self, record: RequestRecord) -> None:
+        """Append `record` (a `RecordSink`)."""
         self.write(record.to_json_dict())
-        self.records_written += 1
 
     def write_end(self, extra: dict[str, Any] | None = None) -> None:
         end = {"type": "run_end", "finished_at": utc_iso(), "end_perf_ns": time.perf_counter_ns()}

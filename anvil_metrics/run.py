@@ -24,7 +24,6 @@ from typing import Any
 import orjson
 
 from anvil_metrics import catalog
-from anvil_metrics.client import Endpoint
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.options import locust_args
 from anvil_metrics.postprocess import BENCHMARK_FILE
@@ -32,6 +31,7 @@ from anvil_metrics.recorder import create_run_dir
 from anvil_metrics.runerror import read_error
 from anvil_metrics.scenario import Scenario
 from anvil_metrics.simproc import stop_process
+from anvil_metrics.urls import Endpoint
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from anvil_metrics.body import BodyBuilder
-    from anvil_metrics.client import Endpoint
     from anvil_metrics.control import Ticket
     from anvil_metrics.scenario import Scenario
+    from anvil_metrics.urls import Endpoint
 
 RUN_ATTR = "anvil_run"
 LATEST_ATTR = "anvil_latest"

@@ -18,7 +18,7 @@ from typing import Any
 
 from anvil_metrics import calcache, saturation
 from anvil_metrics.body import BodyBuilder, body_fields
-from anvil_metrics.client import ChatClient, Endpoint, SendStats
+from anvil_metrics.client import ChatClient
 from anvil_metrics.control import RequestBudget
 from anvil_metrics.counting import Counter, server_counter
 from anvil_metrics.errors import AnvilError, UsageError
@@ -34,10 +34,12 @@ from anvil_metrics.prompts import (
     messages_for,
     request_prefix,
 )
-from anvil_metrics.recorder import RawWriter, create_run_dir, new_run_id
-from anvil_metrics.records import RequestRecord, worker_identity
+from anvil_metrics.recorder import RawWriter, Recorder, create_run_dir, new_run_id
+from anvil_metrics.records import worker_identity
 from anvil_metrics.scenario import Scenario
 from anvil_metrics.schema import RUN_ID
+from anvil_metrics.transport import SendStats
+from anvil_metrics.urls import Endpoint
 
 __all__ = ["RunOptions", "RunSession", "discover_model"]
 
@@ -85,7 +87,8 @@ class RunSession:
         self.benchmark_path: Path | None = None
         self.cache_warning: str | None = None
         self.live = LiveStats(run_id, opts.scenario.requests)
-        anvil_events.request_record.add_listener(self._on_record)
+        self.recorder = Recorder(writer, self.live)
+        self.recorder.start()
         self.load = saturation.LoadWindow()
         self._health: dict[str, Any] | None = None
 
@@ -112,10 +115,6 @@ class RunSession:
         self.end_load()
         assert self._health is not None
         return self._health
-
-    def _on_record(self, record: RequestRecord, **_: Any) -> None:
-        self.writer.write_record(record)
-        self.live.add(record)
 
     @classmethod
     def start(cls, opts: RunOptions, on_exhausted: Callable[[], None]) -> RunSession:
@@ -212,7 +211,7 @@ class RunSession:
             return self.benchmark_path
         self.finished = True
         self.budget.close()
-        anvil_events.request_record.remove_listener(self._on_record)
+        self.recorder.stop()
         from anvil_metrics.postprocess import postprocess_run
 
         try:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.client import ChatClient
 from anvil_metrics.counting import server_counter
 from anvil_metrics.prompts import PromptFactory, calibrate_by_probe
 from anvil_metrics.session import discover_model
+from anvil_metrics.urls import Endpoint
 
 
 @dataclass(frozen=True, slots=True)

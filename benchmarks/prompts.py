@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 
 from anvil_metrics.body import BodyBuilder
-from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.client import ChatClient
 from anvil_metrics.counting import server_counter
 from anvil_metrics.prompts import PromptFactory, calibrate_by_probe
 from anvil_metrics.scenario import scenario_from_dict
 from anvil_metrics.simproc import start_simulator
+from anvil_metrics.urls import Endpoint
 
 REPO = Path(__file__).resolve().parent.parent
 

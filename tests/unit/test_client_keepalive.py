@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.client import ChatClient
 from anvil_metrics.observe import StreamObserver
+from anvil_metrics.urls import Endpoint
 
 STREAM = (b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
           b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'

@@ -30,7 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anvil_metrics import counting
-from anvil_metrics.client import ChatClient, Endpoint
+from anvil_metrics.client import ChatClient
 from anvil_metrics.errors import UsageError
 from anvil_metrics.sim import prefixcache, tokenizer
 from anvil_metrics.sim.config import TOKENIZE_APIS
@@ -46,6 +46,7 @@ from anvil_metrics.sim.tokenizer import (
     text_token_ids,
 )
 from anvil_metrics.simproc import SimProcess
+from anvil_metrics.urls import Endpoint
 
 MODEL = "sim-model"
 QUICK = ("--prefill-ms", "0", "--interval-ms", "0", "--reasoning-tokens", "0",

@@ -234,8 +234,8 @@ def test_live_percentiles_equal_the_files() -> None:
                             content_chunks=4, chunk_deltas_ns=(), chunk_channels="",
                             usage={"prompt_tokens": 100, "completion_tokens": 7 + i % 5})
         records.append(rec)
-        live.add(rec)
-    live.add(RequestRecord(request_index=40, start_ns=0, end_ns=1,
+        live.take(rec)
+    live.take(RequestRecord(request_index=40, start_ns=0, end_ns=1,
                            failure=Failure("http_error", "x", 500)))
     snap = live.snapshot()
     assert snap["completed"] == 40 and snap["failed"] == 1

@@ -18,19 +18,17 @@ from locust.env import Environment
 
 from anvil_metrics import cli, plugin
 from anvil_metrics.body import BodyBuilder
-from anvil_metrics.client import Endpoint
 from anvil_metrics.control import RequestBudget
 from anvil_metrics.dist_wire import WorkerSetup
 from anvil_metrics.dist_worker import WorkerSession
 from anvil_metrics.errors import UsageError
-from anvil_metrics.events import anvil_events
 from anvil_metrics.options import OPTIONS, RunOptions, locust_args, run_options
 from anvil_metrics.prompts import NO_CALIBRATION, PromptFactory
 from anvil_metrics.runctx import RunContext, TicketSource, latest_run, run_in_progress, set_run
 from anvil_metrics.runerror import ERROR_FILE, ErrorFile, read_error
 from anvil_metrics.scenario import Scenario, scenario_from_dict
 from anvil_metrics.session import RunSession
-from anvil_metrics.urls import api_key_from_env
+from anvil_metrics.urls import Endpoint, api_key_from_env
 from anvil_metrics.users import ChatUser
 
 SCENARIO = """\
@@ -185,7 +183,7 @@ def test_run_session_and_worker_session_are_run_contexts(tmp_path: Path) -> None
     opts = RunOptions(scenario=sc, host="http://127.0.0.1:1", users=1)
     session = RunSession(opts, Endpoint.parse(opts.host), "m", NO_CALIBRATION, "run-1",
                          tmp_path, None, bodies, RequestBudget(2, 0, [4096]), {})
-    anvil_events.request_record.remove_listener(session._on_record)
+    session.recorder.stop()
     setup = WorkerSetup("run-1", sc, "http://127.0.0.1:1", None, "m", NO_CALIBRATION, "n",
                         None, {4096: 10}, None, [4096])
     worker = WorkerSession(setup, lambda *_: None)

@@ -55,10 +55,10 @@ def _record(i: int, ttft_ms: int, warmup: bool = False, failure: str | None = No
 def _stand_in_run(run_dir: Path, ttfts: list[int]) -> SimpleNamespace:
     """What webui reads of a RunSession, with a real LiveStats fed real records."""
     live = LiveStats("benchmark-20260101T000000Z", requests_planned=len(ttfts) + 1)
-    live.add(_record(0, 999, warmup=True))
+    live.take(_record(0, 999, warmup=True))
     for i, ms in enumerate(ttfts):
-        live.add(_record(i, ms))
-    live.add(_record(len(ttfts), 0, failure="timeout"))
+        live.take(_record(i, ms))
+    live.take(_record(len(ttfts), 0, failure="timeout"))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "requests.jsonl").write_bytes(b'{"type":"run"}\n')
     return SimpleNamespace(live=live, run_id=live.run_id, run_dir=run_dir, finished=False,
