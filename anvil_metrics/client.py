@@ -22,6 +22,7 @@ from typing import Any
 import gevent
 import orjson
 
+from anvil_metrics import truth
 from anvil_metrics.failures import CAUGHT, classify
 from anvil_metrics.observe import StreamObserver
 from anvil_metrics.sse import EventSplitter
@@ -184,9 +185,7 @@ class ChatClient:
             self._fail(obs, "headers", e)
             return 0
         obs.http_status = resp.status_code
-        server_t0 = resp.get("anvil-t0-ns")  # anvil's simulator with --stamp-send
-        if server_t0:
-            obs.sent = {"t0_ns": int(server_t0)}
+        obs.truth = truth.from_headers(resp.get)  # anvil's simulator with --stamp-send
         if resp.status_code != 200:
             return self._http_error(resp, obs)
         first = [True]

@@ -14,6 +14,9 @@ finish chunk, no `[DONE]`) is tested without a network. The rules are those of
   that ends before any `finish_reason` is a `truncated` failure;
 - an `error` object inside the stream is a `stream_error`; a payload that is not a JSON
   object is a `malformed_chunk`.
+
+A stream from anvil's stamping simulator also gets `truth`, a `truth.SendStamps` that keeps
+the simulator's send stamps beside the observer's (None for any other server).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics.records import Failure, RequestRecord
+from anvil_metrics.truth import SendStamps
 
 
 class StreamObserver:
@@ -53,7 +57,7 @@ class StreamObserver:
         "_last_ns",
         "on_first_output",
         "on_first_content",
-        "sent",
+        "truth",
         "due_ns",
     )
 
@@ -88,7 +92,7 @@ class StreamObserver:
         self._last_ns = start_ns
         self.on_first_output = on_first_output
         self.on_first_content = on_first_content
-        self.sent: dict[str, Any] | None = None
+        self.truth: SendStamps | None = None  # the simulator's send stamps, if it sends them
         self.due_ns: int | None = None  # when the request was due to go out (`begin`)
 
     def begin(self, t_ns: int, due_ns: int | None = None) -> None:
@@ -139,11 +143,10 @@ class StreamObserver:
             if not isinstance(usage, dict):
                 raise TypeError("usage is not an object")
             self.usage = usage
-        sent_ns = chunk.get("anvil_sent_ns")
-        if sent_ns is not None:
-            self._server_stamp("last_sent_ns", sent_ns)
         choices = chunk.get("choices")
         if not choices:
+            if self.truth is not None:
+                self.truth.chunk(chunk, False, False)
             return False
         choice = choices[0]
         delta = choice.get("delta")
@@ -154,36 +157,16 @@ class StreamObserver:
                 raise TypeError("a delta's text is not a string")
             if reasoning or content:
                 self._output(bool(reasoning), bool(content), t_ns)
-                if sent_ns is not None:
-                    self._server_chunk_sent(sent_ns)
-                    self._server_stamp("first_output_sent_ns", sent_ns, first=True)
-                    if content:
-                        self._server_stamp("first_content_sent_ns", sent_ns, first=True)
+            if self.truth is not None:
+                self.truth.chunk(chunk, bool(reasoning or content), bool(content))
+        elif self.truth is not None:
+            self.truth.chunk(chunk, False, False)
         fr = choice.get("finish_reason")
         if fr:
             if not isinstance(fr, str):
                 raise TypeError("finish_reason is not a string")
             self.finish_reason = fr
         return False
-
-    def _server_stamp(self, key: str, sent_ns: int, first: bool = False) -> None:
-        """Keep a send stamp of a server that offers them (anvil's simulator with
-        `--stamp-send`, same host and clock): the truth each client stamp is compared to.
-        `first` keeps the earliest value of `key`, else the latest."""
-        if self.sent is None:
-            self.sent = {}
-        if first:
-            self.sent.setdefault(key, sent_ns)
-        else:
-            self.sent[key] = sent_ns
-
-    def _server_chunk_sent(self, sent_ns: int) -> None:
-        """Each output chunk's send stamp, in order (only with a stamping server): its
-        arrival is `chunk_arrivals_ns()[i]`, so per-chunk bias is their difference."""
-        if self.sent is None:
-            self.sent = {}
-        chunks = self.sent.setdefault("chunks_sent_ns", [])
-        chunks.append(sent_ns)
 
     def _output(self, reasoning: bool, content: bool, t_ns: int) -> None:
         self.deltas.append(t_ns - self._last_ns)
@@ -248,6 +231,6 @@ class StreamObserver:
         extra: dict[str, Any] = {}
         if self.due_ns is not None:  # how late the request went out (saturation.py)
             extra["start_delay_ns"] = max(0, self.start_ns - self.due_ns)
-        if self.sent:
-            extra["server"] = self.sent
+        if self.truth is not None:
+            extra["server"] = self.truth.stamps
         return extra

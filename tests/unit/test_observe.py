@@ -167,3 +167,32 @@ def test_begin_stamps_the_start_the_first_delta_and_the_start_delay() -> None:
     obs.on_data(b"[DONE]", 2_100)
     rec = obs.finish()
     assert rec.start_ns == 2_000 and "start_delay_ns" not in rec.extra
+
+
+def _stamped(delta: dict | None, sent_ns: int, choices: bool = True) -> bytes:
+    obj = orjson.loads(chunk(delta, choices=choices)[len(b"data: "):])
+    obj["anvil_sent_ns"] = sent_ns
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def test_send_stamps_are_kept_only_for_a_stamping_server() -> None:
+    """The simulator's send stamps go to `extra.server` when the stream has a `truth`
+    (the client attaches one when the response carries `anvil-t0-ns`); without it, the
+    same chunks leave no trace."""
+    from anvil_metrics.truth import SendStamps, from_headers
+
+    stream = (_stamped({"role": "assistant", "content": ""}, 5) + _stamped({"reasoning": "a"}, 6)
+              + _stamped({"content": "b"}, 7) + _stamped({"content": "c"}, 8)
+              + _stamped(None, 9, choices=False) + DONE)
+    plain = run(stream).finish()
+    assert "server" not in plain.extra
+    obs = StreamObserver(0, 0)
+    obs.truth = from_headers({"anvil-t0-ns": "3"}.get)
+    assert isinstance(obs.truth, SendStamps) and from_headers({}.get) is None
+    source = LineSource(lines_from_bytes([stream]), clock=lambda: 1)
+    for data in iter_events(source):
+        if obs.on_data(data, source.last_line_ns):
+            break
+    assert obs.finish().extra["server"] == {
+        "t0_ns": 3, "last_sent_ns": 9, "chunks_sent_ns": [6, 7, 8],
+        "first_output_sent_ns": 6, "first_content_sent_ns": 7}
