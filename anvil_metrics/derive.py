@@ -35,6 +35,9 @@ from anvil_metrics.records import COUNT_LIMIT, RequestRecord
 _MEASURED_FLOATS = tuple(n for n in FLOAT_FIELDS if not catalog.BY_NAME[n].derived)
 NULLABLE_FLOATS = frozenset(n for n in FLOAT_FIELDS if catalog.BY_NAME[n].nullable)
 _DURATIONS = tuple(n for n in FLOAT_FIELDS if catalog.BY_NAME[n].kind == "duration")
+# the measured fields some formula reads (only these are converted for `catalog.derive`)
+_FORMULA_INPUTS = tuple(n for n in ROW_FIELDS if not catalog.BY_NAME[n].derived and any(
+    n in f.inputs for f in catalog.DERIVED))
 
 
 def durations_ms(start_ns: Any, stop_ns: Any, stop_present: Any) -> Any:
@@ -220,8 +223,7 @@ def _float_column(values: list[Any], nullable: bool, nonnegative: bool) -> Any:
 def derive_columns(rows: RowColumns) -> dict[str, Any]:
     """Every derived field of `rows` (not those absent), from its measured fields, with the
     catalogue's formulas: name -> float64 column, NaN for null."""
-    columns = {name: rows.values(name) for name in ROW_FIELDS
-               if name != "output_token_source" and not catalog.BY_NAME[name].derived}
+    columns = {name: rows.values(name) for name in _FORMULA_INPUTS}
     derived = catalog.derive(columns, skip=rows.absent)
     return {f.name: derived[f.name] for f in catalog.DERIVED if f.name not in rows.absent}
 

@@ -138,7 +138,7 @@ class WorkerSession:
         self.shipper = RecordShipper(send, setup.run_id)
         self.finished = False
         self.load = saturation.LoadWindow()
-        self.recorder = Recorder(self.shipper)
+        self.recorder = Recorder(anvil_events.request_record, self.shipper)
         self.recorder.start()
 
     def _orphan(self, ticket: Ticket) -> None:

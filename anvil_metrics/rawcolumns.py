@@ -95,43 +95,46 @@ def clock_offsets_ns(workers: Mapping[str, Mapping[str, Any]]) -> dict[str, int]
             if type(w.get("perf_offset_ns")) is int}
 
 
-def _count(x: Any) -> int:
-    """A usage count as a column holds it: the integer, NULL unless it is one in range."""
-    return x if type(x) is int and 0 <= x < COUNT_LIMIT else NULL
-
-
 def usage_counts(usage: Mapping[str, Any] | None, reasoning_chunks: int, content_chunks: int
                  ) -> tuple[int, bool, int, int, int]:
     """What a row takes from the server's `usage` object: `(output_tokens, from_usage,
-    prompt_tokens, cached_tokens, reasoning_tokens)`, NULL where not reported.
+    prompt_tokens, cached_tokens, reasoning_tokens)`, NULL where not reported. A count is
+    an integer 0 <= x < 2**53 (`records.COUNT_LIMIT`); anything else is not reported.
 
-    `output_tokens` is `usage.completion_tokens` when the server sent an integer count,
-    else `reasoning_chunks + content_chunks` (a chunk carrying both a reasoning and a
-    content delta counts in both chunk counts: it carried at least two pieces of text;
-    chunk counts undercount tokens anyway, which is why the source is recorded).
+    `output_tokens` is `usage.completion_tokens` when the server sent such a count, else
+    `reasoning_chunks + content_chunks` (a chunk carrying both a reasoning and a content
+    delta counts in both chunk counts: it carried at least two pieces of text; chunk counts
+    undercount tokens anyway, which is why the source is recorded).
     """
     if usage is None:
         return reasoning_chunks + content_chunks, False, NULL, NULL, NULL
-    out = _count(usage.get("completion_tokens"))
-    from_usage = out != NULL
+    limit = COUNT_LIMIT
+    out = usage.get("completion_tokens")
+    from_usage = type(out) is int and 0 <= out < limit
     if not from_usage:
         out = reasoning_chunks + content_chunks
+    prompt = usage.get("prompt_tokens")
+    if not (type(prompt) is int and 0 <= prompt < limit):
+        prompt = NULL
+    cached = reasoning = NULL
     details = usage.get("prompt_tokens_details")
-    cached = _count(details.get("cached_tokens")) if type(details) is dict else NULL
+    if type(details) is dict:
+        cached = details.get("cached_tokens")
+        if not (type(cached) is int and 0 <= cached < limit):
+            cached = NULL
     details = usage.get("completion_tokens_details")
-    reasoning = _count(details.get("reasoning_tokens")) if type(details) is dict else NULL
-    return out, from_usage, _count(usage.get("prompt_tokens")), cached, reasoning
+    if type(details) is dict:
+        reasoning = details.get("reasoning_tokens")
+        if not (type(reasoning) is int and 0 <= reasoning < limit):
+            reasoning = NULL
+    return out, from_usage, prompt, cached, reasoning
 
 
 _PLAIN_KEYS = itemgetter("type", "request_index", "start_ns", "end_ns", "first_output_ns",
                          "first_content_ns", "reasoning_chunks", "content_chunks",
                          "planned_context_tokens", "warmup", "usage", "failure", "worker",
                          "chunk_channels", "chunk_deltas_ns")
-_FLUSH_ROWS = 4096  # rows converted to int64 at a time
-
-
-def _stamp(x: Any) -> bool:
-    return type(x) is int and -STAMP_LIMIT < x < STAMP_LIMIT
+_FLUSH_VALUES = 4096 * len(RAW_COLUMNS)  # values converted to int64 at a time
 
 
 class ColumnBuilder:
@@ -153,7 +156,8 @@ class ColumnBuilder:
         RequestRecord. True when done; False when the line is anything else or not plainly
         valid: `records.record_problem` then gives the verdict (and `add_record` takes the
         record if it is valid). Every test here is one of `record_problem`'s, on the exact
-        JSON types orjson returns; a line that passes them all is one it accepts."""
+        JSON types orjson returns; a line that passes them all is one it accepts. (The hot
+        loop of post-processing: checks are inline, not calls.)"""
         if type(d) is not dict:
             return False
         try:  # the keys RequestRecord.to_json_dict always writes; else the slow way
@@ -162,13 +166,15 @@ class ColumnBuilder:
             return False
         x = d.get("extra")
         hs = d.get("http_status")
-        if not (ty == "request" and type(ri) is int and 0 <= ri < COUNT_LIMIT and _stamp(s)
-                and type(rc) is int and 0 <= rc < COUNT_LIMIT
-                and type(cc) is int and 0 <= cc < COUNT_LIMIT
-                and (pl is None or (type(pl) is int and 0 <= pl < COUNT_LIMIT))
+        lo, hi, c = -STAMP_LIMIT, STAMP_LIMIT, COUNT_LIMIT
+        if not (ty == "request" and type(ri) is int and 0 <= ri < c
+                and type(s) is int and lo < s < hi
+                and type(rc) is int and 0 <= rc < c and type(cc) is int and 0 <= cc < c
+                and (pl is None or (type(pl) is int and 0 <= pl < c))
                 and type(wu) is bool
-                and (e is None or _stamp(e)) and (fo is None or _stamp(fo))
-                and (fc is None or _stamp(fc))
+                and (e is None or (type(e) is int and lo < e < hi))
+                and (fo is None or (type(fo) is int and lo < fo < hi))
+                and (fc is None or (type(fc) is int and lo < fc < hi))
                 and (u is None or type(u) is dict) and (w is None or type(w) is str)
                 and (x is None or type(x) is dict) and (hs is None or type(hs) is int)
                 and (not ch or type(ch) is str)
@@ -182,11 +188,16 @@ class ColumnBuilder:
         if (fc is None) != (cc == 0) or (fo is None) != (rc + cc == 0):
             return False
         last = s
-        for t in (fo, fc, e):
-            if t is not None:
-                if t < last:
-                    return False
-                last = t
+        if fo is not None:
+            if fo < last:
+                return False
+            last = fo
+        if fc is not None:
+            if fc < last:
+                return False
+            last = fc
+        if e is not None and e < last:
+            return False
         delay = NULL
         if x:
             delay = x.get("start_delay_ns")
@@ -194,51 +205,35 @@ class ColumnBuilder:
                 delay = int(delay)
             elif type(delay) is not int:
                 delay = NULL
-            elif not -STAMP_LIMIT < delay < STAMP_LIMIT:
+            elif not lo < delay < hi:
                 return False
-        usage = usage_counts(u, rc, cc)
-        if usage[0] >= COUNT_LIMIT:
+        out, from_usage, prompt, cached, reasoning = usage_counts(u, rc, cc)
+        if out >= c:
             return False
-        self._add(n, wu, ri, s, e, fo, fc, pl, rc, cc, usage, w, delay,
-                  None if f is None else (f["kind"], f.get("message", ""),
-                                          f.get("http_status"), f.get("phase"), hs))
+        if f is not None:
+            self.failures[self.n_records] = (f["kind"], f.get("message", ""),
+                                             f.get("http_status"), f.get("phase"), hs)
+        if w is None:
+            code = -1
+        else:
+            code = self.worker_codes.get(w)
+            if code is None:
+                code = self.worker_codes[w] = len(self.worker_codes)
+        pending = self.pending
+        pending += (n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
+                    NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
+                    from_usage, prompt, cached, reasoning, code, delay, f is not None)
+        self.n_records += 1
+        if len(pending) >= _FLUSH_VALUES:
+            self.flush()
         return True
 
     def add_record(self, n: int, rec: RequestRecord) -> None:
-        """Add a RequestRecord that `records.record_problem` accepted (line `n`)."""
-        f = rec.failure
-        delay = rec.extra.get("start_delay_ns")
-        self._add(n, rec.warmup, rec.request_index, rec.start_ns, rec.end_ns,
-                  rec.first_output_ns, rec.first_content_ns, rec.planned_context_tokens,
-                  rec.reasoning_chunks, rec.content_chunks,
-                  usage_counts(rec.usage, rec.reasoning_chunks, rec.content_chunks),
-                  rec.worker, int(delay) if isinstance(delay, int) else NULL,
-                  None if f is None else (f.kind, f.message, f.http_status, f.phase,
-                                          rec.http_status))
-
-    def _add(self, n: int, warmup: bool, index: int, start: int, end: int | None,
-             first_output: int | None, first_content: int | None, planned: int | None,
-             reasoning_chunks: int, content_chunks: int,
-             usage: tuple[int, bool, int, int, int], worker: str | None, delay: int,
-             failure: FailureFields | None) -> None:
-        if failure is not None:
-            self.failures[self.n_records] = failure
-        if worker is None:
-            code = -1
-        else:
-            code = self.worker_codes.get(worker)
-            if code is None:
-                code = self.worker_codes[worker] = len(self.worker_codes)
-        out, from_usage, prompt, cached, reasoning = usage
-        self.pending += (n, warmup, index, start, NULL if end is None else end,
-                         NULL if first_output is None else first_output,
-                         NULL if first_content is None else first_content,
-                         NULL if planned is None else planned, reasoning_chunks,
-                         content_chunks, out, from_usage, prompt, cached, reasoning, code,
-                         delay, failure is not None)
-        self.n_records += 1
-        if len(self.pending) >= _FLUSH_ROWS * len(RAW_COLUMNS):
-            self.flush()
+        """Add a RequestRecord that `records.record_problem` accepted (line `n`): the row
+        its JSON line makes, so that one function says how a record becomes a row."""
+        if not self.add_plain(n, rec.to_json_dict()):
+            raise AssertionError(f"request {rec.request_index}: a record record_problem "
+                                 "accepts was refused by the plain road (a bug)")
 
     def flush(self) -> None:
         """Move the waiting rows into `buf` (int64)."""

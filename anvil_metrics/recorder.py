@@ -1,7 +1,9 @@
 """The recorder: every finished raw record, as it happens, to where it belongs.
 
-`Recorder` is the one listener on `anvil_events.request_record` a run installs, so what it
-records is exactly what any other listener sees. It hands each record to its sinks
+`Recorder` is the one listener on `anvil_events.request_record` a run installs (it is given
+that hook, so this module does not import Locust: `anvil postprocess` and `anvil run` use
+its helpers without starting it), so what it records is exactly what any other listener
+sees. It hands each record to its sinks
 (`RecordSink`): on a single process or a distributed master, `RawWriter` (the
 `requests.jsonl` file) and the live figures; on a distributed worker, the shipper that
 batches records to the master (`dist_worker.RecordShipper`).
@@ -23,7 +25,6 @@ from typing import Any, Protocol
 
 import orjson
 
-from anvil_metrics.events import anvil_events
 from anvil_metrics.records import RAW_SCHEMA, RequestRecord
 
 
@@ -34,18 +35,27 @@ class RecordSink(Protocol):
         """Take one finished record (called in the order records finish)."""
 
 
-class Recorder:
-    """The run's one listener on `anvil_events.request_record`: each record to every sink,
-    in order, from `start()` to `stop()`."""
+class Hook(Protocol):
+    """A Locust `EventHook` (`anvil_events.request_record`)."""
 
-    def __init__(self, *sinks: RecordSink) -> None:
+    def add_listener(self, handler: Any) -> Any: ...
+
+    def remove_listener(self, handler: Any) -> None: ...
+
+
+class Recorder:
+    """The run's one listener on `hook` (`anvil_events.request_record`): each record to
+    every sink, in order, from `start()` to `stop()`."""
+
+    def __init__(self, hook: Hook, *sinks: RecordSink) -> None:
+        self.hook = hook
         self.sinks = sinks
 
     def start(self) -> None:
-        anvil_events.request_record.add_listener(self._on_record)
+        self.hook.add_listener(self._on_record)
 
     def stop(self) -> None:
-        anvil_events.request_record.remove_listener(self._on_record)
+        self.hook.remove_listener(self._on_record)
 
     def _on_record(self, record: RequestRecord, **_: Any) -> None:
         for sink in self.sinks:

@@ -87,7 +87,7 @@ class RunSession:
         self.benchmark_path: Path | None = None
         self.cache_warning: str | None = None
         self.live = LiveStats(run_id, opts.scenario.requests)
-        self.recorder = Recorder(writer, self.live)
+        self.recorder = Recorder(anvil_events.request_record, writer, self.live)
         self.recorder.start()
         self.load = saturation.LoadWindow()
         self._health: dict[str, Any] | None = None

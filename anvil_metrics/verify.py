@@ -244,8 +244,13 @@ def _check_context_distribution(doc: dict[str, Any], rows: RowColumns, at: Any,
         problems.append("context_distribution: expected an object of planned size (digits) "
                         f"→ request count, file has {fmt(dist)}")
         return
-    planned = rows.counts["planned_context_tokens"].tolist()
-    present = rows.present["planned_context_tokens"].tolist()
+    planned_col = rows.counts["planned_context_tokens"]
+    present_col = rows.present["planned_context_tokens"]
+    sizes, used_n = np.unique(planned_col[present_col], return_counts=True)
+    if present_col.all() and all(n <= dist.get(str(size), -1) for size, n in
+                                 zip(sizes.tolist(), used_n.tolist(), strict=True)):
+        return  # the common case, at once: every row has a planned size the plan has room for
+    planned, present = planned_col.tolist(), present_col.tolist()
     used: dict[str, int] = {}
     for pos, size, has in zip(at.tolist(), planned, present, strict=True):
         path = f"request_timings[{pos}].planned_context_tokens"

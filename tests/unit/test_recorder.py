@@ -23,7 +23,7 @@ def test_each_record_reaches_every_sink_in_order_until_stop(tmp_path: Path) -> N
     writer = RawWriter(path)
     writer.write_header("benchmark-20260801T160039Z", {})
     a, b = _Sink(), _Sink()
-    recorder = Recorder(writer, a, b)
+    recorder = Recorder(anvil_events.request_record, writer, a, b)
     recorder.start()
     for i in range(3):
         anvil_events.request_record.fire(record=RequestRecord(i, start_ns=i, end_ns=i + 1))
