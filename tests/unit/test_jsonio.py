@@ -1,0 +1,51 @@
+"""Atomic writes: the target is the old file or the whole new one, never a part, whichever
+side of the write-behind fails."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from anvil_metrics.jsonio import atomic_write_bytes
+
+
+def test_many_chunks_arrive_whole_and_in_order(tmp_path: Path) -> None:
+    target = tmp_path / "big.json"
+    chunks = [bytes([65 + i % 26]) * (1000 + i) for i in range(300)]
+    atomic_write_bytes(target, iter(chunks))
+    assert target.read_bytes() == b"".join(chunks)
+    assert [p.name for p in tmp_path.iterdir()] == ["big.json"]
+
+
+def test_a_maker_that_fails_leaves_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "b.json"
+    target.write_bytes(b"old")
+
+    def chunks() -> Iterator[bytes]:
+        yield b"x" * 100_000
+        yield b"y" * 100_000
+        raise ValueError("refusing to write non-strict JSON")
+
+    with pytest.raises(ValueError, match="non-strict"):
+        atomic_write_bytes(target, chunks())
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["b.json"]
+
+
+def test_a_write_that_fails_is_raised_and_leaves_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "b.json"
+    target.write_bytes(b"old")
+    made = []
+
+    def chunks() -> Iterator[object]:
+        for i in range(1000):
+            made.append(i)
+            yield "not bytes" if i == 3 else b"z"  # the writer's f.write raises TypeError
+
+    with pytest.raises(TypeError):
+        atomic_write_bytes(target, chunks())  # type: ignore[arg-type]
+    assert target.read_bytes() == b"old"
+    assert len(made) < 1000  # the maker stopped once the writer had failed
+    assert [p.name for p in tmp_path.iterdir()] == ["b.json"]
