@@ -6,8 +6,7 @@ of JSON; parsing and checking them takes ~13 µs a line on a 2-vCPU VM), and a m
 ran a load generator has more cores. The file is cut into one part per CPU this process
 may use (at most `MAX_PARTS`), each cut at the first line start after an equal share of
 the bytes; this process reads the first part as before while a child per other part
-(`python -m anvil_metrics.rawpart FILE START STOP`, a fresh interpreter: nothing is forked,
-so a gevent-patched Locust process can use it too) reads its own.
+(`rawchild.py`) reads its own.
 
 The outcome is exactly the one of reading the file in one pass (`rawread.RawReader`): a
 child only does the part that does not depend on what came before — parse each line and
@@ -20,52 +19,30 @@ means (after a `run_end` line, or after an error that will be raised at the end)
 applies what the one-pass reader would have done with it. A child stops at the first
 unparseable line (the one-pass reader raises there, and nothing after it matters).
 
-What a child returns on its stdout, `Part`: a 16-byte head (the sizes of the two pieces
-that follow), the pickled small fields, then `buf` as it lies in memory. The rows are most
-of it (~70 MB for half a million) and cross the pipe once, straight into the buffer the
-parent's merge uses, rather than being pickled and copied on each side.
-- `buf`: the column rows it built (int64, `RAW_COLUMNS`), line numbers counted from 1 at the
-  part's start, worker codes its own (`workers`, in code order), failures by its own row
-  position;
-- `segments`: in file order, `("rows", first, stop)` (rows of `buf`), `("line", n, raw)` (a
-  line for the one-pass reader, with its newline if it had one);
-- `lines`: how many lines it read.
-
-A child that fails in any way hands nothing back: this process reads that part itself, as
-the one-pass reader would. (The pipe between parent and child on one host carries the small
-fields pickled; nothing that crosses a network is ever unpickled.)
+A child that fails in any way, or whose output (`rawchild.Part`) is cut short or does not
+add up, hands nothing back: this process reads that part itself, as the one-pass reader
+would. (The pipe between parent and child on one host carries the small fields pickled;
+nothing that crosses a network is ever unpickled.)
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import pickle
-import struct
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
+from anvil_metrics.rawchild import HEAD, Part, read_part
+from anvil_metrics.rawcolumns import COL, RAW_COLUMNS, RawColumns
+from anvil_metrics.rawread import RawReader, no_cyclic_gc
 
-from anvil_metrics.rawcolumns import COL, RAW_COLUMNS, ColumnBuilder, RawColumns
-from anvil_metrics.rawread import RawReader, lines_within, no_cyclic_gc
+__all__ = ["MAX_PARTS", "MIN_BYTES", "read_part", "read_parts", "scan_raw", "split_offsets"]
 
 MIN_BYTES = 64 * 2**20  # smaller files are read in one process (a child costs ~0.2 s)
 MAX_PARTS = 8  # at most this many processes read one file
-_HEAD = struct.Struct("<QQ")  # the sizes of the pickled fields and of `buf`, in bytes
-
-
-@dataclass
-class Part:
-    buf: Any = b""  # the rows: any writable buffer of int64 (a bytearray, an array("q"))
-    workers: list[str] = field(default_factory=list)
-    failures: dict[int, tuple[Any, Any, Any, Any, Any]] = field(default_factory=dict)
-    segments: list[tuple[Any, ...]] = field(default_factory=list)
-    lines: int = 0
 
 
 def split_offsets(path: Path, parts: int) -> list[int]:
@@ -150,62 +127,12 @@ def read_parts(reader: RawReader, splits: list[int],
             stop_child(child)
 
 
-class _PartReader:
-    """The child's reader: a part of the file, from a line start to its stop or the end.
-    Plain request lines become column rows; every other line is handed back as it is."""
-
-    def __init__(self, p: Path) -> None:
-        self.p = p
-        self.cols = ColumnBuilder()
-        self.segments: list[tuple[Any, ...]] = []
-        self._rows_from = 0  # first row of the open "rows" segment
-
-    def read_from(self, offset: int, stop: int | None = None) -> Part:
-        """Read from `offset` (a line start) to `stop` (a line start) or the end."""
-        n = 0
-        with open(self.p, "rb", buffering=1 << 20) as f:
-            f.seek(offset)
-            lines: Any = f if stop is None else lines_within(f, stop - offset)
-            for n, raw in enumerate(lines, start=1):
-                if not self._part_line(n, raw):
-                    break
-        self._close_rows()
-        return Part(buf=self.cols.buf, workers=list(self.cols.worker_codes),
-                    failures=self.cols.failures, segments=self.segments, lines=n)
-
-    def _part_line(self, n: int, raw: bytes) -> bool:
-        """Take one line; False after an unparseable one (nothing after it matters)."""
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            self._hand_over(n, raw)
-            return False
-        if raw[-1:] != b"\n" or not self.cols.add_plain(n, obj):
-            self._hand_over(n, raw)
-        return True
-
-    def _hand_over(self, n: int, raw: bytes) -> None:
-        self._close_rows()
-        self.segments.append(("line", n, raw))
-
-    def _close_rows(self) -> None:
-        self.cols.flush()
-        if self.cols.n_records > self._rows_from:
-            self.segments.append(("rows", self._rows_from, self.cols.n_records))
-            self._rows_from = self.cols.n_records
-
-
-def read_part(path: Path, offset: int, stop: int | None = None) -> Part:
-    """The child's work, callable in-process (tests)."""
-    return _PartReader(path).read_from(offset, stop)
-
-
 def start_child(path: Path, offset: int, stop: int | None = None) -> subprocess.Popen[bytes]:
-    """`python -m anvil_metrics.rawpart PATH OFFSET [STOP]`. Its stderr is not kept: a child
+    """`python -m anvil_metrics.rawchild PATH OFFSET [STOP]`. Its stderr is not kept: a child
     that fails says nothing the parent's own read of that part will not say."""
     bound = [] if stop is None else [str(stop)]
     return subprocess.Popen(
-        [sys.executable, "-m", "anvil_metrics.rawpart", str(path), str(offset), *bound],
+        [sys.executable, "-m", "anvil_metrics.rawchild", str(path), str(offset), *bound],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
 
 
@@ -231,10 +158,10 @@ def _receive(stream: Any) -> Part | None:
     """A child's output as `main` writes it, or None if it is cut short or inconsistent.
     The rows' size must be what the fields describe before a buffer is made for it (a
     bytearray is zero-filled: a wrong size must not make the parent touch gigabytes)."""
-    head = stream.read(_HEAD.size)
-    if len(head) != _HEAD.size:
+    head = stream.read(HEAD.size)
+    if len(head) != HEAD.size:
         return None
-    fields_len, buf_len = _HEAD.unpack(head)
+    fields_len, buf_len = HEAD.unpack(head)
     fields = stream.read(fields_len)  # bytes: memory is taken only as they arrive
     if len(fields) != fields_len:
         return None
@@ -309,24 +236,3 @@ def _recode_workers(reader: RawReader, names: list[str], rows: Any) -> None:
     to_reader = np.array([reader.cols.worker_codes.get(name, -1) for name in names] + [-1],
                          dtype=np.int64)
     rows[:, COL["worker"]] = to_reader[column]
-
-
-def main(argv: list[str]) -> int:
-    path, offset = Path(argv[0]), int(argv[1])
-    stop = int(argv[2]) if len(argv) > 2 else None
-    gc.disable()  # as rawread.no_cyclic_gc: nothing read forms a cycle
-    part = read_part(path, offset, stop)
-    out = sys.stdout.buffer
-    # plain values (the child runs as __main__: its Part class is not the parent's)
-    fields = pickle.dumps((part.workers, part.failures, part.segments, part.lines),
-                          protocol=pickle.HIGHEST_PROTOCOL)
-    rows = memoryview(part.buf).cast("B")
-    out.write(_HEAD.pack(len(fields), len(rows)))
-    out.write(fields)
-    out.write(rows)
-    out.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -31,6 +31,7 @@ import orjson
 
 from anvil_metrics import schema
 from anvil_metrics.errors import RawFileError
+from anvil_metrics.rawchild import lines_within
 from anvil_metrics.rawcolumns import COL, ColumnBuilder, RawColumns, clock_offsets_ns
 from anvil_metrics.records import (
     MAX_LINE_DEPTH,
@@ -344,15 +345,6 @@ class RawReader:
             first -= 1
         return RawFileError(self.p, f"request_index {int(idx[j])} already used on line "
                             f"{int(line[first])}", line=int(line[j]))
-
-
-def lines_within(f: Iterable[bytes], size: int) -> Iterable[bytes]:
-    """The lines of `f` that lie within its next `size` bytes (`size` ends a line)."""
-    for raw in f:
-        yield raw
-        size -= len(raw)
-        if size <= 0:
-            return
 
 
 def first_missing(indices: Any) -> list[int]:
