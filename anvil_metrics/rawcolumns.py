@@ -61,21 +61,22 @@ NULL = -(2**63)
 FailureFields = tuple[Any, Any, Any, Any, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class RawColumns:
-    """A `requests.jsonl` read back as columns (`rawpart.scan_raw`, or `RawRun.columns()`):
-    what a `rawread.RawRun` holds, except that the request records are rows of `table`
-    (int64, columns `RAW_COLUMNS`, `NULL` for a missing value).
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawRunFields:
+    """What a `requests.jsonl` read back says about its run, beside its request records
+    (`rawread.RawRun` holds them as RequestRecords, `RawColumns` as rows).
 
-    - `failures`: record position (row of `table`) -> `FailureFields`.
-    - `worker_names`: the names the `worker` column indexes.
-    Other fields as in RawRun.
+    - `header`: the `"run"` line (run_id, started_at, params, clock anchors…).
+    - `run_end`: the `"run_end"` line, or None if the run did not finish.
+    - `partial`: True when `run_end` is missing or a torn last line was dropped.
+    - `torn_lines`: how many torn lines were dropped (0 or 1: only the last can be torn).
+    - `notes`: human-readable remarks on what was tolerated, for the user to see.
+    - `workers`: the `"worker"` lines of a distributed run, by worker identity (`host:pid`,
+      the records' `worker` field): each one's `perf_offset_ns` places its stamps on the
+      master's clock (`stamp + perf_offset_ns`); empty for a single-process run.
     """
 
     header: dict[str, Any]
-    table: Any  # numpy.ndarray, shape (records, len(RAW_COLUMNS)), int64
-    failures: dict[int, FailureFields]
-    worker_names: tuple[str, ...]
     run_end: dict[str, Any] | None
     partial: bool
     torn_lines: int = 0
@@ -84,15 +85,25 @@ class RawColumns:
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def clock_offsets_ns(self) -> dict[str, int]:
-        """Worker identity -> offset of its perf_counter_ns to the master's."""
-        return clock_offsets_ns(self.workers)
+        """Worker identity -> offset of its perf_counter_ns to the master's (only those
+        measured; a record of any other worker is on the master's clock or its own)."""
+        return {name: int(w["perf_offset_ns"]) for name, w in self.workers.items()
+                if type(w.get("perf_offset_ns")) is int}
 
 
-def clock_offsets_ns(workers: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
-    """Worker identity -> offset of its perf_counter_ns to the master's (only those
-    measured; a record of any other worker is on the master's clock or its own)."""
-    return {name: int(w["perf_offset_ns"]) for name, w in workers.items()
-            if type(w.get("perf_offset_ns")) is int}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawColumns(RawRunFields):
+    """A `requests.jsonl` read back as columns (`rawpart.scan_raw`, or `RawRun.columns()`):
+    the request records are rows of `table` (int64, columns `RAW_COLUMNS`, `NULL` for a
+    missing value).
+
+    - `failures`: record position (row of `table`) -> `FailureFields`.
+    - `worker_names`: the names the `worker` column indexes.
+    """
+
+    table: Any  # numpy.ndarray, shape (records, len(RAW_COLUMNS)), int64
+    failures: dict[int, FailureFields]
+    worker_names: tuple[str, ...]
 
 
 def usage_counts(usage: Mapping[str, Any] | None, reasoning_chunks: int, content_chunks: int

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ import orjson
 from anvil_metrics import schema
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.rawchild import lines_within
-from anvil_metrics.rawcolumns import COL, ColumnBuilder, RawColumns, clock_offsets_ns
+from anvil_metrics.rawcolumns import COL, ColumnBuilder, RawColumns, RawRunFields
 from anvil_metrics.records import (
     MAX_LINE_DEPTH,
     RAW_SCHEMA,
@@ -43,33 +43,12 @@ from anvil_metrics.records import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RawRun:
-    """A `requests.jsonl` read back.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawRun(RawRunFields):
+    """A `requests.jsonl` read back: `records`, every request line in file order, warm-ups
+    included, and the run's fields (`rawcolumns.RawRunFields`)."""
 
-    - `header`: the `"run"` line (run_id, started_at, params, clock anchors…).
-    - `records`: every request line in file order, warm-ups included.
-    - `run_end`: the `"run_end"` line, or None if the run did not finish.
-    - `partial`: True when `run_end` is missing or a torn last line was dropped.
-    - `torn_lines`: how many torn lines were dropped (0 or 1: only the last can be torn).
-    - `notes`: human-readable remarks on what was tolerated, for the user to see.
-    - `workers`: the `"worker"` lines of a distributed run, by worker identity (`host:pid`,
-      the records' `worker` field): each one's `perf_offset_ns` places its stamps on the
-      master's clock (`stamp + perf_offset_ns`); empty for a single-process run.
-    """
-
-    header: dict[str, Any]
     records: tuple[RequestRecord, ...]
-    run_end: dict[str, Any] | None
-    partial: bool
-    torn_lines: int = 0
-    notes: tuple[str, ...] = ()
-    path: str | None = None
-    workers: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def clock_offsets_ns(self) -> dict[str, int]:
-        """Worker identity -> offset of its perf_counter_ns to the master's."""
-        return clock_offsets_ns(self.workers)
 
     @property
     def measured(self) -> tuple[RequestRecord, ...]:
