@@ -393,11 +393,10 @@ def _check_metrics(doc: dict[str, Any], rows: RowColumns | None, wall: float | N
                         "(see above)")
         return
     if not len(rows):  # no row says which added fields the file has: its metrics do
-        rows = RowColumns.from_rows([])  # type: ignore[assignment]
-        rows = _without(rows, frozenset(  # type: ignore[arg-type]
+        rows = _without(rows, frozenset(
             f.name for f in catalog.ROW if f.presence == "added" and f.percentiles
             and not set(f.percentile_names()) & metrics.keys()))
-    expected = stats.aggregate(rows, wall)  # type: ignore[arg-type]
+    expected = stats.aggregate(rows, wall)
     for key in sorted(expected.keys() | (metrics.keys() & catalog.METRIC_KEYS)):
         path = f"metrics.{key}"
         if key not in expected:
