@@ -242,11 +242,9 @@ def rows_from_raw(t: Any, new_index: Any) -> RowColumns:
     counts = {name: np.where(present[name], c[name], 0) for name in OPTIONAL_COUNT_FIELDS}
     counts.update(request_index=new_index.astype(np.int64), output_tokens=c["output_tokens"],
                   reasoning_chunks=c["reasoning_chunks"], content_chunks=c["content_chunks"])
-    for name in catalog.DERIVED:
-        floats[name.name] = np.full(len(t), np.nan)
     rows = RowColumns(floats=floats, counts=counts, present=present,
                       usage_source=c["usage_source"] != 0)
-    floats.update(derive_columns(rows))
+    floats.update(derive_columns(rows))  # the formulas read only the measured fields
     return rows
 
 

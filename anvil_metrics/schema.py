@@ -173,10 +173,12 @@ ROW_TYPES: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     f.name: _row_type(f) for f in catalog.ROW}
 
 
-def check_run_fields(doc: dict[str, Any], problems: list[str]) -> None:
+def check_run_fields(doc: dict[str, Any], problems: list[str], *, whole: bool = True) -> None:
+    """The run fields' problems; `whole=False` for part of a document (a raw header's
+    fields), where the fields it does not hold are not missing."""
     if doc.get("schema") != SCHEMA:
         problems.append(f"schema: file has {fmt(doc.get('schema'))}, expected {fmt(SCHEMA)}")
-    for key in sorted(REQUIRED_FIELDS - doc.keys()):
+    for key in sorted(REQUIRED_FIELDS - doc.keys()) if whole else ():
         problems.append(f"{key}: missing")
     run_id = doc.get("run_id")
     if "run_id" in doc and not (isinstance(run_id, str) and RUN_ID.fullmatch(run_id)):
@@ -359,7 +361,7 @@ def _check_quantiles(client: dict[str, Any], key: str, extra: dict[str, tuple[An
 
 
 def raw_header_problems(header: Mapping[str, Any]) -> list[str]:
-    """`_check_run_fields`'s problems with the fields a raw `"run"` header (its `run_id`,
+    """`check_run_fields`'s problems with the fields a raw `"run"` header (its `run_id`,
     `started_at` and `params`) becomes in a benchmark, or []: the raw reader asks, so that
     a damaged header is named with its line rather than when the benchmark built from it
     fails verification."""
@@ -368,8 +370,8 @@ def raw_header_problems(header: Mapping[str, Any]) -> list[str]:
            "run_id": header.get("run_id"), "started_at": header.get("started_at")}
     doc["base_url"] = redact_url(doc["base_url"])  # as the build does
     problems: list[str] = []
-    check_run_fields(doc, problems)
-    return [p for p in problems if not p.endswith(": missing")]  # the rest of a document
+    check_run_fields(doc, problems, whole=False)
+    return problems
 
 
 def raw_client_problems(client: Any) -> list[str]:
