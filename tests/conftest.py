@@ -59,3 +59,17 @@ def load_json(path: Path) -> dict:
 
 def raw_lines(run_dir: Path) -> list[dict]:
     return [orjson.loads(x) for x in (run_dir / "requests.jsonl").read_bytes().splitlines()]
+
+
+def self_signed_cert(tmp_path: Path) -> tuple[Path, Path]:
+    """(certificate, key) of a fresh self-signed certificate for 127.0.0.1, made with the
+    openssl command (the test is skipped where there is none)."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key

@@ -65,3 +65,22 @@ def failed(i: int, *, start_ns: int | None = None, warmup: bool = False,
         http_status=503)
     fields.update(kw)
     return RequestRecord(**fields)
+
+
+def stamps(parts: dict[str, Any], start: int) -> tuple[int, int, int | None, int | None, int]:
+    """A generated record's chunk counts and stamps from its drawn `parts` (`output`:
+    "none", "reasoning", "content" or "both"; `reasoning_chunks`, `content_chunks`, and
+    the durations `ttfo`, `to_content`, `to_end`): `(reasoning_chunks, content_chunks,
+    first_output_ns, first_content_ns, end_ns)`, consistent as a real stream's are."""
+    out = parts["output"]
+    reasoning = parts["reasoning_chunks"] if out in ("reasoning", "both") else 0
+    content = parts["content_chunks"] if out in ("content", "both") else 0
+    first_output = None if out == "none" else start + parts["ttfo"]
+    first_content = None
+    if out == "content":
+        first_content = first_output
+    elif out == "both":
+        assert first_output is not None
+        first_content = first_output + parts["to_content"]
+    end = (first_content or first_output or start) + parts["to_end"]
+    return reasoning, content, first_output, first_content, end

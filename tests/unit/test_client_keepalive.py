@@ -8,16 +8,15 @@ mid-body drops its connection at once."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import self_signed_cert
 
 from anvil_metrics.client import ChatClient
 from anvil_metrics.observe import StreamObserver
@@ -286,12 +285,7 @@ def test_an_idle_connection_with_bytes_waiting_is_not_reused(late: bytes, close:
 def test_an_https_connection_closed_with_close_notify_is_replaced(tmp_path: Path) -> None:
     """A TLS server closes an idle connection with a close_notify alert before the TCP
     close: the alert's bytes are waiting, so the connection is replaced, not written to."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert, key = self_signed_cert(tmp_path)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     server = KeepingServer(close=True, tls=tls)

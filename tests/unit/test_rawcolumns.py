@@ -25,6 +25,7 @@ import pytest
 from conftest import anvil
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rawbuild import stamps
 
 from anvil_metrics import benchmark, catalog, derive, rawpart, rowjson, stats, verify
 from anvil_metrics.benchmark import build, build_benchmark
@@ -93,16 +94,7 @@ _PARTS = st.fixed_dictionaries(
 def _line(parts: dict[str, Any], index: int, warmup: bool, base_ns: int) -> dict[str, Any]:
     """A `"request"` line as RequestRecord.to_json_dict writes it."""
     start = base_ns + parts["start"]
-    out = parts["output"]
-    reasoning = parts["reasoning_chunks"] if out in ("reasoning", "both") else 0
-    content = parts["content_chunks"] if out in ("content", "both") else 0
-    first_output = None if out == "none" else start + parts["ttfo"]
-    first_content = None
-    if out == "content":
-        first_content = first_output
-    elif out == "both":
-        first_content = first_output + parts["to_content"]
-    end = (first_content or first_output or start) + parts["to_end"]
+    reasoning, content, first_output, first_content, end = stamps(parts, start)
     n_chunks = reasoning + content
     gap = 0 if parts["zero_gaps"] else 1_000
     deltas = ([first_output - start] + [gap] * (n_chunks - 1)) if n_chunks else []

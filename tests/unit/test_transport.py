@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gevent.socket
 import pytest
+from conftest import self_signed_cert
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPResponse
 
@@ -147,16 +148,10 @@ def test_a_tls_stream_is_read_through_the_tls_layer(tmp_path: Path) -> None:
     socket under TLS holds ciphertext: read raw, they were garbage — a malformed or
     truncated failure), and a silence past the idle timeout is still a `timeout`. Run in
     a gevent-patched process, as under Locust."""
-    import shutil
     import subprocess
     import sys
 
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert, key = self_signed_cert(tmp_path)
     out = subprocess.run([sys.executable, "-c", _TLS_STREAMS, str(cert), str(key)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -22,7 +22,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rawbuild import write_raw
+from rawbuild import stamps, write_raw
 
 from anvil_metrics import catalog, stats
 from anvil_metrics.benchmark import build_benchmark, load_benchmark
@@ -508,16 +508,7 @@ _RECORD_PARTS = st.fixed_dictionaries(
 
 def _assemble(parts: dict[str, Any], index: int, base_ns: int) -> RequestRecord:
     start = base_ns + parts["start"]
-    out = parts["output"]
-    reasoning = parts["reasoning_chunks"] if out in ("reasoning", "both") else 0
-    content = parts["content_chunks"] if out in ("content", "both") else 0
-    first_output = None if out == "none" else start + parts["ttfo"]
-    first_content = None
-    if out == "content":
-        first_content = first_output
-    elif out == "both":
-        first_content = first_output + parts["to_content"]
-    end = (first_content or first_output or start) + parts["to_end"]
+    reasoning, content, first_output, first_content, end = stamps(parts, start)
     failure = None
     if parts["failed"]:
         failure = Failure(kind=parts["kind"], message="boom", http_status=parts["status"],
