@@ -26,6 +26,7 @@ from anvil_metrics import catalog, rowjson, saturation, schema, stats
 from anvil_metrics.derive import RowColumns, durations_ms, rows_from_raw
 from anvil_metrics.errors import VerifyError
 from anvil_metrics.jsonio import atomic_write_bytes
+from anvil_metrics.loadblock import build_load
 from anvil_metrics.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.rawread import RawRun
 from anvil_metrics.verify import columns_are_clean, verify_benchmark
@@ -99,6 +100,17 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     doc = _document(raw, finished=_finished_at(raw, last), wall=wall, requests=len(order),
                     failures=failures, warmups=len(t) - len(measured), rows=rows,
                     client=_client(client, col, order, wall))
+    params = raw.header.get("params") or {}
+    load = params.get("load")
+    if isinstance(load, dict) and load.get("mode") != "budget" and (
+            doc["context_distribution"] is None):
+        doc["context_distribution"] = _issued_sizes(col["planned_context_tokens"][order])
+    if isinstance(load, dict):  # a raw file from before the block has none
+        anchor = raw.header.get("perf_anchor_ns")
+        doc["load"] = build_load(
+            load, col["start_ns"][order] + offset[order], last[order],
+            col["waited"][order] != 0, anchor if type(anchor) is int else None, rows,
+            sum(1 for f in failures if f["kind"] == "cancelled"))
     built = BuiltBenchmark(doc, rows)
     if not columns_are_clean(doc, rows, recompute=False):  # then verify says what is wrong
         problems = verify_benchmark(built.to_dict())
@@ -106,6 +118,16 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
             raise VerifyError(problems,
                               source=f"benchmark built from {raw.path or 'raw records'}")
     return built
+
+
+def _issued_sizes(planned: Any) -> dict[str, int]:
+    """A run without a request budget: its `context_distribution` is what it issued, the
+    measured requests (completed and failed) by planned size, in the order sizes first
+    appear."""
+    planned = planned[planned != NULL]
+    sizes, first, counts = np.unique(planned, return_index=True, return_counts=True)
+    by_first = np.argsort(first, kind="stable")
+    return {str(sizes[i]): int(counts[i]) for i in by_first.tolist()}
 
 
 def wall_clock_ms(start_ns: Any, last_ns: Any) -> float | None:

@@ -43,7 +43,7 @@ class RowField:
       float, ms), "float" (a finite float), "source" ("usage" or "chunks");
     - `presence`: "always"; "reported" (the key is left out when the server did not report
       the value, as `cached_tokens`); "added" (always written, but files written before
-      anvil had it lack it in every row);
+      anvil had it lack it in every row; `since` is its generation, `ADDED_GENERATIONS`);
     - `inputs`: for a derived field, the row fields its formula reads (`compute`, a function
       of `Columns`); measured fields have none and `source` says where they come from;
     - `methodology`: (key, sentence) of the document's `timing_methodology` it defines;
@@ -57,6 +57,7 @@ class RowField:
     nullable: bool
     description: str
     presence: str = "always"
+    since: int = 0  # an added field's generation (1, 2, …); 0 for the others
     source: str = ""
     inputs: tuple[str, ...] = ()
     formula: str = ""
@@ -110,6 +111,13 @@ def _mean_inter_token_latency_ms(c: Columns) -> Any:
     generation = c["generation_ms"]
     with np.errstate(all="ignore"):
         return _where((gaps > 0) & ~np.isnan(generation), generation / gaps)
+
+
+def _from_due(name: str) -> Callable[[Columns], Any]:
+    """`name + schedule_lag_ms`: a latency counted from the moment the request was due."""
+    def compute(c: Columns) -> Any:
+        return c[name] + c["schedule_lag_ms"]
+    return compute
 
 
 def _effective_prefill_tok_s(c: Columns) -> Any:
@@ -203,11 +211,11 @@ ROW: tuple[RowField, ...] = (
                           "scheduling, prefill, and first-token work"),
              percentiles="effective_prefill_tok_s_{p}", live=True, summary=True),
     RowField("reasoning_tokens", "tok", "count", True,
-             "output tokens the server counted as reasoning", presence="added",
+             "output tokens the server counted as reasoning", presence="added", since=1,
              source="usage.completion_tokens_details.reasoning_tokens"),
     RowField("reasoning_ms", "ms", "float", True,
              "the reasoning phase: first output to first content (null without reasoning "
-             "chunks, or without content)", presence="added",
+             "chunks, or without content)", presence="added", since=1,
              inputs=("ttft_ms", "time_to_first_output_ms", "reasoning_chunks"),
              formula="ttft_ms − time_to_first_output_ms, where reasoning_chunks > 0",
              compute=lambda c: np.where(c["reasoning_chunks"] > 0,
@@ -215,29 +223,62 @@ ROW: tuple[RowField, ...] = (
              label="reasoning phase", percentiles="reasoning_{p}_ms", live=True, summary=True),
     RowField("reasoning_tok_s", "tok/s", "float", True,
              "reasoning tokens per second of the reasoning phase (the first content token "
-             "ends it; null unless usage splits reasoning tokens)", presence="added",
+             "ends it; null unless usage splits reasoning tokens)", presence="added", since=1,
              inputs=("reasoning_tokens", "reasoning_ms"),
              formula="reasoning_tokens / (reasoning_ms / 1000)", compute=_reasoning_tok_s,
              label="reasoning decode", percentiles="reasoning_tok_s_{p}", summary=True),
     RowField("content_tok_s", "tok/s", "float", True,
              "content tokens after the first, per second after the first content (null "
-             "unless usage splits reasoning tokens)", presence="added",
+             "unless usage splits reasoning tokens)", presence="added", since=1,
              inputs=("output_tokens", "reasoning_tokens", "visible_generation_ms"),
              formula="(output_tokens − reasoning_tokens − 1) / (visible_generation_ms / 1000)",
              compute=_content_tok_s, label="content decode", percentiles="content_tok_s_{p}",
              summary=True),
+    RowField("schedule_lag_ms", "ms", "duration", True,
+             "how late the request was written after it was due: in an open-loop run, after "
+             "its scheduled arrival; in a closed loop, after its user was free (the client's "
+             "own delay)", presence="added", since=2,
+             source="extra.start_delay_ns / 1e6 (start_ns − due)"),
+    RowField("time_to_first_output_from_due_ms", "ms", "float", True,
+             "time to first output counted from when the request was due, so a generator "
+             "that falls behind its schedule cannot hide it", presence="added", since=2,
+             inputs=("time_to_first_output_ms", "schedule_lag_ms"),
+             formula="time_to_first_output_ms + schedule_lag_ms",
+             compute=_from_due("time_to_first_output_ms"),
+             label="time to first output from due",
+             percentiles="time_to_first_output_from_due_{p}_ms"),
+    RowField("e2e_from_due_ms", "ms", "float", True,
+             "end to end counted from when the request was due", presence="added", since=2,
+             inputs=("e2e_ms", "schedule_lag_ms"), formula="e2e_ms + schedule_lag_ms",
+             compute=_from_due("e2e_ms"), label="end to end from due",
+             percentiles="e2e_from_due_{p}_ms"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}
 ROW_FIELDS: tuple[str, ...] = tuple(f.name for f in ROW)  # the order rows are written in
 DERIVED: tuple[RowField, ...] = tuple(f for f in ROW if f.derived)  # in dependency order
 ADDED: frozenset[str] = frozenset(f.name for f in ROW if f.presence == "added")
+# the added fields by generation: a file written before generation g lacks g and every later
+ADDED_GENERATIONS: tuple[frozenset[str], ...] = tuple(
+    frozenset(f.name for f in ROW if f.presence == "added" and f.since == g)
+    for g in range(1, 1 + max((f.since for f in ROW), default=0)))
 FLOAT_FIELDS = tuple(f.name for f in ROW if f.kind in ("duration", "float"))
 COUNT_FIELDS = tuple(f.name for f in ROW if f.kind == "count" and not f.nullable
                      and f.presence == "always")
 OPTIONAL_COUNT_FIELDS = tuple(f.name for f in ROW if f.kind == "count"
                               and (f.nullable or f.presence != "always"))
 OUTPUT_TOKEN_SOURCES = ("usage", "chunks")
+
+
+def absent_given(keys: Any) -> frozenset[str] | None:
+    """The added fields rows with these `keys` lack — every generation from some point on, as
+    in a file written before it — or None when the keys are no such cut (fields are missing
+    that an older file would have had)."""
+    missing = ADDED - set(keys)
+    for g in range(len(ADDED_GENERATIONS) + 1):
+        if missing == frozenset().union(*ADDED_GENERATIONS[g:]):
+            return frozenset(missing)
+    return None
 
 
 def base_inputs(field: RowField) -> tuple[str, ...]:

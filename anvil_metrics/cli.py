@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_run(a: argparse.Namespace) -> int:
     from anvil_metrics import cachecheck
     from anvil_metrics.docscan import scan_benchmark
-    from anvil_metrics.run import prepare_run, run_scenario, summary_lines
+    from anvil_metrics.run import plan_text, prepare_run, run_scenario, summary_lines
     from anvil_metrics.urls import strip_credentials
 
     values = {o.dest: getattr(a, o.dest) for o in RUN_OPTIONS}
@@ -119,8 +119,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         local_text_counter(opts.tokenizer_path)
         values["tokenizer"] = os.path.abspath(opts.tokenizer_path)
     run_dir = prepare_run(a.host, opts.results_dir)
-    print(f"running {sc.requests} requests ({sc.warmup_requests} warm-up) with "
-          f"{opts.users} users against {strip_credentials(a.host)}; "
+    print(f"running {plan_text(sc, opts.users)} against {strip_credentials(a.host)}; "
           f"Locust log: {run_dir / 'locust.log'}", flush=True)
     result = run_scenario(sc, a.scenario, a.host, users=opts.users, run_dir=run_dir,
                           values=values, api_key=a.api_key, run_time_s=a.run_time,

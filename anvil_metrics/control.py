@@ -13,21 +13,37 @@ In shared-prefix burst mode (`group_size`), measured tickets come in groups of
 request of the groups before it has finished: each group arrives at the server as one
 burst of requests sharing a prefix, as SGLang's and vLLM's shared-prefix benchmarks send
 them, not spread over other groups' requests.
+
+Open loop (`schedule`, `arrivals.Schedule`): measured ticket k is handed out at its due time
+(the schedule's origin is the first measured take, after the warm-ups) to the user that
+asks for it, one taker waiting for the next arrival at a time; the ticket carries its due
+time and whether it waited for a user (no user was free when it fell due: the request goes
+out late, and its lateness is recorded, never hidden). An arrival whose due time the run's
+stop comes before is never issued: indices stay dense.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import gevent.event
+import gevent.lock
+
+from anvil_metrics.arrivals import Schedule
 
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
+    """One request to send. `due_ns` (open loop): when it fell due on the `perf_counter_ns`
+    clock of the process that sends it; `waited`: no user was free when it fell due."""
+
     request_index: int
     warmup: bool
     planned_context_tokens: int
+    due_ns: int | None = None
+    waited: bool = False
 
 
 class RequestBudget:
@@ -38,10 +54,16 @@ class RequestBudget:
 
     def __init__(self, requests: int | None, warmup: int, sizes: list[int],
                  on_exhausted: Callable[[], None] | None = None,
-                 group_size: int | None = None) -> None:
+                 group_size: int | None = None, schedule: Schedule | None = None) -> None:
         if not sizes:
             raise ValueError("sizes must not be empty")
+        if schedule is not None and group_size:
+            raise ValueError("an arrival schedule and shared-prefix bursts exclude each other")
         self.group_size = group_size
+        self.schedule = schedule
+        self.origin_ns: int | None = None  # open loop: when arrival 0 fell due
+        self._turn = gevent.lock.Semaphore(1)
+        self._stopped = gevent.event.Event()
         self._progress = gevent.event.Event()
         self.requests = requests
         self.warmup = warmup
@@ -56,6 +78,10 @@ class RequestBudget:
         self._closed = False
         self._on_exhausted = on_exhausted
 
+    def wait_warm(self) -> None:
+        """Until every warm-up request has finished (or the budget closed)."""
+        self._warm.wait()
+
     def size_for(self, index: int) -> int:
         return self._sizes[index % len(self._sizes)]
 
@@ -67,6 +93,8 @@ class RequestBudget:
             self._next_warmup += 1
             return Ticket(i, True, self.size_for(i))
         self._warm.wait()
+        if self.schedule is not None:
+            return self._take_arrival()
         if self._closed or (self.requests is not None and self._next >= self.requests):
             return None
         i = self._next
@@ -79,6 +107,25 @@ class RequestBudget:
                 self._next = min(self._next, i)
                 return None
         return Ticket(i, False, self.size_for(i))
+
+    def _take_arrival(self) -> Ticket | None:
+        """The next arrival of the schedule, at its due time (see the module docstring)."""
+        asked_ns = time.perf_counter_ns()
+        with self._turn:
+            if self._closed or (self.requests is not None and self._next >= self.requests):
+                return None
+            i = self._next
+            if self.origin_ns is None:
+                self.origin_ns = time.perf_counter_ns()
+            assert self.schedule is not None
+            due = self.origin_ns + self.schedule.offset_ns(i)
+            wait_ns = due - time.perf_counter_ns()
+            if wait_ns > 0 and self._stopped.wait(wait_ns / 1e9):
+                return None  # stopped before it fell due: never issued
+            if self._closed:
+                return None
+            self._next += 1
+            return Ticket(i, False, self.size_for(i), due_ns=due, waited=asked_ns > due)
 
     def give_back(self, ticket: Ticket) -> None:
         """A ticket's request has finished (success or failure)."""
@@ -98,6 +145,7 @@ class RequestBudget:
 
     def close(self) -> None:
         self._closed = True
+        self._stopped.set()
         self._warm.set()
         self._progress.set()
 

@@ -22,7 +22,6 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.catalog import (
-    ADDED,
     COUNT_FIELDS,
     FLOAT_FIELDS,
     OPTIONAL_COUNT_FIELDS,
@@ -57,7 +56,8 @@ class RowColumns:
       `cached_tokens`, the row has no such key);
     - `usage_source`: bool array, True where `output_token_source` is "usage";
     - `absent`: the catalogue's `added` fields the rows do not have (a file written before
-      anvil had them); their columns hold nulls and are neither written nor checked.
+      anvil had them: `catalog.absent_given`); their columns hold nulls and are neither
+      written nor checked.
     """
 
     floats: dict[str, Any]
@@ -121,10 +121,9 @@ class RowColumns:
         type checks say what is wrong."""
         if type(rows) is not list or not set(map(type, rows)) <= {dict}:
             return None
-        added = frozenset(rows[0].keys() & ADDED) if rows else ADDED
-        if added and added != ADDED:
+        absent = catalog.absent_given(rows[0].keys()) if rows else frozenset()
+        if absent is None:
             return None
-        absent = ADDED - added
         names = [n for n in ROW_FIELDS if n not in absent and n != "cached_tokens"]
         lengths = set(map(len, rows))
         if not lengths <= {len(names), len(names) + 1}:
@@ -237,6 +236,8 @@ def rows_from_raw(t: Any, new_index: Any) -> RowColumns:
     floats = {name: durations_ms(start, c[stamp], c[stamp] != NULL) for name, stamp in (
         ("e2e_ms", "end_ns"), ("time_to_first_output_ms", "first_output_ns"),
         ("ttft_ms", "first_content_ns"))}
+    lag = c["start_delay_ns"]
+    floats["schedule_lag_ms"] = durations_ms(np.zeros_like(lag), lag, lag != NULL)
     assert tuple(floats) == _MEASURED_FLOATS
     present = {name: c[name] != NULL for name in OPTIONAL_COUNT_FIELDS}
     counts = {name: np.where(present[name], c[name], 0) for name in OPTIONAL_COUNT_FIELDS}

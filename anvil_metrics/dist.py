@@ -38,7 +38,9 @@ receipt, and a damaged one is refused with one log line and not acted on: `dist_
     master -> worker  anvil_ping     {seq, t_master_ns}           (clock offset, 8 rounds)
     worker -> master  anvil_pong     {seq, t_master_ns, t_worker_ns}
     worker -> master  anvil_take     {seq}                        (a user wants a ticket)
-    master -> worker  anvil_ticket   {seq, ticket: [index, warmup, size] | None}
+    master -> worker  anvil_ticket   {seq, ticket: [index, warmup, size, due_ns, waited]
+                                     | None}      (open loop: the master's schedule, its
+                                                  due time placed on the worker's clock)
     worker -> master  anvil_records  {lines: [orjson bytes, ...]} (<= 256 per message)
     master -> worker  anvil_stop     {}                           (stop users, flush)
     worker -> master  anvil_done     {sent, worker, health}       (after the last record)
@@ -215,8 +217,11 @@ class MasterCoordinator:
         if ticket is not None:
             self.outstanding[(ticket.warmup, ticket.request_index)] = _Grant(
                 w.client_id, ticket, time.perf_counter_ns())
+            due = ticket.due_ns  # the master's clock → the worker's (0 on one kernel)
+            if due is not None:
+                due -= w.offset_ns or 0
             raw: list[Any] | None = [ticket.request_index, ticket.warmup,
-                                     ticket.planned_context_tokens]
+                                     ticket.planned_context_tokens, due, ticket.waited]
         else:
             raw = None
         self.runner.send_message("anvil_ticket", {"run_id": self.run_id, "seq": seq,

@@ -79,9 +79,11 @@ DICT: Check = (lambda v: isinstance(v, dict), "a dict")
 NUMBER: Check = (lambda v: _is_int(v) or (isinstance(v, float) and math.isfinite(v)),
                  "a finite number")
 TICKET: Check = (lambda v: v is None or (
-    isinstance(v, list) and len(v) == 3 and _is_int(v[0]) and v[0] >= 0
-    and isinstance(v[1], bool) and _is_int(v[2]) and v[2] >= 1),
-    "null or [request_index >= 0, warmup true/false, planned_context_tokens >= 1]")
+    isinstance(v, list) and len(v) == 5 and _is_int(v[0]) and v[0] >= 0
+    and isinstance(v[1], bool) and _is_int(v[2]) and v[2] >= 1
+    and (v[3] is None or _is_int(v[3])) and isinstance(v[4], bool)),
+    "null or [request_index >= 0, warmup true/false, planned_context_tokens >= 1, "
+    "due_ns (an integer on the worker's clock) or null, waited true/false]")
 SIZES: Check = (lambda v: isinstance(v, list) and len(v) > 0 and all(
     _is_int(x) and x >= 1 for x in v), "a non-empty list of planned sizes (whole numbers >= 1)")
 LINES: Check = (lambda v: isinstance(v, list) and all(isinstance(x, bytes) for x in v),

@@ -59,6 +59,7 @@ class StreamObserver:
         "on_first_content",
         "truth",
         "due_ns",
+        "waited_for_user",
     )
 
     def __init__(
@@ -94,14 +95,19 @@ class StreamObserver:
         self.on_first_content = on_first_content
         self.truth: SendStamps | None = None  # the simulator's send stamps, if it sends them
         self.due_ns: int | None = None  # when the request was due to go out (`begin`)
+        self.waited_for_user = False  # open loop: no user was free when it fell due
 
-    def begin(self, t_ns: int, due_ns: int | None = None) -> None:
+    def begin(self, t_ns: int, due_ns: int | None = None, *,
+              waited_for_user: bool | None = None) -> None:
         """Stamp the start of the request: `t_ns` just before its first byte is written (or
-        its connect failed); `due_ns` when it was due to go out (None: no delay recorded).
-        The one way a start is set after construction; called once per request."""
+        its connect failed); `due_ns` when it was due to go out (None: no delay recorded);
+        `waited_for_user` (open loop; None keeps what was set): no user was free when it
+        fell due. The one way a start is set after construction."""
         self.start_ns = t_ns
         self._last_ns = t_ns
         self.due_ns = due_ns
+        if waited_for_user is not None:
+            self.waited_for_user = waited_for_user
 
     @property
     def phase(self) -> str:
@@ -231,6 +237,8 @@ class StreamObserver:
         extra: dict[str, Any] = {}
         if self.due_ns is not None:  # how late the request went out (saturation.py)
             extra["start_delay_ns"] = max(0, self.start_ns - self.due_ns)
+        if self.waited_for_user:
+            extra["waited_for_user"] = True
         if self.truth is not None:
             extra["server"] = self.truth.stamps
         return extra

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 from anvil_metrics.errors import UsageError
 
 if TYPE_CHECKING:  # the scenario module (and numpy) only when a run is actually made
+    from anvil_metrics.arrivals import ArrivalPlan
     from anvil_metrics.scenario import Scenario
+
+# Locust's --stop-timeout as anvil sets its default: after a duration (or Stop), requests in
+# flight get this long to finish and count; those still open are recorded as `cancelled`.
+# Locust's own default (0) would cut every stream in flight, and the longest requests would
+# be the ones lost (a bias towards short ones); AIPerf's grace period after its
+# --benchmark-duration is 30 s by default too. Set --stop-timeout to change it.
+STOP_TIMEOUT_S = 30
 
 # `parse(flag, text)`: the typed value, or UsageError naming the flag, the text and what is
 # allowed. It never sees an empty text on Locust's side (empty means "not set").
@@ -66,6 +74,36 @@ def seconds(flag: str, value: str) -> float:
     if not (math.isfinite(x) and x > 0):
         raise _refuse(flag, value, "a number of seconds > 0")
     return x
+
+
+def positive(flag: str, value: str) -> float:
+    """A finite number > 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise _refuse(flag, value, "a number > 0")
+    return x
+
+
+def timespan(flag: str, value: str) -> float:
+    """A time > 0 as Locust writes one: seconds, or "90s", "5m", "1h30m"."""
+    from anvil_metrics.scenario import parse_duration
+
+    seconds = parse_duration(value)
+    if seconds is None:
+        raise _refuse(flag, value, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"')
+    return seconds
+
+
+def arrival(flag: str, value: str) -> str:
+    """One of `arrivals.ARRIVALS`."""
+    from anvil_metrics.arrivals import ARRIVALS
+
+    if value not in ARRIVALS:
+        raise _refuse(flag, value, f"one of {', '.join(ARRIVALS)}")
+    return value
 
 
 def nonce(flag: str, value: str) -> str:
@@ -134,8 +172,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("--model", "model name to request (default: scenario's, else the server's first)"),
     Option("--users", "concurrent streams (default: scenario's concurrency)", whole(1),
            short="-u", locust=False),
-    Option("--requests", "stop after exactly this many measured requests (default: "
-           "scenario's)", whole(1)),
+    Option("--requests", "stop after exactly this many measured requests (default: the "
+           "scenario's; none without one: the run lasts --duration, or until stopped)",
+           whole(1)),
+    Option("--duration", "run the measured load this long, e.g. 90s, 5m, 1h (after the "
+           "warm-ups; requests in flight then finish within --stop-timeout). Plain Locust's "
+           "-t works too, but counts from the start, set-up included", timespan),
+    Option("--rate", "open loop: offer this many requests per second on one seeded "
+           "schedule (users are the pool that sends them; -u caps requests in flight); "
+           "default: closed loop, -u streams back to back", positive),
+    Option("--arrival", "open loop: gaps between arrivals: poisson (default), gamma (with "
+           "--burstiness) or constant", arrival),
+    Option("--burstiness", "open loop: gamma shape of the gaps, as vLLM's bench: 1 = Poisson, "
+           "< 1 burstier, > 1 more regular (implies --arrival gamma)", positive),
+    Option("--arrival-seed", "open loop: the schedule's seed (default 0)", whole(0)),
     Option("--max-tokens", "completion cap per request (default: scenario's)", whole(1)),
     Option("--warmup-requests", "warm-up requests before measuring (default: scenario's)",
            whole(0)),
@@ -194,15 +244,43 @@ class RunOptions:
     calibrate: bool = True
     recalibrate: bool = False  # ignore a cached calibration (and store a fresh one)
     tokenizer_path: str | None = None  # a local tokenizer.json to count with
+    stop_timeout_s: float | None = None  # Locust's --stop-timeout (recorded in the load block)
+
+
+def _arrivals(v: Mapping[str, Any], plan: ArrivalPlan | None) -> ArrivalPlan | None:
+    """The open-loop plan of `--rate`, `--arrival`, `--burstiness`, `--arrival-seed` over
+    the scenario's `plan` (None when none is given: keep it)."""
+    from anvil_metrics.arrivals import ArrivalPlan
+
+    rate, kind, burst, seed = v["rate"], v["arrival"], v["burstiness"], v["arrival_seed"]
+    if rate is None and kind is None and burst is None and seed is None:
+        return None
+    if rate is None and plan is None:
+        flag, given = next((f, g) for f, g in (("--arrival", kind), ("--burstiness", burst),
+                                               ("--arrival-seed", seed)) if g is not None)
+        raise UsageError(f"{flag} {given} needs --rate (requests/s): it shapes an open-loop "
+                         "schedule")
+    if kind is None:
+        kind = ("poisson" if burst == 1 else "gamma") if burst is not None else (
+            plan.arrival if plan is not None else "poisson")
+    if burst is None:
+        burst = plan.burstiness if plan is not None and kind == plan.arrival else 1.0
+    if kind == "poisson" and burst != 1:
+        raise UsageError(f"--burstiness {burst} is not allowed with --arrival poisson "
+                         "(burstiness 1); use --arrival gamma")
+    return ArrivalPlan(rate if rate is not None else plan.rate_rps,  # type: ignore[union-attr]
+                       kind, burst, seed if seed is not None else (plan.seed if plan else 0))
 
 
 def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
-                api_key: str | None) -> RunOptions:
+                api_key: str | None, run_time_s: float | None = None,
+                stop_timeout_s: float | None = None) -> RunOptions:
     """The one conversion, for `anvil run` and for Locust (CLI or web form): check every
     plugin option in `values` (dest -> raw or typed value), load the scenario (none: the
     built-in defaults) and apply the overrides; `users` (None: the scenario's) becomes its
-    concurrency. `api_key` is resolved by the caller (it never travels in `values`).
-    Raises UsageError naming the bad option."""
+    concurrency; `run_time_s` (Locust's own -t) is the duration when --duration is not
+    given. `api_key` is resolved by the caller (it never travels in `values`). Raises
+    UsageError naming the bad option."""
     from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
 
     v = {o.dest: o.value(values.get(o.dest)) for o in LOCUST_OPTIONS if not o.secret}
@@ -212,10 +290,13 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         sc = scenario_from_dict({"measurement_protocol": "adhoc"}, source="built-in defaults")
     sc = with_overrides(sc, requests=v["requests"], concurrency=users,
                         max_tokens=v["max_tokens"], model=v["model"],
-                        warmup_requests=v["warmup_requests"])
+                        warmup_requests=v["warmup_requests"],
+                        duration_s=v["duration"] or run_time_s,
+                        arrivals=_arrivals(v, sc.arrivals))
     if not host:
         raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
     return RunOptions(
         scenario=sc, host=host, users=sc.concurrency, results_dir=v["results_dir"],
         run_dir=v["run_dir"], api_key=api_key, run_nonce=v["run_nonce"],
-        recalibrate=v["recalibrate"], tokenizer_path=v["tokenizer"])
+        recalibrate=v["recalibrate"], tokenizer_path=v["tokenizer"],
+        stop_timeout_s=stop_timeout_s)

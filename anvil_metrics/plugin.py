@@ -30,7 +30,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from anvil_metrics import dist, dist_wire, dist_worker
 from anvil_metrics.errors import AnvilError
-from anvil_metrics.options import LOCUST_OPTIONS, RunOptions, run_options
+from anvil_metrics.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
 from anvil_metrics.runctx import run_in_progress, set_run
 from anvil_metrics.runerror import ErrorFile
 from anvil_metrics.schema import CLIENT_KEYS
@@ -104,7 +104,9 @@ def report_errors(environment: Any, **_: Any) -> None:
 
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any, **_: Any) -> None:
-    """anvil's options on Locust's parser: strings defaulting to "" (see `options.py`)."""
+    """anvil's options on Locust's parser: strings defaulting to "" (see `options.py`);
+    and anvil's default for Locust's own --stop-timeout (`options.STOP_TIMEOUT_S`: why)."""
+    parser.set_defaults(stop_timeout=STOP_TIMEOUT_S)
     for o in LOCUST_OPTIONS:
         extra: dict[str, Any] = {}
         if o.env_var:
@@ -132,8 +134,11 @@ def options_from_locust(environment: Any) -> RunOptions:
     runner = environment.runner
     users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
     values = {opt.dest: getattr(o, opt.dest, None) for opt in LOCUST_OPTIONS}
+    run_time = getattr(o, "run_time", None)  # Locust's -t (its own timer stops the run)
     return run_options(values, host=environment.host or "", users=int(users),
-                       api_key=_api_key or api_key_from_env())
+                       api_key=_api_key or api_key_from_env(),
+                       run_time_s=float(run_time) if run_time else None,
+                       stop_timeout_s=float(environment.stop_timeout or 0))
 
 
 def _end_run(environment: Any) -> None:
@@ -210,6 +215,7 @@ def on_test_stopping(environment: Any, **_: Any) -> None:
     session = run_in_progress(environment)
     if session is not None:
         session.end_load()
+        session.budget.close()  # no new request; users waiting for a ticket stop at once
     if _master is not None and _master.coordinator is not None:
         _master.coordinator.begin_stop()
 

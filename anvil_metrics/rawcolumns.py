@@ -52,6 +52,7 @@ RAW_COLUMNS = (
     "worker",  # index into RawColumns.worker_names, -1 for null
     "start_delay_ns",  # extra.start_delay_ns when it is an integer
     "failed",  # 0 / 1: the record has a failure (its details are in RawColumns.failures)
+    "waited",  # 0 / 1: extra.waited_for_user (open loop: no user was free when it fell due)
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -210,13 +211,17 @@ class ColumnBuilder:
         if e is not None and e < last:
             return False
         delay = NULL
+        waited = False
         if x:
             delay = x.get("start_delay_ns")
             if type(delay) is bool:
                 delay = int(delay)
             elif type(delay) is not int:
                 delay = NULL
-            elif not lo < delay < hi:
+            elif not 0 <= delay < hi:
+                return False
+            waited = x.get("waited_for_user", False)
+            if type(waited) is not bool:
                 return False
         out, from_usage, prompt, cached, reasoning = usage_counts(u, rc, cc)
         if out >= c:
@@ -233,7 +238,8 @@ class ColumnBuilder:
         pending = self.pending
         pending += (n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
                     NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
-                    from_usage, prompt, cached, reasoning, code, delay, f is not None)
+                    from_usage, prompt, cached, reasoning, code, delay, f is not None,
+                    waited)
         self.n_records += 1
         if len(pending) >= _FLUSH_VALUES:
             self.flush()

@@ -297,8 +297,11 @@ def record_problem(d: dict[str, Any]) -> str | None:
     if d.get("extra") is not None and not isinstance(d["extra"], dict):
         return f"extra must be an object or null, got {show(d['extra'])}"
     delay = (d.get("extra") or {}).get("start_delay_ns")
-    if _is_int(delay) and not -STAMP_LIMIT < delay < STAMP_LIMIT:
-        return f"extra.start_delay_ns must lie within ±2**62, got {delay}"
+    if _is_int(delay) and not 0 <= delay < STAMP_LIMIT:
+        return f"extra.start_delay_ns must lie within 0 … 2**62, got {delay}"
+    waited = (d.get("extra") or {}).get("waited_for_user", False)
+    if not isinstance(waited, bool):
+        return f"extra.waited_for_user must be true or false, got {show(waited)}"
     failure = d.get("failure")
     problem = failure_problem(failure)
     if problem:

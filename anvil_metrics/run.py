@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics import catalog
+from anvil_metrics import catalog, loadblock
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.options import locust_args
 from anvil_metrics.postprocess import BENCHMARK_FILE
@@ -80,8 +80,9 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
                  run_dir: Path, values: Mapping[str, Any] | None = None,
                  api_key: str | None = None, run_time_s: float | None = None,
                  processes: int = 1) -> RunResult:
-    """Run Locust headless until `sc.requests` measured requests have finished. `values`:
-    the user's anvil options (`--model`, `--run-nonce`, `--recalibrate`, ...)."""
+    """Run Locust headless until `sc.requests` measured requests have finished, its duration
+    is over, or it is interrupted. `values`: the user's anvil options (`--model`,
+    `--run-nonce`, `--recalibrate`, `--duration`, `--rate`, ...)."""
     argv = locust_argv(sc, scenario_path, users, run_dir, values=values,
                        run_time_s=run_time_s, processes=processes)
     # The host (it may carry credentials) and the key go by environment, never on a
@@ -105,6 +106,19 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
     bench = run_dir / BENCHMARK_FILE
     return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path,
                      read_error(run_dir))
+
+
+def plan_text(sc: Scenario, users: int) -> str:
+    """What a run will do, in words: its end and its load."""
+    mode = sc.load_mode
+    end = (f"{sc.requests} requests" if mode == "budget" else
+           f"for {sc.duration_s:g} s" if mode == "duration" else "until stopped (Ctrl-C)")
+    if mode == "budget" and sc.duration_s is not None:
+        end += f" (at most {sc.duration_s:g} s)"
+    load = (f"{users} users back to back" if sc.arrivals is None else
+            f"{sc.arrivals.arrival} arrivals at {sc.arrivals.rate_rps:g} requests/s, at most "
+            f"{users} in flight")
+    return f"{end} ({sc.warmup_requests} warm-up), {load},"
 
 
 def load_benchmark(path: Path) -> dict:
@@ -156,6 +170,7 @@ def summary_lines(doc: dict) -> list[str]:
             + (f"; shared prefix {shared.get('prefix_tokens')} tokens in groups of "
                f"{shared.get('group_size')}" if shared else "")
             + f"; run nonce {doc.get('run_nonce')}")
+    lines += loadblock.summary_lines(doc)
     client = doc.get("client") or {}
     lag = client.get("loop_lag_ms") or {}
     if lag.get("max") is not None:

@@ -7,6 +7,15 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
     measurement_protocol = "smoke"        # -> benchmark.measurement_protocol
     concurrency = 2                       # Locust users (-u); --users overrides
     requests = 8                          # measured requests; --requests overrides
+                                          # (default: the distribution's total if one is
+                                          # given and no duration; else no budget)
+    duration = "5m"                       # or run this long (measured load, after the
+                                          # warm-ups); --duration overrides
+    rate = 20.0                           # open loop: requests/s offered (default: closed
+                                          # loop, `concurrency` streams back to back)
+    arrival = "poisson"                   # "poisson" | "gamma" | "constant"
+    burstiness = 1.0                      # gamma shape (1 = Poisson), as vLLM's bench
+    arrival_seed = 0                      # the schedule's seed
     warmup_requests = 1                   # run first, recorded, left out of the figures
     max_tokens = 128
     context_tokens = 4096                 # the context window under test
@@ -45,6 +54,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -52,6 +62,7 @@ from typing import Any
 
 import orjson
 
+from anvil_metrics.arrivals import ARRIVALS, ArrivalPlan
 from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.prompts import MAX_GROUP_SIZE
 
@@ -74,6 +85,11 @@ _TOP_KEYS = {
     "meta",
     "timeouts",
     "shared_prefix",
+    "duration",
+    "rate",
+    "arrival",
+    "burstiness",
+    "arrival_seed",
 }
 _SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
 _REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
@@ -109,7 +125,7 @@ class Scenario:
 
     measurement_protocol: str
     concurrency: int = 1
-    requests: int = 1
+    requests: int | None = None  # the request budget; None: none (a duration, or until stopped)
     warmup_requests: int = 0
     max_tokens: int = 256
     context_tokens: int = 4096
@@ -127,7 +143,17 @@ class Scenario:
     system_prompt: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     timeouts: Timeouts = field(default_factory=Timeouts)
+    duration_s: float | None = None  # measured load time, after the warm-ups
+    arrivals: ArrivalPlan | None = None  # open loop; None: closed loop
     source: str | None = None
+
+    @property
+    def load_mode(self) -> str:
+        """"budget" (a request count ends the run; a duration, if any, is a time limit),
+        "duration", or "until_stopped" (the web UI's Stop, Ctrl-C)."""
+        if self.requests is not None:
+            return "budget"
+        return "duration" if self.duration_s is not None else "until_stopped"
 
     @property
     def no_thinking(self) -> bool:
@@ -230,7 +256,14 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         default_size = max(1, min(context_tokens, max_context) - max_tokens)
         dist = {default_size: 1}
 
-    requests = _int(data, "requests", sum(dist.values()), 1, source)
+    duration = _duration(data.get("duration"), source) if "duration" in data else None
+    if data.get("requests") is None and "requests" in data:  # the wire's "no budget"
+        requests = None
+    elif "requests" in data or (dist_raw and duration is None):
+        requests = _int(data, "requests", sum(dist.values()), 1, source)
+    else:
+        requests = None
+    arrivals = _arrivals(data, source)
     warmup = _int(data, "warmup_requests", 0, 0, source)
     concurrency = _int(data, "concurrency", 1, 1, source)
 
@@ -270,6 +303,10 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
                        f"at most the smallest planned size ({smallest}) - {MIN_UNIQUE_TOKENS} "
                        f"= {smallest - MIN_UNIQUE_TOKENS}, so each request keeps some tokens "
                        "of its own", source)
+
+    if shared and arrivals is not None:
+        raise _err("rate", data.get("rate"), "no rate with serve_flags.shared_prefix_burst = "
+                   "true (bursts send groups back to back)", source)
 
     req = _table(data, "request", _REQUEST_KEYS, source)
     include_usage = _bool(req, "include_usage", True, source, "request.include_usage")
@@ -326,8 +363,63 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         system_prompt=system_prompt,
         meta=dict(meta),
         timeouts=timeouts,
+        duration_s=duration,
+        arrivals=arrivals,
         source=source,
     )
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds of a Locust-style timespan ("90", "90s", "5m", "1h30m", "1.5h"), or None if
+    it is not one (or not > 0)."""
+    m = _TIMESPAN.fullmatch(text.strip().lower())
+    if not m or not any(m.groups()):
+        return None
+    h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + sec
+    return total if math.isfinite(total) and total > 0 else None
+
+
+_TIMESPAN = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def _duration(v: Any, source: str | None) -> float:
+    seconds = None
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        seconds = float(v) if math.isfinite(v) and v > 0 else None
+    elif isinstance(v, str):
+        seconds = parse_duration(v)
+    if seconds is None:
+        raise _err("duration", v, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"',
+                   source)
+    return seconds
+
+
+def _arrivals(data: dict[str, Any], source: str | None) -> ArrivalPlan | None:
+    """The open-loop plan of `rate`, `arrival`, `burstiness`, `arrival_seed` (None without a
+    rate; the others need one)."""
+    rate = data.get("rate")
+    if rate is None:
+        for k in ("arrival", "burstiness", "arrival_seed"):
+            if k in data:
+                raise _err(k, data[k], "only with a rate (requests/s) for an open-loop run",
+                           source)
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not (
+            math.isfinite(rate) and rate > 0):
+        raise _err("rate", rate, "a number of requests per second > 0", source)
+    arrival = data.get("arrival", "poisson")
+    if arrival not in ARRIVALS:
+        raise _err("arrival", arrival, f"one of {list(ARRIVALS)}", source)
+    burst = data.get("burstiness", 1.0)
+    if isinstance(burst, bool) or not isinstance(burst, int | float) or not (
+            math.isfinite(burst) and burst > 0):
+        raise _err("burstiness", burst, "a number > 0 (gamma shape; 1 = Poisson)", source)
+    if arrival == "poisson" and burst != 1:
+        raise _err("burstiness", burst, '1 with arrival = "poisson" (use arrival = "gamma" '
+                   "for other shapes)", source)
+    seed = _int(data, "arrival_seed", 0, 0, source)
+    return ArrivalPlan(float(rate), arrival, float(burst), seed)
 
 
 def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
@@ -346,7 +438,7 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "measurement_protocol": sc.measurement_protocol,
         "concurrency": sc.concurrency,
-        "requests": sc.requests,
+        "requests": sc.requests,  # None (no budget) only on the wire: TOML has no null
         "warmup_requests": sc.warmup_requests,
         "max_tokens": sc.max_tokens,
         "context_tokens": sc.context_tokens,
@@ -358,6 +450,11 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
         "meta": dict(sc.meta),
         "timeouts": {f.name: getattr(sc.timeouts, f.name) for f in fields(Timeouts)},
     }
+    if sc.duration_s is not None:
+        doc["duration"] = sc.duration_s
+    if sc.arrivals is not None:
+        doc.update(rate=sc.arrivals.rate_rps, arrival=sc.arrivals.arrival,
+                   burstiness=sc.arrivals.burstiness, arrival_seed=sc.arrivals.seed)
     if sc.shared_prefix_burst:
         sp: dict[str, Any] = {"prefix_tokens": sc.shared_prefix_tokens}
         if sc.shared_group_size is not None:
@@ -391,8 +488,11 @@ def with_overrides(
     max_tokens: int | None = None,
     model: str | None = None,
     warmup_requests: int | None = None,
+    duration_s: float | None = None,
+    arrivals: ArrivalPlan | None = None,
 ) -> Scenario:
-    """Apply command-line overrides, re-checking what they can break."""
+    """Apply command-line overrides (None: keep the scenario's), re-checking what they can
+    break."""
     from dataclasses import replace
 
     meta = dict(sc.meta)
@@ -404,8 +504,13 @@ def with_overrides(
         concurrency=sc.concurrency if concurrency is None else concurrency,
         max_tokens=sc.max_tokens if max_tokens is None else max_tokens,
         warmup_requests=sc.warmup_requests if warmup_requests is None else warmup_requests,
+        duration_s=sc.duration_s if duration_s is None else duration_s,
+        arrivals=sc.arrivals if arrivals is None else arrivals,
         meta=meta,
     )
+    if new.arrivals is not None and new.shared_prefix_burst:
+        raise UsageError(f"--rate is not allowed with {sc.source or 'the scenario'}: its "
+                         "shared-prefix bursts send groups back to back, not at a rate")
     if max_tokens is not None:
         for size in new.context_distribution:
             if size + new.max_tokens > new.max_context_tokens:

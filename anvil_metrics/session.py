@@ -16,7 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gevent
+
 from anvil_metrics import calcache, saturation
+from anvil_metrics.arrivals import Schedule
 from anvil_metrics.body import BodyBuilder, body_fields
 from anvil_metrics.client import ChatClient
 from anvil_metrics.control import RequestBudget
@@ -24,6 +27,7 @@ from anvil_metrics.counting import Counter, server_counter
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live import LiveStats
+from anvil_metrics.loadblock import behind
 from anvil_metrics.options import RunOptions
 from anvil_metrics.prompts import (
     NO_CALIBRATION,
@@ -91,12 +95,29 @@ class RunSession:
         self.recorder.start()
         self.load = saturation.LoadWindow()
         self._health: dict[str, Any] | None = None
+        self.on_end: Callable[[], None] | None = None  # ends the run (set by `start`)
+        self._clock: gevent.Greenlet | None = None
 
     def begin_load(self) -> None:
         """Start the generator-health figures: call when set-up work is over and the users
         are about to send (set-up stalls, e.g. a final garbage collection, are not load)."""
         SendStats.max_chunk_ns = SendStats.chunks = 0
         self.load.begin()
+        duration = self.scenario.duration_s
+        if duration is not None and self._clock is None:
+            self._clock = gevent.spawn(self._run_clock, duration)
+
+    def _run_clock(self, duration_s: float) -> None:
+        """The run's duration: measured load time, counted once the warm-ups are done; then
+        no new request starts (the budget closes) and the run ends (Locust stops the users:
+        requests in flight get --stop-timeout to finish)."""
+        self.budget.wait_warm()
+        gevent.sleep(duration_s)
+        log.info("anvil: the duration (%s s) is over; requests in flight may finish",
+                 f"{duration_s:g}")
+        self.budget.close()
+        if self.on_end is not None:
+            self.on_end()
 
     def end_load(self) -> None:
         """Freeze the generator-health figures: the load is over (the budget is spent, or
@@ -153,7 +174,8 @@ class RunSession:
             on_exhausted()
 
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
-                               group_size=shared.group_size if shared else None)
+                               group_size=shared.group_size if shared else None,
+                               schedule=Schedule(sc.arrivals) if sc.arrivals else None)
 
         if opts.run_dir:
             run_dir = Path(opts.run_dir)
@@ -162,10 +184,12 @@ class RunSession:
         else:
             run_id, run_dir = create_run_dir(opts.results_dir)
         writer = RawWriter(run_dir / "requests.jsonl")
-        distribution: dict[str, int] = {}
-        for i in range(sc.requests):
-            key = str(budget.size_for(i))
-            distribution[key] = distribution.get(key, 0) + 1
+        distribution: dict[str, int] | None = None  # without a budget: counted at the end
+        if sc.requests is not None:
+            distribution = {}
+            for i in range(sc.requests):
+                key = str(budget.size_for(i))
+                distribution[key] = distribution.get(key, 0) + 1
         params = {
             "measurement_protocol": sc.measurement_protocol,
             "concurrency": concurrency,
@@ -189,12 +213,18 @@ class RunSession:
             # not benchmark fields: how prompts were sized, for the raw record and checks
             "prompt_sizing": sizing,
             "nonce_reused": opts.run_nonce is not None,
+            # how load was offered (the benchmark's `load` block is made from it and the
+            # records): mode, the open-loop plan, the duration and the stop timeout
+            "load": {"mode": sc.load_mode,
+                     "arrivals": sc.arrivals.to_dict() if sc.arrivals else None,
+                     "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s},
         }
         if shared_doc is not None:
             params["shared_prefix"] = shared_doc
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, model, prompts.calibration, run_id, run_dir, writer,
                       bodies, budget, header, prompts)
+        session.on_end = exhausted
         holder.append(session)
         return session
 
@@ -211,6 +241,8 @@ class RunSession:
             return self.benchmark_path
         self.finished = True
         self.budget.close()
+        if self._clock is not None:
+            self._clock.kill(block=False)
         self.recorder.stop()
         from anvil_metrics.postprocess import postprocess_run
 
@@ -238,6 +270,9 @@ class RunSession:
             self.cache_warning = done.cache_warning
             if self.cache_warning:
                 log.warning("anvil: %s", self.cache_warning)
+            late = behind(done.summary.get("load"), done.summary.get("requests"))
+            if late:
+                log.warning("anvil: %s", late)
         self.live.finish()
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
         return self.benchmark_path

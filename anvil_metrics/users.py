@@ -51,8 +51,19 @@ class ChatStreamUser(User):
 
     abstract = True
 
+    _idle = False  # nothing left to send: wait (killable) until the run stops
+
     def wait_time(self) -> float:
-        return 0.0
+        return 3600.0 if self._idle else 0.0
+
+    def _idle_until_stopped(self) -> None:
+        """Wait the way Locust can stop at once (its `wait`), not inside a running task,
+        which a stop would wait --stop-timeout for."""
+        self._idle = True
+        try:
+            self.wait()
+        finally:
+            self._idle = False
 
     def on_start(self) -> None:
         run = run_in_progress(self.environment)
@@ -77,17 +88,19 @@ class ChatStreamUser(User):
     def chat(self) -> None:
         run = self.run
         if run is None:
-            gevent.sleep(3600)
+            self._idle_until_stopped()
             return
         take0 = time.perf_counter_ns()
         ticket = run.budget.take()
-        # due: the previous request's end, moved by the wait for this ticket (a planned
-        # wait: a burst barrier, or the master's reply); the client's own delay is the rest
-        due_ns = getattr(self, "_free_ns", take0) + (time.perf_counter_ns() - take0)
         if ticket is None:
             # The budget is spent: this user idles until the run is stopped.
-            gevent.sleep(3600)
+            self._idle_until_stopped()
             return
+        if ticket.due_ns is not None:  # open loop: the schedule's due time
+            due_ns = ticket.due_ns
+        else:  # the previous request's end, moved by the wait for this ticket (a planned
+            # wait: a burst barrier, or the master's reply); the client's own delay is the rest
+            due_ns = getattr(self, "_free_ns", take0) + (time.perf_counter_ns() - take0)
         body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
                                       ticket.warmup)
         now = time.perf_counter_ns()
@@ -98,7 +111,7 @@ class ChatStreamUser(User):
         )
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
-        obs.begin(now, due_ns)
+        obs.begin(now, due_ns, waited_for_user=ticket.waited)
         wall_start = time.time()
         nbytes = 0
         # Whatever happens, the request is recorded once and its ticket returned: a run

@@ -27,6 +27,7 @@ import numpy as np
 from anvil_metrics import catalog, schema, stats
 from anvil_metrics.derive import RowColumns, derive_columns
 from anvil_metrics.jsonio import strict_json_problems
+from anvil_metrics.loadblock import check_load
 from anvil_metrics.schema import fmt, same
 
 # the rows checked for values: their columns, and each one's position in the document
@@ -98,6 +99,7 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
     problems.extend(message for _, _, message in found)
     schema.check_failures(doc, problems)
     schema.check_client(doc, problems)
+    check_load(doc, rows if all_typed else None, problems)
     _check_counts(doc, problems, n_rows)
     _check_indices(doc, rows if all_typed else None, problems)
     if row_at is not None:
@@ -126,7 +128,7 @@ def _typed_rows(doc: dict[str, Any], problems: list[str], found: list[_Found]
             problems.append(f"request_timings: expected a list, file has {fmt(rows)}")
         return empty, False  # type: ignore[return-value]
     first = next((r for r in rows if isinstance(r, dict)), {})
-    absent = catalog.ADDED if not first.keys() & catalog.ADDED else frozenset()
+    absent = catalog.absent_given(first.keys()) or frozenset()
     good: list[dict[str, Any]] = []
     at: list[int] = []
     for i, row in enumerate(rows):

@@ -247,8 +247,9 @@ def _set_up_worker() -> tuple[WorkerAgent, FakeRunner]:
 
 
 BAD_TO_WORKER = [
-    ("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": ["0", False, 4096]}, "ticket"),
-    ("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": [0, 0, 4096]}, "ticket"),
+    ("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": ["0", False, 4096, None, False]},
+     "ticket"),
+    ("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": [0, 0, 4096, None, False]}, "ticket"),
     ("anvil_ticket", {"run_id": "run-1", "ticket": None}, "seq"),
     ("anvil_ticket", "run-1", "data"),
     ("anvil_ping", {"run_id": "run-1", "seq": 0}, "t_master_ns"),
@@ -287,7 +288,8 @@ def test_sound_messages_to_a_worker_still_act() -> None:
     assert session is not None
     waiting = gevent.spawn(session.budget.take)
     gevent.sleep(0)
-    runner.receive("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": [4, True, 2048]})
+    runner.receive("anvil_ticket",
+                   {"run_id": "run-1", "seq": 1, "ticket": [4, True, 2048, None, False]})
     assert waiting.get(timeout=1) == Ticket(4, True, 2048)
     runner.receive("anvil_ticket", {"run_id": "other", "seq": 1, "ticket": None})  # ignored
     runner.receive("anvil_ping", {"run_id": "run-1", "seq": 3, "t_master_ns": 11})

@@ -894,8 +894,8 @@ def _timing_rows(draw: Any) -> list[dict[str, Any]]:
         for name in catalog.FLOAT_FIELDS:
             nullable = name in derive.NULLABLE_FLOATS
             value = draw(st.one_of(st.none(), _ROW_FLOAT) if nullable else _ROW_FLOAT)
-            row[name] = abs(value) if name in ("e2e_ms", "time_to_first_output_ms",
-                                               "ttft_ms") and value is not None else value
+            duration = catalog.BY_NAME[name].kind == "duration"
+            row[name] = abs(value) if duration and value is not None else value
         row["output_token_source"] = draw(st.sampled_from(["usage", "chunks"]))
         rows.append(row)
     return rows
