@@ -310,7 +310,7 @@ ROLE_TAIL = _choices({"role": "assistant", "content": ""}) + b"}"
 def t0_header(cfg: SimConfig, t0_ns: int) -> Headers:
     """With ``--stamp-send``, the ``anvil-t0-ns`` response header: the request's t0 as
     ``time.monotonic_ns()`` (the clock of ``perf_counter_ns`` on Linux), from which every
-    deadline follows: ``t0 + prefill + i * interval``."""
+    deadline follows: ``t0 + prefill + i * interval`` (plus the queue wait, `admission.py`)."""
     return (("anvil-t0-ns", str(t0_ns)),) if cfg.stamp_send else ()
 
 

@@ -8,6 +8,10 @@ field name, where usage goes, whether ``[DONE]`` is sent) and their token-counti
 (``--tokenize-api``, see `tokenapi.py`) so one client can be tested against all of them. See
 ``/work/shared/design/SERVERS.md`` for the servers it imitates.
 
+With ``--max-running N`` (`admission.py`) at most N streams run at once, like a real server's
+batch; a request beyond them waits in a FIFO queue and its whole plan starts when it is
+admitted: t0 stays its arrival, and the queue wait lies between t0 and the prefill start.
+
 Runs as its own process: ``python -m anvil_metrics.sim --port 0`` prints exactly one line,
 ``anvil sim listening on http://HOST:PORT``, then serves until SIGTERM or SIGINT.
 """
