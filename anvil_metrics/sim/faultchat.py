@@ -170,7 +170,9 @@ def answer_with_fault(
     """Answer one chat completion request (already fully read) with `fault` injected.
 
     With ``--max-running`` (`admit`), a streaming request that is answered at all waits for a
-    slot as any other; the http* and reset_before_headers faults never take one.
+    slot as any other; the http* and reset_before_headers faults never take one, and
+    stall_first_byte and slow_headers join the queue at t0 + S (slow_headers is then looked
+    up in the prefix cache and planned when admitted, not at once).
     """
     kind = fault.kind
     if kind in HTTP_STATUS:
