@@ -29,6 +29,8 @@ from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler, Timed
 from anvil_metrics.sim.tokenizer import TokenizeError, count_chat_tokens, prompt_token_ids
 
+Admit = Callable[[HttpConnection, Callable[[int], None], int], None]  # Admission.enter
+
 # Generated text: deterministic pieces, one per token. Content pieces include multi-byte UTF-8
 # (2-, 3- and 4-byte sequences) so a client's incremental decoding is exercised.
 REASONING_PIECES = (
@@ -308,7 +310,7 @@ ROLE_TAIL = _choices({"role": "assistant", "content": ""}) + b"}"
 def t0_header(cfg: SimConfig, t0_ns: int) -> Headers:
     """With ``--stamp-send``, the ``anvil-t0-ns`` response header: the request's t0 as
     ``time.monotonic_ns()`` (the clock of ``perf_counter_ns`` on Linux), from which every
-    deadline follows: ``t0 + prefill + i * interval``."""
+    deadline follows: ``t0 + prefill + i * interval`` (plus the queue wait, `admission.py`)."""
     return (("anvil-t0-ns", str(t0_ns)),) if cfg.stamp_send else ()
 
 
@@ -334,7 +336,10 @@ class ChatStream:
         request: ChatRequest,
         plan: OutputPlan,
         t0_ns: int,
+        start_ns: int | None = None,
     ) -> None:
+        """`t0_ns` is the request's arrival (``anvil-t0-ns``); the plan starts at `start_ns`,
+        later when the request waited for a ``--max-running`` slot (None: at t0)."""
         self._conn, self._sched, self._cfg, self._plan = conn, sched, cfg, plan
         self._usage = usage_of(request, plan)
         self._include_usage = request.include_usage
@@ -342,7 +347,8 @@ class ChatStream:
             f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), cfg.model, cfg.stamp_send
         )
         self._t0 = t0_ns
-        self._prefill_end = t0_ns + cfg.prefill_ns(request.computed_tokens)
+        start = t0_ns if start_ns is None else start_ns
+        self._prefill_end = start + cfg.prefill_ns(request.computed_tokens)
         self._interval = cfg.interval_ns
         self._next = 0
         self._last = plan.total - 1  # index of the token that carries finish_reason
@@ -512,13 +518,16 @@ def answer_chat(
     cache: PrefixCache | None = None,
     make_stream: Callable[..., ChatStream] = ChatStream,
     delay_ns: int = 0,
+    admit: Admit | None = None,
 ) -> None:
     """Handle ``POST /v1/chat/completions``: refuse, stream, or answer whole at the end.
 
     With a prefix `cache`, only the uncached prompt tokens are prefilled, and the prompt's
     blocks enter the cache at the prefill deadline (`PrefillDone`). Fault injection only:
     `make_stream` builds the stream, and `delay_ns` holds every response byte until
-    ``t0 + delay_ns`` and shifts the whole schedule (and ``anvil-t0-ns``) by it.
+    ``t0 + delay_ns`` and shifts the whole schedule (and ``anvil-t0-ns``) by it. With
+    ``--max-running``, `admit` (`admission.Admission.enter`) starts a stream when a slot is
+    free; its prefix-cache lookup and plan happen then, as a real scheduler's do.
     """
     try:
         data = load_json_object(body)
@@ -531,19 +540,27 @@ def answer_chat(
             conn.respond_json(exc.status, exc.body)
         return
     t0_ns += delay_ns
+    if request.stream and (admit is not None or not delay_ns):
+        begin = functools.partial(
+            start_stream, conn, sched, cfg, data, request, t0_ns, cache, make_stream
+        )
+        if admit is None:
+            begin(t0_ns)
+        elif delay_ns:
+            sched.at(t0_ns, Deferred(conn, functools.partial(admit, conn, begin, t0_ns)))
+        else:
+            admit(conn, begin, t0_ns)
+        return
     keys: tuple[int, ...] = ()
     if cache is not None:
         lookup = cache.lookup(prompt_token_ids(data["messages"], cfg.tokenizer))
         keys = lookup.keys
         request = dataclasses.replace(request, cached_tokens=lookup.cached_tokens)
     plan = plan_output(request, cfg)
-    if request.stream:
+    if request.stream:  # delayed (slow_headers) without --max-running: looked up at once
         stream = make_stream(conn, sched, cfg, request, plan, t0_ns)
         first = None if cache is None else PrefillDone(conn, cache, keys, stream)
-        if delay_ns:
-            sched.at(t0_ns, Deferred(conn, functools.partial(stream.start, first)))
-        else:
-            stream.start(first)
+        sched.at(t0_ns, Deferred(conn, functools.partial(stream.start, first)))
         return
     prefill_end = t0_ns + cfg.prefill_ns(request.computed_tokens)
     end = prefill_end + max(plan.total - 1, 0) * cfg.interval_ns
@@ -556,3 +573,25 @@ def answer_chat(
     else:
         sched.at(prefill_end, PrefillDone(conn, cache, keys))
         sched.at(end, completion)
+
+
+def start_stream(
+    conn: HttpConnection,
+    sched: Scheduler,
+    cfg: SimConfig,
+    data: dict[str, Any],
+    request: ChatRequest,
+    t0_ns: int,
+    cache: PrefixCache | None,
+    make_stream: Callable[..., ChatStream],
+    start_ns: int,
+) -> None:
+    """Look the prompt up in the cache, plan, and start the stream, its plan at `start_ns`."""
+    keys: tuple[int, ...] = ()
+    if cache is not None:
+        lookup = cache.lookup(prompt_token_ids(data["messages"], cfg.tokenizer))
+        keys = lookup.keys
+        request = dataclasses.replace(request, cached_tokens=lookup.cached_tokens)
+    stream = make_stream(conn, sched, cfg, request, plan_output(request, cfg), t0_ns,
+                         start_ns=start_ns)  # fmt: skip
+    stream.start(None if cache is None else PrefillDone(conn, cache, keys, stream))

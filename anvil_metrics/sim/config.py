@@ -42,6 +42,7 @@ class SimConfig:
     faults: tuple[FaultRule, ...] = ()
     fault_seed: int = 0
     burst: int = 1  # token chunks per socket write (`burst.py`); 1 = one write per token
+    max_running: int | None = None  # streams running at once (`admission.py`); None: no limit
 
     def prefill_ns(self, prompt_tokens: int) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""

@@ -50,6 +50,7 @@ import orjson
 
 from anvil_metrics.sim.chat import (
     DONE_EVENT,
+    Admit,
     ChatRequest,
     ChatStream,
     Deferred,
@@ -98,8 +99,9 @@ class FaultyChatStream(ChatStream):
         plan: OutputPlan,
         t0_ns: int,
         fault: Fault,
+        start_ns: int | None = None,
     ) -> None:
-        super().__init__(conn, sched, cfg, request, plan, t0_ns)
+        super().__init__(conn, sched, cfg, request, plan, t0_ns, start_ns)
         self._fault = fault
         kind = fault.kind
         self._at = -1  # token index at which `_act` runs; -1: never
@@ -163,8 +165,15 @@ def answer_with_fault(
     t0_ns: int,
     cache: PrefixCache | None,
     fault: Fault,
+    admit: Admit | None = None,
 ) -> None:
-    """Answer one chat completion request (already fully read) with `fault` injected."""
+    """Answer one chat completion request (already fully read) with `fault` injected.
+
+    With ``--max-running`` (`admit`), a streaming request that is answered at all waits for a
+    slot as any other; the http* and reset_before_headers faults never take one, and
+    stall_first_byte and slow_headers join the queue at t0 + S (slow_headers is then looked
+    up in the prefix cache and planned when admitted, not at once).
+    """
     kind = fault.kind
     if kind in HTTP_STATUS:
         status = HTTP_STATUS[kind]
@@ -178,10 +187,10 @@ def answer_with_fault(
         conn.reset()
     elif kind == "stall_first_byte":
         later = t0_ns + fault.ns
-        answer = functools.partial(answer_chat, conn, sched, cfg, body, later, cache)
+        answer = functools.partial(answer_chat, conn, sched, cfg, body, later, cache, admit=admit)
         sched.at(later, Deferred(conn, answer))
     elif kind == "slow_headers":
-        answer_chat(conn, sched, cfg, body, t0_ns, cache, delay_ns=fault.ns)
+        answer_chat(conn, sched, cfg, body, t0_ns, cache, delay_ns=fault.ns, admit=admit)
     else:
         stream = functools.partial(FaultyChatStream, fault=fault)
-        answer_chat(conn, sched, cfg, body, t0_ns, cache, make_stream=stream)
+        answer_chat(conn, sched, cfg, body, t0_ns, cache, make_stream=stream, admit=admit)

@@ -186,6 +186,7 @@ class HttpConnection(asyncio.Protocol):
         self._sent_continue = False
         self._queued = False
         self._rx_ns = 0  # monotonic ns of the latest receive
+        self._when_done: Callable[[], None] | None = None
         self.closed = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -214,6 +215,7 @@ class HttpConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._transport = None
+        self._settle()
         if self._on_close is not None:
             self._on_close(self)
 
@@ -270,6 +272,16 @@ class HttpConnection(asyncio.Protocol):
 
     # -- response side ----------------------------------------------------------------------
 
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, when the current response ends: completed, or the connection
+        aborted, reset or lost (``--max-running`` frees a slot or leaves its queue with it)."""
+        self._when_done = callback
+
+    def _settle(self) -> None:
+        done, self._when_done = self._when_done, None
+        if done is not None:
+            done()
+
     def write(self, data: bytes) -> None:
         """One transport write (the caller frames chunks itself on the hot path)."""
         if self._transport is not None:
@@ -321,6 +333,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _complete(self) -> None:
         self._busy = False
+        self._settle()  # before the next pipelined request can register its own callback
         if self.closed or self._transport is None:
             return
         if not self._keep_alive:
@@ -335,6 +348,7 @@ class HttpConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
         self.closed = True
+        self._settle()
 
     def reset(self) -> None:
         """Drop the connection with a TCP RST (fault injection): SO_LINGER 0, then abort."""
@@ -344,3 +358,4 @@ class HttpConnection(asyncio.Protocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ZERO)
             self._transport.abort()
         self.closed = True
+        self._settle()

@@ -16,7 +16,9 @@ round and never while requests wait to be handled; a round gives the loop back a
 
 Both take deadlines as integer ``time.monotonic_ns()`` values and never fire a callback before
 its deadline. Callers compute every deadline from the request's start, so a late fire never
-shifts the following ones.
+shifts the following ones. `now_ns` gives the same guarantee to work that starts *because*
+something fired (``--max-running``: a queued request admitted when a stream ends): while an
+item fires it is that item's deadline, not the clock, so a late fire does not delay the next.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Scheduler(Protocol):
 
     def at(self, deadline_ns: int, item: Timed) -> None: ...
 
+    def now_ns(self) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -75,15 +79,24 @@ class AsyncioScheduler:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._firing_ns = 0  # deadline of the item firing now; 0: none
 
     def at(self, deadline_ns: int, item: Timed) -> None:
         self._loop.call_at(deadline_ns / 1e9, self._due, deadline_ns, item)
+
+    def now_ns(self) -> int:
+        """The deadline of the item firing now, else the monotonic clock."""
+        return self._firing_ns or time.monotonic_ns()
 
     def _due(self, deadline_ns: int, item: Timed) -> None:
         if time.monotonic_ns() < deadline_ns:  # float rounding: never fire early
             self.at(deadline_ns, item)
             return
-        _fire(item)
+        self._firing_ns = deadline_ns
+        try:
+            _fire(item)
+        finally:
+            self._firing_ns = 0
 
     def close(self) -> None:
         """Nothing to release: pending handles die with the loop."""
@@ -115,6 +128,7 @@ class TimerfdScheduler:
         self._seq = itertools.count()
         self._armed = sys.maxsize  # deadline the timerfd is set to, maxsize = disarmed
         self._dispatching = False
+        self._firing_ns = 0  # deadline of the item firing now; 0: none
         self._loop = loop
         loop.add_reader(fd, self._on_ready)
 
@@ -122,6 +136,10 @@ class TimerfdScheduler:
         heapq.heappush(self._heap, (deadline_ns, next(self._seq), item))
         if not self._dispatching and deadline_ns < self._armed:
             self._arm(deadline_ns)
+
+    def now_ns(self) -> int:
+        """The deadline of the item firing now, else the monotonic clock."""
+        return self._firing_ns or time.monotonic_ns()
 
     def _arm(self, deadline_ns: int) -> None:
         """Set the timer to `deadline_ns` (0 disarms). Resets the fd's expiry count, so no
@@ -144,6 +162,7 @@ class TimerfdScheduler:
                     traceback.print_exc(file=sys.stderr)
         finally:
             self._dispatching = False
+            self._firing_ns = 0
             self._arm(self._heap[0][0] if self._heap else 0)
 
     def _dispatch(self, spin_until: int, give_up: int) -> None:
@@ -163,6 +182,7 @@ class TimerfdScheduler:
                     pass
             elif now > give_up:
                 return
+            self._firing_ns = deadline
             pop(heap)[2].fire()
 
     def close(self) -> None:

@@ -8,6 +8,10 @@ field name, where usage goes, whether ``[DONE]`` is sent) and their token-counti
 (``--tokenize-api``, see `tokenapi.py`) so one client can be tested against all of them. See
 ``/work/shared/design/SERVERS.md`` for the servers it imitates.
 
+With ``--max-running N`` (`admission.py`) at most N streams run at once, like a real server's
+batch; a request beyond them waits in a FIFO queue and its whole plan starts when it is
+admitted: t0 stays its arrival, and the queue wait lies between t0 and the prefill start.
+
 Runs as its own process: ``python -m anvil_metrics.sim --port 0`` prints exactly one line,
 ``anvil sim listening on http://HOST:PORT``, then serves until SIGTERM or SIGINT.
 """
@@ -24,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from anvil_metrics.sim import tokenapi
+from anvil_metrics.sim.admission import Admission
 from anvil_metrics.sim.burst import BurstChatStream
 from anvil_metrics.sim.chat import STREAM_COUNTS, ChatStream, answer_chat
 from anvil_metrics.sim.config import (
@@ -187,6 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
         "a cheap sender for measuring a client's capacity; 1 writes each token at its own "
         "deadline (not combinable with --fault)",
     )
+    add(
+        "--max-running",
+        type=_int_at_least(1),
+        metavar="N",
+        help="run at most N streaming chat requests at once (in prefill or generating), like "
+        "vLLM's --max-num-seqs; later ones wait in a FIFO queue and their whole plan starts "
+        "when a running one ends, so the wait adds to their time to first token (anvil-t0-ns "
+        "stays the arrival); non-streaming requests never wait; unset: no limit",
+    )
     return p
 
 
@@ -227,6 +241,10 @@ class App:
         self.faults = FaultPicker(cfg.faults, cfg.fault_seed) if cfg.faults else None
         # --burst 1 keeps the token-by-token ChatStream, exactly as without the option
         self.make_stream = BurstChatStream if cfg.burst > 1 else ChatStream
+        self.admission = (
+            Admission(cfg.max_running, sched.now_ns) if cfg.max_running is not None else None
+        )
+        self._admit = self.admission.enter if self.admission is not None else None
 
     def connection(self) -> HttpConnection:
         conn = HttpConnection(self.handle, self.intake, self.connections.discard)
@@ -239,15 +257,17 @@ class App:
             fault = self.faults.pick() if self.faults is not None else None
             if fault is None:
                 answer_chat(conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache,
-                            self.make_stream)
+                            self.make_stream, admit=self._admit)
             else:
-                answer_with_fault(
-                    conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache, fault
-                )
+                answer_with_fault(conn, self.sched, self.cfg, request.body, t0_ns,
+                                  self.prefix_cache, fault, self._admit)  # fmt: skip
         elif route == ("GET", "/health"):
             conn.respond(200, b"{}")
         elif route == ("GET", "/sim/stats"):
-            conn.respond_json(200, {"streams": dict(STREAM_COUNTS)})
+            stats: dict[str, object] = {"streams": dict(STREAM_COUNTS)}
+            if self.admission is not None:
+                stats["admission"] = self.admission.stats()
+            conn.respond_json(200, stats)
         elif route == ("GET", "/v1/models"):
             conn.respond_json(200, self.models())
         elif request.path in self.tokenize_api.routes and request.method == "POST":
