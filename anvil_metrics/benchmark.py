@@ -25,6 +25,7 @@ import orjson
 from anvil_metrics import catalog, rowjson, saturation, schema, stats
 from anvil_metrics.derive import RowColumns, durations_ms, rows_from_raw
 from anvil_metrics.errors import VerifyError
+from anvil_metrics.goodput import goodput, parse_criteria
 from anvil_metrics.jsonio import atomic_write_bytes
 from anvil_metrics.loadblock import build_load
 from anvil_metrics.rawcolumns import COL, NULL, RawColumns
@@ -105,6 +106,9 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     if isinstance(load, dict) and load.get("mode") != "budget" and (
             doc["context_distribution"] is None):
         doc["context_distribution"] = _issued_sizes(col["planned_context_tokens"][order])
+    if params.get("goodput"):  # criteria the run was given (checked when it started)
+        doc["goodput"], doc["metrics"]["goodput_rps"] = goodput(
+            rows, len(order), wall, parse_criteria(params["goodput"], flag="params.goodput"))
     if isinstance(load, dict):  # a raw file from before the block has none
         anchor = raw.header.get("perf_anchor_ns")
         doc["load"] = build_load(

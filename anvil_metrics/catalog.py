@@ -324,6 +324,7 @@ class Aggregate:
     formula: str
     inputs: tuple[str, ...]
     added: bool = False
+    conditional: bool = False  # only in some runs (`goodput.py`), not `stats.aggregate`'s
 
 
 def _aggregates() -> tuple[Aggregate, ...]:
@@ -352,6 +353,10 @@ def _aggregates() -> tuple[Aggregate, ...]:
                   "fsum(cached_tokens / prompt_tokens) / rows, over the rows that have "
                   "cached_tokens and a positive prompt_tokens",
                   ("cached_tokens", "prompt_tokens")),
+        Aggregate("goodput_rps", "req/s",
+                  "requests meeting every goodput criterion / (wall_clock_ms / 1000); only "
+                  "when criteria were given (goodput.criteria)", (), added=True,
+                  conditional=True),
     ]
     return tuple(out)
 

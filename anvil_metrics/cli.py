@@ -2,6 +2,8 @@
 
     anvil run SCENARIO.toml --host URL [--model M] [--users N] [--requests N]
               [--max-tokens N] [--warmup-requests N] [--results-dir DIR]
+              [--duration 5m] [--rate R [--arrival poisson|gamma|constant]] [--goodput ...]
+    anvil capacity SCENARIO.toml --host URL --slo "ttft_p95_ms<=2000" [--by users|rate]
     anvil postprocess RUN_DIR         raw records -> benchmark.json
     anvil verify FILE.json            recompute every derived value; exit 1 on a mismatch
     anvil sim [options]               the built-in OpenAI-compatible simulator
@@ -23,7 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics.errors import AnvilError, UsageError
-from anvil_metrics.options import RUN_OPTIONS, Parse, run_options, text, tokenizer_file, whole
+from anvil_metrics.options import (
+    RUN_OPTIONS,
+    Parse,
+    option,
+    positive,
+    run_options,
+    text,
+    timespan,
+    tokenizer_file,
+    whole,
+)
 from anvil_metrics.urls import api_key_from_env
 
 
@@ -41,6 +53,12 @@ def _argtype(parse: Parse, flag: str) -> Callable[[str], Any]:
         except UsageError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return conv
+
+
+def _slos(flag: str, v: str) -> Any:
+    from anvil_metrics.capacity import parse_slos
+
+    return parse_slos(v, flag)
 
 
 def _sizes(v: str) -> list[int]:
@@ -98,6 +116,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("metrics", help="list every figure anvil computes: name, unit, formula")
 
+    c = sub.add_parser("capacity", help="find the largest load that meets every SLO "
+                       "(one run per step: double, then bisect)")
+    c.add_argument("scenario", help="scenario TOML file, e.g. scenarios/smoke.toml")
+    c.add_argument("--host", "-H", required=True, help="endpoint, e.g. http://127.0.0.1:8000")
+    c.add_argument("--slo", required=True, type=_argtype(_slos, "--slo"),
+                   help='e.g. "ttft_p95_ms<=2000,e2e_p99_ms<=30000" (metrics keys, any '
+                   "percentile of a request field, error_rate)")
+    c.add_argument("--by", choices=("users", "rate"), default="users",
+                   help="search over users (closed loop) or a rate (open loop)")
+    c.add_argument("--start", type=_argtype(positive, "--start"), default=1.0,
+                   help="first load tried")
+    c.add_argument("--max", type=_argtype(positive, "--max"), default=None,
+                   help="largest load tried (default: 256 users, or 1000 requests/s)")
+    c.add_argument("--rate-resolution", type=_argtype(positive, "--rate-resolution"),
+                   default=1.0, help="by rate: stop bisecting at this many requests/s")
+    per = c.add_mutually_exclusive_group()
+    per.add_argument("--step-duration", type=_argtype(timespan, "--step-duration"),
+                     help="each step runs this long (default 60s)")
+    per.add_argument("--step-requests", type=_argtype(whole(1), "--step-requests"),
+                     help="each step runs this many requests")
+    c.add_argument("--users", "-u", type=_argtype(whole(1), "--users"), default=None,
+                   help="by rate: the pool of users (requests in flight at most; default: "
+                   "the scenario's concurrency)")
+    for flag in ("--model", "--max-tokens", "--warmup-requests", "--api-key", "--goodput",
+                 "--processes", "--results-dir"):
+        o = option(flag.lstrip("-").replace("-", "_"))
+        c.add_argument(flag, type=None if o.parse is text else _argtype(o.parse, flag),
+                       default=o.default, help=o.help)
+
     d = sub.add_parser("demo", help="simulator + smoke scenario, end to end")
     d.add_argument("--results-dir", default="results")
     return p
@@ -146,6 +193,50 @@ def cmd_run(a: argparse.Namespace) -> int:
 def _warn(line: str | None) -> None:
     if line:
         print(f"warning: {line}", file=sys.stderr)
+
+
+def cmd_capacity(a: argparse.Namespace) -> int:
+    from anvil_metrics.capacity import run_capacity
+
+    by = a.by
+    maximum = a.max if a.max is not None else (256.0 if by == "users" else 1000.0)
+    if by == "users" and (a.start != int(a.start) or maximum != int(maximum)):
+        raise UsageError(f"--start {a.start:g} / --max {maximum:g}: by users, whole numbers")
+    values: dict[str, Any] = {o.dest: None for o in RUN_OPTIONS}
+    values.update(scenario=a.scenario, model=a.model, max_tokens=a.max_tokens,
+                  warmup_requests=a.warmup_requests, goodput=a.goodput,
+                  results_dir=a.results_dir)
+    if a.step_requests:
+        values["requests"] = a.step_requests
+    else:
+        values["duration"] = a.step_duration or 60.0
+    run_options(values, host=a.host, users=None, api_key=None)  # bad input: one line, now
+    print(f"capacity search by {by} for {', '.join(s.text() for s in a.slo)}: start "
+          f"{a.start:g}, at most {maximum:g}", flush=True)
+
+    def show(step: Any) -> None:
+        values_text = ", ".join(f"{k} {'null' if v is None else f'{v:,.3f}'}"
+                                for k, v in step.values.items())
+        print(f"  {by} {step.load:g}: {'meets' if step.meets else 'fails'} ({values_text})"
+              + ("" if step.trusted else "  NOT TRUSTED"), flush=True)
+
+    doc, folder = run_capacity(
+        a.scenario, a.host, by=by, slos=a.slo, start=a.start, maximum=maximum,
+        resolution=1.0 if by == "users" else a.rate_resolution, values=values,
+        users=a.users, api_key=a.api_key, processes=a.processes,
+        results_dir=a.results_dir, on_step=show)
+    if doc["stopped"]:
+        print(f"anvil capacity: stopped: {doc['stopped']}", file=sys.stderr)
+        print(f"result: {folder}/capacity.json")
+        return 1
+    cap = doc["capacity"]
+    unit = "users" if by == "users" else "requests/s"
+    answer = ("no load tried meets the SLO" if cap is None else
+              f"capacity: {cap:g} {unit}" + (" (the search's --max: raise it to look further)"
+                                             if cap >= maximum else ""))
+    print(answer)
+    print(f"result: {folder}/capacity.json")
+    return 0
 
 
 def cmd_postprocess(a: argparse.Namespace) -> int:
@@ -249,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     args = build_parser().parse_args(argv)
-    handlers = {"run": cmd_run, "postprocess": cmd_postprocess, "verify": cmd_verify,
+    handlers = {"run": cmd_run, "capacity": cmd_capacity, "postprocess": cmd_postprocess,
+                "verify": cmd_verify,
                 "demo": cmd_demo, "prompts": cmd_prompts, "metrics": cmd_metrics}
     try:
         return handlers[args.command](args)

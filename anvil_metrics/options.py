@@ -106,6 +106,13 @@ def arrival(flag: str, value: str) -> str:
     return value
 
 
+def criteria(flag: str, value: str) -> str:
+    """Goodput criteria, e.g. "ttft_ms<=2000,mean_inter_token_latency_ms<=50"."""
+    from anvil_metrics.goodput import parse_criteria
+
+    return ",".join(c.text() for c in parse_criteria(value, flag))
+
+
 def nonce(flag: str, value: str) -> str:
     """A previous run's `run_nonce`."""
     if not NONCE.fullmatch(value):
@@ -186,6 +193,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--burstiness", "open loop: gamma shape of the gaps, as vLLM's bench: 1 = Poisson, "
            "< 1 burstier, > 1 more regular (implies --arrival gamma)", positive),
     Option("--arrival-seed", "open loop: the schedule's seed (default 0)", whole(0)),
+    Option("--goodput", "per-request criteria, e.g. \"ttft_ms<=2000,mean_inter_token_"
+           "latency_ms<=50\": benchmark.json then has goodput (met, fraction) and "
+           "metrics.goodput_rps", criteria),
     Option("--max-tokens", "completion cap per request (default: scenario's)", whole(1)),
     Option("--warmup-requests", "warm-up requests before measuring (default: scenario's)",
            whole(0)),
@@ -292,7 +302,7 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
                         max_tokens=v["max_tokens"], model=v["model"],
                         warmup_requests=v["warmup_requests"],
                         duration_s=v["duration"] or run_time_s,
-                        arrivals=_arrivals(v, sc.arrivals))
+                        arrivals=_arrivals(v, sc.arrivals), goodput=v["goodput"])
     if not host:
         raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
     return RunOptions(

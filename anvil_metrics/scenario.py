@@ -16,6 +16,7 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
     arrival = "poisson"                   # "poisson" | "gamma" | "constant"
     burstiness = 1.0                      # gamma shape (1 = Poisson), as vLLM's bench
     arrival_seed = 0                      # the schedule's seed
+    goodput = "ttft_ms<=2000"             # per-request criteria (goodput.py); --goodput
     warmup_requests = 1                   # run first, recorded, left out of the figures
     max_tokens = 128
     context_tokens = 4096                 # the context window under test
@@ -90,6 +91,7 @@ _TOP_KEYS = {
     "arrival",
     "burstiness",
     "arrival_seed",
+    "goodput",
 }
 _SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
 _REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
@@ -145,6 +147,7 @@ class Scenario:
     timeouts: Timeouts = field(default_factory=Timeouts)
     duration_s: float | None = None  # measured load time, after the warm-ups
     arrivals: ArrivalPlan | None = None  # open loop; None: closed loop
+    goodput: str | None = None  # goodput criteria as text (`goodput.parse_criteria`)
     source: str | None = None
 
     @property
@@ -264,6 +267,16 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
     else:
         requests = None
     arrivals = _arrivals(data, source)
+    goodput = data.get("goodput")
+    if goodput is not None:
+        from anvil_metrics.goodput import parse_criteria
+
+        if not isinstance(goodput, str):
+            raise _err("goodput", goodput, 'criteria as text, e.g. "ttft_ms<=2000"', source)
+        try:
+            goodput = ",".join(c.text() for c in parse_criteria(goodput, "goodput"))
+        except UsageError as e:
+            raise _err("goodput", goodput, str(e).split(": ", 1)[-1], source) from None
     warmup = _int(data, "warmup_requests", 0, 0, source)
     concurrency = _int(data, "concurrency", 1, 1, source)
 
@@ -365,6 +378,7 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         timeouts=timeouts,
         duration_s=duration,
         arrivals=arrivals,
+        goodput=goodput,
         source=source,
     )
 
@@ -452,6 +466,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     }
     if sc.duration_s is not None:
         doc["duration"] = sc.duration_s
+    if sc.goodput is not None:
+        doc["goodput"] = sc.goodput
     if sc.arrivals is not None:
         doc.update(rate=sc.arrivals.rate_rps, arrival=sc.arrivals.arrival,
                    burstiness=sc.arrivals.burstiness, arrival_seed=sc.arrivals.seed)
@@ -490,6 +506,7 @@ def with_overrides(
     warmup_requests: int | None = None,
     duration_s: float | None = None,
     arrivals: ArrivalPlan | None = None,
+    goodput: str | None = None,
 ) -> Scenario:
     """Apply command-line overrides (None: keep the scenario's), re-checking what they can
     break."""
@@ -506,6 +523,7 @@ def with_overrides(
         warmup_requests=sc.warmup_requests if warmup_requests is None else warmup_requests,
         duration_s=sc.duration_s if duration_s is None else duration_s,
         arrivals=sc.arrivals if arrivals is None else arrivals,
+        goodput=sc.goodput if goodput is None else goodput,
         meta=meta,
     )
     if new.arrivals is not None and new.shared_prefix_burst:

@@ -218,6 +218,7 @@ class RunSession:
             "load": {"mode": sc.load_mode,
                      "arrivals": sc.arrivals.to_dict() if sc.arrivals else None,
                      "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s},
+            "goodput": sc.goodput.split(",") if sc.goodput else None,
         }
         if shared_doc is not None:
             params["shared_prefix"] = shared_doc

@@ -142,7 +142,7 @@ def aggregate(rows: RowColumns, wall_clock_ms: float | None) -> dict[str, Any]:
 def expected_keys(absent: frozenset[str]) -> frozenset[str]:
     """The `metrics` keys of rows that lack the `absent` added fields."""
     return frozenset(a.name for a in catalog.AGGREGATES
-                     if not (a.added and set(a.inputs) & absent))
+                     if not (a.added and set(a.inputs) & absent) and not a.conditional)
 
 
 def planned_vs_counted_error_pct_max(rows: RowColumns) -> float | None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from anvil_metrics import catalog, schema, stats
 from anvil_metrics.derive import RowColumns, derive_columns
+from anvil_metrics.goodput import check_goodput
 from anvil_metrics.jsonio import strict_json_problems
 from anvil_metrics.loadblock import check_load
 from anvil_metrics.schema import fmt, same
@@ -105,6 +106,7 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
     if row_at is not None:
         _check_context_distribution(doc, rows, at, problems)
     wall = _check_wall_clock(doc, rows, at, problems)
+    check_goodput(doc, rows if all_typed else None, wall, problems)
     if recompute:
         _check_metrics(doc, rows if all_typed else None, wall, problems)
         if all_typed:
@@ -399,7 +401,8 @@ def _check_metrics(doc: dict[str, Any], rows: RowColumns | None, wall: float | N
             f.name for f in catalog.ROW if f.presence == "added" and f.percentiles
             and not set(f.percentile_names()) & metrics.keys()))
     expected = stats.aggregate(rows, wall)
-    for key in sorted(expected.keys() | (metrics.keys() & catalog.METRIC_KEYS)):
+    for key in sorted(expected.keys() | (metrics.keys() & catalog.METRIC_KEYS
+                                         - CONDITIONAL_KEYS)):
         path = f"metrics.{key}"
         if key not in expected:
             problems.append(f"{path}: file has {fmt(metrics[key])}, but request_timings "
@@ -413,6 +416,9 @@ def _check_metrics(doc: dict[str, Any], rows: RowColumns | None, wall: float | N
                         f"{expected['output_tokens']}, wall_clock_ms={fmt(doc['wall_clock_ms'])}")
             problems.append(
                 f"{path}: file has {fmt(metrics[key])}, recomputed {fmt(expected[key])}{note}")
+
+
+CONDITIONAL_KEYS = frozenset(a.name for a in catalog.AGGREGATES if a.conditional)
 
 
 def _without(rows: RowColumns, absent: frozenset[str]) -> RowColumns:

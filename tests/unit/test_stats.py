@@ -90,7 +90,9 @@ def aggregate(rows: list[dict], wall_clock_ms: float | None) -> dict:
 
 def test_aggregate_keys_and_types():
     m = aggregate([_row(0), _row(1, prompt_tokens=300)], 4000.0)
-    assert set(m) == catalog.METRIC_KEYS
+    # every key but those only some runs have (goodput_rps: with criteria, `goodput.py`)
+    assert set(m) == catalog.METRIC_KEYS - {a.name for a in catalog.AGGREGATES if a.conditional}
+    assert "goodput_rps" not in m
     assert m["output_tokens"] == 22 and type(m["output_tokens"]) is int
     assert m["prompt_tokens"] == 400 and type(m["prompt_tokens"]) is int
     assert m["reasoning_chunks"] == 8 and m["content_chunks"] == 12
@@ -180,7 +182,15 @@ def test_rows_written_before_the_added_fields_have_no_added_aggregates():
     m = aggregate(old, 1000.0)
     added = {name for f in catalog.ROW if f.presence == "added" for name in f.percentile_names()}
     assert "content_tok_s_p50" in added
-    assert set(m) == catalog.METRIC_KEYS - added == stats.expected_keys(catalog.ADDED)
+    conditional = {a.name for a in catalog.AGGREGATES if a.conditional}
+    assert set(m) == catalog.METRIC_KEYS - added - conditional == stats.expected_keys(
+        catalog.ADDED)
+    # a file of the first added generation only lacks the second's aggregates
+    gen1 = [{k: v for k, v in _row(0).items() if k not in catalog.ADDED_GENERATIONS[1]}]
+    later = {name for f in catalog.ROW if f.name in catalog.ADDED_GENERATIONS[1]
+             for name in f.percentile_names()}
+    assert "e2e_from_due_p95_ms" in later and "content_tok_s_p50" not in later
+    assert set(aggregate(gen1, 1000.0)) == catalog.METRIC_KEYS - later - conditional
 
 
 def test_content_tok_s_percentiles_over_the_rows_that_have_it():
