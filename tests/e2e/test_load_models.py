@@ -1,0 +1,215 @@
+"""Load models end to end: duration runs, the stop timeout's cancellations, and open-loop
+arrivals below and above capacity — real simulator and Locust processes on 127.0.0.1.
+
+Why real processes: a duration is kept by timers, an open-loop schedule by the event loop's
+sleeps and the simulator's own queue (`--max-running`); only a real run shows that a run
+lasts what it was asked, that requests go out on the seeded schedule (the due times
+recovered from `requests.jsonl` are the schedule's offsets to the nanosecond), and that a
+schedule above capacity is reported, not hidden. Each test prints the figures it saw
+(`pytest -s` shows them).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
+
+from anvil_metrics.arrivals import ArrivalPlan, Schedule
+from anvil_metrics.rawread import read_raw
+from anvil_metrics.verify import verify_benchmark
+
+pytestmark = pytest.mark.e2e
+
+FAST_SIM = ("--prefill-ms", "20", "--interval-ms", "2", "--reasoning-tokens", "2",
+            "--content-tokens", "10", "--max-context", "8192")
+
+SCENARIO = """
+measurement_protocol = "load-models"
+max_tokens = 64
+context_tokens = 1024
+max_context_tokens = 1024
+"""
+
+
+def locust(sim_url: str, results: Path, *args: str, timeout: float = 60
+           ) -> tuple[subprocess.CompletedProcess, float]:
+    """Plain headless Locust with anvil's locustfile; (process, seconds it took)."""
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", "locustfiles/chat.py", "--headless",
+         "-H", sim_url, "--results-dir", str(results), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return proc, time.monotonic() - t0
+
+
+def only_run(results: Path) -> Path:
+    runs = list(results.glob("benchmark-*"))
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def measured(run_dir: Path) -> list[dict[str, Any]]:
+    return sorted((x for x in raw_lines(run_dir) if x["type"] == "request" and not x["warmup"]),
+                  key=lambda x: x["request_index"])
+
+
+def due_offsets(run_dir: Path) -> list[int]:
+    """Each measured request's due time (`start_ns − extra.start_delay_ns`, placed on the
+    master's clock), as an offset from request 0's, in index order."""
+    offsets = read_raw(run_dir / "requests.jsonl").clock_offsets_ns()
+    due = [x["start_ns"] + offsets.get(x.get("worker"), 0) - x["extra"]["start_delay_ns"]
+           for x in measured(run_dir)]
+    return [d - due[0] for d in due]
+
+
+def drawn_rate(offsets: list[int]) -> float:
+    return (len(offsets) - 1) / ((offsets[-1] - offsets[0]) / 1e9)
+
+
+def check_every_record_once(run_dir: Path, doc: dict[str, Any]) -> None:
+    """Every measured raw request record is exactly one row or one failure, by index."""
+    raw = measured(run_dir)
+    assert [x["request_index"] for x in raw] == list(range(len(raw)))  # dense
+    rows = {r["request_index"]: r for r in doc["request_timings"]}
+    fails = {f["request_index"]: f for f in doc["failures"]}
+    assert len(rows) == len(doc["request_timings"]) and len(fails) == len(doc["failures"])
+    assert not rows.keys() & fails.keys()
+    assert sorted(rows.keys() | fails.keys()) == list(range(len(raw)))
+    assert doc["requests"] == len(raw)
+    for x in raw:
+        i = x["request_index"]
+        if x["failure"] is None:
+            assert rows[i]["e2e_ms"] == (x["end_ns"] - x["start_ns"]) / 1e6
+        else:
+            assert fails[i]["kind"] == x["failure"]["kind"]
+
+
+def test_plain_locust_run_time_is_a_duration_run(simulator, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    proc, took = locust(sim.url, tmp_path / "res", "-u", "4", "-r", "4", "-t", "8s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run(tmp_path / "res")
+    doc = load_json(run_dir / "benchmark.json")
+    load = doc["load"]
+    print(f"\n[duration] process {took:.2f} s; {doc['requests']} requests; window "
+          f"{load['window_s']}; achieved {load['achieved_rate_rps']:.1f} req/s")
+    assert 7.0 <= took < 10.0  # 8 s ± 1 s, and the post-processing
+    assert verify_benchmark(doc) == []
+    assert (load["mode"], load["duration_s"], load["arrival"]) == ("duration", 8.0, "closed")
+    assert load["cancelled"] == 0 and doc["requests"] > 100
+    assert load["window_s"][1] <= 8.0 + 1.0
+    check_every_record_once(run_dir, doc)
+
+
+def test_requests_in_flight_after_the_stop_timeout_are_cancelled(simulator,
+                                                                 tmp_path: Path) -> None:
+    # ~10 s streams: none can finish in a 2 s run and its 1 s stop timeout
+    sim = simulator("--prefill-ms", "20", "--interval-ms", "50", "--reasoning-tokens", "2",
+                    "--content-tokens", "200", "--max-context", "8192")
+    proc, took = locust(sim.url, tmp_path / "res", "-u", "3", "-r", "3", "--duration", "2s",
+                        "--stop-timeout", "1", "--exit-code-on-error", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run(tmp_path / "res")
+    doc = load_json(run_dir / "benchmark.json")
+    raw = measured(run_dir)
+    cancelled = [x for x in raw if (x["failure"] or {}).get("kind") == "cancelled"]
+    print(f"\n[cancelled] process {took:.2f} s; {len(raw)} requests, {len(cancelled)} "
+          f"cancelled; window {doc['load']['window_s']}")
+    assert took < 2 + 1 + 4.0
+    assert verify_benchmark(doc) == []
+    assert len(cancelled) == 3 == len(raw)  # one stream per user, none finished
+    assert all(x["failure"]["phase"] == "decode" for x in cancelled)
+    assert doc["load"]["cancelled"] == len(cancelled) == doc["failed"]
+    assert [f["kind"] for f in doc["failures"]] == ["cancelled"] * 3
+    # cut at the duration plus the stop timeout, not at the end of the streams
+    window = doc["load"]["window_s"]
+    assert 2.5 < window[1] - window[0] < 4.0
+    check_every_record_once(run_dir, doc)
+
+
+def test_open_loop_below_capacity_follows_the_schedule(simulator, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    seed = 5
+    t0 = time.monotonic()
+    proc = anvil("run", str(sc), "--host", sim.url, "--rate", "20", "--duration", "20s",
+                 "-u", "16", "--arrival-seed", str(seed), "--results-dir", str(tmp_path))
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    doc = load_json(path)
+    load = doc["load"]
+    offsets = due_offsets(path.parent)
+    drawn = drawn_rate(offsets)
+    lag = load["schedule_lag_ms"]
+    print(f"\n[open loop 20/s] process {took:.1f} s; {doc['requests']} requests; achieved "
+          f"{load['achieved_rate_rps']:.3f} req/s, drawn schedule {drawn:.3f} req/s; lag "
+          f"{lag}; waited {load['waited_for_user']}")
+    assert verify_benchmark(doc) == []
+    assert (load["mode"], load["arrival"], load["offered_rate_rps"], load["duration_s"]) == (
+        "duration", "poisson", 20.0, 20.0)
+    assert doc["failed"] == 0 and 300 < doc["requests"] < 500
+    assert abs(load["achieved_rate_rps"] - drawn) / drawn < 0.03
+    assert lag["p99"] < 5.0
+    assert load["waited_for_user"] == 0
+    sched = Schedule(ArrivalPlan(20.0, seed=seed))
+    assert offsets == [sched.offset_ns(k) for k in range(len(offsets))]
+    assert not any("WARNING" in line for line in proc.stdout.splitlines())
+
+
+def test_processes_2_follow_the_same_schedule_as_one(simulator, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    runs = {}
+    for processes in ("1", "2"):
+        proc = anvil("run", str(sc), "--host", sim.url, "--requests", "40", "--rate", "20",
+                     "--arrival-seed", "7", "-u", "4", "--processes", processes,
+                     "--results-dir", str(tmp_path / processes))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[processes] = result_path(proc).parent
+    one, two = due_offsets(runs["1"]), due_offsets(runs["2"])
+    workers = Counter(x["worker"] for x in measured(runs["2"]))
+    docs = {p: load_json(d / "benchmark.json") for p, d in runs.items()}
+    print(f"\n[processes] workers {dict(workers)}; lag p99 one process "
+          f"{docs['1']['load']['schedule_lag_ms']['p99']} ms, two "
+          f"{docs['2']['load']['schedule_lag_ms']['p99']} ms")
+    sched = Schedule(ArrivalPlan(20.0, seed=7))
+    assert len(one) == len(two) == 40
+    assert one == two == [sched.offset_ns(k) for k in range(40)]
+    assert len(workers) == 2
+    for doc in docs.values():
+        assert verify_benchmark(doc) == []
+        assert doc["completed"] == 40 and doc["load"]["mode"] == "budget"
+
+
+def test_open_loop_above_capacity_is_reported(simulator, tmp_path: Path) -> None:
+    # 4 streams at once of ~200 ms each: about 20 requests/s; offered 60/s
+    sim = simulator("--prefill-ms", "50", "--interval-ms", "10", "--reasoning-tokens", "2",
+                    "--content-tokens", "13", "--max-context", "8192", "--max-running", "4")
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    t0 = time.monotonic()
+    proc = anvil("run", str(sc), "--host", sim.url, "--rate", "60", "--duration", "8s",
+                 "-u", "4", "--results-dir", str(tmp_path))
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = load_json(result_path(proc))
+    load = doc["load"]
+    warnings = [x for x in (proc.stdout + proc.stderr).splitlines()
+                if "WARNING: the schedule outran the users" in x]
+    print(f"\n[open loop 60/s over ~20/s] process {took:.1f} s; {doc['requests']} requests; "
+          f"achieved {load['achieved_rate_rps']:.2f} of {load['offered_rate_rps']} req/s; "
+          f"lag {load['schedule_lag_ms']}; waited {load['waited_for_user']}; e2e p50 "
+          f"{doc['metrics'].get('e2e_p50_ms')} ms")
+    assert verify_benchmark(doc) == []
+    assert load["achieved_rate_rps"] < 0.6 * load["offered_rate_rps"]
+    assert load["waited_for_user"] > 0.5 * doc["requests"]
+    assert load["schedule_lag_ms"]["p99"] > 1000.0  # seconds behind by the end
+    assert len(warnings) == 1, proc.stdout
+    assert doc["metrics"]["e2e_from_due_p95_ms"] > doc["metrics"]["e2e_p95_ms"] + 1000.0

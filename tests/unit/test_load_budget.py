@@ -1,0 +1,137 @@
+"""RequestBudget with an arrival schedule, under gevent: tickets at their due times.
+
+Why real time: what an open loop promises is when a request goes out, so these tests take
+tickets from greenlets and stamp the moment each `take()` returns with `perf_counter_ns`,
+the clock the budget's due times are on. Bounds are loose (a ticket never early, and at
+most 20 ms late on an idle loop) so a busy machine does not make them flaky, yet a budget
+that handed tickets out at once, or by another schedule, fails them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+import pytest
+
+from anvil_metrics.arrivals import ArrivalPlan, Schedule
+from anvil_metrics.control import RequestBudget, Ticket
+
+LATE_NS = 20_000_000  # how late a ticket may come out of take() on an idle loop
+
+
+def _taker(budget: RequestBudget, got: list[tuple[int, Ticket]], work_s: float) -> None:
+    while True:
+        t = budget.take()
+        now = time.perf_counter_ns()
+        if t is None:
+            return
+        got.append((now, t))
+        gevent.sleep(work_s)
+        budget.give_back(t)
+
+
+@pytest.mark.parametrize("plan", [ArrivalPlan(100.0, "poisson", seed=3),
+                                  ArrivalPlan(50.0, "constant")])
+def test_tickets_come_out_at_their_due_times_dense_in_due_order(plan: ArrivalPlan) -> None:
+    n = 25
+    done: list[int] = []
+    budget = RequestBudget(n, 0, [10, 20], on_exhausted=lambda: done.append(1),
+                           schedule=Schedule(plan))
+    got: list[tuple[int, Ticket]] = []
+    start = time.perf_counter_ns()
+    gevent.joinall([gevent.spawn(_taker, budget, got, 0.003) for _ in range(4)], timeout=10)
+    assert len(got) == n and done == [1]
+    tickets = [t for _, t in got]
+    assert sorted(t.request_index for t in tickets) == list(range(n))
+    by_due = sorted(tickets, key=lambda t: (t.due_ns, t.request_index))
+    assert [t.request_index for t in by_due] == list(range(n))
+    origin = budget.origin_ns
+    assert origin is not None and start <= origin
+    want = Schedule(plan)
+    for now, t in got:
+        assert t.due_ns is not None and not t.warmup and not t.waited
+        assert t.due_ns - origin == want.offset_ns(t.request_index)
+        assert t.due_ns <= now < t.due_ns + LATE_NS, (t, now - t.due_ns)
+        assert t.planned_context_tokens == [10, 20][t.request_index % 2]
+    # the whole run took the schedule's span, not less (tickets were not handed out at once)
+    last_due = max(t.due_ns for t in tickets)
+    assert last_due - origin == want.offset_ns(n - 1) > 0
+    assert max(now for now, _ in got) >= last_due
+
+
+def test_a_taker_that_asks_late_gets_waited_one_that_asks_early_does_not() -> None:
+    gap_ns = 100_000_000  # constant 10/s
+    budget = RequestBudget(None, 0, [10], schedule=Schedule(ArrivalPlan(10.0, "constant")))
+    t0 = budget.take()
+    assert t0 is not None and t0.request_index == 0 and not t0.waited
+    assert t0.due_ns == budget.origin_ns
+    gevent.sleep(0.15)  # arrival 1 fell due at 100 ms with no taker asking
+    asked = time.perf_counter_ns()
+    t1 = budget.take()
+    back = time.perf_counter_ns()
+    assert t1 is not None and t1.request_index == 1 and t1.waited
+    assert t1.due_ns == t0.due_ns + gap_ns and t1.due_ns < asked
+    assert back - asked < LATE_NS  # already due: handed out at once
+    t2 = budget.take()  # asked at ~150 ms, due at 200 ms
+    back2 = time.perf_counter_ns()
+    assert t2 is not None and t2.request_index == 2 and not t2.waited
+    assert t2.due_ns == t0.due_ns + 2 * gap_ns <= back2 < t2.due_ns + LATE_NS
+    budget.close()
+
+
+def test_close_while_waiting_returns_none_at_once_and_the_index_is_never_issued() -> None:
+    budget = RequestBudget(None, 0, [10], schedule=Schedule(ArrivalPlan(1.0, "constant")))
+    first = budget.take()
+    assert first is not None and first.request_index == 0
+    assert budget.issued == 1
+    got: list[object] = []
+    waiter = gevent.spawn(lambda: got.append(budget.take()))
+    gevent.sleep(0.05)
+    assert got == []  # arrival 1 is due 1 s after the origin
+    closed = time.perf_counter_ns()
+    budget.close()
+    waiter.join(timeout=1)
+    returned = time.perf_counter_ns()
+    assert got == [None]
+    assert returned - closed < LATE_NS  # not at the arrival's due time
+    assert budget.issued == 1
+    assert budget.take() is None and budget.issued == 1
+
+
+def test_the_request_budget_ends_the_schedule() -> None:
+    done: list[int] = []
+    budget = RequestBudget(3, 0, [10], on_exhausted=lambda: done.append(1),
+                           schedule=Schedule(ArrivalPlan(1000.0, seed=1)))
+    tickets = [budget.take() for _ in range(3)]
+    assert [t.request_index for t in tickets if t is not None] == [0, 1, 2]
+    started = time.perf_counter_ns()
+    assert budget.take() is None  # at once: not the due time of arrival 3
+    assert time.perf_counter_ns() - started < LATE_NS
+    assert budget.issued == 3 and done == []
+    for t in tickets:
+        assert t is not None
+        budget.give_back(t)
+    assert done == [1] and budget.finished == 3
+
+
+def test_warmups_come_first_without_due_times_and_the_origin_follows_them() -> None:
+    budget = RequestBudget(3, 2, [10], schedule=Schedule(ArrivalPlan(50.0, "constant")))
+    w0, w1 = budget.take(), budget.take()
+    assert w0 is not None and w1 is not None
+    assert (w0.warmup, w1.warmup) == (True, True)
+    assert (w0.request_index, w1.request_index) == (0, 1)
+    assert w0.due_ns is None and w1.due_ns is None and not w0.waited
+    got: list[tuple[int, Ticket]] = []
+    g = gevent.spawn(_taker, budget, got, 0.0)
+    gevent.sleep(0.03)
+    assert got == [] and budget.origin_ns is None  # measured load waits for the warm-ups
+    budget.give_back(w0)
+    released = time.perf_counter_ns()
+    budget.give_back(w1)
+    g.join(timeout=2)
+    assert [t.request_index for _, t in got] == [0, 1, 2]
+    origin = budget.origin_ns
+    assert origin is not None and origin >= released
+    assert [t.due_ns - origin for _, t in got] == [0, 20_000_000, 40_000_000]
+    assert all(not t.warmup for _, t in got)
