@@ -30,6 +30,7 @@ from anvil_metrics.jsonio import atomic_write_bytes
 from anvil_metrics.loadblock import build_load
 from anvil_metrics.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.rawread import RawRun
+from anvil_metrics.steps import attribute, build_steps
 from anvil_metrics.verify import columns_are_clean, verify_benchmark
 
 
@@ -84,18 +85,21 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     measured = np.flatnonzero(col["warmup"] == 0)
     order = measured[np.argsort(col["request_index"][measured], kind="stable")]
     failed = col["failed"][order] != 0
-    failures = []
-    for new_index, pos in zip(np.flatnonzero(failed).tolist(), order[failed].tolist(),
-                              strict=True):
-        kind, message, status, phase, record_status = raw.failures[pos]
-        failures.append({"request_index": new_index, "kind": kind,
-                         "http_status": status if status is not None else record_status,
-                         "message": message, "phase": phase})
-    rows = rows_from_raw(t[order[~failed]], np.flatnonzero(~failed))
     offsets = raw.clock_offsets_ns()
     # offset of each record's clock (worker -1, no worker, indexes the trailing 0)
     offset = np.array([offsets.get(name, 0) for name in raw.worker_names] + [0],
                       dtype=np.int64)[col["worker"]]
+    step = attribute([s["t_ns"] for s in raw.steps], col["start_ns"][order] + offset[order])
+    failures = []
+    for new_index, pos, in_step in zip(np.flatnonzero(failed).tolist(), order[failed].tolist(),
+                                       step[failed].tolist(), strict=True):
+        kind, message, status, phase, record_status = raw.failures[pos]
+        failures.append({"request_index": new_index, "kind": kind,
+                         "http_status": status if status is not None else record_status,
+                         "message": message, "phase": phase})
+        if raw.steps:
+            failures[-1]["step"] = in_step
+    rows = rows_from_raw(t[order[~failed]], np.flatnonzero(~failed), step[~failed])
     last = np.where(col["end_ns"] != NULL, col["end_ns"], col["start_ns"]) + offset
     wall = wall_clock_ms(col["start_ns"][order] + offset[order], last[order])
     doc = _document(raw, finished=_finished_at(raw, last), wall=wall, requests=len(order),
@@ -106,9 +110,18 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     if isinstance(load, dict) and load.get("mode") != "budget" and (
             doc["context_distribution"] is None):
         doc["context_distribution"] = _issued_sizes(col["planned_context_tokens"][order])
+    criteria = None
     if params.get("goodput"):  # criteria the run was given (checked when it started)
-        doc["goodput"], doc["metrics"]["goodput_rps"] = goodput(
-            rows, len(order), wall, parse_criteria(params["goodput"], flag="params.goodput"))
+        criteria = parse_criteria(params["goodput"], flag="params.goodput")
+        doc["goodput"], doc["metrics"]["goodput_rps"] = goodput(rows, len(order), wall,
+                                                                criteria)
+    if raw.steps:
+        anchor = raw.header.get("perf_anchor_ns")
+        end = raw.steps_end_ns if raw.steps_end_ns is not None else (
+            int(last[order].max()) if len(order) else None)
+        doc["steps"] = build_steps(raw.steps, end, anchor if type(anchor) is int
+                                   else raw.steps[0]["t_ns"], rows,
+                                   [f["step"] for f in failures], criteria)
     if isinstance(load, dict):  # a raw file from before the block has none
         anchor = raw.header.get("perf_anchor_ns")
         doc["load"] = build_load(

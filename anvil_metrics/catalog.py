@@ -234,6 +234,10 @@ ROW: tuple[RowField, ...] = (
              formula="(output_tokens − reasoning_tokens − 1) / (visible_generation_ms / 1000)",
              compute=_content_tok_s, label="content decode", percentiles="content_tok_s_{p}",
              summary=True),
+    RowField("step", "", "count", True,
+             "the step of a stepped run in force when the request started (null in a run "
+             "without steps)", presence="added", since=2,
+             source="the run's step lines (steps.py)"),
     RowField("schedule_lag_ms", "ms", "duration", True,
              "how late the request was written after it was due: in an open-loop run, after "
              "its scheduled arrival; in a closed loop, after its user was free (the client's "

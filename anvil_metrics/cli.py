@@ -180,6 +180,10 @@ def cmd_run(a: argparse.Namespace) -> int:
             print(f"anvil: the run wrote no benchmark.json (Locust exit code "
                   f"{result.locust_exit_code}); its log is {result.log_path}", file=sys.stderr)
         return 2 if result.locust_exit_code == 2 else 1
+    if result.error:  # the run failed (e.g. no worker could set up): its file says little
+        print(result.error, file=sys.stderr)
+        print(f"anvil: the run failed; what it wrote is in {result.run_dir}", file=sys.stderr)
+        return 1
     # the document without its rows (a million of them would take ~2.6 GB to load)
     params = cachecheck.run_params(result.benchmark_path.parent)
     scanned = scan_benchmark(result.benchmark_path, cachecheck.limit(params))

@@ -63,7 +63,8 @@ class RequestBudget:
         self.schedule = schedule
         self.origin_ns: int | None = None  # open loop: when arrival 0 fell due
         self._turn = gevent.lock.Semaphore(1)
-        self._stopped = gevent.event.Event()
+        self._changed = gevent.event.Event()  # set on close or a new schedule
+        self._first = 0  # the index of the current schedule's arrival 0
         self._progress = gevent.event.Event()
         self.requests = requests
         self.warmup = warmup
@@ -112,20 +113,32 @@ class RequestBudget:
         """The next arrival of the schedule, at its due time (see the module docstring)."""
         asked_ns = time.perf_counter_ns()
         with self._turn:
-            if self._closed or (self.requests is not None and self._next >= self.requests):
-                return None
-            i = self._next
-            if self.origin_ns is None:
-                self.origin_ns = time.perf_counter_ns()
-            assert self.schedule is not None
-            due = self.origin_ns + self.schedule.offset_ns(i)
-            wait_ns = due - time.perf_counter_ns()
-            if wait_ns > 0 and self._stopped.wait(wait_ns / 1e9):
-                return None  # stopped before it fell due: never issued
-            if self._closed:
-                return None
-            self._next += 1
-            return Ticket(i, False, self.size_for(i), due_ns=due, waited=asked_ns > due)
+            while True:
+                if self._closed or (self.requests is not None
+                                    and self._next >= self.requests):
+                    return None
+                i = self._next
+                if self.origin_ns is None:
+                    self.origin_ns = time.perf_counter_ns()
+                assert self.schedule is not None
+                due = self.origin_ns + self.schedule.offset_ns(i - self._first)
+                wait_ns = due - time.perf_counter_ns()
+                if wait_ns > 0:
+                    changed = self._changed
+                    if changed.wait(wait_ns / 1e9):
+                        continue  # stopped (the loop's first test), or a new schedule
+                if self._closed:
+                    return None
+                self._next += 1
+                return Ticket(i, False, self.size_for(i), due_ns=due, waited=asked_ns > due)
+
+    def replan(self, schedule: Schedule, origin_ns: int) -> None:
+        """From now on, arrivals follow `schedule` from `origin_ns` (a rate sweep's next
+        step): the next index is its arrival 0; a taker waiting for an arrival of the old
+        schedule takes the new one's instead."""
+        self.schedule, self.origin_ns, self._first = schedule, origin_ns, self._next
+        changed, self._changed = self._changed, gevent.event.Event()
+        changed.set()
 
     def give_back(self, ticket: Ticket) -> None:
         """A ticket's request has finished (success or failure)."""
@@ -145,7 +158,7 @@ class RequestBudget:
 
     def close(self) -> None:
         self._closed = True
-        self._stopped.set()
+        self._changed.set()
         self._warm.set()
         self._progress.set()
 

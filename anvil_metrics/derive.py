@@ -182,6 +182,13 @@ class RowColumns:
         return cls(floats=floats, counts=counts, present=present, usage_source=usage,
                    absent=absent)
 
+    def select(self, mask: Any) -> RowColumns:
+        """The rows where `mask` (a bool array) is True."""
+        return RowColumns(floats={k: v[mask] for k, v in self.floats.items()},
+                          counts={k: v[mask] for k, v in self.counts.items()},
+                          present={k: v[mask] for k, v in self.present.items()},
+                          usage_source=self.usage_source[mask], absent=self.absent)
+
     @classmethod
     def concat(cls, parts: Sequence[RowColumns]) -> RowColumns:
         """The rows of `parts` (one or more, with the same fields), one part after another."""
@@ -227,11 +234,13 @@ def derive_columns(rows: RowColumns) -> dict[str, Any]:
     return {f.name: derived[f.name] for f in catalog.DERIVED if f.name not in rows.absent}
 
 
-def rows_from_raw(t: Any, new_index: Any) -> RowColumns:
+def rows_from_raw(t: Any, new_index: Any, step: Any = None) -> RowColumns:
     """The rows of the completed records `t` (rows of a raw table, `rawcolumns.RAW_COLUMNS`,
-    in row order), numbered `new_index`: the measured fields from the raw stamps and
-    counts, the derived ones from the catalogue."""
+    in row order), numbered `new_index`, in steps `step` (int64, NULL for none; None: a
+    run without steps): the measured fields from the raw stamps and counts, the derived
+    ones from the catalogue."""
     c = {name: t[:, i] for name, i in COL.items()}
+    c["step"] = np.full(len(t), NULL, dtype=np.int64) if step is None else step
     start = c["start_ns"]
     floats = {name: durations_ms(start, c[stamp], c[stamp] != NULL) for name, stamp in (
         ("e2e_ms", "end_ns"), ("time_to_first_output_ms", "first_output_ns"),

@@ -21,6 +21,12 @@ found no free user when they fell due. Members (null where they do not apply):
 - `waited_for_user`: measured requests that fell due while every user was busy (open loop);
 - `cancelled`: measured requests recorded as `cancelled` — stopped by the run's end (a
   duration, Stop, Ctrl-C) after `--stop-timeout`, never the server's failure.
+
+What `anvil verify` can and cannot recompute: `schedule_lag_ms` and `cancelled` follow from
+the rows and failures and are recomputed; the members copied from the plan are checked for
+consistency with `arrival`; `achieved_rate_rps`, `window_s` and `waited_for_user` come from
+the requests' start stamps and flags in `requests.jsonl`, which the document does not hold,
+so verify checks their types and bounds only (`anvil postprocess` rebuilds them exactly).
 """
 
 from __future__ import annotations
@@ -168,6 +174,15 @@ def check_load(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[s
         if (load.get(key) is None) != closed:
             problems.append(f"load.{key}: {'null' if closed else 'set'} exactly in a closed "
                             f"loop (arrival {fmt(arrival)}), file has {fmt(load.get(key))}")
+    want_burst = {"closed": None, "constant": None, "poisson": 1.0}.get(arrival)
+    burst = load.get("burstiness")
+    if (arrival == "gamma" and burst is None) or (arrival != "gamma" and not same(
+            burst, want_burst)):
+        expected = "a number > 0" if arrival == "gamma" else fmt(want_burst)
+        problems.append(f"load.burstiness: {expected} with arrival {fmt(arrival)}, file has "
+                        f"{fmt(burst)}")
+    if load.get("mode") == "duration" and load.get("duration_s") is None:
+        problems.append("load.duration_s: null, but mode is \"duration\"")
     _check_window(load.get("window_s"), problems)
     _check_counts(doc, load, problems)
     if not closed and rows is not None and isinstance(load.get("schedule_lag_ms"), dict):

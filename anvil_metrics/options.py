@@ -20,7 +20,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from anvil_metrics.errors import UsageError
@@ -104,6 +104,28 @@ def arrival(flag: str, value: str) -> str:
     if value not in ARRIVALS:
         raise _refuse(flag, value, f"one of {', '.join(ARRIVALS)}")
     return value
+
+
+def counts(flag: str, value: str) -> tuple[int, ...]:
+    """Comma-separated whole numbers >= 1, e.g. 1,4,16,64."""
+    try:
+        out = tuple(int(x) for x in value.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise _refuse(flag, value, "whole numbers >= 1, comma-separated, e.g. 1,4,16,64")
+    return out
+
+
+def rates(flag: str, value: str) -> tuple[float, ...]:
+    """Comma-separated numbers > 0, e.g. 1,2,4,8."""
+    try:
+        out = tuple(float(x) for x in value.split(","))
+    except ValueError:
+        out = ()
+    if not out or not all(math.isfinite(x) and x > 0 for x in out):
+        raise _refuse(flag, value, "numbers > 0 (requests/s), comma-separated, e.g. 1,2,4,8")
+    return out
 
 
 def criteria(flag: str, value: str) -> str:
@@ -193,6 +215,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("--burstiness", "open loop: gamma shape of the gaps, as vLLM's bench: 1 = Poisson, "
            "< 1 burstier, > 1 more regular (implies --arrival gamma)", positive),
     Option("--arrival-seed", "open loop: the schedule's seed (default 0)", whole(0)),
+    Option("--steps", "a sweep of users: one step per count, e.g. 1,4,16,64, each "
+           "--step-duration long (steps[] in benchmark.json)", counts),
+    Option("--rates", "a sweep of open-loop rates (requests/s), e.g. 1,2,4,8, each "
+           "--step-duration long; -u caps requests in flight", rates),
+    Option("--step-duration", "how long each step of --steps / --rates lasts, e.g. 60s",
+           timespan),
     Option("--goodput", "per-request criteria, e.g. \"ttft_ms<=2000,mean_inter_token_"
            "latency_ms<=50\": benchmark.json then has goodput (met, fraction) and "
            "metrics.goodput_rps", criteria),
@@ -235,6 +263,8 @@ def locust_args(values: Mapping[str, Any]) -> list[str]:
             continue
         if o.switch:
             out.append(o.flag)
+        elif isinstance(v, tuple):  # --steps, --rates: as typed, comma-separated
+            out += [o.flag, ",".join(map(str, v))]
         else:
             out += [o.flag, str(v)]
     return out
@@ -282,6 +312,36 @@ def _arrivals(v: Mapping[str, Any], plan: ArrivalPlan | None) -> ArrivalPlan | N
                        kind, burst, seed if seed is not None else (plan.seed if plan else 0))
 
 
+def _sweep(v: Mapping[str, Any], sc: Scenario) -> Scenario:
+    """`--steps` / `--rates` / `--step-duration` over the scenario's sweep (if any)."""
+    users, step_rates, step_s = v["steps"], v["rates"], v["step_duration"]
+    if users is None and step_rates is None:
+        if step_s is not None and sc.step_duration_s is None:
+            raise UsageError(f"--step-duration {step_s:g} needs --steps or --rates")
+        if step_s is None:
+            return sc
+        users, step_rates = sc.step_users, sc.step_rates
+    if users is not None and step_rates is not None:
+        raise UsageError("--steps and --rates exclude each other: a sweep changes users or "
+                         "a rate")
+    step_s = step_s if step_s is not None else sc.step_duration_s
+    if step_s is None:
+        raise UsageError("--steps/--rates need --step-duration, e.g. --step-duration 60s")
+    for flag, dest in (("--requests", "requests"), ("--duration", "duration"),
+                       ("--rate", "rate")):
+        if v[dest] is not None and not (dest == "rate" and users is not None):
+            raise UsageError(f"{flag} {v[dest]} is not allowed with a sweep: it lasts its "
+                             "steps × --step-duration" + (", each step at its own rate"
+                                                          if dest == "rate" else ""))
+    n = len(users or step_rates or ())
+    arrivals = sc.arrivals if users is not None else None
+    if step_rates is not None:
+        mean = sum(step_rates) / len(step_rates)
+        arrivals = _arrivals({**v, "rate": mean}, sc.arrivals)
+    return replace(sc, step_users=users, step_rates=step_rates, step_duration_s=step_s,
+                   requests=None, duration_s=step_s * n, arrivals=arrivals)
+
+
 def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
                 api_key: str | None, run_time_s: float | None = None,
                 stop_timeout_s: float | None = None) -> RunOptions:
@@ -302,7 +362,14 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
                         max_tokens=v["max_tokens"], model=v["model"],
                         warmup_requests=v["warmup_requests"],
                         duration_s=v["duration"] or run_time_s,
-                        arrivals=_arrivals(v, sc.arrivals), goodput=v["goodput"])
+                        arrivals=_arrivals(v, sc.arrivals) if v["rates"] is None else None,
+                        goodput=v["goodput"])
+    sc = _sweep(v, sc)
+    if v["duration"] is not None and v["requests"] is None and sc.requests is not None:
+        # --duration asks for a duration run: the scenario's request count does not end it
+        # (give --requests too for a budget with a time limit; Locust's own -t stays a
+        # time limit on the scenario's budget)
+        sc = replace(sc, requests=None)
     if not host:
         raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
     return RunOptions(

@@ -151,6 +151,20 @@ def _end_run(environment: Any) -> None:
         gevent.spawn(runner.stop)
 
 
+def _give_users(environment: Any, session: RunSession) -> None:
+    """Let the session change the users (a sweep: `runner.start` with the new count, as the
+    web UI's edit does) and see them change (a LoadTestShape's steps)."""
+    runner = environment.runner
+    rate = float(getattr(environment.parsed_options, "spawn_rate", None) or 0)
+
+    def set_users(n: int) -> None:
+        gevent.spawn(runner.start, n, max(rate, float(n)))  # all of them within a second
+
+    session.set_users = set_users
+    session.users_now = lambda: int(getattr(runner, "target_user_count", 0) or 0)
+    session.shaped = environment.shape_class is not None
+
+
 def _start_workers(environment: Any, session: RunSession) -> None:
     """On a master: give every connected worker the run's set-up (bodies are built there
     from it), measure its clock, and route its messages to this run."""
@@ -185,6 +199,7 @@ def on_test_start(environment: Any, **_: Any) -> None:
     try:
         opts = options_from_locust(environment)
         session = RunSession.start(opts, lambda: _end_run(environment))
+        _give_users(environment, session)
         set_run(environment, session)
         if isinstance(environment.runner, MasterRunner):
             _start_workers(environment, session)

@@ -75,6 +75,8 @@ class RawRunFields:
     - `workers`: the `"worker"` lines of a distributed run, by worker identity (`host:pid`,
       the records' `worker` field): each one's `perf_offset_ns` places its stamps on the
       master's clock (`stamp + perf_offset_ns`); empty for a single-process run.
+    - `steps`: a stepped run's `"step"` lines ({step, t_ns, users, rate}, on the master's
+      clock), and `steps_end_ns`, when the last one ended (None if the run stopped first).
     """
 
     header: dict[str, Any]
@@ -84,6 +86,8 @@ class RawRunFields:
     notes: tuple[str, ...] = ()
     path: str | None = None
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    steps: tuple[dict[str, Any], ...] = ()
+    steps_end_ns: int | None = None
 
     def clock_offsets_ns(self) -> dict[str, int]:
         """Worker identity -> offset of its perf_counter_ns to the master's (only those

@@ -67,7 +67,8 @@ class RawRun(RawRunFields):
         return RawColumns(header=self.header, table=cols.table(), failures=cols.failures,
                           worker_names=tuple(cols.worker_codes), run_end=self.run_end,
                           partial=self.partial, torn_lines=self.torn_lines, notes=self.notes,
-                          path=self.path, workers=self.workers)
+                          path=self.path, workers=self.workers, steps=self.steps,
+                          steps_end_ns=self.steps_end_ns)
 
 
 def read_raw(path: str | Path) -> RawRun:
@@ -123,6 +124,8 @@ class RawReader:
         self.header: dict[str, Any] | None = None
         self.run_end: dict[str, Any] | None = None
         self.workers: dict[str, dict[str, Any]] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.steps_end_ns: int | None = None
         self.notes: list[str] = []
         self.torn_lines = 0
         self.parsed = 0
@@ -248,11 +251,35 @@ class RawReader:
                                    "(within ±2**62) or null perf_offset_ns", line=n)
             _check_depth(p, n, obj)
             self.workers[obj["worker"]] = obj
+        elif kind in ("step", "step_end"):
+            self._step_line(n, kind, obj)
         elif kind == "run":
             raise RawFileError(p, "a second \"run\" header", line=n,
                                fix="two runs were written into one file; split it")
         else:
             raise RawFileError(p, f"unknown line type {kind!r}", line=n)
+
+    def _step_line(self, n: int, kind: str, obj: dict[str, Any]) -> None:
+        """A step of a stepped run (`steps.py`): `{"type": "step", "step", "t_ns", "users",
+        "rate"}` in step order, then `{"type": "step_end", "t_ns"}`; stamps on the master's
+        clock, never going back."""
+        t = obj.get("t_ns")
+        last = self.steps[-1]["t_ns"] if self.steps else None
+        if type(t) is not int or not -STAMP_LIMIT < t < STAMP_LIMIT or (
+                last is not None and t < last) or self.steps_end_ns is not None:
+            raise RawFileError(self.p, f"a {kind!r} line needs an integer t_ns, not before the "
+                               "previous step's, and none may follow step_end", line=n)
+        if kind == "step_end":
+            self.steps_end_ns = t
+            return
+        users, rate = obj.get("users"), obj.get("rate")
+        if obj.get("step") != len(self.steps) or not (
+                (users is None or (type(users) is int and users >= 0))
+                and (rate is None or (type(rate) in (int, float) and rate > 0))):
+            raise RawFileError(self.p, f"step line {obj.get('step')!r}: steps are numbered "
+                               "0, 1, … in order, with users (a count) or rate (> 0)", line=n)
+        self.steps.append({"step": obj["step"], "t_ns": t, "users": users,
+                           "rate": None if rate is None else float(rate)})
 
     # --- the end ----------------------------------------------------------------------------
 
@@ -273,7 +300,8 @@ class RawReader:
         return {"header": self.header, "run_end": self.run_end,
                 "partial": self.run_end is None or self.torn_lines > 0,
                 "torn_lines": self.torn_lines, "notes": tuple(self.notes),
-                "path": str(self.p), "workers": self.workers}
+                "path": str(self.p), "workers": self.workers, "steps": tuple(self.steps),
+                "steps_end_ns": self.steps_end_ns}
 
     def _lost(self, missing: list[int]) -> RawFileError:
         return RawFileError(

@@ -17,6 +17,8 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
     burstiness = 1.0                      # gamma shape (1 = Poisson), as vLLM's bench
     arrival_seed = 0                      # the schedule's seed
     goodput = "ttft_ms<=2000"             # per-request criteria (goodput.py); --goodput
+    steps = [1, 4, 16]                    # a sweep: users per step (or rates = [1.0, 2.0]
+    step_duration = "60s"                 # requests/s), each this long (steps.py)
     warmup_requests = 1                   # run first, recorded, left out of the figures
     max_tokens = 128
     context_tokens = 4096                 # the context window under test
@@ -92,6 +94,9 @@ _TOP_KEYS = {
     "burstiness",
     "arrival_seed",
     "goodput",
+    "steps",
+    "rates",
+    "step_duration",
 }
 _SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
 _REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
@@ -148,6 +153,9 @@ class Scenario:
     duration_s: float | None = None  # measured load time, after the warm-ups
     arrivals: ArrivalPlan | None = None  # open loop; None: closed loop
     goodput: str | None = None  # goodput criteria as text (`goodput.parse_criteria`)
+    step_users: tuple[int, ...] | None = None  # a sweep of users, one per step
+    step_rates: tuple[float, ...] | None = None  # a sweep of open-loop rates
+    step_duration_s: float | None = None
     source: str | None = None
 
     @property
@@ -266,7 +274,16 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         requests = _int(data, "requests", sum(dist.values()), 1, source)
     else:
         requests = None
+    step_users, step_rates, step_s = _steps(data, source)
+    if step_rates is not None:  # a rate sweep's plan: the mean rate; each step has its own
+        data = {**data, "rate": sum(step_rates) / len(step_rates)}
     arrivals = _arrivals(data, source)
+    if step_s is not None:
+        if data.get("requests") is not None or "duration" in data:
+            key = "requests" if data.get("requests") is not None else "duration"
+            raise _err(key, data[key], "no request count or duration with steps (a sweep "
+                       "lasts its steps × step_duration)", source)
+        requests, duration = None, step_s * len(step_users or step_rates or ())
     goodput = data.get("goodput")
     if goodput is not None:
         from anvil_metrics.goodput import parse_criteria
@@ -379,6 +396,9 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         duration_s=duration,
         arrivals=arrivals,
         goodput=goodput,
+        step_users=step_users,
+        step_rates=step_rates,
+        step_duration_s=step_s,
         source=source,
     )
 
@@ -397,16 +417,43 @@ def parse_duration(text: str) -> float | None:
 _TIMESPAN = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 
-def _duration(v: Any, source: str | None) -> float:
+def _duration(v: Any, source: str | None, name: str = "duration") -> float:
     seconds = None
     if isinstance(v, int | float) and not isinstance(v, bool):
         seconds = float(v) if math.isfinite(v) and v > 0 else None
     elif isinstance(v, str):
         seconds = parse_duration(v)
     if seconds is None:
-        raise _err("duration", v, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"',
+        raise _err(name, v, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"',
                    source)
     return seconds
+
+
+def _steps(data: dict[str, Any], source: str | None
+           ) -> tuple[tuple[int, ...] | None, tuple[float, ...] | None, float | None]:
+    """(users per step, rates per step, step duration) of a sweep, or Nones."""
+    users, rates = data.get("steps"), data.get("rates")
+    if users is None and rates is None:
+        if "step_duration" in data:
+            raise _err("step_duration", data["step_duration"], "only with steps or rates",
+                       source)
+        return None, None, None
+    if users is not None and rates is not None:
+        raise _err("rates", rates, "not with steps: a sweep changes users or a rate", source)
+    if "step_duration" not in data:
+        raise _err("step_duration", None, 'how long each step lasts, e.g. "60s"', source)
+    step_s = _duration(data["step_duration"], source, "step_duration")
+    if users is not None:
+        if not (isinstance(users, list) and users and all(
+                type(u) is int and u >= 1 for u in users)):
+            raise _err("steps", users, "a list of user counts >= 1, e.g. [1, 4, 16]", source)
+        return tuple(users), None, step_s
+    if not (isinstance(rates, list) and rates and all(
+            type(r) in (int, float) and math.isfinite(r) and r > 0 for r in rates)):
+        raise _err("rates", rates, "a list of rates > 0 (requests/s), e.g. [1, 2, 4]", source)
+    if "rate" in data:
+        raise _err("rate", data["rate"], "not with rates (each step has its own)", source)
+    return None, tuple(float(r) for r in rates), step_s
 
 
 def _arrivals(data: dict[str, Any], source: str | None) -> ArrivalPlan | None:
@@ -468,9 +515,19 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
         doc["duration"] = sc.duration_s
     if sc.goodput is not None:
         doc["goodput"] = sc.goodput
+    if sc.step_duration_s is not None:  # a sweep: its plan and duration follow from it
+        doc.pop("duration", None)
+        doc["step_duration"] = sc.step_duration_s
+        if sc.step_users is not None:
+            doc["steps"] = list(sc.step_users)
+        else:
+            doc["rates"] = list(sc.step_rates or ())
+            doc.pop("rate", None)
     if sc.arrivals is not None:
-        doc.update(rate=sc.arrivals.rate_rps, arrival=sc.arrivals.arrival,
-                   burstiness=sc.arrivals.burstiness, arrival_seed=sc.arrivals.seed)
+        doc.update(arrival=sc.arrivals.arrival, burstiness=sc.arrivals.burstiness,
+                   arrival_seed=sc.arrivals.seed)
+        if sc.step_rates is None:  # a rate sweep's rate is its steps'
+            doc["rate"] = sc.arrivals.rate_rps
     if sc.shared_prefix_burst:
         sp: dict[str, Any] = {"prefix_tokens": sc.shared_prefix_tokens}
         if sc.shared_group_size is not None:

@@ -389,7 +389,8 @@ def raw_client_problems(client: Any) -> list[str]:
 
 
 def check_failures(doc: dict[str, Any], problems: list[str]) -> None:
-    """Each failure entry is {request_index, kind, http_status, message, phase}, typed."""
+    """Each failure entry is {request_index, kind, http_status, message, phase}, typed
+    (plus `step`, in a stepped run: checked with the steps, `steps.py`)."""
     failures = doc.get("failures")
     if not isinstance(failures, list):
         if "failures" in doc:
@@ -400,7 +401,7 @@ def check_failures(doc: dict[str, Any], problems: list[str]) -> None:
         if not isinstance(f, dict):
             problems.append(f"{path}: expected an object, file has {fmt(f)}")
             continue
-        check_keys(path, f, FAILURE_FIELDS, FAILURE_FIELDS, problems)
+        check_keys(path, f, FAILURE_FIELDS, (*FAILURE_FIELDS, "step"), problems)
         if "request_index" in f and not is_count(f["request_index"]):
             problems.append(f"{path}.request_index: expected a non-negative integer, "
                             f"file has {fmt(f['request_index'])}")

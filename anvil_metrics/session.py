@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ from anvil_metrics.urls import Endpoint
 __all__ = ["RunOptions", "RunSession", "discover_model"]
 
 log = logging.getLogger("anvil")
+USERS_POLL_S = 0.05  # how often a run's target user count is looked at (LoadTestShape steps)
 
 def discover_model(client: ChatClient) -> str:
     try:
@@ -96,6 +99,11 @@ class RunSession:
         self.load = saturation.LoadWindow()
         self._health: dict[str, Any] | None = None
         self.on_end: Callable[[], None] | None = None  # ends the run (set by `start`)
+        # set by the plugin: change the users (a sweep), read the target user count (to
+        # see a LoadTestShape's steps), and whether Locust runs a shape
+        self.set_users: Callable[[int], None] | None = None
+        self.users_now: Callable[[], int] | None = None
+        self.shaped = False
         self._clock: gevent.Greenlet | None = None
 
     def begin_load(self) -> None:
@@ -106,18 +114,67 @@ class RunSession:
         duration = self.scenario.duration_s
         if duration is not None and self._clock is None:
             self._clock = gevent.spawn(self._run_clock, duration)
+        elif self.users_now is not None and self._clock is None:  # a LoadTestShape, maybe
+            self._clock = gevent.spawn(self._watch_users)
 
     def _run_clock(self, duration_s: float) -> None:
         """The run's duration: measured load time, counted once the warm-ups are done; then
         no new request starts (the budget closes) and the run ends (Locust stops the users:
-        requests in flight get --stop-timeout to finish)."""
+        requests in flight get --stop-timeout to finish). A sweep's steps are timed here
+        too, each written to the raw file as it begins (`steps.py`)."""
         self.budget.wait_warm()
-        gevent.sleep(duration_s)
+        sc = self.scenario
+        if sc.step_duration_s is not None:
+            self._run_steps(sc.step_duration_s)
+        else:
+            gevent.sleep(duration_s)
         log.info("anvil: the duration (%s s) is over; requests in flight may finish",
                  f"{duration_s:g}")
         self.budget.close()
         if self.on_end is not None:
             self.on_end()
+
+    def _run_steps(self, step_s: float) -> None:
+        sc = self.scenario
+        loads: list[tuple[int | None, float | None]] = (
+            [(u, None) for u in sc.step_users] if sc.step_users is not None
+            else [(None, r) for r in sc.step_rates or ()])
+        t0 = time.perf_counter_ns()
+        for i, (users, rate) in enumerate(loads):
+            t = time.perf_counter_ns()
+            self.writer.write({"type": "step", "step": i, "t_ns": t, "users": users,
+                               "rate": rate})
+            if users is not None and self.set_users is not None:
+                self.set_users(users)
+            if rate is not None and sc.arrivals is not None:
+                plan = replace(sc.arrivals, rate_rps=rate, seed=sc.arrivals.seed + i)
+                self.budget.replan(Schedule(plan), t)
+            log.info("anvil: step %d: %s", i, f"{users} users" if users is not None
+                     else f"{rate:g} requests/s")
+            # to the step's planned end: a late wake-up does not shift the steps after it
+            gevent.sleep(max(0.0, (t0 + round((i + 1) * step_s * 1e9) - time.perf_counter_ns())
+                             / 1e9))
+        self.writer.write({"type": "step_end", "t_ns": time.perf_counter_ns()})
+
+    def _watch_users(self) -> None:
+        """A run whose users change under it (a LoadTestShape, the web UI's edit): each
+        change of the target user count after the warm-ups is a step (`steps.py`)."""
+        assert self.users_now is not None
+        self.budget.wait_warm()
+        steps: list[tuple[int, int]] = []  # (t_ns, users) of each step, written or not
+        written = 0
+        while not self.finished:
+            users, t = self.users_now(), time.perf_counter_ns()
+            if users and (not steps or users != steps[-1][1]):
+                steps.append((t, users))
+                # a shaped run's steps from the start; another run's from its first change
+                # on, the load before it being step 0
+                if self.shaped or len(steps) > 1:
+                    for k in range(written, len(steps)):
+                        self.writer.write({"type": "step", "step": k, "t_ns": steps[k][0],
+                                           "users": steps[k][1], "rate": None})
+                    written = len(steps)
+            gevent.sleep(USERS_POLL_S)
 
     def end_load(self) -> None:
         """Freeze the generator-health figures: the load is over (the budget is spent, or
@@ -148,8 +205,11 @@ class RunSession:
         sizes = sc.planned_sizes()
         shared_doc = sc.shared_prefix(users=opts.users)
         shared = SharedPrefix(**shared_doc) if shared_doc else None
-        # bursts hold the load to one group at a time: that many streams at most
+        # bursts hold the load to one group at a time: that many streams at most; a sweep
+        # of users holds at most its largest step
         concurrency = min(opts.users, shared.group_size) if shared else opts.users
+        if sc.step_users is not None:
+            concurrency = max(sc.step_users)
         try:
             model = sc.meta.get("model")
             if model:  # the user's name: check it against the server's list
@@ -217,7 +277,10 @@ class RunSession:
             # records): mode, the open-loop plan, the duration and the stop timeout
             "load": {"mode": sc.load_mode,
                      "arrivals": sc.arrivals.to_dict() if sc.arrivals else None,
-                     "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s},
+                     "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s,
+                     "steps": None if sc.step_duration_s is None else {
+                         "users": sc.step_users, "rates": sc.step_rates,
+                         "step_duration_s": sc.step_duration_s}},
             "goodput": sc.goodput.split(",") if sc.goodput else None,
         }
         if shared_doc is not None:

@@ -114,7 +114,8 @@ def test_requests_in_flight_after_the_stop_timeout_are_cancelled(simulator,
     sim = simulator("--prefill-ms", "20", "--interval-ms", "50", "--reasoning-tokens", "2",
                     "--content-tokens", "200", "--max-context", "8192")
     proc, took = locust(sim.url, tmp_path / "res", "-u", "3", "-r", "3", "--duration", "2s",
-                        "--stop-timeout", "1", "--exit-code-on-error", "0")
+                        "--stop-timeout", "1")
+    # cancelled by the run's end is not a failure of the server: Locust's exit code is 0
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run(tmp_path / "res")
     doc = load_json(run_dir / "benchmark.json")

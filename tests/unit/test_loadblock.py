@@ -193,16 +193,12 @@ def test_the_examples_are_there() -> None:
     assert EXAMPLES, "tests/data/benchmark-v1.*.json is missing"
 
 
-# loadblock.check_load checks `offered_rate_rps`, `schedule_lag_ms` and `waited_for_user`
-# against the arrival kind, but not `burstiness`, which the module docstring lists with the
-# open-loop plan and `arrivals.ArrivalPlan` ties to the kind (None for constant, 1 for
-# poisson): these blocks verify clean today.
-@pytest.mark.xfail(strict=True, reason="loadblock.check_load does not check burstiness "
-                   "against the arrival kind (loadblock.py:167, the null-in-closed-loop loop)")
+# `burstiness` is the plan's: null in a closed loop and for constant gaps, 1 for poisson
 @pytest.mark.parametrize("loop,changes", [
     ("closed", {"burstiness": 0.5}),
     ("open", {"burstiness": 0.5}),  # arrival "constant": burstiness is null
     ("open", {"arrival": "poisson", "burstiness": 0.5}),
+    ("open", {"arrival": "gamma", "burstiness": None}),
 ])
 def test_burstiness_that_contradicts_the_arrival_kind_is_caught(
         tmp_path: Path, loop: str, changes: dict) -> None:
@@ -210,3 +206,9 @@ def test_burstiness_that_contradicts_the_arrival_kind_is_caught(
     assert verify_benchmark(doc) == []
     problems = verify_benchmark(_tamper(doc, **changes))
     assert problems and all(p.startswith("load.burstiness") for p in problems), problems
+
+
+def test_a_duration_run_names_its_duration(tmp_path: Path) -> None:
+    doc = _build(tmp_path, open_loop=False)
+    problems = verify_benchmark(_tamper(doc, mode="duration", duration_s=None))
+    assert problems == ['load.duration_s: null, but mode is "duration"'], problems
