@@ -82,13 +82,20 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
         raw = raw.columns()
     t = raw.table
     col = {name: t[:, i] for name, i in COL.items()}
-    measured = np.flatnonzero(col["warmup"] == 0)
-    order = measured[np.argsort(col["request_index"][measured], kind="stable")]
-    failed = col["failed"][order] != 0
     offsets = raw.clock_offsets_ns()
     # offset of each record's clock (worker -1, no worker, indexes the trailing 0)
     offset = np.array([offsets.get(name, 0) for name in raw.worker_names] + [0],
                       dtype=np.int64)[col["worker"]]
+    measured = np.flatnonzero(col["warmup"] == 0)
+    outside = None
+    if raw.window_ns is not None:  # --warmup / --cooldown: only requests started within
+        start = col["start_ns"][measured] + offset[measured]
+        early, late = start < raw.window_ns[0], start >= raw.window_ns[1]
+        outside = {"warmup": int(np.count_nonzero(early)),
+                   "cooldown": int(np.count_nonzero(late))}
+        measured = measured[~(early | late)]
+    order = measured[np.argsort(col["request_index"][measured], kind="stable")]
+    failed = col["failed"][order] != 0
     step = attribute([s["t_ns"] for s in raw.steps], col["start_ns"][order] + offset[order])
     failures = []
     for new_index, pos, in_step in zip(np.flatnonzero(failed).tolist(), order[failed].tolist(),
@@ -127,7 +134,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
         doc["load"] = build_load(
             load, col["start_ns"][order] + offset[order], last[order],
             col["waited"][order] != 0, anchor if type(anchor) is int else None, rows,
-            sum(1 for f in failures if f["kind"] == "cancelled"))
+            sum(1 for f in failures if f["kind"] == "cancelled"), raw.window_ns, outside)
     built = BuiltBenchmark(doc, rows)
     if not columns_are_clean(doc, rows, recompute=False):  # then verify says what is wrong
         problems = verify_benchmark(built.to_dict())

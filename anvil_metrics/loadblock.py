@@ -15,7 +15,10 @@ found no free user when they fell due. Members (null where they do not apply):
 - `achieved_rate_rps`: `(n − 1) / ((last start − first start) / 1e9)` over the measured
   requests (completed and failed): the rate they were actually written at;
 - `duration_s`: the duration asked for; `window_s`: `[first start, last end]` of the
-  measured requests, in seconds after the run's header (its `perf_anchor_ns`);
+  measured requests, in seconds after the run's header (its `perf_anchor_ns`) — or, with
+  `--warmup`/`--cooldown`, the measured window itself: only requests that started in it
+  are in the document, and `outside_window: {warmup, cooldown}` (anvil's member) counts
+  the others, which stay in `requests.jsonl` (its `"window"` line marks the bounds);
 - `schedule_lag_ms`: `{p50, p99, max}` of the rows' `schedule_lag_ms` (open loop; in a
   closed loop the same figure is the client's own delay, `client.start_delay_ms`);
 - `waited_for_user`: measured requests that fell due while every user was busy (open loop);
@@ -44,14 +47,18 @@ MODES = ("budget", "duration", "until_stopped")
 ARRIVAL_KINDS = ("closed", "poisson", "gamma", "constant")
 KEYS = ("mode", "arrival", "offered_rate_rps", "achieved_rate_rps", "burstiness",
         "duration_s", "window_s", "schedule_lag_ms", "waited_for_user", "cancelled")
+OPTIONAL_KEYS = ("outside_window",)  # anvil's, beyond the spec's list
 LAG_KEYS = ("p50", "p99", "max")
 
 
 def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: Any,
-               anchor_ns: int | None, rows: RowColumns, cancelled: int) -> dict[str, Any]:
+               anchor_ns: int | None, rows: RowColumns, cancelled: int,
+               window_ns: tuple[int, int] | None = None,
+               outside: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The block from the raw header's `params.load` and the measured records (their
     `start_ns`, `last_ns` — end, or start without one — on the master's clock, and
-    `waited` flags, numpy columns) and the rows."""
+    `waited` flags, numpy columns) and the rows; `window_ns`/`outside`: a run with
+    `--warmup`/`--cooldown` windows, and how many requests started outside them."""
     plan = params.get("arrivals") if isinstance(params.get("arrivals"), dict) else None
     n = len(start_ns)
     achieved = None
@@ -59,7 +66,9 @@ def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: A
         span_s = int(start_ns.max() - start_ns.min()) / 1e9
         achieved = (n - 1) / span_s if span_s > 0 else None
     window = None
-    if n and isinstance(anchor_ns, int):
+    if window_ns is not None and isinstance(anchor_ns, int):
+        window = [(window_ns[0] - anchor_ns) / 1e9, (window_ns[1] - anchor_ns) / 1e9]
+    elif n and isinstance(anchor_ns, int):
         window = [int(start_ns.min() - anchor_ns) / 1e9, int(last_ns.max() - anchor_ns) / 1e9]
     return {
         "mode": params.get("mode"),
@@ -72,6 +81,7 @@ def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: A
         "schedule_lag_ms": schedule_lag(rows) if plan else None,
         "waited_for_user": int(np.count_nonzero(waited)) if plan else None,
         "cancelled": cancelled,
+        "outside_window": None if outside is None else dict(outside),
     }
 
 
@@ -109,6 +119,13 @@ def _num(v: Any) -> str:
     return "null" if v is None else f"{v:,.2f}"
 
 
+def _outside(out: Any) -> str:
+    if not isinstance(out, dict):
+        return ""
+    return (f"; left out: {out.get('warmup')} started in the warm-up window, "
+            f"{out.get('cooldown')} in the cool-down")
+
+
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     """What the CLI summary says about the load (nothing for a file without the block)."""
     load = doc.get("load")
@@ -125,7 +142,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
                    f"req/s offered (burstiness {load.get('burstiness')})")
     lines = [f"load: {how}; {offered}; achieved {_num(load.get('achieved_rate_rps'))} req/s; "
              f"measured window {_num(window[0])}-{_num(window[1])} s; cancelled by the end "
-             f"{load.get('cancelled')}"]
+             f"{load.get('cancelled')}" + _outside(load.get("outside_window"))]
     if load.get("arrival") != "closed":
         lag = load.get("schedule_lag_ms") or {}
         m = doc.get("metrics") or {}
@@ -155,7 +172,7 @@ def check_load(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[s
     for key in KEYS:
         if key not in load:
             problems.append(f"load.{key}: missing (null where it does not apply)")
-    for key in sorted(load.keys() - set(KEYS), key=str):
+    for key in sorted(load.keys() - set(KEYS) - set(OPTIONAL_KEYS), key=str):
         problems.append(f"load.{key}: unknown field; verify cannot check it")
     if load.get("mode") not in MODES:
         problems.append(f"load.mode: expected one of {list(MODES)}, file has "
@@ -184,6 +201,11 @@ def check_load(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[s
     if load.get("mode") == "duration" and load.get("duration_s") is None:
         problems.append("load.duration_s: null, but mode is \"duration\"")
     _check_window(load.get("window_s"), problems)
+    out = load.get("outside_window")
+    if out is not None and not (isinstance(out, dict) and set(out) == {"warmup", "cooldown"}
+                                and all(type(v) is int and v >= 0 for v in out.values())):
+        problems.append(f"load.outside_window: expected {{warmup, cooldown}} counts or null, "
+                        f"file has {fmt(out)}")
     _check_counts(doc, load, problems)
     if not closed and rows is not None and isinstance(load.get("schedule_lag_ms"), dict):
         want = schedule_lag(rows)

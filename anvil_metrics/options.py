@@ -207,6 +207,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--duration", "run the measured load this long, e.g. 90s, 5m, 1h (after the "
            "warm-ups; requests in flight then finish within --stop-timeout). Plain Locust's "
            "-t works too, but counts from the start, set-up included", timespan),
+    Option("--warmup", "with a duration: requests started in its first this long (e.g. "
+           "30s) are kept in requests.jsonl but left out of benchmark.json's figures",
+           timespan),
+    Option("--cooldown", "with a duration: likewise for requests started in its last this "
+           "long (e.g. 10s)", timespan),
     Option("--rate", "open loop: offer this many requests per second on one seeded "
            "schedule (users are the pool that sends them; -u caps requests in flight); "
            "default: closed loop, -u streams back to back", positive),
@@ -312,6 +317,22 @@ def _arrivals(v: Mapping[str, Any], plan: ArrivalPlan | None) -> ArrivalPlan | N
                        kind, burst, seed if seed is not None else (plan.seed if plan else 0))
 
 
+def _windows(sc: Scenario, warmup: float | None, cooldown: float | None) -> Scenario:
+    """`--warmup` / `--cooldown` over the scenario's: windows inside a duration."""
+    warm = sc.warmup_s if warmup is None else warmup
+    cool = sc.cooldown_s if cooldown is None else cooldown
+    if not warm and not cool:
+        return sc
+    flag = "--warmup" if warm else "--cooldown"
+    if sc.duration_s is None or sc.requests is not None:
+        raise UsageError(f"{flag} needs a duration run (--duration, or --steps/--rates): "
+                         "the windows lie inside it")
+    if (warm or 0) + (cool or 0) >= sc.duration_s:
+        raise UsageError(f"--warmup {warm or 0:g} s + --cooldown {cool or 0:g} s leave nothing "
+                         f"of the {sc.duration_s:g} s duration; shorten them")
+    return replace(sc, warmup_s=warm, cooldown_s=cool)
+
+
 def _sweep(v: Mapping[str, Any], sc: Scenario) -> Scenario:
     """`--steps` / `--rates` / `--step-duration` over the scenario's sweep (if any)."""
     users, step_rates, step_s = v["steps"], v["rates"], v["step_duration"]
@@ -370,6 +391,7 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         # (give --requests too for a budget with a time limit; Locust's own -t stays a
         # time limit on the scenario's budget)
         sc = replace(sc, requests=None)
+    sc = _windows(sc, v["warmup"], v["cooldown"])
     if not host:
         raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
     return RunOptions(

@@ -77,6 +77,8 @@ class RawRunFields:
       master's clock (`stamp + perf_offset_ns`); empty for a single-process run.
     - `steps`: a stepped run's `"step"` lines ({step, t_ns, users, rate}, on the master's
       clock), and `steps_end_ns`, when the last one ended (None if the run stopped first).
+    - `window_ns`: a duration run's measured window `(from_ns, to_ns)` (its `"window"`
+      line: `--warmup` / `--cooldown`), on the master's clock; None without one.
     """
 
     header: dict[str, Any]
@@ -88,6 +90,7 @@ class RawRunFields:
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
     steps: tuple[dict[str, Any], ...] = ()
     steps_end_ns: int | None = None
+    window_ns: tuple[int, int] | None = None
 
     def clock_offsets_ns(self) -> dict[str, int]:
         """Worker identity -> offset of its perf_counter_ns to the master's (only those

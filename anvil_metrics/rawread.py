@@ -68,7 +68,7 @@ class RawRun(RawRunFields):
                           worker_names=tuple(cols.worker_codes), run_end=self.run_end,
                           partial=self.partial, torn_lines=self.torn_lines, notes=self.notes,
                           path=self.path, workers=self.workers, steps=self.steps,
-                          steps_end_ns=self.steps_end_ns)
+                          steps_end_ns=self.steps_end_ns, window_ns=self.window_ns)
 
 
 def read_raw(path: str | Path) -> RawRun:
@@ -126,6 +126,7 @@ class RawReader:
         self.workers: dict[str, dict[str, Any]] = {}
         self.steps: list[dict[str, Any]] = []
         self.steps_end_ns: int | None = None
+        self.window_ns: tuple[int, int] | None = None
         self.notes: list[str] = []
         self.torn_lines = 0
         self.parsed = 0
@@ -253,6 +254,13 @@ class RawReader:
             self.workers[obj["worker"]] = obj
         elif kind in ("step", "step_end"):
             self._step_line(n, kind, obj)
+        elif kind == "window":  # a duration run's measured window (`--warmup`/`--cooldown`)
+            lo, hi = obj.get("from_ns"), obj.get("to_ns")
+            if (type(lo) is not int or type(hi) is not int or not -STAMP_LIMIT < lo <= hi
+                    < STAMP_LIMIT or self.window_ns is not None):
+                raise RawFileError(p, "a \"window\" line needs integer from_ns <= to_ns, once",
+                                   line=n)
+            self.window_ns = (lo, hi)
         elif kind == "run":
             raise RawFileError(p, "a second \"run\" header", line=n,
                                fix="two runs were written into one file; split it")
@@ -301,7 +309,7 @@ class RawReader:
                 "partial": self.run_end is None or self.torn_lines > 0,
                 "torn_lines": self.torn_lines, "notes": tuple(self.notes),
                 "path": str(self.p), "workers": self.workers, "steps": tuple(self.steps),
-                "steps_end_ns": self.steps_end_ns}
+                "steps_end_ns": self.steps_end_ns, "window_ns": self.window_ns}
 
     def _lost(self, missing: list[int]) -> RawFileError:
         return RawFileError(

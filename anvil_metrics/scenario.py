@@ -17,6 +17,8 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
     burstiness = 1.0                      # gamma shape (1 = Poisson), as vLLM's bench
     arrival_seed = 0                      # the schedule's seed
     goodput = "ttft_ms<=2000"             # per-request criteria (goodput.py); --goodput
+    warmup = "30s"                        # with a duration: requests started in its first
+    cooldown = "10s"                      # / last this long stay out of the figures
     steps = [1, 4, 16]                    # a sweep: users per step (or rates = [1.0, 2.0]
     step_duration = "60s"                 # requests/s), each this long (steps.py)
     warmup_requests = 1                   # run first, recorded, left out of the figures
@@ -97,6 +99,8 @@ _TOP_KEYS = {
     "steps",
     "rates",
     "step_duration",
+    "warmup",
+    "cooldown",
 }
 _SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
 _REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
@@ -156,6 +160,8 @@ class Scenario:
     step_users: tuple[int, ...] | None = None  # a sweep of users, one per step
     step_rates: tuple[float, ...] | None = None  # a sweep of open-loop rates
     step_duration_s: float | None = None
+    warmup_s: float | None = None  # with a duration: the first/last stretch left out of
+    cooldown_s: float | None = None  # the figures (`--warmup`/`--cooldown`)
     source: str | None = None
 
     @property
@@ -399,6 +405,9 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         step_users=step_users,
         step_rates=step_rates,
         step_duration_s=step_s,
+        warmup_s=_duration(data["warmup"], source, "warmup") if "warmup" in data else None,
+        cooldown_s=(_duration(data["cooldown"], source, "cooldown") if "cooldown" in data
+                    else None),
         source=source,
     )
 
@@ -515,6 +524,9 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
         doc["duration"] = sc.duration_s
     if sc.goodput is not None:
         doc["goodput"] = sc.goodput
+    for key, value in (("warmup", sc.warmup_s), ("cooldown", sc.cooldown_s)):
+        if value is not None:
+            doc[key] = value
     if sc.step_duration_s is not None:  # a sweep: its plan and duration follow from it
         doc.pop("duration", None)
         doc["step_duration"] = sc.step_duration_s

@@ -124,6 +124,10 @@ class RunSession:
         too, each written to the raw file as it begins (`steps.py`)."""
         self.budget.wait_warm()
         sc = self.scenario
+        if sc.warmup_s or sc.cooldown_s:  # the measured window, inside the duration
+            t0 = time.perf_counter_ns()
+            self.writer.write({"type": "window", "from_ns": t0 + round((sc.warmup_s or 0) * 1e9),
+                               "to_ns": t0 + round((duration_s - (sc.cooldown_s or 0)) * 1e9)})
         if sc.step_duration_s is not None:
             self._run_steps(sc.step_duration_s)
         else:
@@ -278,6 +282,7 @@ class RunSession:
             "load": {"mode": sc.load_mode,
                      "arrivals": sc.arrivals.to_dict() if sc.arrivals else None,
                      "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s,
+                     "warmup_s": sc.warmup_s, "cooldown_s": sc.cooldown_s,
                      "steps": None if sc.step_duration_s is None else {
                          "users": sc.step_users, "rates": sc.step_rates,
                          "step_duration_s": sc.step_duration_s}},
