@@ -89,7 +89,7 @@ def positive(flag: str, value: str) -> float:
 
 def timespan(flag: str, value: str) -> float:
     """A time > 0 as Locust writes one: seconds, or "90s", "5m", "1h30m"."""
-    from anvil_metrics.scenario import parse_duration
+    from anvil_metrics.loadspec import parse_duration
 
     seconds = parse_duration(value)
     if seconds is None:

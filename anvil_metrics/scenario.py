@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -67,8 +66,9 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics.arrivals import ARRIVALS, ArrivalPlan
+from anvil_metrics.arrivals import ArrivalPlan
 from anvil_metrics.errors import ScenarioError, UsageError
+from anvil_metrics.loadspec import arrivals_of, duration_of, steps_of
 from anvil_metrics.prompts import MAX_GROUP_SIZE
 
 THINKING_MODES = ("default", "on", "off")
@@ -273,17 +273,17 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         default_size = max(1, min(context_tokens, max_context) - max_tokens)
         dist = {default_size: 1}
 
-    duration = _duration(data.get("duration"), source) if "duration" in data else None
+    duration = duration_of(data.get("duration"), source) if "duration" in data else None
     if data.get("requests") is None and "requests" in data:  # the wire's "no budget"
         requests = None
     elif "requests" in data or (dist_raw and duration is None):
         requests = _int(data, "requests", sum(dist.values()), 1, source)
     else:
         requests = None
-    step_users, step_rates, step_s = _steps(data, source)
+    step_users, step_rates, step_s = steps_of(data, source)
     if step_rates is not None:  # a rate sweep's plan: the mean rate; each step has its own
         data = {**data, "rate": sum(step_rates) / len(step_rates)}
-    arrivals = _arrivals(data, source)
+    arrivals = arrivals_of(data, source)
     if step_s is not None:
         if data.get("requests") is not None or "duration" in data:
             key = "requests" if data.get("requests") is not None else "duration"
@@ -405,91 +405,11 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         step_users=step_users,
         step_rates=step_rates,
         step_duration_s=step_s,
-        warmup_s=_duration(data["warmup"], source, "warmup") if "warmup" in data else None,
-        cooldown_s=(_duration(data["cooldown"], source, "cooldown") if "cooldown" in data
+        warmup_s=duration_of(data["warmup"], source, "warmup") if "warmup" in data else None,
+        cooldown_s=(duration_of(data["cooldown"], source, "cooldown") if "cooldown" in data
                     else None),
         source=source,
     )
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds of a Locust-style timespan ("90", "90s", "5m", "1h30m", "1.5h"), or None if
-    it is not one (or not > 0)."""
-    m = _TIMESPAN.fullmatch(text.strip().lower())
-    if not m or not any(m.groups()):
-        return None
-    h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
-    total = h * 3600 + mi * 60 + sec
-    return total if math.isfinite(total) and total > 0 else None
-
-
-_TIMESPAN = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
-
-
-def _duration(v: Any, source: str | None, name: str = "duration") -> float:
-    seconds = None
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        seconds = float(v) if math.isfinite(v) and v > 0 else None
-    elif isinstance(v, str):
-        seconds = parse_duration(v)
-    if seconds is None:
-        raise _err(name, v, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"',
-                   source)
-    return seconds
-
-
-def _steps(data: dict[str, Any], source: str | None
-           ) -> tuple[tuple[int, ...] | None, tuple[float, ...] | None, float | None]:
-    """(users per step, rates per step, step duration) of a sweep, or Nones."""
-    users, rates = data.get("steps"), data.get("rates")
-    if users is None and rates is None:
-        if "step_duration" in data:
-            raise _err("step_duration", data["step_duration"], "only with steps or rates",
-                       source)
-        return None, None, None
-    if users is not None and rates is not None:
-        raise _err("rates", rates, "not with steps: a sweep changes users or a rate", source)
-    if "step_duration" not in data:
-        raise _err("step_duration", None, 'how long each step lasts, e.g. "60s"', source)
-    step_s = _duration(data["step_duration"], source, "step_duration")
-    if users is not None:
-        if not (isinstance(users, list) and users and all(
-                type(u) is int and u >= 1 for u in users)):
-            raise _err("steps", users, "a list of user counts >= 1, e.g. [1, 4, 16]", source)
-        return tuple(users), None, step_s
-    if not (isinstance(rates, list) and rates and all(
-            type(r) in (int, float) and math.isfinite(r) and r > 0 for r in rates)):
-        raise _err("rates", rates, "a list of rates > 0 (requests/s), e.g. [1, 2, 4]", source)
-    if "rate" in data:
-        raise _err("rate", data["rate"], "not with rates (each step has its own)", source)
-    return None, tuple(float(r) for r in rates), step_s
-
-
-def _arrivals(data: dict[str, Any], source: str | None) -> ArrivalPlan | None:
-    """The open-loop plan of `rate`, `arrival`, `burstiness`, `arrival_seed` (None without a
-    rate; the others need one)."""
-    rate = data.get("rate")
-    if rate is None:
-        for k in ("arrival", "burstiness", "arrival_seed"):
-            if k in data:
-                raise _err(k, data[k], "only with a rate (requests/s) for an open-loop run",
-                           source)
-        return None
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not (
-            math.isfinite(rate) and rate > 0):
-        raise _err("rate", rate, "a number of requests per second > 0", source)
-    arrival = data.get("arrival", "poisson")
-    if arrival not in ARRIVALS:
-        raise _err("arrival", arrival, f"one of {list(ARRIVALS)}", source)
-    burst = data.get("burstiness", 1.0)
-    if isinstance(burst, bool) or not isinstance(burst, int | float) or not (
-            math.isfinite(burst) and burst > 0):
-        raise _err("burstiness", burst, "a number > 0 (gamma shape; 1 = Poisson)", source)
-    if arrival == "poisson" and burst != 1:
-        raise _err("burstiness", burst, '1 with arrival = "poisson" (use arrival = "gamma" '
-                   "for other shapes)", source)
-    seed = _int(data, "arrival_seed", 0, 0, source)
-    return ArrivalPlan(float(rate), arrival, float(burst), seed)
 
 
 def scenario_to_dict(sc: Scenario) -> dict[str, Any]:

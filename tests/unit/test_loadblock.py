@@ -81,7 +81,7 @@ def test_open_loop_block_is_what_the_records_say(open_doc: dict[str, Any]) -> No
     doc = open_doc
     assert verify_benchmark(doc) == []
     load = doc["load"]
-    assert set(load) == set(KEYS)
+    assert set(load) == {*KEYS, "outside_window"} and load["outside_window"] is None
     n = len(LAGS_NS)
     starts = [BASE_NS + k * GAP_NS + lag for k, lag in enumerate(LAGS_NS)]
     ends = [s + (40_000_000 if k in CANCELLED else 5_000 if k in HTTP_FAILED else 5_000_000)
