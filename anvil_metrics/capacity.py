@@ -33,10 +33,7 @@ import numpy as np
 
 from anvil_metrics import catalog, loadblock, stats
 from anvil_metrics.errors import UsageError
-
-OPS = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b,
-       ">=": lambda a, b: a >= b, ">": lambda a, b: a > b}
-_SLO = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*")
+from anvil_metrics.goodput import OPS, parse_bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,29 +65,16 @@ def _percentile_key(key: str) -> tuple[str, int] | None:
 def parse_slos(text: str, flag: str = "--slo") -> tuple[Slo, ...]:
     """SLOs from `"ttft_p95_ms<=2000,e2e_p99_ms<=30000"`; UsageError naming the bad one."""
     out: list[Slo] = []
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        m = _SLO.fullmatch(part)
-        if m is None:
-            raise UsageError(f"{flag} {part.strip()!r} is not allowed; expected KEY<=NUMBER "
-                             "(or <, >=, >), e.g. ttft_p95_ms<=2000")
-        key, op, number = m.groups()
-        try:
-            limit = float(number)
-        except ValueError:
-            raise UsageError(f"{flag} {part.strip()!r}: {number!r} is not a number") from None
+    for key, op, limit, part in parse_bounds(text, flag, "ttft_p95_ms<=2000"):
         pct = _percentile_key(key)
         if pct is not None:
             out.append(Slo(key, op, limit, *pct))
         elif key in catalog.METRIC_KEYS or key == "error_rate":
             out.append(Slo(key, op, limit))
         else:
-            raise UsageError(f"{flag} {part.strip()!r}: {key!r} is not a metrics key, a "
-                             "percentile of a request field (e.g. e2e_p99_ms) or error_rate; "
-                             "see `anvil metrics`")
-    if not out:
-        raise UsageError(f"{flag} {text!r} has no SLO; expected e.g. ttft_p95_ms<=2000")
+            raise UsageError(f"{flag} {part!r}: {key!r} is not a metrics key, a percentile "
+                             "of a request field (e.g. e2e_p99_ms) or error_rate; see "
+                             "`anvil metrics`")
     return tuple(out)
 
 
@@ -110,7 +94,7 @@ def slo_value(slo: Slo, doc: Mapping[str, Any]) -> float | None:
 
 
 def meets(slos: Sequence[Slo], values: Mapping[str, float | None]) -> bool:
-    return all(values.get(s.key) is not None and OPS[s.op](values[s.key], s.limit)
+    return all(values.get(s.key) is not None and bool(OPS[s.op](values[s.key], s.limit))
                for s in slos)
 
 

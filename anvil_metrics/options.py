@@ -65,26 +65,21 @@ def whole(minimum: int) -> Parse:
     return parse
 
 
-def seconds(flag: str, value: str) -> float:
-    """A finite number of seconds > 0."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise _refuse(flag, value, "a number of seconds > 0")
-    return x
+def above_zero(allowed: str) -> Parse:
+    """A finite number > 0 (`allowed` says so in the message)."""
+    def parse(flag: str, value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and x > 0):
+            raise _refuse(flag, value, allowed)
+        return x
+    return parse
 
 
-def positive(flag: str, value: str) -> float:
-    """A finite number > 0."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise _refuse(flag, value, "a number > 0")
-    return x
+seconds = above_zero("a number of seconds > 0")
+positive = above_zero("a number > 0")
 
 
 def timespan(flag: str, value: str) -> float:
