@@ -1,0 +1,213 @@
+"""Sweeps and the capacity search end to end: real simulator, Locust master and worker
+processes on 127.0.0.1.
+
+Why real processes: a sweep's steps are timed by the run clock of the process that owns the
+run (the master's, in a distributed run) while the requests are stamped by the workers; only
+a real run shows that every request lands in the step in force when it started, once, and
+that each step's figures are its own rows'. The capacity search is one `anvil run` per step
+against a simulator with a fixed number of slots (`--max-running 8`): the answer is known
+before the search starts. Each test prints what it measured (`pytest -s` shows it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import anvil, load_json, raw_lines, result_path, write_scenario
+
+from anvil_metrics.arrivals import ArrivalPlan, Schedule
+from anvil_metrics.rawread import read_raw
+from anvil_metrics.simproc import start_simulator
+from anvil_metrics.verify import verify_benchmark
+
+pytestmark = pytest.mark.e2e
+
+# ~45 ms a request: 20 ms prefill, 12 tokens 2 ms apart
+FAST_SIM = ("--prefill-ms", "20", "--interval-ms", "2", "--reasoning-tokens", "2",
+            "--content-tokens", "10", "--max-context", "8192")
+
+SCENARIO = """
+measurement_protocol = "sweeps"
+max_tokens = 64
+context_tokens = 1024
+max_context_tokens = 1024
+"""
+
+
+def nearest_rank(values: list[float], p: int) -> float:
+    s = sorted(values)
+    return s[max(1, math.ceil(p * len(s) / 100)) - 1]
+
+
+def measured(run_dir: Path) -> list[dict[str, Any]]:
+    return sorted((x for x in raw_lines(run_dir) if x["type"] == "request" and not x["warmup"]),
+                  key=lambda x: x["request_index"])
+
+
+def expected_steps(run_dir: Path) -> dict[int, int]:
+    """Request index -> the step it belongs to, worked out here from the raw file: the last
+    step line at or before its start (placed on the master's clock; before the first
+    step: step 0)."""
+    offsets = read_raw(run_dir / "requests.jsonl").clock_offsets_ns()
+    starts = [x["t_ns"] for x in raw_lines(run_dir) if x["type"] == "step"]
+    out = {}
+    for x in measured(run_dir):
+        t = x["start_ns"] + offsets.get(x.get("worker"), 0)
+        out[x["request_index"]] = max([0, *(i for i, s in enumerate(starts) if s <= t)])
+    return out
+
+
+def check_each_request_in_one_step(run_dir: Path, doc: dict[str, Any]) -> None:
+    """Every measured raw request is exactly one row or one failure, in the step its start
+    falls in; each step's counts are those requests."""
+    raw = measured(run_dir)
+    assert [x["request_index"] for x in raw] == list(range(len(raw)))
+    rows = {r["request_index"]: r for r in doc["request_timings"]}
+    fails = {f["request_index"]: f for f in doc["failures"]}
+    assert len(rows) == len(doc["request_timings"]) and len(fails) == len(doc["failures"])
+    assert not rows.keys() & fails.keys()
+    assert sorted(rows.keys() | fails.keys()) == list(range(len(raw))) and doc["requests"] == len(
+        raw)
+    want = expected_steps(run_dir)
+    got = {i: (rows.get(i) or fails[i])["step"] for i in want}
+    assert got == want
+    per_step = Counter(want.values())
+    assert [b["requests"] for b in doc["steps"]] == [per_step[i] for i in
+                                                     range(len(doc["steps"]))]
+    assert sum(b["requests"] for b in doc["steps"]) == doc["requests"]
+
+
+def test_user_sweep_on_a_master_and_two_workers(simulator, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    t0 = time.monotonic()
+    proc = anvil("run", str(sc), "--host", sim.url, "--steps", "1,2,4", "--step-duration",
+                 "3s", "--processes", "2", "--results-dir", str(tmp_path), timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    doc = load_json(path)
+    steps = doc["steps"]
+    workers = Counter(x["worker"] for x in measured(path.parent))
+    print(f"\n[user sweep, 2 workers] process {took:.1f} s; workers {dict(workers)}; "
+          + "; ".join(f"step {b['step']} ({b['users']} users) {b['started_s']:.3f}-"
+                      f"{b['ended_s']:.3f} s: {b['requests']} requests, ttft p50 "
+                      f"{b['metrics']['ttft_p50_ms']:.2f} ms" for b in steps))
+    assert verify_benchmark(doc) == []
+    assert len(workers) == 2 and min(workers.values()) > 0
+    lines = raw_lines(path.parent)
+    assert [x["users"] for x in lines if x["type"] == "step"] == [1, 2, 4]
+    assert sum(x["type"] == "step_end" for x in lines) == 1
+    assert [(b["step"], b["users"], "rate" in b) for b in steps] == [
+        (0, 1, False), (1, 2, False), (2, 4, False)]
+    for a, b in zip(steps, steps[1:], strict=False):
+        assert a["ended_s"] == b["started_s"]
+    for b in steps:  # each step lasts its --step-duration, on the run clock
+        assert 2.95 < b["ended_s"] - b["started_s"] < 3.3, b
+        assert b["failed"] == 0 and b["completed"] == b["requests"] > 0
+    check_each_request_in_one_step(path.parent, doc)
+    # one step's TTFT p50 recomputed here from its rows
+    mine = [r["ttft_ms"] for r in doc["request_timings"] if r["step"] == 1]
+    assert steps[1]["metrics"]["ttft_p50_ms"] == nearest_rank(mine, 50)
+    assert steps[1]["metrics"]["ttft_samples"] == len(mine) == steps[1]["completed"]
+    # closed loop on a server far from its limit: requests per user per second about equal
+    per_user = [b["requests"] / b["users"] / (b["ended_s"] - b["started_s"]) for b in steps]
+    assert max(per_user) < 2.0 * min(per_user), per_user
+    assert steps[2]["requests"] > 2.5 * steps[0]["requests"]
+
+
+def test_rate_sweep_with_goodput(simulator, tmp_path: Path) -> None:
+    sim = simulator(*FAST_SIM)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    t0 = time.monotonic()
+    proc = anvil("run", str(sc), "--host", sim.url, "--rates", "5,20", "--step-duration", "4s",
+                 "-u", "8", "--goodput", "ttft_ms<=100", "--arrival-seed", "1",
+                 "--results-dir", str(tmp_path), timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    doc = load_json(path)
+    b0, b1 = doc["steps"]
+    print(f"\n[rate sweep] process {took:.1f} s; step 0 (5/s) {b0['requests']} requests, "
+          f"goodput {b0['goodput_rps']:.2f}/s; step 1 (20/s) {b1['requests']} requests, "
+          f"goodput {b1['goodput_rps']:.2f}/s; run goodput {doc['goodput']}")
+    assert verify_benchmark(doc) == []
+    assert [(b["rate"], "users" in b) for b in doc["steps"]] == [(5.0, False), (20.0, False)]
+    check_each_request_in_one_step(path.parent, doc)
+    # each step follows its own seeded schedule (seed + step) from its start: seed 1 draws
+    # 21 arrivals in step 0's 4 s and 83 in step 1's (one may cross a step's edge, late)
+    drawn = [sum(1 for k in range(1000)
+                 if Schedule(ArrivalPlan(rate, seed=1 + i)).offset_ns(k) < 4e9)
+             for i, rate in enumerate((5.0, 20.0))]
+    assert drawn == [21, 83]
+    assert abs(b0["requests"] - 21) <= 1 and abs(b1["requests"] - 83) <= 1
+    assert 3.0 < b1["requests"] / b0["requests"] < 5.0
+    for i, b in enumerate(doc["steps"]):
+        met = sum(1 for r in doc["request_timings"] if r["step"] == i and r["ttft_ms"] <= 100)
+        assert b["goodput_rps"] == pytest.approx(met / (b["ended_s"] - b["started_s"]),
+                                                 rel=1e-9)
+        assert b["goodput_rps"] > 0
+    assert doc["goodput"]["criteria"] == ["ttft_ms<=100"]
+    assert doc["metrics"]["goodput_rps"] > 0
+
+
+# 8 slots of ~265 ms streams (40 ms prefill, 45 tokens 5 ms apart): TTFT ~70 ms in a slot;
+# a request that waits for one waits up to a whole stream (~265 ms): far over 150 ms
+CAPACITY_SIM = ("--prefill-ms", "40", "--interval-ms", "5", "--reasoning-tokens", "5",
+                "--content-tokens", "40", "--max-context", "8192", "--max-running", "8")
+
+
+@pytest.fixture(scope="module")
+def capacity_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, float]:
+    """One capacity search (shared by the tests below): the CLI's process and its seconds."""
+    tmp_path = tmp_path_factory.mktemp("capacity")
+    with start_simulator(list(CAPACITY_SIM)) as sim:
+        t0 = time.monotonic()
+        # 60 requests a step: at 9 users one request in 9 waits for a slot, over the 5 % a
+        # p95 can hide
+        proc = anvil("capacity", "scenarios/smoke.toml", "-H", sim.url, "--slo",
+                     "ttft_p95_ms<=150", "--start", "4", "--max", "16", "--step-requests",
+                     "60", "--results-dir", str(tmp_path), timeout=120)
+        return proc, time.monotonic() - t0
+
+
+def test_capacity_search_answers_the_servers_slots(capacity_run: tuple[Any, float]) -> None:
+    proc, took = capacity_run
+    print(f"\n[capacity] process {took:.1f} s\n{proc.stdout}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "capacity: 8 users" in proc.stdout.splitlines()
+    folder = result_path(proc).parent
+    doc = load_json(folder / "capacity.json")
+    assert (doc["by"], doc["capacity"], doc["slo"], doc["stopped"]) == (
+        "users", 8, ["ttft_p95_ms<=150"], None)
+    loads = [s["users"] for s in doc["steps"]]
+    assert loads == [4, 8, 16, 12, 10, 9]
+    for s in doc["steps"]:
+        bench = Path(s["benchmark"])
+        assert bench.is_file() and bench.parent.parent == folder
+        step_doc = load_json(bench)
+        assert verify_benchmark(step_doc) == []
+        assert step_doc["concurrency"] == s["users"] and step_doc["requests"] == 60
+        assert s["values"]["ttft_p95_ms"] == step_doc["metrics"]["ttft_p95_ms"]
+        assert s["meets"] is (s["users"] <= 8) and s["trusted"] is True
+        # each step's line in the CLI's output
+        assert re.search(rf"^  users {s['users']:g}: {'meets' if s['meets'] else 'fails'} ",
+                         proc.stdout, re.M), s
+
+
+@pytest.mark.xfail(strict=True, reason="capacity.json by users writes users and capacity as "
+                   "floats (4.0, 8.0): cli.py parses --start/--max as floats and "
+                   "capacity.search/result_doc keep them; a user count should be an integer")
+def test_capacity_json_by_users_counts_users_in_whole_numbers(
+        capacity_run: tuple[Any, float]) -> None:
+    proc, _ = capacity_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = load_json(result_path(proc).parent / "capacity.json")
+    assert type(doc["capacity"]) is int
+    assert all(type(s["users"]) is int for s in doc["steps"])
