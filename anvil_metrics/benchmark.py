@@ -123,6 +123,9 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
         doc["goodput"], doc["metrics"]["goodput_rps"] = goodput(rows, len(order), wall,
                                                                 criteria)
     if raw.steps:
+        users = [s["users"] for s in raw.steps if s.get("users") is not None]
+        if users and isinstance(doc["concurrency"], int):  # the most streams the load held
+            doc["concurrency"] = max([doc["concurrency"], *users])
         anchor = raw.header.get("perf_anchor_ns")
         end = raw.steps_end_ns if raw.steps_end_ns is not None else (
             int(last[order].max()) if len(order) else None)

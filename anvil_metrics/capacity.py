@@ -159,6 +159,8 @@ def search(by: str, slos: Sequence[Slo], run_step: RunStep, *, start: float,
            on_step: Callable[[Step], None] | None = None) -> tuple[Search, list[Step], str | None]:
     """Run the search; returns it, the steps in the order run, and why it stopped early
     (None when it finished)."""
+    if start > maximum:
+        raise UsageError(f"--start {start:g} is above --max {maximum:g}")
     s = Search(start, maximum, resolution, integer=(by == "users"))
     steps: list[Step] = []
     while (load := s.next_load()) is not None:

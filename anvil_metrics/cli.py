@@ -203,9 +203,14 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     from anvil_metrics.capacity import run_capacity
 
     by = a.by
-    maximum = a.max if a.max is not None else (256.0 if by == "users" else 1000.0)
-    if by == "users" and (a.start != int(a.start) or maximum != int(maximum)):
-        raise UsageError(f"--start {a.start:g} / --max {maximum:g}: by users, whole numbers")
+    start: float = a.start
+    maximum: float = a.max if a.max is not None else (256.0 if by == "users" else 1000.0)
+    if by == "users":
+        if start != int(start) or maximum != int(maximum):
+            raise UsageError(f"--start {start:g} / --max {maximum:g}: by users, whole numbers")
+        start, maximum = int(start), int(maximum)  # users are counted, never 4.0
+    if start > maximum:
+        raise UsageError(f"--start {start:g} is above --max {maximum:g}; start at or below it")
     values: dict[str, Any] = {o.dest: None for o in RUN_OPTIONS}
     values.update(scenario=a.scenario, model=a.model, max_tokens=a.max_tokens,
                   warmup_requests=a.warmup_requests, goodput=a.goodput,
@@ -216,7 +221,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         values["duration"] = a.step_duration or 60.0
     run_options(values, host=a.host, users=None, api_key=None)  # bad input: one line, now
     print(f"capacity search by {by} for {', '.join(s.text() for s in a.slo)}: start "
-          f"{a.start:g}, at most {maximum:g}", flush=True)
+          f"{start:g}, at most {maximum:g}", flush=True)
 
     def show(step: Any) -> None:
         values_text = ", ".join(f"{k} {'null' if v is None else f'{v:,.3f}'}"
@@ -225,7 +230,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
               + ("" if step.trusted else "  NOT TRUSTED"), flush=True)
 
     doc, folder = run_capacity(
-        a.scenario, a.host, by=by, slos=a.slo, start=a.start, maximum=maximum,
+        a.scenario, a.host, by=by, slos=a.slo, start=start, maximum=maximum,
         resolution=1.0 if by == "users" else a.rate_resolution, values=values,
         users=a.users, api_key=a.api_key, processes=a.processes,
         results_dir=a.results_dir, on_step=show)

@@ -31,6 +31,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from anvil_metrics import dist, dist_wire, dist_worker
 from anvil_metrics.errors import AnvilError
 from anvil_metrics.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
+from anvil_metrics.run import plan_text
 from anvil_metrics.runctx import run_in_progress, set_run
 from anvil_metrics.runerror import ErrorFile
 from anvil_metrics.schema import CLIENT_KEYS
@@ -218,9 +219,9 @@ def on_test_start(environment: Any, **_: Any) -> None:
     gc.collect()
     gc.freeze()
     session.begin_load()
-    log.info("anvil: run %s → %s (model %s, %s requests, prompt sizing: %s)",
-             session.run_id, session.run_dir, session.model, session.scenario.requests,
-             session.calibration.method)
+    log.info("anvil: run %s → %s (model %s, %s prompt sizing: %s)",
+             session.run_id, session.run_dir, session.model,
+             plan_text(session.scenario, session.opts.users), session.calibration.method)
 
 
 @events.test_stopping.add_listener

@@ -115,9 +115,18 @@ def plan_text(sc: Scenario, users: int) -> str:
            f"for {sc.duration_s:g} s" if mode == "duration" else "until stopped (Ctrl-C)")
     if mode == "budget" and sc.duration_s is not None:
         end += f" (at most {sc.duration_s:g} s)"
-    load = (f"{users} users back to back" if sc.arrivals is None else
-            f"{sc.arrivals.arrival} arrivals at {sc.arrivals.rate_rps:g} requests/s, at most "
-            f"{users} in flight")
+    if sc.step_users is not None:
+        load = (f"steps of {', '.join(map(str, sc.step_users))} users back to back, "
+                f"{sc.step_duration_s:g} s each")
+    elif sc.step_rates is not None and sc.arrivals is not None:
+        load = (f"{sc.arrivals.arrival} arrivals in steps of "
+                f"{', '.join(f'{r:g}' for r in sc.step_rates)} requests/s, "
+                f"{sc.step_duration_s:g} s each, at most {users} in flight")
+    elif sc.arrivals is not None:
+        load = (f"{sc.arrivals.arrival} arrivals at {sc.arrivals.rate_rps:g} requests/s, at "
+                f"most {users} in flight")
+    else:
+        load = f"{users} users back to back"
     return f"{end} ({sc.warmup_requests} warm-up), {load},"
 
 

@@ -201,9 +201,6 @@ def test_capacity_search_answers_the_servers_slots(capacity_run: tuple[Any, floa
                          proc.stdout, re.M), s
 
 
-@pytest.mark.xfail(strict=True, reason="capacity.json by users writes users and capacity as "
-                   "floats (4.0, 8.0): cli.py parses --start/--max as floats and "
-                   "capacity.search/result_doc keep them; a user count should be an integer")
 def test_capacity_json_by_users_counts_users_in_whole_numbers(
         capacity_run: tuple[Any, float]) -> None:
     proc, _ = capacity_run

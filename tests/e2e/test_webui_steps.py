@@ -65,10 +65,6 @@ def test_a_user_count_edit_is_a_step(edited_run: tuple[Path, dict[str, Any], int
     assert 1.3 < rates[1] / rates[0] < 2.7, rates
 
 
-@pytest.mark.xfail(strict=True, reason="benchmark.json's concurrency of a web-UI run edited "
-                   "from 2 to 4 users is 2, the first count; for --steps it is the largest "
-                   "step's users (session.py:211), and steps.py says one recorded concurrency "
-                   "misreports a run whose load changed")
 def test_an_edited_runs_concurrency_is_its_largest_step(
         edited_run: tuple[Path, dict[str, Any], int]) -> None:
     _, doc, _ = edited_run

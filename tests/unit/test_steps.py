@@ -333,10 +333,6 @@ def _sweep_plan(**kw: Any) -> str:
     return plan_text(opts.scenario, opts.users)
 
 
-@pytest.mark.xfail(strict=True, reason="run.plan_text (run.py:111) ignores a sweep: `anvil run "
-                   "--steps 1,2,8` prints 'running for 9 s (…), 4 users back to back' (the "
-                   "scenario's concurrency; 1 without one), `--rates 5,20` prints 'poisson "
-                   "arrivals at 12.5 requests/s' (their mean, a rate never offered)")
 @pytest.mark.parametrize(("kw", "loads", "wrong"), [
     # smoke.toml's concurrency is 4: not one of the sweep's steps
     ({"steps": (1, 2, 8)}, ("1", "2", "8"), " 4 users back to back"),
