@@ -12,8 +12,11 @@ figures it shows, and their labels, are the catalogue's (`catalog.LIVE_FIELDS`).
 
 Memory, now that runs last hours: the table's percentiles stay EXACT, over every completed
 request, but each metric's values live in one growable float64 array (`ExactValues`: 8
-bytes a value, at most 12 with the growth slack), not a list of Python floats (~32 bytes a
-value: the float object and its pointer; a day at 64 requests/s was ~2 GB). A snapshot
+bytes a value, at most 12 with the growth slack past the first INITIAL_CAPACITY), not a list
+of Python floats (~32 bytes a value: the float object and its pointer; a day at 64
+requests/s was ~2 GB). The values are the rows' own float64s, so the ranks pick the file's
+values (a −0.0 and a 0.0 tied at one rank could come out with either sign, where the file's
+stable sort keeps row order; no live metric is ever −0.0: durations and rates). A snapshot
 stays cheap however long the run: the array is a sorted prefix and a tail of the values
 since; a snapshot sorts the tail (small) and picks each rank from the two sorted runs by
 binary search; the tail is merged into the prefix once it is a quarter of it (amortised

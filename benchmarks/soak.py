@@ -45,6 +45,7 @@ import time
 from typing import Any
 
 PROBE_ENV = "ANVIL_SOAK_PROBE"
+TRACE_ENV = "ANVIL_SOAK_TRACE"  # N: tracemalloc on, the N sites that grew most each minute
 PROBE_PERIOD_S = 60.0
 SIM_ARGS = ("--prefill-ms", "20", "--interval-ms", "5", "--reasoning-tokens", "5",
             "--content-tokens", "40")
@@ -85,6 +86,8 @@ def _probe(environment: Any, path: str) -> None:
 
     t0 = time.monotonic()
     previous: tuple[Any, Any, int] | None = None  # (monitor, histogram, overflow)
+    trace_top = int(os.environ.get(TRACE_ENV) or 0)
+    baseline = None
     minute = 0
     while True:
         minute += 1
@@ -101,6 +104,16 @@ def _probe(environment: Any, path: str) -> None:
                 "live_completed": sess.live.completed,
                 **window_lag(hist - previous[1], overflow - previous[2])}
         previous = (mon, hist, overflow)
+        if trace_top:
+            import tracemalloc
+
+            snap = tracemalloc.take_snapshot().filter_traces(
+                [tracemalloc.Filter(False, tracemalloc.__file__)])
+            if baseline is None:
+                baseline = snap
+            line["grew_since_minute_1"] = [
+                [str(d.traceback[0]), d.size_diff, d.count_diff]
+                for d in snap.compare_to(baseline, "lineno")[:trace_top]]
         with open(path, "ab") as f:
             f.write(orjson.dumps(line) + b"\n")
 
@@ -111,6 +124,11 @@ def _install_probe(path: str) -> None:
     @events.init.add_listener
     def _start(environment: Any, **_: Any) -> None:
         import gevent
+
+        if os.environ.get(TRACE_ENV):
+            import tracemalloc
+
+            tracemalloc.start()
 
         gevent.spawn(_probe, environment, path)
 
@@ -228,6 +246,35 @@ def check_output(run_dir: Any, python: str, repo: Any) -> list[str]:
     return out
 
 
+def snapshot_cost(sizes: list[int]) -> None:
+    """In this process, no load: per live metric, `ExactValues` holding N values, then one
+    second's new values (300, ~the simulator's rate at 64 streams) and a snapshot's
+    percentiles, again and again: bytes per value and ms per snapshot (all 7 metrics)."""
+    import numpy as np
+
+    from anvil_metrics.live import LIVE_METRICS, LIVE_PERCENTILES, ExactValues
+
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        stores = [ExactValues() for _ in LIVE_METRICS]
+        for store in stores:
+            for chunk in range(0, n, 1 << 16):
+                store.extend(rng.lognormal(5, 0.5, min(1 << 16, n - chunk)))
+            store.percentiles(LIVE_PERCENTILES)
+        times = []
+        for _ in range(200):
+            for store in stores:
+                store.extend(rng.lognormal(5, 0.5, 300))
+            t = time.perf_counter()
+            for store in stores:
+                store.percentiles(LIVE_PERCENTILES)
+            times.append(time.perf_counter() - t)
+        times.sort()
+        print(f"{n:>9d} values x {len(stores)} metrics: {stores[0].nbytes / len(stores[0]):.1f}"
+              f" bytes a value; snapshot every 300 new values: median {times[100] * 1e3:.3f} ms,"
+              f" max {times[-1] * 1e3:.1f} ms (a tail merge)", flush=True)
+
+
 def main() -> int:
     import argparse
     import shutil
@@ -244,7 +291,17 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=30.0, help="duration of the load")
     ap.add_argument("--users", type=int, default=64, help="streams (-u and -r)")
     ap.add_argument("--keep", action="store_true", help="keep the run folder")
+    ap.add_argument("--trace-malloc", type=int, default=0, metavar="N",
+                    help="diagnosis only (slows the load process): tracemalloc in the load "
+                         "process, and each minute the N source lines whose memory grew most "
+                         "since minute 1")
+    ap.add_argument("--snapshot-cost", metavar="N,N", default="",
+                    help="only print the live figures' bytes per value and snapshot time at "
+                         "these counts of values, in this process, and exit")
     a = ap.parse_args()
+    if a.snapshot_cost:
+        snapshot_cost([int(x) for x in a.snapshot_cost.split(",")])
+        return 0
 
     work = Path(tempfile.mkdtemp(prefix="anvil-soak-"))
     results, probe, log_path = work / "results", work / "lag.jsonl", work / "locust.log"
@@ -262,7 +319,8 @@ def main() -> int:
                    "--headless", "-H", sim.url, "-u", str(a.users), "-r", str(a.users),
                    "--duration", f"{duration_s}s", "--results-dir", str(results),
                    "--only-summary"]
-            env = {**os.environ, "PYTHONPATH": str(repo), PROBE_ENV: str(probe)}
+            env = {**os.environ, "PYTHONPATH": str(repo), PROBE_ENV: str(probe),
+                   TRACE_ENV: str(a.trace_malloc)}
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(cmd, cwd=repo, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=env)
@@ -280,14 +338,17 @@ def main() -> int:
                 size, n = tail.sample()
                 prev = samples[-1] if samples else None
                 samples.append((tick, rss, n))
+                lag = probe_line(probe, round(tick / 60)) if tick >= 60 else None
                 base = next((s for s in samples if s[0] >= 60.0), None)
                 growth = (f"{(rss - base[1]) / base[1] * 100:+5.1f}%"
                           if base and rss and base[1] else "   n/a")
                 per_min = n - prev[2] if prev else n
                 print(f"t {tick:6.0f} s  RSS {_mb(rss)} MB ({growth} vs 1 min)  raw {_mb(size)}"
                       f" MB  {n:7d} requests (+{per_min})  "
-                      f"{_lag_text(probe_line(probe, round(tick / 60)) if tick >= 60 else None)}",
-                      flush=True)
+                      f"{_lag_text(lag)}", flush=True)
+                for where, size_diff, count_diff in (lag or {}).get("grew_since_minute_1", []):
+                    print(f"    grew {size_diff / 1e3:+9.1f} kB {count_diff:+8d} blocks  {where}",
+                          flush=True)
             code = proc.wait(duration_s + 600)
             print(f"locust exited {code} after {time.monotonic() - t0:.0f} s", flush=True)
     except KeyboardInterrupt:
