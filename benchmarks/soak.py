@@ -125,7 +125,7 @@ def _install_probe(path: str) -> None:
     def _start(environment: Any, **_: Any) -> None:
         import gevent
 
-        if os.environ.get(TRACE_ENV):
+        if int(os.environ.get(TRACE_ENV) or 0) > 0:
             import tracemalloc
 
             tracemalloc.start()
@@ -319,8 +319,10 @@ def main() -> int:
                    "--headless", "-H", sim.url, "-u", str(a.users), "-r", str(a.users),
                    "--duration", f"{duration_s}s", "--results-dir", str(results),
                    "--only-summary"]
-            env = {**os.environ, "PYTHONPATH": str(repo), PROBE_ENV: str(probe),
-                   TRACE_ENV: str(a.trace_malloc)}
+            env = {**os.environ, "PYTHONPATH": str(repo), PROBE_ENV: str(probe)}
+            env.pop(TRACE_ENV, None)
+            if a.trace_malloc > 0:
+                env[TRACE_ENV] = str(a.trace_malloc)
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(cmd, cwd=repo, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=env)
@@ -353,6 +355,8 @@ def main() -> int:
             print(f"locust exited {code} after {time.monotonic() - t0:.0f} s", flush=True)
     except KeyboardInterrupt:
         print("interrupted: stopping what was started", flush=True)
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
         return 130
     finally:
         if proc is not None:
