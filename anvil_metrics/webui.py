@@ -9,7 +9,8 @@ serves the rest itself:
 
 - the "LLM" tab: counts, failures by kind and exact nearest-rank percentiles (p50/p90/p95/
   p99, min, max) of time to first output, TTFT, E2E, decode tok/s, ITL and prefill, from
-  `LiveStats.snapshot()` (raw records, as in `benchmark.json`; never Locust's buckets);
+  `LiveStats.snapshot()` (raw records, as in `benchmark.json`; never Locust's buckets), and
+  one line saying so (`live.ACCURACY_NOTE`: the charts' medians are within 1 %);
 - `/anvil/`: one self-contained page (inline CSS and JS, nothing fetched from elsewhere)
   polling `/anvil/live.json` and drawing SVG charts of TTFT p50 and decode tok/s p50 over
   time, the same table, and the download links once the run has ended;
@@ -94,6 +95,7 @@ def tab_rows(snap: dict[str, Any] | None) -> list[dict[str, Any]]:
         *(_count_row(f"failed: {kind}", n)
           for kind, n in sorted(snap["failures_by_kind"].items())),
         _count_row("warm-up requests (not measured)", snap["warmup_requests"]),
+        _count_row(snap["accuracy"], "", ""),
     ]
     for m in snap["metrics"]:
         rows.append({"metric": m["label"], "unit": m["unit"], "count": m["count"],

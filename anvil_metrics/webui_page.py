@@ -4,7 +4,9 @@ Why a page of its own: Locust's extended tabs show only a table, and the charts 
 decode tok/s over time need drawing. The page is self-contained (inline CSS and JS, SVG
 drawn by hand, no CDN or any other outside resource: it must work on a closed network). It
 polls `live.json` beside it once a second and fills every value with `textContent`, never
-as HTML. Element ids (`anvil-table`, `chart-ttft`, `chart-decode`, `downloads`, `status`)
+as HTML. It says what the figures are (`accuracy`, from `live.ACCURACY_NOTE`): the table's
+percentiles exact over every completed request, the charts' bucket medians within 1 %.
+Element ids (`anvil-table`, `chart-ttft`, `chart-decode`, `downloads`, `status`, `accuracy`)
 are what the browser test reads.
 """
 
@@ -49,12 +51,13 @@ PAGE_HTML = """<!doctype html>
   <th>p99</th><th>min</th><th>max</th></tr></thead>
   <tbody></tbody>
 </table>
+<p id="accuracy"></p>
 <p id="failures"></p>
 <div class="charts">
-  <figure><figcaption>TTFT p50 (ms) over the run</figcaption>
+  <figure><figcaption>TTFT p50 (ms) over the run, per bucket, within 1 %</figcaption>
     <svg id="chart-ttft" viewBox="0 0 640 240" role="img" aria-label="TTFT p50"></svg>
   </figure>
-  <figure><figcaption>decode p50 (tok/s) over the run</figcaption>
+  <figure><figcaption>decode p50 (tok/s) over the run, per bucket, within 1 %</figcaption>
     <svg id="chart-decode" viewBox="0 0 640 240" role="img" aria-label="decode p50"></svg>
   </figure>
 </div>
@@ -161,6 +164,7 @@ function renderStatus(s) {
     s.failed + " failed)", s.warmup_requests + " warm-up", s.output_tokens + " output tokens"];
   if (!s.finished) parts.push(fmt(s.elapsed_s) + " s");
   document.getElementById("status").textContent = parts.join(" · ");
+  document.getElementById("accuracy").textContent = s.accuracy || "";
   const kinds = Object.entries(s.failures_by_kind || {});
   document.getElementById("failures").textContent = kinds.length
     ? "failures by kind: " + kinds.map(([k, n]) => k + " " + n).join(", ") : "";

@@ -111,6 +111,8 @@ def test_stats_requests_carries_the_tab_rows(ui) -> None:
     assert by_metric["completed"]["count"] == 4
     assert by_metric["failed"]["count"] == 1 and by_metric["failed: timeout"]["count"] == 1
     assert by_metric["warm-up requests (not measured)"]["count"] == 1
+    assert ("table: exact nearest-rank percentiles over all 4 completed requests; "
+            "charts: per-bucket medians within 1 %") in by_metric  # which method, said once
     ttft = by_metric["TTFT (first content)"]
     assert ttft["count"] == 4 and ttft["unit"] == "ms"
     assert (ttft["p50"], ttft["p90"], ttft["min"], ttft["max"]) == (200.0, 400.0, 100.0, 400.0)
@@ -128,6 +130,7 @@ def test_live_json_is_the_snapshot_with_exact_values(ui) -> None:
     assert ttft["p50"] == 250.0 and ttft["p95"] == 431.0 and ttft["count"] == 5
     assert live["failures_by_kind"] == {"timeout": 1}
     assert live["series"]["ttft_ms_p50"] and live["series"]["decode_tok_s_p50"]
+    assert live["accuracy"].startswith("table: exact nearest-rank percentiles over all 5 ")
     assert live["downloads"] == {}  # the run is still in progress
 
 
@@ -136,7 +139,8 @@ def test_page_is_self_contained(ui) -> None:
     resp = ui.client.get("/anvil/")
     assert resp.status_code == 200 and resp.mimetype == "text/html"
     page = resp.get_data(as_text=True)
-    for element_id in ("anvil-table", "chart-ttft", "chart-decode", "downloads", "status"):
+    for element_id in ("anvil-table", "chart-ttft", "chart-decode", "downloads", "status",
+                       "accuracy"):
         assert f'id="{element_id}"' in page
     assert 'fetch("live.json"' in page
     # nothing from anywhere else: no absolute URL in any src/href/import/fetch/url()
