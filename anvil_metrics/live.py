@@ -1,36 +1,27 @@
-"""Running figures of the run in progress, for the web UI's LLM tab: exact percentiles in
-compact arrays, and charts from a bounded sketch.
+"""Running figures of the run in progress, for the web UI's LLM tab: bounded sketches while
+it runs, the file's exact figures once it is over.
 
 Why its own module: Locust's own percentiles come from response-time buckets rounded to
 about two significant digits, and an LLM stream has several moments Locust does not know.
 `LiveStats` is fed every finished raw record (on the process that writes `requests.jsonl`:
-the single Locust process, or the master of a distributed run), derives the rows of the
+the single Locust process, or the master of a distributed run) and derives the rows of the
 records that arrived together with the same functions as `benchmark.json`
-(`derive.rows_from_raw`, the catalogue's formulas) and takes nearest-rank percentiles over
-all rows so far: at the end of a run the tab's p50/p95 equal the file's, bit for bit. Which
-figures it shows, and their labels, are the catalogue's (`catalog.LIVE_FIELDS`).
+(`derive.rows_from_raw`, the catalogue's formulas). Which figures it shows, and their
+labels, are the catalogue's (`catalog.LIVE_FIELDS`).
 
-Memory, now that runs last hours: the table's percentiles stay EXACT, over every completed
-request, but each metric's values live in one growable float64 array (`ExactValues`: 8
-bytes a value, at most 12 with the growth slack past the first INITIAL_CAPACITY), not a list
-of Python floats (~32 bytes a value: the float object and its pointer; a day at 64
-requests/s was ~2 GB). The values are the rows' own float64s, so the ranks pick the file's
-values (a −0.0 and a 0.0 tied at one rank could come out with either sign, where the file's
-stable sort keeps row order; no live metric is ever −0.0: durations and rates). A snapshot
-stays cheap however long the run: the array is a sorted prefix and a tail of the values
-since; a snapshot sorts the tail (timsort: last snapshot's sorted tail plus the new values)
-and picks each rank from the two sorted runs by binary search; the tail is merged into the
-prefix once it is an eighth of it (amortised O(1) moves per value). Measured
-(`benchmarks/soak.py --snapshot-cost`, all 7 metrics): at 1.1M values each, ~2 ms a
-snapshot and ~36 ms for the rare one that merges; at 6.2M (a day at 64 requests/s), ~16 ms
-with the tail near its largest and ~0.2 s for a merge (every n/8 new values). Only the web
-UI asks for snapshots (a headless run never does).
-The charts' series is BOUNDED instead: per bucket of arrival time
-(at most MAX_BUCKETS, merged pairwise as the run grows) it keeps a log-bucketed count of
-each charted value (`_Sketch`, relative width SKETCH_GAMMA), and shows each bucket's
-nearest-rank median to within SKETCH_REL_ERROR (under 1 %) of the exact one; its memory
-depends on the spread of the values, never on the number of requests. Both are said on
-the page and in the tab (`ACCURACY_NOTE`).
+Memory, now that runs last hours or days: nothing it keeps grows with the number of
+requests. Each metric's values go into a log-binned sketch (`_Sketch`: counts of values
+within a factor SKETCH_GAMMA = 1.02 of each other, exact min and max): a percentile read
+from it is within SKETCH_REL_ERROR (under 1 %) of the exact nearest-rank one, and its size
+depends on the spread of the values (a few hundred bins), never on how many there are. An
+exact store costs at least 8 bytes a value per metric, 56 bytes a request for the seven
+live metrics: +10 MB in a 30-minute soak at ~100 requests/s, 0.4 GB over a day (measured
+with `benchmarks/soak.py`: exact float64 arrays grew the load process 80 bytes a request).
+When the run is over, `finish(rows)` takes the exact figures from the rows `benchmark.json`
+was built from, so the final tab equals the file bit for bit. The charts' series is
+bounded the same way: per bucket of arrival time (at most MAX_BUCKETS, merged pairwise as
+the run grows) a sketch of each charted value, shown as the bucket's median. The page and
+the tab say which figures are sketched and which exact (`accuracy`).
 """
 
 from __future__ import annotations
@@ -45,7 +36,7 @@ import gevent
 import numpy as np
 
 from anvil_metrics import catalog, stats
-from anvil_metrics.derive import rows_from_raw
+from anvil_metrics.derive import RowColumns, rows_from_raw
 from anvil_metrics.rawcolumns import COL, ColumnBuilder
 from anvil_metrics.records import RequestRecord
 
@@ -68,111 +59,75 @@ SERIES_FIELDS = ("ttft_ms", "decode_tok_s")
 MAX_PENDING = 1024
 DRAIN_BATCH = 64  # records derived together when the loop is idle (snapshots take all)
 MAX_BUCKETS = 240
-INITIAL_CAPACITY = 1024  # values; the array grows by half when full
-MIN_MERGE = 4096  # the tail is merged into the sorted prefix past this many values and
-MERGE_FRACTION = 8  # past this fraction of the prefix
 SKETCH_GAMMA = 1.02  # a sketch bin holds values within a factor 1.02 of each other
 SKETCH_REL_ERROR = (SKETCH_GAMMA - 1) / (SKETCH_GAMMA + 1)  # < 0.01
-ACCURACY_NOTE = ("table: exact nearest-rank percentiles over all {n} completed requests; "
-                 "charts: per-bucket medians within 1 %")
-
-
-class ExactValues:
-    """Every value of one metric, as float64 in one growable array: a sorted prefix
-    `[:sorted_n]` and the values appended since, unsorted `[sorted_n:n]`."""
-
-    def __init__(self, capacity: int = INITIAL_CAPACITY) -> None:
-        self._buf = np.empty(max(1, capacity), dtype=np.float64)
-        self.n = 0
-        self.sorted_n = 0
-
-    def __len__(self) -> int:
-        return self.n
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the values (the whole array, slack included)."""
-        return self._buf.nbytes
-
-    def extend(self, values: Any) -> None:
-        """Append a float64 array (no NaN: the caller drops missing values)."""
-        k = len(values)
-        if self.n + k > len(self._buf):
-            grown = np.empty(max(self.n + k, len(self._buf) * 3 // 2), dtype=np.float64)
-            grown[:self.n] = self._buf[:self.n]
-            self._buf = grown
-        self._buf[self.n:self.n + k] = values
-        self.n += k
-
-    def _runs(self) -> tuple[Any, Any]:
-        """The two sorted runs (prefix, tail), merging the tail in when it has grown."""
-        n, s = self.n, self.sorted_n
-        tail = self._buf[s:n]
-        tail.sort(kind="stable")  # timsort: the tail sorted last time + the new values
-        if n - s > max(MIN_MERGE, s // MERGE_FRACTION):
-            self._buf[:n].sort(kind="stable")  # two sorted runs: one merge pass
-            self.sorted_n = s = n
-        return self._buf[:s], self._buf[s:n]
-
-    def percentiles(self, ps: tuple[int, ...]) -> dict[str, float | None]:
-        """{"p50": …, …, "min": …, "max": …}: nearest rank (`stats.nearest_rank_index`)."""
-        if self.n == 0:
-            return {**{f"p{p}": None for p in ps}, "min": None, "max": None}
-        a, b = self._runs()
-        out: dict[str, float | None] = {
-            f"p{p}": _kth(a, b, stats.nearest_rank_index(self.n, p)) for p in ps}
-        out["min"] = _kth(a, b, 0)
-        out["max"] = _kth(a, b, self.n - 1)
-        return out
-
-
-def _kth(a: Any, b: Any, k: int) -> float:
-    """The k-th smallest (0-based) of the union of sorted arrays a and b."""
-    lo, hi = max(0, k + 1 - len(b)), min(k + 1, len(a))  # how many come from a
-    while lo < hi:
-        i = (lo + hi) // 2
-        if a[i] < b[k - i]:  # a[:i+1] are all among the k+1 smallest
-            lo = i + 1
-        else:
-            hi = i
-    j = k + 1 - lo
-    if lo == 0:
-        return float(b[j - 1])
-    if j == 0:
-        return float(a[lo - 1])
-    return float(max(a[lo - 1], b[j - 1]))
+ACCURACY_RUNNING = ("table and charts: nearest-rank percentiles within 1 % (log-binned "
+                    "sketches of all {n} completed requests); exact in benchmark.json")
+ACCURACY_FINAL = ("table: exact nearest-rank percentiles over all {n} completed requests, "
+                  "from benchmark.json's rows; charts: per-bucket medians within 1 %")
 
 
 class _Sketch:
-    """Counts of values in log bins of relative width SKETCH_GAMMA (bin 0: values ≤ 0);
-    its nearest-rank median is within SKETCH_REL_ERROR of the exact one."""
+    """Counts of values in log bins of relative width SKETCH_GAMMA (one bin for values
+    <= 0), with the exact min and max: a nearest-rank percentile read from it is within
+    SKETCH_REL_ERROR of the exact one (the bin's relative middle stands for its values)."""
 
-    __slots__ = ("bins", "n")
+    __slots__ = ("bins", "n", "lo", "hi")
 
     def __init__(self) -> None:
         self.bins: Counter[int] = Counter()
         self.n = 0
+        self.lo = math.inf
+        self.hi = -math.inf
 
     def add(self, v: float) -> None:
-        self.bins[math.ceil(math.log(v, SKETCH_GAMMA)) if v > 0 else -(1 << 30)] += 1
+        self.bins[_bin(v)] += 1
         self.n += 1
+        self.lo, self.hi = min(self.lo, v), max(self.hi, v)
+
+    def extend(self, values: Any) -> None:
+        """Add a float64 array (no NaN: the caller drops missing values)."""
+        if not len(values):
+            return
+        with np.errstate(divide="ignore"):
+            keys = np.where(values > 0, np.ceil(np.log(np.where(values > 0, values, 1.0))
+                                                / _LOG_GAMMA), _ZERO_BIN).astype(np.int64)
+        uniq, counts = np.unique(keys, return_counts=True)
+        self.bins.update(dict(zip(uniq.tolist(), counts.tolist(), strict=True)))
+        self.n += len(values)
+        self.lo, self.hi = min(self.lo, float(values.min())), max(self.hi, float(values.max()))
 
     def merge(self, other: _Sketch) -> None:
         self.bins.update(other.bins)
         self.n += other.n
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
 
-    def median(self) -> float | None:
+    def percentiles(self, ps: tuple[int, ...]) -> dict[str, float | None]:
+        """{"p50": …, …, "min": …, "max": …}: nearest rank over the bins (min, max exact)."""
         if self.n == 0:
-            return None
-        k = stats.nearest_rank_index(self.n, 50) + 1
-        seen = 0
+            return {**{f"p{p}": None for p in ps}, "min": None, "max": None}
+        wanted = sorted((stats.nearest_rank_index(self.n, p) + 1, p) for p in ps)
+        out: dict[str, float | None] = {}
+        seen, at = 0, 0
         for key in sorted(self.bins):
             seen += self.bins[key]
-            if seen >= k:
-                if key == -(1 << 30):
-                    return 0.0
-                return 2 * SKETCH_GAMMA ** key / (SKETCH_GAMMA + 1)  # mid-bin, relatively
-        raise AssertionError("unreachable")
+            while at < len(wanted) and seen >= wanted[at][0]:
+                value = 0.0 if key == _ZERO_BIN else 2 * SKETCH_GAMMA ** key / (SKETCH_GAMMA + 1)
+                out[f"p{wanted[at][1]}"] = min(max(value, self.lo), self.hi)
+                at += 1
+        out["min"], out["max"] = self.lo, self.hi
+        return {**{f"p{p}": out[f"p{p}"] for p in ps}, "min": self.lo, "max": self.hi}
+
+    def median(self) -> float | None:
+        return self.percentiles((50,))["p50"]
+
+
+_LOG_GAMMA = math.log(SKETCH_GAMMA)
+_ZERO_BIN = -(1 << 30)
+
+
+def _bin(v: float) -> int:
+    return math.ceil(math.log(v) / _LOG_GAMMA) if v > 0 else _ZERO_BIN
 
 
 class _Series:
@@ -230,18 +185,31 @@ class LiveStats:
         self.warmups = 0
         self.output_tokens = 0
         self.failure_kinds: Counter[str] = Counter()
-        self.values: dict[str, ExactValues] = {m.field: ExactValues() for m in LIVE_METRICS}
+        self.values: dict[str, _Sketch] = {m.field: _Sketch() for m in LIVE_METRICS}
+        self._final: dict[str, dict[str, Any]] | None = None  # exact, from the file's rows
         self.series = _Series()
         self.finished = False
         self._end_s: float | None = None
         self._pending: list[tuple[RequestRecord, float]] = []
         self._drainer: gevent.Greenlet | None = None
 
-    def finish(self) -> None:
-        """The run has ended: the figures are final and the clock stops."""
+    def finish(self, rows: RowColumns | None = None) -> None:
+        """The run has ended: the clock stops; with `rows` (those `benchmark.json` was built
+        from), the table's figures become the exact ones."""
         self.finished = True
         if self._end_s is None:
             self._end_s = time.perf_counter()
+        if rows is not None:
+            self._drain()
+            self._final = {}
+            for m in LIVE_METRICS:
+                col = rows.values(m.field)
+                col = col[~np.isnan(col)]
+                ps = (*LIVE_PERCENTILES, 0, 100)
+                got = stats.nearest_rank_columns(col, ps)
+                self._final[m.field] = {"count": len(col), **{
+                    f"p{p}": v for p, v in zip(LIVE_PERCENTILES, got, strict=False)},
+                    "min": got[-2], "max": got[-1]}
 
     def take(self, record: RequestRecord) -> None:
         """Take one finished raw record (call it where `requests.jsonl` is written). Only
@@ -290,18 +258,19 @@ class LiveStats:
         for i, t_s in enumerate(arrived):
             self.series.add(t_s, {f: series[f][i] for f in SERIES_FIELDS})
 
-    def values_nbytes(self) -> int:
-        """Bytes held by the exact values of every live metric (slack included)."""
-        return sum(v.nbytes for v in self.values.values())
+    def bins(self) -> int:
+        """Bins held by the table's sketches (what their memory grows with)."""
+        return sum(len(v.bins) for v in self.values.values())
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the LLM tab shows, as JSON-ready values (missing is None)."""
         self._drain()
         metrics = []
         for m in LIVE_METRICS:
-            values = self.values[m.field]
-            metrics.append({"field": m.field, "label": m.label, "unit": m.unit,
-                            "count": len(values), **values.percentiles(LIVE_PERCENTILES)})
+            figures = (self._final[m.field] if self._final is not None else
+                       {"count": self.values[m.field].n,
+                        **self.values[m.field].percentiles(LIVE_PERCENTILES)})
+            metrics.append({"field": m.field, "label": m.label, "unit": m.unit, **figures})
         return {
             "run_id": self.run_id,
             "finished": self.finished,
@@ -314,6 +283,8 @@ class LiveStats:
             "output_tokens": self.output_tokens,
             "failures_by_kind": dict(self.failure_kinds),
             "metrics": metrics,
-            "accuracy": ACCURACY_NOTE.format(n=self.completed),
+            "accuracy": (ACCURACY_FINAL if self._final is not None
+                         else ACCURACY_RUNNING).format(n=self.completed),
+            "exact": self._final is not None,
             "series": self.series.as_json(),
         }

@@ -18,6 +18,7 @@ from typing import Any
 
 from anvil_metrics import cachecheck
 from anvil_metrics.benchmark import build
+from anvil_metrics.derive import RowColumns
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.rawpart import scan_raw
 
@@ -33,6 +34,7 @@ class Postprocessed:
     path: Path  # the benchmark.json written
     summary: dict[str, Any]  # the document, its `request_timings` left empty
     cache_warning: str | None  # `cachecheck`'s line about unexpected prefix-cache hits
+    rows: RowColumns | None = None  # its rows as columns (the live tab's final figures)
 
 
 def postprocess_run(run_dir: str | Path) -> Postprocessed:
@@ -52,4 +54,4 @@ def postprocess_run(run_dir: str | Path) -> Postprocessed:
     params = raw.header.get("params")
     warning = cachecheck.warning_for_columns(built.rows,
                                              params if isinstance(params, dict) else {})
-    return Postprocessed(out, built.doc, warning)
+    return Postprocessed(out, built.doc, warning, built.rows)

@@ -329,6 +329,7 @@ class RunSession:
             self.writer.write_end(end)
         finally:
             self.writer.close()
+        done = None
         try:
             done = postprocess_run(self.run_dir)
         except AnvilError as e:
@@ -342,7 +343,7 @@ class RunSession:
             late = behind(done.summary.get("load"), done.summary.get("requests"))
             if late:
                 log.warning("anvil: %s", late)
-        self.live.finish()
+        self.live.finish(done.rows if done is not None else None)  # the file's figures
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
         return self.benchmark_path
 

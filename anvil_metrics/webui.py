@@ -10,7 +10,8 @@ serves the rest itself:
 - the "LLM" tab: counts, failures by kind and exact nearest-rank percentiles (p50/p90/p95/
   p99, min, max) of time to first output, TTFT, E2E, decode tok/s, ITL and prefill, from
   `LiveStats.snapshot()` (raw records, as in `benchmark.json`; never Locust's buckets), and
-  one line saying so (`live.ACCURACY_NOTE`: the charts' medians are within 1 %);
+  one line saying so (`live.ACCURACY_RUNNING` / `ACCURACY_FINAL`: sketched within 1 %
+  while the run goes, exact at its end);
 - `/anvil/`: one self-contained page (inline CSS and JS, nothing fetched from elsewhere)
   polling `/anvil/live.json` and drawing SVG charts of TTFT p50 and decode tok/s p50 over
   time, the same table, and the download links once the run has ended;

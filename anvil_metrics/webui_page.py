@@ -4,8 +4,9 @@ Why a page of its own: Locust's extended tabs show only a table, and the charts 
 decode tok/s over time need drawing. The page is self-contained (inline CSS and JS, SVG
 drawn by hand, no CDN or any other outside resource: it must work on a closed network). It
 polls `live.json` beside it once a second and fills every value with `textContent`, never
-as HTML. It says what the figures are (`accuracy`, from `live.ACCURACY_NOTE`): the table's
-percentiles exact over every completed request, the charts' bucket medians within 1 %.
+as HTML. It says what the figures are (`accuracy`, from `live.ACCURACY_RUNNING` /
+`ACCURACY_FINAL`): while the run goes, percentiles within 1 % from bounded sketches; at its
+end, the table's exact figures from benchmark.json's rows.
 Element ids (`anvil-table`, `chart-ttft`, `chart-decode`, `downloads`, `status`, `accuracy`)
 are what the browser test reads.
 """

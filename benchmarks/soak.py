@@ -247,39 +247,29 @@ def check_output(run_dir: Any, python: str, repo: Any) -> list[str]:
 
 
 def snapshot_cost(sizes: list[int]) -> None:
-    """In this process, no load: per live metric, `ExactValues` holding N values, then new
-    values 300 at a time (a second at ~the simulator's rate at 64 streams) with a snapshot's
-    percentiles after each, from when the unsorted tail is near its largest through the
-    moment it is merged into the sorted prefix: bytes per value, ms per snapshot of all 7
-    metrics (median: the tail's sort and the binary searches; max: the merge)."""
+    """In this process, no load: per live metric, a sketch (`live._Sketch`) of N values,
+    then a snapshot's percentiles of all 7 metrics: its bins (what its memory grows with)
+    and ms per snapshot (median of 40)."""
     import numpy as np
 
-    from anvil_metrics.live import LIVE_METRICS, LIVE_PERCENTILES, MERGE_FRACTION, ExactValues
+    from anvil_metrics.live import LIVE_METRICS, LIVE_PERCENTILES, _Sketch
 
     rng = np.random.default_rng(0)
     for n in sizes:
-        stores = [ExactValues() for _ in LIVE_METRICS]
-        for store in stores:
+        sketches = [_Sketch() for _ in LIVE_METRICS]
+        for sketch in sketches:
             for chunk in range(0, n, 1 << 16):
-                store.extend(rng.lognormal(5, 0.5, min(1 << 16, n - chunk)))
-            store.percentiles(LIVE_PERCENTILES)  # all sorted: the tail is empty
-            store.extend(rng.lognormal(5, 0.5, max(0, n // MERGE_FRACTION - 300 * 20)))
-            store.percentiles(LIVE_PERCENTILES)
-        times, merges = [], 0
+                sketch.extend(rng.lognormal(5, 0.5, min(1 << 16, n - chunk)))
+        times = []
         for _ in range(40):
-            before = stores[0].sorted_n
-            for store in stores:
-                store.extend(rng.lognormal(5, 0.5, 300))
             t = time.perf_counter()
-            for store in stores:
-                store.percentiles(LIVE_PERCENTILES)
+            for sketch in sketches:
+                sketch.percentiles(LIVE_PERCENTILES)
             times.append(time.perf_counter() - t)
-            merges += stores[0].sorted_n != before
         times.sort()
-        print(f"{len(stores[0]):>9d} values x {len(stores)} metrics: "
-              f"{stores[0].nbytes / len(stores[0]):.1f} bytes a value; a snapshot every 300 new "
-              f"values: median {times[20] * 1e3:.2f} ms, max {times[-1] * 1e3:.1f} ms "
-              f"({merges} merge{'s' if merges != 1 else ''} of the tail among 40)", flush=True)
+        print(f"{n:>9d} values x {len(sketches)} metrics: {len(sketches[0].bins)} bins each; "
+              f"a snapshot: median {times[20] * 1e3:.2f} ms, max {times[-1] * 1e3:.1f} ms",
+              flush=True)
 
 
 def main() -> int:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chromium_cdp import Chromium, Page, ensure_chromium
+from chromium_cdp import CDPError, Chromium, Page, ensure_chromium
 from conftest import REPO, load_json, raw_lines
 from locust_ui import FAST_SIM, LocustUI, assert_live_equals_benchmark, locust_ui
 
@@ -167,8 +168,19 @@ def second_run_with_recalibrate(page: Page, ui: LocustUI, ui_dir: Path) -> None:
     open_custom_parameters(page)
     type_options(page, requests="3", resultsDir=str(ui_dir))
     box = INPUT.format("recalibrate")
-    if not page.evaluate(f"({box}).checked"):
-        page.click(box)
+    # the form re-renders while the typed values settle: a click can land on an element
+    # that is replaced a moment later, so click until the box stays checked (a real user
+    # would click again too), at most three times
+    for _ in range(3):
+        if not page.evaluate(f"({box}).checked"):
+            page.click(box)
+        try:
+            page.wait_for(f"({box}).checked", timeout_s=1.5, what="the box checked")
+        except CDPError:
+            continue
+        time.sleep(0.3)
+        if page.evaluate(f"({box}).checked"):
+            break
     assert page.evaluate(f"({box}).checked") is True
     page.click("document.querySelector('form button[type=submit]')")
 

@@ -16,13 +16,13 @@ from rawbuild import write_raw
 from anvil_metrics import stats
 from anvil_metrics.benchmark import build_benchmark
 from anvil_metrics.control import RequestBudget, Ticket
-from anvil_metrics.derive import derive_row
+from anvil_metrics.derive import RowColumns, derive_row
 from anvil_metrics.dist import MasterCoordinator
 from anvil_metrics.dist_wire import WorkerSetup
 from anvil_metrics.dist_worker import RemoteBudget
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.events import anvil_events
-from anvil_metrics.live import MAX_BUCKETS, LiveStats
+from anvil_metrics.live import MAX_BUCKETS, SKETCH_REL_ERROR, LiveStats
 from anvil_metrics.prompts import NO_CALIBRATION
 from anvil_metrics.rawread import RawRun, read_raw
 from anvil_metrics.records import Failure, RequestRecord
@@ -241,7 +241,15 @@ def test_live_percentiles_equal_the_files() -> None:
     assert snap["completed"] == 40 and snap["failed"] == 1
     assert snap["failures_by_kind"] == {"http_error": 1}
     rows = [derive_row(r) for r in records]
-    for m in snap["metrics"]:
+    for m in snap["metrics"]:  # while the run goes: the sketch, within 1 %
+        for p in (50, 95, 99):
+            exact = stats.nearest_rank([r[m["field"]] for r in rows], p)
+            assert m[f"p{p}"] == pytest.approx(exact, rel=SKETCH_REL_ERROR), m
+    columns = RowColumns.from_rows([{k: v for k, v in r.items() if v is not None
+                                     or k != "cached_tokens"} for r in rows])
+    assert columns is not None
+    live.finish(columns)  # the run is over: the file's rows, exactly
+    for m in live.snapshot()["metrics"]:
         for p in (50, 95, 99):
             assert m[f"p{p}"] == stats.nearest_rank([r[m["field"]] for r in rows], p), m
 

@@ -1,9 +1,9 @@
-"""The live figures' storage: exact percentiles in compact arrays, a bounded chart series.
+"""The live figures' storage: bounded sketches while a run goes, exact figures at its end.
 
-Runs last hours now: what `LiveStats` keeps per request must be a few bytes, not a Python
-float object per metric, and its percentiles must still be `stats.nearest_rank`'s exactly
-(at the end of a run the LLM tab equals `benchmark.json` bit for bit; tests/unit/
-test_webui.py and test_dist.py check that through real runs).
+Runs last hours now: what `LiveStats` keeps must not grow with the number of requests, its
+running percentiles must be within the stated error of `stats.nearest_rank`'s, and once the
+run is over (`finish(rows)`) the table must be `benchmark.json`'s figures exactly
+(tests/unit/test_webui.py and test_dist.py check that through real runs).
 """
 
 from __future__ import annotations
@@ -16,19 +16,18 @@ import numpy as np
 import pytest
 
 from anvil_metrics import stats
+from anvil_metrics.derive import RowColumns, rows_from_raw
 from anvil_metrics.live import (
-    INITIAL_CAPACITY,
     LIVE_METRICS,
     LIVE_PERCENTILES,
     MAX_BUCKETS,
     SKETCH_GAMMA,
     SKETCH_REL_ERROR,
-    ExactValues,
     LiveStats,
-    _kth,
     _Series,
     _Sketch,
 )
+from anvil_metrics.rawcolumns import COL, ColumnBuilder
 from anvil_metrics.records import RequestRecord
 
 
@@ -39,52 +38,50 @@ def _expected(values: list[float]) -> dict[str, float | None]:
     return out
 
 
-def test_exact_values_take_at_most_16_bytes_each_and_stay_exact() -> None:
+def _within(got: float | None, exact: float | None) -> bool:
+    if exact is None or got is None:
+        return got is exact
+    return abs(got - exact) <= SKETCH_REL_ERROR * abs(exact) * (1 + 1e-9)
+
+
+def test_sketch_percentiles_are_within_the_stated_error_and_bounded() -> None:
     rng = np.random.default_rng(7)
-    store = ExactValues()
+    sketch = _Sketch()
     fed: list[float] = []
-    assert store.percentiles(LIVE_PERCENTILES) == _expected([])
+    assert sketch.percentiles(LIVE_PERCENTILES) == _expected([])
+    bins = []
     while len(fed) < 200_000:
-        # batches of 1..3000, with ties and a slow drift, as a long run's TTFTs
+        # batches of 1..3000, with ties, zeros and a slow drift, as a long run's TTFTs
         batch = np.round(rng.lognormal(5 + len(fed) / 1e5, 0.5, rng.integers(1, 3000)), 1)
-        store.extend(batch)
+        batch[rng.random(len(batch)) < 0.01] = 0.0
+        sketch.extend(batch)
         fed.extend(batch.tolist())
-        if rng.random() < 0.1:  # a snapshot now and then: merged prefix or not
-            ordered = np.sort(np.array(fed))  # nearest_rank's ranks, faster on 200k values
-            assert store.percentiles(LIVE_PERCENTILES) == {
-                **{f"p{p}": float(ordered[stats.nearest_rank_index(len(fed), p)])
-                   for p in LIVE_PERCENTILES}, "min": ordered[0], "max": ordered[-1]}
-    assert len(store) == len(fed)
-    assert store.nbytes / len(fed) <= 16, store.nbytes / len(fed)
-    assert store.nbytes >= 8 * len(fed)
-    assert len(fed) > INITIAL_CAPACITY * 2 ** 6  # many growths behind us
-    assert store.percentiles(LIVE_PERCENTILES) == _expected(fed)
+        if rng.random() < 0.1:
+            ordered = np.sort(np.array(fed))
+            got = sketch.percentiles(LIVE_PERCENTILES)
+            for p in LIVE_PERCENTILES:
+                exact = float(ordered[stats.nearest_rank_index(len(fed), p)])
+                assert _within(got[f"p{p}"], exact), (p, got, exact)
+            assert (got["min"], got["max"]) == (ordered[0], ordered[-1])
+            bins.append(len(sketch.bins))
+    assert sketch.n == len(fed)
+    # the bins span the values' spread (a factor ~e^3 here), not their number
+    assert max(bins) < 1000 and max(bins) - bins[len(bins) // 2] < 200, bins
 
 
-def test_percentiles_are_exact_whether_or_not_the_tail_was_merged() -> None:
+def test_one_value_at_a_time_and_whole_arrays_give_the_same_sketch() -> None:
     rng = random.Random(3)
-    store = ExactValues(capacity=1)
-    fed: list[float] = []
-    for step in range(400):
-        batch = [rng.choice([rng.uniform(0, 100), 5.0, 0.0]) for _ in range(rng.randint(1, 90))]
-        store.extend(np.array(batch))
-        fed.extend(batch)
-        if step % 7 == 0:
-            assert store.percentiles(LIVE_PERCENTILES) == _expected(fed), step
-    assert store.sorted_n > 0  # the tail was merged into the prefix at least once
-    assert store.percentiles((0, 1, 33, 50, 77, 100)) == {
-        **{f"p{p}": stats.nearest_rank(fed, p) for p in (0, 1, 33, 50, 77, 100)},
-        "min": min(fed), "max": max(fed)}
-
-
-def test_kth_of_two_sorted_runs() -> None:
-    rng = random.Random(11)
-    for _ in range(2000):
-        a = np.sort(np.array([rng.randint(0, 9) for _ in range(rng.randint(0, 8))], float))
-        b = np.sort(np.array([rng.randint(0, 9) for _ in range(rng.randint(0, 8))], float))
-        union = sorted([*a.tolist(), *b.tolist()])
-        for k in range(len(union)):
-            assert _kth(a, b, k) == union[k], (a, b, k)
+    values = [rng.choice([rng.uniform(0, 100), 5.0, 0.0, 1e-9, 3e5]) for _ in range(3000)]
+    one, many = _Sketch(), _Sketch()
+    for v in values:
+        one.add(v)
+    many.extend(np.array(values[:1000]))
+    many.extend(np.array(values[1000:]))
+    assert one.bins == many.bins and one.n == many.n == 3000
+    ps = (0, 1, 33, 50, 77, 100)
+    assert one.percentiles(ps) == many.percentiles(ps)
+    for p in ps:
+        assert _within(one.percentiles(ps)[f"p{p}"], stats.nearest_rank(values, p)), p
 
 
 def _record(i: int) -> RequestRecord:
@@ -99,29 +96,52 @@ def _record(i: int) -> RequestRecord:
         usage={"prompt_tokens": 500, "completion_tokens": 21})
 
 
-def test_live_stats_memory_per_request_is_tens_of_bytes() -> None:
-    """Through the public API: what LiveStats allocates and keeps per request, beyond the
-    first 5000, is far below the ~32 bytes a Python float per metric cost (7 metrics)."""
+def _rows(records: list[RequestRecord]) -> RowColumns:
+    cols = ColumnBuilder()
+    for r in records:
+        cols.add_record(0, r)
+    table = cols.table()
+    return rows_from_raw(table, table[:, COL["request_index"]])
+
+
+def test_live_stats_memory_does_not_grow_with_requests_and_ends_exact() -> None:
+    """Through the public API: past the first 5000 requests, what LiveStats keeps grows by
+    a few bins at most (not per request); `finish(rows)` makes the table exact."""
     live = LiveStats("run", None)
-    for i in range(5000):
-        live.take(_record(i))
+    records = [_record(i) for i in range(45_000)]
+    for r in records[:5000]:
+        live.take(r)
     live.snapshot()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        for i in range(5000, 25_000):
-            live.take(_record(i))
+        for r in records[5000:]:
+            live.take(r)
         snap = live.snapshot()
         after = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
-    assert snap["completed"] == 25_000
-    per_request = (after - before) / 20_000
-    assert per_request <= 12 * len(LIVE_METRICS) + 16, per_request  # arrays, growth slack
-    assert live.values_nbytes() / 25_000 <= 16 * len(LIVE_METRICS)
-    ttft = next(m for m in snap["metrics"] if m["field"] == "ttft_ms")
-    assert ttft["count"] == 25_000
-    assert snap["accuracy"].startswith("table: exact nearest-rank percentiles over all 25000")
+    assert snap["completed"] == 45_000 and not snap["exact"]
+    per_request = (after - before) / 40_000
+    assert per_request < 2, per_request  # 56 bytes a request with exact float64 arrays
+    assert live.bins() < 400 * len(LIVE_METRICS)
+    assert snap["accuracy"].startswith("table and charts: nearest-rank percentiles within 1 %")
+    rows = _rows(records)
+    for m in snap["metrics"]:
+        col = rows.values(m["field"])
+        col = col[~np.isnan(col)]
+        exact = stats.nearest_rank_columns(col, LIVE_PERCENTILES)
+        assert all(_within(m[f"p{p}"], e) for p, e in zip(LIVE_PERCENTILES, exact,
+                                                           strict=True)), m
+    live.finish(rows)
+    final = live.snapshot()
+    assert final["exact"] and final["accuracy"].startswith("table: exact nearest-rank")
+    for m in final["metrics"]:
+        col = rows.values(m["field"])
+        col = col[~np.isnan(col)]
+        exact = stats.nearest_rank_columns(col, (*LIVE_PERCENTILES, 0, 100))
+        assert [m[f"p{p}"] for p in LIVE_PERCENTILES] + [m["min"], m["max"]] == exact, m
+        assert m["count"] == len(col)
 
 
 def test_sketch_median_is_within_the_stated_error() -> None:
