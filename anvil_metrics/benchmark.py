@@ -86,17 +86,18 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     # offset of each record's clock (worker -1, no worker, indexes the trailing 0)
     offset = np.array([offsets.get(name, 0) for name in raw.worker_names] + [0],
                       dtype=np.int64)[col["worker"]]
+    start = col["start_ns"] + offset  # every record's start on the master's clock
     measured = np.flatnonzero(col["warmup"] == 0)
     outside = None
     if raw.window_ns is not None:  # --warmup / --cooldown: only requests started within
-        start = col["start_ns"][measured] + offset[measured]
-        early, late = start < raw.window_ns[0], start >= raw.window_ns[1]
+        early = start[measured] < raw.window_ns[0]
+        late = start[measured] >= raw.window_ns[1]
         outside = {"warmup": int(np.count_nonzero(early)),
                    "cooldown": int(np.count_nonzero(late))}
         measured = measured[~(early | late)]
     order = measured[np.argsort(col["request_index"][measured], kind="stable")]
     failed = col["failed"][order] != 0
-    step = attribute([s["t_ns"] for s in raw.steps], col["start_ns"][order] + offset[order])
+    step = attribute([s["t_ns"] for s in raw.steps], start[order])
     failures = []
     for new_index, pos, in_step in zip(np.flatnonzero(failed).tolist(), order[failed].tolist(),
                                        step[failed].tolist(), strict=True):
@@ -108,7 +109,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
             failures[-1]["step"] = in_step
     rows = rows_from_raw(t[order[~failed]], np.flatnonzero(~failed), step[~failed])
     last = np.where(col["end_ns"] != NULL, col["end_ns"], col["start_ns"]) + offset
-    wall = wall_clock_ms(col["start_ns"][order] + offset[order], last[order])
+    wall = wall_clock_ms(start[order], last[order])
     doc = _document(raw, finished=_finished_at(raw, last), wall=wall, requests=len(order),
                     failures=failures, warmups=len(t) - len(measured), rows=rows,
                     client=_client(client, col, order, wall))
@@ -122,21 +123,19 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
         criteria = parse_criteria(params["goodput"], flag="params.goodput")
         doc["goodput"], doc["metrics"]["goodput_rps"] = goodput(rows, len(order), wall,
                                                                 criteria)
+    anchor = raw.header.get("perf_anchor_ns")
+    anchor = anchor if type(anchor) is int else None
     if raw.steps:
         users = [s["users"] for s in raw.steps if s.get("users") is not None]
         if users and isinstance(doc["concurrency"], int):  # the most streams the load held
             doc["concurrency"] = max([doc["concurrency"], *users])
-        anchor = raw.header.get("perf_anchor_ns")
         end = raw.steps_end_ns if raw.steps_end_ns is not None else (
             int(last[order].max()) if len(order) else None)
-        doc["steps"] = build_steps(raw.steps, end, anchor if type(anchor) is int
-                                   else raw.steps[0]["t_ns"], rows,
-                                   [f["step"] for f in failures], criteria)
+        doc["steps"] = build_steps(raw.steps, end, raw.steps[0]["t_ns"] if anchor is None
+                                   else anchor, rows, [f["step"] for f in failures], criteria)
     if isinstance(load, dict):  # a raw file from before the block has none
-        anchor = raw.header.get("perf_anchor_ns")
         doc["load"] = build_load(
-            load, col["start_ns"][order] + offset[order], last[order],
-            col["waited"][order] != 0, anchor if type(anchor) is int else None, rows,
+            load, start[order], last[order], col["waited"][order] != 0, anchor, rows,
             sum(1 for f in failures if f["kind"] == "cancelled"), raw.window_ns, outside)
     built = BuiltBenchmark(doc, rows)
     if not columns_are_clean(doc, rows, recompute=False):  # then verify says what is wrong

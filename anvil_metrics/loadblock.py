@@ -48,7 +48,6 @@ ARRIVAL_KINDS = ("closed", "poisson", "gamma", "constant")
 KEYS = ("mode", "arrival", "offered_rate_rps", "achieved_rate_rps", "burstiness",
         "duration_s", "window_s", "schedule_lag_ms", "waited_for_user", "cancelled")
 OPTIONAL_KEYS = ("outside_window",)  # anvil's, beyond the spec's list
-LAG_KEYS = ("p50", "p99", "max")
 
 
 def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: Any,
