@@ -115,7 +115,6 @@ class _Sketch:
                 value = 0.0 if key == _ZERO_BIN else 2 * SKETCH_GAMMA ** key / (SKETCH_GAMMA + 1)
                 out[f"p{wanted[at][1]}"] = min(max(value, self.lo), self.hi)
                 at += 1
-        out["min"], out["max"] = self.lo, self.hi
         return {**{f"p{p}": out[f"p{p}"] for p in ps}, "min": self.lo, "max": self.hi}
 
     def median(self) -> float | None:
