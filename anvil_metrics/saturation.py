@@ -25,6 +25,7 @@ from typing import Any
 
 from anvil_metrics import stats
 from anvil_metrics.lagmon import LoopLagMonitor
+from anvil_metrics.memtrim import Trimmer
 
 LAG_P99_LIMIT_MS = 10.0
 CPU_LIMIT_PCT = 90.0
@@ -82,10 +83,13 @@ def verdict_text(saturated: bool | None, reasons: Sequence[str]) -> str:
 class LoadWindow:
     """One load process's own figures over its load window: loop lag (a `LoopLagMonitor`)
     and CPU from `begin()` to `end()`, with the verdict. A single process's `RunSession`
-    and each distributed worker's `WorkerSession` both use it; `end()` is idempotent."""
+    and each distributed worker's `WorkerSession` both use it; `end()` is idempotent.
+    Meanwhile the C heap's free pages go back to the system once a minute (`memtrim.py`):
+    a long run's resident memory stays flat."""
 
     def __init__(self) -> None:
         self.lag = LoopLagMonitor()
+        self.trimmer = Trimmer()
         self.health: dict[str, Any] | None = None
         self.started = False
         self._cpu0_s = time.process_time()
@@ -100,12 +104,14 @@ class LoadWindow:
         self._cpu0_s = time.process_time()
         self._wall0_s = time.perf_counter()
         self._load0_ns = time.perf_counter_ns()
+        self.trimmer.start()
 
     def end(self) -> dict[str, Any]:
         """Freeze the figures (the load is over; shutting down is not load) and return
         them: the `client` block's keys, plus `load_s`/`cpu_s` for the raw `run_end`."""
         if self.health is not None:
             return self.health
+        self.trimmer.stop()
         lag = self.lag.stop()
         wall_s = time.perf_counter() - self._wall0_s
         cpu_s = time.process_time() - self._cpu0_s

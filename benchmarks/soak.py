@@ -40,6 +40,7 @@ share the CPUs.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from typing import Any
@@ -77,6 +78,32 @@ def window_lag(delta: Any, overflow: int) -> dict[str, Any]:
             "over_5ms": int(delta[OVER_5MS_BUCKET:].sum()) + overflow}
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def heap_figures() -> dict[str, int]:
+    """Where the process's memory sits, to tell growing objects from a growing allocator:
+    Python's allocated blocks (objects alive), and glibc's `mallinfo2`: `uordblks` bytes in
+    use and `fordblks` bytes free inside the main heap (freed but not returned to the
+    system), `hblkhd` bytes in mmapped chunks (pymalloc's arenas, large arrays)."""
+    import gc
+    import sys
+
+    out = {"py_blocks": sys.getallocatedblocks(), "gc_objects": len(gc.get_objects())}
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+        out |= {"malloc_in_use": info.uordblks, "malloc_free": info.fordblks,
+                "mmapped": info.hblkhd}
+    except (OSError, AttributeError):
+        pass
+    return out
+
+
 def _probe(environment: Any, path: str) -> None:
     import gevent
     import numpy as np
@@ -102,7 +129,10 @@ def _probe(environment: Any, path: str) -> None:
             previous = (mon, np.zeros_like(hist), 0)
         line = {"minute": minute, "t_s": round(time.monotonic() - t0, 1),
                 "live_completed": sess.live.completed,
-                **window_lag(hist - previous[1], overflow - previous[2])}
+                **window_lag(hist - previous[1], overflow - previous[2]),
+                "heap": heap_figures(),
+                "trims": sess.load.trimmer.trims,
+                "trim_ms_max": round(sess.load.trimmer.longest_ns / 1e6, 3)}
         previous = (mon, hist, overflow)
         if trace_top:
             import tracemalloc
@@ -203,6 +233,18 @@ def _lag_text(w: dict[str, Any] | None) -> str:
         return "lag n/a"
     return (f"lag(min {w['minute']}) p50 {w['p50_ms']} p99 {w['p99_ms']} max {w['max_ms']} ms,"
             f" >=5ms {w['over_5ms']}")
+
+
+def _heap_text(w: dict[str, Any] | None) -> str:
+    h = (w or {}).get("heap")
+    if not h:
+        return ""
+    text = (f"  py blocks {h['py_blocks']}  gc objects {h['gc_objects']}  trims {w['trims']}"
+            f" (longest {w['trim_ms_max']} ms)")
+    if "malloc_in_use" in h:
+        text += (f"  malloc in use {_mb(h['malloc_in_use'])} free {_mb(h['malloc_free'])}"
+                 f" mmapped {_mb(h['mmapped'])} MB")
+    return text
 
 
 def check_output(run_dir: Any, python: str, repo: Any) -> list[str]:
@@ -344,7 +386,7 @@ def main() -> int:
                 per_min = n - prev[2] if prev else n
                 print(f"t {tick:6.0f} s  RSS {_mb(rss)} MB ({growth} vs 1 min)  raw {_mb(size)}"
                       f" MB  {n:7d} requests (+{per_min})  "
-                      f"{_lag_text(lag)}", flush=True)
+                      f"{_lag_text(lag)}{_heap_text(lag)}", flush=True)
                 for where, size_diff, count_diff in (lag or {}).get("grew_since_minute_1", []):
                     print(f"    grew {size_diff / 1e3:+9.1f} kB {count_diff:+8d} blocks  {where}",
                           flush=True)
