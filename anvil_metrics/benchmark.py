@@ -30,6 +30,7 @@ from anvil_metrics.jsonio import atomic_write_bytes
 from anvil_metrics.loadblock import build_load
 from anvil_metrics.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.rawread import RawRun
+from anvil_metrics.servermetrics import SAMPLES_FILE, build_server
 from anvil_metrics.steps import attribute, build_steps
 from anvil_metrics.verify import columns_are_clean, verify_benchmark
 
@@ -137,6 +138,10 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
         doc["load"] = build_load(
             load, start[order], last[order], col["waited"][order] != 0, anchor, rows,
             sum(1 for f in failures if f["kind"] == "cancelled"), raw.window_ns, outside)
+    server = params.get("server")
+    if isinstance(server, dict):  # a raw file from before the block has none
+        doc["server"] = build_server(server, doc["engine"], Path(raw.path).with_name(
+            SAMPLES_FILE) if raw.path else None, rows)
     built = BuiltBenchmark(doc, rows)
     if not columns_are_clean(doc, rows, recompute=False):  # then verify says what is wrong
         problems = verify_benchmark(built.to_dict())

@@ -256,6 +256,12 @@ ROW: tuple[RowField, ...] = (
              inputs=("e2e_ms", "schedule_lag_ms"), formula="e2e_ms + schedule_lag_ms",
              compute=_from_due("e2e_ms"), label="end to end from due",
              percentiles="e2e_from_due_{p}_ms"),
+    RowField("time_to_first_chunk_ms", "ms", "duration", True,
+             "request written to the first SSE chunk of any kind, role-only included: what "
+             "vLLM's server-side TTFT and its bench client measure (a reasoning parser may "
+             "hide the first token; its chunk still arrives)", presence="added", since=3,
+             source="(extra.first_chunk_ns − start_ns) / 1e6",
+             label="time to first chunk", percentiles="time_to_first_chunk_{p}_ms"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

@@ -14,6 +14,10 @@ request of the groups before it has finished: each group arrives at the server a
 burst of requests sharing a prefix, as SGLang's and vLLM's shared-prefix benchmarks send
 them, not spread over other groups' requests.
 
+`before_measured` (set by the session: the server-metrics scrape of `telemetry.py`) runs
+once, after the warm-ups and before the first measured ticket is handed out; every taker
+waits for it (it is bounded by its own timeout), so it lies between the two.
+
 Open loop (`schedule`, `arrivals.Schedule`): measured ticket k is handed out at its due time
 (the schedule's origin is the first measured take, after the warm-ups) to the user that
 asks for it, one taker waiting for the next arrival at a time; the ticket carries its due
@@ -78,6 +82,9 @@ class RequestBudget:
             self._warm.set()
         self._closed = False
         self._on_exhausted = on_exhausted
+        self.before_measured: Callable[[], None] | None = None
+        self._opening = False
+        self._opened = gevent.event.Event()  # before_measured has run
 
     def wait_warm(self) -> None:
         """Until every warm-up request has finished (or the budget closed)."""
@@ -94,6 +101,8 @@ class RequestBudget:
             self._next_warmup += 1
             return Ticket(i, True, self.size_for(i))
         self._warm.wait()
+        if not self._opened.is_set():
+            self._open()
         if self.schedule is not None:
             return self._take_arrival()
         if self._closed or (self.requests is not None and self._next >= self.requests):
@@ -108,6 +117,18 @@ class RequestBudget:
                 self._next = min(self._next, i)
                 return None
         return Ticket(i, False, self.size_for(i))
+
+    def _open(self) -> None:
+        """Run `before_measured` once; other takers wait until it has run."""
+        if self._opening:
+            self._opened.wait()
+            return
+        self._opening = True
+        try:
+            if self.before_measured is not None and not self._closed:
+                self.before_measured()
+        finally:
+            self._opened.set()
 
     def _take_arrival(self) -> Ticket | None:
         """The next arrival of the schedule, at its due time (see the module docstring)."""
@@ -158,6 +179,7 @@ class RequestBudget:
 
     def close(self) -> None:
         self._closed = True
+        self._opened.set()
         self._changed.set()
         self._warm.set()
         self._progress.set()

@@ -247,6 +247,8 @@ def rows_from_raw(t: Any, new_index: Any, step: Any = None) -> RowColumns:
         ("ttft_ms", "first_content_ns"))}
     lag = c["start_delay_ns"]
     floats["schedule_lag_ms"] = durations_ms(np.zeros_like(lag), lag, lag != NULL)
+    chunk = c["first_chunk_ns"]
+    floats["time_to_first_chunk_ms"] = durations_ms(start, chunk, chunk != NULL)
     assert tuple(floats) == _MEASURED_FLOATS
     present = {name: c[name] != NULL for name in OPTIONAL_COUNT_FIELDS}
     counts = {name: np.where(present[name], c[name], 0) for name in OPTIONAL_COUNT_FIELDS}

@@ -32,6 +32,7 @@ import orjson
 from anvil_metrics import cachecheck
 from anvil_metrics.benchmark import load_benchmark
 from anvil_metrics.derive import RowColumns
+from anvil_metrics.servermetrics import SAMPLES_FILE, check_server_file
 from anvil_metrics.verify import columns_are_clean, verify_benchmark
 
 BLOCK_BYTES = 1 << 22
@@ -100,11 +101,18 @@ def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
         return True
 
     doc = _doc_around_rows(Path(path), take, block_bytes)
+    problems: list[str] = []
     if doc is not None:
         rows = RowColumns.concat(blocks) if blocks else RowColumns.from_rows([])
         if rows is not None and columns_are_clean(doc, rows):
-            return []
-    return verify_benchmark(load(Path(path)))
+            check_server_file(doc, rows, Path(path).with_name(SAMPLES_FILE), problems)
+            return problems
+    doc = load(Path(path))
+    problems = verify_benchmark(doc)
+    if isinstance(doc, dict):
+        check_server_file(doc, RowColumns.from_rows(doc.get("request_timings")),
+                          Path(path).with_name(SAMPLES_FILE), problems)
+    return problems
 
 
 def _doc_around_rows(p: Path, take: Callable[[bytes], bool], block_bytes: int

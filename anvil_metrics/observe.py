@@ -8,6 +8,10 @@ finish chunk, no `[DONE]`) is tested without a network. The rules are those of
 
 - first output: the first chunk with a non-empty reasoning or content delta; a role-only or
   empty chunk does not count;
+- first chunk: the first chunk with any `choices` entry, role-only and empty ones included —
+  what vLLM's server-side TTFT and its bench client stamp (the first generated token may be
+  hidden by a reasoning parser, its chunk still goes out); a usage-only chunk
+  (`choices: []`) or an error is not one;
 - reasoning is read from `delta.reasoning` first, then `delta.reasoning_content`;
 - usage is taken from wherever it arrives (last one wins);
 - the end is `[DONE]`, or a clean end of the response after a `finish_reason`; a response
@@ -44,6 +48,7 @@ class StreamObserver:
         "worker",
         "first_output_ns",
         "first_content_ns",
+        "first_chunk_ns",
         "end_ns",
         "reasoning_chunks",
         "content_chunks",
@@ -80,6 +85,7 @@ class StreamObserver:
         self.worker = worker
         self.first_output_ns: int | None = None
         self.first_content_ns: int | None = None
+        self.first_chunk_ns: int | None = None
         self.end_ns: int | None = None
         self.reasoning_chunks = 0
         self.content_chunks = 0
@@ -154,6 +160,8 @@ class StreamObserver:
             if self.truth is not None:
                 self.truth.chunk(chunk, False, False)
             return False
+        if self.first_chunk_ns is None:
+            self.first_chunk_ns = t_ns
         choice = choices[0]
         delta = choice.get("delta")
         if delta:
@@ -235,6 +243,8 @@ class StreamObserver:
 
     def _extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
+        if self.first_chunk_ns is not None:  # role-only chunks included (the module's rules)
+            extra["first_chunk_ns"] = self.first_chunk_ns
         if self.due_ns is not None:  # how late the request went out (saturation.py)
             extra["start_delay_ns"] = max(0, self.start_ns - self.due_ns)
         if self.waited_for_user:

@@ -138,6 +138,17 @@ def nonce(flag: str, value: str) -> str:
     return value
 
 
+def http_url(flag: str, value: str) -> str:
+    """An http(s) URL with a host."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _refuse(flag, value, "an http:// or https:// URL, e.g. "
+                      "http://127.0.0.1:8000/metrics")
+    return value
+
+
 def tokenizer_file(flag: str, value: str) -> str:
     """An existing file (the served model's tokenizer.json)."""
     if not os.path.isfile(value):
@@ -240,12 +251,27 @@ OPTIONS: tuple[Option, ...] = (
            "(results/.cache) and redo it", switch=True, default=False),
     Option("--tokenizer", "count prompt tokens with this tokenizer.json (the served model's) "
            "instead of asking the server; needs anvil-metrics[tokenizer]", tokenizer_file),
+    Option("--server-metrics-url", "the server's Prometheus metrics (default: <host>/metrics), "
+           "scraped by a separate process during the run: benchmark.json's server block",
+           http_url),
+    Option("--no-server-metrics", "do not scrape the server's metrics", switch=True,
+           default=False),
+    Option("--server-metrics-interval", "seconds between metrics scrapes (default 1)", seconds),
+    Option("--engine", "what serves the model, e.g. vllm, sglang (default: discovered from "
+           "the server)"),
+    Option("--gpu", "the GPU the server runs on, e.g. H100-80GB (recorded as given)"),
+    Option("--tier", "the serving tier, as your team names it (recorded as given)"),
+    Option("--manifest", "the deployment manifest this server came from (recorded as given)"),
+    Option("--source-recipe", "the recipe the server was started from (recorded as given)"),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
            "this many workers, one exact result); default 1", whole(1), default=1,
            locust=False),
 )
 
 RUN_OPTIONS = tuple(o for o in OPTIONS if o.run)
+# what was measured, as the user states it: flags override the scenario's [meta] of the
+# same names, and both override what the server says of itself (`provenance.py`)
+PROVENANCE = ("engine", "gpu", "tier", "manifest", "source_recipe")
 LOCUST_OPTIONS = tuple(o for o in OPTIONS if o.locust)
 
 
@@ -285,6 +311,9 @@ class RunOptions:
     recalibrate: bool = False  # ignore a cached calibration (and store a fresh one)
     tokenizer_path: str | None = None  # a local tokenizer.json to count with
     stop_timeout_s: float | None = None  # Locust's --stop-timeout (recorded in the load block)
+    server_metrics: bool = True  # scrape the server's /metrics (telemetry.py)
+    server_metrics_url: str | None = None  # None: <host>/metrics
+    server_metrics_interval_s: float = 1.0
 
 
 def _arrivals(v: Mapping[str, Any], plan: ArrivalPlan | None) -> ArrivalPlan | None:
@@ -387,10 +416,15 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         # time limit on the scenario's budget)
         sc = replace(sc, requests=None)
     sc = _windows(sc, v["warmup"], v["cooldown"])
+    given = {key: v[key] for key in PROVENANCE if v[key] is not None}
+    if given:  # the flags override the scenario's [meta]
+        sc = replace(sc, meta={**sc.meta, **given})
     if not host:
         raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
     return RunOptions(
         scenario=sc, host=host, users=sc.concurrency, results_dir=v["results_dir"],
         run_dir=v["run_dir"], api_key=api_key, run_nonce=v["run_nonce"],
         recalibrate=v["recalibrate"], tokenizer_path=v["tokenizer"],
-        stop_timeout_s=stop_timeout_s)
+        stop_timeout_s=stop_timeout_s, server_metrics=not v["no_server_metrics"],
+        server_metrics_url=v["server_metrics_url"],
+        server_metrics_interval_s=v["server_metrics_interval"] or 1.0)

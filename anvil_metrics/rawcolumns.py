@@ -53,6 +53,7 @@ RAW_COLUMNS = (
     "start_delay_ns",  # extra.start_delay_ns when it is an integer
     "failed",  # 0 / 1: the record has a failure (its details are in RawColumns.failures)
     "waited",  # 0 / 1: extra.waited_for_user (open loop: no user was free when it fell due)
+    "first_chunk_ns",  # extra.first_chunk_ns: the first chunk of any kind, role-only included
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -219,7 +220,13 @@ class ColumnBuilder:
             return False
         delay = NULL
         waited = False
+        chunk = NULL
         if x:
+            chunk = x.get("first_chunk_ns", NULL)
+            if chunk is not NULL:
+                if not (type(chunk) is int and s <= chunk < hi and (fo is None or chunk <= fo)
+                        and (e is None or chunk <= e)):
+                    return False
             delay = x.get("start_delay_ns")
             if type(delay) is bool:
                 delay = int(delay)
@@ -246,7 +253,7 @@ class ColumnBuilder:
         pending += (n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
                     NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
                     from_usage, prompt, cached, reasoning, code, delay, f is not None,
-                    waited)
+                    waited, chunk)
         self.n_records += 1
         if len(pending) >= _FLUSH_VALUES:
             self.flush()

@@ -119,6 +119,9 @@ class RequestRecord:
     - `first_output_ns`: arrival of the first chunk with a non-empty reasoning or content
       delta; `None` if none arrived.
     - `first_content_ns`: arrival of the first chunk with non-empty `delta.content`.
+    - `extra["first_chunk_ns"]`: arrival of the first chunk of any kind with a `choices`
+      entry, role-only included (what vLLM's server-side TTFT measures); absent when no
+      such chunk arrived, and in files written before anvil recorded it.
     - `end_ns`: `[DONE]`, or the clean end of the response after a `finish_reason`; for a
       failure, the moment the failure was detected.
     - `usage`: the server's `usage` object as received (last one wins), or `None`.
@@ -299,6 +302,17 @@ def record_problem(d: dict[str, Any]) -> str | None:
     delay = (d.get("extra") or {}).get("start_delay_ns")
     if _is_int(delay) and not 0 <= delay < STAMP_LIMIT:
         return f"extra.start_delay_ns must lie within 0 … 2**62, got {delay}"
+    chunk = (d.get("extra") or {}).get("first_chunk_ns")
+    if chunk is not None:
+        if not _is_int(chunk) or not -STAMP_LIMIT < chunk < STAMP_LIMIT:
+            return f"extra.first_chunk_ns must be an integer within ±2**62, got {show(chunk)}"
+        later = [(k, d.get(k)) for k in ("first_output_ns", "end_ns")
+                 if _is_int(d.get(k))]
+        if _is_int(d.get("start_ns")) and chunk < d["start_ns"]:
+            return f"stamps out of order: extra.first_chunk_ns {chunk} < start_ns {d['start_ns']}"
+        for k, v in later:
+            if v < chunk:
+                return f"stamps out of order: {k} {v} < extra.first_chunk_ns {chunk}"
     waited = (d.get("extra") or {}).get("waited_for_user", False)
     if not isinstance(waited, bool):
         return f"extra.waited_for_user must be true or false, got {show(waited)}"

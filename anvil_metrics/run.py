@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics import catalog, loadblock
+from anvil_metrics import catalog, loadblock, servermetrics
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.options import locust_args
 from anvil_metrics.postprocess import BENCHMARK_FILE
@@ -180,6 +180,7 @@ def summary_lines(doc: dict) -> list[str]:
                f"{shared.get('group_size')}" if shared else "")
             + f"; run nonce {doc.get('run_nonce')}")
     lines += loadblock.summary_lines(doc)
+    lines += servermetrics.summary_lines(doc)
     client = doc.get("client") or {}
     lag = client.get("loop_lag_ms") or {}
     if lag.get("max") is not None:

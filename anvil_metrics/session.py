@@ -44,6 +44,7 @@ from anvil_metrics.recorder import RawWriter, Recorder, create_run_dir, new_run_
 from anvil_metrics.records import worker_identity
 from anvil_metrics.scenario import Scenario
 from anvil_metrics.schema import RUN_ID
+from anvil_metrics.telemetry import ServerTelemetry
 from anvil_metrics.transport import SendStats
 from anvil_metrics.urls import Endpoint
 
@@ -105,6 +106,7 @@ class RunSession:
         self.users_now: Callable[[], int] | None = None
         self.shaped = False
         self._clock: gevent.Greenlet | None = None
+        self.telemetry: ServerTelemetry | None = None  # the server-metrics sampler
 
     def begin_load(self) -> None:
         """Start the generator-health figures: call when set-up work is over and the users
@@ -290,11 +292,21 @@ class RunSession:
         }
         if shared_doc is not None:
             params["shared_prefix"] = shared_doc
+        params["server"] = _server_params(opts, endpoint)
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, model, prompts.calibration, run_id, run_dir, writer,
                       bodies, budget, header, prompts)
         session.on_end = exhausted
         holder.append(session)
+        metrics = params["server"]
+        if metrics["metrics_url"] is not None:
+            telemetry = session.telemetry = ServerTelemetry.start(
+                metrics["metrics_url"], run_dir, metrics["interval_s"], metrics["timeout_s"])
+
+            def scrape_first() -> None:  # just before the first measured request
+                telemetry.mark("first")
+
+            budget.before_measured = scrape_first
         return session
 
     def finish(self, locust_stats: dict[str, Any] | None = None,
@@ -313,6 +325,8 @@ class RunSession:
         if self._clock is not None:
             self._clock.kill(block=False)
         self.recorder.stop()
+        if self.telemetry is not None:  # the scrape after the last request, then stop it
+            self.telemetry.finish()
         from anvil_metrics.postprocess import postprocess_run
 
         try:
@@ -346,6 +360,22 @@ class RunSession:
         self.live.finish(done.rows if done is not None else None)  # the file's figures
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
         return self.benchmark_path
+
+
+SCRAPE_TIMEOUT_S = 2.0  # one /metrics scrape (a healthy server answers in milliseconds)
+
+
+def _server_params(opts: RunOptions, endpoint: Endpoint) -> dict[str, Any]:
+    """The raw header's `server` parameters: where the metrics are scraped from (without
+    credentials: a URL's `user:password@` is neither stored nor sent to /metrics) and how
+    often, or why they are not."""
+    from anvil_metrics.schema import redact_url
+
+    scrape = opts.server_metrics_url or f"{endpoint.root_url}/metrics"
+    on = opts.server_metrics
+    return {"metrics_url": redact_url(scrape) if on else None,
+            "interval_s": opts.server_metrics_interval_s, "timeout_s": SCRAPE_TIMEOUT_S,
+            "off_reason": None if on else "not scraped: --no-server-metrics"}
 
 
 def _check_model_served(client: ChatClient, model: str) -> None:

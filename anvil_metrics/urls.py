@@ -58,6 +58,12 @@ class Endpoint:
         netloc = f"{host}:{self.port}"
         return urlunsplit((self.scheme, netloc, self.api_path, "", ""))
 
+    @property
+    def root_url(self) -> str:
+        """The server's own root (`base_url` without its `/v1`): where `/metrics`,
+        `/version` and the engines' other endpoints live."""
+        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+
     @classmethod
     def parse(cls, url: str) -> Endpoint:
         try:

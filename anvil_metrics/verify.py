@@ -30,6 +30,7 @@ from anvil_metrics.goodput import check_goodput
 from anvil_metrics.jsonio import strict_json_problems
 from anvil_metrics.loadblock import check_load
 from anvil_metrics.schema import fmt, same
+from anvil_metrics.servermetrics import check_server
 from anvil_metrics.steps import check_steps
 
 # the rows checked for values: their columns, and each one's position in the document
@@ -101,6 +102,7 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
     problems.extend(message for _, _, message in found)
     schema.check_failures(doc, problems)
     schema.check_client(doc, problems)
+    check_server(doc, problems)
     check_load(doc, rows if all_typed else None, problems)
     check_steps(doc, rows if all_typed else None, problems)
     _check_counts(doc, problems, n_rows)

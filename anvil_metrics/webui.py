@@ -11,7 +11,9 @@ serves the rest itself:
   p99, min, max) of time to first output, TTFT, E2E, decode tok/s, ITL and prefill, from
   `LiveStats.snapshot()` (raw records, as in `benchmark.json`; never Locust's buckets), and
   one line saying so (`live.ACCURACY_RUNNING` / `ACCURACY_FINAL`: sketched within 1 %
-  while the run goes, exact at its end);
+  while the run goes, exact at its end); and, while the server's metrics are scraped, one
+  line of its newest gauges (running, waiting, KV cache, speculative acceptance), read
+  from the tail of `server_metrics.jsonl` when the page asks;
 - `/anvil/`: one self-contained page (inline CSS and JS, nothing fetched from elsewhere)
   polling `/anvil/live.json` and drawing SVG charts of TTFT p50 and decode tok/s p50 over
   time, the same table, and the download links once the run has ended;
@@ -27,6 +29,7 @@ here knows about workers. No API key or endpoint URL is ever sent.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from flask import Blueprint, Response, redirect, request, send_file
 from locust import events
 
 from anvil_metrics.runctx import latest_run
+from anvil_metrics.servermetrics import live_gauges, newest_samples
 from anvil_metrics.webui_page import PAGE_HTML
 
 log = logging.getLogger("anvil")
@@ -81,8 +85,32 @@ def _count_row(label: str, count: int | str, unit: str = "req") -> dict[str, Any
             **{c: "" for c in PERCENTILE_COLUMNS}}
 
 
-def tab_rows(snap: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The LLM tab's rows for one `LiveStats.snapshot()` (None: no run yet)."""
+def server_now(sess: Any) -> dict[str, Any] | None:
+    """The server's newest gauges (`servermetrics.live_gauges`) while the run scrapes its
+    metrics; None otherwise."""
+    if sess is None or getattr(sess, "telemetry", None) is None:
+        return None
+    return live_gauges(newest_samples(sess.telemetry.path), time.perf_counter_ns())
+
+
+def server_text(g: dict[str, Any] | None) -> str | None:
+    """One line for the tab and the page."""
+    if g is None:
+        return None
+
+    def show(v: Any, scale: float = 1.0, unit: str = "") -> str:
+        return MISSING if v is None else f"{v * scale:.3g}{unit}"
+
+    return (f"server ({g['engine'] or 'unknown engine'}, {g['age_s']:.0f} s ago): running "
+            f"{show(g['requests_running'])}, waiting {show(g['requests_waiting'])}, KV cache "
+            f"{show(g['kv_cache_usage'], 100, ' %')}, speculative acceptance "
+            f"{show(g['acceptance_rate'])}")
+
+
+def tab_rows(snap: dict[str, Any] | None, server: dict[str, Any] | None = None
+             ) -> list[dict[str, Any]]:
+    """The LLM tab's rows for one `LiveStats.snapshot()` (None: no run yet) and the
+    server's newest gauges (`server_now`)."""
     if snap is None:
         return _numbered([_count_row("no anvil run yet in this process", 0)])
     state = "finished" if snap["finished"] else "in progress"
@@ -98,6 +126,9 @@ def tab_rows(snap: dict[str, Any] | None) -> list[dict[str, Any]]:
         _count_row("warm-up requests (not measured)", snap["warmup_requests"]),
         _count_row(snap["accuracy"], "", ""),
     ]
+    line = server_text(server)
+    if line is not None:
+        rows.append(_count_row(line, "", ""))
     for m in snap["metrics"]:
         rows.append({"metric": m["label"], "unit": m["unit"], "count": m["count"],
                      **{c: _shown(m[c]) for c in PERCENTILE_COLUMNS}})
@@ -124,6 +155,7 @@ def live_payload(sess: Any) -> dict[str, Any]:
     if sess is None:
         return {"run_id": None, "finished": False, "metrics": [], "downloads": {}}
     snap = sess.live.snapshot()
+    snap["server"] = server_text(server_now(sess))
     snap["downloads"] = {name: f"download/{name}" for name in DOWNLOADS
                          if _available(sess, name) is not None}
     return snap
@@ -196,7 +228,8 @@ def _add_tab_rows(response: Response, stats_path: str, environment: Any) -> Resp
         sess = latest_run(environment)
         body = response.get_json()
         body["extended_stats"] = [{"key": TAB_KEY,
-                                   "data": tab_rows(sess.live.snapshot() if sess else None)}]
+                                   "data": tab_rows(sess.live.snapshot() if sess else None,
+                                                    server_now(sess))}]
         response.set_data(orjson.dumps(body))
     except Exception:  # never break Locust's own page over the LLM tab
         log.exception("anvil: could not add the LLM tab's figures")

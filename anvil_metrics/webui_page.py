@@ -7,8 +7,8 @@ polls `live.json` beside it once a second and fills every value with `textConten
 as HTML. It says what the figures are (`accuracy`, from `live.ACCURACY_RUNNING` /
 `ACCURACY_FINAL`): while the run goes, percentiles within 1 % from bounded sketches; at its
 end, the table's exact figures from benchmark.json's rows.
-Element ids (`anvil-table`, `chart-ttft`, `chart-decode`, `downloads`, `status`, `accuracy`)
-are what the browser test reads.
+Element ids (`anvil-table`, `chart-ttft`, `chart-decode`, `downloads`, `status`, `accuracy`,
+`server`: the server's newest gauges) are what the browser test reads.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ PAGE_HTML = """<!doctype html>
   <tbody></tbody>
 </table>
 <p id="accuracy"></p>
+<p id="server"></p>
 <p id="failures"></p>
 <div class="charts">
   <figure><figcaption>TTFT p50 (ms) over the run, per bucket, within 1 %</figcaption>
@@ -166,6 +167,7 @@ function renderStatus(s) {
   if (!s.finished) parts.push(fmt(s.elapsed_s) + " s");
   document.getElementById("status").textContent = parts.join(" · ");
   document.getElementById("accuracy").textContent = s.accuracy || "";
+  document.getElementById("server").textContent = s.server || "";
   const kinds = Object.entries(s.failures_by_kind || {});
   document.getElementById("failures").textContent = kinds.length
     ? "failures by kind: " + kinds.map(([k, n]) => k + " " + n).join(", ") : "";

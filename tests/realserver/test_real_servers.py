@@ -295,3 +295,31 @@ def test_vllm_own_metrics_agree_with_anvil() -> None:
         client.close()
     print(f"\n[vllm] anvil - server (ttfo, e2e) ms per request: "
           f"{[(round(a, 2), round(b, 2)) for a, b in gaps]}")
+
+
+@pytest.mark.skipif(SERVER not in ("vllm", "llama"), reason="needs the server's /metrics")
+@pytest.mark.parametrize("users", [1, 4])
+def test_server_block_from_the_real_server(tmp_path: Path, users: int) -> None:
+    """The run's `server` block against the real server: its identity discovered (engine,
+    version, context limit), its metrics scraped over the window; on vLLM the client's
+    first chunk and end to end each sit 0-25 ms above the server's own means (the network
+    and the server's HTTP layer lie between), at concurrency 1 and 4."""
+    doc, run_dir = _run(tmp_path, users=users, requests=4 * users)
+    s = doc["server"]
+    print(f"\n[{SERVER}] users {users}: server block: engine {s['engine']} version "
+          f"{s['version']} max_model_len {s['max_model_len']} samples {s['samples']} "
+          f"requests {s['requests']} client_minus_server_ms {s['client_minus_server_ms']} "
+          f"ttft {s['ttft_ms_mean']} e2e {s['e2e_ms_mean']} queue {s['queue_time_ms_mean']} "
+          f"null_reasons {s['null_reasons']}")
+    assert (run_dir / "server_metrics.jsonl").is_file()
+    assert s["engine"] == {"vllm": "vllm", "llama": "llamacpp"}[SERVER]
+    assert s["version"] and isinstance(s["max_model_len"], int) and s["max_model_len"] > 0
+    assert s["samples"] >= 2 and "counters" not in s["null_reasons"], s["null_reasons"]
+    assert s["requests_running"] is not None
+    if SERVER == "vllm":
+        assert s["requests"] == doc["completed"]
+        diff = s["client_minus_server_ms"]
+        assert 0 <= diff["first_chunk_vs_ttft"] <= 25, diff
+        assert 0 <= diff["e2e"] <= 25, diff
+        assert s["prompt_tokens_mean"] == pytest.approx(
+            sum(r["prompt_tokens"] for r in doc["request_timings"]) / doc["completed"])

@@ -26,6 +26,39 @@ def test_budget_hands_out_dense_indices_then_stops() -> None:
     assert exhausted == [1]
 
 
+def test_before_measured_runs_once_between_the_warmups_and_the_first_measured_ticket() -> None:
+    """The server-metrics scrape before the first measured request: after every warm-up
+    finished, before any measured ticket; takers meanwhile wait for it, it runs once."""
+    b = RequestBudget(3, 1, [10])
+    events: list[str] = []
+
+    def gate() -> None:
+        events.append("gate begins")
+        gevent.sleep(0.05)
+        events.append("gate ends")
+
+    b.before_measured = gate
+    w = b.take()
+    assert w is not None and w.warmup and events == []
+    takers = [gevent.spawn(lambda: events.append(f"ticket {b.take().request_index}"))
+              for _ in range(2)]
+    gevent.sleep(0.01)
+    assert events == []  # the warm-up is in flight
+    b.give_back(w)
+    gevent.joinall(takers, timeout=2)
+    assert events[:2] == ["gate begins", "gate ends"]
+    assert sorted(events[2:]) == ["ticket 0", "ticket 1"]
+    assert b.take().request_index == 2 and events.count("gate begins") == 1
+
+
+def test_a_closed_budget_skips_the_gate() -> None:
+    b = RequestBudget(2, 0, [10])
+    ran = []
+    b.before_measured = lambda: ran.append(1)
+    b.close()
+    assert b.take() is None and ran == []
+
+
 def test_warmups_finish_before_measured_tickets() -> None:
     b = RequestBudget(2, 2, [10])
     w0, w1 = b.take(), b.take()

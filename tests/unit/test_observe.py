@@ -160,7 +160,7 @@ def test_begin_stamps_the_start_the_first_delta_and_the_start_delay() -> None:
     obs.on_data(b"[DONE]", 1_300)
     rec = obs.finish()
     assert rec.start_ns == 1_000 and rec.chunk_deltas_ns == (250,)
-    assert rec.extra == {"start_delay_ns": 600}
+    assert rec.extra == {"start_delay_ns": 600, "first_chunk_ns": 1_250}
     obs = StreamObserver(0, 100)
     obs.begin(1_000, due_ns=400)
     obs.begin(2_000)  # no due time: no delay recorded
