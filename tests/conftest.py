@@ -32,6 +32,22 @@ def simulator() -> Iterator[Callable[..., SimProcess]]:
         cm.__exit__(None, None, None)
 
 
+class DoneCallbacks:
+    """The `when_done` part of `HttpConnection`'s contract, for fake connections: callbacks
+    run once, last registered first, when the response ends (`settle`)."""
+
+    def __init__(self) -> None:
+        self.done: list[Callable[[], None]] = []
+
+    def when_done(self, callback: Callable[[], None]) -> None:
+        self.done.append(callback)
+
+    def settle(self) -> None:
+        done, self.done = self.done, []
+        for callback in reversed(done):
+            callback()
+
+
 def anvil(*args: str, timeout: float = 120, env: dict | None = None
           ) -> subprocess.CompletedProcess:
     """Run the `anvil` CLI as a new user would (a real process)."""

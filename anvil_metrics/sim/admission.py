@@ -60,6 +60,7 @@ class Admission:
         self._queue: deque[_Waiting] = deque()
         self.running = 0  # streams holding a slot
         self.waiting = 0  # queued requests whose client is still there
+        self.waiting_max = 0  # the most ever queued at once (``vllm:num_requests_waiting``)
 
     def enter(self, conn: HttpConnection, begin: Begin, t0_ns: int) -> None:
         """Start `begin` at `t0_ns` if a slot is free, else queue it behind the others."""
@@ -69,7 +70,8 @@ class Admission:
         entry = _Waiting(conn, begin, t0_ns)
         self._queue.append(entry)
         self.waiting += 1
-        conn.when_done(lambda: self._leave(entry))
+        self.waiting_max = max(self.waiting_max, self.waiting)
+        conn.when_done(lambda: self._leave(entry))  # a no-op once admitted
 
     def _leave(self, entry: _Waiting) -> None:
         """The queued client disconnected: it no longer waits (dropped lazily from the deque)."""

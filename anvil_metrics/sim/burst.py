@@ -27,7 +27,8 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics.sim.chat import DONE_EVENT, ROLE_TAIL, STREAM_COUNTS, ChatStream, t0_header
+from anvil_metrics.sim.chat import DONE_EVENT, ROLE_TAIL, ChatStream, t0_header
+from anvil_metrics.sim.ledger import LEDGER
 
 _monotonic_ns = time.monotonic_ns
 
@@ -99,6 +100,8 @@ class BurstChatStream(ChatStream):
                 self._sched.at(due, self)
                 return
             parts: list[bytes] = []
+            if i == 0:
+                LEDGER.first_token(self)
             if not self._head_sent:
                 head = conn.stream_head(extra=t0_header(self._cfg, self._t0))
                 parts.append(head + self._enc.event(ROLE_TAIL))
@@ -114,7 +117,7 @@ class BurstChatStream(ChatStream):
             parts += self._token_events(i, last)
             parts += self._closing_events(last)
             conn.stream_end(b"".join(parts))
-            STREAM_COUNTS["completed"] += 1
+            LEDGER.completed(self)
         except Exception:
             conn.abort()
             raise

@@ -25,6 +25,7 @@ import orjson
 
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import Headers, HttpConnection, error_body
+from anvil_metrics.sim.ledger import LEDGER  # the server's own counts (/metrics)
 from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler, Timed
 from anvil_metrics.sim.tokenizer import TokenizeError, count_chat_tokens, prompt_token_ids
@@ -314,18 +315,13 @@ def t0_header(cfg: SimConfig, t0_ns: int) -> Headers:
     return (("anvil-t0-ns", str(t0_ns)),) if cfg.stamp_send else ()
 
 
-# Streams this simulator started and finished sending (`GET /sim/stats`): the server's own
-# count, which tests compare with the records a load generator kept.
-STREAM_COUNTS: dict[str, int] = {"started": 0, "completed": 0}
-
-
 class ChatStream:
     """One streaming answer, driven by the scheduler one absolute deadline at a time."""
 
     __slots__ = (
         "_conn", "_sched", "_cfg", "_plan", "_usage", "_enc", "_include_usage",
         "_t0", "_prefill_end", "_interval", "_next", "_last", "_reasoning", "_head_sent",
-        "_bodies_r", "_bodies_c", "_usage_in_finish", "_send_done",
+        "_bodies_r", "_bodies_c", "_usage_in_finish", "_send_done", "_start",
     )  # fmt: skip
 
     def __init__(
@@ -347,7 +343,7 @@ class ChatStream:
             f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), cfg.model, cfg.stamp_send
         )
         self._t0 = t0_ns
-        start = t0_ns if start_ns is None else start_ns
+        self._start = start = t0_ns if start_ns is None else start_ns  # admission
         self._prefill_end = start + cfg.prefill_ns(request.computed_tokens)
         self._interval = cfg.interval_ns
         self._next = 0
@@ -365,7 +361,7 @@ class ChatStream:
         `first`, if given, is scheduled at the prefill deadline instead of the stream itself
         (a `PrefillDone` that fires the stream after filling the prefix cache).
         """
-        STREAM_COUNTS["started"] += 1
+        LEDGER.started(self)
         if self._cfg.role_chunk == "immediate":
             self._send_head()
         self._sched.at(self._prefill_end, self if first is None else first)
@@ -388,6 +384,8 @@ class ChatStream:
             if not self._head_sent:
                 self._send_head()
             i = self._next
+            if i == 0:
+                LEDGER.first_token(self)
             if i >= self._last:
                 self._finish(i)
                 return
@@ -429,7 +427,7 @@ class ChatStream:
         for event in events[:-1]:
             self._conn.write(event)
         self._conn.stream_end(events[-1])
-        STREAM_COUNTS["completed"] += 1
+        LEDGER.completed(self)
 
 
 class DelayedCompletion:

@@ -13,6 +13,8 @@ REASONING_FIELDS = ("reasoning_content", "reasoning")
 ROLE_CHUNK_MODES = ("immediate", "with-first-token")
 TIMER_KINDS = ("auto", "timerfd", "asyncio")
 TOKENIZE_APIS = ("vllm", "llamacpp", "sglang", "none")  # see `tokenapi` for their shapes
+METRICS_FORMATS = ("vllm", "sglang")  # /metrics names and identity endpoints (`metrics.py`)
+KV_CAPACITY_CONTEXTS = 16  # default --kv-capacity-tokens: this many full contexts
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +45,21 @@ class SimConfig:
     fault_seed: int = 0
     burst: int = 1  # token chunks per socket write (`burst.py`); 1 = one write per token
     max_running: int | None = None  # streams running at once (`admission.py`); None: no limit
+    metrics_format: str = "vllm"  # whose /metrics names and identity endpoints (`metrics.py`)
+    spec_k: int = 0  # draft tokens per speculative step (`specdecode.py`); 0: off
+    spec_accept: float = 0.7  # probability a draft token is accepted
+    kv_capacity_tokens: int | None = None  # KV-cache size (`ledger.py`); None: the default
 
     def prefill_ns(self, prompt_tokens: int) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""
         return round((self.prefill_ms + self.prefill_ms_per_token * prompt_tokens) * 1e6)
+
+    @property
+    def kv_capacity(self) -> int:
+        """KV-cache capacity in tokens: ``--kv-capacity-tokens``, else 16 full contexts."""
+        if self.kv_capacity_tokens is not None:
+            return self.kv_capacity_tokens
+        return KV_CAPACITY_CONTEXTS * self.max_context
 
     @property
     def interval_ns(self) -> int:

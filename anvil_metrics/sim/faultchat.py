@@ -62,6 +62,7 @@ from anvil_metrics.sim.chat import (
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.faults import HTTP_STATUS, Fault
 from anvil_metrics.sim.httpproto import HttpConnection, error_body
+from anvil_metrics.sim.ledger import LEDGER
 from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler
 
@@ -146,6 +147,7 @@ class FaultyChatStream(ChatStream):
             if i >= self._last:  # the finish chunk carries it (`_last_delta`)
                 self._at = i
                 return False
+            LEDGER.first_token(self)  # when it is token 0 (no reasoning before it)
             conn.write(self._enc.event(_choices({"content": oversize_text()}) + b"}"))
             self._next = i + 1
             self._sched.at(self._prefill_end + (i + 1) * self._interval, self)

@@ -186,7 +186,7 @@ class HttpConnection(asyncio.Protocol):
         self._sent_continue = False
         self._queued = False
         self._rx_ns = 0  # monotonic ns of the latest receive
-        self._when_done: Callable[[], None] | None = None
+        self._when_done: list[Callable[[], None]] = []
         self.closed = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -274,13 +274,15 @@ class HttpConnection(asyncio.Protocol):
 
     def when_done(self, callback: Callable[[], None]) -> None:
         """Call `callback` once, when the current response ends: completed, or the connection
-        aborted, reset or lost (``--max-running`` frees a slot or leaves its queue with it)."""
-        self._when_done = callback
+        aborted, reset or lost (``--max-running`` frees a slot or leaves its queue with it; the
+        ledger stops counting the stream as running). Several callbacks run last-registered
+        first, so a stream leaves the running count before its slot admits the next one."""
+        self._when_done.append(callback)
 
     def _settle(self) -> None:
-        done, self._when_done = self._when_done, None
-        if done is not None:
-            done()
+        done, self._when_done = self._when_done, []
+        for callback in reversed(done):
+            callback()
 
     def write(self, data: bytes) -> None:
         """One transport write (the caller frames chunks itself on the hot path)."""

@@ -12,6 +12,12 @@ With ``--max-running N`` (`admission.py`) at most N streams run at once, like a 
 batch; a request beyond them waits in a FIFO queue and its whole plan starts when it is
 admitted: t0 stays its arrival, and the queue wait lies between t0 and the prefill start.
 
+It also says what a real server says about itself: ``GET /metrics`` in vLLM's or SGLang's
+naming (``--metrics-format``, `metrics.py`, counted as `ledger.py` defines, with
+speculative-decoding counters under ``--spec-k``/``--spec-accept``, `specdecode.py`), that
+engine's identity endpoints (`identity.py`), and the exact values behind the scrape in
+``GET /sim/stats`` (``"metrics"``).
+
 Runs as its own process: ``python -m anvil_metrics.sim --port 0`` prints exactly one line,
 ``anvil sim listening on http://HOST:PORT``, then serves until SIGTERM or SIGINT.
 """
@@ -30,8 +36,9 @@ from dataclasses import fields
 from anvil_metrics.sim import tokenapi
 from anvil_metrics.sim.admission import Admission
 from anvil_metrics.sim.burst import BurstChatStream
-from anvil_metrics.sim.chat import STREAM_COUNTS, ChatStream, answer_chat
+from anvil_metrics.sim.chat import ChatStream, answer_chat
 from anvil_metrics.sim.config import (
+    METRICS_FORMATS,
     REASONING_FIELDS,
     ROLE_CHUNK_MODES,
     TIMER_KINDS,
@@ -41,8 +48,12 @@ from anvil_metrics.sim.config import (
 from anvil_metrics.sim.faultchat import answer_with_fault
 from anvil_metrics.sim.faults import FaultPicker, FaultRule, parse_rule
 from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, Intake, error_body
+from anvil_metrics.sim.identity import identity_routes
+from anvil_metrics.sim.ledger import LEDGER, STREAM_COUNTS, Snapshot
+from anvil_metrics.sim.metrics import CONTENT_TYPE, render
 from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
+from anvil_metrics.sim.specdecode import MAX_SPEC_K
 from anvil_metrics.sim.tokenizer import RULES
 
 LISTEN_BACKLOG = 4096
@@ -66,6 +77,23 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from exc
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _in_range(convert: Callable[[str], float], low: float, high: float, kind: str
+              ) -> Callable[[str], float]:
+    """An argparse type: `convert(text)` within [low, high] (NaN never is)."""
+
+    def parse(text: str) -> float:
+        try:
+            value: float | None = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be {kind} from {low:g} to {high:g}, got {text!r}")
         return value
 
     return parse
@@ -201,6 +229,36 @@ def build_parser() -> argparse.ArgumentParser:
         "when a running one ends, so the wait adds to their time to first token (anvil-t0-ns "
         "stays the arrival); non-streaming requests never wait; unset: no limit",
     )
+    add(
+        "--metrics-format",
+        choices=METRICS_FORMATS,
+        default="vllm",
+        help="GET /metrics in this engine's Prometheus names, and its identity endpoints: "
+        "vLLM's /version, or SGLang's /get_server_info and /get_model_info",
+    )
+    add(
+        "--spec-k",
+        type=_in_range(int, 0, MAX_SPEC_K, "an integer"),
+        default=0,
+        metavar="K",
+        help="speculative decoding: K draft tokens per step, counted in /metrics (the stream's "
+        "timing does not change); 0: off",
+    )
+    add(
+        "--spec-accept",
+        type=_in_range(float, 0.0, 1.0, "a number"),
+        default=0.7,
+        metavar="A",
+        help="with --spec-k: the share of draft tokens accepted, 0 to 1 (deterministic, "
+        "see anvil_metrics/sim/specdecode.py)",
+    )
+    add(
+        "--kv-capacity-tokens",
+        type=_int_at_least(1),
+        metavar="N",
+        help="KV-cache size in tokens behind the usage gauge (running streams' prompt and "
+        "generated tokens / N); unset: 16 x --max-context",
+    )
     return p
 
 
@@ -245,6 +303,8 @@ class App:
             Admission(cfg.max_running, sched.now_ns) if cfg.max_running is not None else None
         )
         self._admit = self.admission.enter if self.admission is not None else None
+        LEDGER.set_max_context(cfg.max_context)
+        self.identity = identity_routes(cfg, lambda: self.snapshot().spec)
 
     def connection(self) -> HttpConnection:
         conn = HttpConnection(self.handle, self.intake, self.connections.discard)
@@ -267,19 +327,35 @@ class App:
             stats: dict[str, object] = {"streams": dict(STREAM_COUNTS)}
             if self.admission is not None:
                 stats["admission"] = self.admission.stats()
+            stats["metrics"] = self.snapshot().truth()
             conn.respond_json(200, stats)
+        elif route == ("GET", "/metrics"):
+            text = render(self.snapshot(), self.cfg.metrics_format, self.cfg.model)
+            conn.respond(200, text, content_type=CONTENT_TYPE)
+        elif request.method == "GET" and request.path in self.identity:
+            conn.respond_json(200, self.identity[request.path]())
         elif route == ("GET", "/v1/models"):
             conn.respond_json(200, self.models())
         elif request.path in self.tokenize_api.routes and request.method == "POST":
             status, body = tokenapi.answer(self.tokenize_api, request.path, request.body, self.cfg)
             conn.respond(status, body)
-        elif request.path in ("/v1/chat/completions", "/health", "/v1/models") or (
-            request.path in self.tokenize_api.routes
+        elif request.path in ("/v1/chat/completions", "/health", "/v1/models", "/metrics") or (
+            request.path in self.tokenize_api.routes or request.path in self.identity
         ):
             conn.respond_json(405, error_body(f"method {request.method} not allowed", 405))
         else:
             message = f"Not Found: {request.method} {request.path}"
             conn.respond_json(404, error_body(message, 404, "not_found_error"))
+
+    def snapshot(self) -> Snapshot:
+        """The server's own figures now (`ledger.py`), the queue's from the admission."""
+        adm = self.admission
+        return LEDGER.snapshot(
+            waiting=adm.waiting if adm is not None else 0,
+            waiting_max=adm.waiting_max if adm is not None else 0,
+            kv_capacity_tokens=self.cfg.kv_capacity,
+            spec_k=self.cfg.spec_k,
+        )
 
     def models(self) -> dict[str, object]:
         card = {

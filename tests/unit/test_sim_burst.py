@@ -13,12 +13,15 @@ import re
 from typing import Any
 
 import pytest
+from conftest import DoneCallbacks
 
 from anvil_metrics.sim import burst as burst_module
+from anvil_metrics.sim import chat as chat_module
 from anvil_metrics.sim.burst import BurstChatStream
 from anvil_metrics.sim.chat import ChatRequest, ChatStream, OutputPlan
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import STREAM_END
+from anvil_metrics.sim.ledger import Ledger
 from anvil_metrics.sim.rawclient import exchange
 from anvil_metrics.sim.server import App, config_from_args, parse_args
 from anvil_metrics.simproc import start_simulator
@@ -38,10 +41,12 @@ class FakeClock:
         return self.now
 
 
-class FakeConn:
-    """Records every write with the fake time it happened at."""
+class FakeConn(DoneCallbacks):
+    """Records every write with the fake time it happened at; runs the `when_done`
+    callbacks (the ledger's running count) when the response ends, as the real one does."""
 
     def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
         self.clock = clock
         self.closed = False
         self.writes: list[tuple[int, bytes]] = []
@@ -56,9 +61,11 @@ class FakeConn:
     def stream_end(self, last: bytes = b"") -> None:
         self.write(last + STREAM_END)
         self.ended = True
+        self.settle()
 
     def abort(self) -> None:
         self.closed = True
+        self.settle()
 
 
 class FakeScheduler:
@@ -146,6 +153,21 @@ SHAPES = [  # (reasoning, content)
     (16, 48),
     (31, 70),
 ]
+
+
+@pytest.mark.parametrize("burst", [1, 4])
+def test_the_ledger_sees_each_stream_once(burst: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Token by token or in bursts, a stream is admitted, reaches its first token and ends
+    once each in the server's own counts (`ledger.py`), and stops counting as running."""
+    tel = Ledger()
+    for module in (chat_module, burst_module):
+        monkeypatch.setattr(module, "LEDGER", tel)
+    cfg = SimConfig(burst=burst, spec_k=2)
+    run_stream(cfg, 3, 7, True, monkeypatch)
+    s = tel.snapshot(waiting=0, waiting_max=0, kv_capacity_tokens=100, spec_k=2)
+    assert (s.queue_time.count, s.ttft.count, s.e2e.count) == (1, 1, 1)
+    assert (s.prompt_tokens, s.generation_tokens, s.running, s.running_max) == (10, 10, 0, 1)
+    assert s.spec.drafts + s.spec.accepted_tokens == 10 - 1
 
 
 @pytest.mark.parametrize("burst", [2, 3, 4, 16, 40])
