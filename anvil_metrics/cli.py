@@ -303,7 +303,10 @@ def cmd_demo(a: argparse.Namespace) -> int:
     if not scenario_path.exists():
         raise UsageError(f"demo: {scenario_path} is missing; run from an anvil checkout")
     sc = load_scenario(scenario_path)
-    with start_simulator(["--max-context", str(sc.max_context_tokens)]) as sim, \
+    # the role chunk with the first token, as vLLM sends it: the server's TTFT and the
+    # client's first chunk then compare like with like (the summary's server lines)
+    with start_simulator(["--max-context", str(sc.max_context_tokens),
+                          "--role-chunk", "with-first-token"]) as sim, \
             pinned_apart(sim.pid) as cpus:  # a server on its own CPU, as on its own machine
         print(f"simulator: {sim.url} (pid {sim.pid}; {cpus})")
         run_dir = prepare_run(sim.url, a.results_dir)

@@ -23,6 +23,8 @@ Definitions, per quantity (the engines' own names are in `ENGINES`):
   length = 1 + Δaccepted tokens / Δdrafts (the bonus token counted, range 1 … k+1);
   SGLang's `spec_accept_rate` / `spec_accept_length` are gauges over its recent batches:
   their p50, and `[min, max]` as `acceptance_rate_range` / `accepted_length_range`;
+- whose names to read is told by the samples themselves (`vllm:…`, `sglang:…`,
+  `llamacpp:…`), whatever engine the user named; unknown names leave every figure null;
 - a series summed over its label sets (several engines or data-parallel ranks behind one
   endpoint add up), except ratios (KV-cache usage, hit rates), which are averaged;
 - `requests`: Δ(end-to-end histogram count), the requests the server finished in the window
@@ -197,10 +199,10 @@ def server_block(identity: Mapping[str, Any], samples: list[Mapping[str, Any]] |
     if not window:
         reasons["metrics"] = "no scrape in the window succeeded"
         return _finish(out, reasons)
-    engine = out["engine"] or engine_of(window)
-    if out["engine"] is None and engine is not None:
-        out["engine"] = engine
-    names = ENGINES.get(engine or "")
+    named = engine_of(window)  # whose metric names the samples hold
+    if out["engine"] is None and named is not None:
+        out["engine"] = named
+    names = ENGINES.get(named or "")
     if names is None:
         reasons["metrics"] = ("no metric names anvil knows (vLLM's, SGLang's, llama.cpp's): "
                               "the raw series are in server_metrics.jsonl")
@@ -475,7 +477,8 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         lines.append(f"server: running {gauge(s['requests_running'])}, waiting "
                      f"{gauge(s['requests_waiting'])}, KV cache "
                      f"{gauge(s['kv_cache_usage'], 100, ' %')}; queue time mean "
-                     f"{num(s['queue_time_ms_mean'])} ms; {s['requests']} requests finished")
+                     f"{num(s['queue_time_ms_mean'])} ms; {num(s['requests'], 0)} requests "
+                     "finished")
     spec = s["spec_decode"]
     if isinstance(spec, dict):
         lines.append(f"server: speculative decoding acceptance {num(spec['acceptance_rate'], 3)}"

@@ -40,6 +40,7 @@ from anvil_metrics.prompts import (
     messages_for,
     request_prefix,
 )
+from anvil_metrics.provenance import Discovery, discover, merge
 from anvil_metrics.recorder import RawWriter, Recorder, create_run_dir, new_run_id
 from anvil_metrics.records import worker_identity
 from anvil_metrics.scenario import Scenario
@@ -232,6 +233,9 @@ class RunSession:
         finally:
             probe_client.close()
 
+        # who the server is (bounded probes; the flags and [meta] win): provenance.py
+        identity = merge(discover(endpoint.base_url, headers=_auth(opts.api_key), model=model),
+                         {"engine": sc.meta.get("engine")})
         holder: list[RunSession] = []
 
         def exhausted() -> None:  # the last measured request is done: the load is over
@@ -265,7 +269,7 @@ class RunSession:
             "context_seed": sc.context_seed,
             "max_tokens": sc.max_tokens,
             "model": model,
-            "engine": sc.meta.get("engine"),
+            "engine": identity.engine,
             "gpu": sc.meta.get("gpu"),
             "tier": sc.meta.get("tier"),
             "manifest": sc.meta.get("manifest"),
@@ -292,7 +296,7 @@ class RunSession:
         }
         if shared_doc is not None:
             params["shared_prefix"] = shared_doc
-        params["server"] = _server_params(opts, endpoint)
+        params["server"] = _server_params(opts, endpoint, identity)
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, model, prompts.calibration, run_id, run_dir, writer,
                       bodies, budget, header, prompts)
@@ -365,15 +369,25 @@ class RunSession:
 SCRAPE_TIMEOUT_S = 2.0  # one /metrics scrape (a healthy server answers in milliseconds)
 
 
-def _server_params(opts: RunOptions, endpoint: Endpoint) -> dict[str, Any]:
-    """The raw header's `server` parameters: where the metrics are scraped from (without
-    credentials: a URL's `user:password@` is neither stored nor sent to /metrics) and how
-    often, or why they are not."""
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _server_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery
+                   ) -> dict[str, Any]:
+    """The raw header's `server` parameters: what the server said of itself (engine,
+    version, context limit, each with its source or why it is unknown), where its metrics
+    are scraped from (without credentials: a URL's `user:password@` is neither stored nor
+    sent to /metrics) and how often, or why they are not."""
     from anvil_metrics.schema import redact_url
 
     scrape = opts.server_metrics_url or f"{endpoint.root_url}/metrics"
     on = opts.server_metrics
-    return {"metrics_url": redact_url(scrape) if on else None,
+    return {"version": identity.version, "max_model_len": identity.max_model_len,
+            "identity_sources": dict(identity.sources),
+            "identity_reasons": {k: v for k, v in identity.null_reasons.items()
+                                 if k in ("engine", "version", "max_model_len")},
+            "metrics_url": redact_url(scrape) if on else None,
             "interval_s": opts.server_metrics_interval_s, "timeout_s": SCRAPE_TIMEOUT_S,
             "off_reason": None if on else "not scraped: --no-server-metrics"}
 

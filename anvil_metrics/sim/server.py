@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--role-chunk",
         choices=ROLE_CHUNK_MODES,
         default="immediate",
-        help="send the role-only chunk at once (vLLM) or together with the first token",
+        help="send the role-only chunk at once (default) or together with the first token "
+             "(as vLLM sends it: its server-side TTFT is that moment)",
     )
     add("--max-context", type=_int_at_least(1), default=32768, help="context window, tokens")
     add("--tokenizer", choices=RULES, default="words4", help="prompt token counting rule")

@@ -113,3 +113,82 @@ def test_garbage_metrics_are_recorded_as_such(simulator, stub_metrics, tmp_path:
 
 def result_path_dir(doc: dict, root: Path) -> Path:
     return next(root.glob(f"{doc['run_id']}"))
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """name -> value summed over label sets, read by the test itself."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+def _sim_truth(url: str) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/sim/stats", timeout=10) as r:
+        return orjson.loads(r.read())["metrics"]
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "sglang"])
+def test_server_block_against_the_simulators_own_counters(simulator, tmp_path: Path,
+                                                          fmt: str) -> None:
+    """`--spec-k 3 --spec-accept 0.7`, two streams at a time of six: the block's speculative
+    figures equal the counters' (or gauges') own values, read by the test before and after
+    the run, to 4 decimals; the queue's max and mean match the simulator's truth within
+    1 ms; its identity is discovered; the client's first chunk and end to end sit a little
+    above the server's means (the role chunk rides with the first token, as vLLM's does)."""
+    sim = simulator("--metrics-format", fmt, "--spec-k", "3", "--spec-accept", "0.7",
+                    "--max-running", "2", "--prefill-ms", "30", "--interval-ms", "3",
+                    "--reasoning-tokens", "10", "--content-tokens", "30",
+                    "--role-chunk", "with-first-token")
+    before, truth0 = _scrape(sim.url), _sim_truth(sim.url)
+    proc = anvil("run", "scenarios/smoke.toml", "--host", sim.url, "--requests", "30",
+                 "--users", "6", "--warmup-requests", "0", "--server-metrics-interval", "0.2",
+                 "--results-dir", str(tmp_path), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after, truth1 = _scrape(sim.url), _sim_truth(sim.url)
+    doc = load_json(result_path(proc))
+    s = doc["server"]
+    print(f"\n[{fmt}] server block: {orjson.dumps(s).decode()}")
+    assert (s["engine"], s["version"], s["max_model_len"]) == (fmt, "0.1.0+anvil.sim", 32768)
+    assert s["requests"] == doc["completed"] == 30
+    spec = s["spec_decode"]
+    if fmt == "vllm":
+        d = {k: after[f"vllm:spec_decode_num_{k}_total"] - before[f"vllm:spec_decode_num_{k}_total"]
+             for k in ("drafts", "draft_tokens", "accepted_tokens")}
+        assert spec["source"] == "counters"
+        rate = d["accepted_tokens"] / d["draft_tokens"]
+        length = 1 + d["accepted_tokens"] / d["drafts"]
+        assert round(spec["acceptance_rate"], 4) == round(rate, 4)
+        assert round(spec["accepted_length"], 4) == round(length, 4)
+        assert (spec["drafts"], spec["accepted_tokens"]) == (d["drafts"], d["accepted_tokens"])
+    else:  # gauges over recent requests: every request here drafts alike, so they hold still
+        assert spec["source"] == "gauges"
+        assert round(spec["acceptance_rate"], 4) == round(after["sglang:spec_accept_rate"], 4)
+        assert round(spec["accepted_length"], 4) == round(after["sglang:spec_accept_length"], 4)
+    assert s["requests_waiting"]["max"] == truth1["waiting_max"] == 4
+    queue_ms = ((truth1["queue_time_s_sum"] - truth0["queue_time_s_sum"])
+                / (truth1["queue_time_s_count"] - truth0["queue_time_s_count"]) * 1000)
+    assert abs(s["queue_time_ms_mean"] - queue_ms) <= 1.0, (s["queue_time_ms_mean"], queue_ms)
+    assert queue_ms > 100  # four of six wait a whole stream or two: the test has teeth
+    diff = s["client_minus_server_ms"]
+    assert 0 <= diff["e2e"] <= 25, diff
+    if fmt == "vllm":
+        assert 0 <= diff["first_chunk_vs_ttft"] <= 25, diff
+    lines = proc.stdout
+    assert "client first chunk minus server TTFT" in lines or fmt == "sglang", lines
+    # verify recomputes the block from server_metrics.jsonl; a changed figure is caught
+    path = result_path(proc)
+    assert anvil("verify", str(path)).returncode == 0
+    doc["server"]["queue_time_ms_mean"] += 1.0
+    path.write_bytes(orjson.dumps(doc))
+    bad = anvil("verify", str(path))
+    assert bad.returncode == 1 and "server.queue_time_ms_mean" in bad.stdout + bad.stderr
