@@ -361,6 +361,10 @@ class RunSession:
             late = behind(done.summary.get("load"), done.summary.get("requests"))
             if late:
                 log.warning("anvil: %s", late)
+            scrapes = ((done.summary.get("server") or {}).get("null_reasons") or {}).get(
+                "scrapes")
+            if scrapes:  # once per run: the samples file has every failure
+                log.warning("anvil: server metrics: %s", scrapes)
         self.live.finish(done.rows if done is not None else None)  # the file's figures
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
         return self.benchmark_path

@@ -239,7 +239,13 @@ def test_anvil_run_processes(simulator, tmp_path: Path) -> None:
     rows = requests_of(run_dir)
     assert sorted(r["request_index"] for r in rows) == list(range(19))
     assert len(Counter(r["worker"] for r in rows)) == 2
-    assert check_document(run_dir)["completed"] == sim_streams(sim.url)["completed"] == 19
+    doc = check_document(run_dir)
+    assert doc["completed"] == sim_streams(sim.url)["completed"] == 19
+    # the master owns the run, so it scrapes the server's metrics: the window holds exactly
+    # the measured requests, whichever worker sent them
+    server = doc["server"]
+    assert (run_dir / "server_metrics.jsonl").is_file()
+    assert server["requests"] == 19 and server["engine"] == "vllm", server
 
 
 def _get(url: str) -> bytes:
