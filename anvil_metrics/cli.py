@@ -8,6 +8,8 @@
     anvil verify FILE.json            recompute every derived value; exit 1 on a mismatch
     anvil sim [options]               the built-in OpenAI-compatible simulator
     anvil demo                        simulator + smoke scenario, end to end
+    anvil campaign run CAMPAIGN.toml [--results-dir D] [--dry-run]
+                                      check a campaign file; --dry-run prints its plan
 
 Library code raises `AnvilError`s; here a `UsageError` becomes one line on stderr and exit
 code 2, any other `AnvilError` one line and exit 1. A user mistake never shows a traceback.
@@ -144,6 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
         o = option(flag.lstrip("-").replace("-", "_"))
         c.add_argument(flag, type=None if o.parse is text else _argtype(o.parse, flag),
                        default=o.default, help=o.help)
+
+    cp = sub.add_parser("campaign", help="many runs toward one promotion decision")
+    csub = cp.add_subparsers(dest="campaign_command", required=True, parser_class=_Parser)
+    cr = csub.add_parser("run", help="check a campaign file and run its plan")
+    cr.add_argument("campaign", help="campaign TOML file, e.g. "
+                    "scenarios/campaigns/fp8-vs-nvfp4.toml")
+    cr.add_argument("--results-dir", default="results",
+                    help="the campaign's folder is made here, named after it (default results)")
+    cr.add_argument("--dry-run", action="store_true",
+                    help="check the file and print the plan; run nothing")
 
     d = sub.add_parser("demo", help="simulator + smoke scenario, end to end")
     d.add_argument("--results-dir", default="results")
@@ -326,6 +338,20 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
+def cmd_campaign(a: argparse.Namespace) -> int:
+    from anvil_metrics.campaign import load_campaign, plan, plan_lines
+
+    campaign = load_campaign(a.campaign)  # every problem of the file, before anything runs
+    runs = plan(campaign)
+    if not a.dry_run:
+        raise UsageError(f"campaign run {a.campaign}: the file is valid ({len(runs)} runs), "
+                         "but running campaigns is not implemented in this build yet; use "
+                         "--dry-run to see the plan")
+    for line in plan_lines(campaign, runs, a.results_dir):
+        print(line)
+    return 0
+
+
 def cmd_metrics(a: argparse.Namespace) -> int:
     from anvil_metrics.catalog import describe
 
@@ -354,11 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"run": cmd_run, "capacity": cmd_capacity, "postprocess": cmd_postprocess,
                 "verify": cmd_verify,
-                "demo": cmd_demo, "prompts": cmd_prompts, "metrics": cmd_metrics}
+                "demo": cmd_demo, "prompts": cmd_prompts, "metrics": cmd_metrics,
+                "campaign": cmd_campaign}
     try:
         return handlers[args.command](args)
-    except AnvilError as e:
-        print(f"anvil: {e}", file=sys.stderr)
+    except AnvilError as e:  # one line per problem (a campaign file may have several)
+        for line in str(e).splitlines() or [""]:
+            print(f"anvil: {line}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("anvil: interrupted", file=sys.stderr)
