@@ -1,0 +1,148 @@
+"""The statistics of a campaign summary: deltas of means, their bootstrap intervals, and the
+Mann–Whitney U test — over a handful of runs per variant, without scipy.
+
+Why a module of its own: `summary.py` decides what is compared with what; this module only
+knows arrays of per-run values, so each formula is tested here against hand-computed cases.
+Why these statistics: a campaign has few runs (five per variant in the example), so no
+normality is assumed: the interval is a percentile bootstrap and the test is rank-based.
+
+Definitions:
+
+- `delta_percent(x, ref)`: `100 × (mean(x) / mean(ref) − 1)`, the spec's
+  "variant / baseline − 1"; null when a mean is missing or the reference mean is zero.
+- `bootstrap_delta_ci(x, ref)`: each variant's run values are resampled independently (with
+  replacement, as many as it has), `resamples` times (10,000 by default), and the delta of
+  the resampled means is computed each time; the interval is the 2.5th and 97.5th
+  percentiles of those deltas (numpy's default linear interpolation between order
+  statistics). Every call draws from a fresh `numpy.random.Generator` (PCG64) seeded with
+  `seed`, so an interval does not depend on which other intervals were computed, and the same
+  inputs and seed give the same bits. It needs two runs in each variant (with one, every
+  resample is the same run and the "interval" would be a point that claims certainty).
+- `mann_whitney(x, y)`: U of `x` is the number of pairs (x_i, y_j) with x_i > y_j, ties
+  counting one half (= rank sum of x − n_x(n_x + 1)/2). The p-value is two-sided:
+  * exact when no value is tied and n_x·n_y ≤ 900: the distribution of U under the null
+    hypothesis (every ordering of the pooled values equally likely) is counted in integers,
+    and p = min(1, 2 × min(P(U ≤ u), P(U ≥ u))) — 5 runs against 5, completely separated,
+    gives 2/252;
+  * otherwise the normal approximation with the tie correction and a continuity correction
+    of ½: σ² = n_x n_y / 12 × ((n + 1) − Σ(t³ − t) / (n(n − 1))) over the groups of t tied
+    values, z = (|U − n_x n_y / 2| − ½) / σ (at least 0), p = erfc(z / √2); when every value
+    is tied (σ = 0), p = 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+RESAMPLES = 10_000
+CONFIDENCE = 0.95
+EXACT_MAX_PAIRS = 900  # n_x · n_y up to which the exact distribution of U is counted
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A bootstrap interval of a delta, in percent, or why there is none."""
+
+    low_percent: float | None
+    high_percent: float | None
+    reason: str | None = None
+
+    def as_list(self) -> list[float] | None:
+        if self.low_percent is None or self.high_percent is None:
+            return None
+        return [self.low_percent, self.high_percent]
+
+
+@dataclass(frozen=True, slots=True)
+class MannWhitney:
+    """U of the first sample, the two-sided p-value and which method gave it."""
+
+    u: float
+    p_two_sided: float
+    method: str  # "exact" or "normal approximation, tie- and continuity-corrected"
+
+
+def mean(values: Sequence[float]) -> float | None:
+    """The arithmetic mean (numpy's pairwise sum over float64), None for no values."""
+    return float(np.mean(np.asarray(values, dtype=np.float64))) if len(values) else None
+
+
+def delta_percent(values: Sequence[float], reference: Sequence[float]) -> float | None:
+    """`100 × (mean(values) / mean(reference) − 1)`; None without values or a zero reference."""
+    a, b = mean(values), mean(reference)
+    if a is None or b is None or b == 0:
+        return None
+    return 100.0 * (a / b - 1.0)
+
+
+def bootstrap_delta_ci(values: Sequence[float], reference: Sequence[float], *,
+                       seed: int, resamples: int = RESAMPLES,
+                       confidence: float = CONFIDENCE) -> Interval:
+    """The percentile bootstrap interval of `delta_percent(values, reference)` (module doc)."""
+    if len(values) < 2 or len(reference) < 2:
+        return Interval(None, None, f"needs at least 2 runs in each variant (has "
+                        f"{len(values)} and {len(reference)})")
+    rng = np.random.default_rng(seed)
+    x = np.asarray(values, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    x_means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    r_means = r[rng.integers(0, len(r), size=(resamples, len(r)))].mean(axis=1)
+    if np.any(r_means == 0):
+        return Interval(None, None, "a resampled reference mean is zero")
+    deltas = 100.0 * (x_means / r_means - 1.0)
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = np.percentile(deltas, [tail, 100.0 - tail])
+    return Interval(float(low), float(high))
+
+
+def _u_counts(m: int, n: int) -> list[int]:
+    """How many of the C(m+n, m) orderings give each U = 0 … m·n (no ties)."""
+    # counts[j][u]: orderings of i x-values and j y-values with U = u; adding an x-value
+    # that is larger than every y-value so far adds j to U, so rows are built i by i.
+    prev = [[1] for _ in range(n + 1)]  # i = 0: U is 0
+    for i in range(1, m + 1):
+        row: list[list[int]] = [[1]]  # j = 0: U is 0
+        for j in range(1, n + 1):
+            # the largest pooled value is an x (U grows by j) or a y (U unchanged)
+            with_x, with_y = prev[j], row[j - 1]
+            size = i * j + 1
+            c = [0] * size
+            for u, k in enumerate(with_x):
+                c[u + j] += k
+            for u, k in enumerate(with_y):
+                c[u] += k
+            row.append(c)
+        prev = row
+    return prev[n]
+
+
+def mann_whitney(x: Sequence[float], y: Sequence[float]) -> MannWhitney | None:
+    """The two-sided Mann–Whitney U test of `x` against `y` (module doc); None if one is empty."""
+    m, n = len(x), len(y)
+    if not m or not n:
+        return None
+    pooled = np.concatenate([np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)])
+    # U by pairs (exact in halves): count x_i > y_j, ties one half
+    xs, ys = pooled[:m, None], pooled[None, m:]
+    u = float(np.sum(xs > ys) + 0.5 * np.sum(xs == ys))
+    _, tie_sizes = np.unique(pooled, return_counts=True)
+    tied = bool(np.any(tie_sizes > 1))
+    if not tied and m * n <= EXACT_MAX_PAIRS:
+        counts = _u_counts(m, n)
+        total = sum(counts)
+        k = int(u)
+        low, high = Fraction(sum(counts[: k + 1]), total), Fraction(sum(counts[k:]), total)
+        return MannWhitney(u, float(min(Fraction(1), 2 * min(low, high))), "exact")
+    size = m + n
+    ties = float(np.sum(tie_sizes.astype(np.float64) ** 3 - tie_sizes))
+    variance = m * n / 12.0 * ((size + 1) - ties / (size * (size - 1)))
+    method = "normal approximation, tie- and continuity-corrected"
+    if variance <= 0:
+        return MannWhitney(u, 1.0, method)
+    z = max(0.0, abs(u - m * n / 2.0) - 0.5) / math.sqrt(variance)
+    return MannWhitney(u, min(1.0, math.erfc(z / math.sqrt(2.0))), method)
