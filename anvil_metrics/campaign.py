@@ -45,6 +45,7 @@ from typing import Any
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.scenario import Scenario, load_scenario
+from anvil_metrics.summary import IMPROVEMENT_GATES, KNOWN_GATES
 from anvil_metrics.urls import Endpoint, strip_credentials
 
 ORDERS = ("interleaved", "grouped")
@@ -70,16 +71,22 @@ def _number(low: float, high: float = math.inf) -> Callable[[Any], bool]:
                       and math.isfinite(v) and low < v < high)
 
 
-# The gates a campaign may set, defined once: `anvil summarize` decides by these meanings.
+def _improvement_gate(name: str, field: str, higher_is_better: bool) -> Gate:
+    if higher_is_better:
+        meaning = (f"the candidate's {field} (mean of run medians) is at least this many "
+                   "percent above the incumbent's: 100 × (candidate / incumbent − 1) >= value")
+        return Gate(name, meaning, "a number of percent above -100", _number(-100.0), True)
+    meaning = (f"the candidate's {field} (mean of run medians) is at least this many percent "
+               "below the incumbent's: 100 × (1 − candidate / incumbent) >= value")
+    return Gate(name, meaning, "a number of percent between -100 and 100 (exclusive)",
+                _number(-100.0, 100.0), True)
+
+
+# The gates a campaign may set: the names and directions are `summary.IMPROVEMENT_GATES`
+# (where they are decided, by their 95 % intervals), so the two cannot drift apart.
 GATES: dict[str, Gate] = {g.name: g for g in (
-    Gate("e2e_p50_improvement_percent",
-         "the candidate's e2e_p50_ms (mean of run medians) is at least this many percent "
-         "below the incumbent's: 100 × (1 − candidate / incumbent) >= value",
-         "a number of percent between -100 and 100 (exclusive)", _number(-100.0, 100.0), True),
-    Gate("decode_p50_improvement_percent",
-         "the candidate's decode_tok_s_p50 (mean of run medians) is at least this many "
-         "percent above the incumbent's: 100 × (candidate / incumbent − 1) >= value",
-         "a number of percent above -100", _number(-100.0), True),
+    *(_improvement_gate(name, field, higher)
+      for name, (field, higher) in IMPROVEMENT_GATES.items()),
     Gate("functional",
          "every functional check of the candidate passed",
          '"all_pass"', lambda v: v == "all_pass", False),
@@ -88,6 +95,7 @@ GATES: dict[str, Gate] = {g.name: g for g in (
          "false: the gate is off",
          "true or false", lambda v: isinstance(v, bool), False),
 )}
+assert set(GATES) == set(KNOWN_GATES), "campaign and summary disagree on the gates"
 
 _TOP_KEYS = ("name", "scenario", "runs_per_variant", "placements", "order", "baseline",
              "candidate", "incumbent", "facts", "variants", "gates", "restoration")
