@@ -8,8 +8,8 @@
     anvil verify FILE.json            recompute every derived value; exit 1 on a mismatch
     anvil sim [options]               the built-in OpenAI-compatible simulator
     anvil demo                        simulator + smoke scenario, end to end
-    anvil campaign run CAMPAIGN.toml [--results-dir D] [--dry-run]
-                                      check a campaign file; --dry-run prints its plan
+    anvil campaign run CAMPAIGN.toml [--results-dir D] [--dry-run] [--before-run-timeout S]
+                                      run a campaign's plan, resumably; --dry-run prints it
 
 Library code raises `AnvilError`s; here a `UsageError` becomes one line on stderr and exit
 code 2, any other `AnvilError` one line and exit 1. A user mistake never shows a traceback.
@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the campaign's folder is made here, named after it (default results)")
     cr.add_argument("--dry-run", action="store_true",
                     help="check the file and print the plan; run nothing")
+    cr.add_argument("--before-run-timeout", type=_argtype(timespan, "--before-run-timeout"),
+                    default=600.0, help="how long a variant's before_run may take, e.g. 90s, 10m "
+                    "(default 600 s)")
 
     d = sub.add_parser("demo", help="simulator + smoke scenario, end to end")
     d.add_argument("--results-dir", default="results")
@@ -340,16 +343,22 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 def cmd_campaign(a: argparse.Namespace) -> int:
     from anvil_metrics.campaign import load_campaign, plan, plan_lines
+    from anvil_metrics.campaignrun import locust_runner, run_campaign
 
     campaign = load_campaign(a.campaign)  # every problem of the file, before anything runs
     runs = plan(campaign)
-    if not a.dry_run:
-        raise UsageError(f"campaign run {a.campaign}: the file is valid ({len(runs)} runs), "
-                         "but running campaigns is not implemented in this build yet; use "
-                         "--dry-run to see the plan")
-    for line in plan_lines(campaign, runs, a.results_dir):
-        print(line)
-    return 0
+    if a.dry_run:
+        for line in plan_lines(campaign, runs, a.results_dir):
+            print(line)
+        return 0
+    outcome = run_campaign(campaign, a.results_dir, runner=locust_runner(campaign, os.environ),
+                           progress=lambda line: print(line, flush=True),
+                           before_run_timeout_s=a.before_run_timeout)
+    print(f"campaign {campaign.name}: {outcome.done} of {len(runs)} runs done "
+          f"({outcome.ran} run now); state: {outcome.folder / 'campaign.json'}")
+    for folder, why in outcome.failed:
+        print(f"anvil: run {folder} failed: {why}", file=sys.stderr)
+    return outcome.exit_code
 
 
 def cmd_metrics(a: argparse.Namespace) -> int:

@@ -80,11 +80,19 @@ def test_a_bad_file_gives_one_line_per_problem(tmp_path: Path) -> None:
         assert not (tmp_path / "r").exists()
 
 
-def test_a_valid_file_without_dry_run_is_refused_for_now(tmp_path: Path) -> None:
-    proc = anvil("campaign", "run", EXAMPLE, "--results-dir", str(tmp_path))
+def test_an_unset_api_key_variable_is_refused_before_any_run(tmp_path: Path) -> None:
+    text = (REPO / EXAMPLE).read_text()
+    text = text.replace('scenario = "../performance.toml"',
+                        f'scenario = "{REPO / "scenarios" / "performance.toml"}"')
+    text = text.replace('speculation = "off"\n', 'speculation = "off"\napi_key_env = '
+                        '"ANVIL_TEST_UNSET_KEY"\n', 1)
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    proc = anvil("campaign", "run", str(path), "--results-dir", str(tmp_path / "r"),
+                 env={"ANVIL_TEST_UNSET_KEY": ""})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout == ""
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "not implemented in this build yet" in lines[0]
-    assert "--dry-run" in lines[0]
-    assert list(tmp_path.iterdir()) == []
+    assert proc.stderr.splitlines() == [
+        f"anvil: {path}: variants[1].api_key_env: $ANVIL_TEST_UNSET_KEY is not set; export it "
+        "(the API key of official-fp8/off) or remove api_key_env"]
+    assert not (tmp_path / "r").exists()

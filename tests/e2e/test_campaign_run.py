@@ -1,0 +1,173 @@
+"""`anvil campaign run` for real: two simulators as two variants, Locust runs into the
+campaign's folder, every benchmark.json verifying; a campaign killed (SIGKILL) during a run
+resumes doing only the missing runs; a before_run that fails fails its run only (exit 1);
+the before_run hook (bash) records its exit status, output tail and timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import REPO, anvil, load_json
+
+from anvil_metrics.campaignrun import run_hook
+from anvil_metrics.docscan import verify_file
+
+pytestmark = pytest.mark.e2e
+
+SIM = ("--model", "org/sim", "--prefill-ms", "5", "--content-tokens", "10",
+       "--reasoning-tokens", "0", "--max-context", "8192")
+
+SCENARIO = """\
+measurement_protocol = "count"
+concurrency = 1
+requests = 3
+warmup_requests = 0
+max_tokens = 16
+context_tokens = 8192
+max_context_tokens = 8192
+[context_distribution]
+200 = 1
+"""
+
+CAMPAIGN = """\
+name = "sims"
+scenario = "s.toml"
+runs_per_variant = {runs}
+placements = {placements}
+candidate = "sim/on"
+incumbent = "sim/off"
+
+[[variants]]
+model = "sim"
+served_model = "org/sim"
+speculation = "off"
+host = "{slow}"
+{before}
+
+[[variants]]
+model = "sim"
+served_model = "org/sim"
+speculation = "on"
+host = "{fast}"
+
+[gates]
+e2e_p50_improvement_percent = 10
+"""
+
+
+def setup(tmp_path: Path, simulator, runs: int, before: str = "") -> Path:
+    slow = simulator(*SIM, "--interval-ms", "6")
+    fast = simulator(*SIM, "--interval-ms", "2")
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    path = tmp_path / "c.toml"
+    placements = orjson.dumps(["first", "swapped"][:runs]).decode()
+    path.write_text(CAMPAIGN.format(runs=runs, placements=placements, slow=slow.url,
+                                    fast=fast.url, before=before))
+    return path
+
+
+def state(results: Path) -> dict:
+    return load_json(results / "sims" / "campaign.json")
+
+
+def test_two_variants_two_runs_all_verify(simulator, tmp_path: Path) -> None:
+    path = setup(tmp_path, simulator, 2)
+    res = tmp_path / "res"
+    proc = anvil("campaign", "run", str(path), "--results-dir", str(res), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "run 1 of 4: sim/off (placement first), ETA unknown until a run is done"
+    assert lines[2].startswith("run 2 of 4: sim/on (placement first), ETA 0:00:")
+    assert lines[-1].startswith("campaign sims: 4 of 4 runs done (4 run now); state: ")
+    s = state(res)
+    assert s["campaign_toml"] == path.read_text() and s["redone"] == []
+    assert s["scenario_file"] == str(tmp_path / "s.toml")
+    assert [(r["variant"], r["run_index"], r["placement"], r["state"], r["attempts"])
+            for r in s["runs"]] == [("sim/off", 1, "first", "done", 1),
+                                    ("sim/on", 1, "first", "done", 1),
+                                    ("sim/off", 2, "swapped", "done", 1),
+                                    ("sim/on", 2, "swapped", "done", 1)]
+    itl = {}
+    for r in s["runs"]:
+        run_dir = res / "sims" / r["folder"]
+        for name in ("requests.jsonl", "benchmark.json", "server_metrics.jsonl"):
+            assert (run_dir / name).is_file(), (run_dir, name)
+        assert verify_file(run_dir / "benchmark.json") == []
+        doc = load_json(run_dir / "benchmark.json")
+        assert doc["model"] == "org/sim" and doc["completed"] == 3 and doc["failed"] == 0
+        itl.setdefault(r["variant"], []).append(doc["metrics"]["mean_inter_token_latency_ms_p50"])
+    # each variant ran against its own simulator: 6 ms vs 2 ms between tokens
+    assert min(itl["sim/off"]) > max(itl["sim/on"]) + 2, itl
+
+
+def test_a_killed_campaign_resumes_with_only_the_missing_runs(simulator,
+                                                               tmp_path: Path) -> None:
+    path = setup(tmp_path, simulator, 1)
+    res = tmp_path / "res"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anvil_metrics", "campaign", "run", str(path),
+         "--results-dir", str(res)], cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+    second = res / "sims" / "2-sim-on-run1"
+    try:
+        deadline = time.monotonic() + 60
+        while not second.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the campaign and its Locust, mid-run
+        proc.wait(10)
+    assert second.exists() and not (second / "benchmark.json").exists()
+    s = state(res)
+    assert [r["state"] for r in s["runs"]] == ["done", "pending"]
+    assert s["runs"][1]["started_at"] is not None
+    first = (res / "sims" / "1-sim-off-run1" / "benchmark.json").read_bytes()
+
+    rerun = anvil("campaign", "run", str(path), "--results-dir", str(res), timeout=120)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert [ln for ln in rerun.stdout.splitlines() if ln.startswith("run ")][0] == (
+        "run 2 of 2: sim/on (placement first), ETA unknown until a run is done")
+    assert "campaign sims: 2 of 2 runs done (1 run now)" in rerun.stdout
+    assert (res / "sims" / "1-sim-off-run1" / "benchmark.json").read_bytes() == first
+    assert verify_file(second / "benchmark.json") == []
+    s = state(res)
+    assert [(r["state"], r["attempts"]) for r in s["runs"]] == [("done", 1), ("done", 2)]
+    assert s["redone"] == [{"folder": "2-sim-on-run1", "reason": "interrupted: no "
+                            "benchmark.json; moved to .redone/2-sim-on-run1.1"}]
+    assert (res / "sims" / ".redone" / "2-sim-on-run1.1").is_dir()
+
+
+def test_a_failing_before_run_fails_its_run_only(simulator, tmp_path: Path) -> None:
+    before = ('before_run = "echo switching $ANVIL_VARIANT run $ANVIL_RUN_INDEX '
+              'to $ANVIL_PLACEMENT; echo no GPU free >&2; exit 3"')
+    path = setup(tmp_path, simulator, 1, before)
+    res = tmp_path / "res"
+    proc = anvil("campaign", "run", str(path), "--results-dir", str(res), timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [
+        "anvil: run 1-sim-off-run1 failed: before_run exited 3 after "
+        + proc.stderr.split("after ", 1)[1].split(" s:")[0] + " s: no GPU free"]
+    s = state(res)
+    r1, r2 = s["runs"]
+    assert (r1["state"], r2["state"]) == ("failed", "done")
+    assert r1["before_run"]["exit_status"] == 3 and r1["before_run"]["timed_out"] is False
+    assert r1["before_run"]["output_tail"] == "switching sim/off run 1 to first\nno GPU free\n"
+    assert r1["before_run"]["command"].startswith("echo switching")
+    assert not (res / "sims" / "1-sim-off-run1").exists()
+    assert verify_file(res / "sims" / "2-sim-on-run1" / "benchmark.json") == []
+
+
+def test_the_real_hook_records_status_output_tail_and_timeout() -> None:
+    h = run_hook('echo "$ANVIL_VARIANT"; head -c 6000 /dev/zero | tr "\\0" x; echo; exit 3',
+                 {"ANVIL_VARIANT": "m/on"}, 10)
+    assert h.exit_status == 3 and not h.timed_out
+    assert len(h.output_tail.encode()) == 4096 and h.output_tail.endswith("x\n")
+    t = run_hook("echo started; sleep 30", {}, 0.3)
+    assert t.timed_out and t.exit_status is None and t.output_tail == "started\n"

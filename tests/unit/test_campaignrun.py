@@ -1,0 +1,228 @@
+"""The campaign's state logic, with a fake runner (it writes a real, verifying run folder)
+and a fake before_run: plan order, campaign.json after each change, resume doing only what
+is missing, interrupted folders moved aside, before_run failures recorded, secrets kept out
+(the real before_run hook, bash, is tested in tests/e2e/test_campaign_run.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from rawbuild import HEADER, completed, write_raw
+
+from anvil_metrics.campaign import CampaignRun, Variant, load_campaign
+from anvil_metrics.campaignrun import (
+    HookResult,
+    run_campaign,
+    without_credentials,
+)
+from anvil_metrics.errors import UsageError
+from anvil_metrics.postprocess import postprocess_run
+
+REPO = Path(__file__).resolve().parents[2]
+
+CAMPAIGN = """\
+name = "c1"
+scenario = "{scenario}"
+runs_per_variant = 2
+placements = ["first", "swapped"]
+candidate = "m/on"
+incumbent = "m/off"
+
+[[variants]]
+model = "m"
+served_model = "org/m"
+speculation = "off"
+host = "http://127.0.0.1:9001"
+{before_off}
+
+[[variants]]
+model = "m"
+served_model = "org/m"
+speculation = "on"
+host = "http://127.0.0.1:9002"
+{key_on}
+
+[gates]
+e2e_p50_improvement_percent = 10
+"""
+
+
+def campaign_file(tmp_path: Path, before_off: str = "", key_on: str = "") -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(CAMPAIGN.format(scenario=REPO / "scenarios" / "smoke.toml",
+                                    before_off=before_off, key_on=key_on))
+    return path
+
+
+class FakeRunner:
+    """Writes a real run folder (requests.jsonl, a verifying benchmark.json) unless told to
+    fail or to stop half-way (a folder with no benchmark.json, as a killed run leaves)."""
+
+    def __init__(self, fail: set[int] | None = None, stop_at: int | None = None) -> None:
+        self.calls: list[tuple[int, str, Path]] = []
+        self.fail = fail or set()
+        self.stop_at = stop_at
+
+    def __call__(self, r: CampaignRun, v: Variant, run_dir: Path) -> str | None:
+        self.calls.append((r.k, v.id, run_dir))
+        write_raw(run_dir / "requests.jsonl", HEADER, [completed(i) for i in range(3)],
+                  {"finished_at": "2026-08-01T16:09:00Z", "client": {}})
+        if r.k == self.stop_at:
+            raise KeyboardInterrupt  # as if the campaign were killed during this run
+        if r.k in self.fail:
+            return "the server could not be reached\nsecond line"
+        postprocess_run(run_dir)
+        return None
+
+
+def state(results: Path) -> dict[str, Any]:
+    return orjson.loads((results / "c1" / "campaign.json").read_bytes())
+
+
+def test_all_runs_in_plan_order_and_their_state(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path)
+    runner, lines = FakeRunner(), []
+    out = run_campaign(load_campaign(path), tmp_path / "res", runner=runner,
+                       progress=lines.append, environ={})
+    assert out.exit_code == 0 and out.done == 4 and out.ran == 4 and out.failed == ()
+    assert [(k, vid) for k, vid, _ in runner.calls] == [(1, "m/off"), (2, "m/on"),
+                                                         (3, "m/off"), (4, "m/on")]
+    s = state(tmp_path / "res")
+    assert s["schema"] == "anvil-campaign/v1" and s["name"] == "c1"
+    assert s["campaign_file"] == str(path.resolve())
+    assert s["campaign_toml"] == path.read_text()
+    assert s["scenario_file"] == str(REPO / "scenarios" / "smoke.toml")
+    assert [(r["k"], r["variant"], r["run_index"], r["placement"], r["state"], r["attempts"])
+            for r in s["runs"]] == [(1, "m/off", 1, "first", "done", 1),
+                                    (2, "m/on", 1, "first", "done", 1),
+                                    (3, "m/off", 2, "swapped", "done", 1),
+                                    (4, "m/on", 2, "swapped", "done", 1)]
+    assert [r["folder"] for r in s["runs"]] == ["1-m-off-run1", "2-m-on-run1",
+                                                "3-m-off-run2", "4-m-on-run2"]
+    assert all(r["started_at"] and r["finished_at"] and r["failure"] is None
+               and r["before_run"] is None for r in s["runs"])
+    assert s["redone"] == []
+    assert lines[0] == "run 1 of 4: m/off (placement first), ETA unknown until a run is done"
+    assert lines[2].startswith("run 2 of 4: m/on (placement first), ETA ")
+    assert "ETA unknown" not in lines[2]
+    assert lines[1].startswith("run 1 of 4: m/off done in ")
+
+
+def test_a_rerun_does_only_the_missing_runs(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(stop_at=2), environ={})
+    s = state(tmp_path)
+    assert [r["state"] for r in s["runs"]] == ["done", "pending", "pending", "pending"]
+    assert s["runs"][1]["started_at"] is not None and s["runs"][2]["started_at"] is None
+    first = (tmp_path / "c1" / "1-m-off-run1" / "benchmark.json").read_bytes()
+
+    runner = FakeRunner()
+    out = run_campaign(load_campaign(path), tmp_path, runner=runner, environ={})
+    assert out.exit_code == 0 and out.ran == 3
+    assert [k for k, _, _ in runner.calls] == [2, 3, 4]
+    assert (tmp_path / "c1" / "1-m-off-run1" / "benchmark.json").read_bytes() == first
+    s = state(tmp_path)
+    assert [r["attempts"] for r in s["runs"]] == [1, 2, 1, 1]
+    assert s["redone"] == [{"folder": "2-m-on-run1", "reason": "interrupted: no benchmark.json; "
+                            "moved to .redone/2-m-on-run1.1"}]
+    assert (tmp_path / "c1" / ".redone" / "2-m-on-run1.1" / "requests.jsonl").exists()
+    # a third invocation has nothing to do
+    runner = FakeRunner()
+    assert run_campaign(load_campaign(path), tmp_path, runner=runner, environ={}).ran == 0
+    assert runner.calls == []
+
+
+def test_a_benchmark_that_does_not_verify_is_redone(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path)
+    run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(), environ={})
+    bench = tmp_path / "c1" / "3-m-off-run2" / "benchmark.json"
+    bench.write_bytes(bench.read_bytes().replace(b'"completed": 3', b'"completed": 2'))
+    runner = FakeRunner()
+    assert run_campaign(load_campaign(path), tmp_path, runner=runner, environ={}).ran == 1
+    assert [k for k, _, _ in runner.calls] == [3]
+    (redone,) = state(tmp_path)["redone"]
+    assert redone["folder"] == "3-m-off-run2"
+    assert redone["reason"].startswith("was done: benchmark.json does not verify (")
+
+
+def test_a_failed_run_is_named_and_the_campaign_goes_on(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path)
+    out = run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(fail={2}), environ={})
+    assert out.exit_code == 1 and out.done == 3
+    assert out.failed == (("2-m-on-run1", "the server could not be reached"),)
+    assert [r["state"] for r in state(tmp_path)["runs"]] == ["done", "failed", "done", "done"]
+    # rerun: the failed run is the missing one; its folder is kept aside
+    runner = FakeRunner()
+    assert run_campaign(load_campaign(path), tmp_path, runner=runner, environ={}).exit_code == 0
+    assert [k for k, _, _ in runner.calls] == [2]
+    assert state(tmp_path)["redone"][0]["reason"].startswith("failed: no benchmark.json")
+
+
+def test_a_failing_before_run_fails_its_run_only(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path, before_off='before_run = "switch"')
+    seen: list[tuple[str, dict[str, str], float]] = []
+
+    def hook(command: str, env: Mapping[str, str], timeout_s: float) -> HookResult:
+        seen.append((command, dict(env), timeout_s))
+        status = 3 if env["ANVIL_RUN_INDEX"] == "2" else 0
+        return HookResult(status, False, "switching\nno GPU free\n", 0.25)
+
+    runner = FakeRunner()
+    out = run_campaign(load_campaign(path), tmp_path, runner=runner, hook=hook, environ={},
+                       before_run_timeout_s=42)
+    assert out.exit_code == 1
+    assert out.failed == (("3-m-off-run2", "before_run exited 3 after 0.2 s: no GPU free"),)
+    assert [k for k, _, _ in runner.calls] == [1, 2, 4]
+    assert seen == [("switch", {"ANVIL_VARIANT": "m/off", "ANVIL_RUN_INDEX": "1",
+                                "ANVIL_PLACEMENT": "first"}, 42),
+                    ("switch", {"ANVIL_VARIANT": "m/off", "ANVIL_RUN_INDEX": "2",
+                                "ANVIL_PLACEMENT": "swapped"}, 42)]
+    runs = state(tmp_path)["runs"]
+    assert runs[2]["before_run"] == {"command": "switch", "exit_status": 3, "timed_out": False,
+                                     "output_tail": "switching\nno GPU free\n", "seconds": 0.25}
+    assert runs[0]["before_run"]["exit_status"] == 0 and runs[1]["before_run"] is None
+    assert not (tmp_path / "c1" / "3-m-off-run2").exists()  # never run
+
+
+def test_a_missing_api_key_is_refused_before_any_run(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path, key_on='api_key_env = "C1_KEY"')
+    runner = FakeRunner()
+    with pytest.raises(UsageError) as info:
+        run_campaign(load_campaign(path), tmp_path, runner=runner, environ={})
+    assert str(info.value) == (f"{path}: variants[2].api_key_env: $C1_KEY is not set; export "
+                               "it (the API key of m/on) or remove api_key_env")
+    assert runner.calls == [] and not (tmp_path / "c1").exists()
+
+
+def test_the_key_never_reaches_the_state(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path, before_off='before_run = "x"', key_on='api_key_env = "K"')
+
+    def hook(command: str, env: Mapping[str, str], timeout_s: float) -> HookResult:
+        return HookResult(1, False, "token sk-secret-123 rejected", 0.1)
+
+    run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(), hook=hook,
+                 environ={"K": "sk-secret-123"})
+    text = (tmp_path / "c1" / "campaign.json").read_text()
+    assert "sk-secret-123" not in text and "token *** rejected" in text
+
+
+def test_a_changed_campaign_file_is_refused(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path)
+    run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(fail={1, 2, 3, 4}),
+                 environ={})
+    path.write_text(path.read_text().replace("e2e_p50_improvement_percent = 10",
+                                             "e2e_p50_improvement_percent = 12"))
+    runner = FakeRunner()
+    with pytest.raises(UsageError, match="its text differs from the one") as info:
+        run_campaign(load_campaign(path), tmp_path, runner=runner, environ={})
+    assert len(str(info.value).splitlines()) == 1 and runner.calls == []
+
+
+def test_credentials_are_stripped_from_the_stored_text() -> None:
+    assert without_credentials('host = "http://u:pw@127.0.0.1:8000"\nx = "https://k@h/v1"') == (
+        'host = "http://127.0.0.1:8000"\nx = "https://h/v1"')
