@@ -143,7 +143,9 @@ def _before_run_failure(run: dict[str, Any]) -> str | None:
         return None
     secs = b.get("seconds")
     after = f" after {secs:.1f} s" if isinstance(secs, int | float) else ""
-    what = f"timed out{after}" if timed_out else f"exited with status {status}{after}"
+    what = (f"timed out{after}" if timed_out else
+            f"exited with status {status}{after}" if isinstance(status, int) else
+            f"left no exit status{after}")
     tail = b.get("output_tail")
     lines = [x.strip() for x in tail.splitlines() if x.strip()] if isinstance(tail, str) else []
     last = f"; its output ended: {lines[-1][:_TAIL_CHARS]!r}" if lines else ""

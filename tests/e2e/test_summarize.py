@@ -170,3 +170,20 @@ def test_no_promotion_when_the_threshold_is_inside_the_interval(tmp_path: Path, 
     assert gate["outcome"] == "not_significant"
     assert doc["decision"] == "no-promotion"
     assert "not significant" in md and "**no-promotion**" in md
+
+
+def test_a_variant_without_a_usable_run_is_refused(tmp_path: Path, runs) -> None:
+    """Every mtp3 run failed: nothing to summarize it by; one line, exit 2, no file."""
+    folder = campaign_dir(tmp_path, runs, threshold=20)
+    data = orjson.loads((folder / "campaign.json").read_bytes())
+    for e in data["runs"]:
+        if e["variant"] == "m/mtp3":
+            e.update(state="failed", failure="the server went away")
+    (folder / "campaign.json").write_bytes(orjson.dumps(data))
+    proc = anvil("summarize", str(folder))
+    assert proc.returncode == 2
+    assert proc.stdout == "" and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("anvil: summarize: no finished run whose benchmark.json "
+                                  "verifies for m/mtp3 (states: m/mtp3: failed, failed, "
+                                  "failed)")
+    assert not (folder / "summary.json").exists()

@@ -128,6 +128,8 @@ def test_runs_left_out_are_said_in_words(tmp_path: Path, example: dict[str, Any]
     entries[2] = entry(3, "inferact-nvfp4/off", 1, "pending")
     entries[4]["before_run"] = {"command": "./swap.sh", "exit_status": 3, "timed_out": False,
                                 "output_tail": "swapping\nno GPU 1\n", "seconds": 1.25}
+    entries[6]["before_run"] = {"command": "./slow.sh", "exit_status": None, "timed_out": True,
+                                "output_tail": "", "seconds": 60.0}
     entries[5]["state"] = "done"  # marked done, but its folder is gone (deleted below)
     folder = write_folder(tmp_path / "c", example_docs(example), entries,
                           redone=[{"folder": "07-inferact-nvfp4-off-run2",
@@ -145,6 +147,8 @@ def test_runs_left_out_are_said_in_words(tmp_path: Path, example: dict[str, Any]
         "command './swap.sh' exited with status 3 after 1.2 s; its output ended: 'no GPU 1'.",
         "Run 6 (official-fp8/mtp3, run 2, folder 06-official-fp8-mtp3-run2) is marked done "
         "but has no benchmark.json; left out of the figures.",
+        "Run 7 (inferact-nvfp4/off, run 2, folder 07-inferact-nvfp4-off-run2): its "
+        "before_run command './slow.sh' timed out after 60.0 s.",
         "Run folder 07-inferact-nvfp4-off-run2 was redone: interrupted (SIGKILL).",
     ]
     runs = {f"{r['model']}/{r['speculation']}": r["runs"] for r in doc["performance"]}
