@@ -10,6 +10,9 @@
     anvil demo                        simulator + smoke scenario, end to end
     anvil campaign run CAMPAIGN.toml [--results-dir D] [--dry-run] [--before-run-timeout S]
                                       run a campaign's plan, resumably; --dry-run prints it
+    anvil summarize CAMPAIGN_DIR [-o summary.json]
+                                      a campaign folder -> public-benchmark-summary/v1
+                                      (JSON) and summary.md beside it
 
 Library code raises `AnvilError`s; here a `UsageError` becomes one line on stderr and exit
 code 2, any other `AnvilError` one line and exit 1. A user mistake never shows a traceback.
@@ -159,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--before-run-timeout", type=_argtype(timespan, "--before-run-timeout"),
                     default=600.0, help="how long a variant's before_run may take, e.g. 90s, 10m "
                     "(default 600 s)")
+
+    sm = sub.add_parser("summarize", help="summarize a campaign folder: public-benchmark-"
+                        "summary/v1 JSON and summary.md, with the gates' decision")
+    sm.add_argument("campaign_dir", help="the folder 'anvil campaign run' made")
+    sm.add_argument("-o", "--output", default=None,
+                    help="the JSON's path, ending in .json (default CAMPAIGN_DIR/summary.json); "
+                    "summary.md is written beside it")
 
     d = sub.add_parser("demo", help="simulator + smoke scenario, end to end")
     d.add_argument("--results-dir", default="results")
@@ -361,6 +371,30 @@ def cmd_campaign(a: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def cmd_summarize(a: argparse.Namespace) -> int:
+    from anvil_metrics.summaryio import (
+        output_paths,
+        read_campaign_folder,
+        summary_document,
+        write_summary,
+    )
+    from anvil_metrics.summarymd import markdown
+
+    json_path, md_path = output_paths(a.campaign_dir, a.output)  # bad -o: before any work
+    folder = read_campaign_folder(a.campaign_dir)
+    doc = summary_document(folder)
+    write_summary(doc, markdown(doc), json_path, md_path)
+    kept = doc["campaign"]["summarized_runs"]
+    print(f"campaign {doc['campaign']['name']}: {kept} of {doc['campaign']['planned_runs']} "
+          f"runs summarized, {len(doc['retained_failures'])} retained failure(s)")
+    print(f"decision: {doc['decision'] or 'none'}")
+    for reason in doc["decision_reasons"]:
+        print(f"  {reason}")
+    print(f"result: {json_path}")
+    print(f"report: {md_path}")
+    return 0
+
+
 def cmd_metrics(a: argparse.Namespace) -> int:
     from anvil_metrics.catalog import describe
 
@@ -390,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"run": cmd_run, "capacity": cmd_capacity, "postprocess": cmd_postprocess,
                 "verify": cmd_verify,
                 "demo": cmd_demo, "prompts": cmd_prompts, "metrics": cmd_metrics,
-                "campaign": cmd_campaign}
+                "campaign": cmd_campaign, "summarize": cmd_summarize}
     try:
         return handlers[args.command](args)
     except AnvilError as e:  # one line per problem (a campaign file may have several)

@@ -1,0 +1,189 @@
+"""`anvil summarize` end to end against known truth (issue 17's acceptance).
+
+Two simulators stand for one model served with speculation off (a token every 10 ms) and
+on ("mtp3": every 5 ms, with speculative counters, K = 3, A = 0.7). Three real `anvil run`s
+of each, interleaved, make a campaign folder as `anvil campaign run` lays it out (its
+`campaign.json` written here); `anvil summarize` (a real process) must then give:
+
+- the deltas the simulators were told to produce: decode rate = 1000 / interval tok/s, so
+  +100 %; e2e = prefill + (tokens − 1) × interval, so (100 + 29·5) / (100 + 29·10) − 1 =
+  −37.2 % — each within 2 percentage points;
+- acceptance rates equal to the simulator's own draft account (`sim/specdecode.spec_counts`);
+- the decision the gates call for: promotion when the threshold is far below the real
+  improvement; no-promotion when the threshold is the measured improvement itself, so the
+  95 % interval must contain it (a gate failing on a non-significant delta, whatever the
+  noise of this machine — a threshold at the configured truth could fall just outside a
+  narrow interval and make the test flaky).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import anvil, load_json, result_path, write_scenario
+
+from anvil_metrics.sim.specdecode import spec_counts
+from anvil_metrics.simproc import start_simulator
+
+pytestmark = pytest.mark.e2e
+
+PREFILL_MS, TOKENS, OFF_MS, ON_MS, SPEC_K, SPEC_A = 100.0, 30, 10.0, 5.0, 3, 0.7
+TRUE_DECODE_DELTA = 100 * ((1000 / ON_MS) / (1000 / OFF_MS) - 1)
+TRUE_E2E_DELTA = 100 * ((PREFILL_MS + (TOKENS - 1) * ON_MS)
+                        / (PREFILL_MS + (TOKENS - 1) * OFF_MS) - 1)
+SCENARIO = """
+measurement_protocol = "campaign-e2e"
+concurrency = 2
+requests = 6
+warmup_requests = 2
+max_tokens = 64
+context_tokens = 8192
+max_context_tokens = 8192
+[context_distribution]
+512 = 6
+[request]
+include_usage = true
+"""
+CAMPAIGN = """
+name = "sim-off-vs-mtp3"
+scenario = "{scenario}"
+runs_per_variant = 3
+placements = ["first", "first", "swapped"]
+order = "interleaved"
+baseline = "m/off"
+candidate = "m/mtp3"
+incumbent = "m/off"
+
+[facts.hardware]
+gpu = "none: the simulator"
+count = 0
+
+[[variants]]
+model = "m"
+served_model = "sim"
+speculation = "off"
+host = "{off}"
+
+[[variants]]
+model = "m"
+served_model = "sim"
+speculation = "mtp3"
+host = "{on}"
+
+[gates]
+e2e_p50_improvement_percent = {threshold}
+no_saturated_runs = true
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], dict]:
+    """(a folder of six run folders, campaign.json's runs, the campaign's fields)."""
+    root = tmp_path_factory.mktemp("campaign")
+    scenario = write_scenario(root / "scenario.toml", SCENARIO)
+    common = ["--prefill-ms", str(PREFILL_MS), "--reasoning-tokens", "0", "--content-tokens",
+              str(TOKENS), "--max-context", "8192"]
+    with start_simulator([*common, "--interval-ms", str(OFF_MS)]) as off, \
+            start_simulator([*common, "--interval-ms", str(ON_MS), "--spec-k", str(SPEC_K),
+                             "--spec-accept", str(SPEC_A)]) as on:
+        entries = []
+        for k, (spec, url, i) in enumerate(
+                [(s, u, i) for i in (1, 2, 3) for s, u in (("off", off.url), ("mtp3", on.url))],
+                1):
+            proc = anvil("run", str(scenario), "--host", url, "--results-dir",
+                         str(root / "tmp"))
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            folder = f"{k}-m-{spec}-run{i}"
+            shutil.move(result_path(proc).parent, root / folder)
+            entries.append({"k": k, "variant": f"m/{spec}", "run_index": i,
+                            "placement": ["first", "first", "swapped"][i - 1],
+                            "folder": folder, "state": "done", "attempts": 1,
+                            "before_run": None, "failure": None})
+    return root, entries, {"scenario": str(scenario), "off": off.url, "on": on.url}
+
+
+def campaign_dir(tmp_path: Path, runs: tuple[Path, list[dict], dict], threshold: float
+                 ) -> Path:
+    """A campaign folder holding copies of the module's runs and a campaign.json whose
+    e2e gate has this threshold."""
+    root, entries, fields = runs
+    out = tmp_path / "camp"
+    out.mkdir(parents=True)
+    for e in entries:
+        shutil.copytree(root / e["folder"], out / e["folder"])
+    toml = CAMPAIGN.format(threshold=threshold, **fields)
+    (tmp_path / "campaign.toml").write_text(toml)
+    (out / "campaign.json").write_bytes(orjson.dumps({
+        "schema": "anvil-campaign/v1", "name": "sim-off-vs-mtp3",
+        "campaign_file": str(tmp_path / "campaign.toml"), "campaign_toml": toml,
+        "scenario_file": fields["scenario"], "runs": entries, "redone": []}))
+    return out
+
+
+def summarize(folder: Path) -> tuple[dict, str]:
+    proc = anvil("summarize", str(folder))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr == ""
+    path = result_path(proc)
+    assert path == folder / "summary.json"
+    return load_json(path), (folder / "summary.md").read_text()
+
+
+def test_promotion_with_the_configured_deltas(tmp_path: Path, runs) -> None:
+    doc, md = summarize(campaign_dir(tmp_path, runs, threshold=20))
+    off, on = doc["performance"]
+    assert (off["speculation"], on["speculation"]) == ("off", "mtp3")
+    assert "decode_delta_percent" not in off
+    assert on["decode_delta_percent"] == pytest.approx(TRUE_DECODE_DELTA, abs=2.0)
+    assert on["e2e_delta_percent"] == pytest.approx(TRUE_E2E_DELTA, abs=2.0)
+    assert off["decode_tok_s_p50"] == pytest.approx(1000 / OFF_MS, rel=0.02)
+    assert on["runs"] == off["runs"] == 3
+    truth = spec_counts(TOKENS, SPEC_K, SPEC_A)
+    (tele,) = doc["sampled_speculative_telemetry"]
+    rate = truth.accepted_tokens / truth.draft_tokens
+    assert tele["acceptance_rate_range"] == pytest.approx([rate, rate])
+    assert tele["accepted_length_range"] == pytest.approx([1 + truth.accepted_tokens
+                                                           / truth.drafts] * 2)
+    assert doc["decision"] == "promotion"
+    assert [g["outcome"] for g in doc["gates"]] == ["pass", "pass"]
+    assert list(doc)[:4] == ["schema", "date", "decision", "hardware"]
+    assert doc["hardware"] == {"gpu": "none: the simulator", "count": 0}
+    assert doc["performance_protocol"]["aggregation"] == (
+        "mean of run medians across 2 first-placement and 1 swapped-placement runs")
+    assert "functional" not in doc and "restoration" not in doc
+    assert set(doc["not_included"]) == {"functional", "multimodal", "restoration"}
+    assert doc["retained_failures"] == []
+    assert "**promotion**" in md and "| m | mtp3 |" in md
+
+
+def test_no_promotion_when_the_threshold_is_inside_the_interval(tmp_path: Path, runs) -> None:
+    first, _ = summarize(campaign_dir(tmp_path / "a", runs, threshold=20))
+    measured = first["gates"][0]["figures"]["improvement_percent"]
+    assert measured == pytest.approx(-TRUE_E2E_DELTA, abs=2.0)
+    doc, md = summarize(campaign_dir(tmp_path / "b", runs, threshold=round(measured, 6)))
+    gate = doc["gates"][0]
+    low, high = gate["figures"]["improvement_ci95_percent"]
+    assert low <= gate["threshold"] <= high
+    assert gate["outcome"] == "not_significant"
+    assert doc["decision"] == "no-promotion"
+    assert "not significant" in md and "**no-promotion**" in md
+
+
+def test_a_variant_without_a_usable_run_is_refused(tmp_path: Path, runs) -> None:
+    """Every mtp3 run failed: nothing to summarize it by; one line, exit 2, no file."""
+    folder = campaign_dir(tmp_path, runs, threshold=20)
+    data = orjson.loads((folder / "campaign.json").read_bytes())
+    for e in data["runs"]:
+        if e["variant"] == "m/mtp3":
+            e.update(state="failed", failure="the server went away")
+    (folder / "campaign.json").write_bytes(orjson.dumps(data))
+    proc = anvil("summarize", str(folder))
+    assert proc.returncode == 2
+    assert proc.stdout == "" and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("anvil: summarize: no finished run whose benchmark.json "
+                                  "verifies for m/mtp3 (states: m/mtp3: failed, failed, "
+                                  "failed)")
+    assert not (folder / "summary.json").exists()
