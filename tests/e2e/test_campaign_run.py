@@ -108,22 +108,27 @@ def test_two_variants_two_runs_all_verify(simulator, tmp_path: Path) -> None:
     assert min(itl["sim/off"]) > max(itl["sim/on"]) + 2, itl
 
 
-def test_a_killed_campaign_resumes_with_only_the_missing_runs(simulator,
-                                                               tmp_path: Path) -> None:
-    path = setup(tmp_path, simulator, 1)
-    res = tmp_path / "res"
+def kill_during(path: Path, res: Path, folder: Path) -> None:
+    """Start the campaign, SIGKILL it and its Locust as soon as `folder` exists."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "anvil_metrics", "campaign", "run", str(path),
          "--results-dir", str(res)], cwd=REPO, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
-    second = res / "sims" / "2-sim-on-run1"
     try:
         deadline = time.monotonic() + 60
-        while not second.exists() and time.monotonic() < deadline and proc.poll() is None:
+        while not folder.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.01)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the campaign and its Locust, mid-run
         proc.wait(10)
+
+
+def test_a_killed_campaign_resumes_with_only_the_missing_runs(simulator,
+                                                               tmp_path: Path) -> None:
+    path = setup(tmp_path, simulator, 1)
+    res = tmp_path / "res"
+    second = res / "sims" / "2-sim-on-run1"
+    kill_during(path, res, second)
     assert second.exists() and not (second / "benchmark.json").exists()
     s = state(res)
     assert [r["state"] for r in s["runs"]] == ["done", "pending"]
@@ -171,3 +176,31 @@ def test_the_real_hook_records_status_output_tail_and_timeout() -> None:
     assert len(h.output_tail.encode()) == 4096 and h.output_tail.endswith("x\n")
     t = run_hook("echo started; sleep 30", {}, 0.3)
     assert t.timed_out and t.exit_status is None and t.output_tail == "started\n"
+
+
+def test_a_resumed_campaign_summarizes_as_an_uninterrupted_one(simulator,
+                                                                tmp_path: Path) -> None:
+    """The issue's acceptance: killed mid-run (SIGKILL) and rerun, the campaign's summary
+    equals an uninterrupted campaign's in every figure that does not depend on timing; the
+    interrupted run is the one difference, named in retained_failures."""
+    path = setup(tmp_path, simulator, 2)
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    kill_during(path, killed, killed / "sims" / "3-sim-off-run2")
+    assert anvil("campaign", "run", str(path), "--results-dir", str(killed),
+                 timeout=180).returncode == 0
+    assert anvil("campaign", "run", str(path), "--results-dir", str(whole),
+                 timeout=180).returncode == 0
+    docs = []
+    for res in (killed, whole):
+        out = anvil("summarize", str(res / "sims"), timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        docs.append(load_json(res / "sims" / "summary.json"))
+    a, b = docs
+    assert a["performance_protocol"] == b["performance_protocol"]
+    timeless = ("model", "speculation", "prompt_tokens_p50", "runs")
+    assert [{k: r.get(k) for k in timeless} for r in a["performance"]] == \
+        [{k: r.get(k) for k in timeless} for r in b["performance"]]
+    assert [r["runs"] for r in a["performance"]] == [2, 2]
+    assert a["decision"] == b["decision"] == "promotion", (a["gates"], a["decision_reasons"])
+    extra = [x for x in a["retained_failures"] if x not in b["retained_failures"]]
+    assert len(extra) == 1 and "3-sim-off-run2" in extra[0], a["retained_failures"]
