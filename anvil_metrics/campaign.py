@@ -30,6 +30,8 @@ the field, the bad value and what is allowed. The CLI prints it; nothing here pr
     e2e_p50_improvement_percent = 10
     [restoration]
     aliases = ["llm.primary"]               # optional: names that must answer after the last run
+    host = "http://127.0.0.1:8000"          # optional: where they are asked (default: the
+                                            # candidate's host; its API key goes with it)
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ assert set(GATES) == set(KNOWN_GATES), "campaign and summary disagree on the gat
 _TOP_KEYS = ("name", "scenario", "runs_per_variant", "placements", "order", "baseline",
              "candidate", "incumbent", "facts", "variants", "gates", "restoration")
 _VARIANT_KEYS = ("model", "served_model", "speculation", "host", "before_run", "api_key_env")
-_RESTORATION_KEYS = ("aliases",)
+_RESTORATION_KEYS = ("aliases", "host")
 
 
 class CampaignError(UsageError):
@@ -148,6 +150,12 @@ class Campaign:
     gates: dict[str, Any] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
     restoration_aliases: tuple[str, ...] = ()
+    restoration_host: Endpoint | None = None  # None: the candidate's endpoint
+
+    @property
+    def restoration_endpoint(self) -> Endpoint:
+        """Where the restoration aliases are asked: [restoration] host, else the candidate's."""
+        return self.restoration_host or self.variant(self.candidate).endpoint
 
     def variant(self, variant_id: str) -> Variant:
         """The variant with this id (a KeyError for an id the file does not declare)."""
@@ -202,6 +210,21 @@ class _Problems:
         return v
 
 
+def _host(p: _Problems, host: Any, where: str, *, required: bool) -> Endpoint | None:
+    """A host URL parsed, or None with its problem line (credentials never shown)."""
+    if host is None:
+        if required:
+            p.missing(where, _HOST_TEXT)
+    elif not isinstance(host, str):
+        p.lines.append(f"{where}: a {type(host).__name__} is not allowed; expected {_HOST_TEXT}")
+    else:
+        try:
+            return Endpoint.parse(host)
+        except UsageError:
+            p.bad(where, strip_credentials(host), _HOST_TEXT)
+    return None
+
+
 def _variant(p: _Problems, raw: Any, where: str) -> Variant | None:
     if not isinstance(raw, dict):
         p.bad(where, raw, "a [[variants]] table")
@@ -217,18 +240,7 @@ def _variant(p: _Problems, raw: Any, where: str) -> Variant | None:
     if key_env is not None and not (isinstance(key_env, str) and _ENV_NAME.match(key_env)):
         p.bad(f"{where}.api_key_env", key_env, "an environment variable's name, e.g. GPU_A_KEY")
         key_env = None
-    endpoint = None
-    host = raw.get("host")
-    if host is None:
-        p.missing(f"{where}.host", _HOST_TEXT)
-    elif not isinstance(host, str):
-        p.lines.append(f"{where}.host: a {type(host).__name__} is not allowed; "
-                       f"expected {_HOST_TEXT}")
-    else:
-        try:
-            endpoint = Endpoint.parse(host)
-        except UsageError:
-            p.bad(f"{where}.host", strip_credentials(host), _HOST_TEXT)
+    endpoint = _host(p, raw.get("host"), f"{where}.host", required=True)
     if model is None or served is None or spec is None or endpoint is None:
         return None
     return Variant(model, served, spec, endpoint, before, key_env)
@@ -298,23 +310,25 @@ def _placements(p: _Problems, raw: Any, runs: int | None) -> tuple[str, ...] | N
     return tuple(raw)
 
 
-def _aliases(p: _Problems, raw: Any) -> tuple[str, ...]:
+def _restoration(p: _Problems, raw: Any) -> tuple[tuple[str, ...], Endpoint | None]:
+    """[restoration]: its aliases and its host (None: the candidate's)."""
     if raw is None:
-        return ()
+        return (), None
     if not isinstance(raw, dict):
-        p.bad("restoration", raw, "a table with aliases = [...]")
-        return ()
+        p.bad("restoration", raw, "a table with aliases = [...] and an optional host")
+        return (), None
     for k in raw:
         if k not in _RESTORATION_KEYS:
             p.unknown("restoration", k, _RESTORATION_KEYS)
+    host = _host(p, raw.get("host"), "restoration.host", required=False)
     aliases = raw.get("aliases", [])
     expected = "a list of distinct non-empty served-model names"
     if (not isinstance(aliases, list)
             or not all(isinstance(a, str) and a.strip() for a in aliases)
             or len(set(aliases)) != len(aliases)):
         p.bad("restoration.aliases", aliases, expected)
-        return ()
-    return tuple(aliases)
+        return (), host
+    return tuple(aliases), host
 
 
 def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaign:
@@ -390,7 +404,7 @@ def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaig
     if roles["candidate"] is not None and roles["candidate"] == roles["incumbent"]:
         p.bad("incumbent", roles["incumbent"], "a variant other than the candidate")
 
-    aliases = _aliases(p, data.get("restoration"))
+    aliases, restoration_host = _restoration(p, data.get("restoration"))
     if p.lines:
         raise CampaignError(p.lines, source=source)
     assert name is not None and scenario is not None and scenario_path is not None
@@ -400,7 +414,7 @@ def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaig
         runs_per_variant=runs, placements=placements, order=order,
         baseline=roles["baseline"], candidate=roles["candidate"], incumbent=roles["incumbent"],
         variants=tuple(variants), gates=dict(gates), facts=dict(facts),
-        restoration_aliases=aliases)
+        restoration_aliases=aliases, restoration_host=restoration_host)
 
 
 def load_campaign(path: str | Path) -> Campaign:
@@ -465,7 +479,8 @@ def plan_lines(campaign: Campaign, runs: list[CampaignRun], results_dir: str | P
         "gates: " + ", ".join(_gate_text(k, v) for k, v in campaign.gates.items()),
     ]
     if campaign.restoration_aliases:
-        out.append("restoration: " + ", ".join(campaign.restoration_aliases))
+        out.append("restoration: " + ", ".join(campaign.restoration_aliases)
+                   + f" at {campaign.restoration_endpoint.base_url}, after the last run")
     out.append(f"folder: {folder}")
     n = len(runs)
     id_width = max(len(r.variant_id) for r in runs)

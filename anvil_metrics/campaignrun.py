@@ -36,6 +36,7 @@ from anvil_metrics.docscan import verify_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_json
 from anvil_metrics.postprocess import BENCHMARK_FILE
+from anvil_metrics.restoration import RestorationResult, check_aliases
 
 SCHEMA = "anvil-campaign/v1"
 STATE_FILE = "campaign.json"
@@ -60,6 +61,8 @@ Hook = Callable[[str, Mapping[str, str], float], HookResult]
 # (the run, its variant, its folder, already created) -> None, or why it failed (one line)
 Runner = Callable[[CampaignRun, Variant, Path], str | None]
 Progress = Callable[[str], None]
+# (the campaign, the environment) -> its restoration aliases checked (`restoration.py`)
+Restorer = Callable[[Campaign, Mapping[str, str]], RestorationResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +71,11 @@ class CampaignOutcome:
     done: int
     failed: tuple[tuple[str, str], ...]  # (run folder, why), in plan order
     ran: int  # runs attempted by this invocation
+    restoration: str | None = None  # "pass" | "fail" of the check after the last run
 
     @property
     def exit_code(self) -> int:
-        return 0 if not self.failed else 1
+        return 0 if not self.failed and self.restoration != "fail" else 1
 
 
 def without_credentials(text: str) -> str:
@@ -143,6 +147,17 @@ def locust_runner(campaign: Campaign, environ: Mapping[str, str]) -> Runner:
         return None
 
     return run
+
+
+def check_restoration(campaign: Campaign, environ: Mapping[str, str]) -> RestorationResult:
+    """The aliases of [restoration], asked at its host (else the candidate's). The key: a
+    password in that host's URL, else the candidate's (its api_key_env, its URL's)."""
+    endpoint = campaign.restoration_endpoint
+    cand = campaign.variant(campaign.candidate)
+    key = endpoint.userinfo_key or (
+        environ.get(cand.api_key_env) if cand.api_key_env else None) or cand.endpoint.userinfo_key
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return check_aliases(endpoint.base_url, campaign.restoration_aliases, headers=headers)
 
 
 def _now() -> str:
@@ -237,9 +252,13 @@ def run_campaign(campaign: Campaign, results_dir: str | Path, *, runner: Runner,
                  hook: Hook = run_hook, progress: Progress = lambda line: None,
                  before_run_timeout_s: float = DEFAULT_BEFORE_RUN_TIMEOUT_S,
                  environ: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> CampaignOutcome:
+                 clock: Callable[[], float] = time.monotonic,
+                 restore: Restorer = check_restoration) -> CampaignOutcome:
     """Do every run of the plan not done yet, in plan order; a failed run (its before_run
-    or the run itself) is recorded and the campaign goes on with the next."""
+    or the run itself) is recorded and the campaign goes on with the next. Then, when the
+    campaign names restoration aliases, check them (`restore`) and record the result under
+    "restoration": after the last run of the plan, in every invocation that reaches the
+    end, so a rerun of a finished campaign checks again."""
     environ = os.environ if environ is None else environ
     problems = missing_api_keys(campaign, environ)
     if problems:
@@ -280,6 +299,8 @@ def run_campaign(campaign: Campaign, results_dir: str | Path, *, runner: Runner,
                                               f"{aside.relative_to(folder)}"})
         e["state"] = "pending"
         todo.append(r)
+    if todo:  # an earlier check no longer comes after the last run
+        state.pop("restoration", None)
     save()
 
     n = len(runs)
@@ -320,4 +341,27 @@ def run_campaign(campaign: Campaign, results_dir: str | Path, *, runner: Runner,
             else f"FAILED: {e['failure']}"))
     failed = tuple((e["folder"], e["failure"] or "") for e in state["runs"]
                    if e["state"] != "done")
-    return CampaignOutcome(folder, n - len(failed), failed, len(todo))
+    restoration = None
+    if campaign.restoration_aliases:
+        restoration = _restoration(campaign, environ, restore, progress, secrets)
+        state["restoration"] = restoration
+        save()
+    return CampaignOutcome(folder, n - len(failed), failed, len(todo),
+                           restoration["result"] if restoration else None)
+
+
+def _restoration(campaign: Campaign, environ: Mapping[str, str], restore: Restorer,
+                 progress: Progress, secrets: list[str]) -> dict[str, Any]:
+    """The check after the last run, as campaign.json records it, with progress lines."""
+    where = campaign.restoration_endpoint.base_url
+    progress(f"restoration: asking {', '.join(campaign.restoration_aliases)} at {where}")
+    record = {**restore(campaign, environ).to_json(), "checked_at": _now()}
+    for a in record["aliases"]:
+        if a["reason"]:
+            a["reason"] = _scrub(a["reason"], secrets)
+    for a in record["aliases"]:
+        retry = (f" (answered {a['retried_after']} once, then retried)"
+                 if a["retried_after"] is not None else "")
+        progress(f"restoration: {a['alias']} " + (
+            f"answered{retry}" if a["result"] == "pass" else f"FAILED: {a['reason']}"))
+    return record

@@ -10,8 +10,11 @@ silently dropped: `retained_failures`), re-parses the campaign file recorded in
 `campaign.json` (its gates, roles, placements and facts; the text, not the file on disk,
 which may have changed since), and assembles the document in the spec example's field order.
 
-What is not measured yet — functional and multimodal checks, restoration — is left out of
-the document, not filled with guesses, and `not_included` says why.
+The `restoration` block comes from the check `anvil campaign run` records in campaign.json
+after the last run (`restoration.py`); each managed retry it needed is said in
+`retained_failures`. What is not measured — functional and multimodal checks, a restoration
+without aliases or not checked yet — is left out of the document, not filled with guesses,
+and `not_included` says why.
 """
 
 from __future__ import annotations
@@ -45,9 +48,12 @@ NOT_INCLUDED = {
                   "are not run by anvil yet)",
     "multimodal": "no multimodal check results in the campaign folder (multimodal checks "
                   "are not run by anvil yet)",
-    "restoration": "not measured: anvil does not yet check that the restoration aliases "
-                   "answer after the last run",
 }
+NO_ALIASES = ("not measured: the campaign names no [restoration] aliases to check after "
+              "the last run")
+NOT_CHECKED = ("not measured: campaign.json holds no restoration check (it is made at the end "
+               "of 'anvil campaign run'; run it again to finish the campaign and check)")
+BAD_CHECK = "not measured: campaign.json's restoration record is not as anvil writes it"
 _TAIL_CHARS = 200
 
 
@@ -63,6 +69,7 @@ class CampaignFolder:
     run_indices: Mapping[str, tuple[int, ...]]  # variant id -> the run indices kept
     failures: tuple[str, ...]
     planned_runs: int
+    restoration: dict[str, Any] | None = None  # campaign.json's check, None when absent
 
 
 def _fail(folder: Path, what: str) -> UsageError:
@@ -207,8 +214,40 @@ def read_campaign_folder(folder: str | Path,
         kept = sorted(docs[v.id], key=lambda pair: pair[0])
         variants.append(VariantRuns(v.model, v.speculation, [d for _, d in kept]))
         indices[v.id] = tuple(i for i, _ in kept)
+    check = record.get("restoration")
     return CampaignFolder(folder, campaign, tuple(variants), indices, tuple(failures),
-                          len(record["runs"]))
+                          len(record["runs"]), check if isinstance(check, dict) else None)
+
+
+def _restoration(cf: CampaignFolder) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """(the summary's restoration block, its retries and failures in words, why it is left
+    out). `all_tiers_admitting`: every alias listed and answered its one-token completion."""
+    aliases = cf.campaign.restoration_aliases
+    if not aliases:
+        return None, [], NO_ALIASES
+    check = cf.restoration
+    if check is None:
+        return None, [], NOT_CHECKED
+    rows = check.get("aliases")
+    if (check.get("result") not in ("pass", "fail") or not isinstance(rows, list)
+            or not all(isinstance(r, dict) and isinstance(r.get("alias"), str) for r in rows)
+            or [r["alias"] for r in rows] != list(aliases)):
+        return None, [], BAD_CHECK
+    words = []
+    for r in rows:
+        first, req = r.get("retried_after"), r.get("retried_request") or "a request"
+        if first is not None and r.get("result") == "pass":
+            what = (f"answered {first} once" if isinstance(first, int)
+                    else "had its connection reset once")
+            words.append(f"Restoration: alias {r['alias']} {what} ({req}), then 200 after "
+                         "a retry.")
+        elif r.get("result") != "pass":
+            words.append(f"Restoration: alias {r['alias']} did not answer after the last "
+                         f"run: {r.get('reason')}.")
+    block = {"result": check["result"], "router_aliases": list(aliases),
+             "all_tiers_admitting": all(r.get("result") == "pass" for r in rows),
+             "checked_at": check.get("checked_at"), "aliases": rows}
+    return block, words, None
 
 
 def _placements(cf: CampaignFolder) -> list[str] | None:
@@ -245,11 +284,17 @@ def summary_document(cf: CampaignFolder) -> dict[str, Any]:
     doc["performance_protocol"] = computed["performance_protocol"]
     doc["performance"] = computed["performance"]
     doc["sampled_speculative_telemetry"] = computed["sampled_speculative_telemetry"]
-    doc["retained_failures"] = [*computed["retained_failures"], *cf.failures]
+    restoration, restoration_words, left_out = _restoration(cf)
+    doc["retained_failures"] = [*computed["retained_failures"], *cf.failures,
+                                *restoration_words]
+    if restoration is not None:
+        doc["restoration"] = restoration
     doc["gates"] = computed["gates"]
     doc["decision_reasons"] = computed["decision_reasons"]
     doc["statistics"] = computed["statistics"]
     doc["not_included"] = dict(NOT_INCLUDED)
+    if left_out is not None:
+        doc["not_included"]["restoration"] = left_out
     kept = sum(len(v.runs) for v in cf.variants)
     doc["campaign"] = {"name": c.name, "campaign_file": c.source,
                        "scenario_file": c.scenario_path, "candidate": c.candidate,

@@ -132,6 +132,13 @@ def markdown(doc: Mapping[str, Any]) -> str:
         lines.append("- no speculative variant")
     lines += ["", "## Retained failures", ""]
     lines += [f"- {f}" for f in doc.get("retained_failures") or []] or ["- none"]
+    rest = doc.get("restoration")
+    if isinstance(rest, dict):
+        lines += ["", "## Restoration", "", f"**{rest.get('result')}** after the last run "
+                  f"(checked {rest.get('checked_at')}):", ""]
+        lines += [f"- {a.get('alias')}: {a.get('result')}"
+                  + (f" ({a.get('reason')})" if a.get("reason") else "")
+                  for a in rest.get("aliases") or [] if isinstance(a, dict)]
     lines += ["", "## Gates", ""]
     for g in doc.get("gates") or []:
         lines.append(f"- {g['gate']} = {_value(g['threshold'])}: **{g['outcome']}**: "

@@ -150,9 +150,9 @@ def count_prompt(data: dict[str, Any], cfg: SimConfig) -> int:
 
 
 def check_model(data: dict[str, Any], cfg: SimConfig) -> None:
-    """A request naming another model gets vLLM's 404 (catches misconfigured clients)."""
+    """A request naming another model (not `--model`, not an `--alias`) gets vLLM's 404."""
     model = data.get("model")
-    if model is not None and model != cfg.model:
+    if model is not None and model != cfg.model and model not in cfg.aliases:
         raise RequestError(
             404, f"The model `{model}` does not exist.", param="model", code="model_not_found"
         )

@@ -24,6 +24,7 @@ class SimConfig:
     host: str = "127.0.0.1"
     port: int = 0
     model: str = "sim-model"
+    aliases: tuple[str, ...] = ()  # more names served as `model` (a router's aliases)
     prefill_ms: float = 300.0
     prefill_ms_per_token: float = 0.0
     reasoning_tokens: int = 20

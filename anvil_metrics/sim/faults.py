@@ -12,6 +12,9 @@ Grammar of one ``--fault`` value::
 
     KIND[=ARG]@I,J,K    the chat completion requests with these 0-based indices
     KIND[=ARG]%P        each chat completion request with probability P (0 <= P <= 1)
+    KIND[=ARG]@MODEL:I,J   the requests naming "model": MODEL with these 0-based indices,
+                        counted among those requests only (a router alias that answers 503
+                        once: ``http503@llm.primary:0``)
 
 A request gets at most one fault: the first matching rule in command-line order. Every rate
 rule draws exactly one number per request (in command-line order, from one
@@ -51,7 +54,8 @@ _INTEGER_ARG = frozenset({"http429", "reset_mid_stream", "malformed_chunk", "str
 HTTP_STATUS = {"http400": 400, "http429": 429, "http500": 500, "http503": 503}
 
 ALLOWED = (
-    "expected KIND[=ARG]@I,J,... (0-based request indices) or KIND[=ARG]%P (0 <= P <= 1), "
+    "expected KIND[=ARG]@I,J,... (0-based request indices), KIND[=ARG]@MODEL:I,J,... (indices "
+    "among the requests naming that model) or KIND[=ARG]%P (0 <= P <= 1), "
     "KIND one of "
     + ", ".join(f"{kind}={arg}" if arg else kind for kind, arg in ARG_OF_KIND.items())
     + " (K an integer >= 0, SECONDS a number >= 0, whole seconds for http429)"
@@ -78,12 +82,14 @@ class Fault:
 
 @dataclass(frozen=True, slots=True)
 class FaultRule:
-    """A fault and the requests it hits: the listed indices, or each with probability `rate`."""
+    """A fault and the requests it hits: the listed indices (among the requests naming
+    `model` when it is set), or each with probability `rate`."""
 
     fault: Fault
     indices: frozenset[int] = frozenset()
     rate: float | None = None
     spec: str = ""
+    model: str | None = None
 
 
 def _bad(spec: str, why: str) -> ValueError:
@@ -119,10 +125,14 @@ def parse_rule(spec: str) -> FaultRule:
         raise _bad(spec, f"unknown kind {kind!r}")
     fault = Fault(kind, _parse_arg(spec, kind, arg_text if eq else None))
     if at >= 0:
+        model, colon, selector = selector.rpartition(":")
+        if colon and not model:
+            raise _bad(spec, "MODEL before ':' must not be empty")
         parts = selector.split(",")
         if not all(p.isascii() and p.isdigit() for p in parts):  # also refuses "", "-1", "1,,2"
             raise _bad(spec, f"indices must be integers >= 0 separated by commas, got {selector!r}")
-        return FaultRule(fault, indices=frozenset(int(p) for p in parts), spec=spec)
+        return FaultRule(fault, indices=frozenset(int(p) for p in parts), spec=spec,
+                         model=model if colon else None)
     try:
         rate = float(selector)
     except ValueError:
@@ -135,20 +145,29 @@ def parse_rule(spec: str) -> FaultRule:
 class FaultPicker:
     """Numbers chat completion requests as they arrive and picks each one's fault (or None)."""
 
-    __slots__ = ("_rules", "_rng", "index")
+    __slots__ = ("_rules", "_rng", "index", "_per_model", "needs_model")
 
     def __init__(self, rules: Sequence[FaultRule], seed: int = 0) -> None:
         self._rules = tuple(rules)
         self._rng = random.Random(seed)
         self.index = 0  # index the next request gets
+        self._per_model: dict[str, int] = {}  # model -> index its next request gets
+        self.needs_model = any(r.model is not None for r in self._rules)
 
-    def pick(self) -> Fault | None:
-        """The fault of the next request: first matching rule; each rate rule draws once."""
+    def pick(self, model: str | None = None) -> Fault | None:
+        """The fault of the next request (naming `model`, when the caller knows): the first
+        matching rule; each rate rule draws once."""
         index = self.index
         self.index = index + 1
+        model_index = -1
+        if model is not None and self.needs_model:
+            model_index = self._per_model.get(model, 0)
+            self._per_model[model] = model_index + 1
         chosen: Fault | None = None
         for rule in self._rules:
-            if rule.rate is None:
+            if rule.model is not None:
+                hit = rule.model == model and model_index in rule.indices
+            elif rule.rate is None:
                 hit = index in rule.indices
             else:
                 hit = self._rng.random() < rule.rate

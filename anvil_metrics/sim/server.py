@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from dataclasses import fields
 
+import orjson
+
 from anvil_metrics.sim import tokenapi
 from anvil_metrics.sim.admission import Admission
 from anvil_metrics.sim.burst import BurstChatStream
@@ -117,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--host", default="127.0.0.1", help="address to bind")
     add("--port", type=_int_at_least(0), default=0, help="port to bind; 0 picks a free one")
     add("--model", default="sim-model", help="model id served and checked")
+    add(
+        "--alias",
+        dest="aliases",
+        metavar="NAME",
+        action="append",
+        help="another name the model answers to, repeatable: listed by /v1/models and accepted "
+        "as a chat request's model (as a router's serving aliases are)",
+    )
     add("--prefill-ms", type=_non_negative_float, default=300.0, help="fixed prefill time")
     add(
         "--prefill-ms-per-token",
@@ -205,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         type=_fault_rule,
         help="inject a fault into chat completion requests, repeatable: KIND[=ARG]@I,J,... "
-        "hits those 0-based request indices, KIND[=ARG]%%P each request with probability P; "
+        "hits those 0-based request indices, KIND[=ARG]@MODEL:I,J,... those among the requests "
+        "naming that model, KIND[=ARG]%%P each request with probability P; "
         "the first matching --fault wins. KIND: http400, http500, http503, http429=SECONDS, "
         "reset_before_headers, reset_mid_stream=K, malformed_chunk=K, stream_error=K, "
         "stall_first_byte=SECONDS, stall_mid_stream=SECONDS, no_done, end_before_finish=K, "
@@ -273,6 +284,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"({args.prefix_cache_block}), got {args.prefix_cache_tokens}"
         )
     args.faults = tuple(args.faults or ())
+    args.aliases = tuple(dict.fromkeys(a for a in args.aliases or () if a != args.model))
     if args.burst > 1 and args.faults:
         parser.error("argument --burst: cannot be combined with --fault")
     return args
@@ -315,7 +327,10 @@ class App:
     def handle(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
         route = (request.method, request.path)
         if route == ("POST", "/v1/chat/completions"):
-            fault = self.faults.pick() if self.faults is not None else None
+            fault = None
+            if self.faults is not None:
+                model = _model_of(request.body) if self.faults.needs_model else None
+                fault = self.faults.pick(model)
             if fault is None:
                 answer_chat(conn, self.sched, self.cfg, request.body, t0_ns, self.prefix_cache,
                             self.make_stream, admit=self._admit)
@@ -359,16 +374,29 @@ class App:
         )
 
     def models(self) -> dict[str, object]:
-        card = {
-            "id": self.cfg.model,
-            "object": "model",
-            "created": self._created,
-            "owned_by": "anvil-sim",
-            "root": self.cfg.model,
-            "parent": None,
-            "max_model_len": self.cfg.max_context,
-        }
-        return {"object": "list", "data": [card]}
+        cards = [
+            {
+                "id": name,
+                "object": "model",
+                "created": self._created,
+                "owned_by": "anvil-sim",
+                "root": self.cfg.model,
+                "parent": None,
+                "max_model_len": self.cfg.max_context,
+            }
+            for name in (self.cfg.model, *self.cfg.aliases)
+        ]
+        return {"object": "list", "data": cards}
+
+
+def _model_of(body: bytes) -> str | None:
+    """The "model" a chat request names, None when its body does not say (or is not JSON)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None
 
 
 def _listening_url(server: asyncio.AbstractServer) -> str:

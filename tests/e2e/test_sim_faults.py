@@ -53,7 +53,8 @@ def test_parse_index_and_rate_rules() -> None:
      "http500%1.5", "http500%-0.1", "http500%nan", "http500%", "http500@1%0.5",
      "http429@1", "http429=1.5@1", "no_done=1@0", "reset_mid_stream@1",
      "reset_mid_stream=x@1", "reset_mid_stream=-1@1", "stall_first_byte=-1@0",
-     "stall_first_byte=inf@0", "stall_mid_stream=@0", "@1", ""],
+     "stall_first_byte=inf@0", "stall_mid_stream=@0", "@1", "", "http503@:0",
+     "http503@m:", "http503@m:x"],
 )  # fmt: skip
 def test_bad_specs_are_refused(spec: str) -> None:
     with pytest.raises(ValueError, match="bad fault spec"):
@@ -64,6 +65,14 @@ def test_index_selection_and_first_rule_wins() -> None:
     picker = FaultPicker([parse_rule("http500@1,3"), parse_rule("no_done@3,4")])
     kinds = [getattr(picker.pick(), "kind", None) for _ in range(6)]
     assert kinds == [None, "http500", None, "http500", "no_done", None]
+
+
+def test_model_scoped_indices_count_that_models_requests_only() -> None:
+    assert parse_rule("http503@qwen:7b:0").model == "qwen:7b"
+    picker = FaultPicker([parse_rule("http503@llm.primary:0,2"), parse_rule("no_done@3")])
+    models = ["org/sim", "llm.primary", "llm.primary", "other", "llm.primary", None]
+    kinds = [getattr(picker.pick(m), "kind", None) for m in models]
+    assert kinds == [None, "http503", None, "no_done", "http503", None]
 
 
 def test_rate_selection_is_reproducible_with_the_seed() -> None:

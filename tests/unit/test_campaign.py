@@ -156,12 +156,33 @@ DELETE = object()
      "the candidate"),
     ("restoration", {"aliases": ["x", "x"]}, "restoration.aliases: ['x', 'x'] is not "
      "allowed; expected a list of distinct"),
-    ("restoration", {"names": ["x"]}, 'restoration: unknown key "names"; allowed: aliases'),
+    ("restoration", {"names": ["x"]}, 'restoration: unknown key "names"; allowed: aliases, '
+     "host"),
+    ("restoration", {"aliases": ["x"], "host": "ftp://127.0.0.1"}, "restoration.host: "
+     "'ftp://127.0.0.1' is not allowed; expected http(s)://HOST:PORT[/v1]"),
+    ("restoration", {"aliases": ["x"], "host": 8000}, "restoration.host: a int is not "
+     "allowed; expected http(s)://HOST:PORT[/v1]"),
 ])
 def test_each_problem_gives_its_line(path: str, value: Any, line: str) -> None:
     found = problems(_patched(path, value))
     assert len(found) == 1, found
     assert found[0].startswith(line), found[0]
+
+
+def test_restoration_asks_its_host_else_the_candidates() -> None:
+    doc = good()
+    doc["restoration"] = {"aliases": ["llm.primary"]}
+    c = campaign_from_dict(doc, "c.toml", REPO)
+    assert c.restoration_host is None
+    assert c.restoration_endpoint.base_url == "http://127.0.0.1:8001/v1"  # b/on's
+    doc["restoration"]["host"] = "http://alice:s3cret@127.0.0.1:9000"
+    c = campaign_from_dict(doc, "c.toml", REPO)
+    assert c.restoration_endpoint.base_url == "http://127.0.0.1:9000/v1"
+    assert c.restoration_endpoint.userinfo_key == "s3cret"
+    assert any("restoration: llm.primary at http://127.0.0.1:9000/v1" in line
+               for line in plan_lines(c, plan(c), "results"))
+    doc["restoration"]["host"] = "gopher://alice:s3cret@127.0.0.1:9000"
+    assert "s3cret" not in "".join(problems(doc))
 
 
 def test_a_repeated_id_is_refused() -> None:

@@ -226,3 +226,73 @@ def test_a_changed_campaign_file_is_refused(tmp_path: Path) -> None:
 def test_credentials_are_stripped_from_the_stored_text() -> None:
     assert without_credentials('host = "http://u:pw@127.0.0.1:8000"\nx = "https://k@h/v1"') == (
         'host = "http://127.0.0.1:8000"\nx = "https://h/v1"')
+
+
+def restoring(results: list[str]):
+    """A fake restoration check answering `results` in turn ("pass"/"fail"), recording the
+    campaigns it was asked for."""
+    from anvil_metrics.restoration import AliasCheck, RestorationResult
+    asked: list[tuple[str, ...]] = []
+
+    def restore(campaign, environ) -> RestorationResult:
+        asked.append(campaign.restoration_aliases)
+        ok = results[len(asked) - 1] == "pass"
+        return RestorationResult("http://127.0.0.1:9002/v1", tuple(
+            AliasCheck(a, True, ok, 3 if ok else 4, 503, "POST /v1/chat/completions",
+                       None if ok else "POST /v1/chat/completions: HTTP 503 again, after a "
+                       "retry")
+            for a in campaign.restoration_aliases))
+    return restore, asked
+
+
+def test_restoration_is_checked_after_the_last_run_and_rechecked(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path)
+    path.write_text(path.read_text() + '\n[restoration]\naliases = ["llm.primary"]\n')
+    restore, asked = restoring(["pass", "fail"])
+    lines: list[str] = []
+    out = run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(), environ={},
+                       restore=restore, progress=lines.append)
+    assert asked == [("llm.primary",)] and out.restoration == "pass" and out.exit_code == 0
+    rec = state(tmp_path)["restoration"]
+    assert rec["result"] == "pass" and rec["checked_at"].endswith("Z")
+    assert rec["aliases"][0]["alias"] == "llm.primary"
+    assert rec["aliases"][0]["retried_after"] == 503
+    assert lines[-2] == "restoration: asking llm.primary at http://127.0.0.1:9002/v1"
+    assert lines[-1] == "restoration: llm.primary answered (answered 503 once, then retried)"
+    # a rerun of the finished campaign runs nothing and checks again
+    out = run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(), environ={},
+                       restore=restore)
+    assert out.ran == 0 and len(asked) == 2 and out.restoration == "fail"
+    assert out.exit_code == 1 and state(tmp_path)["restoration"]["result"] == "fail"
+
+
+def test_an_interrupted_rerun_drops_the_old_check(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path)
+    path.write_text(path.read_text() + '\n[restoration]\naliases = ["a"]\n')
+    restore, asked = restoring(["pass"])
+    run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(), environ={},
+                 restore=restore)
+    (tmp_path / "c1" / "4-m-on-run2" / "benchmark.json").unlink()
+    with pytest.raises(KeyboardInterrupt):
+        run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(stop_at=4), environ={},
+                     restore=restore)
+    assert "restoration" not in state(tmp_path) and len(asked) == 1
+
+
+def test_without_aliases_nothing_is_checked(tmp_path: Path) -> None:
+    restore, asked = restoring([])
+    out = run_campaign(load_campaign(campaign_file(tmp_path)), tmp_path, runner=FakeRunner(),
+                       environ={}, restore=restore)
+    assert asked == [] and out.restoration is None and "restoration" not in state(tmp_path)
+
+
+def test_the_check_asks_with_the_candidates_key(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import anvil_metrics.campaignrun as cr
+    path = campaign_file(tmp_path, key_on='api_key_env = "K"')
+    path.write_text(path.read_text() + '\n[restoration]\naliases = ["a"]\n')
+    seen: list[tuple[str, tuple[str, ...], dict[str, str]]] = []
+    monkeypatch.setattr(cr, "check_aliases", lambda url, aliases, headers: seen.append(
+        (url, aliases, headers)))
+    cr.check_restoration(load_campaign(path), {"K": "sk-k"})
+    assert seen == [("http://127.0.0.1:9002/v1", ("a",), {"Authorization": "Bearer sk-k"})]

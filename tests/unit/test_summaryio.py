@@ -281,3 +281,72 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("anvil: summarize: ")
     assert "is not a folder" in err
+
+
+def _check(result: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"result": result, "base_url": "http://127.0.0.1:8000/v1",
+            "checked_at": "2026-08-01T17:00:00.000Z", "aliases": rows}
+
+
+def _row(alias: str, ok: bool = True, first: int | str | None = None) -> dict[str, Any]:
+    return {"alias": alias, "result": "pass" if ok else "fail", "listed": True,
+            "answered": ok, "attempts": 2 + (first is not None), "retried_after": first,
+            "retried_request": "POST /v1/chat/completions" if first is not None else None,
+            "reason": None if ok else "POST /v1/chat/completions: HTTP 404"}
+
+
+def test_the_restoration_block_and_its_retry_in_words(tmp_path: Path,
+                                                      example: dict[str, Any]) -> None:
+    folder = write_folder(tmp_path / "c", example_docs(example), all_entries())
+    record = orjson.loads((folder / "campaign.json").read_bytes())
+    record["restoration"] = _check("pass", [_row("llm.primary", first=503),
+                                            _row("vision.general"),
+                                            _row("vision.ocr", first="connection reset")])
+    (folder / "campaign.json").write_bytes(orjson.dumps(record))
+    doc = summary_document(read_campaign_folder(folder, verify=accept_all))
+    rest = doc["restoration"]
+    assert {k: rest[k] for k in ("result", "router_aliases", "all_tiers_admitting")} == {
+        "result": "pass", "router_aliases": example["restoration"]["router_aliases"],
+        "all_tiers_admitting": True}
+    assert [a["alias"] for a in rest["aliases"]] == rest["router_aliases"]
+    assert "restoration" not in doc["not_included"]
+    assert list(doc).index("restoration") == list(doc).index("retained_failures") + 1
+    assert doc["retained_failures"] == [
+        "Restoration: alias llm.primary answered 503 once (POST /v1/chat/completions), then "
+        "200 after a retry.",
+        "Restoration: alias vision.ocr had its connection reset once "
+        "(POST /v1/chat/completions), then 200 after a retry."]
+    assert "## Restoration" in markdown(doc)
+
+
+def test_a_failed_restoration_is_said_and_not_admitting(tmp_path: Path,
+                                                        example: dict[str, Any]) -> None:
+    folder = write_folder(tmp_path / "c", example_docs(example), all_entries())
+    record = orjson.loads((folder / "campaign.json").read_bytes())
+    record["restoration"] = _check("fail", [_row("llm.primary"), _row("vision.general", False),
+                                            _row("vision.ocr")])
+    (folder / "campaign.json").write_bytes(orjson.dumps(record))
+    doc = summary_document(read_campaign_folder(folder, verify=accept_all))
+    assert (doc["restoration"]["result"], doc["restoration"]["all_tiers_admitting"]) == (
+        "fail", False)
+    assert doc["retained_failures"] == [
+        "Restoration: alias vision.general did not answer after the last run: "
+        "POST /v1/chat/completions: HTTP 404."]
+
+
+def test_restoration_left_out_says_why(tmp_path: Path, example: dict[str, Any]) -> None:
+    folder = write_folder(tmp_path / "c", example_docs(example), all_entries())
+    doc = summary_document(read_campaign_folder(folder, verify=accept_all))
+    assert "restoration" not in doc
+    assert "holds no restoration check" in doc["not_included"]["restoration"]
+    record = orjson.loads((folder / "campaign.json").read_bytes())
+    record["restoration"] = _check("pass", [_row("llm.primary")])  # not the campaign's list
+    (folder / "campaign.json").write_bytes(orjson.dumps(record))
+    doc = summary_document(read_campaign_folder(folder, verify=accept_all))
+    assert "restoration" not in doc and "not as anvil writes it" in (
+        doc["not_included"]["restoration"])
+    toml = CAMPAIGN_FILE.read_text()
+    toml = toml[:toml.index("[restoration]")]
+    folder = write_folder(tmp_path / "d", example_docs(example), all_entries(), toml=toml)
+    doc = summary_document(read_campaign_folder(folder, verify=accept_all))
+    assert "names no [restoration] aliases" in doc["not_included"]["restoration"]
