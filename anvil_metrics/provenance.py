@@ -49,11 +49,11 @@ from typing import Any
 import orjson
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.plainhttp import OPENER, BodyError, read_body
 from anvil_metrics.urls import Endpoint
 
 DEFAULT_TIMEOUT_S = 2.0
 BUDGET_PROBES = 4  # the whole discovery takes at most this many timeouts
-MAX_BODY_BYTES = 4 << 20  # SGLang's server info is ~10 KB, llama.cpp's props (template) ~50 KB
 FIELDS = ("engine", "version", "max_model_len", "served_model")
 ENGINES = ("vllm", "sglang", "llamacpp")
 GIVEN = "given"  # the source of a value the user gave (flag or scenario [meta])
@@ -81,14 +81,6 @@ class _ProbeError(Exception):
         super().__init__(message)
         self.fatal = fatal
         self.status = status
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # the 3xx becomes an HTTPError: reported, never followed
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
 class _Prober:
@@ -123,23 +115,11 @@ class _Prober:
 
     def _read(self, path: str, wait_s: float) -> bytes:
         request = urllib.request.Request(self.root + path, headers=self.headers, method="GET")
-        give_up = time.monotonic() + wait_s
         try:
-            with _OPENER.open(request, timeout=wait_s) as response:
-                chunks: list[bytes] = []
-                size = 0
-                for _ in range(MAX_BODY_BYTES // 1024 + 2):  # read1 returns >= 1 byte or EOF
-                    if time.monotonic() > give_up:
-                        raise _ProbeError(f"GET {path}: no whole answer within {wait_s:g} s",
-                                          fatal=True)
-                    chunk = response.read1(65536)
-                    if not chunk:
-                        return b"".join(chunks)
-                    size += len(chunk)
-                    if size > MAX_BODY_BYTES:
-                        raise _ProbeError(f"GET {path}: answer over {MAX_BODY_BYTES} bytes")
-                    chunks.append(chunk)
-                raise _ProbeError(f"GET {path}: answer never ended", fatal=True)
+            with OPENER.open(request, timeout=wait_s) as response:
+                return read_body(response, f"GET {path}", wait_s)
+        except BodyError as exc:
+            raise _ProbeError(str(exc), fatal=exc.fatal) from None
         except urllib.error.HTTPError as exc:
             raise _ProbeError(f"GET {path}: HTTP {exc.code}", status=exc.code) from None
         except urllib.error.URLError as exc:

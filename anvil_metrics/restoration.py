@@ -12,7 +12,7 @@ it in words; anything else, or a second transient answer, fails that alias.
 Rules (as `provenance.py`'s probes): stdlib ``urllib``, no redirect followed (it would carry
 the Authorization header elsewhere), no proxy from the environment; every request bounded by
 `timeout_s` per socket wait and in total between body reads, bodies read up to
-`MAX_BODY_BYTES`; the pause is capped at `MAX_PAUSE_S`. Nothing raises for the server's
+`plainhttp.MAX_BODY_BYTES`; the pause is capped at `MAX_PAUSE_S`. Nothing raises for the server's
 doing; reasons name paths and statuses only, never the host, a header or a body.
 """
 
@@ -28,10 +28,11 @@ from typing import Any
 
 import orjson
 
+from anvil_metrics.plainhttp import OPENER, BodyError, read_body
+
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_PAUSE_S = 2.0
 MAX_PAUSE_S = 10.0
-MAX_BODY_BYTES = 4 << 20
 TRANSIENT_STATUS = 503
 RESET = "connection reset"
 MODELS = "GET /v1/models"
@@ -95,14 +96,6 @@ class _Failed(Exception):
         self.dead = dead
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # the 3xx becomes an HTTPError: reported, never followed
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-
-
 def _is_reset(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionResetError | ConnectionAbortedError | BrokenPipeError)
 
@@ -112,23 +105,11 @@ def _request(what: str, url: str, body: bytes | None, headers: Mapping[str, str]
     """The JSON answer of one request (`what`: "GET /v1/models", for the reasons)."""
     method = what.split(" ", 1)[0]
     req = urllib.request.Request(url, data=body, headers=dict(headers), method=method)
-    give_up = time.monotonic() + timeout_s
     try:
-        with _OPENER.open(req, timeout=timeout_s) as response:
-            chunks: list[bytes] = []
-            size = 0
-            for _ in range(MAX_BODY_BYTES // 1024 + 2):  # read1 returns >= 1 byte or EOF
-                if time.monotonic() > give_up:
-                    raise _Failed(f"{what}: no whole answer within {timeout_s:g} s", dead=True)
-                chunk = response.read1(65536)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise _Failed(f"{what}: answer over {MAX_BODY_BYTES} bytes")
-                chunks.append(chunk)
-            else:
-                raise _Failed(f"{what}: answer never ended", dead=True)
+        with OPENER.open(req, timeout=timeout_s) as response:
+            answer = read_body(response, what, timeout_s)
+    except BodyError as exc:
+        raise _Failed(str(exc), dead=exc.fatal) from None
     except urllib.error.HTTPError as exc:
         if exc.code == TRANSIENT_STATUS:
             raise _Transient(f"{what}: HTTP {exc.code}", exc.code) from None
@@ -150,9 +131,9 @@ def _request(what: str, url: str, body: bytes | None, headers: Mapping[str, str]
     except Exception as exc:  # e.g. a header value urllib refuses: its text may hold a key
         raise _Failed(f"{what}: {type(exc).__name__}", dead=True) from None
     try:
-        return orjson.loads(b"".join(chunks))
+        return orjson.loads(answer)
     except orjson.JSONDecodeError:
-        raise _Failed(f"{what}: not JSON ({size} bytes)") from None
+        raise _Failed(f"{what}: not JSON ({len(answer)} bytes)") from None
 
 
 class _Alias:

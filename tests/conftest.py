@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -89,3 +90,22 @@ def self_signed_cert(tmp_path: Path) -> tuple[Path, Path]:
                     "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     return cert, key
+
+
+@contextmanager
+def http_server(handler: type) -> Iterator[int]:
+    """A stdlib `ThreadingHTTPServer` on 127.0.0.1 serving `handler` in a thread: its port;
+    shut down (and its thread joined) on exit."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -15,10 +15,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+from conftest import http_server
 
 from anvil_metrics.provenance import FIELDS, Discovery, discover, merge
 
@@ -50,16 +51,8 @@ def stub(routes: dict[str, Route | Callable[[dict[str, str]], Route]]
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with http_server(Handler) as port:
+        yield f"http://127.0.0.1:{port}", seen
 
 
 @contextmanager

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from conftest import http_server
 
 from anvil_metrics.restoration import RESET, check_aliases
 
@@ -49,16 +50,8 @@ def stub(answer: Answer) -> Iterator[tuple[str, list[tuple[str, str, dict[str, s
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with http_server(Handler) as port:
+        yield f"http://127.0.0.1:{port}/v1", seen
 
 
 def serving(names: list[str], fail_first: dict[str, int] | None = None) -> Answer:
