@@ -288,8 +288,11 @@ def cmd_postprocess(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from anvil_metrics import summaryverify
     from anvil_metrics.docscan import verify_file
+    from anvil_metrics.jsonschemas import check
     from anvil_metrics.run import load_benchmark
+    from anvil_metrics.schema import SCHEMA
     from anvil_metrics.summaryverify import is_summary, read_small_json
 
     path = Path(a.file)
@@ -299,7 +302,16 @@ def cmd_verify(a: argparse.Namespace) -> int:
     doc = read_small_json(path)
     if is_summary(doc):
         return _verify_summary(doc, path)
-    problems = verify_file(path, load=load_benchmark)
+    problems = verify_file(path, load=load_benchmark)  # a file that cannot be read: raises
+    if doc is not None:  # parsed, and a JSON object (else verify_file has raised)
+        said, breaches = check(doc, SCHEMA)
+        problems = [*breaches, *problems]
+    else:  # too big to hold whole for a schema validator; verify's own checks cover it
+        limit = summaryverify.SMALL_BYTES
+        size = f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit >> 10} KB"
+        said = (f"schema check skipped: the file is over {size} (anvil verify's own checks "
+                "cover every field)")
+    print(said)
     for msg in problems:
         print(f"MISMATCH {msg}")
     if problems:
@@ -310,18 +322,23 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def _verify_summary(doc: dict[str, Any], path: Path) -> int:
+    from anvil_metrics.jsonschemas import check
+    from anvil_metrics.summaryio import SCHEMA
     from anvil_metrics.summaryverify import verify_summary
 
-    check = verify_summary(doc, path)
-    for msg in check.problems:
+    said, breaches = check(doc, SCHEMA)
+    print(said)
+    check_ = verify_summary(doc, path)
+    problems = [*breaches, *check_.problems]
+    for msg in problems:
         print(f"MISMATCH {msg}")
-    if check.problems:
-        print(f"{path}: {len(check.problems)} mismatch(es)")
+    if problems:
+        print(f"{path}: {len(problems)} mismatch(es)")
         return 1
-    if check.folder is None:
-        print(f"{path}: shape checked only, figures not recomputed: {check.why_shape_only}")
+    if check_.folder is None:
+        print(f"{path}: shape checked only, figures not recomputed: {check_.why_shape_only}")
         return 0
-    print(f"{path}: every figure recomputes from {check.runs} runs in {check.folder}")
+    print(f"{path}: every figure recomputes from {check_.runs} runs in {check_.folder}")
     return 0
 
 

@@ -25,7 +25,9 @@ import numpy as np
 import orjson
 import pytest
 from conftest import anvil, load_json, result_path, write_scenario
+from jsonschema import Draft202012Validator
 
+from anvil_metrics.jsonschemas import FILES, shipped
 from anvil_metrics.sim.specdecode import spec_counts
 from anvil_metrics.simproc import start_simulator
 
@@ -206,6 +208,7 @@ def test_verify_recomputes_the_summary_from_the_runs(tmp_path: Path, runs) -> No
     proc = anvil("verify", str(path))
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [
+        "schema: checked against public-summary-v1.schema.json (JSON Schema draft 2020-12)",
         f"MISMATCH performance[1].e2e_p50_ms: file has "
         f"{doc['performance'][1]['e2e_p50_ms']!r}, recomputed {want!r}",
         f"{path}: 1 mismatch(es)"]
@@ -218,3 +221,20 @@ def test_verify_recomputes_the_summary_from_the_runs(tmp_path: Path, runs) -> No
     proc = anvil("verify", str(path))
     assert proc.returncode == 1
     assert "MISMATCH performance[0].runs: file has 3, recomputed 2" in proc.stdout
+
+
+def test_anvil_outputs_validate_against_the_shipped_schemas(tmp_path: Path, runs) -> None:
+    """Other tools can validate anvil's files: every real run's benchmark.json and the real
+    summary pass the shipped JSON Schemas (draft 2020-12), and verify says it checked."""
+    validators = {which: Draft202012Validator(shipped(which)) for which in FILES}
+    root, entries, _ = runs
+    for e in entries:
+        doc = load_json(root / e["folder"] / "benchmark.json")
+        assert list(validators[doc["schema"]].iter_errors(doc)) == [], e["folder"]
+    folder = campaign_dir(tmp_path, runs, threshold=20)
+    doc, _ = summarize(folder)
+    assert list(validators[doc["schema"]].iter_errors(doc)) == []
+    proc = anvil("verify", str(root / entries[0]["folder"] / "benchmark.json"))
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines()[0] == ("schema: checked against benchmark-v1.schema.json "
+                                           "(JSON Schema draft 2020-12)")

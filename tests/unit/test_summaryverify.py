@@ -130,6 +130,22 @@ def test_cli_says_what_it_checked(tmp_path: Path, example, capsys) -> None:
     path, _ = summarized(tmp_path, example)
     assert cli.main(["verify", str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("MISMATCH campaign: its figures cannot be recomputed from ")
-    assert "no finished run whose benchmark.json verifies" in out[0]
+    assert out[0] == ("schema: checked against public-summary-v1.schema.json (JSON Schema "
+                      "draft 2020-12)")
+    assert out[1].startswith("MISMATCH campaign: its figures cannot be recomputed from ")
+    assert "no finished run whose benchmark.json verifies" in out[1]
     assert out[-1] == f"{path}: 1 mismatch(es)"
+
+
+def test_cli_a_benchmark_too_big_to_hold_whole_skips_the_schema(monkeypatch, capsys) -> None:
+    """A benchmark over SMALL_BYTES is verified in blocks (docscan), never parsed whole for a
+    schema validator: verify says the schema check was skipped, and why."""
+    import anvil_metrics.summaryverify as sv
+
+    monkeypatch.setattr(sv, "SMALL_BYTES", 1 << 10)
+    seed = DATA / "benchmark-v1.000_51f6de0d03ca0563.json"
+    assert cli.main(["verify", str(seed)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("schema check skipped: the file is over 1 KB (anvil verify's own "
+                      "checks cover every field)")
+    assert out[-1].endswith("every per-request value and aggregate recomputes exactly")
