@@ -6,6 +6,7 @@
     anvil capacity SCENARIO.toml --host URL --slo "ttft_p95_ms<=2000" [--by users|rate]
     anvil postprocess RUN_DIR         raw records -> benchmark.json
     anvil verify FILE.json            recompute every derived value; exit 1 on a mismatch
+                                      (a benchmark, or a summary: from its campaign's runs)
     anvil sim [options]               the built-in OpenAI-compatible simulator
     anvil demo                        simulator + smoke scenario, end to end
     anvil campaign run CAMPAIGN.toml [--results-dir D] [--dry-run] [--before-run-timeout S]
@@ -101,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp = sub.add_parser("postprocess", help="build benchmark.json from a run folder")
     pp.add_argument("run_dir")
 
-    v = sub.add_parser("verify", help="recompute and check every figure of a benchmark file")
+    v = sub.add_parser("verify", help="recompute and check every figure of a benchmark "
+                       "or summary file")
     v.add_argument("file")
 
     sub.add_parser("sim", help="start the built-in simulator (see 'anvil sim --help')",
@@ -286,19 +288,57 @@ def cmd_postprocess(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from anvil_metrics import summaryverify
     from anvil_metrics.docscan import verify_file
+    from anvil_metrics.jsonschemas import check
     from anvil_metrics.run import load_benchmark
+    from anvil_metrics.schema import SCHEMA
+    from anvil_metrics.summaryverify import is_summary, read_small_json
 
     path = Path(a.file)
     if not path.exists():
-        raise UsageError(f"verify: {a.file!r} does not exist; pass a benchmark.json path")
-    problems = verify_file(path, load=load_benchmark)
+        raise UsageError(f"verify: {a.file!r} does not exist; pass a benchmark.json or "
+                         "summary.json path")
+    doc = read_small_json(path)
+    if is_summary(doc):
+        return _verify_summary(doc, path)
+    problems = verify_file(path, load=load_benchmark)  # a file that cannot be read: raises
+    if doc is not None:  # parsed, and a JSON object (else verify_file has raised)
+        said, breaches = check(doc, SCHEMA)
+        problems = [*breaches, *problems]
+    else:  # too big to hold whole for a schema validator; verify's own checks cover it
+        limit = summaryverify.SMALL_BYTES
+        size = f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit >> 10} KB"
+        said = (f"schema check skipped: the file is over {size} (anvil verify's own checks "
+                "cover every field)")
+    print(said)
     for msg in problems:
         print(f"MISMATCH {msg}")
     if problems:
         print(f"{path}: {len(problems)} mismatch(es)")
         return 1
     print(f"{path}: every per-request value and aggregate recomputes exactly")
+    return 0
+
+
+def _verify_summary(doc: dict[str, Any], path: Path) -> int:
+    from anvil_metrics.jsonschemas import check
+    from anvil_metrics.summaryio import SCHEMA
+    from anvil_metrics.summaryverify import verify_summary
+
+    said, breaches = check(doc, SCHEMA)
+    print(said)
+    check_ = verify_summary(doc, path)
+    problems = [*breaches, *check_.problems]
+    for msg in problems:
+        print(f"MISMATCH {msg}")
+    if problems:
+        print(f"{path}: {len(problems)} mismatch(es)")
+        return 1
+    if check_.folder is None:
+        print(f"{path}: shape checked only, figures not recomputed: {check_.why_shape_only}")
+        return 0
+    print(f"{path}: every figure recomputes from {check_.runs} runs in {check_.folder}")
     return 0
 
 

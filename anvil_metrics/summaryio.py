@@ -32,6 +32,7 @@ from anvil_metrics.docscan import scan_benchmark, verify_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_bytes, dumps_strict
 from anvil_metrics.summary import VariantRuns, summarize
+from anvil_metrics.summarystats import RESAMPLES
 
 SCHEMA = "anvil-serving.public-benchmark-summary/v1"
 CAMPAIGN_SCHEMA = "anvil-campaign/v1"
@@ -268,15 +269,19 @@ def _date(variants: tuple[VariantRuns, ...]) -> str | None:
     return max(days) if days else None
 
 
-def summary_document(cf: CampaignFolder) -> dict[str, Any]:
-    """The summary document, in the spec example's field order, anvil's added blocks last."""
+def summary_document(cf: CampaignFolder, *, seed: int = 0,
+                     resamples: int = RESAMPLES) -> dict[str, Any]:
+    """The summary document, in the spec example's field order, anvil's added blocks last.
+    `seed` and `resamples` are the bootstrap's: `anvil verify` passes the ones a summary
+    recorded (its `statistics.bootstrap`), to recompute its intervals bit for bit."""
     c = cf.campaign
     clash = sorted(set(c.facts) & set(COMPUTED_KEYS))
     if clash:
         raise UsageError(f"summarize: the campaign's [facts] table uses {', '.join(clash)}, "
                          "which the summary computes itself; rename those facts")
     s = summarize(cf.variants, gates=c.gates, candidate=c.candidate, incumbent=c.incumbent,
-                  baseline=c.baseline, placements=_placements(cf))
+                  baseline=c.baseline, placements=_placements(cf), seed=seed,
+                  resamples=resamples)
     computed = s.to_json()
     doc: dict[str, Any] = {"schema": SCHEMA, "date": _date(cf.variants),
                            "decision": s.decision}
@@ -299,7 +304,9 @@ def summary_document(cf: CampaignFolder) -> dict[str, Any]:
     doc["campaign"] = {"name": c.name, "campaign_file": c.source,
                        "scenario_file": c.scenario_path, "candidate": c.candidate,
                        "incumbent": c.incumbent, "baseline": c.baseline,
-                       "planned_runs": cf.planned_runs, "summarized_runs": kept}
+                       "planned_runs": cf.planned_runs, "summarized_runs": kept,
+                       # where to recompute it from (`anvil verify`): a location, not a figure
+                       "folder": str(cf.folder.resolve())}
     return doc
 
 

@@ -21,10 +21,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from conftest import anvil, load_json, result_path, write_scenario
+from jsonschema import Draft202012Validator
 
+from anvil_metrics.jsonschemas import FILES, shipped
 from anvil_metrics.sim.specdecode import spec_counts
 from anvil_metrics.simproc import start_simulator
 
@@ -187,3 +190,51 @@ def test_a_variant_without_a_usable_run_is_refused(tmp_path: Path, runs) -> None
                                   "verifies for m/mtp3 (states: m/mtp3: failed, failed, "
                                   "failed)")
     assert not (folder / "summary.json").exists()
+
+
+def test_verify_recomputes_the_summary_from_the_runs(tmp_path: Path, runs) -> None:
+    """`anvil verify summary.json`: every figure from the six real runs (exit 0); one figure
+    changed in the last bit, or a run's file damaged, and it is named (exit 1)."""
+    folder = campaign_dir(tmp_path, runs, threshold=20)
+    doc, _ = summarize(folder)
+    path = folder / "summary.json"
+    proc = anvil("verify", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        f"{path}: every figure recomputes from 6 runs in {folder.resolve()}")
+    want = doc["performance"][1]["e2e_p50_ms"]
+    doc["performance"][1]["e2e_p50_ms"] = float(np.nextafter(want, np.inf))
+    path.write_bytes(orjson.dumps(doc))
+    proc = anvil("verify", str(path))
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        "schema: checked against public-summary-v1.schema.json (JSON Schema draft 2020-12)",
+        f"MISMATCH performance[1].e2e_p50_ms: file has "
+        f"{doc['performance'][1]['e2e_p50_ms']!r}, recomputed {want!r}",
+        f"{path}: 1 mismatch(es)"]
+    doc["performance"][1]["e2e_p50_ms"] = want  # the figure right again, a run's file wrong
+    path.write_bytes(orjson.dumps(doc))
+    bench = folder / runs[1][0]["folder"] / "benchmark.json"
+    run = load_json(bench)
+    run["metrics"]["e2e_p50_ms"] += 1.0
+    bench.write_bytes(orjson.dumps(run))
+    proc = anvil("verify", str(path))
+    assert proc.returncode == 1
+    assert "MISMATCH performance[0].runs: file has 3, recomputed 2" in proc.stdout
+
+
+def test_anvil_outputs_validate_against_the_shipped_schemas(tmp_path: Path, runs) -> None:
+    """Other tools can validate anvil's files: every real run's benchmark.json and the real
+    summary pass the shipped JSON Schemas (draft 2020-12), and verify says it checked."""
+    validators = {which: Draft202012Validator(shipped(which)) for which in FILES}
+    root, entries, _ = runs
+    for e in entries:
+        doc = load_json(root / e["folder"] / "benchmark.json")
+        assert list(validators[doc["schema"]].iter_errors(doc)) == [], e["folder"]
+    folder = campaign_dir(tmp_path, runs, threshold=20)
+    doc, _ = summarize(folder)
+    assert list(validators[doc["schema"]].iter_errors(doc)) == []
+    proc = anvil("verify", str(root / entries[0]["folder"] / "benchmark.json"))
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines()[0] == ("schema: checked against benchmark-v1.schema.json "
+                                           "(JSON Schema draft 2020-12)")

@@ -1,0 +1,105 @@
+"""The shipped JSON Schemas: generated from anvil's own field rules, never edited apart.
+
+Why these tests: the files in `anvil_metrics/schemas/` are what other tools validate anvil's
+documents with, so they must (1) be exactly what `jsonschemas.py` builds from the code's
+rules today (no drift), (2) be valid draft 2020-12 schemas, (3) accept the spec's two seed
+examples and anvil's own summaries, and (4) refuse what anvil's own rules refuse — for every
+row field, a null exactly when the catalogue says the field is not nullable.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from jsonschema import Draft202012Validator
+from test_summary import DATA, SUMMARY_NAME
+from test_summaryio import accept_all, all_entries, example_docs, write_folder
+
+from anvil_metrics import catalog, jsonschemas
+from anvil_metrics.jsonschemas import FILES, GENERATORS, SKIPPED, check, shipped, text
+from anvil_metrics.schema import SCHEMA as BENCHMARK
+from anvil_metrics.summaryio import SCHEMA as SUMMARY
+from anvil_metrics.summaryio import read_campaign_folder, summary_document
+
+SCHEMAS = Path(jsonschemas.__file__).resolve().parent / "schemas"
+SEED = DATA / "benchmark-v1.000_51f6de0d03ca0563.json"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(path: Path) -> dict[str, Any]:
+    return orjson.loads(path.read_bytes())
+
+
+@pytest.mark.parametrize("which", list(FILES))
+def test_shipped_files_are_the_generated_ones(which: str) -> None:
+    shipped_text = (SCHEMAS / FILES[which]).read_bytes()
+    assert shipped_text == text(GENERATORS[which]()), (
+        f"{FILES[which]} differs from what the code's rules give: run "
+        "`python -m anvil_metrics.jsonschemas` and commit the files")
+    Draft202012Validator.check_schema(shipped(which))
+    assert shipped(which)["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def test_package_data_is_declared() -> None:
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert '[tool.setuptools.package-data]\nanvil_metrics = ["schemas/*.schema.json"]' in \
+        pyproject
+
+
+def test_the_seed_examples_validate() -> None:
+    assert check(load(SEED), BENCHMARK)[1] == []
+    said, problems = check(load(DATA / SUMMARY_NAME), SUMMARY)
+    assert problems == []
+    assert said == ("schema: checked against public-summary-v1.schema.json (JSON Schema "
+                    "draft 2020-12)")
+
+
+def test_anvil_summaries_validate(tmp_path: Path) -> None:
+    example = load(DATA / SUMMARY_NAME)
+    folder = write_folder(tmp_path / "c", example_docs(example), all_entries())
+    doc = orjson.loads(orjson.dumps(summary_document(read_campaign_folder(
+        folder, verify=accept_all))))
+    assert check(doc, SUMMARY)[1] == []
+    # one run per variant: no intervals (nulls with reasons), still the schema's shape
+    few = write_folder(tmp_path / "d", example_docs(example), all_entries(runs=1))
+    doc = orjson.loads(orjson.dumps(summary_document(read_campaign_folder(
+        few, verify=accept_all))))
+    assert doc["performance"][1]["decode_delta_ci95_percent"] is None
+    assert check(doc, SUMMARY)[1] == []
+
+
+@pytest.mark.parametrize("field", [f.name for f in catalog.ROW])
+def test_a_null_row_field_is_refused_exactly_when_not_nullable(field: str) -> None:
+    doc = load(SEED)
+    doc["request_timings"][0][field] = None
+    problems = [p for p in check(doc, BENCHMARK)[1]
+                if p.startswith(f"request_timings[0].{field}:")]
+    assert bool(problems) is not catalog.BY_NAME[field].nullable, problems
+
+
+def test_breaches_are_named_by_path() -> None:
+    doc = load(SEED)
+    doc["request_timings"][1]["surprise"] = 1
+    doc["metrics"]["e2e_p50_ms"] = "fast"
+    del doc["run_id"]
+    problems = check(doc, BENCHMARK)[1]
+    assert [p.split(":")[0] for p in problems] == ["document", "metrics.e2e_p50_ms",
+                                                   "request_timings[1]"]
+    assert "'run_id' is a required property" in problems[0]
+    assert all(p.endswith("(JSON Schema benchmark-v1.schema.json)") for p in problems)
+    summary = copy.deepcopy(load(DATA / SUMMARY_NAME))
+    summary["decision"] = "maybe"
+    summary["performance"][0]["runs"] = -1
+    assert [p.split(":")[0] for p in check(summary, SUMMARY)[1]] == [
+        "decision", "performance[0].runs"]
+
+
+def test_without_jsonschema_the_check_is_skipped(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "jsonschema", None)  # import fails as if not installed
+    assert check(load(SEED), BENCHMARK) == (SKIPPED, [])
+    assert SKIPPED == "schema check skipped: install anvil-metrics[schema]"
