@@ -23,6 +23,7 @@ from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scena
 
 from anvil_metrics.arrivals import ArrivalPlan, Schedule
 from anvil_metrics.rawread import read_raw
+from anvil_metrics.saturation import LAG_P99_LIMIT_MS
 from anvil_metrics.verify import verify_benchmark
 
 pytestmark = pytest.mark.e2e
@@ -158,7 +159,10 @@ def test_open_loop_below_capacity_follows_the_schedule(simulator, tmp_path: Path
         "duration", "poisson", 20.0, 20.0)
     assert doc["failed"] == 0 and 300 < doc["requests"] < 500
     assert abs(load["achieved_rate_rps"] - drawn) / drawn < 0.03
-    assert lag["p99"] < 5.0
+    # the generator's own health limit (saturation.LAG_P99_LIMIT_MS): this VM's stalls put
+    # the p99 of ~400 requests anywhere from 1.5 to 8.5 ms, scraping or not (measured
+    # alternately, 4 runs); a schedule that fell behind would be late by whole seconds
+    assert lag["p99"] < LAG_P99_LIMIT_MS
     assert load["waited_for_user"] == 0
     sched = Schedule(ArrivalPlan(20.0, seed=seed))
     assert offsets == [sched.offset_ns(k) for k in range(len(offsets))]

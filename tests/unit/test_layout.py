@@ -117,3 +117,11 @@ def test_nothing_a_network_separates_is_pickled():
                 hits.append(f"{path.name}:{tok.start[0]}")
     assert sorted(PACKAGE.glob("dist*.py")), "the distributed modules are where they were"
     assert hits == []
+
+
+def test_test_files_have_unique_basenames():
+    """pytest imports test files by basename (tests/ has no packages): two files of one name
+    in different folders stop the whole collection (it happened: test_restoration.py)."""
+    tests = Path(__file__).resolve().parents[1]
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
