@@ -202,8 +202,11 @@ def test_stopped_run_keeps_every_issued_request(simulator, tmp_path: Path) -> No
                     "--reasoning-tokens", "3", "--content-tokens", "5", "--interval-ms", "3",
                     "--max-context", "8192")
     sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(warmup=0))
+    # -t counts from Locust's start, set-up included (model, calibration, the server's
+    # identity and the metrics scrape before the first measured request: ~0.1 s here, more
+    # on a loaded machine): 2 s leave the load a second or more
     proc = anvil("run", str(sc), "--host", sim.url, "--requests", "100000", "--users", "8",
-                 "--run-time", "1", "--results-dir", str(tmp_path))
+                 "--run-time", "2", "--results-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load_json(result_path(proc))
     assert doc["requests"] == doc["completed"] + doc["failed"] > 8
