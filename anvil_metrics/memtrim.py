@@ -11,9 +11,9 @@ own objects were not the cause: tracemalloc found no growing allocation site.)
 middle of the heap too). It is the standard remedy for this glibc behaviour (Dask's workers
 call it for the same reason).
 
-Its cost: one call walks the heap's free lists — well under a millisecond on a heap of tens
-of megabytes — once a minute, on the event loop. Off glibc (musl, macOS) `Trimmer.start`
-does nothing.
+Its cost: one call walks the heap's free lists, once a minute, on the event loop — measured
+in a 30-minute soak: 0.5-0.8 ms a call, the longest 8.5 ms while other jobs shared the CPUs.
+Off glibc (musl, macOS) `Trimmer.start` does nothing.
 """
 
 from __future__ import annotations
