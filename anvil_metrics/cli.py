@@ -123,6 +123,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("metrics", help="list every figure anvil computes: name, unit, formula")
 
+    ck = sub.add_parser("check", help="functional and multimodal checks: does the server "
+                        "still answer correctly? (anvil-serving.checks/v1)")
+    ck.add_argument("suites", metavar="SUITE[,SUITE...]",
+                    help="suites to run, comma-separated, or 'all' (every suite but "
+                    "near_limit): coding, json, tools, streaming_tools, tool_result_recovery, "
+                    "responses_subset, reasoning_leakage, retrieval, near_limit, quality, "
+                    "multimodal")
+    ck.add_argument("--host", "-H", required=True, help="endpoint, e.g. http://127.0.0.1:8000")
+    ck.add_argument("--model", default=None, help="model to ask (default: the first the "
+                    "server lists)")
+    ck.add_argument("--out", default="checks.json", help="where to write the results "
+                    "(default checks.json)")
+    ck.add_argument("--api-key", default=None,
+                    help="API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored")
+    ck.add_argument("--context", type=_argtype(whole(1024), "--context"), default=131072,
+                    help="retrieval's prompt size in tokens (default 131072)")
+    ck.add_argument("--near-limit", type=_argtype(whole(1024), "--near-limit"), default=None,
+                    help="near_limit's prompt size in tokens (default: the server's "
+                    "max_model_len minus 4096, rounded down to a thousand)")
+    ck.add_argument("--timeout", type=_argtype(timespan, "--timeout"), default=120.0,
+                    help="one ordinary request's time limit, e.g. 60s, 2m (default 120 s)")
+    ck.add_argument("--long-timeout", type=_argtype(timespan, "--long-timeout"),
+                    default=1800.0, help="one long-context request's time limit (default 30m)")
+    ck.add_argument("--seed", type=_argtype(whole(0), "--seed"), default=0,
+                    help="retrieval's keys, values and depths (default 0)")
+    ck.add_argument("--transport", default=None,
+                    help="multimodal: how images reach the model, recorded as given "
+                    "(e.g. cpu, gpu)")
+
     c = sub.add_parser("capacity", help="find the largest load that meets every SLO "
                        "(one run per step: double, then bisect)")
     c.add_argument("scenario", help="scenario TOML file, e.g. scenarios/smoke.toml")
@@ -435,6 +464,31 @@ def cmd_summarize(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(a: argparse.Namespace) -> int:
+    from anvil_metrics.checks.runner import parse_suites, run_checks, write_checks
+    from anvil_metrics.checks.suite import CheckOptions
+
+    suites = parse_suites(a.suites)  # a bad name: one line, before anything is asked
+    if not a.out.endswith(".json"):
+        raise UsageError(f"--out {a.out!r} must end in .json")
+    options = CheckOptions(context_tokens=a.context, near_limit_tokens=a.near_limit,
+                           timeout_s=a.timeout, long_timeout_s=a.long_timeout, seed=a.seed,
+                           transport=a.transport)
+
+    def show(result: Any) -> None:
+        why = f"  ({result.error})" if result.error else ""
+        print(f"{result.suite:<22} {result.result:<5} {result.passed}/{result.total} "
+              f"in {result.elapsed_s:.1f} s{why}", flush=True)
+
+    doc = run_checks(a.host, suites, model=a.model, api_key=a.api_key or api_key_from_env(),
+                     options=options, on_suite=show)
+    write_checks(a.out, doc)
+    results = [c["result"] for c in doc["checks"].values()]
+    print(f"model {doc['model']}: {results.count('pass')} passed, {results.count('fail')} "
+          f"failed, {results.count('error')} errors; result: {a.out}")
+    return 0 if all(r == "pass" for r in results) else 1
+
+
 def cmd_metrics(a: argparse.Namespace) -> int:
     from anvil_metrics.catalog import describe
 
@@ -464,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"run": cmd_run, "capacity": cmd_capacity, "postprocess": cmd_postprocess,
                 "verify": cmd_verify,
                 "demo": cmd_demo, "prompts": cmd_prompts, "metrics": cmd_metrics,
-                "campaign": cmd_campaign, "summarize": cmd_summarize}
+                "campaign": cmd_campaign, "summarize": cmd_summarize,
+                "check": cmd_check}
     try:
         return handlers[args.command](args)
     except AnvilError as e:  # one line per problem (a campaign file may have several)

@@ -50,6 +50,8 @@ class SimConfig:
     spec_k: int = 0  # draft tokens per speculative step (`specdecode.py`); 0: off
     spec_accept: float = 0.7  # probability a draft token is accepted
     kv_capacity_tokens: int | None = None  # KV-cache size (`ledger.py`); None: the default
+    script: bool = False  # answer anvil check's questions from the script (`script.py`)
+    script_faults: tuple[str, ...] = ()  # "suite:kind": answer that way wrong (`script.py`)
 
     def prefill_ns(self, prompt_tokens: int) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""

@@ -35,10 +35,16 @@ from dataclasses import fields
 
 import orjson
 
-from anvil_metrics.sim import tokenapi
+from anvil_metrics.sim import script, tokenapi
 from anvil_metrics.sim.admission import Admission
 from anvil_metrics.sim.burst import BurstChatStream
-from anvil_metrics.sim.chat import ChatStream, answer_chat
+from anvil_metrics.sim.chat import (
+    ChatStream,
+    RequestError,
+    answer_chat,
+    count_prompt,
+    load_json_object,
+)
 from anvil_metrics.sim.config import (
     METRICS_FORMATS,
     REASONING_FIELDS,
@@ -271,6 +277,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="KV-cache size in tokens behind the usage gauge (running streams' prompt and "
         "generated tokens / N); unset: 16 x --max-context",
     )
+    add(
+        "--script",
+        action="store_true",
+        help="answer anvil check's questions right, from the suites' own answer keys "
+        "(sim/script.py); other requests are answered as without it",
+    )
+    add(
+        "--script-fault",
+        dest="script_faults",
+        metavar="SUITE:KIND",
+        action="append",
+        help="with --script, answer SUITE's questions wrong in the way KIND, repeatable "
+        "(e.g. tools:wrong_name; an unknown one is refused with the list)",
+    )
     return p
 
 
@@ -287,6 +307,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.aliases = tuple(dict.fromkeys(a for a in args.aliases or () if a != args.model))
     if args.burst > 1 and args.faults:
         parser.error("argument --burst: cannot be combined with --fault")
+    try:
+        args.script_faults = script.check_faults(args.script_faults or ())
+    except ValueError as e:
+        parser.error(f"argument --script-fault: {e}")
+    if args.script_faults and not args.script:
+        parser.error("argument --script-fault: needs --script")
     return args
 
 
@@ -318,6 +344,7 @@ class App:
         self._admit = self.admission.enter if self.admission is not None else None
         LEDGER.set_max_context(cfg.max_context)
         self.identity = identity_routes(cfg, lambda: self.snapshot().spec)
+        self._script_faults = frozenset(cfg.script_faults)
 
     def connection(self) -> HttpConnection:
         conn = HttpConnection(self.handle, self.intake, self.connections.discard)
@@ -326,6 +353,9 @@ class App:
 
     def handle(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
         route = (request.method, request.path)
+        if route == ("POST", "/v1/chat/completions") and self.cfg.script and self._scripted(
+                request, conn):
+            return
         if route == ("POST", "/v1/chat/completions"):
             fault = None
             if self.faults is not None:
@@ -362,6 +392,26 @@ class App:
         else:
             message = f"Not Found: {request.method} {request.path}"
             conn.respond_json(404, error_body(message, 404, "not_found_error"))
+
+    def _scripted(self, request: HttpRequest, conn: HttpConnection) -> bool:
+        """Answer from the script (`script.py`) when it knows the question; False if not."""
+        try:
+            data = load_json_object(request.body)
+        except RequestError:
+            return False
+        reply = script.answer(data, self._script_faults)
+        if reply is None:
+            return False
+        prompt_tokens = reply.prompt_tokens
+        if prompt_tokens is None:
+            try:
+                prompt_tokens = count_prompt(data, self.cfg)
+            except RequestError as exc:
+                conn.respond_json(exc.status, exc.body)
+                return True
+        script.respond(conn, data, reply, self.cfg.model, self.cfg.reasoning_field,
+                       prompt_tokens)
+        return True
 
     def snapshot(self) -> Snapshot:
         """The server's own figures now (`ledger.py`), the queue's from the admission."""
