@@ -367,6 +367,8 @@ class App:
             else:
                 answer_with_fault(conn, self.sched, self.cfg, request.body, t0_ns,
                                   self.prefix_cache, fault, self._admit)  # fmt: skip
+        elif route == ("PUT", "/sim/script-faults") and self.cfg.script:
+            self._set_script_faults(request, conn)
         elif route == ("GET", "/health"):
             conn.respond(200, b"{}")
         elif route == ("GET", "/sim/stats"):
@@ -412,6 +414,19 @@ class App:
         script.respond(conn, data, reply, self.cfg.model, self.cfg.reasoning_field,
                        prompt_tokens)
         return True
+
+    def _set_script_faults(self, request: HttpRequest, conn: HttpConnection) -> None:
+        """``PUT /sim/script-faults`` with a JSON list of "suite:kind": the faults from now on
+        (tests switch faults without restarting the simulator); answers the list in force."""
+        try:
+            names = orjson.loads(request.body)
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ValueError("the body must be a JSON list of \"suite:kind\" strings")
+            self._script_faults = frozenset(script.check_faults(names))
+        except (orjson.JSONDecodeError, ValueError) as e:
+            conn.respond_json(400, error_body(str(e), 400))
+            return
+        conn.respond_json(200, sorted(self._script_faults))
 
     def snapshot(self) -> Snapshot:
         """The server's own figures now (`ledger.py`), the queue's from the admission."""
