@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from anvil_metrics.campaignchecks import CheckPlan, parse_checks
 from anvil_metrics.errors import UsageError
 from anvil_metrics.scenario import Scenario, load_scenario
 from anvil_metrics.summary import IMPROVEMENT_GATES, KNOWN_GATES
@@ -100,7 +101,7 @@ GATES: dict[str, Gate] = {g.name: g for g in (
 assert set(GATES) == set(KNOWN_GATES), "campaign and summary disagree on the gates"
 
 _TOP_KEYS = ("name", "scenario", "runs_per_variant", "placements", "order", "baseline",
-             "candidate", "incumbent", "facts", "variants", "gates", "restoration")
+             "candidate", "incumbent", "facts", "variants", "gates", "restoration", "checks")
 _VARIANT_KEYS = ("model", "served_model", "speculation", "host", "before_run", "api_key_env")
 _RESTORATION_KEYS = ("aliases", "host")
 
@@ -151,6 +152,7 @@ class Campaign:
     facts: dict[str, Any] = field(default_factory=dict)
     restoration_aliases: tuple[str, ...] = ()
     restoration_host: Endpoint | None = None  # None: the candidate's endpoint
+    checks: CheckPlan | None = None  # [checks]: suites run once per variant (campaignchecks)
 
     @property
     def restoration_endpoint(self) -> Endpoint:
@@ -405,6 +407,11 @@ def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaig
         p.bad("incumbent", roles["incumbent"], "a variant other than the candidate")
 
     aliases, restoration_host = _restoration(p, data.get("restoration"))
+    checks, check_problems = parse_checks(data.get("checks"))
+    p.lines += check_problems
+    if "functional" in gates and "checks" not in data:
+        p.lines.append("gates.functional: needs a [checks] table (suites = [...]) whose "
+                       "results it reads; add one or remove the gate")
     if p.lines:
         raise CampaignError(p.lines, source=source)
     assert name is not None and scenario is not None and scenario_path is not None
@@ -414,7 +421,7 @@ def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaig
         runs_per_variant=runs, placements=placements, order=order,
         baseline=roles["baseline"], candidate=roles["candidate"], incumbent=roles["incumbent"],
         variants=tuple(variants), gates=dict(gates), facts=dict(facts),
-        restoration_aliases=aliases, restoration_host=restoration_host)
+        restoration_aliases=aliases, restoration_host=restoration_host, checks=checks)
 
 
 def load_campaign(path: str | Path) -> Campaign:
@@ -478,6 +485,9 @@ def plan_lines(campaign: Campaign, runs: list[CampaignRun], results_dir: str | P
         + (f"; baseline {campaign.baseline}" if campaign.baseline else ""),
         "gates: " + ", ".join(_gate_text(k, v) for k, v in campaign.gates.items()),
     ]
+    if campaign.checks is not None:
+        out.append("checks: " + ", ".join(campaign.checks.suites)
+                   + ", once per variant after the last run")
     if campaign.restoration_aliases:
         out.append("restoration: " + ", ".join(campaign.restoration_aliases)
                    + f" at {campaign.restoration_endpoint.base_url}, after the last run")

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,15 @@ from typing import Any
 import orjson
 
 from anvil_metrics.campaign import Campaign, CampaignRun, Variant, plan
+from anvil_metrics.campaignchecks import (
+    Checker,
+    checks_file,
+    read_checks,
+    real_checker,
+    summary_line,
+)
 from anvil_metrics.docscan import verify_file
-from anvil_metrics.errors import UsageError
+from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.jsonio import atomic_write_json
 from anvil_metrics.postprocess import BENCHMARK_FILE
 from anvil_metrics.restoration import RestorationResult, check_aliases
@@ -72,10 +79,12 @@ class CampaignOutcome:
     failed: tuple[tuple[str, str], ...]  # (run folder, why), in plan order
     ran: int  # runs attempted by this invocation
     restoration: str | None = None  # "pass" | "fail" of the check after the last run
+    checks_failed: tuple[tuple[str, str], ...] = ()  # (variant, why) checks that did not run
 
     @property
     def exit_code(self) -> int:
-        return 0 if not self.failed and self.restoration != "fail" else 1
+        ok = not self.failed and not self.checks_failed and self.restoration != "fail"
+        return 0 if ok else 1
 
 
 def without_credentials(text: str) -> str:
@@ -253,12 +262,15 @@ def run_campaign(campaign: Campaign, results_dir: str | Path, *, runner: Runner,
                  before_run_timeout_s: float = DEFAULT_BEFORE_RUN_TIMEOUT_S,
                  environ: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 restore: Restorer = check_restoration) -> CampaignOutcome:
+                 restore: Restorer = check_restoration,
+                 checker: Checker = real_checker) -> CampaignOutcome:
     """Do every run of the plan not done yet, in plan order; a failed run (its before_run
     or the run itself) is recorded and the campaign goes on with the next. Then, when the
     campaign names restoration aliases, check them (`restore`) and record the result under
     "restoration": after the last run of the plan, in every invocation that reaches the
-    end, so a rerun of a finished campaign checks again."""
+    end, so a rerun of a finished campaign checks again. Before that, the [checks] suites
+    run once per variant (`checker`, after the variant's before_run) whose checks file is
+    not there yet (`campaignchecks.py`); campaign.json records each under "checks"."""
     environ = os.environ if environ is None else environ
     problems = missing_api_keys(campaign, environ)
     if problems:
@@ -341,13 +353,56 @@ def run_campaign(campaign: Campaign, results_dir: str | Path, *, runner: Runner,
             else f"FAILED: {e['failure']}"))
     failed = tuple((e["folder"], e["failure"] or "") for e in state["runs"]
                    if e["state"] != "done")
+    checks_failed: tuple[tuple[str, str], ...] = ()
+    if campaign.checks is not None:
+        records = state.setdefault("checks", {})
+        for v in campaign.variants:
+            records[v.id] = _variant_checks(campaign, v, folder, environ, hook, checker,
+                                            before_run_timeout_s, progress, secrets)
+            save()
+        checks_failed = tuple((vid, r["failure"]) for vid, r in records.items()
+                              if r["state"] != "done")
     restoration = None
     if campaign.restoration_aliases:
         restoration = _restoration(campaign, environ, restore, progress, secrets)
         state["restoration"] = restoration
         save()
     return CampaignOutcome(folder, n - len(failed), failed, len(todo),
-                           restoration["result"] if restoration else None)
+                           restoration["result"] if restoration else None, checks_failed)
+
+
+def _variant_checks(campaign: Campaign, v: Variant, folder: Path, environ: Mapping[str, str],
+                    hook: Hook, checker: Checker, before_run_timeout_s: float,
+                    progress: Progress, secrets: list[str]) -> dict[str, Any]:
+    """One variant's checks, as campaign.json records them: a file already there is kept;
+    else its before_run (ANVIL_CHECKS=1), then the suites, the document written atomically."""
+    plan_ = campaign.checks
+    assert plan_ is not None
+    path = checks_file(folder, v.model, v.speculation)
+    record: dict[str, Any] = {"file": str(path.relative_to(folder)), "state": "done",
+                              "failure": None}
+    if read_checks(path) is not None:
+        return {**record, "kept": True}
+    if v.before_run:
+        h = hook(v.before_run, {"ANVIL_VARIANT": v.id, "ANVIL_CHECKS": "1"},
+                 before_run_timeout_s)
+        if h.timed_out or h.exit_status != 0:
+            why = _scrub(_hook_failure(h), secrets).splitlines()[0]
+            progress(f"checks: {v.id} FAILED: {why}")
+            return {**record, "state": "failed", "failure": why}
+    progress(f"checks: {v.id}: {', '.join(plan_.suites)} at {v.endpoint.base_url}")
+    key = (environ.get(v.api_key_env) if v.api_key_env else None) or v.endpoint.userinfo_key
+    options = replace(plan_.options, speculation=v.speculation)
+    try:
+        doc = checker(v.endpoint.base_url, v.served_model, key, plan_.suites, options)
+    except AnvilError as e:
+        why = _scrub(str(e), secrets).splitlines()[0]
+        progress(f"checks: {v.id} FAILED: {why}")
+        return {**record, "state": "failed", "failure": why}
+    path.parent.mkdir(exist_ok=True)
+    atomic_write_json(path, doc)
+    progress(f"checks: {v.id}: {summary_line(doc)} -> {path}")
+    return {**record, "finished_at": _now()}
 
 
 def _restoration(campaign: Campaign, environ: Mapping[str, str], restore: Restorer,

@@ -437,6 +437,8 @@ def cmd_campaign(a: argparse.Namespace) -> int:
           f"({outcome.ran} run now); state: {outcome.folder / 'campaign.json'}")
     for folder, why in outcome.failed:
         print(f"anvil: run {folder} failed: {why}", file=sys.stderr)
+    for variant, why in outcome.checks_failed:
+        print(f"anvil: the checks of {variant} did not run: {why}", file=sys.stderr)
     return outcome.exit_code
 
 

@@ -12,9 +12,10 @@ which may have changed since), and assembles the document in the spec example's 
 
 The `restoration` block comes from the check `anvil campaign run` records in campaign.json
 after the last run (`restoration.py`); each managed retry it needed is said in
-`retained_failures`. What is not measured — functional and multimodal checks, a restoration
-without aliases or not checked yet — is left out of the document, not filled with guesses,
-and `not_included` says why.
+`retained_failures`. The `functional` and `multimodal` blocks come from each variant's
+checks file (`campaignchecks.py`, built by `summarychecks.py`). What is not measured — a
+campaign without [checks], a restoration without aliases or not checked yet — is left out
+of the document, not filled with guesses, and `not_included` says why.
 """
 
 from __future__ import annotations
@@ -28,10 +29,18 @@ from typing import Any
 import orjson
 
 from anvil_metrics.campaign import Campaign, CampaignError, campaign_from_dict
+from anvil_metrics.campaignchecks import checks_file, read_checks
 from anvil_metrics.docscan import scan_benchmark, verify_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_bytes, dumps_strict
 from anvil_metrics.summary import VariantRuns, summarize
+from anvil_metrics.summarychecks import (
+    VariantChecks,
+    check_words,
+    functional_block,
+    gate_results,
+    multimodal_block,
+)
 from anvil_metrics.summarystats import RESAMPLES
 
 SCHEMA = "anvil-serving.public-benchmark-summary/v1"
@@ -44,11 +53,11 @@ COMPUTED_KEYS = ("schema", "date", "decision", "performance_protocol", "performa
                  "sampled_speculative_telemetry", "functional", "multimodal",
                  "retained_failures", "restoration", "gates", "decision_reasons",
                  "statistics", "not_included", "campaign")
-NOT_INCLUDED = {
-    "functional": "no functional check results in the campaign folder (functional checks "
-                  "are not run by anvil yet)",
-    "multimodal": "no multimodal check results in the campaign folder (multimodal checks "
-                  "are not run by anvil yet)",
+NO_CHECKS = ("not measured: the campaign has no [checks] table (add one: suites = [...]; "
+             "'anvil campaign run' then runs them once per variant after the last run)")
+NO_RESULTS = {
+    "functional": "not measured: no functional suite result in the campaign's checks files",
+    "multimodal": "not measured: no multimodal suite result in the campaign's checks files",
 }
 NO_ALIASES = ("not measured: the campaign names no [restoration] aliases to check after "
               "the last run")
@@ -71,6 +80,7 @@ class CampaignFolder:
     failures: tuple[str, ...]
     planned_runs: int
     restoration: dict[str, Any] | None = None  # campaign.json's check, None when absent
+    checks: tuple[VariantChecks, ...] = ()  # each variant's checks document (or None)
 
 
 def _fail(folder: Path, what: str) -> UsageError:
@@ -216,8 +226,19 @@ def read_campaign_folder(folder: str | Path,
         variants.append(VariantRuns(v.model, v.speculation, [d for _, d in kept]))
         indices[v.id] = tuple(i for i, _ in kept)
     check = record.get("restoration")
+    checks: list[VariantChecks] = []
+    if campaign.checks is not None:
+        said = record.get("checks") if isinstance(record.get("checks"), dict) else {}
+        for v in campaign.variants:
+            doc = read_checks(checks_file(folder, v.model, v.speculation))
+            checks.append(VariantChecks(v.model, v.speculation, doc))
+            if doc is None:
+                entry = said.get(v.id) if isinstance(said.get(v.id), dict) else {}
+                why = entry.get("failure") or "no checks file (the campaign did not reach them)"
+                failures.append(f"Checks of {v.id} were not made: {why}.")
     return CampaignFolder(folder, campaign, tuple(variants), indices, tuple(failures),
-                          len(record["runs"]), check if isinstance(check, dict) else None)
+                          len(record["runs"]), check if isinstance(check, dict) else None,
+                          tuple(checks))
 
 
 def _restoration(cf: CampaignFolder) -> tuple[dict[str, Any] | None, list[str], str | None]:
@@ -280,8 +301,8 @@ def summary_document(cf: CampaignFolder, *, seed: int = 0,
         raise UsageError(f"summarize: the campaign's [facts] table uses {', '.join(clash)}, "
                          "which the summary computes itself; rename those facts")
     s = summarize(cf.variants, gates=c.gates, candidate=c.candidate, incumbent=c.incumbent,
-                  baseline=c.baseline, placements=_placements(cf), seed=seed,
-                  resamples=resamples)
+                  baseline=c.baseline, functional=gate_results(cf.checks, c.candidate),
+                  placements=_placements(cf), seed=seed, resamples=resamples)
     computed = s.to_json()
     doc: dict[str, Any] = {"schema": SCHEMA, "date": _date(cf.variants),
                            "decision": s.decision}
@@ -289,15 +310,19 @@ def summary_document(cf: CampaignFolder, *, seed: int = 0,
     doc["performance_protocol"] = computed["performance_protocol"]
     doc["performance"] = computed["performance"]
     doc["sampled_speculative_telemetry"] = computed["sampled_speculative_telemetry"]
+    blocks = {"functional": functional_block(cf.checks),
+              "multimodal": multimodal_block(cf.checks)}
+    doc.update({k: v for k, v in blocks.items() if v is not None})
     restoration, restoration_words, left_out = _restoration(cf)
     doc["retained_failures"] = [*computed["retained_failures"], *cf.failures,
-                                *restoration_words]
+                                *check_words(cf.checks), *restoration_words]
     if restoration is not None:
         doc["restoration"] = restoration
     doc["gates"] = computed["gates"]
     doc["decision_reasons"] = computed["decision_reasons"]
     doc["statistics"] = computed["statistics"]
-    doc["not_included"] = dict(NOT_INCLUDED)
+    doc["not_included"] = {k: NO_CHECKS if c.checks is None else NO_RESULTS[k]
+                           for k, v in blocks.items() if v is None}
     if left_out is not None:
         doc["not_included"]["restoration"] = left_out
     kept = sum(len(v.runs) for v in cf.variants)

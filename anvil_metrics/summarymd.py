@@ -92,6 +92,25 @@ def delta_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _flat(prefix: str, value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in _flat(f"{prefix}{k} / ", v)]
+    shown = {True: "true", False: "false", None: "not measured"}.get(value, value) \
+        if isinstance(value, bool | None) else value
+    return [f"- {prefix[:-3]}: {shown}"]
+
+
+def _checks_sections(doc: dict[str, Any]) -> list[str]:
+    """`functional` and `multimodal` as bullet lists (their shapes vary with the models)."""
+    out: list[str] = []
+    for key, title in (("functional", "Functional checks"), ("multimodal", "Multimodal")):
+        block = doc.get(key)
+        if isinstance(block, dict):
+            out += ["", f"## {title}", ""]
+            out += _flat("", block)
+    return out
+
+
 def markdown(doc: Mapping[str, Any]) -> str:
     """The report (module doc) for a summary document as `summaryio.summary_document`
     makes it."""
@@ -130,6 +149,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
                      + (f"; not sampled: {', '.join(unsampled)}" if unsampled else "") + ")")
     if not tele:
         lines.append("- no speculative variant")
+    lines += _checks_sections(doc)
     lines += ["", "## Retained failures", ""]
     lines += [f"- {f}" for f in doc.get("retained_failures") or []] or ["- none"]
     rest = doc.get("restoration")

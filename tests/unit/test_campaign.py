@@ -211,6 +211,7 @@ def test_an_incumbent_is_optional_without_comparing_gates() -> None:
     doc = good()
     del doc["incumbent"]
     doc["gates"] = {"functional": "all_pass"}
+    doc["checks"] = {"suites": ["tools"]}
     assert campaign_from_dict(doc, "c.toml", REPO).incumbent is None
 
 

@@ -57,12 +57,44 @@ def entry(k: int, variant: str, i: int, state: str = "done", **more: Any) -> dic
             "attempts": 1, "before_run": None, "failure": None, **more}
 
 
+def example_checks(variant: str) -> dict[str, Any]:
+    """A checks document (anvil-serving.checks/v1) for one of the example's variants whose
+    figures are those the example's functional and multimodal blocks report."""
+    model = variant.split("/")[0]
+    near_s, image_s = {"official-fp8": (193.2, 9.3), "inferact-nvfp4": (185.3, 7.7)}[model]
+
+    def suite(passed: int, total: int, **extra: Any) -> dict[str, Any]:
+        return {"result": "pass" if passed == total else "fail", "passed": passed,
+                "total": total, "elapsed_s": 1.0, **extra, "cases": []}
+    return {"schema": "anvil-serving.checks/v1", "model": model,
+            "options": {"transport": "cpu"}, "checks": {
+                "coding": suite(6, 6), "json": suite(5, 5), "tools": suite(20, 20),
+                "streaming_tools": suite(20, 20), "tool_result_recovery": suite(4, 4),
+                "responses_subset": suite(2, 2),
+                "reasoning_leakage": suite(3, 3, thinking_disabled_reasoning_leakage=False),
+                "retrieval": suite(4, 4, context_tokens=131072),
+                "near_limit": suite(1, 1, requested_context_tokens=389000,
+                                    request_elapsed_s=near_s),
+                "quality": suite(12, 12, parts={"intelligence": {"passed": 6, "total": 6},
+                                                "session": {"passed": 3, "total": 3},
+                                                "tools": {"passed": 3, "total": 3}}),
+                "multimodal": suite(2, 2, general_image_seconds=image_s, ocr_seconds=0.7,
+                                    not_tested=["video", "multi-image ordering",
+                                                "32-image ceiling", "concurrency above one",
+                                                "host-memory pressure"])}}
+
+
 def write_folder(root: Path, docs: dict[str, list[dict]], entries: list[dict],
                  toml: str | None = None, campaign_file: Path = CAMPAIGN_FILE,
-                 redone: list[dict] | None = None) -> Path:
-    """A campaign folder: campaign.json and, for each done entry, its run's document (the
-    variant's next one from `docs`)."""
+                 redone: list[dict] | None = None, checks: bool = True) -> Path:
+    """A campaign folder: campaign.json, for each done entry its run's document (the
+    variant's next one from `docs`), and (`checks`) each variant's checks file."""
     root.mkdir(parents=True, exist_ok=True)
+    if checks:
+        (root / "checks").mkdir()
+        for v in docs:
+            (root / "checks" / f"{v.replace('/', '+')}.json").write_bytes(
+                orjson.dumps(example_checks(v)))
     taken = {v: 0 for v in docs}
     for e in entries:
         if e["state"] == "done":
@@ -95,9 +127,9 @@ def all_entries(runs: int = 5) -> list[dict]:
 def test_the_example_document_from_a_folder(tmp_path: Path, example: dict[str, Any]) -> None:
     folder = write_folder(tmp_path / "c", example_docs(example), all_entries())
     doc = summary_document(read_campaign_folder(folder, verify=accept_all))
-    # the example's members in the example's order (functional, multimodal, restoration are
-    # not measured: left out, with their reasons), anvil's added blocks after them
-    shared = [k for k in example if k not in ("functional", "multimodal", "restoration")]
+    # the example's members in the example's order (restoration is not measured: left
+    # out, with its reason), anvil's added blocks after them
+    shared = [k for k in example if k != "restoration"]
     assert list(doc)[:len(shared)] == shared
     assert list(doc)[len(shared):] == ["gates", "decision_reasons", "statistics",
                                        "not_included", "campaign"]
@@ -112,11 +144,13 @@ def test_the_example_document_from_a_folder(tmp_path: Path, example: dict[str, A
     # the same words, with the counts in digits (summary.performance_protocol's choice)
     assert proto == {**example["performance_protocol"], "aggregation": "mean of run medians "
                      "across 3 first-placement and 2 swapped-placement runs"}
-    # functional = "all_pass" with no check results is not evaluated: no promotion
-    assert doc["decision"] == example["decision"] == "no-promotion"
+    # the functional and multimodal blocks, made from the four variants' checks files
+    assert doc["functional"] == example["functional"]
+    assert doc["multimodal"] == example["multimodal"]
     outcomes = {g["gate"]: g["outcome"] for g in doc["gates"]}
-    assert outcomes["functional"] == "not_evaluated"
-    assert set(doc["not_included"]) == {"functional", "multimodal", "restoration"}
+    assert outcomes["functional"] == "pass"
+    assert doc["decision"] == example["decision"] == "no-promotion"
+    assert set(doc["not_included"]) == {"restoration"}
     assert doc["retained_failures"] == []
     assert doc["campaign"]["planned_runs"] == doc["campaign"]["summarized_runs"] == 20
 
@@ -159,6 +193,18 @@ def test_runs_left_out_are_said_in_words(tmp_path: Path, example: dict[str, Any]
     assert doc["performance_protocol"]["aggregation"] == "mean of run medians"
     assert doc["campaign"]["summarized_runs"] == 17
     assert cf.run_indices["official-fp8/mtp3"] == (3, 4, 5)
+
+
+def test_without_checks_files_the_gate_is_not_evaluated_and_said(
+        tmp_path: Path, example: dict[str, Any]) -> None:
+    folder = write_folder(tmp_path / "c", example_docs(example), all_entries(), checks=False)
+    doc = summary_document(read_campaign_folder(folder, verify=accept_all))
+    assert {g["gate"]: g["outcome"] for g in doc["gates"]}["functional"] == "not_evaluated"
+    assert set(doc["not_included"]) == {"functional", "multimodal", "restoration"}
+    assert doc["not_included"]["functional"].startswith("not measured: no functional suite")
+    assert doc["retained_failures"] == [
+        f"Checks of {v} were not made: no checks file (the campaign did not reach them)."
+        for v in VARIANTS]
 
 
 def test_a_variant_with_no_run_left_is_refused(tmp_path: Path, example: dict[str, Any]) -> None:
@@ -245,7 +291,10 @@ def test_the_report_rounds_and_says_not_significant(tmp_path: Path,
     # the candidate improves e2e by 4.2 %, below the gate's 10 %: the gate fails
     gate = next(g for g in doc["gates"] if g["gate"] == "e2e_p50_improvement_percent")
     assert gate["outcome"] == "fail"
-    assert "- functional = \"all_pass\": **not_evaluated**" in md
+    assert "- functional = \"all_pass\": **pass**: all 10 checks passed" in md
+    assert "- both_models / tools: 20/20" in md
+    assert "- both_models / thinking_disabled_reasoning_leakage: false" in md
+    assert "- official_fp8 / general_image_seconds: 9.3" in md
     assert "**no-promotion**, because:" in md
     assert "accepted length 3.35 – 3.52, acceptance rate 0.78 – 0.84" in md
     # a delta whose interval holds a gate's threshold is flagged where it is shown
