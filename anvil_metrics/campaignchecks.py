@@ -31,11 +31,11 @@ from typing import Any
 
 import orjson
 
+from anvil_metrics.checks.docverify import SCHEMA
 from anvil_metrics.checks.registry import DEFAULT_SUITES, SUITES
 from anvil_metrics.checks.suite import CheckOptions
 
 CHECKS_DIR = "checks"
-CHECKS_SCHEMA = "anvil-serving.checks/v1"
 _KEYS = ("suites", "context_tokens", "near_limit_tokens", "timeout_s", "long_timeout_s",
          "seed", "transport")
 
@@ -119,7 +119,7 @@ def read_checks(path: Path) -> dict[str, Any] | None:
         doc = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
-    if not isinstance(doc, dict) or doc.get("schema") != CHECKS_SCHEMA or not isinstance(
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(
             doc.get("checks"), dict):
         return None
     return doc

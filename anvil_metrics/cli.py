@@ -331,6 +331,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
     doc = read_small_json(path)
     if is_summary(doc):
         return _verify_summary(doc, path)
+    if isinstance(doc, dict) and doc.get("schema") == "anvil-serving.checks/v1":
+        return _verify_checks(doc, path)
     problems = verify_file(path, load=load_benchmark)  # a file that cannot be read: raises
     if doc is not None:  # parsed, and a JSON object (else verify_file has raised)
         said, breaches = check(doc, SCHEMA)
@@ -347,6 +349,22 @@ def cmd_verify(a: argparse.Namespace) -> int:
         print(f"{path}: {len(problems)} mismatch(es)")
         return 1
     print(f"{path}: every per-request value and aggregate recomputes exactly")
+    return 0
+
+
+def _verify_checks(doc: dict[str, Any], path: Path) -> int:
+    from anvil_metrics.checks.docverify import SCHEMA, verify_checks
+    from anvil_metrics.jsonschemas import check
+
+    said, breaches = check(doc, SCHEMA)
+    print(said)
+    problems = [*breaches, *verify_checks(doc)]
+    for msg in problems:
+        print(f"MISMATCH {msg}")
+    if problems:
+        print(f"{path}: {len(problems)} mismatch(es)")
+        return 1
+    print(f"{path}: every suite's result, passed and total follow from its cases")
     return 0
 
 

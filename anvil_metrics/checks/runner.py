@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics.checks.client import CheckClient
+from anvil_metrics.checks.docverify import SCHEMA
 from anvil_metrics.checks.registry import SUITES, suite_function
 from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
@@ -30,7 +31,6 @@ from anvil_metrics.jsonio import atomic_write_json
 from anvil_metrics.provenance import discover
 from anvil_metrics.urls import Endpoint
 
-SCHEMA = "anvil-serving.checks/v1"
 DISCOVERY_TIMEOUT_S = 10.0
 
 
