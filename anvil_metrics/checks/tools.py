@@ -148,6 +148,20 @@ def parse_arguments(call: ToolCall) -> tuple[dict[str, Any] | None, str | None]:
                   if end else f"{call.name}: arguments are not JSON")
 
 
+def call_shape(calls: Sequence[ToolCall]) -> str | None:
+    """What an agent needs of every call besides its content: a function name, and an id of
+    its own (the tool's result answers to it by `tool_call_id`)."""
+    for i, c in enumerate(calls):
+        if not c.name:
+            return f"tool call {i} has no function name"
+        if not c.id:
+            return f"tool call {i} ({c.name}) has no id"
+    ids = [c.id for c in calls]
+    if len(set(ids)) < len(ids):
+        return f"tool calls share an id: {ids}"
+    return None
+
+
 def match_call(expected: ExpectedCall, name: str, arguments: dict[str, Any]) -> str | None:
     """None when the call is the expected one, else why not."""
     if name != expected.name:
@@ -176,6 +190,9 @@ def judge_calls(expected: Sequence[ExpectedCall], calls: Sequence[ToolCall],
         return None
     if not calls:
         return f"no tool call; answered in text: {content[:120]!r}"
+    why = call_shape(calls)
+    if why:
+        return why
     parsed = []
     for call in calls:
         arguments, why = parse_arguments(call)
@@ -319,6 +336,7 @@ def judge_recovery(case: RecoveryCase, token: str | None, calls: Sequence[ToolCa
     if not calls:
         return f"no corrected call; answered in text: {content[:120]!r}"
     arguments, why = parse_arguments(calls[0])
+    why = call_shape(calls) or why
     if why:
         return why
     if calls[0].name == case.tool and arguments == dict(case.call_arguments):

@@ -28,7 +28,7 @@ from anvil_metrics.checks.toolcases import (
 from anvil_metrics.sim.script import ScriptedReply, content_text, last_user_text
 
 _CALL_FAULTS = ("wrong_name", "wrong_arguments", "wrong_type", "no_call", "bad_json",
-                "missing_parallel", "extra_call", "extra_argument")
+                "missing_parallel", "extra_call", "extra_argument", "missing_name")
 FAULTS: dict[str, tuple[str, ...]] = {
     "tools": _CALL_FAULTS,
     "streaming_tools": (*_CALL_FAULTS, "index_reuse"),
@@ -80,6 +80,8 @@ def _tool_reply(case: ToolCase, data: dict[str, Any], kinds: frozenset[str]) -> 
     if "extra_argument" in kinds and calls:
         absent = case.calls[0].absent
         calls[0] = (calls[0][0], {**calls[0][1], (absent[0] if absent else "verbose"): 100})
+    if "missing_name" in kinds and calls:
+        calls[0] = ("", calls[0][1])
     texts = [(name, json.dumps(args)) for name, args in calls]
     if "bad_json" in kinds and texts:
         texts[0] = (texts[0][0], texts[0][1][:-1])  # the closing brace lost

@@ -87,6 +87,7 @@ FAULTS = [
     ("tools:missing_parallel", PARALLEL, "2 calls expected, 1 made"),
     ("tools:extra_call", CALLS | {"no_call"}, "call"),
     ("tools:extra_argument", CALLS, "arguments."),
+    ("tools:missing_name", CALLS, "tool call 0 has no function name"),
     ("streaming_tools:index_reuse", PARALLEL, "several JSON values run together"),
     ("tool_result_recovery:ignore_result", USE, "does not quote"),
     ("tool_result_recovery:repeat_bad_call", FIX, "repeated the call the tool rejected"),

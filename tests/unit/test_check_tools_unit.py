@@ -32,10 +32,12 @@ from anvil_metrics.checks.tools import (
     undeclared,
 )
 
+_IDS = iter(range(1_000_000))
+
 
 def call(name: str, arguments: object) -> ToolCall:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return ToolCall(None, name, text)
+    return ToolCall(f"call_{next(_IDS)}", name, text)
 
 
 WEATHER = ExpectedCall("get_weather", {"city": AnyOf(("Paris", "Paris, France"))})
@@ -117,6 +119,19 @@ def test_parallel_calls_match_in_any_order():
 def test_judge_calls_failures(calls, content, fragment):
     why = judge_calls([WEATHER, TIME], calls, content)
     assert why is not None and fragment in why
+
+
+def test_every_call_needs_a_name_and_an_id_of_its_own():
+    paris = json.dumps({"city": "Paris"})
+    tokyo = json.dumps({"city": "Tokyo"})
+    nameless = [ToolCall("a", "", paris), ToolCall("b", "get_time", tokyo)]
+    assert judge_calls([WEATHER, TIME], nameless, "") == "tool call 0 has no function name"
+    no_id = [ToolCall("a", "get_weather", paris), ToolCall("", "get_time", tokyo)]
+    assert judge_calls([WEATHER, TIME], no_id, "") == "tool call 1 (get_time) has no id"
+    same = [ToolCall("a", "get_weather", paris), ToolCall("a", "get_time", tokyo)]
+    assert "share an id" in judge_calls([WEATHER, TIME], same, "")
+    assert "has no id" in judge_recovery(RECOVERY_CASES[3], None,
+                                         [ToolCall(None, "get_weather", paris)], "")
 
 
 def test_no_call_case_wants_text_and_no_call():
