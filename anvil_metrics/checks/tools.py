@@ -15,8 +15,12 @@ returned: quote a fresh order id from the result, fix a call the tool rejected.
 Scoring (BFCL's idea of comparing the call's structure, not its text): the function name
 equal, the arguments a JSON object, every expected argument matching (`match_value`, the
 rules in `toolcases`), no argument the schema does not declare, no call more or fewer than
-expected; parallel calls match in any order. The finish reason is recorded, not judged
-(clients act on `tool_calls`, and servers differ on "tool_calls" vs "stop").
+expected; parallel calls match in any order. Every call needs a name and an id of its own
+(the tool's result answers to the id). The finish reason is recorded, not judged (clients
+act on `tool_calls`, and servers differ on "tool_calls" vs "stop").
+
+The recovery conversations replay a call id of 9 alphanumerics: Mistral's template (and
+API) refuse any other shape, and an id we invented must not be what fails the check.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from anvil_metrics.checks.toolcases import (
 MAX_TOKENS = 2048  # room for a reasoning model's thinking before its call
 TOKEN_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: a token is read exactly
 TOKEN_CHARS = 6
-CALL_ID = "anvil0001"  # 9 alphanumerics: Mistral's chat template refuses any other shape
+CALL_ID = "anvil0001"  # 9 alphanumerics (see the module docstring)
 
 
 # -- scoring (pure) ---------------------------------------------------------------------------
