@@ -39,6 +39,7 @@ Call = tuple[str, dict[str, Any]]
 
 
 def answer(data: dict[str, Any], faults: frozenset[str]) -> ScriptedReply | None:
+    """Our answer to chat request `data` under `faults`, None when it is not our question."""
     messages = data.get("messages")
     if not data.get("tools") or not isinstance(messages, list) or not messages:
         return None

@@ -21,16 +21,13 @@ from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.registry import suite_function
 from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
+from anvil_metrics.checks.toolcases import TOOL_CASES
 from anvil_metrics.simproc import SimProcess, start_simulator
 from anvil_metrics.urls import Endpoint
 
 SUITES = ("tools", "streaming_tools", "tool_result_recovery")
-PARALLEL = {"parallel_weather", "parallel_mixed", "parallel_currency"}
-CALLS = set((
-    "single_weather", "single_ticket", "enum_fahrenheit", "enum_celsius", "enum_priority",
-    "choice_time", "choice_currency", "choice_email", "optional_absent", "optional_present",
-    "type_integer", "type_number", "type_boolean", "type_boolean_false", "type_array",
-    "type_nested")) | PARALLEL  # every case but no_call
+PARALLEL = {c.id for c in TOOL_CASES if c.kind == "parallel"}
+CALLS = {c.id for c in TOOL_CASES if c.calls}  # every case but no_call
 TYPED = {"choice_currency", "optional_present", "parallel_currency", "type_integer",
          "type_number", "type_boolean", "type_boolean_false", "type_array"}
 USE = {"result_order_id", "result_tracking", "result_booking"}
