@@ -13,11 +13,14 @@ is within `FIT_TOLERANCE_PCT` of the plan. The fit is done once per suite, on th
 case's prompt; every case then has the same filler length (its needles have the same shape,
 so the same size within a few tokens), so a case costs one long request. A probe's prompt
 differs from a case's only in its nonce, five tokens in: a server's prefix cache cannot
-serve a case from a probe (near_limit times its request), and the sizes are the same.
+serve a case from a probe (near_limit times its request), and the sizes are the same. The
+probes of one fit share their nonce and their needles' word positions, so they differ only
+at their end: with a prefix cache (vLLM, SGLang) only the first costs a whole prefill.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 import re
 import uuid
@@ -97,33 +100,34 @@ def make_haystacks(seed: int, depths: Sequence[float], distractors: int,
     return tuple(out)
 
 
-def place(text: str, sentences: Sequence[tuple[float, str]]) -> str:
-    """`text` with each (depth, sentence) inserted at the sentence boundary nearest to that
-    fraction of its length (the filler is homogeneous: a fraction of its characters is,
-    within a sentence, the same fraction of its tokens)."""
-    cuts: list[tuple[int, str]] = []
-    for depth, sentence in sentences:
-        at = round(len(text) * depth)
-        left, right = text.rfind(". ", 0, at), text.find(". ", at)
-        cands = [i + 2 for i in (left, right) if i >= 0]
-        cut = min(cands, key=lambda i: abs(i - at)) if cands else (0 if depth < 0.5
-                                                                      else len(text))
-        cuts.append((cut, sentence))
-    out, last = [], 0
-    for cut, sentence in sorted(cuts, key=lambda c: c[0]):
-        out.append(text[last:cut])
-        joiner = "" if cut == 0 or text[cut - 1] == " " else " "
-        out.append(joiner + sentence + ("" if cut == len(text) else " "))
-        last = cut
-    out.append(text[last:])
-    return "".join(out)
+def place(filler: str, sentences: Sequence[tuple[int, str]]) -> str:
+    """`filler` with each (word index, sentence) inserted at the sentence boundary nearest
+    to that word (in the order given when two land on the same boundary)."""
+    words = filler.split(" ")
+    starts = [0] + [i + 1 for i, w in enumerate(words) if w.endswith(".")]
+    at: dict[int, list[str]] = {}
+    for index, sentence in sentences:
+        k = bisect.bisect_left(starts, index)
+        near = min(starts[max(0, k - 1):k + 1], key=lambda s: abs(s - index))
+        at.setdefault(near, []).append(sentence)
+    out: list[str] = []
+    for i in range(len(words) + 1):
+        out.extend(at.get(i, ()))
+        if i < len(words):
+            out.append(words[i])
+    return " ".join(out)
 
 
-def prompt_text(haystack: Haystack, filler_words: int, seed: int, suite: str,
-                nonce: str) -> str:
-    """The user message: head (with `nonce`), filler with every needle, the question."""
+def prompt_text(haystack: Haystack, filler_words: int, seed: int, suite: str, nonce: str,
+                anchor_words: int | None = None) -> str:
+    """The user message: head (with `nonce`), filler with every needle, the question.
+    Needles sit at their depth of `anchor_words` (default: the filler's length), so the
+    prompts of a fit, which differ in length only, differ only after the last needle: a
+    server with a prefix cache prefills each probe after the first almost for free."""
     filler = body_text(filler_words, seed)
-    needles = [(n.depth, n.sentence) for n in (haystack.needle, *haystack.distractors)]
+    anchor = filler_words if anchor_words is None else anchor_words
+    needles = [(min(filler_words, round(n.depth * anchor)), n.sentence)
+               for n in (haystack.needle, *haystack.distractors)]
     return (HEAD.format(nonce=nonce, suite=suite) + place(filler, needles) + "\n\n"
             + haystack.question)
 

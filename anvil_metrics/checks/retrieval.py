@@ -128,6 +128,7 @@ class Sizer:
         self.ctx, self.suite, self.planned_tokens, self.haystack = (ctx, suite,
                                                                     planned_tokens, haystack)
         self._outcome: Fit | Exception | None = None
+        self.probes: int | None = None  # sizing requests spent (2 short, the rest long)
 
     def fit(self) -> Fit:
         if self._outcome is None:
@@ -144,12 +145,15 @@ class Sizer:
         calibration = calibrate_by_probe(
             lambda m: _count(ctx, m, ctx.options.timeout_s), seed)
 
-        def count(words: int) -> int:  # a probe's own nonce: no case is served from it
-            text = prompt_text(self.haystack, words, seed, self.suite, new_nonce())
+        first = start_words(calibration, self.planned_tokens, self.haystack)
+        nonce = new_nonce()  # the probes' own: no case is served from their cache
+
+        def count(words: int) -> int:
+            text = prompt_text(self.haystack, words, seed, self.suite, nonce, first)
             return _count(ctx, messages_for(text), ctx.options.long_timeout_s)
 
-        fit = fit_words(count, self.planned_tokens, calibration,
-                        start_words(calibration, self.planned_tokens, self.haystack))
+        fit = fit_words(count, self.planned_tokens, calibration, first)
+        self.probes = 2 + fit.probes
         if abs(size_error_pct(fit.counted_tokens, self.planned_tokens)) > SIZE_TOLERANCE_PCT:
             raise SizingError(f"the prompt could not be sized: the closest of {fit.probes} "
                               f"probes was {fit.counted_tokens} tokens for the planned "
@@ -197,7 +201,8 @@ def run_retrieval(ctx: CheckContext) -> SuiteResult:
     cases = [run_case(ctx, case_id(h.needle.depth), h.needle.value,
                       lambda h=h: _ask(ctx, plan, h, sizer)) for h in haystacks]
     return suite_result("retrieval", cases, started, requested_context_tokens=planned,
-                        depths=list(DEPTHS), distractors=DISTRACTORS)
+                        depths=list(DEPTHS), distractors=DISTRACTORS,
+                        sizing_probes=sizer.probes)
 
 
 def run_near_limit(ctx: CheckContext) -> SuiteResult:
@@ -217,4 +222,5 @@ def run_near_limit(ctx: CheckContext) -> SuiteResult:
                     lambda: _ask(ctx, plan, haystack, sizer))
     return suite_result("near_limit", [case], started, requested_context_tokens=planned,
                         prompt_tokens=case.extra.get("prompt_tokens"),
-                        request_elapsed_s=case.extra.get("request_elapsed_s"))
+                        request_elapsed_s=case.extra.get("request_elapsed_s"),
+                        sizing_probes=sizer.probes)
