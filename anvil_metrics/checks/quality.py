@@ -27,7 +27,7 @@ import orjson
 from anvil_metrics.checks.results import CaseResult, SuiteResult
 from anvil_metrics.checks.suite import CheckContext, Judgement, run_case, suite_result
 
-MAX_TOKENS = 1024  # a short answer, with room for some thinking
+MAX_TOKENS = 4096  # a short answer, with room to think first
 MAX_TOOL_ROUNDS = 4
 
 
@@ -136,8 +136,14 @@ def has_word(text: str, word: str) -> bool:
         is not None
 
 
+def visible(content: str) -> str:
+    """The answer without thinking left inline in the content (up to a `</think>`)."""
+    return content.rsplit("</think>", 1)[-1]
+
+
 def judge_text(expected: str, content: str, finish_reason: str | None = None
                ) -> tuple[bool, str | None]:
+    content = visible(content)
     if has_word(content, expected):
         return True, None
     if not content.strip():
@@ -176,7 +182,7 @@ def judge_tools(task: ToolTask, calls: list[tuple[str, Any]], content: str | Non
                            f"(calls made: {made})")
     if content is None:
         return False, f"no final answer within {MAX_TOOL_ROUNDS} requests"
-    if not has_word(content, task.answer):
+    if not has_word(visible(content), task.answer):
         return False, f"the final answer lacks {task.answer!r}, which the tools returned"
     return True, None
 

@@ -50,7 +50,7 @@ DEPTHS = (0.1, 0.35, 0.65, 0.9)
 DISTRACTORS = 4
 NEAR_LIMIT_DEPTH = 0.5
 SIZE_TOLERANCE_PCT = 0.5
-ANSWER_TOKENS = 512  # room for a short answer (and a little thinking); counted in the limit
+ANSWER_TOKENS = 2048  # a short answer, and room to think first; counted in the limit
 
 
 def case_id(depth: float) -> str:
@@ -84,9 +84,12 @@ def judge_needle(haystack: Haystack, content: str, prompt_tokens: int | None,
                  planned_tokens: int, finish_reason: str | None = None
                  ) -> tuple[bool, str | None]:
     """(passed, why not): the asked value is in `content` exactly, no distractor's value
-    is, and the server's count of the prompt is within `SIZE_TOLERANCE_PCT` of the plan."""
+    is, and the server's count of the prompt is within `SIZE_TOLERANCE_PCT` of the plan.
+    Thinking left inline in the content (up to a `</think>`) is not judged: weighing the
+    candidates there is no wrong answer."""
     problems = []
     value = haystack.needle.value
+    content = content.rsplit("</think>", 1)[-1]  # thinking inline in the content is not the answer
     others = [v for v in haystack.distractor_values if v in content]
     if value not in content:
         if others:
@@ -125,8 +128,10 @@ class Sizer:
 
     def __init__(self, ctx: CheckContext, suite: str, planned_tokens: int,
                  haystack: Haystack) -> None:
-        self.ctx, self.suite, self.planned_tokens, self.haystack = (ctx, suite,
-                                                                    planned_tokens, haystack)
+        self.ctx = ctx
+        self.suite = suite
+        self.planned_tokens = planned_tokens
+        self.haystack = haystack
         self._outcome: Fit | Exception | None = None
         self.probes: int | None = None  # sizing requests spent (2 short, the rest long)
 

@@ -94,7 +94,7 @@ def test_a_context_above_the_limit_fails_unsent(sim):
     checks = _check(sim.url, ["retrieval", "near_limit"], sim=sim, options=options)
     assert checks["retrieval"]["result"] == checks["near_limit"]["result"] == "fail"
     errors = [c["error"] for s in checks.values() for c in s["cases"]]
-    assert "context 16384 (+512 answer tokens) exceeds the server's max_model_len 12288" \
+    assert "context 16384 (+2048 answer tokens) exceeds the server's max_model_len 12288" \
         in errors[0]
     assert "pass --near-limit" in errors[-1]
     assert all(c["prompt_tokens"] is None for s in checks.values() for c in s["cases"])

@@ -9,7 +9,7 @@ import pytest
 from anvil_metrics.checks import haystack as hs
 from anvil_metrics.checks import quality as q
 from anvil_metrics.checks import retrieval as r
-from anvil_metrics.checks.client import CheckClient
+from anvil_metrics.checks.client import ChatAnswer, CheckClient
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
 from anvil_metrics.prompts import Calibration, messages_for
 from anvil_metrics.sim import script_quality, script_retrieval
@@ -111,6 +111,8 @@ def hay() -> hs.Haystack:
 
 def test_judge_needle_passes_the_value_at_the_planned_size(hay):
     assert r.judge_needle(hay, f"It is {hay.needle.value}.", 4100, 4096) == (True, None)
+    thought = f"<think>{hay.distractors[0].value}? no.</think>It is {hay.needle.value}."
+    assert r.judge_needle(hay, thought, 4096, 4096) == (True, None)
 
 
 @pytest.mark.parametrize("content,tokens,why", [
@@ -135,6 +137,27 @@ def test_near_limit_without_a_size_is_an_error_before_anything_is_asked():
     assert result.to_json()["requested_context_tokens"] is None
 
 
+class _NoUsage:
+    """A client whose server answers without `usage`: the prompt cannot be sized."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def chat(self, body: dict, timeout_s: float | None = None) -> ChatAnswer:
+        self.asked += 1
+        return ChatAnswer(content="hello")
+
+    def take_retries(self) -> tuple:
+        return ()
+
+
+def test_retrieval_fails_every_case_once_when_the_size_cannot_be_measured():
+    client = _NoUsage()
+    result = r.run_retrieval(CheckContext(client, CheckOptions(context_tokens=4096), None))
+    assert result.result == "fail" and client.asked == 1  # the first probe, never again
+    assert all("no usage.prompt_tokens" in c.error for c in result.cases)
+
+
 # -- quality's judges ---------------------------------------------------------------------
 
 
@@ -155,6 +178,7 @@ def test_judge_text():
     assert q.judge_text("97", "97") == (True, None)
     assert "no answer" in q.judge_text("97", " ", "length")[1]
     assert "not in the answer" in q.judge_text("97", "89")[1]
+    assert "not in the answer" in q.judge_text("97", "<think>97?</think>89")[1]
 
 
 def test_tool_results_and_the_tools_judge():
