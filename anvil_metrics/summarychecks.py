@@ -61,7 +61,7 @@ def _count(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _retrieval_field(rows: Sequence[Mapping[str, Any]]) -> str:
-    sizes = {r.get("context_tokens") for r in rows}
+    sizes = {r.get("requested_context_tokens") for r in rows}
     size = sizes.pop() if len(sizes) == 1 else None
     # thousands, as the example writes 131,072 tokens: "retrieval_131k"
     return f"retrieval_{round(size / 1000)}k" if isinstance(size, int) and size >= 1000 \

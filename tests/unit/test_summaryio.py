@@ -72,7 +72,7 @@ def example_checks(variant: str) -> dict[str, Any]:
                 "streaming_tools": suite(20, 20), "tool_result_recovery": suite(4, 4),
                 "responses_subset": suite(2, 2),
                 "reasoning_leakage": suite(3, 3, thinking_disabled_reasoning_leakage=False),
-                "retrieval": suite(4, 4, context_tokens=131072),
+                "retrieval": suite(4, 4, requested_context_tokens=131072),
                 "near_limit": suite(1, 1, requested_context_tokens=389000,
                                     request_elapsed_s=near_s),
                 "quality": suite(12, 12, parts={"intelligence": {"passed": 6, "total": 6},
