@@ -100,9 +100,19 @@ def leak_problem(content: str, reasoning: str) -> str | None:
     return None
 
 
+def visible_answer(content: str) -> str:
+    """The content without leaked thinking: what follows the last `</think>`, and before
+    an unclosed `<think>` (the answer is judged on this; the tags are judged as a leak)."""
+    lower = content.lower()
+    if "</think>" in lower:
+        content = content[lower.rindex("</think>") + len("</think>"):]
+    start = content.lower().find("<think>")
+    return content if start < 0 else content[:start]
+
+
 def judge_answer(case: ReasoningCase, content: str, reasoning: str) -> Judgement:
     leak = leak_problem(content, reasoning)
-    wrong = short_answer_problem(THINK_TAG.sub(" ", content), case.answer)
+    wrong = short_answer_problem(visible_answer(content), case.answer)
     problem = "; ".join(p for p in (leak, wrong) if p) or None
     shown = {"content": content[:ANSWER_CHARS], "reasoning": reasoning[:ANSWER_CHARS]}
     return Judgement(problem is None, shown, problem, extra={"leaked": leak is not None})

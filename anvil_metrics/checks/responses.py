@@ -13,7 +13,8 @@ The events checked (OpenAI's streaming-events reference; vLLM emits the same):
     response.created                         first, always
     response.in_progress                     optional
     response.output_item.added               a `message` or `function_call` item begins
-    response.content_part.added / .done      (not required)
+    response.content_part.added              before a message's text deltas (.done not
+                                             required)
     response.output_text.delta / .done       text pieces; their concatenation == the done text
     response.function_call_arguments.delta / .done
                                              argument pieces; concatenation == `arguments`
@@ -86,6 +87,7 @@ class StreamSummary:
     done_text: str | None = None  # the output_text.done texts joined, None when none came
     completed: dict[str, Any] | None = None  # response.completed's `response`
     calls: list[FunctionCall] = field(default_factory=list)  # from the completed response
+    added: list[str] = field(default_factory=list)  # output_item.added items' types
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -126,7 +128,10 @@ def summarize(events: Iterable[tuple[str, str]]) -> StreamSummary:
             s.problems.append(f"{kind} after response.completed")
         s.types.append(kind)
         seq.append(data.get("sequence_number"))
-        if kind == "response.output_text.delta":
+        if kind == "response.output_item.added":
+            item = data.get("item")
+            s.added.append(_str(item.get("type")) if isinstance(item, dict) else "")
+        elif kind == "response.output_text.delta":
             s.text += _str(data.get("delta"))
         elif kind == "response.output_text.done":
             done_texts.append(_str(data.get("text")))
@@ -170,6 +175,10 @@ def _check_order(s: StreamSummary, seq: list[Any]) -> None:
 def _check_text(s: StreamSummary) -> None:
     if not s.text and s.done_text is None:
         return
+    if "message" not in s.added:
+        s.problems.append("output text without a message item (response.output_item.added)")
+    if "response.content_part.added" not in s.types:
+        s.problems.append("output text without response.content_part.added")
     if s.done_text is None:
         s.problems.append("output_text deltas but no response.output_text.done")
     elif s.done_text != s.text:
@@ -182,15 +191,15 @@ def _check_text(s: StreamSummary) -> None:
 
 def _check_calls(s: StreamSummary, args_delta: Mapping[str, str],
                  args_done: Mapping[str, str]) -> None:
-    added = [t for t in s.types if t == "response.output_item.added"]
     for item in (s.completed or {}).get("output") or ():
         if isinstance(item, dict) and item.get("type") == "function_call":
             s.calls.append(FunctionCall(_str(item.get("call_id")), _str(item.get("name")),
                                         _str(item.get("arguments"))))
     if not s.calls and not args_done and not args_delta:
         return
-    if not added:
-        s.problems.append("a function call without response.output_item.added")
+    if "function_call" not in s.added:
+        s.problems.append("a function call without a function_call item "
+                          "(response.output_item.added)")
     for item_id, arguments in args_done.items():
         if args_delta.get(item_id, "") != arguments:
             s.problems.append(f"function_call_arguments.done says {arguments[:60]!r}, its "

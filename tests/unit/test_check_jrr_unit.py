@@ -231,3 +231,22 @@ def test_every_fault_named_in_the_brief_is_accepted() -> None:
     names += [f"reasoning_leakage:{k}" for k in ("reasoning_delta", "think_tag",
                                                  "wrong_answer")]
     assert check_faults(names) == tuple(names)
+
+
+def test_the_answer_is_judged_without_the_leaked_thinking() -> None:
+    assert reasoning.visible_answer("<think>a b c</think>\n\n42") == "\n\n42"
+    assert reasoning.visible_answer("a b c</think>42") == "42"
+    assert reasoning.visible_answer("42<think>and then") == "42"
+    j = reasoning.judge_answer(reasoning.CASES[0], "<think>" + "x " * 50 + "</think>42", "")
+    assert j.error == "<think> in the content with thinking disabled"
+
+
+def test_text_needs_its_message_item_and_content_part() -> None:
+    good = _stream(simresp.ResponsesReply(text="Paris"))
+    no_part = [e for e in good if e[0] != "response.content_part.added"]
+    assert "without response.content_part.added" in responses.summarize(no_part).problems[0]
+    no_item = [e for e in good if e[0] != "response.output_item.added"]
+    assert "without a message item" in responses.summarize(no_item).problems[0]
+    call = _stream(simresp.ResponsesReply(call=(responses.TOOL_NAME, "{}")))
+    no_call_item = [e for e in call if e[0] != "response.output_item.added"]
+    assert "without a function_call item" in responses.summarize(no_call_item).problems[0]
