@@ -60,6 +60,7 @@ from anvil_metrics.sim.identity import identity_routes
 from anvil_metrics.sim.ledger import LEDGER, STREAM_COUNTS, Snapshot
 from anvil_metrics.sim.metrics import CONTENT_TYPE, render
 from anvil_metrics.sim.prefixcache import PrefixCache
+from anvil_metrics.sim.responses import answer_responses
 from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
 from anvil_metrics.sim.specdecode import MAX_SPEC_K
 from anvil_metrics.sim.tokenizer import RULES
@@ -367,6 +368,9 @@ class App:
             else:
                 answer_with_fault(conn, self.sched, self.cfg, request.body, t0_ns,
                                   self.prefix_cache, fault, self._admit)  # fmt: skip
+        elif route == ("POST", "/v1/responses"):  # streamed only; scripted with --script
+            answer_responses(conn, self.cfg, request.body,
+                             self._script_faults if self.cfg.script else None)
         elif route == ("PUT", "/sim/script-faults") and self.cfg.script:
             self._set_script_faults(request, conn)
         elif route == ("GET", "/health"):
