@@ -91,8 +91,10 @@ def short_answer_problem(content: str, expected: str) -> str | None:
 
 
 def leak_problem(content: str, reasoning: str) -> str | None:
-    """Why this answer leaked reasoning, None when it did not."""
-    if reasoning:
+    """Why this answer leaked reasoning, None when it did not. Whitespace alone is not
+    reasoning: transformers serve opens every answer with a "\n\n" reasoning delta even
+    with thinking disabled (measured, tests/realserver), and no thought leaks through it."""
+    if reasoning.strip():
         return f"reasoning streamed with thinking disabled: {reasoning[:80]!r}"
     tag = THINK_TAG.search(content)
     if tag:

@@ -104,6 +104,8 @@ def test_leak_needs_no_reasoning_and_no_think_tag() -> None:
     assert not closing.passed and closing.extra["leaked"]
     wrong = reasoning.judge_answer(case, "41", "")
     assert not wrong.passed and wrong.extra == {"leaked": False}
+    # transformers serve's whitespace-only reasoning delta carries no thought
+    assert reasoning.judge_answer(case, "42", "\n\n").passed
 
 
 def test_the_requests_disable_thinking_and_one_sets_an_effort() -> None:
