@@ -39,6 +39,7 @@ from anvil_metrics.campaignchecks import (
     real_checker,
     summary_line,
 )
+from anvil_metrics.checks.runner import write_checks
 from anvil_metrics.docscan import verify_file
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.jsonio import atomic_write_json
@@ -400,7 +401,7 @@ def _variant_checks(campaign: Campaign, v: Variant, folder: Path, environ: Mappi
         progress(f"checks: {v.id} FAILED: {why}")
         return {**record, "state": "failed", "failure": why}
     path.parent.mkdir(exist_ok=True)
-    atomic_write_json(path, doc)
+    write_checks(path, doc)
     progress(f"checks: {v.id}: {summary_line(doc)} -> {path}")
     return {**record, "finished_at": _now()}
 
