@@ -12,6 +12,7 @@ checks after the campaign's last run lives here too, so `campaignrun.py` keeps i
     timeout_s = 120                # optional: one ordinary request
     long_timeout_s = 1800          # optional: one long-context request
     seed = 0                       # optional
+    max_tokens = 512               # optional: caps every answer (default: each suite's own)
     transport = "cpu"              # optional: how images reach the model, recorded as given
 
 When: after the last run of the plan, once per variant, outside any load. A variant's
@@ -37,7 +38,7 @@ from anvil_metrics.checks.suite import CheckOptions
 
 CHECKS_DIR = "checks"
 _KEYS = ("suites", "context_tokens", "near_limit_tokens", "timeout_s", "long_timeout_s",
-         "seed", "transport")
+         "seed", "transport", "max_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ def parse_checks(raw: Any) -> tuple[CheckPlan | None, list[str]]:
 
     context, near, seed = whole("context_tokens", 1024), whole("near_limit_tokens", 1024), \
         whole("seed", 0)
+    max_tokens = whole("max_tokens", 1)
     timeout, long_timeout = seconds("timeout_s"), seconds("long_timeout_s")
     transport = raw.get("transport")
     if transport is not None and not (isinstance(transport, str) and transport.strip()):
@@ -103,7 +105,8 @@ def parse_checks(raw: Any) -> tuple[CheckPlan | None, list[str]]:
         context_tokens=context or defaults.context_tokens, near_limit_tokens=near,
         timeout_s=timeout or defaults.timeout_s,
         long_timeout_s=long_timeout or defaults.long_timeout_s,
-        seed=seed if seed is not None else defaults.seed, transport=transport)
+        seed=seed if seed is not None else defaults.seed, transport=transport,
+        max_tokens=max_tokens)
     return CheckPlan(names, options), []
 
 

@@ -148,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
                     default=1800.0, help="one long-context request's time limit (default 30m)")
     ck.add_argument("--seed", type=_argtype(whole(0), "--seed"), default=0,
                     help="retrieval's keys, values and depths (default 0)")
+    ck.add_argument("--max-tokens", type=_argtype(whole(1), "--max-tokens"), default=None,
+                    help="cap every answer's max_tokens (default: each suite's own, up to "
+                    "4096, room for a thinking model); a model that never stops costs this "
+                    "many tokens per question")
     ck.add_argument("--transport", default=None,
                     help="multimodal: how images reach the model, recorded as given "
                     "(e.g. cpu, gpu)")
@@ -493,7 +497,7 @@ def cmd_check(a: argparse.Namespace) -> int:
         raise UsageError(f"--out {a.out!r} must end in .json")
     options = CheckOptions(context_tokens=a.context, near_limit_tokens=a.near_limit,
                            timeout_s=a.timeout, long_timeout_s=a.long_timeout, seed=a.seed,
-                           transport=a.transport)
+                           transport=a.transport, max_tokens=a.max_tokens)
 
     def show(result: Any) -> None:
         why = f"  ({result.error})" if result.error else ""

@@ -40,6 +40,7 @@ AUTH_STATUSES = (401, 403, 407, 408)
 DEFAULT_RETRIES = 4
 DEFAULT_BACKOFF_S = 1.0  # waits 1, 2, 4, 8 s
 MAX_LINE_BYTES = 8 << 20
+_BUDGET_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 class CheckError(Exception):
@@ -100,12 +101,13 @@ class CheckClient:
 
     def __init__(self, endpoint: Endpoint, model: str, *, api_key: str | None = None,
                  timeout_s: float = 120.0, retries: int = DEFAULT_RETRIES,
-                 backoff_s: float = DEFAULT_BACKOFF_S) -> None:
+                 backoff_s: float = DEFAULT_BACKOFF_S, max_tokens: int | None = None) -> None:
         self.endpoint = endpoint
         self.model = model
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
+        self.max_tokens = max_tokens  # caps every request's answer budget (None: the suite's)
         self._api_key = api_key
         self._retried: list[Retry] = []
 
@@ -180,6 +182,9 @@ class CheckClient:
                    "text/event-stream"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        if self.max_tokens is not None:
+            body = {k: min(v, self.max_tokens) if k in _BUDGET_KEYS and isinstance(v, int)
+                    else v for k, v in body.items()}
         payload = orjson.dumps(body)
         what = f"POST {path}"
         for attempt in range(1, self.retries + 2):

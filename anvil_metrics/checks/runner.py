@@ -69,7 +69,7 @@ def run_checks(host: str, suites: Sequence[str], *, model: str | None = None,
                      model=model)
     served = model or found.served_model
     client = CheckClient(endpoint, served or "default", api_key=api_key,
-                         timeout_s=options.timeout_s)
+                         timeout_s=options.timeout_s, max_tokens=options.max_tokens)
     ctx = CheckContext(client, options, found.max_model_len)
     results: dict[str, Any] = {}
     for name in suites:

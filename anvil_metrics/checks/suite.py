@@ -34,6 +34,7 @@ class CheckOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S  # one ordinary request
     long_timeout_s: float = DEFAULT_LONG_TIMEOUT_S  # one long-context request
     seed: int = 0  # retrieval's keys, values and depths
+    max_tokens: int | None = None  # caps every answer's budget (None: each suite's own)
     transport: str | None = None  # multimodal: how images reach the model, as the operator says
     speculation: str | None = None  # the variant's speculation (campaigns), for the record
 

@@ -62,7 +62,7 @@ def test_the_table_is_checked_with_one_line_per_problem() -> None:
                                    "timeout_s": 0})
     assert plan is None
     assert problems[0] == 'checks: unknown key "x"; allowed: suites, context_tokens, ' \
-        "near_limit_tokens, timeout_s, long_timeout_s, seed, transport"
+        "near_limit_tokens, timeout_s, long_timeout_s, seed, transport, max_tokens"
     assert problems[1].startswith("checks.suites: ['tools', 'telepathy'] is not allowed; "
                                   "expected a non-empty list of suite names: all, coding")
     assert "checks.seed: -1 is not allowed; expected a whole number >= 0" in problems

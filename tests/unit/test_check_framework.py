@@ -5,13 +5,18 @@ and `anvil verify`'s recomputation of a checks document (and its JSON Schema).""
 from __future__ import annotations
 
 import copy
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+import orjson
 import pytest
+from conftest import http_server
 
+from anvil_metrics.checks.client import CheckClient, CheckError
 from anvil_metrics.checks.docverify import verify_checks
 from anvil_metrics.checks.results import ANSWER_CHARS, CaseResult, Retry, SuiteResult, verdict
 from anvil_metrics.jsonschemas import check
+from anvil_metrics.urls import Endpoint
 
 
 def case(i: int, passed: bool = True, kind: str | None = None) -> CaseResult:
@@ -82,3 +87,51 @@ def test_a_document_verifies_and_each_edit_is_named() -> None:
     bad = copy.deepcopy(doc)
     bad["checks"]["json"]["result"] = "maybe"
     assert any("result" in p for p in check(bad, "anvil-serving.checks/v1")[1])
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers every POST with a fixed chat completion, after a 503 for the first `FAILS`,
+    and keeps each request body."""
+
+    bodies: list[dict] = []
+    fails = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        if type(self).fails > 0:
+            type(self).fails -= 1
+            self._send(503, {"error": {"message": "model loading"}})
+            return
+        self._send(200, {"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}]})
+
+    def _send(self, status: int, obj: dict) -> None:
+        raw = orjson.dumps(obj)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_client_caps_answers_retries_503s_and_keeps_each_retry() -> None:
+    _Recorder.bodies, _Recorder.fails = [], 2
+    with http_server(_Recorder) as port:
+        client = CheckClient(Endpoint.parse(f"http://127.0.0.1:{port}"), "m", max_tokens=64,
+                             backoff_s=0.01)
+        answer = client.chat({"messages": [{"role": "user", "content": "2+2?"}],
+                              "max_tokens": 2048})
+        assert answer.content == "4"
+        retries = client.take_retries()
+        assert [(r.attempt, r.status, r.reason) for r in retries] == [
+            (1, 503, "model loading"), (2, 503, "model loading")]
+        client.chat({"messages": [], "max_tokens": 1})
+        _Recorder.fails = 99
+        with pytest.raises(CheckError) as e:
+            client.chat({"messages": []})
+        assert e.value.kind == "transport" and "HTTP 503" in str(e.value)
+    assert [b.get("max_tokens") for b in _Recorder.bodies[:4]] == [64, 64, 64, 1]
+    assert all(b["model"] == "m" for b in _Recorder.bodies)
