@@ -16,13 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from anvil_metrics.checks.sandbox import (
-    SANDBOX_UID,
-    SandboxLimits,
-    describe,
-    processes_of,
-    run_python,
-)
+from anvil_metrics.checks.sandbox import SANDBOX_UID, SandboxLimits, describe, run_python
+from anvil_metrics.checks.sandbox_keeper import processes_of
 
 pytestmark = pytest.mark.e2e
 
