@@ -37,6 +37,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import posix
 import pwd
 import secrets
 import shutil
@@ -56,6 +57,7 @@ from anvil_metrics.checks.sandbox_keeper import (
     SandboxLimits,
     keep,
     kill_uid,
+    pause,
 )
 
 OUTPUT_BYTES = 16 << 10  # the tail of stdout/stderr kept
@@ -211,17 +213,17 @@ class _lock:
         fcntl.flock(self._fd, fcntl.LOCK_EX)
 
     def __exit__(self, *exc: object) -> None:
-        os.close(self._fd)
+        posix.close(self._fd)
 
 
 def _run_keeper(code: str, python: str, workdir: str, limits: SandboxLimits, out_fd: int,
                 err_fd: int, root: bool) -> dict[str, Any]:
     """Fork the keeper, wait for its report (a JSON object through a pipe)."""
     r, w = os.pipe()
-    pid = os.fork()
+    pid = posix.fork()
     if pid == 0:  # the keeper: never returns into the caller's stack
         try:
-            os.close(r)
+            posix.close(r)
             report = keep(code, python, workdir, limits, out_fd, err_fd, root)
         except BaseException as e:  # noqa: BLE001 - reported, the parent decides
             report = {"failed": f"{type(e).__name__}: {e}"}
@@ -229,22 +231,22 @@ def _run_keeper(code: str, python: str, workdir: str, limits: SandboxLimits, out
             os.write(w, json.dumps(report).encode())
         finally:
             os._exit(0)
-    os.close(w)
+    posix.close(w)
     deadline = time.monotonic() + limits.wall_s + KEEPER_GRACE_S
     try:
-        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        while posix.waitpid(pid, os.WNOHANG) == (0, 0):
             if time.monotonic() > deadline:
                 raise SandboxError("the sandbox's keeper did not finish in time")
-            time.sleep(0.005)
+            pause(0.005)
     except BaseException:  # a hung keeper, or anvil interrupted: end the keeper and the run
         try:
             os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            posix.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
         if root:
             kill_uid()
-        os.close(r)
+        posix.close(r)
         raise
     with os.fdopen(r, "rb") as f:
         raw = f.read()

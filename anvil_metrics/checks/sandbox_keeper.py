@@ -15,10 +15,13 @@ each step is there; the steps, in order:
 
 from __future__ import annotations
 
+import _signal
 import ctypes
 import os
+import posix
 import resource
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +39,18 @@ _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 36, 38
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: never dlopen in a forked child
 
 
+def pause(seconds: float) -> None:
+    """`time.sleep` as it was before gevent (imported with locust) patched it.
+
+    Under gevent's monkey-patching `os.fork`, `os.waitpid` and `os.close` are gevent's (a
+    close is deferred to the hub's loop: a pipe's write end stays open, its reader never
+    sees the end), so the sandbox calls them from `posix`, which gevent leaves alone, and
+    never yields to a hub, whose SIGCHLD handler would reap its children."""
+    monkey = sys.modules.get("gevent.monkey")
+    sleep = monkey.get_original("time", "sleep") if monkey is not None else time.sleep
+    sleep(seconds)
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxLimits:
     cpu_s: int = 10  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL a second later)
@@ -49,6 +64,8 @@ class SandboxLimits:
 def keep(code: str, python: str, workdir: str, limits: SandboxLimits, out_fd: int,
          err_fd: int, root: bool) -> dict[str, Any]:
     """The keeper's whole job, in the forked keeper process; its report (JSON-able)."""
+    _signal.set_wakeup_fd(-1)  # the parent's (gevent's) wake-up pipe is not the keeper's
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # no inherited reaper but the keeper
     os.setsid()
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     isolation = _isolate(workdir, root)
@@ -59,7 +76,7 @@ def keep(code: str, python: str, workdir: str, limits: SandboxLimits, out_fd: in
     if root:
         kill_uid()  # what a killed anvil may have left would count against RLIMIT_NPROC
     nproc = limits.processes if root else _own_processes() + limits.processes
-    child = os.fork()
+    child = posix.fork()
     if child == 0:
         _exec_program(python, workdir, limits, nproc, out_fd, err_fd, root)
     deadline = time.monotonic() + limits.wall_s
@@ -74,7 +91,7 @@ def keep(code: str, python: str, workdir: str, limits: SandboxLimits, out_fd: in
             timed_out = True
             break
         else:
-            time.sleep(0.005)
+            pause(0.005)
     reaped += _sweep(child, root)
     return {"status": status, "cpu_s": cpu_s, "timed_out": timed_out, "reaped": reaped,
             "isolation": isolation}
@@ -171,14 +188,14 @@ def _sweep(child: int, root: bool) -> int:
                 reaped += pid != child
         except ChildProcessError:
             return reaped
-        time.sleep(0.005)
+        pause(0.005)
     return reaped
 
 
 def kill_uid() -> None:
     """kill(-1, SIGKILL) from a process of the sandbox uid: every process of that uid, in
     one call the kernel makes with the task list locked (no fork slips through)."""
-    pid = os.fork()
+    pid = posix.fork()
     if pid == 0:
         try:
             os.setgroups([])
@@ -187,7 +204,7 @@ def kill_uid() -> None:
             os.kill(-1, signal.SIGKILL)
         finally:
             os._exit(0)
-    os.waitpid(pid, 0)
+    posix.waitpid(pid, 0)
 
 
 def _kill(pid: int) -> None:

@@ -75,7 +75,7 @@ def test_right_answers_pass_through_the_cli(sim: SimProcess, tmp_path: Path) -> 
 def test_each_fault_fails_every_case(sim: SimProcess, fault: str, said: str) -> None:
     set_faults(sim, [f"coding:{fault}"])
     result = run(sim.url)
-    assert (result.result, result.passed) == ("fail", 0)
+    assert (result.result, result.passed) == ("fail", 0), result.to_json()
     errors = {c.id: c.error for c in result.cases}
     assert all(errors.values()), errors
     assert errors["is_prime"].startswith(said), errors["is_prime"]
