@@ -19,8 +19,10 @@ How one program runs (`run_python`):
   privileges, a minimal environment, and — when anvil is root — as `SANDBOX_UID`, a uid no
   account or process uses, so that RLIMIT_NPROC binds (root ignores it) and the sweep at
   the end (`kill(-1)` by a process of that uid, which reaches all of that uid's processes in
-  one call: a fork bomb cannot outrun it) touches nothing else. Runs are serialised by a
-  lock file, so two anvil processes never share that uid at once;
+  one call: a fork bomb cannot outrun it) touches nothing else. Not `nobody` (65534):
+  other services run as nobody, and the sweep would kill them. Runs are serialised by a
+  lock file, so two anvil processes never share that uid at once. The interpreter is one
+  that uid may run (`interpreter`: here the venv's python lives below /root, 0700);
 * after the program ends, or at the wall timeout, the keeper kills what is left and reaps it,
   then reports (exit status, CPU time, timeout, processes reaped, isolation achieved).
 
@@ -28,8 +30,9 @@ Not root: there is no other uid to switch to. The program runs as anvil's user w
 same limits, `user_isolated` is false, and RLIMIT_NPROC counts all of that user's processes
 (so the limit is set to the count now plus `processes`); without namespaces the network and
 the filesystem are not isolated, and the result says so (`network_isolated`,
-`filesystem_isolated`). What the sandbox can still do: read world-readable files, and see
-host processes in /proc (there is no PID namespace) — it can send nothing anywhere.
+`filesystem_isolated`). What the sandbox can still do: read world-readable files and see
+host processes in /proc (there is no PID namespace); with the network isolated, what it
+learns goes nowhere but its own stdout and stderr, whose tails reach the report.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import anvil, load_json
 
 from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.coding import CASES, run_coding
@@ -25,7 +26,6 @@ from anvil_metrics.checks.sandbox import SandboxLimits
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
 from anvil_metrics.simproc import SimProcess, start_simulator
 from anvil_metrics.urls import Endpoint
-from tests.conftest import anvil, load_json
 
 pytestmark = pytest.mark.e2e
 
