@@ -63,14 +63,26 @@ e2e_p50_improvement_percent = 10
 """
 
 
-def setup(tmp_path: Path, simulator, runs: int, before: str = "") -> Path:
-    slow = simulator(*SIM, "--interval-ms", "6")
-    fast = simulator(*SIM, "--interval-ms", "2")
+CHECKS = """
+functional = "all_pass"
+[checks]
+suites = ["json", "tools", "reasoning_leakage"]
+"""
+
+
+def setup(tmp_path: Path, simulator, runs: int, before: str = "", checks: bool = False
+          ) -> Path:
+    """The campaign file; with `checks`, both simulators answer the checks from their
+    script, the slow one naming the wrong tool (`tools:wrong_name`)."""
+    script = ("--script",) if checks else ()
+    slow = simulator(*SIM, "--interval-ms", "6", *script,
+                     *(("--script-fault", "tools:wrong_name") if checks else ()))
+    fast = simulator(*SIM, "--interval-ms", "2", *script)
     (tmp_path / "s.toml").write_text(SCENARIO)
     path = tmp_path / "c.toml"
     placements = orjson.dumps(["first", "swapped"][:runs]).decode()
     path.write_text(CAMPAIGN.format(runs=runs, placements=placements, slow=slow.url,
-                                    fast=fast.url, before=before))
+                                    fast=fast.url, before=before) + (CHECKS if checks else ""))
     return path
 
 
@@ -79,7 +91,7 @@ def state(results: Path) -> dict:
 
 
 def test_two_variants_two_runs_all_verify(simulator, tmp_path: Path) -> None:
-    path = setup(tmp_path, simulator, 2)
+    path = setup(tmp_path, simulator, 2, checks=True)
     res = tmp_path / "res"
     proc = anvil("campaign", "run", str(path), "--results-dir", str(res), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -106,6 +118,22 @@ def test_two_variants_two_runs_all_verify(simulator, tmp_path: Path) -> None:
         itl.setdefault(r["variant"], []).append(doc["metrics"]["mean_inter_token_latency_ms_p50"])
     # each variant ran against its own simulator: 6 ms vs 2 ms between tokens
     assert min(itl["sim/off"]) > max(itl["sim/on"]) + 2, itl
+    # the checks ran once per variant after the last run, and the summary reads them: the
+    # model's tools are its worst variant's (1/20: only the no-call case survives a wrong
+    # name); the gate reads the candidate's own suites
+    assert [x for x in lines if x.startswith("checks: ")][-1].startswith(
+        "checks: sim/on: json pass, tools pass, reasoning_leakage pass -> ")
+    assert s["checks"]["sim/off"]["state"] == s["checks"]["sim/on"]["state"] == "done"
+    off = load_json(res / "sims" / "checks" / "sim+off.json")
+    assert off["checks"]["tools"]["result"] == "fail" and off["model"] == "org/sim"
+    proc = anvil("summarize", str(res / "sims"))
+    assert proc.returncode == 0, proc.stderr
+    summary = load_json(res / "sims" / "summary.json")
+    assert summary["functional"] == {"sim": {
+        "json": "pass", "tools": "1/20", "thinking_disabled_reasoning_leakage": False}}
+    gate = next(g for g in summary["gates"] if g["gate"] == "functional")
+    assert gate["outcome"] == "pass" and gate["figures"]["checks"] == 3
+    assert anvil("verify", str(res / "sims" / "summary.json")).returncode == 0
 
 
 def kill_during(path: Path, res: Path, folder: Path) -> None:
