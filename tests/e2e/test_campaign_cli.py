@@ -55,6 +55,9 @@ def test_dry_run_of_the_shipped_example_prints_the_plan(tmp_path: Path) -> None:
     assert [r[5] for r in runs] == ["first"] * 12 + ["swapped"] * 8
     assert runs[19][:4] == ["run", "20", "of", "20"]
     assert f"folder: {tmp_path / 'qwen-fp8-vs-nvfp4'}" in lines
+    assert "checks: coding, json, tools, streaming_tools, tool_result_recovery, " \
+        "responses_subset, reasoning_leakage, retrieval, near_limit, quality, multimodal, " \
+        "once per variant after the last run" in lines
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
 
 
@@ -72,7 +75,7 @@ def test_a_bad_file_gives_one_line_per_problem(tmp_path: Path) -> None:
         assert proc.stderr.splitlines() == [
             f'anvil: {bad}: unknown key "colour"; allowed: name, scenario, runs_per_variant, '
             "placements, order, baseline, candidate, incumbent, facts, variants, gates, "
-            "restoration",
+            "restoration, checks",
             f"anvil: {bad}: variants[2].host: missing; expected http(s)://HOST:PORT[/v1], "
             "e.g. http://127.0.0.1:8000",
             f"anvil: {bad}: gates.p99_magic: unknown gate; allowed: {', '.join(GATES)}",
