@@ -179,7 +179,7 @@ def build(plan: Plan) -> tuple[bytes, dict]:
 cut_lists = st.lists(st.integers(min_value=0, max_value=10_000), max_size=40)
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=plans, cuts=cut_lists, cut_every=st.integers(1, 9))
 def test_rechunking_a_valid_stream_changes_nothing(plan: Plan, cuts: list[int],
                                                    cut_every: int) -> None:
@@ -259,7 +259,7 @@ def byte_mutations(draw) -> bytes:
     return bytes(buf)
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=byte_mutations(), cuts=cut_lists)
 def test_mutated_streams_never_raise(stream: bytes, cuts: list[int]) -> None:
     rec = feed(split(stream, cuts))

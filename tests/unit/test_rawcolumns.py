@@ -227,7 +227,7 @@ def _comparable(outcome: Any) -> Any:
             c.torn_lines, c.notes, c.path, c.workers)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=raw_files())
 def test_postprocess_equals_the_plain_build(lines: list[bytes]):
     _check_same(lines)
@@ -308,7 +308,7 @@ def _mutate(lines: list[bytes], k: int, mutation: Any) -> list[bytes]:
     return lines
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=raw_files(), data=st.data())
 def test_damaged_files_fail_the_same_way(lines: list[bytes], data: st.DataObject):
     complete = [x for x in lines if x.endswith(b"\n")]

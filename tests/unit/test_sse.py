@@ -70,7 +70,7 @@ def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(st.lists(st.sampled_from(PIECES), max_size=40), st.lists(st.integers(0, 10_000),
                                                                 max_size=8))
 def test_splitter_agrees_with_sseclient(pieces: list[bytes], cuts: list[int]) -> None:
