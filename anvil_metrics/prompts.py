@@ -195,6 +195,43 @@ def insert_needle(text: str, needle: Needle) -> str:
     return text[:cut] + needle.sentence + text[cut:]
 
 
+@dataclass(frozen=True, slots=True)
+class WordFit:
+    """A word count fitted to a token target: the closest count found and its words."""
+
+    words: int
+    counted_tokens: int
+    rounds: int  # counts spent
+
+
+def fit_word_count(count_words: Callable[[int], int], target: int, words: int,
+                   per_word: float, tolerance_pct: float, max_rounds: int) -> WordFit:
+    """Correct `words` until `count_words(words)` (the server's count of the prompt made
+    with that many words) is within `tolerance_pct` of `target`, or `max_rounds` counts were
+    spent (at least one). Steps use the slope between the last two counts (secant),
+    `per_word` until there are two, so a calibration that is off still converges in a few
+    counts. Returns the closest count found. The one implementation: the load's prompts
+    (`PromptFactory`) and the checks' long prompts (`checks/haystack.py`) both use it."""
+    words = max(1, words)
+    best: tuple[int, int] | None = None  # (words, counted) closest to the target
+    last: tuple[int, int] | None = None
+    rounds = 0
+    for rounds in range(1, max(1, max_rounds) + 1):  # noqa: B007 - rounds is reported
+        counted = count_words(words)
+        miss = counted - target
+        if best is None or abs(miss) < abs(best[1] - target):
+            best = (words, counted)
+        if abs(miss) * 100 <= tolerance_pct * target:
+            break
+        if last is not None and last[0] != words:
+            slope = (counted - last[1]) / (words - last[0])
+            per_word = slope if slope > 0 else per_word
+        last = (words, counted)
+        words = max(1, words - (round(miss / per_word) or (1 if miss > 0 else -1)))
+    assert best is not None
+    return WordFit(best[0], best[1], rounds)
+
+
 def calibrate_by_probe(
     count: CountTokens, seed: int, system_prompt: str | None = None,
     small_words: int = 200, large_words: int = 2000, method: str = "probe",
@@ -258,23 +295,12 @@ class PromptFactory:
         `tolerance_pct` of `target` (or `max_rounds` counts were spent). Steps use the
         slope between the last two counts (secant), the calibration's until there are two,
         so a calibration that is off still converges in a few counts."""
-        per_word = self.calibration.tokens_per_word
-        best: tuple[int, int] | None = None  # (words, counted) closest to the target
-        last: tuple[int, int] | None = None
-        for _ in range(max_rounds if count is not None else 0):
-            counted = count(messages_for(text_for(words), self.system_prompt))  # type: ignore[misc]
-            miss = counted - target
-            if best is None or abs(miss) < abs(best[1] - target):
-                best = (words, counted)
-            if abs(miss) * 100 <= tolerance_pct * target:
-                break
-            if last is not None and last[0] != words:
-                slope = (counted - last[1]) / (words - last[0])
-                per_word = slope if slope > 0 else per_word
-            last = (words, counted)
-            step = round(miss / per_word) or (1 if miss > 0 else -1)
-            words = max(1, words - step)
-        return best if best is not None else (words, None)
+        if count is None:
+            return words, None
+        fit = fit_word_count(
+            lambda w: count(messages_for(text_for(w), self.system_prompt)), target, words,
+            self.calibration.tokens_per_word, tolerance_pct, max_rounds)
+        return fit.words, fit.counted_tokens
 
     def _head_delta(self, count: CountTokens | None) -> int:
         """Tokens a real request's head costs over the sizing head (e.g. " request" may be

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from anvil_metrics.prompts import Calibration, body_text
+from anvil_metrics.prompts import Calibration, body_text, fit_word_count
 
 NEEDLE = "The special magic value for {key} is {value}."
 QUESTION = ("What is the special magic value for {key} mentioned in the document above? "
@@ -154,25 +154,9 @@ def fit_words(count: Callable[[int], int], target: int, calibration: Calibration
     """Correct the filler's word count until `count(words)` (the server's count of the
     whole prompt) is within `tolerance_pct` of `target`; secant steps, the calibration's
     slope until there are two counts. Returns the closest fit found."""
-    per_word = calibration.tokens_per_word
-    words = max(1, start_words)
-    best: tuple[int, int] | None = None
-    last: tuple[int, int] | None = None
-    rounds = 0
-    for rounds in range(1, max_rounds + 1):  # noqa: B007 - rounds is reported
-        counted = count(words)
-        miss = counted - target
-        if best is None or abs(miss) < abs(best[1] - target):
-            best = (words, counted)
-        if abs(miss) * 100 <= tolerance_pct * target:
-            break
-        if last is not None and last[0] != words:
-            slope = (counted - last[1]) / (words - last[0])
-            per_word = slope if slope > 0 else per_word
-        last = (words, counted)
-        words = max(1, words - (round(miss / per_word) or (1 if miss > 0 else -1)))
-    assert best is not None
-    return Fit(best[0], best[1], rounds)
+    fit = fit_word_count(count, target, start_words, calibration.tokens_per_word,
+                         tolerance_pct, max_rounds)
+    return Fit(fit.words, fit.counted_tokens, fit.rounds)
 
 
 def start_words(calibration: Calibration, target: int, haystack: Haystack) -> int:

@@ -33,6 +33,7 @@ from anvil_metrics.checks import responses as suite
 from anvil_metrics.sim.chat import RequestError, check_model, full_text, load_json_object
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import HttpConnection
+from anvil_metrics.sim.script import content_text
 
 FAULT_SUITE = "responses_subset"
 FAULT_KINDS = ("no_completed", "wrong_order", "delta_mismatch", "no_function_call",
@@ -62,12 +63,7 @@ def user_text(items: list[dict[str, Any]]) -> str:
     """The last user message's text (string content, or its text parts joined)."""
     for item in reversed(items):
         if item.get("role") == "user" and item.get("type", "message") == "message":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return "".join(p.get("text", "") for p in content
-                               if isinstance(p, dict) and isinstance(p.get("text"), str))
+            return content_text(item.get("content"))
     return ""
 
 

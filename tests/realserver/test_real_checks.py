@@ -29,9 +29,10 @@ MODEL = os.environ.get("ANVIL_REAL_MODEL", "")
 # retrieval's context, near_limit's size and the whole command's budget, per server. A
 # prefill near vLLM's 131,072-token limit takes this CPU build minutes (measured: in 8
 # minutes retrieval at 128,000 had finished its two short sizing probes and one full-size
-# probe and was still on the next; with 4 cases it needs over half an hour), so here both long suites run at sizes a CPU finishes within the budget;
-# near_limit's size is given, as on a server that does not say its limit (transformers
-# serve), and its seconds are reported all the same.
+# probe and was still on the next; with 4 cases it needs over half an hour), so here both
+# long suites run at sizes a CPU finishes within the budget; near_limit's size is given, as
+# on a server that does not say its limit (transformers serve), and its seconds are
+# reported all the same.
 PLAN = {
     "vllm": {"suites": "all,near_limit", "context": 16384, "near": 24000, "budget_s": 600},
     "transformers": {"suites": "all,near_limit", "context": 8192, "near": 12000,
