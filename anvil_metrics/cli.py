@@ -211,15 +211,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from anvil_metrics import cachecheck
-    from anvil_metrics.docscan import scan_benchmark
-    from anvil_metrics.run import plan_text, prepare_run, run_scenario, summary_lines
     from anvil_metrics.urls import strip_credentials
 
     values = {o.dest: getattr(a, o.dest) for o in RUN_OPTIONS}
     values["scenario"] = a.scenario
     opts = run_options(values, host=a.host, users=a.users, api_key=a.api_key)
     sc = opts.scenario
+    # the run's machinery (numpy, gevent, the document builder: ~0.25 s) only once the
+    # options hold: a mistake is answered at once
+    from anvil_metrics import cachecheck
+    from anvil_metrics.docscan import scan_benchmark
+    from anvil_metrics.run import plan_text, prepare_run, run_scenario, summary_lines
+
     if opts.tokenizer_path:  # a bad file is the user's mistake: say so before any run folder
         from anvil_metrics.counting import local_text_counter
 

@@ -141,7 +141,8 @@ def test_open_loop_below_capacity_follows_the_schedule(simulator, tmp_path: Path
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
     seed = 5
     t0 = time.monotonic()
-    proc = anvil("run", str(sc), "--host", sim.url, "--rate", "20", "--duration", "20s",
+    # ~400 requests in 10 s (each ~44 ms: ~2 in flight of 16 users, far below capacity)
+    proc = anvil("run", str(sc), "--host", sim.url, "--rate", "40", "--duration", "10s",
                  "-u", "16", "--arrival-seed", str(seed), "--results-dir", str(tmp_path))
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -151,12 +152,12 @@ def test_open_loop_below_capacity_follows_the_schedule(simulator, tmp_path: Path
     offsets = due_offsets(path.parent)
     drawn = drawn_rate(offsets)
     lag = load["schedule_lag_ms"]
-    print(f"\n[open loop 20/s] process {took:.1f} s; {doc['requests']} requests; achieved "
+    print(f"\n[open loop 40/s] process {took:.1f} s; {doc['requests']} requests; achieved "
           f"{load['achieved_rate_rps']:.3f} req/s, drawn schedule {drawn:.3f} req/s; lag "
           f"{lag}; waited {load['waited_for_user']}")
     assert verify_benchmark(doc) == []
     assert (load["mode"], load["arrival"], load["offered_rate_rps"], load["duration_s"]) == (
-        "duration", "poisson", 20.0, 20.0)
+        "duration", "poisson", 40.0, 10.0)
     assert doc["failed"] == 0 and 300 < doc["requests"] < 500
     assert abs(load["achieved_rate_rps"] - drawn) / drawn < 0.03
     # the generator's own health limit (saturation.LAG_P99_LIMIT_MS): this VM's stalls put
@@ -164,7 +165,7 @@ def test_open_loop_below_capacity_follows_the_schedule(simulator, tmp_path: Path
     # alternately, 4 runs); a schedule that fell behind would be late by whole seconds
     assert lag["p99"] < LAG_P99_LIMIT_MS
     assert load["waited_for_user"] == 0
-    sched = Schedule(ArrivalPlan(20.0, seed=seed))
+    sched = Schedule(ArrivalPlan(40.0, seed=seed))
     assert offsets == [sched.offset_ns(k) for k in range(len(offsets))]
     assert not any("WARNING" in line for line in proc.stdout.splitlines())
 

@@ -901,7 +901,7 @@ def _timing_rows(draw: Any) -> list[dict[str, Any]]:
     return rows
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_timing_rows(), st.sampled_from([1, 2, 3, 5, 1024]))
 def test_rows_are_written_as_orjson_writes_them(rows: list[dict[str, Any]], batch: int):
     """`BuiltBenchmark` writes its rows, batch by batch, as orjson writes the plain document:
