@@ -73,8 +73,10 @@ def known_faults() -> dict[str, tuple[str, ...]]:
 
 
 def check_faults(names: Iterable[str]) -> tuple[str, ...]:
-    """`names` ("suite:kind") checked against `known_faults`; ValueError names a bad one."""
-    known = known_faults()
+    """`names` ("suite:kind") checked against `known_faults`; ValueError names a bad one.
+    No names, no imports: a simulator without faults starts without the suites' tables."""
+    names = tuple(names)
+    known = known_faults() if names else {}
     out = []
     for name in names:
         suite, _, kind = name.partition(":")

@@ -73,3 +73,16 @@ def test_every_suite_is_an_error_against_a_server_that_is_down(tmp_path: Path) -
     doc = load_json(out)
     assert {k: v["result"] for k, v in doc["checks"].items()} == dict.fromkeys(SUITES, "error")
     assert anvil("verify", str(out)).returncode == 0
+
+
+def test_keys_never_reach_the_document_or_the_output(scripted: SimProcess,
+                                                     tmp_path: Path) -> None:
+    """A key in the URL and one in the environment are used, never written or shown."""
+    out = tmp_path / "checks.json"
+    host = scripted.url.replace("http://", "http://alice:url-s3cret@")
+    proc = anvil("check", "json,reasoning_leakage", "--host", host, "--out", str(out),
+                 *ARGS, env={"ANVIL_API_KEY": "env-s3cret"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = out.read_text() + proc.stdout + proc.stderr
+    assert "s3cret" not in text and "alice" not in text
+    assert load_json(out)["host"] == scripted.url + "/v1"
