@@ -21,7 +21,6 @@ The word counts found are what a calibration cache stores (`calcache.py`).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -155,44 +154,6 @@ class SharedPrefix:
 
     prefix_tokens: int
     group_size: int
-
-
-@dataclass(frozen=True, slots=True)
-class Needle:
-    """A random key placed at `depth` (0..1) of a prompt's text, for retrieval checks."""
-
-    key: str
-    depth: float
-
-    @property
-    def sentence(self) -> str:
-        return f"The secret key is {self.key}. "
-
-    QUESTION = "What is the secret key?"
-
-
-def make_needle(seed: int, depth: float) -> Needle:
-    """A reproducible key of 8 hex digits in two groups, e.g. `3F9A-02C7`."""
-    if not 0.0 <= depth <= 1.0:
-        raise ValueError(f"needle depth must be within 0..1, got {depth}")
-    k = random.Random(seed).getrandbits(32)
-    return Needle(f"{k >> 16:04X}-{k & 0xFFFF:04X}", depth)
-
-
-def insert_needle(text: str, needle: Needle) -> str:
-    """`text` with the needle's sentence inserted at the sentence boundary nearest to
-    `needle.depth` of its length (the text is homogeneous, so a fraction of its characters
-    is, within a sentence, the same fraction of its tokens)."""
-    at = round(len(text) * needle.depth)
-    if at <= 0:
-        return needle.sentence + text
-    if at >= len(text):
-        return text.rstrip() + " " + needle.sentence.rstrip()
-    left = text.rfind(". ", 0, at)
-    right = text.find(". ", at)
-    cands = [i + 2 for i in (left, right) if i >= 0]
-    cut = min(cands, key=lambda i: abs(i - at)) if cands else at
-    return text[:cut] + needle.sentence + text[cut:]
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,8 +51,6 @@ def test_text_is_varied_not_one_repeated_token() -> None:
 from anvil_metrics.body import BodyBuilder  # noqa: E402
 from anvil_metrics.prompts import (  # noqa: E402
     SharedPrefix,
-    insert_needle,
-    make_needle,
     messages_for,
 )
 from anvil_metrics.scenario import scenario_from_dict  # noqa: E402
@@ -115,25 +113,6 @@ def test_chunks_rebuild_the_request_exactly() -> None:
     out = list(chunks(parts, 65_536))
     assert b"".join(out) == b"".join(parts)
     assert all(len(c) == 65_536 for c in out[:-1]) and 0 < len(out[-1]) <= 65_536
-
-
-def test_needle_lands_at_the_requested_depth() -> None:
-    """Measured in the server's tokens (both simulator rules): the tokens before the
-    needle over the tokens of the whole text, within ±1 % of the requested depth."""
-    text = body_text(20_000, 5)
-    for depth in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
-        needle = make_needle(seed=11, depth=depth)
-        with_needle = insert_needle(text, needle)
-        at = with_needle.index(needle.sentence.strip())
-        rest = with_needle[:at] + with_needle[at + len(needle.sentence.strip()):]
-        assert rest.split() == text.split()  # nothing else changed
-        for rule in ("words4", "syllable3"):
-            before = len(text_token_ids(with_needle[:at], rule))
-            total = len(text_token_ids(text, rule))
-            assert abs(before / total - depth) <= 0.01, (rule, depth, before / total)
-    assert make_needle(1, 0.5).key == make_needle(1, 0.5).key
-    assert make_needle(1, 0.5).key != make_needle(2, 0.5).key
-    assert re.fullmatch(r"[0-9A-F]{4}-[0-9A-F]{4}", make_needle(3, 0.5).key)
 
 
 def test_body_text_is_reproducible_and_has_the_asked_words() -> None:
