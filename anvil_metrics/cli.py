@@ -349,14 +349,20 @@ def cmd_verify(a: argparse.Namespace) -> int:
         size = f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit >> 10} KB"
         said = (f"schema check skipped: the file is over {size} (anvil verify's own checks "
                 "cover every field)")
+    if _mismatches(path, said, problems):
+        return 1
+    print(f"{path}: every per-request value and aggregate recomputes exactly")
+    return 0
+
+
+def _mismatches(path: Path, said: str, problems: list[str]) -> bool:
+    """Print what the file was checked against and each problem; True when there were any."""
     print(said)
     for msg in problems:
         print(f"MISMATCH {msg}")
     if problems:
         print(f"{path}: {len(problems)} mismatch(es)")
-        return 1
-    print(f"{path}: every per-request value and aggregate recomputes exactly")
-    return 0
+    return bool(problems)
 
 
 def _verify_checks(doc: dict[str, Any], path: Path) -> int:
@@ -364,12 +370,7 @@ def _verify_checks(doc: dict[str, Any], path: Path) -> int:
     from anvil_metrics.jsonschemas import check
 
     said, breaches = check(doc, SCHEMA)
-    print(said)
-    problems = [*breaches, *verify_checks(doc)]
-    for msg in problems:
-        print(f"MISMATCH {msg}")
-    if problems:
-        print(f"{path}: {len(problems)} mismatch(es)")
+    if _mismatches(path, said, [*breaches, *verify_checks(doc)]):
         return 1
     print(f"{path}: every suite's result, passed and total follow from its cases")
     return 0
@@ -381,13 +382,8 @@ def _verify_summary(doc: dict[str, Any], path: Path) -> int:
     from anvil_metrics.summaryverify import verify_summary
 
     said, breaches = check(doc, SCHEMA)
-    print(said)
     check_ = verify_summary(doc, path)
-    problems = [*breaches, *check_.problems]
-    for msg in problems:
-        print(f"MISMATCH {msg}")
-    if problems:
-        print(f"{path}: {len(problems)} mismatch(es)")
+    if _mismatches(path, said, [*breaches, *check_.problems]):
         return 1
     if check_.folder is None:
         print(f"{path}: shape checked only, figures not recomputed: {check_.why_shape_only}")

@@ -132,14 +132,7 @@ class CheckClient:
             raise CheckError(f"{what}: reading the answer failed ({e})", "transport") from None
         finally:
             response.close()
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise CheckError(f"{what}: the answer is not JSON: {raw[:200]!r}",
-                             "transport") from None
-        if not isinstance(data, dict):
-            raise CheckError(f"{what}: the answer is JSON but not an object", "transport")
-        return data
+        return _json_object(raw, f"{what}: the answer")
 
     def stream_events(self, path: str, body: dict[str, Any], timeout_s: float | None = None
                       ) -> Iterator[SseEvent]:
@@ -240,15 +233,19 @@ def _lines(response: Any, give_up: float, what: str) -> Iterator[bytes]:
         yield line
 
 
-def _json_event(event: SseEvent, path: str) -> dict[str, Any]:
+def _json_object(raw: bytes | str, what: str) -> dict[str, Any]:
+    """`raw` parsed as a JSON object; anything else is a transport error naming `what`."""
     try:
-        data = orjson.loads(event.data)
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise CheckError(f"POST {path}: a stream event is not JSON: {event.data[:200]!r}",
-                         "transport") from None
+        raise CheckError(f"{what} is not JSON: {raw[:200]!r}", "transport") from None
     if not isinstance(data, dict):
-        raise CheckError(f"POST {path}: a stream event is not a JSON object", "transport")
+        raise CheckError(f"{what} is JSON but not an object", "transport")
     return data
+
+
+def _json_event(event: SseEvent, path: str) -> dict[str, Any]:
+    return _json_object(event.data, f"POST {path}: a stream event")
 
 
 def chat_answer_of(data: dict[str, Any]) -> ChatAnswer:
