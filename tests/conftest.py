@@ -58,6 +58,17 @@ def anvil(*args: str, timeout: float = 120, env: dict | None = None
     )
 
 
+def set_script_faults(url: str, faults: list[str]) -> None:
+    """Switch a scripted simulator's faults (`PUT /sim/script-faults`); it answers the list
+    now in force, which must be the one asked for."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/sim/script-faults", method="PUT",
+                                     data=orjson.dumps(faults))
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert orjson.loads(response.read()) == sorted(faults)
+
+
 def write_scenario(path: Path, text: str) -> Path:
     path.write_text(text)
     return path

@@ -10,13 +10,11 @@ One scripted simulator serves the whole file; tests switch its faults with
 from __future__ import annotations
 
 import socket
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 import pytest
-from conftest import anvil, load_json
+from conftest import anvil, load_json, set_script_faults
 
 from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.coding import CASES, run_coding
@@ -39,10 +37,7 @@ def sim() -> Iterator[SimProcess]:
 
 
 def set_faults(sim: SimProcess, faults: list[str]) -> None:
-    request = urllib.request.Request(f"{sim.url}/sim/script-faults", method="PUT",
-                                     data=orjson.dumps(faults))
-    with urllib.request.urlopen(request, timeout=5) as response:
-        assert sorted(orjson.loads(response.read())) == sorted(faults)
+    set_script_faults(sim.url, faults)
 
 
 def run(url: str) -> SuiteResult:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import orjson
 import pytest
+from conftest import anvil, load_json, set_script_faults
 
 from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.registry import suite_function
@@ -21,7 +22,6 @@ from anvil_metrics.checks.suite import CheckContext, CheckOptions
 from anvil_metrics.sim.chat import full_text
 from anvil_metrics.simproc import start_simulator
 from anvil_metrics.urls import Endpoint
-from tests.conftest import anvil, load_json
 
 SUITES = ("json", "reasoning_leakage", "responses_subset")
 NONSENSE = full_text("c", 50)  # what the ordinary simulator answers (with --content-tokens 50)
@@ -41,10 +41,7 @@ def nonsense() -> Iterator[str]:
 
 
 def set_faults(url: str, faults: list[str]) -> None:
-    request = urllib.request.Request(f"{url}/sim/script-faults", data=orjson.dumps(faults),
-                                     method="PUT")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert orjson.loads(response.read()) == sorted(faults)
+    set_script_faults(url, faults)
 
 
 def run(url: str, suite: str) -> SuiteResult:

@@ -5,14 +5,12 @@ ordinary text-only simulator and errors when nothing listens."""
 from __future__ import annotations
 
 import socket
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from conftest import anvil, load_json
+from conftest import anvil, load_json, set_script_faults
 
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.suite import CheckOptions
@@ -29,10 +27,7 @@ def scripted() -> Iterator[str]:
 
 
 def set_faults(url: str, faults: list[str]) -> None:
-    request = urllib.request.Request(f"{url}/sim/script-faults", data=orjson.dumps(faults),
-                                     method="PUT")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert sorted(orjson.loads(response.read())) == sorted(faults)
+    set_script_faults(url, faults)
 
 
 def check(url: str, faults: list[str] | None = None, **options: Any) -> dict[str, Any]:

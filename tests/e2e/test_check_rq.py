@@ -9,17 +9,16 @@ less the margin (8000); the simulator answers at once (`--prefill-ms 1 --interva
 from __future__ import annotations
 
 import socket
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
+from conftest import anvil, set_script_faults
 
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.suite import CheckOptions
 from anvil_metrics.simproc import SimProcess, start_simulator
-from tests.conftest import anvil
 
 FAST = ["--prefill-ms", "1", "--interval-ms", "0.1", "--max-context", "12288"]
 SUITES = ["retrieval", "near_limit", "quality"]
@@ -33,10 +32,7 @@ def sim() -> Iterator[SimProcess]:
 
 
 def _faults(sim: SimProcess, *names: str) -> None:
-    request = urllib.request.Request(sim.url + "/sim/script-faults", method="PUT",
-                                     data=orjson.dumps(list(names)))
-    with urllib.request.urlopen(request, timeout=5) as response:
-        assert sorted(orjson.loads(response.read())) == sorted(names)
+    set_script_faults(sim.url, list(names))
 
 
 def _check(url: str, suites: list[str], *faults: str, sim: SimProcess | None = None,

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import socket
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from conftest import anvil
+from conftest import anvil, set_script_faults
 
 from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.registry import suite_function
@@ -41,10 +40,7 @@ def scripted() -> Iterator[SimProcess]:
 
 
 def set_faults(sim: SimProcess, faults: list[str]) -> None:
-    request = urllib.request.Request(f"{sim.url}/sim/script-faults", method="PUT",
-                                     data=json.dumps(faults).encode())
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert sorted(json.loads(response.read())) == sorted(faults)
+    set_script_faults(sim.url, faults)
 
 
 def run(url: str, suite: str) -> SuiteResult:
