@@ -15,6 +15,7 @@ Python dicts.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,20 +84,9 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
         raw = raw.columns()
     t = raw.table
     col = {name: t[:, i] for name, i in COL.items()}
-    offsets = raw.clock_offsets_ns()
-    # offset of each record's clock (worker -1, no worker, indexes the trailing 0)
-    offset = np.array([offsets.get(name, 0) for name in raw.worker_names] + [0],
-                      dtype=np.int64)[col["worker"]]
+    m = measured_order(raw)
+    offset, order, outside = m.offset_ns, m.order, m.outside
     start = col["start_ns"] + offset  # every record's start on the master's clock
-    measured = np.flatnonzero(col["warmup"] == 0)
-    outside = None
-    if raw.window_ns is not None:  # --warmup / --cooldown: only requests started within
-        early = start[measured] < raw.window_ns[0]
-        late = start[measured] >= raw.window_ns[1]
-        outside = {"warmup": int(np.count_nonzero(early)),
-                   "cooldown": int(np.count_nonzero(late))}
-        measured = measured[~(early | late)]
-    order = measured[np.argsort(col["request_index"][measured], kind="stable")]
     failed = col["failed"][order] != 0
     step = attribute([s["t_ns"] for s in raw.steps], start[order])
     failures = []
@@ -112,7 +102,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     last = np.where(col["end_ns"] != NULL, col["end_ns"], col["start_ns"]) + offset
     wall = wall_clock_ms(start[order], last[order])
     doc = _document(raw, finished=_finished_at(raw, last), wall=wall, requests=len(order),
-                    failures=failures, warmups=len(t) - len(measured), rows=rows,
+                    failures=failures, warmups=len(t) - len(order), rows=rows,
                     client=_client(client, col, order, wall))
     params = raw.header.get("params") or {}
     load = params.get("load")
@@ -149,6 +139,45 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
             raise VerifyError(problems,
                               source=f"benchmark built from {raw.path or 'raw records'}")
     return built
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredOrder:
+    """Which raw records a run's document counts, in its order.
+
+    - `order`: positions in `raw.table` of the measured records (not warm-ups; within the
+      measured window when the run has one), sorted by raw request index: the document's
+      `request_index` i is `order[i]`, its completed rows are `order[failed == 0]`;
+    - `offset_ns`: per raw record, its worker's clock offset to the master's (0 for
+      records on the master's clock): `stamp + offset_ns` is on the run's one time line;
+    - `outside`: `{"warmup": n, "cooldown": n}` measured records started outside the
+      window (None without one).
+    """
+
+    order: Any
+    offset_ns: Any
+    outside: dict[str, int] | None
+
+
+def measured_order(raw: RawColumns) -> MeasuredOrder:
+    """The records `build` counts and their order (`MeasuredOrder`); the report's time
+    lines use the same, so a request drawn is a request counted."""
+    col = {name: raw.table[:, i] for name, i in COL.items()}
+    offsets = raw.clock_offsets_ns()
+    # offset of each record's clock (worker -1, no worker, indexes the trailing 0)
+    offset = np.array([offsets.get(name, 0) for name in raw.worker_names] + [0],
+                      dtype=np.int64)[col["worker"]]
+    start = col["start_ns"] + offset  # every record's start on the master's clock
+    measured = np.flatnonzero(col["warmup"] == 0)
+    outside = None
+    if raw.window_ns is not None:  # --warmup / --cooldown: only requests started within
+        early = start[measured] < raw.window_ns[0]
+        late = start[measured] >= raw.window_ns[1]
+        outside = {"warmup": int(np.count_nonzero(early)),
+                   "cooldown": int(np.count_nonzero(late))}
+        measured = measured[~(early | late)]
+    order = measured[np.argsort(col["request_index"][measured], kind="stable")]
+    return MeasuredOrder(order, offset, outside)
 
 
 def _issued_sizes(planned: Any) -> dict[str, int]:

@@ -106,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "or summary file")
     v.add_argument("file")
 
+    rp = sub.add_parser("report", help="draw a run, sweep, capacity search or campaign "
+                        "folder as report.html and PNGs (needs the [report] extra)")
+    rp.add_argument("folder", help="a run folder (requests.jsonl), a capacity search "
+                    "(capacity.json) or a campaign folder (campaign.json)")
+    rp.add_argument("--out", default=None, help="write report.html and the PNGs here "
+                    "(default: into the folder itself)")
+
     sub.add_parser("sim", help="start the built-in simulator (see 'anvil sim --help')",
                    add_help=False)
 
@@ -487,6 +494,17 @@ def cmd_summarize(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(a: argparse.Namespace) -> int:
+    from anvil_metrics.report.build import make_report
+
+    r = make_report(a.folder, a.out)
+    print(f"{r.kind} report: {r.html_path} ({len(r.png_paths)} figures, "
+          f"{r.elapsed_s:.1f} s)")
+    for png in r.png_paths:
+        print(f"  {png}")
+    return 0
+
+
 def cmd_check(a: argparse.Namespace) -> int:
     from anvil_metrics.checks.runner import parse_suites, run_checks, write_checks
     from anvil_metrics.checks.suite import CheckOptions
@@ -542,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                 "verify": cmd_verify,
                 "demo": cmd_demo, "prompts": cmd_prompts, "metrics": cmd_metrics,
                 "campaign": cmd_campaign, "summarize": cmd_summarize,
-                "check": cmd_check}
+                "check": cmd_check, "report": cmd_report}
     try:
         return handlers[args.command](args)
     except AnvilError as e:  # one line per problem (a campaign file may have several)

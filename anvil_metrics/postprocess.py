@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics import cachecheck
-from anvil_metrics.benchmark import build
+from anvil_metrics.benchmark import BuiltBenchmark, build
 from anvil_metrics.derive import RowColumns
 from anvil_metrics.errors import RawFileError
+from anvil_metrics.rawcolumns import RawColumns
 from anvil_metrics.rawpart import scan_raw
 
 BENCHMARK_FILE = "benchmark.json"
@@ -37,6 +38,16 @@ class Postprocessed:
     rows: RowColumns | None = None  # its rows as columns (the live tab's final figures)
 
 
+def build_run(run_dir: str | Path) -> tuple[RawColumns, BuiltBenchmark]:
+    """A run folder's raw records (as columns) and the document they give, unwritten: what
+    `postprocess_run` writes, and what `anvil report` draws."""
+    raw_path = Path(run_dir) / RAW_FILE
+    if not raw_path.exists():
+        raise RawFileError(raw_path, "it does not exist", fix="pass a run folder made by anvil")
+    raw = scan_raw(raw_path)
+    return raw, build(raw, (raw.run_end or {}).get("client"))
+
+
 def postprocess_run(run_dir: str | Path) -> Postprocessed:
     """Build and atomically write `<run_dir>/benchmark.json`.
 
@@ -44,12 +55,8 @@ def postprocess_run(run_dir: str | Path) -> Postprocessed:
     a million requests needs well under a GiB.
     """
     run_dir = Path(run_dir)
-    raw_path = run_dir / RAW_FILE
-    if not raw_path.exists():
-        raise RawFileError(raw_path, "it does not exist", fix="pass a run folder made by anvil")
     out = run_dir / BENCHMARK_FILE
-    raw = scan_raw(raw_path)
-    built = build(raw, (raw.run_end or {}).get("client"))
+    raw, built = build_run(run_dir)
     built.write(out)
     params = raw.header.get("params")
     warning = cachecheck.warning_for_columns(built.rows,

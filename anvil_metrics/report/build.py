@@ -1,0 +1,122 @@
+"""Which kind of folder a report is asked of, and the files it writes.
+
+A folder is, by what it holds (the first that matches):
+- a campaign: `campaign.json` (`anvil campaign run`);
+- a capacity search: `capacity.json` (`anvil capacity`);
+- a run: `requests.jsonl` (`anvil run`, `locust`); a run with `steps[]` is a sweep.
+
+`make_report` writes `report.html` (self-contained) and each figure's PNG beside it, into
+the folder itself unless `out_dir` is given, each file atomically; it returns what it
+wrote and how long it took. matplotlib is imported here, on demand: without the
+`[report]` extra the command says what to install, in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+from anvil_metrics.errors import UsageError
+from anvil_metrics.jsonio import atomic_write_bytes
+
+KINDS = ("run", "sweep", "capacity", "campaign")
+HTML_FILE = "report.html"
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    kind: str
+    folder: Path
+    html_path: Path
+    png_paths: tuple[Path, ...]
+    elapsed_s: float
+
+
+def folder_kind(folder: Path) -> str:
+    """"campaign", "capacity" or "run" (a sweep is a run: its document says so)."""
+    if not folder.is_dir():
+        raise UsageError(f"anvil report: {str(folder)!r} is not a folder; give a run folder "
+                         "(requests.jsonl), a capacity search (capacity.json) or a campaign "
+                         "folder (campaign.json)")
+    for name, kind in (("campaign.json", "campaign"), ("capacity.json", "capacity"),
+                       ("requests.jsonl", "run")):
+        if (folder / name).is_file():
+            return kind
+    raise UsageError(f"anvil report: {str(folder)!r} holds no requests.jsonl, capacity.json "
+                     "or campaign.json; give a folder anvil wrote")
+
+
+def made_by() -> str:
+    """"anvil <version> (commit <sha>[, modified])" — the code that drew the report."""
+    try:
+        version = metadata.version("anvil-metrics")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=5, check=True).stdout
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--",
+                                str(here.parent)], capture_output=True, text=True,
+                               timeout=5, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return f"anvil {version} (not a git checkout)"
+    return f"anvil {version} (commit {sha.strip()}{', modified' if dirty.strip() else ''})"
+
+
+def source(folder: Path, relative: str):  # -> page.Source
+    from anvil_metrics.report.page import Source
+
+    p = folder / relative
+    h = hashlib.sha256()
+    size = 0
+    with open(p, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+            size += len(block)
+    return Source(relative, size, h.hexdigest())
+
+
+def make_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
+    """Draw the report of the folder at `path` (see the module docstring)."""
+    started = time.perf_counter()
+    folder = Path(path)
+    kind = folder_kind(folder)
+    out = Path(out_dir) if out_dir is not None else folder
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"anvil report: --out {str(out)!r} is a file; give a folder")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("anvil report needs matplotlib: pip install 'anvil-metrics[report]'"
+                         ) from None
+    from anvil_metrics.report.page import Page, render
+
+    if kind == "campaign":
+        from anvil_metrics.report.campaignfigs import campaign_page
+
+        title, lines, sections, sources = campaign_page(folder)
+    elif kind == "capacity":
+        from anvil_metrics.report.capacityfigs import capacity_page
+
+        title, lines, sections, sources = capacity_page(folder)
+    else:
+        from anvil_metrics.report.runfigs import run_page
+
+        kind, title, lines, sections, sources = run_page(folder)
+    page = Page(kind, title, tuple(lines), tuple(sections),
+                tuple(source(folder, s) for s in sources), made_by(),
+                datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = []
+    for fig in page.figures():
+        atomic_write_bytes(out / fig.name, [fig.png])
+        pngs.append(out / fig.name)
+    html_path = out / HTML_FILE
+    atomic_write_bytes(html_path, [render(page).encode("utf-8")])
+    return Report(kind, folder, html_path, tuple(pngs), time.perf_counter() - started)
