@@ -244,7 +244,13 @@ class Page:
         }})()""")
         self.call("Input.insertText", {"text": text})
 
-    def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
+    def screenshot(self, path: Path, full_page: bool = False) -> Path:
+        """The viewport as PNG; with `full_page`, the whole page, however long."""
+        params: dict[str, Any] = {"format": "png"}
+        if full_page:
+            size = self.call("Page.getLayoutMetrics")["cssContentSize"]
+            params.update(captureBeyondViewport=True, clip={
+                "x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1})
+        data = self.call("Page.captureScreenshot", params)["data"]
         path.write_bytes(base64.b64decode(data))
         return path

@@ -205,29 +205,34 @@ def timeline(d: RunData) -> Figure:
         draw.no_data(ax, "no measured request")
     else:
         y = np.arange(n)
-        lw = 1.5 if n <= 200 else max(0.15, 300 / n)
+        lw = 1.5 if n <= 200 else max(0.6, 300 / n)
+        mark = 4 if n <= 2000 else 2
         end = np.where(np.isfinite(d.end_s), d.end_s, d.start_s)
         first = np.where(np.isfinite(d.first_output_s), d.first_output_s, end)
         content = np.where(np.isfinite(d.first_content_s), d.first_content_s, end)
         ok = ~d.failed
-        ax.hlines(y[ok], d.start_s[ok], first[ok], color="#bbbbbb", linewidth=lw,
-                  label="start → first output (queue, prefill)")
-        ax.hlines(y[ok], first[ok], np.maximum(first[ok], content[ok]), color="#9467bd",
-                  linewidth=lw, label="first output → first content (reasoning)")
-        ax.hlines(y[ok], content[ok], end[ok], color="#2ca02c", linewidth=lw,
-                  label="first content → end")
+        draw.segments(ax, y[ok], d.start_s[ok], first[ok], color="#bbbbbb", linewidth=lw,
+                      label="start → first output (queue, prefill)")
+        draw.segments(ax, y[ok], first[ok], np.maximum(first[ok], content[ok]),
+                      color="#9467bd", linewidth=lw,
+                      label="first output → first content (reasoning)")
+        draw.segments(ax, y[ok], content[ok], end[ok], color="#2ca02c", linewidth=lw,
+                      label="first content → end")
         if d.failed.any():
-            ax.hlines(y[d.failed], d.start_s[d.failed], end[d.failed], color=COLOURS["failure"],
-                      linewidth=lw, alpha=0.6)
+            draw.segments(ax, y[d.failed], d.start_s[d.failed], end[d.failed],
+                          color=COLOURS["failure"], linewidth=lw, alpha=0.6)
             for i, kind in enumerate(sorted(set(d.failure_kind[d.failed].tolist()))):
                 at = d.failed & (d.failure_kind == kind)
                 ax.plot(end[at], y[at], FAILURE_MARKERS[i % len(FAILURE_MARKERS)],
-                        color=COLOURS["failure"], markersize=4,
+                        color=COLOURS["failure"], markersize=mark, alpha=0.7,
                         label=f"failed: {kind} ({int(at.sum())})")
         ax.set_xlabel("seconds since the run started")
         ax.set_ylabel("request_index")
         ax.set_ylim(n, -1)
-        ax.legend(loc="lower left", fontsize=7)
+        legend = ax.legend(loc="lower left", fontsize=7, markerscale=4 / mark)
+        for handle in legend.legend_handles:
+            if handle is not None and handle.get_linestyle() not in ("None", "none"):
+                handle.set_linewidth(2)
     return draw.finish(fig, "timeline.png", "Every request on one time line",
                        "One line per measured request (request_index down the page): grey "
                        "until its first output, purple while it reasoned, green while content "
@@ -349,7 +354,7 @@ def server_series(d: RunData) -> Figure | None:
             ax.set_ylabel(ylabel)
             ax.legend(loc="upper right")
         else:
-            draw.no_data(ax, f"the server reported no {' / '.join(keys)}")
+            draw.no_data(ax, f"the server reported no {' / '.join(keys)}", keep_x=True)
     axes[2][0].set_xlabel("seconds since the run started")
     engine = gauges[-1].get("engine")
     return draw.finish(fig, "server.png", f"What the server said ({engine or 'unknown engine'})",
@@ -380,6 +385,7 @@ def steps_figure(d: RunData) -> Figure | None:
             ax.axhline(criteria[name].limit, color=COLOURS["slo"], linestyle=":",
                        label=f"goodput criterion: {criteria[name].text()}")
         ax.set_xlabel(by)
+        ax.set_xticks(x[np.isfinite(x)])
         ax.set_ylabel(_label(name))
         ax.legend()
     ax = axes[1][1]
@@ -387,6 +393,7 @@ def steps_figure(d: RunData) -> Figure | None:
             label="throughput_tok_s")
     ax.set_ylabel("output tok/s")
     ax.set_xlabel(by)
+    ax.set_xticks(x[np.isfinite(x)])
     good = np.array([np.nan if s.get("goodput_rps") is None else float(s["goodput_rps"])
                      for s in steps])
     if np.isfinite(good).any():
