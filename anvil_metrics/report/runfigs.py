@@ -414,6 +414,20 @@ def slo_criteria(doc: dict[str, Any]) -> tuple[Criterion, ...]:
     return parse_criteria(texts, flag="goodput.criteria") if texts else ()
 
 
+def steps_table(d: RunData) -> Table:
+    steps = d.doc.get("steps") or []
+    keys = ("ttft_p50_ms", "ttft_p95_ms", "e2e_p95_ms", "throughput_tok_s")
+    rows = []
+    for s in steps:
+        load = f"{s['rate']:g} req/s" if s.get("rate") is not None else f"{s.get('users')} users"
+        m = s.get("metrics") or {}
+        rows.append((str(s["step"]), load, f"{s['started_s']:.2f}–{s['ended_s']:.2f}",
+                     str(s["requests"]), str(s["completed"]), str(s["failed"]),
+                     *(_fmt(m.get(k)) for k in keys), _fmt(s.get("goodput_rps"))))
+    return Table("Steps", ("step", "load", "seconds", "requests", "completed", "failed",
+                           *keys, "goodput_rps"), tuple(rows))
+
+
 def key_table(d: RunData) -> Table:
     rows = []
     for f in catalog.SUMMARY_FIELDS or catalog.LIVE_FIELDS:
@@ -444,7 +458,7 @@ def run_sections(d: RunData) -> list[Section]:
     steps = steps_figure(d)
     if steps is not None:
         out.append(Section("The sweep", "Each step's figures from benchmark.json steps[].",
-                           figures=(steps,)))
+                           tables=(steps_table(d),), figures=(steps,)))
     out.append(Section("Latency", tables=(counts, key_table(d)),
                        figures=(latency_cdf(d), prefill(d), decode(d))))
     out.append(Section("Over time", figures=(timeline(d), load_over_time(d))))

@@ -171,3 +171,37 @@ def test_without_matplotlib_the_extra_is_named(run_dir: Path, tmp_path: Path,
     assert main(["report", str(run_dir), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "pip install 'anvil-metrics[report]'" in err and err.count("\n") == 1
+
+
+def test_a_sweep_draws_its_steps_from_the_document(tmp_path: Path) -> None:
+    """Two steps (1 then 2 users), criteria given: the page is a sweep's, its steps table
+    holds the document's step figures and its first figure is the steps'."""
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    header = {**HEADER, "params": {**HEADER["params"], "goodput": ["ttft_ms<=3"]}}
+    recs = []
+    for i in range(6):
+        start = ANCHOR + 10_000_000 + i * 20_000_000
+        ttfo = (1 + i % 3) * 1_000_000
+        recs.append(completed(i, start_ns=start, first_output_ns=start + ttfo,
+                              first_content_ns=start + 2 * ttfo, end_ns=start + 3 * ttfo))
+    write_raw(folder / "requests.jsonl", header, recs)
+    raw = folder / "requests.jsonl"
+    lines = raw.read_bytes().splitlines(keepends=True)
+    step = [dump_line({"type": "step", "step": k, "t_ns": ANCHOR + k * 60_000_000,
+                       "users": k + 1, "rate": None}) for k in range(2)]
+    end = dump_line({"type": "step_end", "t_ns": ANCHOR + 130_000_000})
+    raw.write_bytes(lines[0] + step[0] + b"".join(lines[1:4]) + step[1]
+                    + b"".join(lines[4:]) + end)
+    postprocess_run(folder)
+    doc = orjson.loads((folder / "benchmark.json").read_bytes())
+    assert [s["requests"] for s in doc["steps"]] == [3, 3]
+    r = make_report(folder, tmp_path / "out")
+    assert r.kind == "sweep" and r.png_paths[0].name == "steps.png"
+    html = r.html_path.read_text()
+    assert "<h2>The sweep</h2>" in html
+    for s in doc["steps"]:
+        cells = (f"<td>{s['step']}</td><td>{s['users']} users</td>"
+                 f"<td>{s['started_s']:.2f}–{s['ended_s']:.2f}</td><td>{s['requests']}</td>")
+        assert cells in html
+        assert f"<td>{runfigs._fmt(s['metrics']['ttft_p95_ms'])}</td>" in html
