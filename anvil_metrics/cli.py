@@ -445,6 +445,14 @@ def cmd_demo(a: argparse.Namespace) -> int:
     problems = verify_benchmark(doc)
     print(f"verify: {'OK' if not problems else f'{len(problems)} mismatches'}")
     print(f"result: {result.benchmark_path}")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("report: skipped (the pictures need pip install 'anvil-metrics[report]')")
+    else:
+        from anvil_metrics.report.build import make_report
+
+        print(f"report: {make_report(result.benchmark_path.parent).html_path}")
     return 0 if not problems else 1
 
 

@@ -92,6 +92,10 @@ def test_demo_writes_a_verified_benchmark(tmp_path: Path) -> None:
     check = anvil("verify", str(path))
     assert check.returncode == 0, check.stdout
     assert "recomputes exactly" in check.stdout
+    # the demo draws its run too (matplotlib is in the dev extra)
+    assert f"report: {path.parent / 'report.html'}" in proc.stdout
+    assert (path.parent / "report.html").stat().st_size > 50_000
+    assert (path.parent / "timeline.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_verify_cli_names_a_mismatch(tmp_path: Path) -> None:
