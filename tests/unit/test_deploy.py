@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from anvil_metrics.scenario import load_scenario, scenario_from_dict
-from tests.conftest import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
