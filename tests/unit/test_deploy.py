@@ -385,6 +385,40 @@ def test_kubectl_kustomize_renders_the_manifests_offline(yaml_mod, kustomization
         assert set(refs) <= rendered, (refs, rendered)  # the generated (hashed) names
 
 
+def _rendered(yaml_mod) -> tuple[list[dict[str, Any]], str]:
+    """The objects `kubectl apply -k` would send, and where they came from: `kubectl
+    kustomize`'s output, else the files as written (kustomize's images and names not
+    applied)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is not None:
+        p = subprocess.run([kubectl, "kustomize", str(KUBE_DIR)], capture_output=True,
+                           text=True, timeout=60, stdin=subprocess.DEVNULL,
+                           env=_offline_kube_env())
+        assert p.returncode == 0, p.stderr
+        return [d for d in yaml_mod.safe_load_all(p.stdout) if d], "kubectl kustomize"
+    (kust,) = _docs(yaml_mod, KUBE_DIR / "kustomization.yaml")
+    docs = [d for name in kust["resources"] for d in _docs(yaml_mod, KUBE_DIR / name)]
+    return docs, "the files as written (no kubectl)"
+
+
+def test_every_object_validates_against_the_kubernetes_schemas(yaml_mod) -> None:
+    """Strict: an unknown field (a typo'd `readinesProbe`) or a wrong type fails, as the
+    API server would refuse it; offline, with the schemas kubernetes-validate ships."""
+    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not "
+                             "installed: the objects are not checked against the API's schemas")
+    docs, source = _rendered(yaml_mod)
+    docs += _docs(yaml_mod, KUBE_DIR / "secret-example.yaml")
+    versions = sorted({kv.utils.all_versions()[0], kv.utils.latest_version()})
+    for version in versions:
+        for doc in docs:
+            try:
+                kv.validate(doc, version, strict=True)
+            except kv.ValidationError as e:
+                pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} (Kubernetes {version}): "
+                            f"{'.'.join(map(str, e.path))}: {e.message}")
+    print(f"{len(docs)} objects from {source} valid for Kubernetes {', '.join(versions)}")
+
+
 def _offline_kube_env() -> dict[str, str]:
     """kubectl with no kubeconfig of the user's: it can only reach its default,
     localhost:8080, so a test never talks to a real cluster."""
