@@ -411,13 +411,15 @@ def test_every_object_validates_against_the_kubernetes_schemas(yaml_mod) -> None
     docs, source = _rendered(yaml_mod)
     docs += _docs(yaml_mod, KUBE_DIR / "secret-example.yaml")
     versions = sorted({kv.utils.all_versions()[0], kv.utils.latest_version()})
+    refused = []
     for version in versions:
         for doc in docs:
             try:
                 kv.validate(doc, version, strict=True)
             except jsonschema.ValidationError as e:
-                pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} (Kubernetes {version}): "
-                            f"{'.'.join(map(str, e.path))}: {e.message}")
+                refused.append(f"{doc['kind']}/{doc['metadata']['name']} (Kubernetes "
+                               f"{version}): {'.'.join(map(str, e.path))}: {e.message}")
+    assert not refused, "\n".join(refused)
     print(f"{len(docs)} objects from {source} valid for Kubernetes {', '.join(versions)}")
 
 
