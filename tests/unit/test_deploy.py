@@ -182,12 +182,15 @@ def test_dockerfile_pins_locust_and_anvil_and_installs_the_checkout() -> None:
     words = installs[0].split("&&")[0].split()
     assert '"locust==${LOCUST_VERSION}"' in words and "." in words, installs[0]
     # the checkout: what `pip install .` builds from (the readme too), copied before it
-    copied = [rest.split()[:-1] for word, rest in ins if word == "COPY"]
-    before = [src for c in copied[:next(i for i, (w, r) in enumerate(
-        [x for x in ins if x[0] in ("COPY", "RUN")]) if "pip install" in r)] for src in c]
+    before: list[str] = []  # what is copied in before `pip install .` builds it
+    for word, rest in ins:
+        if word == "RUN" and rest == installs[0]:
+            break
+        if word == "COPY":
+            before += rest.split()[:-1]
     for needed in ("pyproject.toml", _project()["readme"], "anvil_metrics"):
         assert needed in before, f"{needed} is not copied before `pip install .`: {before}"
-    sources = {src for c in copied for src in c}
+    sources = {src for word, rest in ins if word == "COPY" for src in rest.split()[:-1]}
     assert {"scenarios", "locustfiles"} <= sources, sources
     assert "ENTRYPOINT" in dict(ins) and "CMD" in dict(ins)
     exposed = {p for word, rest in ins if word == "EXPOSE" for p in rest.split()}
