@@ -181,8 +181,7 @@ def test_dockerfile_pins_locust_and_anvil_and_installs_the_checkout() -> None:
     assert len(installs) == 1, installs
     words = installs[0].split("&&")[0].split()
     assert '"locust==${LOCUST_VERSION}"' in words and "." in words, installs[0]
-    # the checkout: what `pip install .` builds from (the readme too), copied before it
-    before: list[str] = []  # what is copied in before `pip install .` builds it
+    before: list[str] = []  # the checkout's files `pip install .` builds from (readme too)
     for word, rest in ins:
         if word == "RUN" and rest == installs[0]:
             break
@@ -309,6 +308,7 @@ def test_master_runs_the_locustfile_with_the_scenario_and_keeps_results(objects)
     assert volume["configMap"]["name"] == "anvil-scenario", volume
     assert scenario == mount["mountPath"].rstrip("/") + "/scenario.toml"
     results = _flag(args, "--results-dir")
+    assert results, f"the master passes no --results-dir: {args}"
     _, volume = _mount_for(master, results + "/run/benchmark.json")
     assert "emptyDir" in volume or "persistentVolumeClaim" in volume, volume
 
