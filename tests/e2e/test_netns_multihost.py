@@ -124,7 +124,22 @@ def test_the_relay_delays_each_chunk_and_keeps_their_order(tmp_path: Path) -> No
     assert min(delays_ms) >= 8.0 and max(delays_ms) < 200, delays_ms
     summary = dict(kv.split("=") for kv in log.read_text().splitlines()[-1].split()[1:])
     assert summary["connections"] == "1" and int(summary["chunks"]) >= 13, summary
-    assert 8.0 <= float(summary["min_delay_ms"]) <= 12.0, summary  # as applied, per chunk
+    assert 8.0 <= float(summary["min_delay_ms"]) < 50, summary  # as applied, per chunk
+
+
+def test_a_half_built_lab_is_removed() -> None:
+    """A lab whose building fails midway (its second host's name is refused) removes the
+    first host's namespace and link and the bridge before the error reaches the caller."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"network namespaces: {reason}")
+    prefix = f"anv{os.getpid()}h"
+    with pytest.raises(LabError, match="b/c"):
+        with Lab(prefix, ("a", "b/c")):
+            pass
+    assert leftovers(prefix) == []
+    with pytest.raises(LabError, match="at most 12"):  # link names must fit 15 bytes
+        Lab("anv" + "9" * 10, ("a",))
 
 
 def _start_delay(lab: Lab, logs: Path, netem: bool) -> None:
@@ -182,7 +197,7 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     assert left == [], f"the lab left these behind: {left}"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Run:
     master: subprocess.Popen
     workers: dict[str, subprocess.Popen]
