@@ -20,6 +20,7 @@ moved and still be drawn.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -185,10 +186,11 @@ def _mark_capacity(ax: Any, doc: dict[str, Any]) -> None:
     if doc["capacity"] is not None:
         ax.axvline(doc["capacity"], color=COLOURS["capacity"], linestyle="--", linewidth=1.2,
                    label=f"capacity {_load_text(doc['capacity'])} {doc['by']}")
-    else:
-        why = doc["stopped"] or "no load met every SLO"
-        ax.text(0.02, 0.02, f"stopped: {why}" if doc["stopped"] else why, fontsize=7,
-                transform=ax.transAxes, va="bottom", wrap=True, color=FAILS_COLOUR)
+    else:  # the whole reason is in the page's text and table; here its first clause
+        why = (f"stopped: {doc['stopped'].split(':')[0]}" if doc["stopped"]
+               else "no load met every SLO")
+        ax.text(0.5, 0.98, textwrap.shorten(why, 70), fontsize=7, ha="center", va="top",
+                transform=ax.transAxes, color=FAILS_COLOUR)
 
 
 def _by_load(doc: dict[str, Any], y: list[float | None], ok: list[bool]
@@ -237,7 +239,7 @@ def slo_figure(doc: dict[str, Any], slos: tuple[Slo, ...]) -> Figure:
         ax.set_xlabel(doc["by"])
         ax.set_ylabel(slo.key)
         ax.set_title(slo.text())
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")
     for k in range(len(slos), nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
     return draw.finish(fig, "capacity-slo.png", "Each SLO's value against the load",
