@@ -111,6 +111,7 @@ def campaign_folder(root: Path, summarize: bool = True) -> Path:
     """`root/results/report-test/` as `anvil campaign run` leaves it (and, with `summarize`,
     `anvil summarize`): variants m/off (chunks 20 ms apart) and m/on (10 ms), 3 runs each of
     5 requests, the first output after 50 ms + a millisecond per run index."""
+    root.mkdir(parents=True, exist_ok=True)
     path = root / "campaign.toml"
     path.write_text(CAMPAIGN.format(scenario=REPO / "scenarios" / "smoke.toml"))
 
