@@ -18,6 +18,9 @@ Definitions:
   `seed`, so an interval does not depend on which other intervals were computed, and the same
   inputs and seed give the same bits. It needs two runs in each variant (with one, every
   resample is the same run and the "interval" would be a point that claims certainty).
+- `bootstrap_mean_ci(x)`: the same percentile bootstrap of one variant's mean (its run values
+  resampled with replacement, `resamples` times, from a generator seeded with `seed`): the
+  error bars of a report's bars (`report/campaignfigs.py`); not a member of the summary.
 - `mann_whitney(x, y)`: U of `x` is the number of pairs (x_i, y_j) with x_i > y_j, ties
   counting one half (= rank sum of x − n_x(n_x + 1)/2). The p-value is two-sided:
   * exact when no value is tied and n_x·n_y ≤ 900: the distribution of U under the null
@@ -98,6 +101,20 @@ def bootstrap_delta_ci(values: Sequence[float], reference: Sequence[float], *,
     tail = 100.0 * (1.0 - confidence) / 2.0
     low, high = np.percentile(deltas, [tail, 100.0 - tail])
     return Interval(float(low), float(high))
+
+
+def bootstrap_mean_ci(values: Sequence[float], *, seed: int, resamples: int = RESAMPLES,
+                      confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """The percentile bootstrap interval (low, high) of `mean(values)` (module doc), in the
+    values' unit; None with fewer than 2 values (no interval, as for a delta)."""
+    if len(values) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    x = np.asarray(values, dtype=np.float64)
+    means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = np.percentile(means, [tail, 100.0 - tail])
+    return float(low), float(high)
 
 
 def _u_counts(m: int, n: int) -> list[int]:

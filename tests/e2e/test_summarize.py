@@ -18,6 +18,8 @@ of each, interleaved, make a campaign folder as `anvil campaign run` lays it out
 
 from __future__ import annotations
 
+import hashlib
+import html
 import shutil
 from pathlib import Path
 
@@ -27,9 +29,13 @@ import pytest
 from conftest import anvil, load_json, result_path, write_scenario
 from jsonschema import Draft202012Validator
 
+from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonschemas import FILES, shipped
+from anvil_metrics.report.build import make_report
 from anvil_metrics.sim.specdecode import spec_counts
 from anvil_metrics.simproc import start_simulator
+from anvil_metrics.summaryio import read_campaign_folder, summary_document, write_summary
+from anvil_metrics.summarymd import markdown
 
 pytestmark = pytest.mark.e2e
 
@@ -238,3 +244,36 @@ def test_anvil_outputs_validate_against_the_shipped_schemas(tmp_path: Path, runs
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.splitlines()[0] == ("schema: checked against benchmark-v1.schema.json "
                                            "(JSON Schema draft 2020-12)")
+
+
+def test_report_draws_the_summary_the_runs_give(tmp_path: Path, runs) -> None:
+    """`anvil report` of the six real runs with the summary `anvil summarize` writes (its own
+    writer, in process): drawn (2 PNGs), every file named with its SHA-256, the decision and
+    gates as the summary has them; a figure of summary.json changed, and it is refused."""
+    folder = campaign_dir(tmp_path, runs, threshold=20)
+    doc = summary_document(read_campaign_folder(folder))
+    write_summary(doc, markdown(doc), folder / "summary.json", folder / "summary.md")
+    report = make_report(folder, tmp_path / "out")
+    page = report.html_path.read_text()
+    assert report.kind == "campaign" and len(report.png_paths) == 2
+    assert all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in report.png_paths)
+    _, entries, _ = runs
+    files = ["campaign.json", "summary.json",
+             *(f"{e['folder']}/benchmark.json" for v in ("m/off", "m/mtp3")
+               for e in entries if e["variant"] == v)]
+    for relative in files:
+        data = (folder / relative).read_bytes()
+        assert (f"<tr><td>{relative}</td><td>{len(data)}</td>"
+                f'<td class="src">{hashlib.sha256(data).hexdigest()}</td></tr>') in page
+    # whatever this machine's load made of the saturation gate, the page says what the file does
+    decided = "pass" if doc["decision"] == "promotion" else "fail"
+    assert f'<td class="{decided}">{doc["decision"]}</td>' in page
+    for g in doc["gates"]:
+        passed = "pass" if g["outcome"] in ("pass", "not_required") else "fail"
+        assert (f'<td>{html.escape(g["reason"])}</td><td class="{passed}">{g["outcome"]}</td>'
+                in page)
+    doc["performance"][0]["decode_tok_s_p50"] *= 1.01
+    (folder / "summary.json").write_bytes(orjson.dumps(doc))
+    with pytest.raises(UsageError, match=r"performance\[0\]\.decode_tok_s_p50: file has .*"
+                       r"re-run `anvil summarize "):
+        make_report(folder, tmp_path / "out2")

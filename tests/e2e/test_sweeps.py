@@ -11,6 +11,7 @@ before the search starts. Each test prints what it measured (`pytest -s` shows i
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import time
@@ -23,6 +24,7 @@ from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 
 from anvil_metrics.arrivals import ArrivalPlan, Schedule
 from anvil_metrics.rawread import read_raw
+from anvil_metrics.report.build import make_report
 from anvil_metrics.simproc import start_simulator
 from anvil_metrics.verify import verify_benchmark
 
@@ -208,3 +210,25 @@ def test_capacity_json_by_users_counts_users_in_whole_numbers(
     doc = load_json(result_path(proc).parent / "capacity.json")
     assert type(doc["capacity"]) is int
     assert all(type(s["users"]) is int for s in doc["steps"])
+
+
+def test_capacity_report_of_the_real_search(capacity_run: tuple[Any, float],
+                                            tmp_path: Path) -> None:
+    """`anvil report` of the search above: its steps' files verify and back capacity.json,
+    so it is drawn (4 PNGs), says the capacity, and names each file with its SHA-256."""
+    proc, _ = capacity_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = result_path(proc).parent
+    t0 = time.monotonic()
+    report = make_report(folder, tmp_path)
+    print(f"\n[capacity report] {time.monotonic() - t0:.1f} s")
+    page = report.html_path.read_text()
+    assert report.kind == "capacity" and len(report.png_paths) == 4
+    assert all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in report.png_paths)
+    assert "capacity 8 users; 6 steps" in page
+    doc = load_json(folder / "capacity.json")
+    for relative in ["capacity.json", *(f"{Path(s['benchmark']).parent.name}/benchmark.json"
+                                        for s in doc["steps"])]:
+        data = (folder / relative).read_bytes()
+        assert (f"<tr><td>{relative}</td><td>{len(data)}</td>"
+                f'<td class="src">{hashlib.sha256(data).hexdigest()}</td></tr>') in page
