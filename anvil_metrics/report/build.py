@@ -40,14 +40,14 @@ class Report:
 def folder_kind(folder: Path) -> str:
     """"campaign", "capacity" or "run" (a sweep is a run: its document says so)."""
     if not folder.is_dir():
-        raise UsageError(f"anvil report: {str(folder)!r} is not a folder; give a run folder "
+        raise UsageError(f"report: {str(folder)!r} is not a folder; give a run folder "
                          "(requests.jsonl), a capacity search (capacity.json) or a campaign "
                          "folder (campaign.json)")
     for name, kind in (("campaign.json", "campaign"), ("capacity.json", "capacity"),
                        ("requests.jsonl", "run")):
         if (folder / name).is_file():
             return kind
-    raise UsageError(f"anvil report: {str(folder)!r} holds no requests.jsonl, capacity.json "
+    raise UsageError(f"report: {str(folder)!r} holds no requests.jsonl, capacity.json "
                      "or campaign.json; give a folder anvil wrote")
 
 
@@ -89,12 +89,12 @@ def make_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
     kind = folder_kind(folder)
     out = Path(out_dir) if out_dir is not None else folder
     if out.exists() and not out.is_dir():
-        raise UsageError(f"anvil report: --out {str(out)!r} is a file; give a folder")
+        raise UsageError(f"report: --out {str(out)!r} is a file; give a folder")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("anvil report needs matplotlib: pip install 'anvil-metrics[report]'"
-                         ) from None
+        raise UsageError("report: the pictures need matplotlib: "
+                         "pip install 'anvil-metrics[report]'") from None
     from anvil_metrics.report.page import Page, render
 
     if kind == "campaign":

@@ -1,12 +1,14 @@
 """`anvil report` as a user opens it: real folders, real reports, headless Chromium.
 
-One module fixture makes the four kinds of folder a user has, each with the real commands
-against the simulator, kept small: a run (`anvil run`, as `anvil demo` makes one), a
-3-step sweep with goodput criteria, a capacity search of two steps, and a campaign of two
-variants (one run each) with its summary. `anvil report` draws each (the first through
-the CLI, a new process without a display; the others in this process), and each
-`report.html` is opened in headless Chromium from disk, with the DevTools Network domain
-recording every request the page makes:
+The four kinds of folder a user has: a run (`anvil run`, as `anvil demo` makes one) and a
+3-step sweep with goodput criteria, each made here with the real commands against the
+simulator; a capacity search and a campaign (with its summary) as `tests/reportbuild.py`
+makes them with anvil's own writers in a second (the reports of a real search and a real
+campaign are drawn in tests/e2e/test_sweeps.py and test_summarize.py, on the folders their
+tests make anyway). `anvil report` draws each (the run through the CLI, a new process
+without a display; the others in this process), and each `report.html` is opened in
+headless Chromium from disk, with the DevTools Network domain recording every request the
+page makes:
 
 - the page loads, shows every figure (each `<img>` decoded, with its natural size) and
   fetches nothing: the only request is the page's own file (a copy with its
@@ -23,12 +25,12 @@ import re
 import shutil
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from chromium_cdp import Chromium, Page, ensure_chromium
 from conftest import REPO, anvil
+from reportbuild import campaign_folder, capacity_folder
 
 from anvil_metrics.report.build import make_report
 from anvil_metrics.simproc import start_simulator
@@ -38,33 +40,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 SCREENSHOTS = REPO / "results" / "screenshots"
 FAST_SIM = ["--prefill-ms", "20", "--interval-ms", "2", "--reasoning-tokens", "4",
             "--content-tokens", "16", "--max-context", "8192"]
-SLOW_SIM = ["--prefill-ms", "20", "--interval-ms", "4", "--reasoning-tokens", "4",
-            "--content-tokens", "16", "--max-context", "8192"]
-# one slot of ~60 ms streams: at 2 users the second request waits for the first
-KNEE_SIM = ["--prefill-ms", "20", "--interval-ms", "2", "--reasoning-tokens", "4",
-            "--content-tokens", "16", "--max-context", "8192", "--max-running", "1"]
-CAMPAIGN = """\
-name = "pair"
-scenario = "{scenario}"
-runs_per_variant = 1
-candidate = "sim/on"
-incumbent = "sim/off"
-
-[[variants]]
-model = "sim"
-served_model = "sim-model"
-speculation = "off"
-host = "{slow}"
-
-[[variants]]
-model = "sim"
-served_model = "sim-model"
-speculation = "on"
-host = "{fast}"
-
-[gates]
-e2e_p50_improvement_percent = 10
-"""
 
 
 def only_folder(parent: Path, prefix: str) -> Path:
@@ -79,29 +54,19 @@ def ok(proc) -> None:
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """The four folders, made by the real commands."""
+    """The four folders: a run and a sweep by the real commands, a capacity search and a
+    campaign by anvil's writers (reportbuild)."""
     tmp = tmp_path_factory.mktemp("reports")
-    with ExitStack() as stack:
-        sim = stack.enter_context(start_simulator(FAST_SIM))
-        slow = stack.enter_context(start_simulator(SLOW_SIM))
-        knee = stack.enter_context(start_simulator(KNEE_SIM))
+    with start_simulator(FAST_SIM) as sim:
         ok(anvil("run", "scenarios/smoke.toml", "-H", sim.url, "-u", "4", "--requests", "24",
                  "--results-dir", str(tmp / "run")))
         ok(anvil("run", "scenarios/smoke.toml", "-H", sim.url, "--steps", "1,2,4",
                  "--step-duration", "1s", "--goodput", "ttft_ms<=150",
                  "--results-dir", str(tmp / "sweep")))
-        ok(anvil("capacity", "scenarios/smoke.toml", "-H", knee.url, "--slo",
-                 "ttft_p95_ms<=60", "--start", "1", "--max", "2", "--step-requests", "8",
-                 "--results-dir", str(tmp / "capacity"), timeout=180))
-        (tmp / "c.toml").write_text(CAMPAIGN.format(
-            scenario=REPO / "scenarios" / "smoke.toml", slow=slow.url, fast=sim.url))
-        ok(anvil("campaign", "run", str(tmp / "c.toml"), "--results-dir",
-                 str(tmp / "campaign"), timeout=180))
-        ok(anvil("summarize", str(tmp / "campaign" / "pair")))
     yield {"run": only_folder(tmp / "run", "benchmark-"),
            "sweep": only_folder(tmp / "sweep", "benchmark-"),
-           "capacity": only_folder(tmp / "capacity", "capacity-"),
-           "campaign": tmp / "campaign" / "pair"}
+           "capacity": capacity_folder(tmp / "capacity"),
+           "campaign": campaign_folder(tmp / "campaign")}
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +136,10 @@ def test_report_renders_and_fetches_nothing(kind: str, reports: dict[str, Path],
     page = browser.new_page()
     for target in (html, _without_csp(html, tmp_path)):
         urls = requests_made(browser, page, target.as_uri())
-        assert urls == [target.as_uri()], urls
+        # the page's own file, then its inlined images (data: URIs, decoded in place)
+        assert [u for u in urls if not u.startswith("data:image/png;base64,")] == [
+            target.as_uri()], urls
+        assert len(urls) == 1 + len(figures)
     shown = page.evaluate("[...document.images].map(i => [i.closest('figure').id, "
                           "i.naturalWidth, i.naturalHeight])")
     assert sorted(name for name, _, _ in shown) == figures
