@@ -99,7 +99,7 @@ PAGE_HTML = """<!doctype html>
 "use strict";
 const NS = "http://www.w3.org/2000/svg";
 const COLUMNS = ["count", "p50", "p90", "p95", "p99", "min", "max"];
-const W = 420, H = 220, LEFT = 52, RIGHT = 14, TOP = 12, BOTTOM = 30;
+const W = 420, H = 220, LEFT = 52, RIGHT = 24, TOP = 12, BOTTOM = 30;
 const MAX_DOTS = 120;  // more points than this: the line only
 
 function fmt(v) {
