@@ -24,6 +24,15 @@ asks for it, one taker waiting for the next arrival at a time; the ticket carrie
 time and whether it waited for a user (no user was free when it fell due: the request goes
 out late, and its lateness is recorded, never hidden). An arrival whose due time the run's
 stop comes before is never issued: indices stay dense.
+
+In flight (`in_flight`, `read_in_flight`): measured tickets handed out and not yet given
+back, i.e. measured requests started and not yet recorded; with its integral over time and
+its peak since the last reading, so the live page's series (`live.py`) shows the mean in
+flight over each second, not a sample of one instant (a second's requests can all start
+and end between two samples). O(1) a request: one clock read and a few integer updates at
+each hand-out and give-back. On a distributed run's master this budget is the run's one
+budget: a ticket granted to a worker and not yet returned as a record is in flight, so the
+series needs no other source.
 """
 
 from __future__ import annotations
@@ -36,6 +45,19 @@ import gevent.event
 import gevent.lock
 
 from anvil_metrics.arrivals import Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """Measured requests in flight, read at `t_ns` (`perf_counter_ns`): how many now, their
+    integral over time since the budget was made (request·ns: the mean over an interval is
+    the difference of two readings' `area_ns` over their `t_ns`), and the most at once
+    since the previous reading."""
+
+    t_ns: int
+    now: int
+    area_ns: int
+    peak: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +99,11 @@ class RequestBudget:
         self._next = 0
         self._warmup_done = 0
         self._done = 0
+        self._now_ns = time.perf_counter_ns  # the clock of the in-flight integral
+        self._out = 0  # measured tickets handed out and not given back
+        self._out_since_ns = self._now_ns()  # when _out last changed
+        self._out_area_ns = 0  # ∫ _out dt up to _out_since_ns
+        self._out_peak = 0  # the most at once since the last read_in_flight
         self._warm = gevent.event.Event()
         if warmup == 0:
             self._warm.set()
@@ -116,6 +143,7 @@ class RequestBudget:
             if self._closed:  # stopped while waiting: this index was never issued
                 self._next = min(self._next, i)
                 return None
+        self._count_out(1)
         return Ticket(i, False, self.size_for(i))
 
     def _open(self) -> None:
@@ -151,6 +179,7 @@ class RequestBudget:
                 if self._closed:
                     return None
                 self._next += 1
+                self._count_out(1)
                 return Ticket(i, False, self.size_for(i), due_ns=due, waited=asked_ns > due)
 
     def replan(self, schedule: Schedule, origin_ns: int) -> None:
@@ -169,6 +198,7 @@ class RequestBudget:
                 self._warm.set()
             return
         self._done += 1
+        self._count_out(-1)
         progress, self._progress = self._progress, gevent.event.Event()
         progress.set()
         if self.requests is not None and self._done >= self.requests:
@@ -191,3 +221,26 @@ class RequestBudget:
     @property
     def finished(self) -> int:
         return self._done
+
+    def _count_out(self, change: int) -> None:
+        now = self._now_ns()
+        self._out_area_ns += self._out * (now - self._out_since_ns)
+        self._out_since_ns = now
+        self._out += change
+        if self._out > self._out_peak:
+            self._out_peak = self._out
+
+    @property
+    def in_flight(self) -> int:
+        """Measured requests started (ticket handed out) and not yet finished (given back)."""
+        return self._out
+
+    def read_in_flight(self) -> InFlight:
+        """In flight now, its integral so far and its peak since the previous call (which
+        this call starts again: one reader, the live page's sampler)."""
+        now = self._now_ns()
+        reading = InFlight(now, self._out,
+                           self._out_area_ns + self._out * (now - self._out_since_ns),
+                           self._out_peak)
+        self._out_peak = self._out
+        return reading

@@ -22,6 +22,29 @@ was built from, so the final tab equals the file bit for bit. The charts' series
 bounded the same way: per bucket of arrival time (at most MAX_BUCKETS, merged pairwise as
 the run grows) a sketch of each charted value, shown as the bucket's median. The page and
 the tab say which figures are sketched and which exact (`accuracy`).
+
+Two more views for the `/anvil/` page, both bounded:
+
+- the TTFT CDF (`ttft_cdf`): the values at the nearest-rank percentiles 0, 1, …, 100
+  (`CDF_PERCENTILES`: 101 points, whatever the number of requests) of `ttft_ms` over the
+  measured requests completed so far. While the run goes they are read from the table's own
+  sketch (within 1 %; p0 and p100 are its exact min and max); at the end from the file's
+  rows with `stats.nearest_rank_columns`, the function the table and `benchmark.json` use,
+  so its p50 and p95 points are `ttft_p50_ms` and `ttft_p95_ms` bit for bit.
+- the flow (`flow`): per second of the run, the measured requests in flight (their mean
+  over the second, time-weighted, and the most at once) and the completed requests,
+  failures and output tokens that finished in it (output tok/s and requests/s are those
+  over the second's length). In flight comes from the request budget
+  (`control.RequestBudget.read_in_flight`: tickets handed out and not yet given back, kept
+  with their integral over time and their peak, O(1) a request; on a distributed master,
+  tickets granted to a worker and not yet back as a record), read by one greenlet once a
+  second (`FLOW_TICK_S`), on the tick; what finished is counted where the records are
+  drained, by the time each record arrived. A second is shown once its tick has passed
+  (the series lags the run by at most a second), so a rate is never read off part of a
+  second, but for the last: the load's end closes it (a piece under half a second joins
+  the second before it). At most MAX_FLOW_POINTS points: past that, neighbours merge
+  pairwise and the interval doubles (rates and means over the longer interval, the peak
+  the larger): 10 minutes at 1 s, then 20 at 2 s, and so on; ~35 kB of JSON at most.
 """
 
 from __future__ import annotations
@@ -29,6 +52,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +60,7 @@ import gevent
 import numpy as np
 
 from anvil_metrics import catalog, stats
+from anvil_metrics.control import InFlight
 from anvil_metrics.derive import RowColumns, rows_from_raw
 from anvil_metrics.rawcolumns import COL, ColumnBuilder
 from anvil_metrics.records import RequestRecord
@@ -63,8 +88,13 @@ SKETCH_GAMMA = 1.02  # a sketch bin holds values within a factor 1.02 of each ot
 SKETCH_REL_ERROR = (SKETCH_GAMMA - 1) / (SKETCH_GAMMA + 1)  # < 0.01
 ACCURACY_RUNNING = ("table and charts: nearest-rank percentiles within 1 % (log-binned "
                     "sketches of all {n} completed requests); exact in benchmark.json")
-ACCURACY_FINAL = ("table: exact nearest-rank percentiles over all {n} completed requests, "
-                  "from benchmark.json's rows; charts: per-bucket medians within 1 %")
+ACCURACY_FINAL = ("table and TTFT CDF: exact nearest-rank percentiles over all {n} completed "
+                  "requests, from benchmark.json's rows; p50 charts: per-bucket medians "
+                  "within 1 %")
+CDF_FIELD = "ttft_ms"
+CDF_PERCENTILES = tuple(range(101))  # the CDF's points: nearest-rank p0, p1, …, p100
+FLOW_TICK_S = 1.0  # in flight is read once a tick; the flow's finest interval
+MAX_FLOW_POINTS = 600  # the flow's points at most (merged pairwise past that)
 
 
 class _Sketch:
@@ -103,7 +133,8 @@ class _Sketch:
         self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
 
     def percentiles(self, ps: tuple[int, ...]) -> dict[str, float | None]:
-        """{"p50": …, …, "min": …, "max": …}: nearest rank over the bins (min, max exact)."""
+        """{"p50": …, …, "min": …, "max": …}: nearest rank over the bins (min, max exact, and
+        so is a percentile whose rank is the first or the last)."""
         if self.n == 0:
             return {**{f"p{p}": None for p in ps}, "min": None, "max": None}
         wanted = sorted((stats.nearest_rank_index(self.n, p) + 1, p) for p in ps)
@@ -112,8 +143,11 @@ class _Sketch:
         for key in sorted(self.bins):
             seen += self.bins[key]
             while at < len(wanted) and seen >= wanted[at][0]:
+                rank = wanted[at][0]
                 value = 0.0 if key == _ZERO_BIN else 2 * SKETCH_GAMMA ** key / (SKETCH_GAMMA + 1)
-                out[f"p{wanted[at][1]}"] = min(max(value, self.lo), self.hi)
+                # the smallest and the largest value are known exactly
+                out[f"p{wanted[at][1]}"] = (self.lo if rank == 1 else self.hi if rank == self.n
+                                            else min(max(value, self.lo), self.hi))
                 at += 1
         return {**{f"p{p}": out[f"p{p}"] for p in ps}, "min": self.lo, "max": self.hi}
 
@@ -172,6 +206,131 @@ class _Series:
         return out
 
 
+def ttft_cdf(count: int, values: list[float | None]) -> dict[str, Any]:
+    """The TTFT CDF's payload from the values at CDF_PERCENTILES (nearest rank) of `count`
+    values: point i is (values[i], percent[i] / 100), the fraction of requests whose TTFT is
+    at most values[i] (at least percent[i] %); no points without values."""
+    field = next(m for m in LIVE_METRICS if m.field == CDF_FIELD)
+    shown = count > 0
+    return {"field": field.field, "label": field.label, "unit": field.unit, "count": count,
+            "percent": list(CDF_PERCENTILES) if shown else [],
+            "value": list(values) if shown else []}
+
+
+class _FlowBucket:
+    """One interval of the flow: what finished in it, and its in-flight readings."""
+
+    __slots__ = ("completed", "failed", "output_tokens", "in_area_s", "in_time_s", "in_max")
+
+    def __init__(self) -> None:
+        self.completed = self.failed = self.output_tokens = 0
+        self.in_area_s = self.in_time_s = 0.0  # ∫ in flight dt (request·s) and over how long
+        self.in_max: int | None = None
+
+    def merge(self, other: _FlowBucket) -> None:
+        self.completed += other.completed
+        self.failed += other.failed
+        self.output_tokens += other.output_tokens
+        self.in_area_s += other.in_area_s
+        self.in_time_s += other.in_time_s
+        if other.in_max is not None:
+            self.in_max = other.in_max if self.in_max is None else max(self.in_max,
+                                                                       other.in_max)
+
+
+class _Flow:
+    """Requests in flight and what finished, per interval of the run's clock (seconds
+    since `LiveStats` began): interval k is [k·width_s, (k+1)·width_s); width doubles past
+    MAX_FLOW_POINTS intervals. See the module docstring."""
+
+    def __init__(self) -> None:
+        self.width_s = FLOW_TICK_S
+        self.buckets: dict[int, _FlowBucket] = {}
+        self.sampled_to_s = 0.0  # every tick up to here has been sampled
+        self.end_s: float | None = None  # the load is over: the last interval ends here
+
+    def _bucket(self, key_at: Callable[[float], int]) -> _FlowBucket:
+        key = key_at(self.width_s)
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            if len(self.buckets) >= MAX_FLOW_POINTS:
+                self._coarsen()
+                return self._bucket(key_at)
+            bucket = self.buckets[key] = _FlowBucket()
+        return bucket
+
+    def _coarsen(self) -> None:
+        merged: dict[int, _FlowBucket] = {}
+        for key in sorted(self.buckets):
+            into = merged.get(key // 2)
+            if into is None:
+                into = merged[key // 2] = _FlowBucket()
+            into.merge(self.buckets[key])
+        self.buckets = merged
+        self.width_s *= 2
+
+    def finished(self, t_s: float, completed: bool, output_tokens: int = 0) -> None:
+        """A measured request's record arrived at `t_s`: counted in the interval holding it."""
+        bucket = self._bucket(lambda w: max(0, int(t_s // w)))
+        if completed:
+            bucket.completed += 1
+            bucket.output_tokens += output_tokens
+        else:
+            bucket.failed += 1
+
+    def sample(self, t_s: float, area_s: float, span_s: float, peak: int) -> None:
+        """The reading at `t_s` (a tick): over the `span_s` before it, `area_s` request·s in
+        flight and at most `peak` at once; it belongs to the interval that ends at (or holds)
+        `t_s`."""
+        # (rounded: a tick's time over the width is a whole number, 0.3 / 0.1 is not quite)
+        bucket = self._bucket(lambda w: max(0, math.ceil(round(t_s / w, 9)) - 1))
+        bucket.in_area_s += area_s
+        bucket.in_time_s += span_s
+        bucket.in_max = peak if bucket.in_max is None else max(bucket.in_max, peak)
+        self.sampled_to_s = max(self.sampled_to_s, t_s)
+
+    def end(self, t_s: float, area_s: float, span_s: float, peak: int) -> None:
+        """The load is over at `t_s`: the last reading, and the last interval ends there."""
+        if self.end_s is None:
+            self.sample(t_s, area_s, span_s, peak)
+            self.end_s = t_s
+
+    def as_json(self) -> dict[str, Any]:
+        """The points: every interval whose tick has passed (and, once the load is over,
+        the last one, up to its end; a last piece under half a tick joins the interval
+        before it, so no rate is read off a sliver)."""
+        w = self.width_s
+        until = self.end_s if self.end_s is not None else self.sampled_to_s
+        spans: list[tuple[float, float, _FlowBucket]] = []
+        for key in sorted(self.buckets):
+            start_s, stop_s = key * w, min((key + 1) * w, until)
+            if self.end_s is None and (key + 1) * w > until:
+                continue  # the interval in progress
+            spans.append((start_s, max(stop_s, start_s), self.buckets[key]))
+        if self.end_s is not None and len(spans) > 1 and \
+                spans[-1][1] - spans[-1][0] < FLOW_TICK_S / 2:
+            start_s, _, into = spans[-2]
+            joined = _FlowBucket()
+            joined.merge(into)
+            joined.merge(spans[-1][2])
+            spans[-2:] = [(start_s, spans[-1][1], joined)]
+        out: dict[str, list[Any]] = {k: [] for k in (
+            "t_s", "span_s", "in_flight", "in_flight_max", "completed", "failed",
+            "output_tokens", "output_tok_s", "completed_per_s")}
+        for start_s, stop_s, b in spans:
+            span_s = stop_s - start_s
+            out["t_s"].append(stop_s)
+            out["span_s"].append(span_s)  # the rates below are counts over exactly this
+            out["in_flight"].append(b.in_area_s / b.in_time_s if b.in_time_s > 0 else None)
+            out["in_flight_max"].append(b.in_max)
+            out["completed"].append(b.completed)
+            out["failed"].append(b.failed)
+            out["output_tokens"].append(b.output_tokens)
+            out["output_tok_s"].append(b.output_tokens / span_s if span_s > 0 else None)
+            out["completed_per_s"].append(b.completed / span_s if span_s > 0 else None)
+        return {"tick_s": FLOW_TICK_S, "interval_s": w, **out}
+
+
 class LiveStats:
     """Exact figures over the measured records seen so far (warm-ups are only counted)."""
 
@@ -187,6 +346,11 @@ class LiveStats:
         self.values: dict[str, _Sketch] = {m.field: _Sketch() for m in LIVE_METRICS}
         self._final: dict[str, dict[str, Any]] | None = None  # exact, from the file's rows
         self.series = _Series()
+        self.flow = _Flow()
+        self._final_cdf: dict[str, Any] | None = None  # exact, from the file's rows
+        self._sampler: gevent.Greenlet | None = None
+        self._read_in_flight: Callable[[], InFlight] | None = None
+        self._last_reading: InFlight | None = None
         self.finished = False
         self._end_s: float | None = None
         self._pending: list[tuple[RequestRecord, float]] = []
@@ -198,8 +362,13 @@ class LiveStats:
         self.finished = True
         if self._end_s is None:
             self._end_s = time.perf_counter()
+        self.end_flow()
         if rows is not None:
             self._drain()
+            ttft = rows.values(CDF_FIELD)
+            ttft = ttft[~np.isnan(ttft)]
+            self._final_cdf = ttft_cdf(len(ttft), stats.nearest_rank_columns(
+                ttft, CDF_PERCENTILES))
             self._final = {}
             for m in LIVE_METRICS:
                 col = rows.values(m.field)
@@ -209,6 +378,43 @@ class LiveStats:
                 self._final[m.field] = {"count": len(col), **{
                     f"p{p}": v for p, v in zip(LIVE_PERCENTILES, got, strict=False)},
                     "min": got[-2], "max": got[-1]}
+
+    def start_flow(self, read_in_flight: Callable[[], InFlight]) -> None:
+        """Read the budget's in-flight figures (`RequestBudget.read_in_flight`) now and once
+        a tick, on the tick, until `end_flow`: one greenlet, one reading a second."""
+        if self._sampler is None and self.flow.end_s is None:
+            self._read_in_flight = read_in_flight
+            self._last_reading = read_in_flight()
+            self._sampler = gevent.spawn(self._sample_ticks)
+
+    def _sample_ticks(self) -> None:
+        tick = 1
+        while self.flow.end_s is None:  # ended by end_flow (which also kills it)
+            gevent.sleep(max(0.0, self.t0_s + tick * FLOW_TICK_S - time.perf_counter()))
+            self.flow.sample(tick * FLOW_TICK_S, *self._reading())
+            # a hub stalled past the next tick skips it (the reading spans the stall)
+            tick = max(tick + 1, int((time.perf_counter() - self.t0_s) / FLOW_TICK_S) + 1)
+
+    def _reading(self) -> tuple[float, float, int]:
+        """The budget's figures since the previous reading: request·s in flight, over how
+        many seconds, and the most at once."""
+        assert self._read_in_flight is not None and self._last_reading is not None
+        now, last = self._read_in_flight(), self._last_reading
+        self._last_reading = now
+        return (now.area_ns - last.area_ns) / 1e9, (now.t_ns - last.t_ns) / 1e9, now.peak
+
+    def end_flow(self) -> None:
+        """The load is over (every record is in): the flow's last reading and its end."""
+        if self._sampler is not None:
+            self._sampler.kill(block=False)
+            self._sampler = None
+        if self.flow.end_s is None:
+            self._drain()
+            t_s = time.perf_counter() - self.t0_s
+            if self._read_in_flight is None:  # never sampled (no load was started)
+                self.flow.end_s = t_s
+            else:
+                self.flow.end(t_s, *self._reading())
 
     def take(self, record: RequestRecord) -> None:
         """Take one finished raw record (call it where `requests.jsonl` is written). Only
@@ -241,6 +447,7 @@ class LiveStats:
             elif record.failure is not None:
                 self.failed += 1
                 self.failure_kinds[record.failure.kind] += 1
+                self.flow.finished(t_s, completed=False)
             else:
                 done.add_record(0, record)
                 arrived.append(t_s)
@@ -254,8 +461,10 @@ class LiveStats:
             col = rows.values(m.field)
             self.values[m.field].extend(col[~np.isnan(col)])
         series = {f: rows.values(f).tolist() for f in SERIES_FIELDS}
+        tokens = rows.counts["output_tokens"].tolist()
         for i, t_s in enumerate(arrived):
             self.series.add(t_s, {f: series[f][i] for f in SERIES_FIELDS})
+            self.flow.finished(t_s, completed=True, output_tokens=int(tokens[i]))
 
     def bins(self) -> int:
         """Bins held by the table's sketches (what their memory grows with)."""
@@ -286,4 +495,13 @@ class LiveStats:
                          else ACCURACY_RUNNING).format(n=self.completed),
             "exact": self._final is not None,
             "series": self.series.as_json(),
+            "ttft_cdf": self._cdf(),
+            "flow": self.flow.as_json(),
         }
+
+    def _cdf(self) -> dict[str, Any]:
+        if self._final_cdf is not None:
+            return self._final_cdf
+        sketch = self.values[CDF_FIELD]
+        got = sketch.percentiles(CDF_PERCENTILES)
+        return ttft_cdf(sketch.n, [got[f"p{p}"] for p in CDF_PERCENTILES])

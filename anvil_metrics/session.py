@@ -114,6 +114,7 @@ class RunSession:
         are about to send (set-up stalls, e.g. a final garbage collection, are not load)."""
         SendStats.max_chunk_ns = SendStats.chunks = 0
         self.load.begin()
+        self.live.start_flow(self.budget.read_in_flight)  # the live page's in-flight series
         duration = self.scenario.duration_s
         if duration is not None and self._clock is None:
             self._clock = gevent.spawn(self._run_clock, duration)
@@ -329,6 +330,7 @@ class RunSession:
         if self._clock is not None:
             self._clock.kill(block=False)
         self.recorder.stop()
+        self.live.end_flow()  # every record is in: the live page's series ends here
         if self.telemetry is not None:  # the scrape after the last request, then stop it
             self.telemetry.finish()
         from anvil_metrics.postprocess import postprocess_run

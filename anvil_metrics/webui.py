@@ -15,8 +15,12 @@ serves the rest itself:
   line of its newest gauges (running, waiting, KV cache, speculative acceptance), read
   from the tail of `server_metrics.jsonl` when the page asks;
 - `/anvil/`: one self-contained page (inline CSS and JS, nothing fetched from elsewhere)
-  polling `/anvil/live.json` and drawing SVG charts of TTFT p50 and decode tok/s p50 over
-  time, the same table, and the download links once the run has ended;
+  polling `/anvil/live.json` once a second and drawing SVG charts that move while the run
+  goes: the TTFT CDF (nearest-rank p0…p100 over the completed requests: within 1 % while
+  running, exact at the end, its p50/p95 then `benchmark.json`'s), the requests in flight
+  and the output tok/s per second, and TTFT p50 and decode tok/s p50 over time (`live.py`
+  says how each is bounded); the same table, and the download links once the run has
+  ended;
 - `/anvil/download/benchmark.json` and `/anvil/download/requests.jsonl`: the latest run's
   files, only once it has ended; any other name is a 404 (no path ever comes from the URL).
   The "Download Data" tab links them and the page.

@@ -1,14 +1,25 @@
 """The `/anvil/` page served by `webui.py`, as one string.
 
-Why a page of its own: Locust's extended tabs show only a table, and the charts of TTFT and
-decode tok/s over time need drawing. The page is self-contained (inline CSS and JS, SVG
-drawn by hand, no CDN or any other outside resource: it must work on a closed network). It
-polls `live.json` beside it once a second and fills every value with `textContent`, never
-as HTML. It says what the figures are (`accuracy`, from `live.ACCURACY_RUNNING` /
-`ACCURACY_FINAL`): while the run goes, percentiles within 1 % from bounded sketches; at its
-end, the table's exact figures from benchmark.json's rows.
-Element ids (`anvil-table`, `chart-ttft`, `chart-decode`, `downloads`, `status`, `accuracy`,
-`server`: the server's newest gauges) are what the browser test reads.
+Why a page of its own: Locust's extended tabs show only a table, and the charts need
+drawing. The page is self-contained (inline CSS and JS, SVG drawn by hand, no CDN or any
+other outside resource: it must work on a closed network). It polls `live.json` beside it
+once a second, redraws everything from it (so the charts move while the run goes) and fills
+every value with `textContent`, never as HTML. It draws:
+
+- the TTFT CDF (`ttft_cdf`: the nearest-rank percentiles 0…100 of `live.py`) as a step
+  line, fraction of requests over ms, its p50 and p95 marked;
+- the measured requests in flight (mean over each second; its peak in the tooltip) and the
+  output throughput (tok/s; requests/s in the tooltip) per second of the run (`flow`),
+  once each second has passed;
+- TTFT p50 and decode tok/s p50 per bucket of the run (`series`).
+
+It says what the figures are (`accuracy`, from `live.ACCURACY_RUNNING` / `ACCURACY_FINAL`):
+while the run goes, percentiles within 1 % from bounded sketches; at its end, the table's
+and the CDF's exact figures from benchmark.json's rows.
+Element ids (`anvil-table`, `chart-cdf`, `chart-inflight`, `chart-throughput`,
+`chart-ttft`, `chart-decode`, `downloads`, `status`, `accuracy`, `server`: the server's
+newest gauges) are what the tests read; each chart's `data-points` is how many points it
+drew.
 """
 
 from __future__ import annotations
@@ -21,7 +32,8 @@ PAGE_HTML = """<!doctype html>
 <title>anvil · LLM</title>
 <style>
   :root { color-scheme: light dark; --fg: #1d2430; --muted: #667085; --line: #d0d5dd;
-          --accent: #1f6feb; --accent2: #c2410c; --bg: #ffffff; }
+          --accent: #1f6feb; --accent2: #c2410c; --accent3: #7c3aed; --accent4: #15803d;
+          --bg: #ffffff; }
   @media (prefers-color-scheme: dark) {
     :root { --fg: #e6edf3; --muted: #9aa4b2; --line: #3a4250; --bg: #0d1117; } }
   body { font: 14px/1.45 system-ui, sans-serif; margin: 1.2rem 1.6rem; color: var(--fg);
@@ -33,14 +45,21 @@ PAGE_HTML = """<!doctype html>
   table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
   th, td { padding: .25rem .7rem; border-bottom: 1px solid var(--line); text-align: right; }
   th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
-  .charts { display: flex; flex-wrap: wrap; gap: 1.5rem; }
-  figure { margin: 0; } figcaption { font-weight: 600; margin-bottom: .2rem; }
-  svg { width: 640px; max-width: 100%; height: auto; border: 1px solid var(--line); }
+  .charts { display: flex; flex-wrap: wrap; gap: 1rem 1.2rem; }
+  figure { margin: 0; width: 420px; max-width: 100%; }
+  figcaption { font-weight: 600; margin-bottom: .2rem; }
+  svg { width: 420px; max-width: 100%; height: auto; border: 1px solid var(--line); }
   svg text { fill: var(--muted); font-size: 11px; }
   svg .axis { stroke: var(--line); } svg .grid { stroke: var(--line); stroke-dasharray: 2 3; }
   svg .line { fill: none; stroke-width: 2; } svg .dot { stroke: none; }
-  #chart-ttft .line { stroke: var(--accent); } #chart-ttft .dot { fill: var(--accent); }
+  svg .mark { stroke: var(--muted); stroke-dasharray: 3 3; }
+  svg .label { paint-order: stroke; stroke: var(--bg); stroke-width: 3px; }
+  #chart-ttft .line, #chart-cdf .line { stroke: var(--accent); }
+  #chart-ttft .dot, #chart-cdf .dot { fill: var(--accent); }
   #chart-decode .line { stroke: var(--accent2); } #chart-decode .dot { fill: var(--accent2); }
+  #chart-inflight .line { stroke: var(--accent3); } #chart-inflight .dot { fill: var(--accent3); }
+  #chart-throughput .line { stroke: var(--accent4); }
+  #chart-throughput .dot { fill: var(--accent4); }
 </style>
 </head>
 <body>
@@ -56,11 +75,22 @@ PAGE_HTML = """<!doctype html>
 <p id="server"></p>
 <p id="failures"></p>
 <div class="charts">
-  <figure><figcaption>TTFT p50 (ms) over the run, per bucket, within 1 %</figcaption>
-    <svg id="chart-ttft" viewBox="0 0 640 240" role="img" aria-label="TTFT p50"></svg>
+  <figure><figcaption>TTFT CDF: fraction of requests with TTFT &le; x</figcaption>
+    <svg id="chart-cdf" viewBox="0 0 420 220" role="img" aria-label="TTFT CDF"></svg>
   </figure>
-  <figure><figcaption>decode p50 (tok/s) over the run, per bucket, within 1 %</figcaption>
-    <svg id="chart-decode" viewBox="0 0 640 240" role="img" aria-label="decode p50"></svg>
+  <figure><figcaption>requests in flight (mean over each second)</figcaption>
+    <svg id="chart-inflight" viewBox="0 0 420 220" role="img"
+         aria-label="requests in flight"></svg>
+  </figure>
+  <figure><figcaption>output tok/s (of requests finished each second)</figcaption>
+    <svg id="chart-throughput" viewBox="0 0 420 220" role="img"
+         aria-label="output throughput"></svg>
+  </figure>
+  <figure><figcaption>TTFT p50 (ms) per bucket, within 1 %</figcaption>
+    <svg id="chart-ttft" viewBox="0 0 420 220" role="img" aria-label="TTFT p50"></svg>
+  </figure>
+  <figure><figcaption>decode p50 (tok/s) per bucket, within 1 %</figcaption>
+    <svg id="chart-decode" viewBox="0 0 420 220" role="img" aria-label="decode p50"></svg>
   </figure>
 </div>
 <h2>Files of the run</h2>
@@ -69,7 +99,8 @@ PAGE_HTML = """<!doctype html>
 "use strict";
 const NS = "http://www.w3.org/2000/svg";
 const COLUMNS = ["count", "p50", "p90", "p95", "p99", "min", "max"];
-const W = 640, H = 240, LEFT = 58, RIGHT = 14, TOP = 12, BOTTOM = 30;
+const W = 420, H = 220, LEFT = 52, RIGHT = 24, TOP = 12, BOTTOM = 30;
+const MAX_DOTS = 120;  // more points than this: the line only
 
 function fmt(v) {
   if (v === null || v === undefined) return "–";
@@ -122,36 +153,89 @@ function ticks(max, n) {
   return out;
 }
 
-function drawChart(svg, xs, ys) {
-  svg.replaceChildren();
-  const pts = xs.map((x, i) => [x, ys[i]]).filter(p => typeof p[1] === "number");
-  svg.dataset.points = String(pts.length);
-  if (!pts.length) {
-    svg.append(svgEl("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no data yet"));
-    return;
+function rangeTicks(lo, hi, n) {  // ticks from a round value at or below lo to one above hi
+  if (!(hi > lo)) { const d = Math.abs(lo) * 0.05 || 1; lo -= d; hi += d; }
+  const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map(k => k * mag).find(s => s >= raw);
+  const out = [];
+  for (let v = Math.floor(lo / step) * step; v < hi + step * 0.999; v += step) {
+    out.push(Number(v.toPrecision(12)));
   }
+  return out;
+}
+
+function noData(svg) {
+  svg.dataset.points = "0";
+  svg.append(svgEl("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no data yet"));
+}
+
+function axes(svg, xt, yt, sx, sy, xUnit, yLabel) {
+  for (const y of yt) {
+    svg.append(svgEl("line", {x1: LEFT, x2: W - RIGHT, y1: sy(y), y2: sy(y),
+                              class: y === yt[0] ? "axis" : "grid"}));
+    svg.append(svgEl("text", {x: LEFT - 6, y: sy(y) + 4, "text-anchor": "end"}, yLabel(y)));
+  }
+  for (const x of xt) {
+    svg.append(svgEl("text", {x: sx(x), y: H - BOTTOM + 16, "text-anchor": "middle"},
+                     tick(x) + " " + xUnit));
+  }
+  svg.append(svgEl("line", {x1: LEFT, x2: LEFT, y1: TOP, y2: H - BOTTOM, class: "axis"}));
+}
+
+// a time series, x in s from 0, y from 0: a line through the points or, given each
+// point's interval (`spans`: it covers [x - span, x]), a step across each interval
+function drawChart(svg, xs, ys, describe, spans) {
+  svg.replaceChildren();
+  const pts = xs.map((x, i) => [x, ys[i], i]).filter(p => typeof p[1] === "number");
+  if (!pts.length) return noData(svg);
+  svg.dataset.points = String(pts.length);
   const xt = ticks(Math.max(...pts.map(p => p[0])), 6);
   const yt = ticks(Math.max(...pts.map(p => p[1])) * 1.05, 4);
   const xMax = xt[xt.length - 1], yMax = yt[yt.length - 1];
   const sx = x => LEFT + (W - LEFT - RIGHT) * x / xMax;
   const sy = y => H - BOTTOM - (H - TOP - BOTTOM) * y / yMax;
-  for (const y of yt) {
-    svg.append(svgEl("line", {x1: LEFT, x2: W - RIGHT, y1: sy(y), y2: sy(y),
-                              class: y === 0 ? "axis" : "grid"}));
-    svg.append(svgEl("text", {x: LEFT - 6, y: sy(y) + 4, "text-anchor": "end"}, tick(y)));
-  }
-  for (const x of xt) {
-    svg.append(svgEl("text", {x: sx(x), y: H - BOTTOM + 16, "text-anchor": "middle"},
-                     tick(x) + " s"));
-  }
-  svg.append(svgEl("line", {x1: LEFT, x2: LEFT, y1: TOP, y2: H - BOTTOM, class: "axis"}));
+  axes(svg, xt, yt, sx, sy, "s", tick);
+  const line = spans ? pts.flatMap(p => [[p[0] - spans[p[2]], p[1]], p]) : pts;
   svg.append(svgEl("polyline", {class: "line",
-    points: pts.map(p => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ")}));
+    points: line.map(p => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ")}));
+  if (pts.length > MAX_DOTS) return;
   for (const p of pts) {
     const dot = svgEl("circle", {class: "dot", cx: sx(p[0]), cy: sy(p[1]), r: 2.5});
-    dot.append(svgEl("title", {}, fmt(p[1]) + " at " + fmt(p[0]) + " s"));
+    dot.append(svgEl("title", {}, describe ? describe(p[2])
+                                           : fmt(p[1]) + " at " + fmt(p[0]) + " s"));
     svg.append(dot);
   }
+}
+
+function drawCdf(svg, cdf) {  // a step line through (value at p, p / 100), p = 0..100
+  svg.replaceChildren();
+  const vs = (cdf && cdf.value) || [], ps = (cdf && cdf.percent) || [];
+  if (!vs.length || vs.some(v => typeof v !== "number")) return noData(svg);
+  svg.dataset.points = String(vs.length);
+  const xt = rangeTicks(vs[0], vs[vs.length - 1], 5);
+  const yt = [0, 0.25, 0.5, 0.75, 1];
+  const xLo = xt[0], xHi = xt[xt.length - 1];
+  const sx = x => LEFT + (W - LEFT - RIGHT) * (x - xLo) / (xHi - xLo);
+  const sy = y => H - BOTTOM - (H - TOP - BOTTOM) * y;
+  axes(svg, xt, yt, sx, sy, cdf.unit, y => String(y));
+  const steps = [[vs[0], 0]];
+  for (let i = 0; i < vs.length; i++) {  // across at the level below, then up to p / 100
+    steps.push([vs[i], i ? ps[i - 1] / 100 : 0], [vs[i], ps[i] / 100]);
+  }
+  svg.append(svgEl("polyline", {class: "line",
+    points: steps.map(p => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ")}));
+  for (const p of [50, 95]) {
+    const i = ps.indexOf(p), x = sx(vs[i]), y = sy(p / 100);
+    svg.append(svgEl("line", {class: "mark", x1: LEFT, x2: x, y1: y, y2: y}));
+    const dot = svgEl("circle", {class: "dot", cx: x, cy: y, r: 3});
+    dot.append(svgEl("title", {}, "p" + p + " = " + vs[i] + " " + cdf.unit));
+    svg.append(dot);
+    // the label above the mark, at the left: left of v_p the curve is below p / 100
+    svg.append(svgEl("text", {x: LEFT + 4, y: y - 4, class: "label"},
+                     "p" + p + " " + fmt(vs[i]) + " " + cdf.unit));
+  }
+  svg.append(svgEl("text", {x: W - RIGHT - 4, y: H - BOTTOM - 6, "text-anchor": "end"},
+                   "over " + cdf.count + " completed requests"));
 }
 
 function renderStatus(s) {
@@ -196,6 +280,16 @@ function render(s) {
   renderStatus(s);
   renderTable(s.metrics || []);
   const series = s.series || {t_s: [], ttft_ms_p50: [], decode_tok_s_p50: []};
+  drawCdf(document.getElementById("chart-cdf"), s.ttft_cdf);
+  const f = s.flow || {t_s: [], in_flight: [], output_tok_s: []};
+  const at = i => " in the " + fmt(f.span_s[i]) + " s to " + fmt(f.t_s[i]) + " s";
+  drawChart(document.getElementById("chart-inflight"), f.t_s, f.in_flight,
+            i => fmt(f.in_flight[i]) + " in flight on average, " + fmt(f.in_flight_max[i]) +
+                 " at most" + at(i), f.span_s);
+  drawChart(document.getElementById("chart-throughput"), f.t_s, f.output_tok_s,
+            i => fmt(f.output_tok_s[i]) + " tok/s, " + fmt(f.completed_per_s[i]) +
+                 " requests/s (" + f.completed[i] + " completed, " + f.failed[i] +
+                 " failed)" + at(i), f.span_s);
   drawChart(document.getElementById("chart-ttft"), series.t_s, series.ttft_ms_p50);
   drawChart(document.getElementById("chart-decode"), series.t_s, series.decode_tok_s_p50);
   renderDownloads(s);

@@ -124,3 +124,25 @@ def assert_live_equals_benchmark(live: dict[str, Any], doc: dict[str, Any]) -> N
             assert m[f"p{p}"] is None or m[f"p{p}"].hex() == float(doc["metrics"][key]).hex()
             compared += 1
     assert compared == 2 * len(LIVE_METRICS)
+    assert_final_cdf_and_flow(live, doc)
+
+
+def assert_final_cdf_and_flow(live: dict[str, Any], doc: dict[str, Any]) -> None:
+    """The finished run's TTFT CDF: 101 nearest-rank points whose p50 and p95 are
+    benchmark.json's bit for bit; its flow: every completed request and output token counted
+    once, rates that are counts over the interval, the last point holding the end's sample."""
+    cdf, m = live["ttft_cdf"], doc["metrics"]
+    assert cdf["field"] == "ttft_ms" and cdf["unit"] == "ms"
+    assert cdf["count"] == m["ttft_samples"] and cdf["percent"] == list(range(101))
+    assert cdf["value"] == sorted(cdf["value"]) and len(cdf["value"]) == 101
+    for p in (50, 95):
+        assert cdf["value"][p].hex() == float(m[f"ttft_p{p}_ms"]).hex(), (p, cdf["value"][p])
+    flow = live["flow"]
+    assert flow["t_s"] and flow["t_s"] == sorted(flow["t_s"])
+    assert sum(flow["completed"]) == doc["completed"] and sum(flow["failed"]) == doc["failed"]
+    assert sum(flow["output_tokens"]) == m["output_tokens"]
+    for tokens, done, span, tok_s, per_s in zip(flow["output_tokens"], flow["completed"],
+                                                flow["span_s"], flow["output_tok_s"],
+                                                flow["completed_per_s"], strict=True):
+        assert (tok_s, per_s) == (tokens / span, done / span)
+    assert flow["in_flight_max"][-1] is not None and flow["in_flight"][-1] is not None

@@ -4,7 +4,9 @@ A run is started the way a user does it: open Locust's page, open "Custom parame
 type anvil's options (and an API key) into the form, click Start. Then the "LLM" tab must
 show the run's exact figures (the same numbers as `benchmark.json`, to the 3 decimals the
 tab shows), the "Download Data" tab must link the run's files, and `/anvil/` must draw
-both charts, show the exact values and offer the downloads. A second run from the "New"
+its charts (the TTFT CDF, its p50/p95 marks being benchmark.json's exact values; requests
+in flight; throughput; TTFT and decode p50 over the run), show the exact values and offer
+the downloads. A second run from the "New"
 dialog with the Recalibrate box ticked checks that a checkbox typed into the form works.
 
 Screenshots are saved in the test's tmp dir and copied to `results/screenshots/`
@@ -147,10 +149,22 @@ def check_anvil_page(page: Page, ui: LocustUI, live: dict, doc: dict, tmp_path: 
     for m in live["metrics"]:  # the page keeps the exact value of every p50
         assert exact[m["field"]] == ("" if m["p50"] is None else js_number(m["p50"]))
     assert exact["ttft_ms"] == js_number(doc["metrics"]["ttft_p50_ms"])
-    for chart in ("chart-ttft", "chart-decode"):
+    # each chart's line, with at least this many points (the CDF: p0..p100, as steps)
+    for chart, least in (("chart-ttft", 1), ("chart-decode", 1), ("chart-cdf", 101),
+                         ("chart-inflight", 1), ("chart-throughput", 1)):
         points = page.evaluate(f"document.getElementById('{chart}').dataset.points")
-        assert int(points) >= 1, chart
-        assert page.evaluate(f"!!document.querySelector('#{chart} polyline')"), chart
+        vertices = page.evaluate(f"document.querySelector('#{chart} polyline')"
+                                 ".getAttribute('points').trim().split(/\\s+/).length")
+        assert int(points) >= least and vertices >= least, (chart, points, vertices)
+    assert int(page.evaluate("document.getElementById('chart-cdf').dataset.points")) == 101
+    marks = page.evaluate("[...document.querySelectorAll('#chart-cdf circle title')]"
+                          ".map(t => t.textContent)")
+    m = doc["metrics"]  # the CDF's p50 and p95 marks are benchmark.json's exact values
+    assert marks == [f"p50 = {js_number(m['ttft_p50_ms'])} ms",
+                     f"p95 = {js_number(m['ttft_p95_ms'])} ms"], marks
+    labels = page.evaluate("[...document.querySelectorAll('figcaption')]"
+                           ".map(f => f.textContent)")
+    assert any("in flight" in t for t in labels) and any("tok/s" in t for t in labels)
     hrefs = page.evaluate("[...document.querySelectorAll('#downloads a')]"
                           ".map(a => a.getAttribute('href'))")
     assert hrefs == ["download/benchmark.json", "download/requests.jsonl"]

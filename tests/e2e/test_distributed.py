@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
+from locust_ui import assert_final_cdf_and_flow
 
 from anvil_metrics.benchmark import verify_benchmark
 from anvil_metrics.simproc import stop_process
@@ -304,3 +305,7 @@ def test_a_run_started_in_the_masters_web_ui(simulator, tmp_path: Path) -> None:
     assert live["completed"] == 21 and live["finished"] is True
     ttft = next(m for m in live["metrics"] if m["field"] == "ttft_ms")
     assert ttft["p50"] == doc["metrics"]["ttft_p50_ms"]
+    # the live page's CDF and flow on the master: in flight = tickets granted to the workers
+    # and not yet back as records, never more than the 4 users
+    assert_final_cdf_and_flow(live, doc)
+    assert 1 <= max(live["flow"]["in_flight_max"]) <= 4

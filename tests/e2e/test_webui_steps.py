@@ -5,6 +5,8 @@ dialog sends `/swarm` again); a benchmark that recorded one `concurrency` would 
 whole run at the first count. anvil watches the target count (`session._watch_users`) and
 writes a step line at each change, so the document has one block per load. Driven over HTTP
 (what the page sends), against the simulator; no request count: the run ends at `/stop`.
+The same run checks the live page's TTFT CDF and flow (in flight, throughput) as
+`/anvil/live.json` serves them before the edit, before the stop and at the end.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import load_json, raw_lines
-from locust_ui import FAST_SIM, locust_ui
+from locust_ui import FAST_SIM, assert_final_cdf_and_flow, locust_ui
 from test_sweeps import check_each_request_in_one_step
 
 from anvil_metrics.simproc import start_simulator
@@ -25,27 +27,34 @@ from anvil_metrics.verify import verify_benchmark
 pytestmark = pytest.mark.e2e
 
 
+Run = tuple[Path, dict[str, Any], int, dict[str, dict[str, Any]]]
+
+
 @pytest.fixture(scope="module")
-def edited_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], int]:
+def edited_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """2 users for ~2 s, edited to 4 for ~2 s, stopped: (run folder, benchmark.json, the
-    perf_counter_ns just before the edit was sent)."""
+    perf_counter_ns just before the edit was sent, `/anvil/live.json` just before the edit,
+    just before the stop and once finished)."""
     tmp_path = tmp_path_factory.mktemp("webui-steps")
+    lives: dict[str, dict[str, Any]] = {}
     with start_simulator(list(FAST_SIM)) as sim, locust_ui(
             sim.url, tmp_path, "--results-dir", str(tmp_path / "res")) as ui:
         assert ui.swarm({"user_count": 2, "spawn_rate": 2, "host": sim.url})["success"]
         time.sleep(2.0)
+        lives["before_edit"] = ui.json("/anvil/live.json")
         edit_ns = time.perf_counter_ns()
         assert ui.swarm({"user_count": 4, "spawn_rate": 4, "host": sim.url})["success"]
         time.sleep(2.0)
+        lives["before_stop"] = ui.json("/anvil/live.json")
         with urllib.request.urlopen(ui.url + "/stop", data=b"", timeout=10) as r:
             assert r.status == 200
-        live = ui.wait_run_finished(timeout_s=30)
+        live = lives["final"] = ui.wait_run_finished(timeout_s=30)
         run_dir = tmp_path / "res" / live["run_id"]
-        return run_dir, load_json(run_dir / "benchmark.json"), edit_ns
+        return run_dir, load_json(run_dir / "benchmark.json"), edit_ns, lives
 
 
-def test_a_user_count_edit_is_a_step(edited_run: tuple[Path, dict[str, Any], int]) -> None:
-    run_dir, doc, edit_ns = edited_run
+def test_a_user_count_edit_is_a_step(edited_run: Run) -> None:
+    run_dir, doc, edit_ns, _ = edited_run
     steps = doc["steps"]
     lines = [x for x in raw_lines(run_dir) if x["type"] in ("step", "step_end")]
     print(f"\n[web UI edit] {doc['requests']} requests; "
@@ -65,7 +74,37 @@ def test_a_user_count_edit_is_a_step(edited_run: tuple[Path, dict[str, Any], int
     assert 1.3 < rates[1] / rates[0] < 2.7, rates
 
 
-def test_an_edited_runs_concurrency_is_its_largest_step(
-        edited_run: tuple[Path, dict[str, Any], int]) -> None:
-    _, doc, _ = edited_run
+def test_an_edited_runs_concurrency_is_its_largest_step(edited_run: Run) -> None:
+    _, doc, _, _ = edited_run
     assert doc["concurrency"] == max(b["users"] for b in doc["steps"]) == 4
+
+
+def test_live_cdf_and_flow_move_while_the_run_goes(edited_run: Run) -> None:
+    """`/anvil/live.json` while the run goes: the TTFT CDF over the requests completed so
+    far, and one flow point per second passed, in flight never above the users (2, then 4
+    after the edit); at the end, the CDF's p50/p95 are benchmark.json's bit for bit and the
+    flow holds every request and output token once."""
+    _, doc, _, lives = edited_run
+    before, during, final = lives["before_edit"], lives["before_stop"], lives["final"]
+    for live in (before, during):
+        assert live["finished"] is False and live["run_id"] == doc["run_id"]
+        cdf, flow = live["ttft_cdf"], live["flow"]
+        assert cdf["count"] == live["completed"] > 0 and len(cdf["value"]) == 101
+        assert cdf["value"] == sorted(cdf["value"])
+        assert flow["t_s"] and flow["t_s"][-1] <= live["elapsed_s"]  # passed seconds only
+        # requests end in every second (but maybe the first: the start-up's)
+        assert all(v > 0 for v in flow["output_tok_s"][1:]), flow
+        assert sum(flow["output_tokens"]) > 0
+        assert sum(flow["completed"]) <= live["completed"]
+    print(f"\n[live flow] before the edit: in flight {before['flow']['in_flight']}; "
+          f"before the stop: {during['flow']['in_flight']}; tok/s "
+          f"{[round(v) for v in during['flow']['output_tok_s']]}")
+    assert 1 <= max(before["flow"]["in_flight_max"]) <= 2  # 2 users, back to back
+    after = [m for t, m in zip(during["flow"]["t_s"], during["flow"]["in_flight_max"],
+                               strict=True) if t > before["elapsed_s"] + 1]
+    assert after and 3 <= max(after) <= 4  # 4 users once the edit is in
+    # it moved: more points, more requests under the CDF
+    assert len(during["flow"]["t_s"]) > len(before["flow"]["t_s"])
+    assert during["ttft_cdf"]["count"] > before["ttft_cdf"]["count"]
+    assert_final_cdf_and_flow(final, doc)
+    assert max(final["flow"]["in_flight_max"]) <= 4

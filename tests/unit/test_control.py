@@ -144,3 +144,34 @@ def test_stop_while_waiting_for_a_group_issues_nothing() -> None:
     b.close()
     g.join(timeout=1)
     assert got == [None] and b.issued == 3
+
+
+def test_in_flight_counts_measured_tickets_with_their_integral_and_peak() -> None:
+    """Requests in flight (the live page's series): measured tickets out, not warm-ups;
+    the integral over time (request·ns) and the most at once since the previous reading,
+    on a clock the test sets."""
+    b = RequestBudget(None, 1, [10])
+    clock = [0]
+    b._now_ns = lambda: clock[0]
+    b._out_since_ns = 0
+    warm = b.take()
+    assert b.in_flight == 0  # a warm-up is not measured
+    b.give_back(warm)
+    first, second = b.take(), b.take()  # t = 0: two out
+    clock[0] = 10
+    b.give_back(first)  # t = 10: one
+    clock[0] = 30
+    got = b.read_in_flight()
+    assert (got.t_ns, got.now, got.area_ns, got.peak) == (30, 1, 2 * 10 + 1 * 20, 2)
+    clock[0] = 40
+    third = b.take()  # t = 40: two again
+    clock[0] = 50
+    got = b.read_in_flight()
+    assert (got.now, got.area_ns, got.peak) == (2, 40 + 1 * 10 + 2 * 10, 2)
+    b.give_back(second)
+    b.give_back(third)  # t = 50: none
+    clock[0] = 60
+    got = b.read_in_flight()  # the peak since the last reading: the 2 still out at t = 50
+    assert (got.now, got.area_ns, got.peak) == (0, 70, 2)
+    clock[0] = 70
+    assert b.read_in_flight().peak == 0 and b.read_in_flight().area_ns == 70

@@ -261,3 +261,20 @@ def test_live_series_stays_bounded() -> None:
     series = live.series.as_json()
     assert len(series["t_s"]) <= MAX_BUCKETS and series["bucket_s"] > 1
     assert sum(series["completed"]) == MAX_BUCKETS * 3
+
+
+def test_on_the_master_in_flight_is_granted_and_not_yet_back(fired: list) -> None:
+    """The live page's in-flight count on a distributed master is its budget's: a ticket
+    granted to a worker is in flight until its record arrives (or its worker is lost); a
+    dropped duplicate changes nothing."""
+    c, runner, budget = _coordinator()
+    assert budget.in_flight == 0
+    _grant_two(c, runner)
+    assert budget.in_flight == len(c.outstanding) == 2
+    idx_a = next(d["ticket"][0] for t, d, cid in runner.sent if t == "anvil_ticket" and cid == "A")
+    c.on_records(_msg("A", lines=[_line(idx_a, "host:A")]))
+    assert budget.in_flight == 1
+    c.on_records(_msg("A", lines=[_line(idx_a, "host:A")]))  # a duplicate: dropped
+    assert budget.in_flight == 1
+    c.fail_outstanding("B", "was lost")
+    assert budget.in_flight == 0 and len(fired) == 2

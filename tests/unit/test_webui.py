@@ -133,6 +133,12 @@ def test_live_json_is_the_snapshot_with_exact_values(ui) -> None:
     assert ttft["p95"] == pytest.approx(431.0, rel=0.01) and ttft["max"] == 431.0
     assert live["failures_by_kind"] == {"timeout": 1}
     assert live["series"]["ttft_ms_p50"] and live["series"]["decode_tok_s_p50"]
+    cdf = live["ttft_cdf"]  # 101 points; ends exact, the rest within 1 % while running
+    assert cdf["count"] == 5 and cdf["percent"] == list(range(101))
+    assert (cdf["value"][0], cdf["value"][100]) == (107.0, 431.0)
+    assert cdf["value"][50] == ttft["p50"] and cdf["value"][95] == ttft["p95"]
+    assert live["flow"]["t_s"] == []  # no sampler ticked (a stand-in run): nothing yet
+    assert live["flow"]["tick_s"] == 1.0
     assert live["accuracy"].startswith("table and charts: nearest-rank percentiles within 1 %")
     assert live["exact"] is False  # the run is in progress: exact once it ends
     assert live["downloads"] == {}  # the run is still in progress
@@ -143,8 +149,8 @@ def test_page_is_self_contained(ui) -> None:
     resp = ui.client.get("/anvil/")
     assert resp.status_code == 200 and resp.mimetype == "text/html"
     page = resp.get_data(as_text=True)
-    for element_id in ("anvil-table", "chart-ttft", "chart-decode", "downloads", "status",
-                       "accuracy"):
+    for element_id in ("anvil-table", "chart-cdf", "chart-inflight", "chart-throughput",
+                       "chart-ttft", "chart-decode", "downloads", "status", "accuracy"):
         assert f'id="{element_id}"' in page
     assert 'fetch("live.json"' in page
     # nothing from anywhere else: no absolute URL in any src/href/import/fetch/url()
