@@ -33,7 +33,7 @@ from anvil_metrics.docscan import scan_benchmark, verify_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS, Figure
-from anvil_metrics.report.page import Section, Table
+from anvil_metrics.report.page import Section, Table, cell
 from anvil_metrics.schema import fmt, same
 
 CAPACITY_FILE = "capacity.json"
@@ -47,18 +47,6 @@ KEY_FIGURES = (("ttft_ms", ("ttft_p50_ms", "ttft_p95_ms")),
 
 def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _fmt(v: Any) -> str:
-    """A table cell: null, yes/no, a float to two decimals (four significant digits below
-    1), else as written."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:,.2f}" if abs(v) >= 1 or v == 0 else f"{v:.4g}"
-    return str(v)
 
 
 def _load_text(v: float) -> str:
@@ -319,8 +307,8 @@ def steps_table(doc: dict[str, Any], slos: tuple[Slo, ...], relatives: list[str]
     rows, classes = [], []
     for i, (s, rel) in enumerate(zip(doc["steps"], relatives, strict=True)):
         rows.append((str(i + 1), _load_text(s[doc["by"]]),
-                     *(_fmt(s["values"][slo.key]) for slo in slos), _fmt(s["goodput_rps"]),
-                     _fmt(s["trusted"]), rel, "meets" if s["meets"] else "fails"))
+                     *(cell(s["values"][slo.key]) for slo in slos), cell(s["goodput_rps"]),
+                     cell(s["trusted"]), rel, "meets" if s["meets"] else "fails"))
         classes.append("pass" if s["meets"] else "fail")
     return Table("Steps, in the order the search ran them",
                  ("step", doc["by"], *(s.text() for s in slos), "goodput_rps", "trusted",
@@ -346,7 +334,7 @@ def page_text(doc: dict[str, Any], slos: tuple[Slo, ...], relatives: list[str],
                                                    "stopped", "capacity"),
                    ((by, ", ".join(doc["slo"]), _load_text(doc["resolution"]),
                      _load_text(doc["maximum"]), doc["stopped"] or "-",
-                     _fmt(doc["capacity"])),),
+                     cell(doc["capacity"])),),
                    classes=("pass" if doc["capacity"] is not None else "fail",))
     note = ("values as capacity.json records them; each equals its step's benchmark.json"
             if not rowless else

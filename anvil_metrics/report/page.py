@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import html
 from dataclasses import dataclass
+from typing import Any
 
 from anvil_metrics.report.draw import Figure
 
@@ -75,6 +76,18 @@ class Page:
 
     def figures(self) -> list[Figure]:
         return [f for s in self.sections for f in s.figures]
+
+
+def cell(v: Any) -> str:
+    """How every report table writes a value: null, yes/no, a float to two decimals (four
+    significant digits below 1), else as written."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.2f}" if abs(v) >= 1 or v == 0 else f"{v:.4g}"
+    return str(v)
 
 
 def _e(text: object) -> str:

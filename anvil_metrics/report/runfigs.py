@@ -32,7 +32,7 @@ from anvil_metrics.postprocess import BENCHMARK_FILE, RAW_FILE, build_run
 from anvil_metrics.rawcolumns import COL, NULL
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS, Figure
-from anvil_metrics.report.page import Section, Table
+from anvil_metrics.report.page import Section, Table, cell
 from anvil_metrics.servermetrics import SAMPLES_FILE, live_gauges, read_samples
 
 LATENCIES = ("time_to_first_output_ms", "ttft_ms", "e2e_ms", "time_to_first_chunk_ms")
@@ -313,20 +313,16 @@ def client_health(d: RunData) -> Figure:
         ax2.set_xticks([])
         ax2.set_yticks([])
     lines = [f"verdict: {client.get('verdict')}", f"saturated: {client.get('saturated')}",
-             f"CPU: {_fmt(client.get('cpu_pct'))} % of one core",
-             f"loop lag p50 / p99 / max: {_fmt(lagms.get('p50'))} / {_fmt(lagms.get('p99'))} "
-             f"/ {_fmt(lagms.get('max'))} ms", f"stalls recorded: {len(stalls)}",
-             f"achieved concurrency: {_fmt(client.get('achieved_concurrency'))}"]
+             f"CPU: {cell(client.get('cpu_pct'))} % of one core",
+             f"loop lag p50 / p99 / max: {cell(lagms.get('p50'))} / {cell(lagms.get('p99'))} "
+             f"/ {cell(lagms.get('max'))} ms", f"stalls recorded: {len(stalls)}",
+             f"achieved concurrency: {cell(client.get('achieved_concurrency'))}"]
     ax2.text(0.02, 0.98, "\n".join(lines), transform=ax2.transAxes, va="top", fontsize=8,
              family="monospace")
     ax2.set_title("load generator's own health (benchmark.json client)")
     return draw.finish(fig, "client-health.png", "Is the load generator keeping up?",
                        "Left: each request's schedule lag (rows' schedule_lag_ms). Right: the "
                        "run's client block — event-loop lag, stalls, CPU.", d.sources)
-
-
-def _fmt(v: Any) -> str:
-    return "null" if v is None else (f"{v:,.2f}" if isinstance(v, float) else str(v))
 
 
 def server_series(d: RunData) -> Figure | None:
@@ -423,7 +419,7 @@ def steps_table(d: RunData) -> Table:
         m = s.get("metrics") or {}
         rows.append((str(s["step"]), load, f"{s['started_s']:.2f}–{s['ended_s']:.2f}",
                      str(s["requests"]), str(s["completed"]), str(s["failed"]),
-                     *(_fmt(m.get(k)) for k in keys), _fmt(s.get("goodput_rps"))))
+                     *(cell(m.get(k)) for k in keys), cell(s.get("goodput_rps"))))
     return Table("Steps", ("step", "load", "seconds", "requests", "completed", "failed",
                            *keys, "goodput_rps"), tuple(rows))
 
@@ -434,9 +430,9 @@ def key_table(d: RunData) -> Table:
         if f.name in d.rows.absent:
             continue
         values = [d.doc["metrics"].get(k) for k in f.percentile_names()]
-        rows.append((f.label or f.name, f.unit or "-", *(_fmt(v) for v in values)))
+        rows.append((f.label or f.name, f.unit or "-", *(cell(v) for v in values)))
     m = d.doc["metrics"]
-    rows.append(("throughput (output)", "tok/s", _fmt(m.get("throughput_tok_s")), ""))
+    rows.append(("throughput (output)", "tok/s", cell(m.get("throughput_tok_s")), ""))
     return Table("Figures (benchmark.json metrics)",
                  ("figure", "unit", *(f"p{p}" for p in catalog.PERCENTILES)), tuple(rows),
                  note="nearest-rank percentiles over the completed requests' rows")
@@ -452,7 +448,7 @@ def run_sections(d: RunData) -> list[Section]:
                    ((str(doc["requests"]), str(doc["completed"]), str(doc["failed"]),
                      ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "-",
                      str(doc["warmup_requests"]),
-                     _fmt(None if doc["wall_clock_ms"] is None
+                     cell(None if doc["wall_clock_ms"] is None
                           else doc["wall_clock_ms"] / 1000)),))
     out = []
     steps = steps_figure(d)

@@ -56,7 +56,11 @@ def sim_streams(url: str) -> dict[str, int]:
 
 
 class Cluster:
-    def __init__(self, master: subprocess.Popen, workers: list[subprocess.Popen],
+    """A master and its workers (a list, or by name), the results folder and the master's
+    log."""
+
+    def __init__(self, master: subprocess.Popen,
+                 workers: list[subprocess.Popen] | dict[str, subprocess.Popen],
                  results: Path, log: Path) -> None:
         self.master, self.workers, self.results, self.log = master, workers, results, log
 

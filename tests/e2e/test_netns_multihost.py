@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, raw_lines, write_scenario
 from netns import Lab, LabError, ip, leftovers, netem_works, unavailable, wait_for_line
-from test_distributed import LOCUSTFILE, check_document, requests_of
+from test_distributed import LOCUSTFILE, Cluster, check_document, requests_of
 
 from anvil_metrics.simproc import stop_process
 
@@ -197,29 +197,9 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     assert left == [], f"the lab left these behind: {left}"
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
-    master: subprocess.Popen
-    workers: dict[str, subprocess.Popen]
-    results: Path
-    log: Path
-
-    def wait(self, timeout_s: float = 90) -> int:
-        try:
-            return self.master.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("the master did not end by itself:\n"
-                                 + self.log.read_text()[-3000:]) from None
-
-    def run_dir(self) -> Path:
-        runs = [p for p in self.results.iterdir() if p.is_dir() and p.name.startswith("bench")]
-        assert len(runs) == 1, (runs, self.log.read_text()[-3000:])
-        return runs[0]
-
-
 @contextmanager
 def distributed(net: Net, tmp_path: Path, requests: int, users: int, *extra: str
-                ) -> Iterator[Run]:
+                ) -> Iterator[Cluster]:
     """A headless master (measuring the clock offset by ping, as between machines) and one
     worker in each worker namespace; all stopped by PID at the end."""
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
@@ -236,13 +216,13 @@ def distributed(net: Net, tmp_path: Path, requests: int, users: int, *extra: str
         PY, "-m", "locust", "-f", LOCUSTFILE, "--worker", "--master-host", net.addr("master"),
         "--master-port", str(MASTER_PORT)], tmp_path / f"{w}.log") for w in WORKERS}
     try:
-        yield Run(master, workers, tmp_path / "results", log)
+        yield Cluster(master, workers, tmp_path / "results", log)
     finally:
         for p in [master, *workers.values()]:
             net.lab.stop(p)
 
 
-def worker_names(run: Run) -> dict[str, str]:
+def worker_names(run: Cluster) -> dict[str, str]:
     """Namespace -> the `host:pid` its records must carry (`ip netns exec` execs, so the
     Popen PID is the worker's own; namespaces share the host name)."""
     return {w: f"{socket.gethostname()}:{p.pid}" for w, p in run.workers.items()}
@@ -286,7 +266,7 @@ def test_a_budget_run_over_delayed_links_is_exact(net: Net, tmp_path: Path) -> N
     assert doc["requests"] == doc["completed"] == 37 and doc["concurrency"] == 4
 
 
-def _records_of(run: Run, pid: int) -> int:
+def _records_of(run: Cluster, pid: int) -> int:
     """Finished records of the worker with `pid` in the growing raw file (0 before the
     file or the worker's clock line is there)."""
     runs = list(run.results.glob("bench*/requests.jsonl")) if run.results.exists() else []

@@ -33,6 +33,7 @@ from anvil_metrics.report.build import make_report
 from anvil_metrics.report.campaignfigs import load_campaign, page_text, tables
 from anvil_metrics.report.capacityfigs import load_capacity, slo_figure
 from anvil_metrics.report.capacityfigs import page_text as capacity_text
+from anvil_metrics.report.page import cell
 from anvil_metrics.summary import DISPLAY_DECIMALS, ROW_METRICS
 from anvil_metrics.summarystats import bootstrap_mean_ci
 
@@ -60,17 +61,6 @@ def row(*cells: str, last_class: str = "") -> str:
     last = html.escape(cells[-1])
     out += f'<td class="{last_class}">{last}</td>' if last_class else f"<td>{last}</td>"
     return f"<tr>{out}</tr>"
-
-
-def cell(v: Any) -> str:
-    """How the capacity page writes a value (its tables' rule, restated)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:,.2f}" if abs(v) >= 1 or v == 0 else f"{v:.4g}"
-    return str(v)
 
 
 def check_pngs(report: Any, page: str, names: list[str]) -> None:

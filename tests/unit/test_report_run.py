@@ -29,6 +29,7 @@ from anvil_metrics.postprocess import postprocess_run
 from anvil_metrics.records import Failure
 from anvil_metrics.report import draw, runfigs
 from anvil_metrics.report.build import folder_kind, make_report
+from anvil_metrics.report.page import cell
 
 ANCHOR = HEADER["perf_anchor_ns"]
 OFFSET = 7_000_000  # worker w:1's clock is 7 ms behind the master's
@@ -204,4 +205,4 @@ def test_a_sweep_draws_its_steps_from_the_document(tmp_path: Path) -> None:
         cells = (f"<td>{s['step']}</td><td>{s['users']} users</td>"
                  f"<td>{s['started_s']:.2f}–{s['ended_s']:.2f}</td><td>{s['requests']}</td>")
         assert cells in html
-        assert f"<td>{runfigs._fmt(s['metrics']['ttft_p95_ms'])}</td>" in html
+        assert f"<td>{cell(s['metrics']['ttft_p95_ms'])}</td>" in html
