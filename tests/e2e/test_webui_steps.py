@@ -27,16 +27,16 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def edited_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], int]:
-    """2 users for ~2 s, edited to 4 for ~2 s, stopped: (run folder, benchmark.json, the
+    """2 users for ~1.5 s, edited to 4 for ~1.5 s, stopped: (run folder, benchmark.json, the
     perf_counter_ns just before the edit was sent)."""
     tmp_path = tmp_path_factory.mktemp("webui-steps")
     with start_simulator(list(FAST_SIM)) as sim, locust_ui(
             sim.url, tmp_path, "--results-dir", str(tmp_path / "res")) as ui:
         assert ui.swarm({"user_count": 2, "spawn_rate": 2, "host": sim.url})["success"]
-        time.sleep(2.0)
+        time.sleep(1.5)
         edit_ns = time.perf_counter_ns()
         assert ui.swarm({"user_count": 4, "spawn_rate": 4, "host": sim.url})["success"]
-        time.sleep(2.0)
+        time.sleep(1.5)
         with urllib.request.urlopen(ui.url + "/stop", data=b"", timeout=10) as r:
             assert r.status == 200
         live = ui.wait_run_finished(timeout_s=30)
