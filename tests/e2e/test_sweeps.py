@@ -157,10 +157,10 @@ def test_rate_sweep_with_goodput(simulator, tmp_path: Path) -> None:
     assert doc["metrics"]["goodput_rps"] > 0
 
 
-# 8 slots of ~265 ms streams (40 ms prefill, 45 tokens 5 ms apart): TTFT ~70 ms in a slot;
-# a request that waits for one waits up to a whole stream (~265 ms): far over 150 ms
+# 8 slots of ~185 ms streams (40 ms prefill, 30 tokens 5 ms apart): TTFT ~70 ms in a slot;
+# a request that waits for one waits up to a whole stream (TTFT ~250 ms): far over 150 ms
 CAPACITY_SIM = ("--prefill-ms", "40", "--interval-ms", "5", "--reasoning-tokens", "5",
-                "--content-tokens", "40", "--max-context", "8192", "--max-running", "8")
+                "--content-tokens", "25", "--max-context", "8192", "--max-running", "8")
 
 
 @pytest.fixture(scope="module")
