@@ -157,7 +157,7 @@ def test_run_time_keeps_every_completed_request_exactly_once(simulator, tmp_path
     of the server's finished streams missing; the clock offset measured by ping (forced)
     is within its stated uncertainty of the truth (0: one host)."""
     sim = simulator(*SIM_ARGS)
-    with cluster(tmp_path, sim.url, "--requests", "100000", "--run-time", "4s",
+    with cluster(tmp_path, sim.url, "--requests", "100000", "--run-time", "3s",
                  "--exit-code-on-error", "0",
                  env={"ANVIL_CLOCK_SYNC": "ping"}) as c:
         assert c.wait() == 0, c.log.read_text()[-3000:]
@@ -181,8 +181,9 @@ def test_run_time_keeps_every_completed_request_exactly_once(simulator, tmp_path
 def test_a_killed_worker_is_accounted_for(simulator, tmp_path: Path) -> None:
     """kill -9 of one of two workers mid-run: the master finishes with the other, and the
     lost worker's in-flight requests are failures that name it; totals add up."""
+    # ~280 ms streams: 120 requests of 6 users last ~6 s, each worker always has 3 in flight
     sim = simulator("--prefill-ms", "40", "--reasoning-tokens", "4", "--content-tokens",
-                    "20", "--interval-ms", "20", "--max-context", "8192")
+                    "20", "--interval-ms", "10", "--max-context", "8192")
     with cluster(tmp_path, sim.url, "--requests", "120", "--exit-code-on-error", "0",
                  users=6) as c:
         deadline = time.monotonic() + 30

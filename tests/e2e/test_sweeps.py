@@ -90,7 +90,7 @@ def test_user_sweep_on_a_master_and_two_workers(simulator, tmp_path: Path) -> No
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
     t0 = time.monotonic()
     proc = anvil("run", str(sc), "--host", sim.url, "--steps", "1,2,4", "--step-duration",
-                 "3s", "--processes", "2", "--results-dir", str(tmp_path), timeout=60)
+                 "2s", "--processes", "2", "--results-dir", str(tmp_path), timeout=60)
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout + proc.stderr
     path = result_path(proc)
@@ -111,7 +111,7 @@ def test_user_sweep_on_a_master_and_two_workers(simulator, tmp_path: Path) -> No
     for a, b in zip(steps, steps[1:], strict=False):
         assert a["ended_s"] == b["started_s"]
     for b in steps:  # each step lasts its --step-duration, on the run clock
-        assert 2.95 < b["ended_s"] - b["started_s"] < 3.3, b
+        assert 1.95 < b["ended_s"] - b["started_s"] < 2.3, b
         assert b["failed"] == 0 and b["completed"] == b["requests"] > 0
     check_each_request_in_one_step(path.parent, doc)
     # one step's TTFT p50 recomputed here from its rows
@@ -128,7 +128,7 @@ def test_rate_sweep_with_goodput(simulator, tmp_path: Path) -> None:
     sim = simulator(*FAST_SIM)
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
     t0 = time.monotonic()
-    proc = anvil("run", str(sc), "--host", sim.url, "--rates", "5,20", "--step-duration", "4s",
+    proc = anvil("run", str(sc), "--host", sim.url, "--rates", "5,20", "--step-duration", "3s",
                  "-u", "8", "--goodput", "ttft_ms<=100", "--arrival-seed", "1",
                  "--results-dir", str(tmp_path), timeout=60)
     took = time.monotonic() - t0
@@ -143,12 +143,12 @@ def test_rate_sweep_with_goodput(simulator, tmp_path: Path) -> None:
     assert [(b["rate"], "users" in b) for b in doc["steps"]] == [(5.0, False), (20.0, False)]
     check_each_request_in_one_step(path.parent, doc)
     # each step follows its own seeded schedule (seed + step) from its start: seed 1 draws
-    # 21 arrivals in step 0's 4 s and 83 in step 1's (one may cross a step's edge, late)
+    # 17 arrivals in step 0's 3 s and 68 in step 1's (one may cross a step's edge, late)
     drawn = [sum(1 for k in range(1000)
-                 if Schedule(ArrivalPlan(rate, seed=1 + i)).offset_ns(k) < 4e9)
+                 if Schedule(ArrivalPlan(rate, seed=1 + i)).offset_ns(k) < 3e9)
              for i, rate in enumerate((5.0, 20.0))]
-    assert drawn == [21, 83]
-    assert abs(b0["requests"] - 21) <= 1 and abs(b1["requests"] - 83) <= 1
+    assert drawn == [17, 68]
+    assert abs(b0["requests"] - 17) <= 1 and abs(b1["requests"] - 68) <= 1
     assert 3.0 < b1["requests"] / b0["requests"] < 5.0
     for i, b in enumerate(doc["steps"]):
         met = sum(1 for r in doc["request_timings"] if r["step"] == i and r["ttft_ms"] <= 100)
@@ -159,10 +159,10 @@ def test_rate_sweep_with_goodput(simulator, tmp_path: Path) -> None:
     assert doc["metrics"]["goodput_rps"] > 0
 
 
-# 8 slots of ~265 ms streams (40 ms prefill, 45 tokens 5 ms apart): TTFT ~70 ms in a slot;
-# a request that waits for one waits up to a whole stream (~265 ms): far over 150 ms
+# 8 slots of ~185 ms streams (40 ms prefill, 30 tokens 5 ms apart): TTFT ~70 ms in a slot;
+# a request that waits for one waits up to a whole stream (TTFT ~250 ms): far over 150 ms
 CAPACITY_SIM = ("--prefill-ms", "40", "--interval-ms", "5", "--reasoning-tokens", "5",
-                "--content-tokens", "40", "--max-context", "8192", "--max-running", "8")
+                "--content-tokens", "25", "--max-context", "8192", "--max-running", "8")
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +172,10 @@ def capacity_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, float]:
     with start_simulator(list(CAPACITY_SIM)) as sim:
         t0 = time.monotonic()
         # 60 requests a step: at 9 users one request in 9 waits for a slot, over the 5 % a
-        # p95 can hide
+        # p95 can hide. From 6 users: 6 meets, 12 fails, then 9 fails, 7 and 8 meet (both
+        # sides of the slots' edge; the search's own rules: tests/unit/test_capacity.py)
         proc = anvil("capacity", "scenarios/smoke.toml", "-H", sim.url, "--slo",
-                     "ttft_p95_ms<=150", "--start", "4", "--max", "16", "--step-requests",
+                     "ttft_p95_ms<=150", "--start", "6", "--max", "16", "--step-requests",
                      "60", "--results-dir", str(tmp_path), timeout=120)
         return proc, time.monotonic() - t0
 
@@ -189,7 +190,7 @@ def test_capacity_search_answers_the_servers_slots(capacity_run: tuple[Any, floa
     assert (doc["by"], doc["capacity"], doc["slo"], doc["stopped"]) == (
         "users", 8, ["ttft_p95_ms<=150"], None)
     loads = [s["users"] for s in doc["steps"]]
-    assert loads == [4, 8, 16, 12, 10, 9]
+    assert loads == [6, 12, 9, 7, 8]
     for s in doc["steps"]:
         bench = Path(s["benchmark"])
         assert bench.is_file() and bench.parent.parent == folder

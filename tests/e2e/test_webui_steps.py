@@ -32,9 +32,10 @@ Run = tuple[Path, dict[str, Any], int, dict[str, dict[str, Any]]]
 
 @pytest.fixture(scope="module")
 def edited_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """2 users for ~2 s, edited to 4 for ~2 s, stopped: (run folder, benchmark.json, the
-    perf_counter_ns just before the edit was sent, `/anvil/live.json` just before the edit,
-    just before the stop and once finished)."""
+    """2 users for ~2 s (a whole second of flow before the edit), edited to 4 for ~1.5 s,
+    stopped: (run folder, benchmark.json, the perf_counter_ns just before the edit was
+    sent, `/anvil/live.json` just before the edit, just before the stop and once
+    finished)."""
     tmp_path = tmp_path_factory.mktemp("webui-steps")
     lives: dict[str, dict[str, Any]] = {}
     with start_simulator(list(FAST_SIM)) as sim, locust_ui(
@@ -44,7 +45,7 @@ def edited_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         lives["before_edit"] = ui.json("/anvil/live.json")
         edit_ns = time.perf_counter_ns()
         assert ui.swarm({"user_count": 4, "spawn_rate": 4, "host": sim.url})["success"]
-        time.sleep(2.0)
+        time.sleep(1.5)
         lives["before_stop"] = ui.json("/anvil/live.json")
         with urllib.request.urlopen(ui.url + "/stop", data=b"", timeout=10) as r:
             assert r.status == 200
