@@ -226,8 +226,8 @@ def test_capacity_report_of_the_real_search(capacity_run: tuple[Any, float],
     page = report.html_path.read_text()
     assert report.kind == "capacity" and len(report.png_paths) == 4
     assert all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in report.png_paths)
-    assert "capacity 8 users; 6 steps" in page
     doc = load_json(folder / "capacity.json")
+    assert f"capacity 8 users; {len(doc['steps'])} steps" in page
     for relative in ["capacity.json", *(f"{Path(s['benchmark']).parent.name}/benchmark.json"
                                         for s in doc["steps"])]:
         data = (folder / relative).read_bytes()
