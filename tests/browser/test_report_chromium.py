@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chromium_cdp import Chromium, Page, ensure_chromium
-from conftest import REPO, anvil
+from chromium_cdp import Chromium
+from conftest import anvil
+from report_view import check_report_page, requests_made, start_browser
 from reportbuild import campaign_folder, capacity_folder
 
 from anvil_metrics.report.build import make_report
@@ -37,7 +36,6 @@ from anvil_metrics.simproc import start_simulator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-SCREENSHOTS = REPO / "results" / "screenshots"
 FAST_SIM = ["--prefill-ms", "20", "--interval-ms", "2", "--reasoning-tokens", "4",
             "--content-tokens", "16", "--max-context", "8192"]
 
@@ -89,27 +87,11 @@ def reports(folders: dict[str, Path]) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
-    reason = ensure_chromium()
-    if reason is not None:
-        print(f"\n*** SKIPPING the report's headless-Chromium test: {reason} ***",
-              file=sys.stderr)
-        pytest.skip(f"headless Chromium unavailable: {reason}")
-    tmp = tmp_path_factory.mktemp("chromium")
-    b = Chromium(tmp / "profile", tmp / "chromium.log", width=1200, height=900)
+    b = start_browser(tmp_path_factory.mktemp("chromium"))
     try:
         yield b
     finally:
         b.close()
-
-
-def requests_made(browser: Chromium, page: Page, url: str) -> list[str]:
-    """Open `url` and return the URL of every request the page made (DevTools Network)."""
-    page.call("Network.enable")
-    browser.events.clear()
-    page.goto(url)
-    page.wait_for("[...document.images].every(i => i.complete)", what="images decoded")
-    return [e["params"]["request"]["url"] for e in browser.events
-            if e.get("method") == "Network.requestWillBeSent"]
 
 
 def test_the_control_page_shows_an_outside_request(browser: Chromium, tmp_path: Path
@@ -125,38 +107,4 @@ def test_the_control_page_shows_an_outside_request(browser: Chromium, tmp_path: 
 @pytest.mark.parametrize("kind", ["run", "sweep", "capacity", "campaign"])
 def test_report_renders_and_fetches_nothing(kind: str, reports: dict[str, Path],
                                             browser: Chromium, tmp_path: Path) -> None:
-    html = reports[kind]
-    text = html.read_text()
-    assert "Content-Security-Policy" in text
-    # nothing in the page names a place to fetch from
-    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:)""", text)
-    assert "url(" not in text and "@import" not in text and "<script" not in text
-    figures = sorted(p.name for p in html.parent.glob("*.png"))
-    assert figures, "no PNG beside the report"
-    page = browser.new_page()
-    for target in (html, _without_csp(html, tmp_path)):
-        urls = requests_made(browser, page, target.as_uri())
-        # the page's own file, then its inlined images (data: URIs, decoded in place)
-        assert [u for u in urls if not u.startswith("data:image/png;base64,")] == [
-            target.as_uri()], urls
-        assert len(urls) == 1 + len(figures)
-    shown = page.evaluate("[...document.images].map(i => [i.closest('figure').id, "
-                          "i.naturalWidth, i.naturalHeight])")
-    assert sorted(name for name, _, _ in shown) == figures
-    assert all(w >= 400 and h >= 200 for _, w, h in shown), shown
-    # the footer names each source file with its SHA-256
-    assert page.evaluate("document.querySelector('footer').textContent").count("json") >= 1
-    page.goto(html.as_uri())
-    shot = page.screenshot(tmp_path / f"report-{kind}.png", full_page=True)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(shot, SCREENSHOTS / shot.name)
-    print(f"screenshot: {SCREENSHOTS / shot.name}")
-    assert shot.stat().st_size > 20_000
-
-
-def _without_csp(html: Path, tmp_path: Path) -> Path:
-    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html.read_text())
-    assert "Content-Security-Policy" not in text
-    copy = tmp_path / f"nocsp-{html.parent.name}.html"
-    copy.write_text(text)
-    return copy
+    check_report_page(browser, reports[kind], tmp_path, f"report-{kind}.png")

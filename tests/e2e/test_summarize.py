@@ -28,6 +28,7 @@ import orjson
 import pytest
 from conftest import anvil, load_json, result_path, write_scenario
 from jsonschema import Draft202012Validator
+from report_view import view_report
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonschemas import FILES, shipped
@@ -246,10 +247,12 @@ def test_anvil_outputs_validate_against_the_shipped_schemas(tmp_path: Path, runs
                                            "(JSON Schema draft 2020-12)")
 
 
+@pytest.mark.browser
 def test_report_draws_the_summary_the_runs_give(tmp_path: Path, runs) -> None:
     """`anvil report` of the six real runs with the summary `anvil summarize` writes (its own
     writer, in process): drawn (2 PNGs), every file named with its SHA-256, the decision and
-    gates as the summary has them; a figure of summary.json changed, and it is refused."""
+    gates as the summary has them, opened in headless Chromium fetching nothing (screenshot:
+    report-campaign-runs.png); a figure of summary.json changed, and it is refused."""
     folder = campaign_dir(tmp_path, runs, threshold=20)
     doc = summary_document(read_campaign_folder(folder))
     write_summary(doc, markdown(doc), folder / "summary.json", folder / "summary.md")
@@ -272,6 +275,8 @@ def test_report_draws_the_summary_the_runs_give(tmp_path: Path, runs) -> None:
         passed = "pass" if g["outcome"] in ("pass", "not_required") else "fail"
         assert (f'<td>{html.escape(g["reason"])}</td><td class="{passed}">{g["outcome"]}</td>'
                 in page)
+    # as its reader opens it: headless Chromium, offline, every figure shown
+    view_report(report.html_path, tmp_path, "report-campaign-runs.png")
     doc["performance"][0]["decode_tok_s_p50"] *= 1.01
     (folder / "summary.json").write_bytes(orjson.dumps(doc))
     with pytest.raises(UsageError, match=r"performance\[0\]\.decode_tok_s_p50: file has .*"

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
+from report_view import view_report
 
 from anvil_metrics.arrivals import ArrivalPlan, Schedule
 from anvil_metrics.rawread import read_raw
@@ -213,10 +214,12 @@ def test_capacity_json_by_users_counts_users_in_whole_numbers(
     assert all(type(s["users"]) is int for s in doc["steps"])
 
 
+@pytest.mark.browser
 def test_capacity_report_of_the_real_search(capacity_run: tuple[Any, float],
                                             tmp_path: Path) -> None:
     """`anvil report` of the search above: its steps' files verify and back capacity.json,
-    so it is drawn (4 PNGs), says the capacity, and names each file with its SHA-256."""
+    so it is drawn (4 PNGs), says the capacity, names each file with its SHA-256, and opens
+    in headless Chromium fetching nothing (screenshot: report-capacity-search.png)."""
     proc, _ = capacity_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = result_path(proc).parent
@@ -233,3 +236,5 @@ def test_capacity_report_of_the_real_search(capacity_run: tuple[Any, float],
         data = (folder / relative).read_bytes()
         assert (f"<tr><td>{relative}</td><td>{len(data)}</td>"
                 f'<td class="src">{hashlib.sha256(data).hexdigest()}</td></tr>') in page
+    # as its reader opens it: headless Chromium, offline, every figure shown
+    view_report(report.html_path, tmp_path, "report-capacity-search.png")
