@@ -18,7 +18,8 @@ model on if its numbers are the ones `anvil verify` checks. So:
 - the rows stay columns (numpy): a run of a million requests is drawn without a Python
   object per request.
 
-Modules: `draw` (matplotlib set-up, the figure type, shared plot helpers), `page` (the
-HTML), `runfigs` (a run's figures, a sweep's steps among them), `capacityfigs`,
-`campaignfigs`, and `build` (which kind a folder is, and the files written).
+Modules: `draw` (matplotlib set-up and shared plot helpers), `page` (the page's plain
+data — figures, tables, sections — and its HTML), `runfigs` (a run's figures, a sweep's
+steps among them), `capacityfigs`, `campaignfigs`, and `build` (which kind a folder is, and
+the files written).
 """

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_bytes
+from anvil_metrics.report.page import Page, Source, render
 
 KINDS = ("run", "sweep", "capacity", "campaign")
 HTML_FILE = "report.html"
@@ -69,9 +70,8 @@ def made_by() -> str:
     return f"anvil {version} (commit {sha.strip()}{', modified' if dirty.strip() else ''})"
 
 
-def source(folder: Path, relative: str):  # -> page.Source
-    from anvil_metrics.report.page import Source
-
+def source(folder: Path, relative: str) -> Source:
+    """A file the report was made from: its size and SHA-256."""
     p = folder / relative
     h = hashlib.sha256()
     size = 0
@@ -95,8 +95,6 @@ def make_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
     except ImportError:
         raise UsageError("report: the pictures need matplotlib: "
                          "pip install 'anvil-metrics[report]'") from None
-    from anvil_metrics.report.page import Page, render
-
     if kind == "campaign":
         from anvil_metrics.report.campaignfigs import campaign_page
 

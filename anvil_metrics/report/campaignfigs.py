@@ -30,8 +30,8 @@ from anvil_metrics.campaignchecks import checks_file
 from anvil_metrics.docscan import verify_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.report import draw
-from anvil_metrics.report.draw import PALETTE, Figure
-from anvil_metrics.report.page import Section, Table
+from anvil_metrics.report.draw import PALETTE
+from anvil_metrics.report.page import Figure, Section, Table
 from anvil_metrics.summary import (
     DELTAS,
     DISPLAY_DECIMALS,

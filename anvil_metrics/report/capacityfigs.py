@@ -32,8 +32,8 @@ from anvil_metrics.capacity import Search, Slo, meets, parse_slos, slo_value
 from anvil_metrics.docscan import scan_benchmark, verify_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.report import draw
-from anvil_metrics.report.draw import COLOURS, Figure
-from anvil_metrics.report.page import Section, Table, cell
+from anvil_metrics.report.draw import COLOURS
+from anvil_metrics.report.page import Figure, Section, Table, cell
 from anvil_metrics.schema import fmt, same
 
 CAPACITY_FILE = "capacity.json"

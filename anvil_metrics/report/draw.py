@@ -1,5 +1,5 @@
-"""Matplotlib, set up once for reports: the Agg backend (no display), one style, and the
-figure type every report module returns.
+"""Matplotlib, set up once for reports: the Agg backend (no display), one style, and how a
+figure becomes the PNG of a `page.Figure`.
 
 Why one place: the report modules only say what to draw; how a figure becomes PNG bytes
 (size, resolution, fonts that need no network or system font cache beyond matplotlib's
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import matplotlib
@@ -21,6 +20,8 @@ matplotlib.use("Agg")  # before pyplot: headless, whatever $DISPLAY or MPLBACKEN
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from anvil_metrics.report.page import Figure  # noqa: E402
 
 DPI = 100
 WIDE = (10.0, 4.2)
@@ -43,19 +44,6 @@ plt.rcParams.update({
     "path.simplify": True, "agg.path.chunksize": 20000,
     "svg.hashsalt": "anvil", "pdf.fonttype": 42,
 })
-
-
-@dataclass(frozen=True, slots=True)
-class Figure:
-    """One picture of a report: `name` is its PNG's file name (`ttft-cdf.png`), `title`
-    and `caption` are shown above and below it, `sources` names the files its values come
-    from (relative to the report's folder), `png` is the image."""
-
-    name: str
-    title: str
-    caption: str
-    sources: tuple[str, ...]
-    png: bytes = field(repr=False)
 
 
 def new(size: tuple[float, float] = WIDE, ncols: int = 1, nrows: int = 1,

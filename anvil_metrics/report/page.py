@@ -6,17 +6,16 @@ page holds its PNGs as `data:` URIs and its style inline, runs no script, and sa
 the browser too (a Content-Security-Policy that allows images only from `data:` and
 nothing else from anywhere), so opening it fetches nothing. Every text is escaped.
 
-`Page` is what a report module fills in; `render` is the only place HTML is written.
+`Page` (its `Section`s, `Table`s and `Figure`s: plain data, no matplotlib) is what a report
+module fills in; `render` is the only place HTML is written.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-from anvil_metrics.report.draw import Figure
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")
@@ -33,6 +32,19 @@ th:first-child,td:first-child{text-align:left}th{background:#f5f5f5}
 .pass{color:#1a7f37;font-weight:600}.fail{color:#c62828;font-weight:600}
 .note{font-size:12px;color:#555}footer{margin-top:36px;font-size:11px;color:#666}
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One picture of a report: `name` is its PNG's file name (`ttft-cdf.png`), `title`
+    and `caption` are shown above and below it, `sources` names the files its values come
+    from (relative to the report's folder), `png` is the image."""
+
+    name: str
+    title: str
+    caption: str
+    sources: tuple[str, ...]
+    png: bytes = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)

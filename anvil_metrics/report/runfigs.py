@@ -31,8 +31,8 @@ from anvil_metrics.goodput import Criterion, parse_criteria
 from anvil_metrics.postprocess import BENCHMARK_FILE, RAW_FILE, build_run
 from anvil_metrics.rawcolumns import COL, NULL
 from anvil_metrics.report import draw
-from anvil_metrics.report.draw import COLOURS, Figure
-from anvil_metrics.report.page import Section, Table, cell
+from anvil_metrics.report.draw import COLOURS
+from anvil_metrics.report.page import Figure, Section, Table, cell
 from anvil_metrics.servermetrics import SAMPLES_FILE, live_gauges, read_samples
 
 LATENCIES = ("time_to_first_output_ms", "ttft_ms", "e2e_ms", "time_to_first_chunk_ms")
