@@ -39,6 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -91,16 +92,12 @@ def bootstrap_delta_ci(values: Sequence[float], reference: Sequence[float], *,
         return Interval(None, None, f"needs at least 2 runs in each variant (has "
                         f"{len(values)} and {len(reference)})")
     rng = np.random.default_rng(seed)
-    x = np.asarray(values, dtype=np.float64)
-    r = np.asarray(reference, dtype=np.float64)
-    x_means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
-    r_means = r[rng.integers(0, len(r), size=(resamples, len(r)))].mean(axis=1)
+    x_means = _resampled_means(rng, values, resamples)
+    r_means = _resampled_means(rng, reference, resamples)
     if np.any(r_means == 0):
         return Interval(None, None, "a resampled reference mean is zero")
-    deltas = 100.0 * (x_means / r_means - 1.0)
-    tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = np.percentile(deltas, [tail, 100.0 - tail])
-    return Interval(float(low), float(high))
+    low, high = _percentile_interval(100.0 * (x_means / r_means - 1.0), confidence)
+    return Interval(low, high)
 
 
 def bootstrap_mean_ci(values: Sequence[float], *, seed: int, resamples: int = RESAMPLES,
@@ -109,11 +106,21 @@ def bootstrap_mean_ci(values: Sequence[float], *, seed: int, resamples: int = RE
     values' unit; None with fewer than 2 values (no interval, as for a delta)."""
     if len(values) < 2:
         return None
-    rng = np.random.default_rng(seed)
+    means = _resampled_means(np.random.default_rng(seed), values, resamples)
+    return _percentile_interval(means, confidence)
+
+
+def _resampled_means(rng: Any, values: Sequence[float], resamples: int) -> Any:
+    """The means of `resamples` resamples of `values` with replacement (the next draws of
+    `rng`)."""
     x = np.asarray(values, dtype=np.float64)
-    means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    return x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+
+
+def _percentile_interval(samples: Any, confidence: float) -> tuple[float, float]:
+    """The central `confidence` interval of `samples` (their percentiles at the tails)."""
     tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = np.percentile(means, [tail, 100.0 - tail])
+    low, high = np.percentile(samples, [tail, 100.0 - tail])
     return float(low), float(high)
 
 
