@@ -54,7 +54,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import gevent
 import numpy as np
@@ -95,6 +95,9 @@ CDF_FIELD = "ttft_ms"
 CDF_PERCENTILES = tuple(range(101))  # the CDF's points: nearest-rank p0, p1, …, p100
 FLOW_TICK_S = 1.0  # in flight is read once a tick; the flow's finest interval
 MAX_FLOW_POINTS = 600  # the flow's points at most (merged pairwise past that)
+
+
+T = TypeVar("T")
 
 
 class _Sketch:
@@ -163,6 +166,16 @@ def _bin(v: float) -> int:
     return math.ceil(math.log(v) / _LOG_GAMMA) if v > 0 else _ZERO_BIN
 
 
+def _pairwise(buckets: dict[int, T], empty: Callable[[], T], merge: Callable[[T, T], T]
+              ) -> dict[int, T]:
+    """Time buckets of twice the width: bucket k of the result is buckets 2k and 2k+1
+    merged (in key order) into `empty()`. How the live series stay bounded."""
+    out: dict[int, T] = {}
+    for key in sorted(buckets):
+        out[key // 2] = merge(out[key // 2] if key // 2 in out else empty(), buckets[key])
+    return out
+
+
 class _Series:
     """Per-time-bucket sketches of a few fields; bucket width doubles to stay bounded."""
 
@@ -185,14 +198,14 @@ class _Series:
             self._coarsen()
 
     def _coarsen(self) -> None:
-        merged: dict[int, dict[str, _Sketch]] = {}
-        counts: dict[int, int] = {}
-        for key, bucket in self.buckets.items():
-            into = merged.setdefault(key // 2, {f: _Sketch() for f in SERIES_FIELDS})
-            counts[key // 2] = counts.get(key // 2, 0) + self.counts[key]
+        def merge(into: dict[str, _Sketch], bucket: dict[str, _Sketch]) -> dict[str, _Sketch]:
             for f in SERIES_FIELDS:
                 into[f].merge(bucket[f])
-        self.buckets, self.counts = merged, counts
+            return into
+
+        self.buckets = _pairwise(self.buckets, lambda: {f: _Sketch() for f in SERIES_FIELDS},
+                                 merge)
+        self.counts = _pairwise(self.counts, int, lambda a, b: a + b)
         self.width_s *= 2
 
     def as_json(self) -> dict[str, Any]:
@@ -227,6 +240,11 @@ class _FlowBucket:
         self.in_area_s = self.in_time_s = 0.0  # ∫ in flight dt (request·s) and over how long
         self.in_max: int | None = None
 
+    def merged(self, other: _FlowBucket) -> _FlowBucket:
+        """This bucket with `other` added into it."""
+        self.merge(other)
+        return self
+
     def merge(self, other: _FlowBucket) -> None:
         self.completed += other.completed
         self.failed += other.failed
@@ -260,13 +278,7 @@ class _Flow:
         return bucket
 
     def _coarsen(self) -> None:
-        merged: dict[int, _FlowBucket] = {}
-        for key in sorted(self.buckets):
-            into = merged.get(key // 2)
-            if into is None:
-                into = merged[key // 2] = _FlowBucket()
-            into.merge(self.buckets[key])
-        self.buckets = merged
+        self.buckets = _pairwise(self.buckets, _FlowBucket, _FlowBucket.merged)
         self.width_s *= 2
 
     def finished(self, t_s: float, completed: bool, output_tokens: int = 0) -> None:
