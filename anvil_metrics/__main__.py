@@ -2,6 +2,6 @@
 
 import sys
 
-from anvil_metrics.cli import main
+from anvil_metrics.cli.main import main
 
 sys.exit(main())

@@ -63,7 +63,7 @@ from _bench import (  # noqa: E402
     sim_stats,
 )
 
-from anvil_metrics.simproc import pinned_apart, start_simulator  # noqa: E402
+from anvil_metrics.runs.simproc import pinned_apart, start_simulator  # noqa: E402
 
 TARGET = 120_000
 PEERS = "SGLang bench_serving 78k, vLLM benchmark_serving 69k, bare asyncio client 137-157k"

@@ -32,7 +32,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from anvil_metrics.simproc import start_simulator, stop_process  # noqa: E402
+from anvil_metrics.runs.simproc import start_simulator, stop_process  # noqa: E402
 
 LOCUSTFILE = str(REPO / "locustfiles" / "chat.py")
 

@@ -6,7 +6,7 @@ child process) takes to read the raw records, derive the rows, aggregate, verify
 `benchmark.json`, and how much memory that child needs at its peak (its own `ru_maxrss`,
 from `os.wait4` on that one child). The CLI also starts an interpreter and prints a
 summary and the prefix-cache check, both from what `postprocess_run` hands back (nothing is
-read back); so the library call alone — `anvil_metrics.postprocess.postprocess_run(RUN_DIR)`,
+read back); so the library call alone — `anvil_metrics.post.postprocess.postprocess_run(RUN_DIR)`,
 what a finished run calls — is timed too, in a child of its own. Then `anvil verify` checks
 the file produced (also timed, also a child of its own).
 
@@ -336,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             os.sync()  # see the module docstring: a run's raw file is on disk by its end
             print(f"  flushed to disk in {time.perf_counter() - t0:.1f} s", flush=True)
             bench = run_dir / "benchmark.json"
-            lib = [py, "-c", "import sys; from anvil_metrics.postprocess import postprocess_run; "
+            lib = [py, "-c", "import sys; from anvil_metrics.post.postprocess import "
+                   "postprocess_run; "
                    "postprocess_run(sys.argv[1])", str(run_dir)]
             lcode, lwall, lrss = run_child(lib, run_dir / "library.log")
             cli = [py, "-m", "anvil_metrics", "postprocess", str(run_dir)]

@@ -26,13 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from anvil_metrics.body import BodyBuilder
-from anvil_metrics.client import ChatClient
-from anvil_metrics.counting import server_counter
-from anvil_metrics.prompts import PromptFactory, calibrate_by_probe
-from anvil_metrics.scenario import scenario_from_dict
-from anvil_metrics.simproc import start_simulator
+from anvil_metrics.load.body import BodyBuilder
+from anvil_metrics.load.scenario import scenario_from_dict
+from anvil_metrics.prep.counting import server_counter
+from anvil_metrics.prep.prompts import PromptFactory, calibrate_by_probe
+from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire.client import ChatClient
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anvil_metrics.runs.simproc import pinned_apart
 from anvil_metrics.sim.rawclient import Capture, parse_capture, request_bytes
-from anvil_metrics.simproc import pinned_apart
 
 MS = 1e6
 

@@ -109,7 +109,7 @@ def _probe(environment: Any, path: str) -> None:
     import numpy as np
     import orjson
 
-    from anvil_metrics.runctx import latest_run
+    from anvil_metrics.live.runctx import latest_run
 
     t0 = time.monotonic()
     previous: tuple[Any, Any, int] | None = None  # (monitor, histogram, overflow)
@@ -294,7 +294,7 @@ def snapshot_cost(sizes: list[int]) -> None:
     and ms per snapshot (median of 40)."""
     import numpy as np
 
-    from anvil_metrics.live import LIVE_METRICS, LIVE_PERCENTILES, _Sketch
+    from anvil_metrics.live.figures import LIVE_METRICS, LIVE_PERCENTILES, _Sketch
 
     rng = np.random.default_rng(0)
     for n in sizes:
@@ -324,7 +324,7 @@ def main() -> int:
 
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo))
-    from anvil_metrics.simproc import start_simulator, stop_process
+    from anvil_metrics.runs.simproc import start_simulator, stop_process
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="duration of the load")

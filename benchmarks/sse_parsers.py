@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the re
 
 from sseref import LineSource, iter_events, lines_from_bytes  # noqa: E402
 
-from anvil_metrics.sse import EventSplitter  # noqa: E402
+from anvil_metrics.wire.sse import EventSplitter  # noqa: E402
 
 WORDS = ("the", "model", "weighs", "each", "token", "before", "it", "answers", "with", "care")
 

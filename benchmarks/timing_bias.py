@@ -58,7 +58,7 @@ from _bench import (  # noqa: E402
     start_spread_ms,
 )
 
-from anvil_metrics.simproc import pinned_apart, start_simulator  # noqa: E402
+from anvil_metrics.runs.simproc import pinned_apart, start_simulator  # noqa: E402
 
 MS = 1e6
 

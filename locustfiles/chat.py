@@ -4,7 +4,7 @@
         --scenario scenarios/smoke.toml --requests 20
 
 Everything lives in the `anvil_metrics` package; subclass
-`anvil_metrics.users.ChatStreamUser` in your own locustfile to customise.
+`anvil_metrics.live.users.ChatStreamUser` in your own locustfile to customise.
 """
 
-from anvil_metrics.locustfile import ChatUser  # noqa: F401
+from anvil_metrics.runs.locustfile import ChatUser  # noqa: F401

@@ -11,7 +11,7 @@ file and edit `STAGES` to make your own; the run ends when `tick` returns None.
 
 from locust import LoadTestShape
 
-from anvil_metrics.locustfile import ChatUser  # noqa: F401
+from anvil_metrics.runs.locustfile import ChatUser  # noqa: F401
 
 
 class StepShape(LoadTestShape):

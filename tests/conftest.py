@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from anvil_metrics.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -24,8 +24,8 @@ from typing import Any
 from conftest import REPO
 
 from anvil_metrics import catalog
-from anvil_metrics.live import LIVE_METRICS
-from anvil_metrics.simproc import stop_process
+from anvil_metrics.live.figures import LIVE_METRICS
+from anvil_metrics.runs.simproc import stop_process
 
 # a simulator that answers in well under 100 ms: a run of 9 requests takes ~0.5 s
 FAST_SIM = ("--prefill-ms", "20", "--reasoning-tokens", "3", "--content-tokens", "8",

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from anvil_metrics.simproc import stop_process
+from anvil_metrics.runs.simproc import stop_process
 
 SUBNET = "10.219.0"  # inside the lab's own namespaces only: no clash with the host's routes
 IP_TIMEOUT_S = 10.0

@@ -19,13 +19,13 @@ from typing import Any
 import orjson
 from rawbuild import HEADER, completed, failed, write_raw
 
-from anvil_metrics.campaign import CampaignRun, Variant, load_campaign
-from anvil_metrics.campaignrun import run_campaign
-from anvil_metrics.capacity import parse_slos, result_doc, search
+from anvil_metrics.campaign.runner import run_campaign
+from anvil_metrics.campaign.spec import CampaignRun, Variant, load_campaign
 from anvil_metrics.jsonio import atomic_write_json
-from anvil_metrics.postprocess import postprocess_run
-from anvil_metrics.summaryio import read_campaign_folder, summary_document, write_summary
-from anvil_metrics.summarymd import markdown
+from anvil_metrics.post.postprocess import postprocess_run
+from anvil_metrics.runs.capacity import parse_slos, result_doc, search
+from anvil_metrics.summary.folder import read_campaign_folder, summary_document, write_summary
+from anvil_metrics.summary.markdown import markdown
 
 REPO = Path(__file__).resolve().parents[1]
 CAPACITY_SLO = "ttft_p95_ms<=150,error_rate<=0.05"

@@ -32,8 +32,8 @@ import orjson
 import sseclient
 
 from anvil_metrics.checks.results import Retry
-from anvil_metrics.plainhttp import OPENER, BodyError, read_body
 from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire.plainhttp import OPENER, BodyError, read_body
 
 RETRY_STATUSES = (429, 502, 503, 504)
 AUTH_STATUSES = (401, 403, 407, 408)

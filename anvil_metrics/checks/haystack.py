@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from anvil_metrics.prompts import Calibration, body_text, fit_word_count
+from anvil_metrics.prep.prompts import Calibration, body_text, fit_word_count
 
 NEEDLE = "The special magic value for {key} is {value}."
 QUESTION = ("What is the special magic value for {key} mentioned in the document above? "

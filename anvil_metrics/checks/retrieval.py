@@ -44,7 +44,7 @@ from anvil_metrics.checks.suite import (
     run_case,
     suite_result,
 )
-from anvil_metrics.prompts import calibrate_by_probe, messages_for
+from anvil_metrics.prep.prompts import calibrate_by_probe, messages_for
 
 DEPTHS = (0.1, 0.35, 0.65, 0.9)
 DISTRACTORS = 4

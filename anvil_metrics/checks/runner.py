@@ -30,7 +30,7 @@ from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_bytes, dumps_strict
-from anvil_metrics.provenance import discover
+from anvil_metrics.prep.provenance import discover
 from anvil_metrics.urls import Endpoint
 
 DISCOVERY_TIMEOUT_S = 10.0

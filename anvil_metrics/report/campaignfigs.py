@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from anvil_metrics.campaignchecks import checks_file
-from anvil_metrics.docscan import verify_file
+from anvil_metrics.campaign.checks import checks_file
 from anvil_metrics.errors import UsageError
+from anvil_metrics.post.docscan import verify_file
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import PALETTE
 from anvil_metrics.report.page import Figure, Section, Table
-from anvil_metrics.summary import (
+from anvil_metrics.summary.decide import (
     DELTAS,
     DISPLAY_DECIMALS,
     IMPROVEMENT_GATES,
@@ -40,7 +40,7 @@ from anvil_metrics.summary import (
     PASSING,
     ROW_METRICS,
 )
-from anvil_metrics.summaryio import (
+from anvil_metrics.summary.folder import (
     BENCHMARK_FILE,
     CAMPAIGN_FILE,
     SCHEMA,
@@ -48,8 +48,8 @@ from anvil_metrics.summaryio import (
     read_campaign_folder,
     summary_document,
 )
-from anvil_metrics.summarystats import RESAMPLES, bootstrap_mean_ci
-from anvil_metrics.summaryverify import is_summary, read_small_json, verify_summary
+from anvil_metrics.summary.stats import RESAMPLES, bootstrap_mean_ci
+from anvil_metrics.summary.verify import is_summary, read_small_json, verify_summary
 
 SUMMARY_FILE = "summary.json"
 EXTRA = "Checks, telemetry and what is left out"

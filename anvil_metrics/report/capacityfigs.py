@@ -28,13 +28,13 @@ import numpy as np
 import orjson
 
 from anvil_metrics import catalog
-from anvil_metrics.capacity import Search, Slo, meets, parse_slos, slo_value
-from anvil_metrics.docscan import scan_benchmark, verify_file
 from anvil_metrics.errors import UsageError
+from anvil_metrics.post.docscan import scan_benchmark, verify_file
+from anvil_metrics.post.schema import fmt, same
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS
 from anvil_metrics.report.page import Figure, Section, Table, cell
-from anvil_metrics.schema import fmt, same
+from anvil_metrics.runs.capacity import Search, Slo, meets, parse_slos, slo_value
 
 CAPACITY_FILE = "capacity.json"
 BYS = ("users", "rate")

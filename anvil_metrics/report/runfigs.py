@@ -23,17 +23,17 @@ from typing import Any
 import numpy as np
 
 from anvil_metrics import catalog
-from anvil_metrics.benchmark import measured_order
-from anvil_metrics.derive import RowColumns
-from anvil_metrics.docscan import scan_benchmark
 from anvil_metrics.errors import UsageError
-from anvil_metrics.goodput import Criterion, parse_criteria
-from anvil_metrics.postprocess import BENCHMARK_FILE, RAW_FILE, build_run
-from anvil_metrics.rawcolumns import COL, NULL
+from anvil_metrics.post.benchmark import measured_order
+from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.docscan import scan_benchmark
+from anvil_metrics.post.goodput import Criterion, parse_criteria
+from anvil_metrics.post.postprocess import BENCHMARK_FILE, RAW_FILE, build_run
+from anvil_metrics.post.rawcolumns import COL, NULL
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS
 from anvil_metrics.report.page import Figure, Section, Table, cell
-from anvil_metrics.servermetrics import SAMPLES_FILE, live_gauges, read_samples
+from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, live_gauges, read_samples
 
 LATENCIES = ("time_to_first_output_ms", "ttft_ms", "e2e_ms", "time_to_first_chunk_ms")
 FAILURE_MARKERS = ("x", "v", "s", "D", "^", "P", "*", "<", ">", "o")

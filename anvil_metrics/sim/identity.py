@@ -1,7 +1,7 @@
 """Who the simulated server says it is: vLLM's or SGLang's identity endpoints.
 
 Why: anvil records the engine, its version and the context limit beside every run, discovered
-from the server itself (`anvil_metrics.provenance`). Each engine answers that in its own
+from the server itself (`anvil_metrics.prep.provenance`). Each engine answers that in its own
 place, so the simulator answers where the engine chosen by ``--metrics-format`` does, and
 nowhere else (the other engine's paths get the 404 any unknown path gets):
 

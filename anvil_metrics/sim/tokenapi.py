@@ -1,7 +1,7 @@
 """The simulator's tokenize endpoints, in the request and response shapes of real servers.
 
 anvil plans prompt sizes in the server's own tokens and asks the server for them
-(`anvil_metrics.counting`), trying vLLM's, llama.cpp's and SGLang's endpoints in turn. Each way
+(`anvil_metrics.prep.counting`), trying vLLM's, llama.cpp's and SGLang's endpoints in turn. Each way
 has to be tested against a process whose counts are known, and each must fall through cleanly
 on a server of another family, so ``--tokenize-api`` picks the family the simulator imitates.
 Every answer uses the simulator's tokenizer (`tokenizer.py`): a templated count equals

@@ -29,7 +29,7 @@ from chromium_cdp import CDPError, Chromium, Page, ensure_chromium
 from conftest import REPO, load_json, raw_lines
 from locust_ui import FAST_SIM, LocustUI, assert_live_equals_benchmark, locust_ui
 
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post.verify import verify_benchmark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 

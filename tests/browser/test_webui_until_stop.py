@@ -34,7 +34,7 @@ from test_webui_chromium import (
     type_options,
 )
 
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post.verify import verify_benchmark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, anvil
 
-from anvil_metrics.campaign import GATES
+from anvil_metrics.campaign.spec import GATES
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ import orjson
 import pytest
 from conftest import REPO, anvil, load_json
 
-from anvil_metrics.campaignrun import run_hook
-from anvil_metrics.docscan import verify_file
+from anvil_metrics.campaign.runner import run_hook
+from anvil_metrics.post.docscan import verify_file
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.sandbox import SandboxLimits
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
-from anvil_metrics.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 from anvil_metrics.urls import Endpoint
 
 pytestmark = pytest.mark.e2e

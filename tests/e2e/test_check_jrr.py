@@ -19,8 +19,8 @@ from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.registry import suite_function
 from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
+from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.sim.chat import full_text
-from anvil_metrics.simproc import start_simulator
 from anvil_metrics.urls import Endpoint
 
 SUITES = ("json", "reasoning_leakage", "responses_subset")

@@ -18,7 +18,7 @@ from conftest import anvil, set_script_faults
 
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.suite import CheckOptions
-from anvil_metrics.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 FAST = ["--prefill-ms", "1", "--interval-ms", "0.1", "--max-context", "12288"]
 SUITES = ["retrieval", "near_limit", "quality"]

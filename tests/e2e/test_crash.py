@@ -17,7 +17,7 @@ import orjson
 import pytest
 from conftest import REPO, anvil, load_json, write_scenario
 
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post.verify import verify_benchmark
 
 pytestmark = pytest.mark.e2e
 

@@ -22,8 +22,8 @@ import pytest
 from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
 from locust_ui import assert_final_cdf_and_flow
 
-from anvil_metrics.benchmark import verify_benchmark
-from anvil_metrics.simproc import stop_process
+from anvil_metrics.post.benchmark import verify_benchmark
+from anvil_metrics.runs.simproc import stop_process
 
 pytestmark = pytest.mark.e2e
 

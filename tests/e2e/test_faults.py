@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 
-from anvil_metrics.benchmark import verify_benchmark
+from anvil_metrics.post.benchmark import verify_benchmark
 
 pytestmark = pytest.mark.e2e
 

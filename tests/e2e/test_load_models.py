@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
 
-from anvil_metrics.arrivals import ArrivalPlan, Schedule
-from anvil_metrics.rawread import read_raw
-from anvil_metrics.saturation import LAG_P99_LIMIT_MS
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
+from anvil_metrics.post.rawread import read_raw
+from anvil_metrics.post.saturation import LAG_P99_LIMIT_MS
+from anvil_metrics.post.verify import verify_benchmark
 
 pytestmark = pytest.mark.e2e
 

@@ -33,7 +33,7 @@ from conftest import REPO, raw_lines, write_scenario
 from netns import Lab, LabError, ip, leftovers, netem_works, unavailable, wait_for_line
 from test_distributed import LOCUSTFILE, Cluster, check_document, requests_of
 
-from anvil_metrics.simproc import stop_process
+from anvil_metrics.runs.simproc import stop_process
 
 pytestmark = pytest.mark.e2e
 

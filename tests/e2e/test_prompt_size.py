@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import anvil, load_json, result_path, write_scenario
 
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post.verify import verify_benchmark
 
 pytestmark = pytest.mark.e2e
 

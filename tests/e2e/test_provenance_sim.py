@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from anvil_metrics.provenance import discover, merge
+from anvil_metrics.prep.provenance import discover, merge
 from anvil_metrics.sim.rawclient import exchange
 
 pytestmark = pytest.mark.e2e

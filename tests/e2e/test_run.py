@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
 
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post.verify import verify_benchmark
 
 pytestmark = pytest.mark.e2e
 
@@ -131,7 +131,7 @@ def test_usage_errors_are_one_line_exit_2(args: list[str], needle: str) -> None:
 
 HOOK_LOCUSTFILE = '''
 from anvil_metrics.events import anvil_events
-from anvil_metrics.locustfile import ChatUser  # noqa: F401
+from anvil_metrics.runs.locustfile import ChatUser  # noqa: F401
 
 seen = {"first_output": [], "first_content": [], "stream_end": [], "request_record": []}
 

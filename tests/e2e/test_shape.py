@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, load_json, raw_lines
 
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post.verify import verify_benchmark
 
 pytestmark = pytest.mark.e2e
 

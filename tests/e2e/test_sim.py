@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from anvil_metrics.runs.simproc import pinned_apart, start_simulator
 from anvil_metrics.sim.rawclient import Response, exchange, exchange_many
 from anvil_metrics.sim.tokenizer import (
     GENERATION_PROMPT_TOKENS,
@@ -30,7 +31,6 @@ from anvil_metrics.sim.tokenizer import (
     count_text_tokens,
     text_token_ids,
 )
-from anvil_metrics.simproc import pinned_apart, start_simulator
 
 pytestmark = pytest.mark.e2e
 

@@ -19,10 +19,10 @@ from typing import Any
 import orjson
 import pytest
 
+from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.sim.faultchat import OVERSIZE_BYTES
 from anvil_metrics.sim.faults import Fault, FaultPicker, FaultRule, parse_rule
 from anvil_metrics.sim.rawclient import request_bytes
-from anvil_metrics.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 

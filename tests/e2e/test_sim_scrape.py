@@ -20,9 +20,9 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.sim.rawclient import Response, exchange, exchange_many
 from anvil_metrics.sim.specdecode import spec_counts
-from anvil_metrics.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -31,12 +31,12 @@ from jsonschema import Draft202012Validator
 from report_view import view_report
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.jsonschemas import FILES, shipped
 from anvil_metrics.report.build import make_report
+from anvil_metrics.runs.simproc import start_simulator
+from anvil_metrics.schemas.build import FILES, shipped
 from anvil_metrics.sim.specdecode import spec_counts
-from anvil_metrics.simproc import start_simulator
-from anvil_metrics.summaryio import read_campaign_folder, summary_document, write_summary
-from anvil_metrics.summarymd import markdown
+from anvil_metrics.summary.folder import read_campaign_folder, summary_document, write_summary
+from anvil_metrics.summary.markdown import markdown
 
 pytestmark = pytest.mark.e2e
 

@@ -23,11 +23,11 @@ import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from report_view import view_report
 
-from anvil_metrics.arrivals import ArrivalPlan, Schedule
-from anvil_metrics.rawread import read_raw
+from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
+from anvil_metrics.post.rawread import read_raw
+from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.report.build import make_report
-from anvil_metrics.simproc import start_simulator
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 

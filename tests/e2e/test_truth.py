@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 
-from anvil_metrics.simproc import pinned_apart
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post.verify import verify_benchmark
+from anvil_metrics.runs.simproc import pinned_apart
 
 pytestmark = pytest.mark.e2e
 

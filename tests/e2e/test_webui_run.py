@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, load_json
 
-from anvil_metrics.benchmark import verify_benchmark
-from anvil_metrics.simproc import stop_process
+from anvil_metrics.post.benchmark import verify_benchmark
+from anvil_metrics.runs.simproc import stop_process
 
 pytestmark = pytest.mark.e2e
 

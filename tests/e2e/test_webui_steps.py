@@ -21,8 +21,8 @@ from conftest import load_json, raw_lines
 from locust_ui import FAST_SIM, assert_final_cdf_and_flow, locust_ui
 from test_sweeps import check_each_request_in_one_step
 
-from anvil_metrics.simproc import start_simulator
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post.verify import verify_benchmark
+from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 

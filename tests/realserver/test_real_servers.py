@@ -25,12 +25,12 @@ import orjson
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 
-from anvil_metrics.client import ChatClient
-from anvil_metrics.derive import derive_row
-from anvil_metrics.observe import StreamObserver
-from anvil_metrics.run import summary_lines
+from anvil_metrics.post.derive import derive_row
+from anvil_metrics.post.verify import verify_benchmark
+from anvil_metrics.runs.launch import summary_lines
 from anvil_metrics.urls import Endpoint
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.wire.client import ChatClient
+from anvil_metrics.wire.observe import StreamObserver
 
 pytestmark = pytest.mark.real
 

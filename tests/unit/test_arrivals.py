@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from anvil_metrics.arrivals import BLOCK, ArrivalPlan, Schedule, draw_gaps_s
+from anvil_metrics.load.arrivals import BLOCK, ArrivalPlan, Schedule, draw_gaps_s
 
 
 def ks_exponential(gaps: np.ndarray, mean: float) -> tuple[float, float]:

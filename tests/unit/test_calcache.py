@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anvil_metrics import cachecheck, calcache
-from anvil_metrics.prompts import Calibration
+from anvil_metrics.post import cachecheck
+from anvil_metrics.prep import calcache
+from anvil_metrics.prep.prompts import Calibration
 
 
 def test_cache_round_trip_and_key_stability(tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ def test_the_column_check_gives_the_row_check_s_line() -> None:
     same rows, including a hit whose prompt_tokens is null and ties for the worst hit."""
     import numpy as np
 
-    from anvil_metrics.derive import RowColumns
+    from anvil_metrics.post.derive import RowColumns
 
     params = {"prompt_sizing": {"expected_shared_tokens": 20}}
     cached = [None, 0, 4000, 85, 84, 4000, 2048, None]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from anvil_metrics.campaign import (
+from anvil_metrics.campaign.spec import (
     GATES,
     CampaignError,
     campaign_from_dict,
@@ -20,7 +20,7 @@ from anvil_metrics.campaign import (
     plan_lines,
 )
 from anvil_metrics.errors import UsageError
-from anvil_metrics.scenario import load_scenario
+from anvil_metrics.load.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "scenarios" / "campaigns" / "fp8-vs-nvfp4.toml"

@@ -13,14 +13,14 @@ import orjson
 import pytest
 from rawbuild import HEADER, completed, write_raw
 
-from anvil_metrics.campaign import CampaignRun, Variant, load_campaign
-from anvil_metrics.campaignrun import (
+from anvil_metrics.campaign.runner import (
     HookResult,
     run_campaign,
     without_credentials,
 )
+from anvil_metrics.campaign.spec import CampaignRun, Variant, load_campaign
 from anvil_metrics.errors import UsageError
-from anvil_metrics.postprocess import postprocess_run
+from anvil_metrics.post.postprocess import postprocess_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -231,7 +231,7 @@ def test_credentials_are_stripped_from_the_stored_text() -> None:
 def restoring(results: list[str]):
     """A fake restoration check answering `results` in turn ("pass"/"fail"), recording the
     campaigns it was asked for."""
-    from anvil_metrics.restoration import AliasCheck, RestorationResult
+    from anvil_metrics.campaign.restoration import AliasCheck, RestorationResult
     asked: list[tuple[str, ...]] = []
 
     def restore(campaign, environ) -> RestorationResult:
@@ -288,7 +288,7 @@ def test_without_aliases_nothing_is_checked(tmp_path: Path) -> None:
 
 def test_the_check_asks_with_the_candidates_key(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import anvil_metrics.campaignrun as cr
+    import anvil_metrics.campaign.runner as cr
     path = campaign_file(tmp_path, key_on='api_key_env = "K"')
     path.write_text(path.read_text() + '\n[restoration]\naliases = ["a"]\n')
     seen: list[tuple[str, tuple[str, ...], dict[str, str]]] = []

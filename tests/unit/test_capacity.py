@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from anvil_metrics import capacity
-from anvil_metrics.capacity import Search, Slo, parse_slos, slo_value
 from anvil_metrics.errors import UsageError
+from anvil_metrics.runs import capacity
+from anvil_metrics.runs.capacity import Search, Slo, parse_slos, slo_value
 
 
 def drive(s: Search, ok: Callable[[float], bool], limit: int = 50) -> list[float]:
@@ -301,7 +301,7 @@ def cli_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[list[di
 
 
 def _cli(*args: str) -> int:
-    from anvil_metrics import cli
+    from anvil_metrics.cli import main as cli
 
     try:
         return cli.main(["capacity", "scenarios/smoke.toml", "-H", "http://127.0.0.1:9",

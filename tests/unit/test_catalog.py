@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anvil_metrics import catalog, derive
+from anvil_metrics import catalog
+from anvil_metrics.post import derive
 from anvil_metrics.records import Failure, RequestRecord
 
 

@@ -15,7 +15,7 @@ from conftest import http_server
 from anvil_metrics.checks.client import CheckClient, CheckError
 from anvil_metrics.checks.docverify import verify_checks
 from anvil_metrics.checks.results import ANSWER_CHARS, CaseResult, Retry, SuiteResult, verdict
-from anvil_metrics.jsonschemas import check
+from anvil_metrics.schemas.build import check
 from anvil_metrics.urls import Endpoint
 
 

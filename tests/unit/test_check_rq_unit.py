@@ -11,7 +11,7 @@ from anvil_metrics.checks import quality as q
 from anvil_metrics.checks import retrieval as r
 from anvil_metrics.checks.client import ChatAnswer, CheckClient
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
-from anvil_metrics.prompts import Calibration, messages_for
+from anvil_metrics.prep.prompts import Calibration, messages_for
 from anvil_metrics.sim import script_quality, script_retrieval
 from anvil_metrics.sim.tokenizer import count_chat_tokens
 from anvil_metrics.urls import Endpoint

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import self_signed_cert
 
-from anvil_metrics.client import ChatClient
-from anvil_metrics.observe import StreamObserver
 from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire.client import ChatClient
+from anvil_metrics.wire.observe import StreamObserver
 
 STREAM = (b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
           b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
@@ -311,7 +311,7 @@ def ClientFor(port: int) -> ChatClient:  # noqa: N802 - reads as a constructor i
 def test_a_line_that_never_ends_is_malformed_not_unbounded() -> None:
     """A stream line past MAX_LINE_BYTES without a newline: a malformed_chunk failure, with
     the client's buffer bounded, instead of reading it all into memory."""
-    from anvil_metrics.client import MAX_LINE_BYTES
+    from anvil_metrics.wire.client import MAX_LINE_BYTES
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -349,7 +349,7 @@ def test_a_stream_killed_mid_body_drops_its_connection_at_once(monkeypatch) -> N
 
     import gevent
 
-    from anvil_metrics import transport as transport_module
+    from anvil_metrics.wire import transport as transport_module
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))

@@ -8,7 +8,7 @@ import time
 import gevent
 import pytest
 
-from anvil_metrics.transport import Silence, SilenceTimeout
+from anvil_metrics.wire.transport import Silence, SilenceTimeout
 
 
 def _steady_then_silent(limit_s: float, beats: int, beat_s: float) -> tuple[float, float]:

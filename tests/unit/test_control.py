@@ -7,11 +7,11 @@ from pathlib import Path
 import gevent
 import orjson
 
-from anvil_metrics.body import BodyBuilder, body_fields
-from anvil_metrics.control import RequestBudget
-from anvil_metrics.prompts import Calibration, PromptFactory
-from anvil_metrics.recorder import create_run_dir
-from anvil_metrics.scenario import scenario_from_dict
+from anvil_metrics.live.control import RequestBudget
+from anvil_metrics.live.recorder import create_run_dir
+from anvil_metrics.load.body import BodyBuilder, body_fields
+from anvil_metrics.load.scenario import scenario_from_dict
+from anvil_metrics.prep.prompts import Calibration, PromptFactory
 
 
 def test_budget_hands_out_dense_indices_then_stops() -> None:

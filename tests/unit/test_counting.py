@@ -1,4 +1,4 @@
-"""How anvil counts a chat prompt's tokens (`anvil_metrics.counting`), against every server shape.
+"""How anvil counts a chat prompt's tokens (`prep.counting`), against every server shape.
 
 Prompt sizes are planned in the server's tokens, and each server family exposes its count
 differently (vLLM, llama.cpp, SGLang, or nothing). A counting path proves itself only against
@@ -29,9 +29,9 @@ from conftest import anvil
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anvil_metrics import counting
-from anvil_metrics.client import ChatClient
 from anvil_metrics.errors import UsageError
+from anvil_metrics.prep import counting
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.sim import prefixcache, tokenizer
 from anvil_metrics.sim.config import TOKENIZE_APIS
 from anvil_metrics.sim.tokenapi import APIS
@@ -45,8 +45,8 @@ from anvil_metrics.sim.tokenizer import (
     template_token_ids,
     text_token_ids,
 )
-from anvil_metrics.simproc import SimProcess
 from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire.client import ChatClient
 
 MODEL = "sim-model"
 QUICK = ("--prefill-ms", "0", "--interval-ms", "0", "--reasoning-tokens", "0",

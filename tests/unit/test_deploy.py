@@ -28,7 +28,7 @@ from conftest import REPO
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from anvil_metrics.scenario import load_scenario, scenario_from_dict
+from anvil_metrics.load.scenario import load_scenario, scenario_from_dict
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"

@@ -13,20 +13,20 @@ import orjson
 import pytest
 from rawbuild import write_raw
 
-from anvil_metrics import stats
-from anvil_metrics.benchmark import build_benchmark
-from anvil_metrics.control import RequestBudget, Ticket
-from anvil_metrics.derive import RowColumns, derive_row
-from anvil_metrics.dist import MasterCoordinator
-from anvil_metrics.dist_wire import WorkerSetup
-from anvil_metrics.dist_worker import RemoteBudget
+from anvil_metrics.dist.master import MasterCoordinator
+from anvil_metrics.dist.wire import WorkerSetup
+from anvil_metrics.dist.worker import RemoteBudget
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.events import anvil_events
-from anvil_metrics.live import MAX_BUCKETS, SKETCH_REL_ERROR, LiveStats
-from anvil_metrics.prompts import NO_CALIBRATION
-from anvil_metrics.rawread import RawRun, read_raw
+from anvil_metrics.live.control import RequestBudget, Ticket
+from anvil_metrics.live.figures import MAX_BUCKETS, SKETCH_REL_ERROR, LiveStats
+from anvil_metrics.load.scenario import scenario_from_dict
+from anvil_metrics.post import stats
+from anvil_metrics.post.benchmark import build_benchmark
+from anvil_metrics.post.derive import RowColumns, derive_row
+from anvil_metrics.post.rawread import RawRun, read_raw
+from anvil_metrics.prep.prompts import NO_CALIBRATION
 from anvil_metrics.records import Failure, RequestRecord
-from anvil_metrics.scenario import scenario_from_dict
 
 # --- worker side -----------------------------------------------------------------------------
 

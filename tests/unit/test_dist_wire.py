@@ -16,16 +16,16 @@ import gevent
 import pytest
 from locust.rpc.protocol import Message
 
-from anvil_metrics.body import BodyBuilder
-from anvil_metrics.control import RequestBudget, Ticket
-from anvil_metrics.dist import MasterAgent, MasterCoordinator
-from anvil_metrics.dist_wire import MESSAGES, WorkerSetup
-from anvil_metrics.dist_worker import WorkerAgent, WorkerSession
+from anvil_metrics.dist.master import MasterAgent, MasterCoordinator
+from anvil_metrics.dist.wire import MESSAGES, WorkerSetup
+from anvil_metrics.dist.worker import WorkerAgent, WorkerSession
 from anvil_metrics.errors import WireError
-from anvil_metrics.prompts import NO_CALIBRATION, Calibration, PromptFactory, SharedPrefix
+from anvil_metrics.live.control import RequestBudget, Ticket
+from anvil_metrics.load.body import BodyBuilder
+from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, scenario_to_dict
+from anvil_metrics.post.schema import CALIBRATION_METHODS
+from anvil_metrics.prep.prompts import NO_CALIBRATION, Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.records import worker_identity
-from anvil_metrics.scenario import load_scenario, scenario_from_dict, scenario_to_dict
-from anvil_metrics.schema import CALIBRATION_METHODS
 from anvil_metrics.urls import api_key_from_env
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anvil_metrics import cachecheck
-from anvil_metrics.benchmark import build_benchmark, load_benchmark
-from anvil_metrics.docscan import scan_benchmark, verify_file
 from anvil_metrics.errors import VerifyError
 from anvil_metrics.jsonio import atomic_write_json
-from anvil_metrics.rawread import read_raw
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post import cachecheck
+from anvil_metrics.post.benchmark import build_benchmark, load_benchmark
+from anvil_metrics.post.docscan import scan_benchmark, verify_file
+from anvil_metrics.post.rawread import read_raw
+from anvil_metrics.post.verify import verify_benchmark
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "benchmark-v1.000_51f6de0d03ca0563.json"
 

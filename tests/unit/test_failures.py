@@ -9,10 +9,10 @@ import gevent
 import pytest
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
-from anvil_metrics.failures import CAUGHT, FAILURE_KINDS_BY_EXCEPTION, STAGES, classify
 from anvil_metrics.records import FAILURE_KINDS, PHASES
-from anvil_metrics.sse import LineTooLong
-from anvil_metrics.transport import SilenceTimeout, TotalTimeout
+from anvil_metrics.wire.failures import CAUGHT, FAILURE_KINDS_BY_EXCEPTION, STAGES, classify
+from anvil_metrics.wire.sse import LineTooLong
+from anvil_metrics.wire.transport import SilenceTimeout, TotalTimeout
 
 
 def test_every_rule_names_a_known_kind_stage_and_phase() -> None:

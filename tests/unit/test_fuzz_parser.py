@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from anvil_metrics.client import read_events
-from anvil_metrics.observe import StreamObserver
 from anvil_metrics.records import FAILURE_KINDS, PHASES, RequestRecord
+from anvil_metrics.wire.client import read_events
+from anvil_metrics.wire.observe import StreamObserver
 
 
 def feed(parts: list[bytes]) -> RequestRecord:

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from rawbuild import HEADER, completed, failed, write_raw
 
-from anvil_metrics import goodput
-from anvil_metrics.benchmark import build_benchmark
-from anvil_metrics.derive import RowColumns
 from anvil_metrics.errors import UsageError
-from anvil_metrics.goodput import Criterion, meets, parse_criteria
-from anvil_metrics.rawread import read_raw
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post import goodput
+from anvil_metrics.post.benchmark import build_benchmark
+from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.goodput import Criterion, meets, parse_criteria
+from anvil_metrics.post.rawread import read_raw
+from anvil_metrics.post.verify import verify_benchmark
 
 # --- parse_criteria ---------------------------------------------------------------------
 

@@ -20,13 +20,14 @@ from jsonschema import Draft202012Validator
 from test_summary import DATA, SUMMARY_NAME
 from test_summaryio import accept_all, all_entries, example_docs, write_folder
 
-from anvil_metrics import catalog, jsonschemas
-from anvil_metrics.jsonschemas import FILES, GENERATORS, SKIPPED, check, shipped, text
-from anvil_metrics.schema import SCHEMA as BENCHMARK
-from anvil_metrics.summaryio import SCHEMA as SUMMARY
-from anvil_metrics.summaryio import read_campaign_folder, summary_document
+from anvil_metrics import catalog
+from anvil_metrics.post.schema import SCHEMA as BENCHMARK
+from anvil_metrics.schemas import build as jsonschemas
+from anvil_metrics.schemas.build import FILES, GENERATORS, SKIPPED, check, shipped, text
+from anvil_metrics.summary.folder import SCHEMA as SUMMARY
+from anvil_metrics.summary.folder import read_campaign_folder, summary_document
 
-SCHEMAS = Path(jsonschemas.__file__).resolve().parent / "schemas"
+SCHEMAS = Path(jsonschemas.__file__).resolve().parent
 SEED = DATA / "benchmark-v1.000_51f6de0d03ca0563.json"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,7 @@ def test_shipped_files_are_the_generated_ones(which: str) -> None:
     shipped_text = (SCHEMAS / FILES[which]).read_bytes()
     assert shipped_text == text(GENERATORS[which]()), (
         f"{FILES[which]} differs from what the code's rules give: run "
-        "`python -m anvil_metrics.jsonschemas` and commit the files")
+        "`python -m anvil_metrics.schemas.build` and commit the files")
     Draft202012Validator.check_schema(shipped(which))
     assert shipped(which)["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 

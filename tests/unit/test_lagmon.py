@@ -9,7 +9,7 @@ import gevent
 import gevent.monkey
 import pytest
 
-from anvil_metrics.lagmon import LagSummary, LoopLagMonitor
+from anvil_metrics.live.lagmon import LagSummary, LoopLagMonitor
 
 MS = 1_000_000  # ns
 

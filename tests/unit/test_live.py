@@ -19,11 +19,9 @@ import gevent
 import numpy as np
 import pytest
 
-from anvil_metrics import live as live_module
-from anvil_metrics import stats
-from anvil_metrics.control import RequestBudget
-from anvil_metrics.derive import RowColumns, rows_from_raw
-from anvil_metrics.live import (
+from anvil_metrics.live import figures as live_module
+from anvil_metrics.live.control import RequestBudget
+from anvil_metrics.live.figures import (
     CDF_PERCENTILES,
     LIVE_METRICS,
     LIVE_PERCENTILES,
@@ -36,7 +34,9 @@ from anvil_metrics.live import (
     _Series,
     _Sketch,
 )
-from anvil_metrics.rawcolumns import COL, ColumnBuilder
+from anvil_metrics.post import stats
+from anvil_metrics.post.derive import RowColumns, rows_from_raw
+from anvil_metrics.post.rawcolumns import COL, ColumnBuilder
 from anvil_metrics.records import RequestRecord
 
 

@@ -14,8 +14,8 @@ import time
 import gevent
 import pytest
 
-from anvil_metrics.arrivals import ArrivalPlan, Schedule
-from anvil_metrics.control import RequestBudget, Ticket
+from anvil_metrics.live.control import RequestBudget, Ticket
+from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
 
 LATE_NS = 20_000_000  # how late a ticket may come out of take() on an idle loop
 

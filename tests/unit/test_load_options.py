@@ -17,11 +17,11 @@ import orjson
 import pytest
 from conftest import anvil, write_scenario
 
-from anvil_metrics.arrivals import ArrivalPlan
-from anvil_metrics.dist_wire import scenario_from_wire, scenario_to_wire
+from anvil_metrics.dist.wire import scenario_from_wire, scenario_to_wire
 from anvil_metrics.errors import ScenarioError, UsageError
-from anvil_metrics.options import run_options
-from anvil_metrics.scenario import scenario_from_dict, scenario_to_dict
+from anvil_metrics.load.arrivals import ArrivalPlan
+from anvil_metrics.load.options import run_options
+from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict
 
 BASE: dict[str, Any] = {"measurement_protocol": "load", "max_tokens": 64,
                         "context_tokens": 8192, "max_context_tokens": 8192}

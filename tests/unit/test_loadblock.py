@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from rawbuild import HEADER, completed, failed, write_raw
 
-from anvil_metrics.arrivals import ArrivalPlan
-from anvil_metrics.benchmark import build_benchmark
-from anvil_metrics.loadblock import KEYS, behind, summary_lines
-from anvil_metrics.rawread import read_raw
+from anvil_metrics.load.arrivals import ArrivalPlan
+from anvil_metrics.post.benchmark import build_benchmark
+from anvil_metrics.post.loadblock import KEYS, behind, summary_lines
+from anvil_metrics.post.rawread import read_raw
+from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.records import Failure
-from anvil_metrics.verify import verify_benchmark
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "data").glob("benchmark-v1.*.json"))
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from sseref import LineSource, iter_events, lines_from_bytes
 
-from anvil_metrics.observe import StreamObserver
+from anvil_metrics.wire.observe import StreamObserver
 
 
 def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None,
@@ -179,7 +179,7 @@ def test_send_stamps_are_kept_only_for_a_stamping_server() -> None:
     """The simulator's send stamps go to `extra.server` when the stream has a `truth`
     (the client attaches one when the response carries `anvil-t0-ns`); without it, the
     same chunks leave no trace."""
-    from anvil_metrics.truth import SendStamps, from_headers
+    from anvil_metrics.wire.truth import SendStamps, from_headers
 
     stream = (_stamped({"role": "assistant", "content": ""}, 5) + _stamped({"reasoning": "a"}, 6)
               + _stamped({"content": "b"}, 7) + _stamped({"content": "c"}, 8)

@@ -16,20 +16,21 @@ from conftest import write_scenario
 from locust.argument_parser import get_empty_argument_parser
 from locust.env import Environment
 
-from anvil_metrics import cli, plugin
-from anvil_metrics.body import BodyBuilder
-from anvil_metrics.control import RequestBudget
-from anvil_metrics.dist_wire import WorkerSetup
-from anvil_metrics.dist_worker import WorkerSession
+from anvil_metrics.cli import main as cli
+from anvil_metrics.dist.wire import WorkerSetup
+from anvil_metrics.dist.worker import WorkerSession
 from anvil_metrics.errors import UsageError
-from anvil_metrics.options import OPTIONS, RunOptions, locust_args, run_options
-from anvil_metrics.prompts import NO_CALIBRATION, PromptFactory
-from anvil_metrics.runctx import RunContext, TicketSource, latest_run, run_in_progress, set_run
-from anvil_metrics.runerror import ERROR_FILE, ErrorFile, read_error
-from anvil_metrics.scenario import Scenario, scenario_from_dict
-from anvil_metrics.session import RunSession
+from anvil_metrics.live.control import RequestBudget
+from anvil_metrics.live.runctx import RunContext, TicketSource, latest_run, run_in_progress, set_run
+from anvil_metrics.live.runerror import ERROR_FILE, ErrorFile, read_error
+from anvil_metrics.live.session import RunSession
+from anvil_metrics.live.users import ChatUser
+from anvil_metrics.load.body import BodyBuilder
+from anvil_metrics.load.options import OPTIONS, RunOptions, locust_args, run_options
+from anvil_metrics.load.scenario import Scenario, scenario_from_dict
+from anvil_metrics.prep.prompts import NO_CALIBRATION, PromptFactory
+from anvil_metrics.runs import plugin
 from anvil_metrics.urls import Endpoint, api_key_from_env
-from anvil_metrics.users import ChatUser
 
 SCENARIO = """\
 measurement_protocol = "options"

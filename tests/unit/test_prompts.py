@@ -7,7 +7,7 @@ import re
 
 import orjson
 
-from anvil_metrics.prompts import Calibration, PromptFactory, body_text
+from anvil_metrics.prep.prompts import Calibration, PromptFactory, body_text
 from anvil_metrics.sim.tokenizer import text_token_ids
 
 CAL = Calibration("probe", 20.0, 1.7)
@@ -48,14 +48,14 @@ def test_text_is_varied_not_one_repeated_token() -> None:
 
 # --- shared-prefix mode, needles, request parts --------------------------------------------
 
-from anvil_metrics.body import BodyBuilder  # noqa: E402
-from anvil_metrics.prompts import (  # noqa: E402
+from anvil_metrics.load.body import BodyBuilder  # noqa: E402
+from anvil_metrics.load.scenario import scenario_from_dict  # noqa: E402
+from anvil_metrics.prep.prompts import (  # noqa: E402
     SharedPrefix,
     messages_for,
 )
-from anvil_metrics.scenario import scenario_from_dict  # noqa: E402
 from anvil_metrics.sim.tokenizer import chat_token_ids, count_chat_tokens  # noqa: E402
-from anvil_metrics.transport import chunks  # noqa: E402
+from anvil_metrics.wire.transport import chunks  # noqa: E402
 
 
 def _common(a: list[int], b: list[int]) -> int:

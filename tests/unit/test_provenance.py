@@ -1,4 +1,4 @@
-"""`anvil_metrics.provenance`: who the server is, against small stand-ins for each engine.
+"""`anvil_metrics.prep.provenance`: who the server is, against small stand-ins for each engine.
 
 Each stand-in is a stdlib HTTP server on 127.0.0.1 answering the shapes the real engines
 answer (vLLM's ``/version``, SGLang's ``/get_server_info`` with its echoed server arguments,
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from conftest import http_server
 
-from anvil_metrics.provenance import FIELDS, Discovery, discover, merge
+from anvil_metrics.prep.provenance import FIELDS, Discovery, discover, merge
 
 SECRET = "sk-test-not-a-real-key-0123"
 Route = tuple[int, Any]  # (status, JSON value or raw bytes)

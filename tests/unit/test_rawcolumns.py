@@ -27,17 +27,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rawbuild import stamps
 
-from anvil_metrics import benchmark, catalog, derive, rawpart, rowjson, stats, verify
-from anvil_metrics.benchmark import build, build_benchmark
+from anvil_metrics import catalog
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.jsonio import atomic_write_json
-from anvil_metrics.postprocess import postprocess_run
-from anvil_metrics.rawcolumns import RawColumns
-from anvil_metrics.rawpart import scan_raw
-from anvil_metrics.rawread import RawReader, read_raw
+from anvil_metrics.post import benchmark, derive, rawpart, rowjson, stats, verify
+from anvil_metrics.post.benchmark import build, build_benchmark
+from anvil_metrics.post.postprocess import postprocess_run
+from anvil_metrics.post.rawcolumns import RawColumns
+from anvil_metrics.post.rawpart import scan_raw
+from anvil_metrics.post.rawread import RawReader, read_raw
+from anvil_metrics.post.schema import fmt, same
+from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.records import FAILURE_KINDS, MAX_LINE_DEPTH, PHASES, RAW_SCHEMA
-from anvil_metrics.schema import fmt, same
-from anvil_metrics.verify import verify_benchmark
 
 
 def postprocess(run_dir: Path) -> Path:
@@ -404,7 +405,7 @@ def _child_results(monkeypatch) -> list[Any]:
 def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Path,
                                                                    monkeypatch) -> None:
     """A file over `rawpart.MIN_BYTES` has its second half read by a real child process
-    (`python -m anvil_metrics.rawpart`); the columns are those of one pass, and a child that
+    (`python -m anvil_metrics.post.rawpart`); the columns are those of one pass, and a child that
     fails is replaced by reading the rest in-process."""
     path = tmp_path / "requests.jsonl"
     _mixed_run(path, 400)

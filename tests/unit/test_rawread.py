@@ -15,7 +15,7 @@ from rawbuild import HEADER, completed, failed, write_raw
 
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.jsonio import atomic_write_json, dump_line, strict_json_problems
-from anvil_metrics.rawread import read_raw
+from anvil_metrics.post.rawread import read_raw
 
 
 def _rec(i: int, *, warmup: bool = False, failed_: bool = False):

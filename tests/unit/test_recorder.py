@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from anvil_metrics.events import anvil_events
-from anvil_metrics.rawread import read_raw
-from anvil_metrics.recorder import RawWriter, Recorder
+from anvil_metrics.live.recorder import RawWriter, Recorder
+from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.records import RequestRecord
 
 

@@ -27,15 +27,15 @@ import pytest
 from reportbuild import CAPACITY, CAPACITY_LOADS, campaign_folder, capacity_folder
 from test_summaryio import DATA, SUMMARY_NAME, accept_all, all_entries, example_docs, write_folder
 
-from anvil_metrics import cli
+from anvil_metrics.cli import main as cli
 from anvil_metrics.errors import UsageError
 from anvil_metrics.report.build import make_report
 from anvil_metrics.report.campaignfigs import load_campaign, page_text, tables
 from anvil_metrics.report.capacityfigs import load_capacity, slo_figure
 from anvil_metrics.report.capacityfigs import page_text as capacity_text
 from anvil_metrics.report.page import cell
-from anvil_metrics.summary import DISPLAY_DECIMALS, ROW_METRICS
-from anvil_metrics.summarystats import bootstrap_mean_ci
+from anvil_metrics.summary.decide import DISPLAY_DECIMALS, ROW_METRICS
+from anvil_metrics.summary.stats import bootstrap_mean_ci
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

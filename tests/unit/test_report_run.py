@@ -21,11 +21,11 @@ import orjson
 import pytest
 from rawbuild import HEADER, completed, failed, write_raw
 
-from anvil_metrics import stats
-from anvil_metrics.cli import main
+from anvil_metrics.cli.main import main
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import dump_line
-from anvil_metrics.postprocess import postprocess_run
+from anvil_metrics.post import stats
+from anvil_metrics.post.postprocess import postprocess_run
 from anvil_metrics.records import Failure
 from anvil_metrics.report import draw, runfigs
 from anvil_metrics.report.build import folder_kind, make_report

@@ -14,7 +14,7 @@ from typing import Any
 
 from conftest import http_server
 
-from anvil_metrics.restoration import RESET, check_aliases
+from anvil_metrics.campaign.restoration import RESET, check_aliases
 
 SECRET = "sk-test-not-a-real-key-0123"
 Answer = Callable[[str, dict[str, Any] | None], tuple[int, Any]]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import REPO, load_json, write_scenario
 
-from anvil_metrics import saturation
+from anvil_metrics.post import saturation
 
 SCENARIO = """
 measurement_protocol = "saturation"
@@ -29,7 +29,7 @@ import time
 import gevent
 from locust import events
 
-from anvil_metrics.locustfile import ChatUser  # noqa: F401
+from anvil_metrics.runs.locustfile import ChatUser  # noqa: F401
 
 _stop = []
 
@@ -121,7 +121,7 @@ def test_a_normal_run_is_not_saturated(simulator, tmp_path: Path) -> None:
 
 
 def test_the_summary_warns_when_saturated() -> None:
-    from anvil_metrics.run import summary_lines
+    from anvil_metrics.runs.launch import summary_lines
 
     doc = {"concurrency": 4, "client": {"loop_lag_ms": {"p50": 1.0, "p99": 30.0, "max": 40.0},
                                         "cpu_pct": 50.0, "achieved_concurrency": 3.9,

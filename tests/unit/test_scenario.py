@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from anvil_metrics.errors import ScenarioError, UsageError
-from anvil_metrics.scenario import load_scenario, scenario_from_dict, with_overrides
+from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, with_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,10 +7,11 @@ import io
 import numpy as np
 import pytest
 
-from anvil_metrics import catalog, servermetrics
-from anvil_metrics.derive import RowColumns
-from anvil_metrics.scrape import Sampler, parse_exposition, series_key, split_key
-from anvil_metrics.servermetrics import ClientFigures, server_block
+from anvil_metrics import catalog
+from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.telemetry import servermetrics
+from anvil_metrics.telemetry.scrape import Sampler, parse_exposition, series_key, split_key
+from anvil_metrics.telemetry.servermetrics import ClientFigures, server_block
 
 VLLM_TEXT = """\
 # HELP vllm:num_requests_running Number of requests running.
@@ -259,7 +260,7 @@ def test_newest_samples_and_live_gauges_from_a_growing_file(tmp_path) -> None:
 
 
 def test_the_llm_tab_shows_the_servers_gauges() -> None:
-    from anvil_metrics.webui import server_text, tab_rows
+    from anvil_metrics.live.webui import server_text, tab_rows
 
     snap = {"finished": False, "requests_planned": None, "run_id": "r", "requests": 3,
             "completed": 3, "failed": 0, "failures_by_kind": {}, "warmup_requests": 0,

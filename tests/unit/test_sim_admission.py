@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.sim.admission import Admission
 from anvil_metrics.sim.rawclient import (
     Capture,
@@ -33,7 +34,6 @@ from anvil_metrics.sim.rawclient import (
 )
 from anvil_metrics.sim.scheduler import AsyncioScheduler, make_scheduler
 from anvil_metrics.sim.server import config_from_args, parse_args
-from anvil_metrics.simproc import SimProcess
 
 MS = 1_000_000
 PREFILL_MS, INTERVAL_MS, TOKENS = 40, 2, 30  # a running stream lasts 40 + 29 * 2 = 98 ms

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import DoneCallbacks
 
+from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.sim import burst as burst_module
 from anvil_metrics.sim import chat as chat_module
 from anvil_metrics.sim.burst import BurstChatStream
@@ -24,7 +25,6 @@ from anvil_metrics.sim.httpproto import STREAM_END
 from anvil_metrics.sim.ledger import Ledger
 from anvil_metrics.sim.rawclient import exchange
 from anvil_metrics.sim.server import App, config_from_args, parse_args
-from anvil_metrics.simproc import start_simulator
 
 MS = 1_000_000
 T0 = 1_000 * MS

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.sim.prefixcache import PrefixCache, prompt_token_ids
 from anvil_metrics.sim.rawclient import Response, exchange, exchange_many, request_bytes
 from anvil_metrics.sim.tokenizer import RULES, chat_token_ids
-from anvil_metrics.simproc import SimProcess
 
 MS = 1_000_000
 BLOCK = 16

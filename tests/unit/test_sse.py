@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sseref import LineSource, iter_events
 
-from anvil_metrics.sse import EventSplitter, LineTooLong
+from anvil_metrics.wire.sse import EventSplitter, LineTooLong
 
 PIECES = [
     b"data: ", b"data:", b"data", b": comment", b":", b"event: x", b"id: 7", b"retry: 5",

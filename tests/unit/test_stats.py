@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anvil_metrics import catalog, stats
-from anvil_metrics.derive import RowColumns
+from anvil_metrics import catalog
+from anvil_metrics.post import stats
+from anvil_metrics.post.derive import RowColumns
 
 
 def test_nearest_rank_spec_examples():

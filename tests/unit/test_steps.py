@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from rawbuild import HEADER, completed, failed
 
-from anvil_metrics import rawpart
-from anvil_metrics.benchmark import build_benchmark
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.jsonio import dump_line
-from anvil_metrics.rawcolumns import NULL
-from anvil_metrics.rawread import RawReader, read_raw
-from anvil_metrics.steps import attribute
-from anvil_metrics.verify import verify_benchmark
+from anvil_metrics.post import rawpart
+from anvil_metrics.post.benchmark import build_benchmark
+from anvil_metrics.post.rawcolumns import NULL
+from anvil_metrics.post.rawread import RawReader, read_raw
+from anvil_metrics.post.steps import attribute
+from anvil_metrics.post.verify import verify_benchmark
 
 ANCHOR = HEADER["perf_anchor_ns"]  # 1000 ns
 MS = 1_000_000
@@ -323,8 +323,8 @@ def test_step_lines_in_a_later_part_read_as_in_one_pass(tmp_path: Path) -> None:
 
 
 def _sweep_plan(**kw: Any) -> str:
-    from anvil_metrics.options import RUN_OPTIONS, run_options
-    from anvil_metrics.run import plan_text
+    from anvil_metrics.load.options import RUN_OPTIONS, run_options
+    from anvil_metrics.runs.launch import plan_text
 
     values: dict[str, Any] = {o.dest: None for o in RUN_OPTIONS}
     values.update(scenario="scenarios/smoke.toml", step_duration=3.0, **kw)

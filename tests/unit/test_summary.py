@@ -21,7 +21,7 @@ import pytest
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import strict_json_problems
-from anvil_metrics.summary import (
+from anvil_metrics.summary.decide import (
     DISPLAY_DECIMALS,
     VariantRuns,
     rounded,
@@ -29,7 +29,7 @@ from anvil_metrics.summary import (
     summarize,
     telemetry_row,
 )
-from anvil_metrics.summarystats import (
+from anvil_metrics.summary.stats import (
     _u_counts,
     bootstrap_delta_ci,
     delta_percent,

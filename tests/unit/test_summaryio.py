@@ -22,16 +22,16 @@ import orjson
 import pytest
 from test_summary import BENCHMARK, DATA, SUMMARY_NAME, runs_for
 
-from anvil_metrics import cli
+from anvil_metrics.cli import main as cli
 from anvil_metrics.errors import UsageError
-from anvil_metrics.summary import rounded
-from anvil_metrics.summaryio import (
+from anvil_metrics.summary.decide import rounded
+from anvil_metrics.summary.folder import (
     output_paths,
     read_campaign_folder,
     summary_document,
     write_summary,
 )
-from anvil_metrics.summarymd import markdown
+from anvil_metrics.summary.markdown import markdown
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGN_FILE = REPO / "scenarios/campaigns/fp8-vs-nvfp4.toml"

@@ -19,9 +19,9 @@ import pytest
 from test_summary import DATA, SUMMARY_NAME
 from test_summaryio import accept_all, all_entries, example_docs, write_folder
 
-from anvil_metrics import cli
-from anvil_metrics.summaryio import read_campaign_folder, summary_document, write_summary
-from anvil_metrics.summaryverify import differences, shape_problems, verify_summary
+from anvil_metrics.cli import main as cli
+from anvil_metrics.summary.folder import read_campaign_folder, summary_document, write_summary
+from anvil_metrics.summary.verify import differences, shape_problems, verify_summary
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_cli_says_what_it_checked(tmp_path: Path, example, capsys) -> None:
 def test_cli_a_benchmark_too_big_to_hold_whole_skips_the_schema(monkeypatch, capsys) -> None:
     """A benchmark over SMALL_BYTES is verified in blocks (docscan), never parsed whole for a
     schema validator: verify says the schema check was skipped, and why."""
-    import anvil_metrics.summaryverify as sv
+    import anvil_metrics.summary.verify as sv
 
     monkeypatch.setattr(sv, "SMALL_BYTES", 1 << 10)
     seed = DATA / "benchmark-v1.000_51f6de0d03ca0563.json"

@@ -15,10 +15,10 @@ from conftest import self_signed_cert
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPResponse
 
-from anvil_metrics import transport
-from anvil_metrics.client import ChatClient
 from anvil_metrics.errors import TransportUnsupported, UsageError
 from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire import transport
+from anvil_metrics.wire.client import ChatClient
 
 
 def test_the_installed_geventhttpclient_has_every_internal() -> None:
@@ -100,9 +100,9 @@ _TLS_STREAMS = """
 from gevent import monkey
 monkey.patch_all()  # as Locust does: the client's TLS sockets are gevent's
 import socket, ssl, sys, threading, time
-from anvil_metrics.client import ChatClient
+from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.urls import Endpoint
-from anvil_metrics.observe import StreamObserver
+from anvil_metrics.wire.observe import StreamObserver
 cert, key = sys.argv[1:3]
 tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 tls.load_cert_chain(cert, key)

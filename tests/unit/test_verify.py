@@ -24,15 +24,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rawbuild import stamps, write_raw
 
-from anvil_metrics import catalog, stats
-from anvil_metrics.benchmark import build_benchmark, load_benchmark
-from anvil_metrics.derive import RowColumns, derive_columns
+from anvil_metrics import catalog
 from anvil_metrics.errors import VerifyError
 from anvil_metrics.jsonio import atomic_write_json, strict_json_problems
-from anvil_metrics.rawread import RawRun, read_raw
+from anvil_metrics.post import stats
+from anvil_metrics.post.benchmark import build_benchmark, load_benchmark
+from anvil_metrics.post.derive import RowColumns, derive_columns
+from anvil_metrics.post.rawread import RawRun, read_raw
+from anvil_metrics.post.schema import SCHEMA, same
+from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.records import FAILURE_KINDS, PHASES, RAW_SCHEMA, Failure, RequestRecord
-from anvil_metrics.schema import SCHEMA, same
-from anvil_metrics.verify import verify_benchmark
 
 DERIVED_FIELDS = [f.name for f in catalog.DERIVED]
 TIMING_METHODOLOGY = catalog.timing_methodology()

@@ -24,12 +24,12 @@ from conftest import REPO, load_json, raw_lines
 from locust.env import Environment
 from locust_ui import FAST_SIM, assert_live_equals_benchmark, locust_ui
 
-from anvil_metrics import webui
-from anvil_metrics.live import LIVE_METRICS, LiveStats
+from anvil_metrics.live import webui
+from anvil_metrics.live.figures import LIVE_METRICS, LiveStats
+from anvil_metrics.live.runctx import LATEST_ATTR
+from anvil_metrics.live.users import ChatUser
+from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.records import Failure, RequestRecord
-from anvil_metrics.runctx import LATEST_ATTR
-from anvil_metrics.users import ChatUser
-from anvil_metrics.verify import verify_benchmark
 
 SECRET = "sk-test-anvil-webui-0123456789"
 

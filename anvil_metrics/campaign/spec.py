@@ -1,0 +1,507 @@
+"""Campaign files: many runs toward one promotion decision, loaded and checked up front.
+
+Why its own module: a campaign is hours of GPU time. A typo found at run 17 of 20 wastes
+all of it, so the whole file is checked before the first run, and every problem is found
+in one pass (a user fixes them all at once, not one per attempt): `load_campaign` collects
+them and raises one `CampaignError` whose message has one line per problem, each naming
+the field, the bad value and what is allowed. The CLI prints it; nothing here prints.
+
+    name = "qwen-fp8-vs-nvfp4"              # letters, digits, . _ - (the campaign's folder)
+    scenario = "../performance.toml"        # the protocol of every run; a relative path is
+                                            # relative to this file's folder
+    runs_per_variant = 5
+    placements = ["first", "first", "first", "swapped", "swapped"]  # optional: one label
+                                            # per run index (run i of each variant)
+    order = "interleaved"                   # A B C D A B C D … (default) | "grouped": A A … B B …
+    baseline = "official-fp8/off"           # optional; variant ids are "model/speculation"
+    candidate = "inferact-nvfp4/mtp3"       # what the decision is about
+    incumbent = "official-fp8/mtp3"         # what it must beat (needed by comparing gates)
+
+    [facts]                                 # any table, copied into the summary as written
+    [[variants]]                            # variants[N] counts these from 1, as in the file
+    model = "official-fp8"                  # the summary's label (letters, digits, . _ -)
+    served_model = "Qwen/Qwen3.8-27B-FP8"   # sent as the request's "model"
+    speculation = "off"                     # a label too; "off" is what deltas compare with
+    host = "http://127.0.0.1:8000"          # credentials in it are used, never shown
+    before_run = "switch-placement first"   # optional shell command before each of its runs
+    api_key_env = "GPU_A_KEY"               # optional: the variable holding its API key
+
+    [gates]                                 # at least one; the names and meanings: GATES
+    e2e_p50_improvement_percent = 10
+    [restoration]
+    aliases = ["llm.primary"]               # optional: names that must answer after the last run
+    host = "http://127.0.0.1:8000"          # optional: where they are asked (default: the
+                                            # candidate's host; its API key goes with it)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anvil_metrics.campaign.checks import CheckPlan, parse_checks
+from anvil_metrics.errors import UsageError
+from anvil_metrics.load.scenario import Scenario, load_scenario
+from anvil_metrics.summary.decide import IMPROVEMENT_GATES, KNOWN_GATES
+from anvil_metrics.urls import Endpoint, strip_credentials
+
+ORDERS = ("interleaved", "grouped")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # safe in ids and folder names
+_LABEL_TEXT = "letters, digits, '.', '_', '-' (starting with a letter or digit)"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST_TEXT = "http(s)://HOST:PORT[/v1], e.g. http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """One promotion gate a campaign may set: what its value must be and what it means."""
+
+    name: str
+    meaning: str  # what passing means, in words
+    expected: str  # the values allowed, in words (for the problem lines)
+    accepts: Callable[[Any], bool]
+    compares: bool  # needs an incumbent to compare the candidate with
+
+
+def _number(low: float, high: float = math.inf) -> Callable[[Any], bool]:
+    return lambda v: (not isinstance(v, bool) and isinstance(v, int | float)
+                      and math.isfinite(v) and low < v < high)
+
+
+def _improvement_gate(name: str, field: str, higher_is_better: bool) -> Gate:
+    if higher_is_better:
+        meaning = (f"the candidate's {field} (mean of run medians) is at least this many "
+                   "percent above the incumbent's: 100 × (candidate / incumbent − 1) >= value")
+        return Gate(name, meaning, "a number of percent above -100", _number(-100.0), True)
+    meaning = (f"the candidate's {field} (mean of run medians) is at least this many percent "
+               "below the incumbent's: 100 × (1 − candidate / incumbent) >= value")
+    return Gate(name, meaning, "a number of percent between -100 and 100 (exclusive)",
+                _number(-100.0, 100.0), True)
+
+
+# The gates a campaign may set: the names and directions are `summary.IMPROVEMENT_GATES`
+# (where they are decided, by their 95 % intervals), so the two cannot drift apart.
+GATES: dict[str, Gate] = {g.name: g for g in (
+    *(_improvement_gate(name, field, higher)
+      for name, (field, higher) in IMPROVEMENT_GATES.items()),
+    Gate("functional",
+         "every functional check of the candidate passed",
+         '"all_pass"', lambda v: v == "all_pass", False),
+    Gate("no_saturated_runs",
+         "true: no run of the campaign was client-bound (its saturation flag is off); "
+         "false: the gate is off",
+         "true or false", lambda v: isinstance(v, bool), False),
+)}
+assert set(GATES) == set(KNOWN_GATES), "campaign and summary disagree on the gates"
+
+_TOP_KEYS = ("name", "scenario", "runs_per_variant", "placements", "order", "baseline",
+             "candidate", "incumbent", "facts", "variants", "gates", "restoration", "checks")
+_VARIANT_KEYS = ("model", "served_model", "speculation", "host", "before_run", "api_key_env")
+_RESTORATION_KEYS = ("aliases", "host")
+
+
+class CampaignError(UsageError):
+    """A campaign file with problems (the CLI exits 2). `problems` holds one line each; the
+    message is those lines, each prefixed with the file, so every line stands on its own."""
+
+    def __init__(self, problems: list[str], *, source: str):
+        self.problems = list(problems)
+        self.source = source
+        super().__init__("\n".join(f"{source}: {p}" for p in self.problems))
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One (model, speculation) pair, served at `endpoint`."""
+
+    model: str
+    served_model: str
+    speculation: str
+    endpoint: Endpoint  # its `base_url` is safe to show; `userinfo_key` is not
+    before_run: str | None = None
+    api_key_env: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/{self.speculation}"
+
+
+@dataclass(frozen=True, slots=True)
+class Campaign:
+    """A validated campaign file. `gates` maps gate names (keys of `GATES`) to values;
+    `facts` is the file's [facts] table as written."""
+
+    name: str
+    source: str
+    scenario_path: str
+    scenario: Scenario
+    runs_per_variant: int
+    placements: tuple[str, ...] | None  # one per run index, or None
+    order: str
+    baseline: str | None
+    candidate: str
+    incumbent: str | None
+    variants: tuple[Variant, ...]
+    gates: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    restoration_aliases: tuple[str, ...] = ()
+    restoration_host: Endpoint | None = None  # None: the candidate's endpoint
+    checks: CheckPlan | None = None  # [checks]: suites run once per variant (campaignchecks)
+
+    @property
+    def restoration_endpoint(self) -> Endpoint:
+        """Where the restoration aliases are asked: [restoration] host, else the candidate's."""
+        return self.restoration_host or self.variant(self.candidate).endpoint
+
+    def variant(self, variant_id: str) -> Variant:
+        """The variant with this id (a KeyError for an id the file does not declare)."""
+        return {v.id: v for v in self.variants}[variant_id]
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignRun:
+    """One run of the plan. `k` counts runs from 1 in the declared order; `run_index`
+    counts one variant's runs from 1 (its placement is `placements[run_index - 1]`)."""
+
+    k: int
+    variant_id: str
+    run_index: int
+    placement: str | None
+    folder: str  # the run's folder name inside the campaign's folder
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class _Problems:
+    """Collects problem lines in the order they are found."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def bad(self, where: str, value: Any, expected: str) -> None:
+        self.lines.append(f"{where}: {_shown(value)} is not allowed; expected {expected}")
+
+    def missing(self, where: str, expected: str) -> None:
+        self.lines.append(f"{where}: missing; expected {expected}")
+
+    def unknown(self, where: str, key: str, allowed: tuple[str, ...] | list[str]) -> None:
+        head = f"{where}: " if where else ""
+        self.lines.append(f'{head}unknown key "{key}"; allowed: {", ".join(allowed)}')
+
+    def text(self, d: dict, key: str, where: str, *, required: bool, label: bool = False
+             ) -> str | None:
+        expected = _LABEL_TEXT if label else "a non-empty string"
+        if key not in d:
+            if required:
+                self.missing(where, expected)
+            return None
+        v = d[key]
+        ok = isinstance(v, str) and (bool(_LABEL.match(v)) if label else bool(v.strip()))
+        if not ok:
+            self.bad(where, v, expected)
+            return None
+        return v
+
+
+def _host(p: _Problems, host: Any, where: str, *, required: bool) -> Endpoint | None:
+    """A host URL parsed, or None with its problem line (credentials never shown)."""
+    if host is None:
+        if required:
+            p.missing(where, _HOST_TEXT)
+    elif not isinstance(host, str):
+        p.lines.append(f"{where}: a {type(host).__name__} is not allowed; expected {_HOST_TEXT}")
+    else:
+        try:
+            return Endpoint.parse(host)
+        except UsageError:
+            p.bad(where, strip_credentials(host), _HOST_TEXT)
+    return None
+
+
+def _variant(p: _Problems, raw: Any, where: str) -> Variant | None:
+    if not isinstance(raw, dict):
+        p.bad(where, raw, "a [[variants]] table")
+        return None
+    for k in raw:
+        if k not in _VARIANT_KEYS:
+            p.unknown(where, k, _VARIANT_KEYS)
+    model = p.text(raw, "model", f"{where}.model", required=True, label=True)
+    served = p.text(raw, "served_model", f"{where}.served_model", required=True)
+    spec = p.text(raw, "speculation", f"{where}.speculation", required=True, label=True)
+    before = p.text(raw, "before_run", f"{where}.before_run", required=False)
+    key_env = raw.get("api_key_env")
+    if key_env is not None and not (isinstance(key_env, str) and _ENV_NAME.match(key_env)):
+        p.bad(f"{where}.api_key_env", key_env, "an environment variable's name, e.g. GPU_A_KEY")
+        key_env = None
+    endpoint = _host(p, raw.get("host"), f"{where}.host", required=True)
+    if model is None or served is None or spec is None or endpoint is None:
+        return None
+    return Variant(model, served, spec, endpoint, before, key_env)
+
+
+def _raw_id(raw: Any) -> str | None:
+    """A variant table's id when its model and speculation are good labels, else None."""
+    if not isinstance(raw, dict):
+        return None
+    model, spec = raw.get("model"), raw.get("speculation")
+    if all(isinstance(x, str) and _LABEL.match(x) for x in (model, spec)):
+        return f"{model}/{spec}"
+    return None
+
+
+def _gates(p: _Problems, raw: Any) -> dict[str, Any]:
+    allowed = ", ".join(GATES)
+    if raw is None:
+        p.missing("gates", f"a [gates] table with at least one of: {allowed}")
+        return {}
+    if not isinstance(raw, dict):
+        p.bad("gates", raw, f"a table of gates: {allowed}")
+        return {}
+    if not raw:
+        p.missing("gates", f"at least one gate of: {allowed}")
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        gate = GATES.get(name)
+        if gate is None:
+            p.lines.append(f"gates.{name}: unknown gate; allowed: {allowed}")
+        elif not gate.accepts(value):
+            p.bad(f"gates.{name}", value, gate.expected)
+        else:
+            out[name] = value
+    return out
+
+
+def _scenario(p: _Problems, raw: Any, base: Path) -> tuple[str | None, Scenario | None]:
+    if raw is None:
+        p.missing("scenario", "the path of a scenario TOML file, e.g. \"../performance.toml\"")
+        return None, None
+    if not isinstance(raw, str) or not raw.strip():
+        p.bad("scenario", raw, "the path of a scenario TOML file")
+        return None, None
+    path = Path(raw)
+    if not path.is_absolute():
+        path = Path(os.path.normpath(base / path))
+    try:
+        return str(path), load_scenario(path)
+    except UsageError as e:
+        p.lines.append(f"scenario: {e} (relative paths are relative to the campaign file)")
+        return None, None
+
+
+def _placements(p: _Problems, raw: Any, runs: int | None) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    expected = "a list of labels, one per run of a variant"
+    if runs is not None:
+        expected += f" ({runs} = runs_per_variant)"
+    if not isinstance(raw, list) or not all(isinstance(x, str) and _LABEL.match(x) for x in raw):
+        p.bad("placements", raw, f"{expected}, each {_LABEL_TEXT}")
+        return None
+    if runs is not None and len(raw) != runs:
+        p.bad("placements", raw, expected)
+        return None
+    return tuple(raw)
+
+
+def _restoration(p: _Problems, raw: Any) -> tuple[tuple[str, ...], Endpoint | None]:
+    """[restoration]: its aliases and its host (None: the candidate's)."""
+    if raw is None:
+        return (), None
+    if not isinstance(raw, dict):
+        p.bad("restoration", raw, "a table with aliases = [...] and an optional host")
+        return (), None
+    for k in raw:
+        if k not in _RESTORATION_KEYS:
+            p.unknown("restoration", k, _RESTORATION_KEYS)
+    host = _host(p, raw.get("host"), "restoration.host", required=False)
+    aliases = raw.get("aliases", [])
+    expected = "a list of distinct non-empty served-model names"
+    if (not isinstance(aliases, list)
+            or not all(isinstance(a, str) and a.strip() for a in aliases)
+            or len(set(aliases)) != len(aliases)):
+        p.bad("restoration.aliases", aliases, expected)
+        return (), host
+    return tuple(aliases), host
+
+
+def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaign:
+    """Validate a parsed campaign document (`base`: the folder relative paths start from);
+    raise one `CampaignError` listing every problem."""
+    p = _Problems()
+    for k in data:
+        if k not in _TOP_KEYS:
+            p.unknown("", k, _TOP_KEYS)
+    name = p.text(data, "name", "name", required=True, label=True)
+    scenario_path, scenario = _scenario(p, data.get("scenario"), base)
+    runs = data.get("runs_per_variant")
+    if runs is None:
+        p.missing("runs_per_variant", "a whole number >= 1")
+    elif isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        p.bad("runs_per_variant", runs, "a whole number >= 1")
+        runs = None
+    placements = _placements(p, data.get("placements"), runs)
+    order = data.get("order", "interleaved")
+    if order not in ORDERS:
+        p.bad("order", order, " or ".join(f'"{o}"' for o in ORDERS))
+
+    facts = data.get("facts", {})
+    if not isinstance(facts, dict):
+        p.bad("facts", facts, "a table (copied into the summary as written)")
+        facts = {}
+
+    raw_variants = data.get("variants")
+    variants: list[Variant] = []
+    first_at: dict[str, int] = {}  # variant id -> the table that declared it first
+    ids_known = isinstance(raw_variants, list) and bool(raw_variants)
+    if raw_variants is None:
+        p.missing("variants", "one [[variants]] table per variant, at least two")
+    elif not isinstance(raw_variants, list):
+        p.bad("variants", raw_variants, "[[variants]] tables")
+    else:
+        if len(raw_variants) < 2:
+            p.lines.append(f"variants: {len(raw_variants)} [[variants]] table(s); expected at "
+                           "least two (a candidate and what it is compared with)")
+        for i, raw in enumerate(raw_variants, 1):
+            v = _variant(p, raw, f"variants[{i}]")
+            vid = _raw_id(raw)
+            if vid is None:
+                ids_known = False  # a role may name the variant this table was meant to be
+                continue
+            if vid in first_at:
+                p.lines.append(f'variants[{i}]: id "{vid}" repeats variants[{first_at[vid]}]; '
+                               "expected each model/speculation pair once")
+                continue
+            first_at[vid] = i
+            if v is not None:
+                variants.append(v)
+    ids = list(first_at)
+
+    gates = _gates(p, data.get("gates"))
+    needs_incumbent = [g for g in gates if GATES[g].compares]
+    roles: dict[str, str | None] = {}
+    for role in ("baseline", "candidate", "incumbent"):
+        value = data.get(role)
+        required = role == "candidate" or (role == "incumbent" and needs_incumbent)
+        roles[role] = None
+        if value is None:
+            if required:
+                why = f" (gates {', '.join(needs_incumbent)} compare with it)" if (
+                    role == "incumbent") else ""
+                p.missing(role, f"a variant id (model/speculation){why}")
+        elif not isinstance(value, str):
+            p.bad(role, value, "a variant id (model/speculation)")
+        elif ids_known and value not in ids:
+            p.bad(role, value, f"one of the variant ids: {', '.join(ids)}")
+        else:
+            roles[role] = value
+    if roles["candidate"] is not None and roles["candidate"] == roles["incumbent"]:
+        p.bad("incumbent", roles["incumbent"], "a variant other than the candidate")
+
+    aliases, restoration_host = _restoration(p, data.get("restoration"))
+    checks, check_problems = parse_checks(data.get("checks"))
+    p.lines += check_problems
+    if "functional" in gates and "checks" not in data:
+        p.lines.append("gates.functional: needs a [checks] table (suites = [...]) whose "
+                       "results it reads; add one or remove the gate")
+    if p.lines:
+        raise CampaignError(p.lines, source=source)
+    assert name is not None and scenario is not None and scenario_path is not None
+    assert runs is not None and roles["candidate"] is not None
+    return Campaign(
+        name=name, source=source, scenario_path=scenario_path, scenario=scenario,
+        runs_per_variant=runs, placements=placements, order=order,
+        baseline=roles["baseline"], candidate=roles["candidate"], incumbent=roles["incumbent"],
+        variants=tuple(variants), gates=dict(gates), facts=dict(facts),
+        restoration_aliases=aliases, restoration_host=restoration_host, checks=checks)
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read and validate a campaign TOML file; every problem is in the one error raised."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"campaign file {str(p)!r} does not exist; pass a .toml path, e.g. "
+                         "scenarios/campaigns/fp8-vs-nvfp4.toml") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"campaign file {str(p)!r} cannot be read: {e}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{p}: not valid TOML ({e}); see "
+                         "scenarios/campaigns/fp8-vs-nvfp4.toml for the format") from None
+    return campaign_from_dict(data, str(p), p.parent)
+
+
+def plan(campaign: Campaign) -> list[CampaignRun]:
+    """Every run in the declared order: interleaved rounds (A B C D, A B C D, …), so slow
+    drift (thermals, a neighbour's load) hits every variant alike, or grouped (A A …, B B …)."""
+    n_runs = campaign.runs_per_variant
+    if campaign.order == "interleaved":
+        pairs = [(v, i) for i in range(1, n_runs + 1) for v in campaign.variants]
+    else:
+        pairs = [(v, i) for v in campaign.variants for i in range(1, n_runs + 1)]
+    width = len(str(len(pairs)))
+    return [
+        CampaignRun(
+            k=k, variant_id=v.id, run_index=i,
+            placement=campaign.placements[i - 1] if campaign.placements else None,
+            folder=f"{k:0{width}d}-{v.model}-{v.speculation}-run{i}")
+        for k, (v, i) in enumerate(pairs, 1)
+    ]
+
+
+def _gate_text(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return f"{name} = {'true' if value else 'false'}"
+    if isinstance(value, str):
+        return f'{name} = "{value}"'
+    return f"{name} >= {value:g}"
+
+
+def plan_lines(campaign: Campaign, runs: list[CampaignRun], results_dir: str | Path
+               ) -> list[str]:
+    """The plan as `anvil campaign run --dry-run` shows it: the campaign, then one line per
+    run (hosts without credentials) and its before_run command, if any."""
+    sc = campaign.scenario
+    folder = Path(results_dir) / campaign.name
+    out = [
+        f"campaign {campaign.name} ({campaign.source}): {len(campaign.variants)} variants × "
+        f"{campaign.runs_per_variant} runs = {len(runs)} runs, {campaign.order}",
+        f"scenario {campaign.scenario_path}: {sc.measurement_protocol}, "
+        f"{sc.requests if sc.requests is not None else 'no'} requests, "
+        f"concurrency {sc.concurrency}, max_tokens {sc.max_tokens}",
+        f"candidate {campaign.candidate}"
+        + (f" vs incumbent {campaign.incumbent}" if campaign.incumbent else "")
+        + (f"; baseline {campaign.baseline}" if campaign.baseline else ""),
+        "gates: " + ", ".join(_gate_text(k, v) for k, v in campaign.gates.items()),
+    ]
+    if campaign.checks is not None:
+        out.append("checks: " + ", ".join(campaign.checks.suites)
+                   + ", once per variant after the last run")
+    if campaign.restoration_aliases:
+        out.append("restoration: " + ", ".join(campaign.restoration_aliases)
+                   + f" at {campaign.restoration_endpoint.base_url}, after the last run")
+    out.append(f"folder: {folder}")
+    n = len(runs)
+    id_width = max(len(r.variant_id) for r in runs)
+    place_width = max((len(r.placement or "-") for r in runs), default=1)
+    model_width = max(len(v.served_model) for v in campaign.variants)
+    for r in runs:
+        v = campaign.variant(r.variant_id)
+        out.append(
+            f"run {r.k:>{len(str(n))}} of {n}  {r.variant_id:<{id_width}}  "
+            f"{r.placement or '-':<{place_width}}  {v.endpoint.base_url}  "
+            f"model {v.served_model:<{model_width}}  -> {r.folder}")
+        if v.before_run:
+            out.append(f"    before_run: {v.before_run}")
+    return out

@@ -1,0 +1,241 @@
+"""A distributed run's worker side: it measures, the master (`dist.py`) decides.
+
+`WorkerAgent` answers the master's messages (set-up, clock pings, tickets, stop); on a
+sound set-up it builds a `WorkerSession`: every request body of the run, prepared before the
+load from the master's calibration, a `RemoteBudget` that asks the master for each ticket,
+and a `RecordShipper` that sends each finished record back in bounded batches. Messages are
+plain data, checked on receipt (`dist_wire.py`): a damaged set-up is refused with one log
+line, and the worker's hello tells the master, which then leaves this worker out of the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import gevent.event
+import orjson
+from greenlet import GreenletExit
+
+from anvil_metrics.post import saturation
+from anvil_metrics.load.body import BodyBuilder
+from anvil_metrics.live.control import Ticket
+from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
+from anvil_metrics.errors import WireError
+from anvil_metrics.events import anvil_events
+from anvil_metrics.prep.prompts import PromptFactory
+from anvil_metrics.live.recorder import Recorder
+from anvil_metrics.records import Failure, RequestRecord, worker_identity
+from anvil_metrics.urls import Endpoint, api_key_from_env
+
+log = logging.getLogger("anvil")
+
+BATCH_RECORDS = 256
+
+
+class RemoteBudget:
+    """The worker's view of the master's request budget: `take()` asks the master for a
+    ticket and waits for it; `give_back` is a no-op (the record returns the ticket)."""
+
+    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str) -> None:
+        self._send = send
+        self._run_id = run_id
+        self._seq = 0
+        self._waiting: dict[int, gevent.event.AsyncResult] = {}
+        self._abandoned: set[int] = set()
+        self._closed = False
+        self.on_orphan: Callable[[Ticket], None] | None = None
+
+    def take(self) -> Ticket | None:
+        if self._closed:
+            return None
+        self._seq += 1
+        seq = self._seq
+        result = gevent.event.AsyncResult()
+        self._waiting[seq] = result
+        self._send("anvil_take", {"run_id": self._run_id, "seq": seq})
+        try:
+            ticket = result.get()
+        except GreenletExit:  # the user is being stopped; a ticket may still come
+            if self._waiting.pop(seq, None) is not None:
+                self._abandoned.add(seq)
+            raise
+        return ticket
+
+    def deliver(self, seq: int, ticket: Ticket | None) -> None:
+        result = self._waiting.pop(seq, None)
+        if result is not None:
+            result.set(ticket)
+            if ticket is None:  # the master's budget is spent: stop asking
+                self._closed = True
+        elif ticket is not None and (seq in self._abandoned or self._closed):
+            self._abandoned.discard(seq)
+            if self.on_orphan is not None:
+                self.on_orphan(ticket)
+
+    def give_back(self, ticket: Ticket) -> None:
+        """Nothing to do: the master returns a ticket when its record arrives."""
+
+    def close(self) -> None:
+        self._closed = True
+        waiting, self._waiting = self._waiting, {}
+        for result in waiting.values():
+            result.set(None)
+
+
+class RecordShipper:
+    """Sends finished records to the master in bounded batches, as they finish: records
+    finishing in the same moment share a message; none waits for a timer."""
+
+    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str) -> None:
+        self._send = send
+        self._run_id = run_id
+        self._pending: list[bytes] = []
+        self._scheduled = False
+        self.sent = 0
+
+    def take(self, record: RequestRecord) -> None:
+        """Queue `record` for the next message (a `recorder.RecordSink`)."""
+        self._pending.append(orjson.dumps(record.to_json_dict()))
+        if not self._scheduled:
+            self._scheduled = True
+            gevent.spawn(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        while self._pending:
+            batch, self._pending = (self._pending[:BATCH_RECORDS],
+                                    self._pending[BATCH_RECORDS:])
+            self._send("anvil_records", {"run_id": self._run_id, "lines": batch})
+            self.sent += len(batch)
+
+
+class WorkerSession:
+    """A worker's share of a run: what `ChatStreamUser` borrows (endpoint, key, scenario,
+    bodies, budget), the shipping of its records, and its generator-health figures."""
+
+    def __init__(self, setup: WorkerSetup, send: Callable[[str, dict[str, Any]], None]
+                 ) -> None:
+        self.run_id = setup.run_id
+        self.scenario = setup.scenario
+        self.endpoint = Endpoint.parse(setup.host)
+        self.api_key = api_key_from_env() or setup.api_key  # its own key first
+        self.model = setup.model
+        prompts = PromptFactory(setup.calibration, setup.scenario.context_seed,
+                                setup.run_nonce, setup.scenario.system_prompt, setup.shared,
+                                words=setup.words, prefix_words=setup.prefix_words)
+        self.bodies = BodyBuilder(setup.scenario, setup.model, prompts)
+        self.bodies.prepare(setup.sizes)
+        self.worker = worker_identity()
+        self._send = send
+        self.budget = RemoteBudget(send, setup.run_id)
+        self.budget.on_orphan = self._orphan
+        self.shipper = RecordShipper(send, setup.run_id)
+        self.finished = False
+        self.load = saturation.LoadWindow()
+        self.recorder = Recorder(anvil_events.request_record, self.shipper)
+        self.recorder.start()
+
+    def _orphan(self, ticket: Ticket) -> None:
+        """A ticket arrived for a user that was stopped while waiting for it: the request
+        was never sent, but it was issued, so it is recorded (never silently dropped)."""
+        now = time.perf_counter_ns()
+        record = RequestRecord(
+            request_index=ticket.request_index, start_ns=now, end_ns=now,
+            warmup=ticket.warmup, planned_context_tokens=ticket.planned_context_tokens,
+            failure=Failure("cancelled", "the run was stopped before this request was sent",
+                            phase="connect"),
+            worker=self.worker)
+        anvil_events.request_record.fire(record=record)
+
+    def begin_load(self) -> None:
+        if not self.load.started:
+            self.load.begin()
+
+    def end_load(self) -> None:
+        self.load.end()
+
+    def finish(self, _stats: dict[str, Any] | None = None) -> None:
+        """Stop taking tickets, ship what is left, then say how many records were sent
+        (the master checks it received exactly that many)."""
+        if self.finished:
+            return
+        self.finished = True
+        self.budget.close()
+        self.end_load()
+        self.recorder.stop()
+        self.shipper.flush()
+        self._send("anvil_done", {"run_id": self.run_id, "sent": self.shipper.sent,
+                                  "worker": self.worker, "health": self.load.end()})
+
+
+class WorkerAgent:
+    """Installs the worker's message handlers; holds the worker's current session."""
+
+    def __init__(self, environment: Any, set_current: Callable[[Any], None]) -> None:
+        self.environment = environment
+        self.runner = environment.runner
+        self.session: WorkerSession | None = None
+        self._set_current = set_current
+        self.runner.register_message(SETUP, self._on_setup)
+        for name, act in (("anvil_ping", self._on_ping), ("anvil_ticket", self._on_ticket),
+                          ("anvil_stop", self._on_stop)):
+            self.runner.register_message(name, refusing(name, act, lambda _: "the master"))
+
+    def send(self, msg_type: str, data: dict[str, Any]) -> None:
+        self.runner.send_message(msg_type, data)
+
+    def _on_setup(self, msg: Any, **_: Any) -> None:
+        """A new run: end the previous one here, then set up from the master's set-up, or
+        refuse it (one log line) when it cannot be read. Either way the hello says which."""
+        hello: dict[str, Any] = {"run_id": None, "worker": worker_identity(),
+                                 "host": socket.gethostname(), "pid": os.getpid(),
+                                 "boot_id": boot_id(), "error": None}
+        try:
+            setup: WorkerSetup | None = WorkerSetup.from_wire(msg.data)
+        except WireError as e:  # damaged, or from a master of another anvil version
+            log.error("anvil: refused the run's set-up from the master: %s", e)
+            setup, hello["error"] = None, str(e)
+        old = self.session
+        if old is not None and not old.finished:
+            old.finish()
+        self.session = None
+        if setup is not None:
+            hello["run_id"] = setup.run_id
+            try:
+                self.session = WorkerSession(setup, self.send)
+            except Exception as e:  # a bug or a broken install on this worker: say so
+                log.exception("anvil: this worker could not set up the run")
+                hello["error"] = f"{type(e).__name__}: {e}"
+        self._set_current(self.session)
+        self.send("anvil_hello", hello)
+
+    def _current(self, data: dict[str, Any]) -> WorkerSession | None:
+        s = self.session
+        return s if s is not None and data["run_id"] == s.run_id else None
+
+    def _on_ping(self, msg: Any) -> None:
+        t_worker = time.perf_counter_ns()
+        d = msg.data
+        self.send("anvil_pong", {"run_id": d["run_id"], "seq": d["seq"],
+                                 "t_master_ns": d["t_master_ns"], "t_worker_ns": t_worker})
+
+    def _on_ticket(self, msg: Any) -> None:
+        s = self._current(msg.data)
+        if s is None:
+            return
+        raw = msg.data["ticket"]
+        s.budget.deliver(msg.data["seq"], None if raw is None else Ticket(*raw))
+
+    def _on_stop(self, msg: Any) -> None:
+        s = self._current(msg.data)
+        if s is None:
+            return
+        s.budget.close()
+        self.runner.stop()  # kills the users (in-flight requests: `cancelled` records)
+        s.finish()  # test_stop has done it already unless the runner was not running

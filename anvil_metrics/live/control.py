@@ -1,0 +1,246 @@
+"""How many requests a run issues, and in what order: tickets.
+
+Locust has no core request budget; anvil's users take a ticket before each request. A
+ticket carries the request's index (its 0-based issue order: dense and unique, so a run of
+`--requests 37` has rows 0…36 whatever the concurrency), whether it is a warm-up, and its
+planned prompt size. Warm-up tickets come first and have their own index sequence; no
+measured ticket is handed out until every warm-up request has finished, so warm-up load
+never overlaps the measured window. When every measured ticket has been returned, the
+budget calls `on_exhausted` once.
+
+In shared-prefix burst mode (`group_size`), measured tickets come in groups of
+`group_size` consecutive indices, and a group's tickets are handed out only after every
+request of the groups before it has finished: each group arrives at the server as one
+burst of requests sharing a prefix, as SGLang's and vLLM's shared-prefix benchmarks send
+them, not spread over other groups' requests.
+
+`before_measured` (set by the session: the server-metrics scrape of `telemetry.py`) runs
+once, after the warm-ups and before the first measured ticket is handed out; every taker
+waits for it (it is bounded by its own timeout), so it lies between the two.
+
+Open loop (`schedule`, `arrivals.Schedule`): measured ticket k is handed out at its due time
+(the schedule's origin is the first measured take, after the warm-ups) to the user that
+asks for it, one taker waiting for the next arrival at a time; the ticket carries its due
+time and whether it waited for a user (no user was free when it fell due: the request goes
+out late, and its lateness is recorded, never hidden). An arrival whose due time the run's
+stop comes before is never issued: indices stay dense.
+
+In flight (`in_flight`, `read_in_flight`): measured tickets handed out and not yet given
+back, i.e. measured requests started and not yet recorded; with its integral over time and
+its peak since the last reading, so the live page's series (`live.py`) shows the mean in
+flight over each second, not a sample of one instant (a second's requests can all start
+and end between two samples). O(1) a request: one clock read and a few integer updates at
+each hand-out and give-back. On a distributed run's master this budget is the run's one
+budget: a ticket granted to a worker and not yet returned as a record is in flight, so the
+series needs no other source.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gevent.event
+import gevent.lock
+
+from anvil_metrics.load.arrivals import Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """Measured requests in flight, read at `t_ns` (`perf_counter_ns`): how many now, their
+    integral over time since the budget was made (request·ns: the mean over an interval is
+    the difference of two readings' `area_ns` over their `t_ns`), and the most at once
+    since the previous reading."""
+
+    t_ns: int
+    now: int
+    area_ns: int
+    peak: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """One request to send. `due_ns` (open loop): when it fell due on the `perf_counter_ns`
+    clock of the process that sends it; `waited`: no user was free when it fell due."""
+
+    request_index: int
+    warmup: bool
+    planned_context_tokens: int
+    due_ns: int | None = None
+    waited: bool = False
+
+
+class RequestBudget:
+    """Hands out tickets; `None` means the budget is spent (or the run is stopping).
+
+    `requests=None` means unbounded (a run ended by time or by the user).
+    """
+
+    def __init__(self, requests: int | None, warmup: int, sizes: list[int],
+                 on_exhausted: Callable[[], None] | None = None,
+                 group_size: int | None = None, schedule: Schedule | None = None) -> None:
+        if not sizes:
+            raise ValueError("sizes must not be empty")
+        if schedule is not None and group_size:
+            raise ValueError("an arrival schedule and shared-prefix bursts exclude each other")
+        self.group_size = group_size
+        self.schedule = schedule
+        self.origin_ns: int | None = None  # open loop: when arrival 0 fell due
+        self._turn = gevent.lock.Semaphore(1)
+        self._changed = gevent.event.Event()  # set on close or a new schedule
+        self._first = 0  # the index of the current schedule's arrival 0
+        self._progress = gevent.event.Event()
+        self.requests = requests
+        self.warmup = warmup
+        self._sizes = sizes
+        self._next_warmup = 0
+        self._next = 0
+        self._warmup_done = 0
+        self._done = 0
+        self._now_ns = time.perf_counter_ns  # the clock of the in-flight integral
+        self._out = 0  # measured tickets handed out and not given back
+        self._out_since_ns = self._now_ns()  # when _out last changed
+        self._out_area_ns = 0  # ∫ _out dt up to _out_since_ns
+        self._out_peak = 0  # the most at once since the last read_in_flight
+        self._warm = gevent.event.Event()
+        if warmup == 0:
+            self._warm.set()
+        self._closed = False
+        self._on_exhausted = on_exhausted
+        self.before_measured: Callable[[], None] | None = None
+        self._opening = False
+        self._opened = gevent.event.Event()  # before_measured has run
+
+    def wait_warm(self) -> None:
+        """Until every warm-up request has finished (or the budget closed)."""
+        self._warm.wait()
+
+    def size_for(self, index: int) -> int:
+        return self._sizes[index % len(self._sizes)]
+
+    def take(self) -> Ticket | None:
+        if self._closed:
+            return None
+        if self._next_warmup < self.warmup:
+            i = self._next_warmup
+            self._next_warmup += 1
+            return Ticket(i, True, self.size_for(i))
+        self._warm.wait()
+        if not self._opened.is_set():
+            self._open()
+        if self.schedule is not None:
+            return self._take_arrival()
+        if self._closed or (self.requests is not None and self._next >= self.requests):
+            return None
+        i = self._next
+        self._next += 1
+        if self.group_size:
+            barrier = (i // self.group_size) * self.group_size
+            while self._done < barrier and not self._closed:
+                self._progress.wait()
+            if self._closed:  # stopped while waiting: this index was never issued
+                self._next = min(self._next, i)
+                return None
+        self._count_out(1)
+        return Ticket(i, False, self.size_for(i))
+
+    def _open(self) -> None:
+        """Run `before_measured` once; other takers wait until it has run."""
+        if self._opening:
+            self._opened.wait()
+            return
+        self._opening = True
+        try:
+            if self.before_measured is not None and not self._closed:
+                self.before_measured()
+        finally:
+            self._opened.set()
+
+    def _take_arrival(self) -> Ticket | None:
+        """The next arrival of the schedule, at its due time (see the module docstring)."""
+        asked_ns = time.perf_counter_ns()
+        with self._turn:
+            while True:
+                if self._closed or (self.requests is not None
+                                    and self._next >= self.requests):
+                    return None
+                i = self._next
+                if self.origin_ns is None:
+                    self.origin_ns = time.perf_counter_ns()
+                assert self.schedule is not None
+                due = self.origin_ns + self.schedule.offset_ns(i - self._first)
+                wait_ns = due - time.perf_counter_ns()
+                if wait_ns > 0:
+                    changed = self._changed
+                    if changed.wait(wait_ns / 1e9):
+                        continue  # stopped (the loop's first test), or a new schedule
+                if self._closed:
+                    return None
+                self._next += 1
+                self._count_out(1)
+                return Ticket(i, False, self.size_for(i), due_ns=due, waited=asked_ns > due)
+
+    def replan(self, schedule: Schedule, origin_ns: int) -> None:
+        """From now on, arrivals follow `schedule` from `origin_ns` (a rate sweep's next
+        step): the next index is its arrival 0; a taker waiting for an arrival of the old
+        schedule takes the new one's instead."""
+        self.schedule, self.origin_ns, self._first = schedule, origin_ns, self._next
+        changed, self._changed = self._changed, gevent.event.Event()
+        changed.set()
+
+    def give_back(self, ticket: Ticket) -> None:
+        """A ticket's request has finished (success or failure)."""
+        if ticket.warmup:
+            self._warmup_done += 1
+            if self._warmup_done >= self.warmup:
+                self._warm.set()
+            return
+        self._done += 1
+        self._count_out(-1)
+        progress, self._progress = self._progress, gevent.event.Event()
+        progress.set()
+        if self.requests is not None and self._done >= self.requests:
+            self.close()
+            if self._on_exhausted is not None:
+                cb, self._on_exhausted = self._on_exhausted, None
+                cb()
+
+    def close(self) -> None:
+        self._closed = True
+        self._opened.set()
+        self._changed.set()
+        self._warm.set()
+        self._progress.set()
+
+    @property
+    def issued(self) -> int:
+        return self._next
+
+    @property
+    def finished(self) -> int:
+        return self._done
+
+    def _count_out(self, change: int) -> None:
+        now = self._now_ns()
+        self._out_area_ns += self._out * (now - self._out_since_ns)
+        self._out_since_ns = now
+        self._out += change
+        if self._out > self._out_peak:
+            self._out_peak = self._out
+
+    @property
+    def in_flight(self) -> int:
+        """Measured requests started (ticket handed out) and not yet finished (given back)."""
+        return self._out
+
+    def read_in_flight(self) -> InFlight:
+        """In flight now, its integral so far and its peak since the previous call (which
+        this call starts again: one reader, the live page's sampler)."""
+        now = self._now_ns()
+        reading = InFlight(now, self._out,
+                           self._out_area_ns + self._out * (now - self._out_since_ns),
+                           self._out_peak)
+        self._out_peak = self._out
+        return reading

@@ -1,0 +1,87 @@
+"""The run in progress, as users see it, and where it lives: on Locust's `Environment`.
+
+Why a Protocol and an attribute rather than a module global: a user needs the same few
+things from a local run (`session.RunSession`) and from a distributed worker's share of one
+(`dist_worker.WorkerSession`), and Locust already hands every user its `Environment`. So the
+plugin stores the run there (`environment.anvil_run`, set at the start, cleared when it
+ends; a worker's is set by `dist_worker.WorkerAgent` through the callback the plugin gives it),
+users read it from `self.environment`, and `RunContext` says exactly what they may read.
+`environment.anvil_latest` is the run in progress, else the last one started: what the web
+UI shows, which outlives the run.
+
+Nothing here imports Locust or the run's machinery at run time: the types are for readers
+and checkers only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from anvil_metrics.live.control import Ticket
+    from anvil_metrics.load.body import BodyBuilder
+    from anvil_metrics.load.scenario import Scenario
+    from anvil_metrics.urls import Endpoint
+
+RUN_ATTR = "anvil_run"
+LATEST_ATTR = "anvil_latest"
+
+
+@runtime_checkable
+class TicketSource(Protocol):
+    """The run's request budget: `take` blocks until the next request may be sent and
+    returns its ticket (None: the budget is spent or the run is stopping); every ticket
+    taken is given back once its request is recorded."""
+
+    def take(self) -> Ticket | None: ...
+
+    def give_back(self, ticket: Ticket) -> None: ...
+
+
+@runtime_checkable
+class RunContext(Protocol):
+    """What a `ChatStreamUser` borrows from the run in progress (read-only).
+
+    - `endpoint`, `api_key`: where to send and with which key (None: no key);
+    - `scenario`: its `timeouts` configure the user's HTTP client;
+    - `budget`: which request to send next, and when (see `TicketSource`);
+    - `bodies`: the prebuilt request body for a ticket's planned size and index;
+    - `worker`: `host:pid`, stamped on every record this process measures.
+    """
+
+    @property
+    def endpoint(self) -> Endpoint: ...
+
+    @property
+    def api_key(self) -> str | None: ...
+
+    @property
+    def scenario(self) -> Scenario: ...
+
+    @property
+    def budget(self) -> TicketSource: ...
+
+    @property
+    def bodies(self) -> BodyBuilder: ...
+
+    @property
+    def worker(self) -> str: ...
+
+
+def run_in_progress(environment: Any) -> RunContext | None:
+    """The run users of this `environment` send for, if any (None: no run, or its start
+    failed and the plugin is ending it)."""
+    return getattr(environment, RUN_ATTR, None)
+
+
+def set_run(environment: Any, run: RunContext | None) -> None:
+    """Make `run` the run in progress (None: it has ended); a run also becomes the latest."""
+    setattr(environment, RUN_ATTR, run)
+    if run is not None:
+        setattr(environment, LATEST_ATTR, run)
+
+
+def latest_run(environment: Any) -> Any:
+    """The run in progress, else the last one started in this process (a `RunSession`;
+    the web UI reads its `live`, `run_id`, `run_dir` and `finished`); None before any."""
+    return getattr(environment, LATEST_ATTR, None)

@@ -1,0 +1,507 @@
+"""One run's shared state in a Locust process, from test start to the written result.
+
+`RunSession.start` does everything that must happen before the first measured byte: it
+resolves the model, calibrates prompt sizing, builds every request body template (so no
+prompt is built on the hub during the load), creates the run folder exclusively and writes
+the raw file's header. `RunSession.finish` closes the raw file and writes `benchmark.json`.
+Both run inside Locust's `test_start` / `test_stop` events (see `plugin.py`), which also
+keep the session on Locust's `Environment` for the users (a `runctx.RunContext`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.events import anvil_events
+from anvil_metrics.live.control import RequestBudget
+from anvil_metrics.live.figures import LiveStats
+from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
+from anvil_metrics.load.arrivals import Schedule
+from anvil_metrics.load.body import BodyBuilder, body_fields
+from anvil_metrics.load.options import RunOptions
+from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.post import saturation
+from anvil_metrics.post.loadblock import behind
+from anvil_metrics.post.schema import RUN_ID
+from anvil_metrics.prep import calcache
+from anvil_metrics.prep.counting import Counter, server_counter
+from anvil_metrics.prep.prompts import (
+    NO_CALIBRATION,
+    Calibration,
+    PromptFactory,
+    SharedPrefix,
+    calibrate_by_probe,
+    messages_for,
+    request_prefix,
+)
+from anvil_metrics.prep.provenance import Discovery, discover, merge
+from anvil_metrics.records import worker_identity
+from anvil_metrics.telemetry.sampler import ServerTelemetry
+from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire.client import ChatClient
+from anvil_metrics.wire.transport import SendStats
+
+__all__ = ["RunOptions", "RunSession", "discover_model"]
+
+log = logging.getLogger("anvil")
+USERS_POLL_S = 0.05  # how often a run's target user count is looked at (LoadTestShape steps)
+
+def discover_model(client: ChatClient) -> str:
+    try:
+        status, body = client.get_json("/models")
+    except Exception as e:  # refused, reset, timed out, not HTTP: all "cannot reach"
+        raise UsageError(
+            f"cannot reach {client.endpoint.base_url}/models ({e}); is the server running? "
+            "check --host"
+        ) from e
+    if status == 200 and isinstance(body, dict):
+        data = body.get("data") or []
+        if data and isinstance(data[0], dict) and data[0].get("id"):
+            return str(data[0]["id"])
+    raise UsageError(
+        f"could not discover a model from {client.endpoint.base_url}/models (HTTP {status}); "
+        "pass --model NAME or set meta.model in the scenario"
+    )
+
+
+class RunSession:
+    def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
+                 calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
+                 bodies: BodyBuilder, budget: RequestBudget, header: dict[str, Any],
+                 prompts: PromptFactory | None = None) -> None:
+        self.opts = opts
+        self.scenario = opts.scenario
+        self.endpoint = endpoint
+        self.api_key = opts.api_key
+        self.model = model
+        self.calibration = calibration
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.writer = writer
+        self.bodies = bodies
+        self.prompts = prompts
+        self.sizes = opts.scenario.planned_sizes()
+        self.budget = budget
+        self.header = header
+        self.worker = worker_identity()
+        self.finished = False
+        self.benchmark_path: Path | None = None
+        self.cache_warning: str | None = None
+        self.live = LiveStats(run_id, opts.scenario.requests)
+        self.recorder = Recorder(anvil_events.request_record, writer, self.live)
+        self.recorder.start()
+        self.load = saturation.LoadWindow()
+        self._health: dict[str, Any] | None = None
+        self.on_end: Callable[[], None] | None = None  # ends the run (set by `start`)
+        # set by the plugin: change the users (a sweep), read the target user count (to
+        # see a LoadTestShape's steps), and whether Locust runs a shape
+        self.set_users: Callable[[int], None] | None = None
+        self.users_now: Callable[[], int] | None = None
+        self.shaped = False
+        self._clock: gevent.Greenlet | None = None
+        self.telemetry: ServerTelemetry | None = None  # the server-metrics sampler
+
+    def begin_load(self) -> None:
+        """Start the generator-health figures: call when set-up work is over and the users
+        are about to send (set-up stalls, e.g. a final garbage collection, are not load)."""
+        SendStats.max_chunk_ns = SendStats.chunks = 0
+        self.load.begin()
+        self.live.start_flow(self.budget.read_in_flight)  # the live page's in-flight series
+        duration = self.scenario.duration_s
+        if duration is not None and self._clock is None:
+            self._clock = gevent.spawn(self._run_clock, duration)
+        elif self.users_now is not None and self._clock is None:  # a LoadTestShape, maybe
+            self._clock = gevent.spawn(self._watch_users)
+
+    def _run_clock(self, duration_s: float) -> None:
+        """The run's duration: measured load time, counted once the warm-ups are done; then
+        no new request starts (the budget closes) and the run ends (Locust stops the users:
+        requests in flight get --stop-timeout to finish). A sweep's steps are timed here
+        too, each written to the raw file as it begins (`steps.py`)."""
+        self.budget.wait_warm()
+        sc = self.scenario
+        if sc.warmup_s or sc.cooldown_s:  # the measured window, inside the duration
+            t0 = time.perf_counter_ns()
+            self.writer.write({"type": "window", "from_ns": t0 + round((sc.warmup_s or 0) * 1e9),
+                               "to_ns": t0 + round((duration_s - (sc.cooldown_s or 0)) * 1e9)})
+        if sc.step_duration_s is not None:
+            self._run_steps(sc.step_duration_s)
+        else:
+            gevent.sleep(duration_s)
+        log.info("anvil: the duration (%s s) is over; requests in flight may finish",
+                 f"{duration_s:g}")
+        self.budget.close()
+        if self.on_end is not None:
+            self.on_end()
+
+    def _run_steps(self, step_s: float) -> None:
+        sc = self.scenario
+        loads: list[tuple[int | None, float | None]] = (
+            [(u, None) for u in sc.step_users] if sc.step_users is not None
+            else [(None, r) for r in sc.step_rates or ()])
+        t0 = time.perf_counter_ns()
+        for i, (users, rate) in enumerate(loads):
+            t = time.perf_counter_ns()
+            self.writer.write({"type": "step", "step": i, "t_ns": t, "users": users,
+                               "rate": rate})
+            if users is not None and self.set_users is not None:
+                self.set_users(users)
+            if rate is not None and sc.arrivals is not None:
+                plan = replace(sc.arrivals, rate_rps=rate, seed=sc.arrivals.seed + i)
+                self.budget.replan(Schedule(plan), t)
+            log.info("anvil: step %d: %s", i, f"{users} users" if users is not None
+                     else f"{rate:g} requests/s")
+            # to the step's planned end: a late wake-up does not shift the steps after it
+            gevent.sleep(max(0.0, (t0 + round((i + 1) * step_s * 1e9) - time.perf_counter_ns())
+                             / 1e9))
+        self.writer.write({"type": "step_end", "t_ns": time.perf_counter_ns()})
+
+    def _watch_users(self) -> None:
+        """A run whose users change under it (a LoadTestShape, the web UI's edit): each
+        change of the target user count after the warm-ups is a step (`steps.py`)."""
+        assert self.users_now is not None
+        self.budget.wait_warm()
+        steps: list[tuple[int, int]] = []  # (t_ns, users) of each step, written or not
+        written = 0
+        while not self.finished:
+            users, t = self.users_now(), time.perf_counter_ns()
+            if users and (not steps or users != steps[-1][1]):
+                steps.append((t, users))
+                # a shaped run's steps from the start; another run's from its first change
+                # on, the load before it being step 0
+                if self.shaped or len(steps) > 1:
+                    for k in range(written, len(steps)):
+                        self.writer.write({"type": "step", "step": k, "t_ns": steps[k][0],
+                                           "users": steps[k][1], "rate": None})
+                    written = len(steps)
+            gevent.sleep(USERS_POLL_S)
+
+    def end_load(self) -> None:
+        """Freeze the generator-health figures: the load is over (the budget is spent, or
+        the run is being stopped); shutting Locust down is not load."""
+        if self._health is not None:
+            return
+        self._health = {**self.load.end(),
+                        # raw record only: the longest single write of a request chunk
+                        "send_chunk_ms_max": SendStats.max_chunk_ns / 1e6,
+                        "send_chunks": SendStats.chunks}
+
+    def client_health(self) -> dict[str, Any]:
+        """The benchmark's `client` block, as far as this issue measures it: event-loop lag
+        over the load and this process's CPU share meanwhile (`achieved_concurrency` and
+        `saturated` are the performance issue's)."""
+        self.end_load()
+        assert self._health is not None
+        return self._health
+
+    @classmethod
+    def start(cls, opts: RunOptions, on_exhausted: Callable[[], None]) -> RunSession:
+        sc = opts.scenario
+        endpoint = Endpoint.parse(opts.host)
+        probe_client = ChatClient(endpoint, opts.api_key,
+                                  connect_timeout_s=sc.timeouts.connect_s,
+                                  network_timeout_s=sc.timeouts.first_byte_s)
+        nonce = opts.run_nonce or secrets.token_hex(4)
+        sizes = sc.planned_sizes()
+        shared_doc = sc.shared_prefix(users=opts.users)
+        shared = SharedPrefix(**shared_doc) if shared_doc else None
+        # bursts hold the load to one group at a time: that many streams at most; a sweep
+        # of users holds at most its largest step
+        concurrency = min(opts.users, shared.group_size) if shared else opts.users
+        if sc.step_users is not None:
+            concurrency = max(sc.step_users)
+        try:
+            model = sc.meta.get("model")
+            if model:  # the user's name: check it against the server's list
+                _check_model_served(probe_client, model)
+            else:  # the server's own first model: nothing to check
+                model = discover_model(probe_client)
+            fields = body_fields(sc, model)
+            counter = server_counter(probe_client, fields, opts.tokenizer_path)
+            _check_server_limit(counter.max_model_len, sizes, sc)
+            prompts, sizing = _prepare_prompts(opts, probe_client, counter, fields, model,
+                                               nonce, sizes, shared)
+            bodies = BodyBuilder(sc, model, prompts)
+            bodies.prepare(sizes)
+        finally:
+            probe_client.close()
+
+        # who the server is (bounded probes; the flags and [meta] win): provenance.py
+        identity = merge(discover(endpoint.base_url, headers=_auth(opts.api_key), model=model),
+                         {"engine": sc.meta.get("engine")})
+        holder: list[RunSession] = []
+
+        def exhausted() -> None:  # the last measured request is done: the load is over
+            if holder:
+                holder[0].end_load()
+            on_exhausted()
+
+        budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
+                               group_size=shared.group_size if shared else None,
+                               schedule=Schedule(sc.arrivals) if sc.arrivals else None)
+
+        if opts.run_dir:
+            run_dir = Path(opts.run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            run_id = run_dir.name if RUN_ID.fullmatch(run_dir.name) else new_run_id()
+        else:
+            run_id, run_dir = create_run_dir(opts.results_dir)
+        writer = RawWriter(run_dir / "requests.jsonl")
+        distribution: dict[str, int] | None = None  # without a budget: counted at the end
+        if sc.requests is not None:
+            distribution = {}
+            for i in range(sc.requests):
+                key = str(budget.size_for(i))
+                distribution[key] = distribution.get(key, 0) + 1
+        params = {
+            "measurement_protocol": sc.measurement_protocol,
+            "concurrency": concurrency,
+            "context_tokens": sc.context_tokens,
+            "max_context_tokens": sc.max_context_tokens,
+            "context_distribution": distribution,
+            "context_seed": sc.context_seed,
+            "max_tokens": sc.max_tokens,
+            "model": model,
+            "engine": identity.engine,
+            "gpu": sc.meta.get("gpu"),
+            "tier": sc.meta.get("tier"),
+            "manifest": sc.meta.get("manifest"),
+            "source_recipe": sc.meta.get("source_recipe"),
+            "base_url": endpoint.base_url,
+            "serve_flags": sc.serve_flags(),
+            "run_nonce": nonce,
+            "prompt_calibration": {"method": prompts.calibration.method},
+            "warmup_requests": sc.warmup_requests,
+            "requests_planned": sc.requests,
+            # not benchmark fields: how prompts were sized, for the raw record and checks
+            "prompt_sizing": sizing,
+            "nonce_reused": opts.run_nonce is not None,
+            # how load was offered (the benchmark's `load` block is made from it and the
+            # records): mode, the open-loop plan, the duration and the stop timeout
+            "load": {"mode": sc.load_mode,
+                     "arrivals": sc.arrivals.to_dict() if sc.arrivals else None,
+                     "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s,
+                     "warmup_s": sc.warmup_s, "cooldown_s": sc.cooldown_s,
+                     "steps": None if sc.step_duration_s is None else {
+                         "users": sc.step_users, "rates": sc.step_rates,
+                         "step_duration_s": sc.step_duration_s}},
+            "goodput": sc.goodput.split(",") if sc.goodput else None,
+        }
+        if shared_doc is not None:
+            params["shared_prefix"] = shared_doc
+        params["server"] = _server_params(opts, endpoint, identity)
+        header = writer.write_header(run_id, params)
+        session = cls(opts, endpoint, model, prompts.calibration, run_id, run_dir, writer,
+                      bodies, budget, header, prompts)
+        session.on_end = exhausted
+        holder.append(session)
+        metrics = params["server"]
+        if metrics["metrics_url"] is not None:
+            telemetry = session.telemetry = ServerTelemetry.start(
+                metrics["metrics_url"], run_dir, metrics["interval_s"], metrics["timeout_s"])
+
+            def scrape_first() -> None:  # just before the first measured request
+                telemetry.mark("first")
+
+            budget.before_measured = scrape_first
+        return session
+
+    def finish(self, locust_stats: dict[str, Any] | None = None,
+               client: dict[str, Any] | None = None,
+               distributed: dict[str, Any] | None = None) -> Path | None:
+        """Close the raw file and write `benchmark.json`; idempotent. Logs a warning when
+        the server reported prefix-cache hits this run's prompts should not have had.
+
+        `client`: the generator-health figures when they were measured elsewhere (the
+        workers of a distributed run), else this process's own; `distributed`: what the
+        master knows of its workers, kept in the raw `run_end` line."""
+        if self.finished:
+            return self.benchmark_path
+        self.finished = True
+        self.budget.close()
+        if self._clock is not None:
+            self._clock.kill(block=False)
+        self.recorder.stop()
+        self.live.end_flow()  # every record is in: the live page's series ends here
+        if self.telemetry is not None:  # the scrape after the last request, then stop it
+            self.telemetry.finish()
+        from anvil_metrics.post.postprocess import postprocess_run
+
+        try:
+            own = self.client_health()
+            end: dict[str, Any] = {"client": own if client is None else client}
+            if end["client"].get("saturated"):
+                log.warning("anvil: the load generator was saturated (%s): its own delays may "
+                            "be in the figures; use more worker processes or fewer users",
+                            end["client"].get("verdict"))
+            if distributed is not None:
+                end["distributed"] = {**distributed, "master": own}
+            if locust_stats:
+                end["locust"] = locust_stats
+            self.writer.write_end(end)
+        finally:
+            self.writer.close()
+        done = None
+        try:
+            done = postprocess_run(self.run_dir)
+        except AnvilError as e:
+            log.error("anvil: could not build benchmark.json for %s: %s", self.run_dir, e)
+            self.benchmark_path = None
+        else:
+            self.benchmark_path = done.path
+            self.cache_warning = done.cache_warning
+            if self.cache_warning:
+                log.warning("anvil: %s", self.cache_warning)
+            late = behind(done.summary.get("load"), done.summary.get("requests"))
+            if late:
+                log.warning("anvil: %s", late)
+            scrapes = ((done.summary.get("server") or {}).get("null_reasons") or {}).get(
+                "scrapes")
+            if scrapes:  # once per run: the samples file has every failure
+                log.warning("anvil: server metrics: %s", scrapes)
+        self.live.finish(done.rows if done is not None else None)  # the file's figures
+        anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
+        return self.benchmark_path
+
+
+SCRAPE_TIMEOUT_S = 2.0  # one /metrics scrape (a healthy server answers in milliseconds)
+
+
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _server_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery
+                   ) -> dict[str, Any]:
+    """The raw header's `server` parameters: what the server said of itself (engine,
+    version, context limit, each with its source or why it is unknown), where its metrics
+    are scraped from (without credentials: a URL's `user:password@` is neither stored nor
+    sent to /metrics) and how often, or why they are not."""
+    from anvil_metrics.post.schema import redact_url
+
+    scrape = opts.server_metrics_url or f"{endpoint.root_url}/metrics"
+    on = opts.server_metrics
+    return {"version": identity.version, "max_model_len": identity.max_model_len,
+            "identity_sources": dict(identity.sources),
+            "identity_reasons": {k: v for k, v in identity.null_reasons.items()
+                                 if k in ("engine", "version", "max_model_len")},
+            "metrics_url": redact_url(scrape) if on else None,
+            "interval_s": opts.server_metrics_interval_s, "timeout_s": SCRAPE_TIMEOUT_S,
+            "off_reason": None if on else "not scraped: --no-server-metrics"}
+
+
+def _check_model_served(client: ChatClient, model: str) -> None:
+    """Refuse, before any load, a model the server says it does not serve (its
+    `/v1/models` list); a server without that list is not second-guessed."""
+    try:
+        status, body = client.get_json("/models")
+    except Exception:  # noqa: BLE001 - no list to check against; the requests will tell
+        return
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        return
+    served = [str(m.get("id")) for m in body["data"] if isinstance(m, dict) and m.get("id")]
+    if served and model not in served:
+        raise UsageError(f"--model {model!r} is not served by {client.endpoint.base_url}; "
+                         f"it serves: {', '.join(served[:10])}")
+
+
+def _check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:
+    """Refuse, before any load, a plan the server says it cannot hold (vLLM's `/tokenize`
+    reports `max_model_len`): otherwise those requests would all fail with HTTP 400."""
+    if max_model_len is None:
+        return
+    worst = max(sizes)
+    if worst + sc.max_tokens > max_model_len:
+        raise UsageError(
+            f"the server's context limit is {max_model_len} tokens (max_model_len), but "
+            f"{sc.source or 'the scenario'} plans {worst} + max_tokens {sc.max_tokens} = "
+            f"{worst + sc.max_tokens}; plan sizes of at most {max_model_len - sc.max_tokens} "
+            "or serve a longer context")
+
+
+def _prepare_prompts(opts: RunOptions, client: ChatClient, counter: Counter,
+                     fields: dict[str, Any], model: str, nonce: str, sizes: list[int],
+                     shared: SharedPrefix | None) -> tuple[PromptFactory, dict[str, Any]]:
+    """Count, calibrate and size every planned prompt (or reuse a cached calibration).
+
+    Returns the factory and what the raw header records about it: which counter, whether
+    the cache answered, the server's count per size, and how many leading tokens the
+    run's requests are expected to share (the template header and system prompt; the
+    prefix in shared-prefix mode): more cached tokens than that is a surprise."""
+    sc = opts.scenario
+    key, parts = calcache.cache_key(
+        base_url=client.endpoint.base_url, model=model, counter=counter.source,
+        system_prompt=sc.system_prompt, seed=sc.context_seed,
+        template={k: fields.get(k) for k in ("chat_template_kwargs", "reasoning_effort")},
+        shared_prefix_tokens=shared.prefix_tokens if shared else None,
+        nonce_chars=len(nonce))
+    cached = None if (opts.recalibrate or not opts.calibrate) else calcache.load(
+        opts.results_dir, key)
+    calibration: Calibration = NO_CALIBRATION
+    if cached is not None:
+        calibration = cached.calibration
+    elif opts.calibrate:
+        try:
+            calibration = calibrate_by_probe(counter.count, sc.context_seed, sc.system_prompt,
+                                             method=counter.method)
+        except Exception as e:  # any counting failure: size by estimate, say so
+            log.warning("anvil: prompt calibration failed (%s); sizing by estimate", e)
+    prompts = PromptFactory(calibration, sc.context_seed, nonce, sc.system_prompt, shared,
+                            words=cached.words if cached else None,
+                            prefix_words=cached.prefix_words if cached else None)
+    count = counter.count if calibration.method != "none" else None
+    # With a cheap counter (no prefill), even cached word counts are counted once: the run's
+    # own head (its nonce) may tokenize a little differently; with probes, trust the cache.
+    recount = cached is not None and counter.method != "probe"
+    try:
+        counted_now = prompts.prepare(sizes, count, recount_known=recount)
+    except Exception as e:  # a correction count failed: keep the fitted sizes
+        log.warning("anvil: prompt size correction failed (%s); using the fit", e)
+        counted_now = prompts.prepare(sizes)
+    known = dict(cached.counted) if cached else {}
+    counted = {s: counted_now.get(s) if counted_now.get(s) is not None else known.get(s)
+               for s in set(sizes)}
+    if count is not None and any(v is not None for v in counted_now.values()):
+        known.update({k: v for k, v in counted_now.items() if v is not None})
+        calcache.store(opts.results_dir, key, parts, calcache.CachedCalibration(
+            calibration, dict(prompts.words), known, prompts.prefix_words))
+    expected_shared = _expected_shared_tokens(prompts, counter.count if count else None,
+                                              sc.system_prompt)
+    sizing = {
+        "counter": counter.source,
+        "cache": "hit" if cached is not None else ("stored" if count else "off"),
+        "cache_key": key,
+        "counted": {str(k): v for k, v in sorted(counted.items())},
+        "expected_shared_tokens": expected_shared,
+    }
+    if shared is not None:
+        sizing["prefix_counted"] = prompts.prefix_counted
+    return prompts, sizing
+
+
+def _expected_shared_tokens(prompts: PromptFactory, count: Any, system_prompt: str | None
+                            ) -> int:
+    """How many leading prompt tokens two requests of this run may legitimately share:
+    the chat template header, the system prompt and at most a whole head line (two
+    indices can share all but one digit; or, in shared-prefix mode, the group's whole
+    prefix). Counted where counting is available, else estimated from the calibration."""
+    if prompts.shared is not None:
+        return prompts.shared.prefix_tokens
+    lead = request_prefix(prompts.run_nonce, 0).rstrip()
+    if count is not None:
+        try:
+            return int(count(messages_for(lead, system_prompt)))
+        except Exception:  # counting is best effort here; fall back to the estimate
+            pass
+    cal = prompts.calibration
+    words = len(lead.split()) + len((system_prompt or "").split())
+    return int(cal.overhead_tokens + cal.tokens_per_word * words) + 8

@@ -1,0 +1,174 @@
+"""The Locust user that streams chat completions. Thin: take a ticket, send, observe, fire.
+
+Each `ChatStreamUser` owns one HTTP connection and issues one request at a time, so the
+number of users is the number of simultaneous streams. The run's shared state (scenario,
+request bodies, request budget) is a `runctx.RunContext` the plugin keeps on Locust's
+`Environment` when the test starts; the user only borrows it.
+
+For every request it fires anvil's events (`first_output`, `first_content` live;
+`stream_end` and `request_record` at the end) and exactly one Locust `request` event with
+the end-to-end time, so Locust's UI and `--csv` count requests and failures. Locust's
+figures are rounded; anvil's exact ones come from the records.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import gevent
+from greenlet import GreenletExit
+from locust import User, task
+
+from anvil_metrics.events import anvil_events
+from anvil_metrics.live.runctx import run_in_progress
+from anvil_metrics.wire.client import ChatClient
+from anvil_metrics.wire.observe import StreamObserver
+
+log = logging.getLogger("anvil")
+
+REQUEST_NAME = "chat.completions"
+WARMUP_NAME = "chat.completions [warm-up]"
+
+
+class StreamFailure(Exception):
+    """What Locust's failure table shows for a failed stream: kind and status only, so
+    failures group by cause rather than by message."""
+
+
+def _fire_first_output(obs: StreamObserver, t_ns: int) -> None:
+    anvil_events.first_output.fire(request_index=obs.request_index, t_ns=t_ns,
+                                   start_ns=obs.start_ns, warmup=obs.warmup)
+
+
+def _fire_first_content(obs: StreamObserver, t_ns: int) -> None:
+    anvil_events.first_content.fire(request_index=obs.request_index, t_ns=t_ns,
+                                    start_ns=obs.start_ns, warmup=obs.warmup)
+
+
+class ChatStreamUser(User):
+    """Streams `/v1/chat/completions` back to back (no think time: load is set by -u)."""
+
+    abstract = True
+
+    _idle = False  # nothing left to send: wait (killable) until the run stops
+
+    def wait_time(self) -> float:
+        return 3600.0 if self._idle else 0.0
+
+    def _idle_until_stopped(self) -> None:
+        """Wait the way Locust can stop at once (its `wait`), not inside a running task,
+        which a stop would wait --stop-timeout for."""
+        self._idle = True
+        try:
+            self.wait()
+        finally:
+            self._idle = False
+
+    def on_start(self) -> None:
+        run = run_in_progress(self.environment)
+        self.run = run
+        self.client = None
+        if run is None:  # the run failed to start (logged); the plugin is ending it
+            return
+        self.client = ChatClient(run.endpoint, run.api_key,
+                                 connect_timeout_s=run.scenario.timeouts.connect_s,
+                                 network_timeout_s=run.scenario.timeouts.first_byte_s,
+                                 idle_timeout_s=run.scenario.timeouts.idle_s,
+                                 total_timeout_s=run.scenario.timeouts.total_s)
+        self.client.connect()
+        self._free_ns = time.perf_counter_ns()  # when this user could send its next request
+
+    def on_stop(self) -> None:
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+
+    @task
+    def chat(self) -> None:
+        run = self.run
+        if run is None:
+            self._idle_until_stopped()
+            return
+        take0 = time.perf_counter_ns()
+        ticket = run.budget.take()
+        if ticket is None:
+            # The budget is spent: this user idles until the run is stopped.
+            self._idle_until_stopped()
+            return
+        if ticket.due_ns is not None:  # open loop: the schedule's due time
+            due_ns = ticket.due_ns
+        else:  # the previous request's end, moved by the wait for this ticket (a planned
+            # wait: a burst barrier, or the master's reply); the client's own delay is the rest
+            due_ns = getattr(self, "_free_ns", take0) + (time.perf_counter_ns() - take0)
+        body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
+                                      ticket.warmup)
+        now = time.perf_counter_ns()
+        obs = StreamObserver(
+            ticket.request_index, now, warmup=ticket.warmup,
+            planned_context_tokens=ticket.planned_context_tokens, worker=run.worker,
+            on_first_output=_fire_first_output, on_first_content=_fire_first_content,
+        )
+        # provisional: the client stamps the start again, keeping `due_ns`, just before
+        # the request is written (a request stopped before that keeps this one)
+        obs.begin(now, due_ns, waited_for_user=ticket.waited)
+        wall_start = time.time()
+        nbytes = 0
+        # Whatever happens, the request is recorded once and its ticket returned: a run
+        # stopped mid-stream records it as `cancelled`, an unforeseen error as
+        # `client_error` (with its traceback in the log), a stream already finished keeps
+        # its result even if the stop lands during the bookkeeping below.
+        try:
+            nbytes = self.client.stream_chat(body, obs)
+            # Yield once before the bookkeeping: streams of one server batch end together,
+            # and every other stream whose end is already readable gets to stamp it first,
+            # rather than after this one's record, Locust event and next request.
+            gevent.sleep(0)
+        except GreenletExit:
+            if not obs.done:
+                obs.fail("cancelled", "the run was stopped while this request was in flight",
+                         time.perf_counter_ns(), phase=obs.phase)
+            raise
+        except Exception as e:
+            if not obs.done:
+                log.exception("anvil: request %d failed inside the client", ticket.request_index)
+                obs.fail("client_error", f"{type(e).__name__}: {e}", time.perf_counter_ns(),
+                         phase=obs.phase)
+        finally:
+            try:
+                self._report(obs, wall_start, nbytes)
+            finally:
+                self._free_ns = obs.end_ns if obs.end_ns is not None else time.perf_counter_ns()
+                run.budget.give_back(ticket)
+
+    def _report(self, obs: StreamObserver, wall_start: float, nbytes: int) -> None:
+        record = obs.finish()
+        anvil_events.stream_end.fire(record=record)
+        anvil_events.request_record.fire(record=record)
+        if record.failure is not None and record.failure.kind == "cancelled":
+            # stopped by the run's end, not answered badly: counted in anvil's
+            # load.cancelled, and kept out of Locust's figures (and its exit code)
+            return
+        end = record.end_ns if record.end_ns is not None else time.perf_counter_ns()
+        exc = None
+        if record.failure is not None:
+            f = record.failure
+            status = f" HTTP {f.http_status}" if f.http_status else ""
+            exc = StreamFailure(f"{f.kind}{status} ({f.phase or 'unknown phase'})")
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=WARMUP_NAME if record.warmup else REQUEST_NAME,
+            response_time=(end - record.start_ns) / 1e6,
+            response_length=nbytes,
+            response=None,
+            context={"request_index": record.request_index},
+            exception=exc,
+            start_time=wall_start,
+            url=None,
+        )
+
+
+class ChatUser(ChatStreamUser):
+    """The concrete user a locustfile exposes (subclass `ChatStreamUser` to customise)."""
+
+    abstract = False

@@ -1,0 +1,430 @@
+"""anvil's options, declared once: `anvil run`'s flags and the Locust plugin's are made here.
+
+Why one table: the same option reaches anvil by two roads — `anvil run`'s argparse, and
+Locust's own parser (configargparse; its custom arguments are also the fields of the web
+UI's start form). Declared twice, the names, defaults, help and checks drift apart. So
+`OPTIONS` holds one frozen `Option` per flag; `cli.py` and `plugin.py` only walk it, and
+`run_options` is the one conversion of parsed values (typed by argparse, or strings from
+Locust's parser and form) into the `RunOptions` a run starts from.
+
+On Locust's side every non-switch option is a string defaulting to "": the form posts text
+and Locust keeps an option's type when it fills in posted values, and there is no None in
+a form (an empty field means "not set"). Its values are checked by `run_options`, so a bad
+value typed into the form is one `UsageError` naming the flag, the value and what is
+allowed — the same words argparse prints for `anvil run`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from anvil_metrics.errors import UsageError
+
+if TYPE_CHECKING:  # the scenario module (and numpy) only when a run is actually made
+    from anvil_metrics.load.arrivals import ArrivalPlan
+    from anvil_metrics.load.scenario import Scenario
+
+# Locust's --stop-timeout as anvil sets its default: after a duration (or Stop), requests in
+# flight get this long to finish and count; those still open are recorded as `cancelled`.
+# Locust's own default (0) would cut every stream in flight, and the longest requests would
+# be the ones lost (a bias towards short ones); AIPerf's grace period after its
+# --benchmark-duration is 30 s by default too. Set --stop-timeout to change it.
+STOP_TIMEOUT_S = 30
+
+# `parse(flag, text)`: the typed value, or UsageError naming the flag, the text and what is
+# allowed. It never sees an empty text on Locust's side (empty means "not set").
+Parse = Callable[[str, str], Any]
+
+NONCE = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def _refuse(flag: str, text: str, allowed: str) -> UsageError:
+    return UsageError(f"{flag} {text!r} is not allowed; expected {allowed}")
+
+
+def text(_flag: str, value: str) -> str | None:
+    """Free text; blank is "not set"."""
+    return value.strip() or None
+
+
+def whole(minimum: int) -> Parse:
+    """A whole number >= `minimum`."""
+    def parse(flag: str, value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < minimum:
+            raise _refuse(flag, value, f"a whole number >= {minimum}")
+        return n
+    return parse
+
+
+def above_zero(allowed: str) -> Parse:
+    """A finite number > 0 (`allowed` says so in the message)."""
+    def parse(flag: str, value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and x > 0):
+            raise _refuse(flag, value, allowed)
+        return x
+    return parse
+
+
+seconds = above_zero("a number of seconds > 0")
+positive = above_zero("a number > 0")
+
+
+def timespan(flag: str, value: str) -> float:
+    """A time > 0 as Locust writes one: seconds, or "90s", "5m", "1h30m"."""
+    from anvil_metrics.load.loadspec import parse_duration
+
+    seconds = parse_duration(value)
+    if seconds is None:
+        raise _refuse(flag, value, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"')
+    return seconds
+
+
+def arrival(flag: str, value: str) -> str:
+    """One of `arrivals.ARRIVALS`."""
+    from anvil_metrics.load.arrivals import ARRIVALS
+
+    if value not in ARRIVALS:
+        raise _refuse(flag, value, f"one of {', '.join(ARRIVALS)}")
+    return value
+
+
+def counts(flag: str, value: str) -> tuple[int, ...]:
+    """Comma-separated whole numbers >= 1, e.g. 1,4,16,64."""
+    try:
+        out = tuple(int(x) for x in value.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise _refuse(flag, value, "whole numbers >= 1, comma-separated, e.g. 1,4,16,64")
+    return out
+
+
+def rates(flag: str, value: str) -> tuple[float, ...]:
+    """Comma-separated numbers > 0, e.g. 1,2,4,8."""
+    try:
+        out = tuple(float(x) for x in value.split(","))
+    except ValueError:
+        out = ()
+    if not out or not all(math.isfinite(x) and x > 0 for x in out):
+        raise _refuse(flag, value, "numbers > 0 (requests/s), comma-separated, e.g. 1,2,4,8")
+    return out
+
+
+def criteria(flag: str, value: str) -> str:
+    """Goodput criteria, e.g. "ttft_ms<=2000,mean_inter_token_latency_ms<=50"."""
+    from anvil_metrics.post.goodput import parse_criteria
+
+    return ",".join(c.text() for c in parse_criteria(value, flag))
+
+
+def nonce(flag: str, value: str) -> str:
+    """A previous run's `run_nonce`."""
+    if not NONCE.fullmatch(value):
+        raise _refuse(flag, value, "1-32 letters, digits, '-' or '_' (copy run_nonce from a "
+                      "previous benchmark.json)")
+    return value
+
+
+def http_url(flag: str, value: str) -> str:
+    """An http(s) URL with a host."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _refuse(flag, value, "an http:// or https:// URL, e.g. "
+                      "http://127.0.0.1:8000/metrics")
+    return value
+
+
+def tokenizer_file(flag: str, value: str) -> str:
+    """An existing file (the served model's tokenizer.json)."""
+    if not os.path.isfile(value):
+        raise UsageError(f"{flag} {value!r} is not a file; pass the served model's "
+                         "tokenizer.json")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option. `run`: `anvil run` has it; `locust`: the plugin adds it to Locust's
+    parser (False for options Locust has itself, e.g. -u, which `anvil run` translates);
+    `web_ui`: shown in Locust's start form; `secret`: masked there, and never passed on a
+    command line; `env_var`: read by Locust's parser when the flag is absent."""
+
+    flag: str
+    help: str
+    parse: Parse = text
+    default: Any = None  # None: not set (the scenario's, the server's, ...)
+    short: str | None = None
+    switch: bool = False  # a store_true flag
+    required: bool = False
+    run: bool = True
+    locust: bool = True
+    web_ui: bool = True
+    secret: bool = False
+    env_var: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def locust_default(self) -> Any:
+        """The default on Locust's side: a form has no None, an empty field is "not set"."""
+        return "" if self.default is None else self.default
+
+    def value(self, raw: Any) -> Any:
+        """`raw` as parsed by either parser, typed: None or blank text is the default,
+        text is checked by `parse`, anything else was already typed by argparse."""
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return self.default
+        if self.switch:
+            return bool(raw)
+        if isinstance(raw, str):
+            parsed = self.parse(self.flag, raw.strip())
+            return self.default if parsed is None else parsed
+        return raw
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--scenario", "scenario TOML file (see scenarios/); empty = built-in defaults",
+           run=False, env_var="ANVIL_SCENARIO"),  # `anvil run`: its positional argument
+    Option("--host", "endpoint, e.g. http://127.0.0.1:8000", short="-H", required=True,
+           locust=False),
+    Option("--model", "model name to request (default: scenario's, else the server's first)"),
+    Option("--users", "concurrent streams (default: scenario's concurrency)", whole(1),
+           short="-u", locust=False),
+    Option("--requests", "stop after exactly this many measured requests (default: the "
+           "scenario's; none without one: the run lasts --duration, or until stopped)",
+           whole(1)),
+    Option("--duration", "run the measured load this long, e.g. 90s, 5m, 1h (after the "
+           "warm-ups; requests in flight then finish within --stop-timeout). Plain Locust's "
+           "-t works too, but counts from the start, set-up included", timespan),
+    Option("--warmup", "with a duration: requests started in its first this long (e.g. "
+           "30s) are kept in requests.jsonl but left out of benchmark.json's figures",
+           timespan),
+    Option("--cooldown", "with a duration: likewise for requests started in its last this "
+           "long (e.g. 10s)", timespan),
+    Option("--rate", "open loop: offer this many requests per second on one seeded "
+           "schedule (users are the pool that sends them; -u caps requests in flight); "
+           "default: closed loop, -u streams back to back", positive),
+    Option("--arrival", "open loop: gaps between arrivals: poisson (default), gamma (with "
+           "--burstiness) or constant", arrival),
+    Option("--burstiness", "open loop: gamma shape of the gaps, as vLLM's bench: 1 = Poisson, "
+           "< 1 burstier, > 1 more regular (implies --arrival gamma)", positive),
+    Option("--arrival-seed", "open loop: the schedule's seed (default 0)", whole(0)),
+    Option("--steps", "a sweep of users: one step per count, e.g. 1,4,16,64, each "
+           "--step-duration long (steps[] in benchmark.json)", counts),
+    Option("--rates", "a sweep of open-loop rates (requests/s), e.g. 1,2,4,8, each "
+           "--step-duration long; -u caps requests in flight", rates),
+    Option("--step-duration", "how long each step of --steps / --rates lasts, e.g. 60s",
+           timespan),
+    Option("--goodput", "per-request criteria, e.g. \"ttft_ms<=2000,mean_inter_token_"
+           "latency_ms<=50\": benchmark.json then has goodput (met, fraction) and "
+           "metrics.goodput_rps", criteria),
+    Option("--max-tokens", "completion cap per request (default: scenario's)", whole(1)),
+    Option("--warmup-requests", "warm-up requests before measuring (default: scenario's)",
+           whole(0)),
+    Option("--results-dir", "where run folders are created", default="results"),
+    Option("--run-dir", "use this (already created) run folder instead of a new one",
+           run=False, web_ui=False),
+    Option("--run-time", "safety limit in seconds (the run normally ends by request count)",
+           seconds, locust=False),
+    Option("--api-key", "API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored "
+           "or shown", secret=True),
+    Option("--run-nonce", "reuse a previous run's run_nonce: its prompts then hit the "
+           "server's prefix cache on purpose (default: a new random nonce)", nonce),
+    Option("--recalibrate", "ignore the cached prompt calibration for this endpoint and model "
+           "(results/.cache) and redo it", switch=True, default=False),
+    Option("--tokenizer", "count prompt tokens with this tokenizer.json (the served model's) "
+           "instead of asking the server; needs anvil-metrics[tokenizer]", tokenizer_file),
+    Option("--server-metrics-url", "the server's Prometheus metrics (default: <host>/metrics), "
+           "scraped by a separate process during the run: benchmark.json's server block",
+           http_url),
+    Option("--no-server-metrics", "do not scrape the server's metrics", switch=True,
+           default=False),
+    Option("--server-metrics-interval", "seconds between metrics scrapes (default 1)", seconds),
+    Option("--engine", "what serves the model, e.g. vllm, sglang (default: discovered from "
+           "the server)"),
+    Option("--gpu", "the GPU the server runs on, e.g. H100-80GB (recorded as given)"),
+    Option("--tier", "the serving tier, as your team names it (recorded as given)"),
+    Option("--manifest", "the deployment manifest this server came from (recorded as given)"),
+    Option("--source-recipe", "the recipe the server was started from (recorded as given)"),
+    Option("--processes", "load processes on this host (Locust's --processes: a master and "
+           "this many workers, one exact result); default 1", whole(1), default=1,
+           locust=False),
+)
+
+RUN_OPTIONS = tuple(o for o in OPTIONS if o.run)
+# what was measured, as the user states it: flags override the scenario's [meta] of the
+# same names, and both override what the server says of itself (`provenance.py`)
+PROVENANCE = ("engine", "gpu", "tier", "manifest", "source_recipe")
+LOCUST_OPTIONS = tuple(o for o in OPTIONS if o.locust)
+
+
+def option(dest: str) -> Option:
+    return next(o for o in OPTIONS if o.dest == dest)
+
+
+def locust_args(values: Mapping[str, Any]) -> list[str]:
+    """The Locust command-line arguments for `values` (dest -> typed value) of the options
+    the plugin declares; unset ones are left out, secrets never appear."""
+    out: list[str] = []
+    for o in LOCUST_OPTIONS:
+        v = values.get(o.dest)
+        if o.secret or v is None or v is False or v == "":
+            continue
+        if o.switch:
+            out.append(o.flag)
+        elif isinstance(v, tuple):  # --steps, --rates: as typed, comma-separated
+            out += [o.flag, ",".join(map(str, v))]
+        else:
+            out += [o.flag, str(v)]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What the user asked for on the command line / start form, already typed."""
+
+    scenario: Scenario
+    host: str
+    users: int
+    results_dir: str = "results"
+    run_dir: str | None = None
+    api_key: str | None = None
+    run_nonce: str | None = None
+    calibrate: bool = True
+    recalibrate: bool = False  # ignore a cached calibration (and store a fresh one)
+    tokenizer_path: str | None = None  # a local tokenizer.json to count with
+    stop_timeout_s: float | None = None  # Locust's --stop-timeout (recorded in the load block)
+    server_metrics: bool = True  # scrape the server's /metrics (telemetry.py)
+    server_metrics_url: str | None = None  # None: <host>/metrics
+    server_metrics_interval_s: float = 1.0
+
+
+def _arrivals(v: Mapping[str, Any], plan: ArrivalPlan | None) -> ArrivalPlan | None:
+    """The open-loop plan of `--rate`, `--arrival`, `--burstiness`, `--arrival-seed` over
+    the scenario's `plan` (None when none is given: keep it)."""
+    from anvil_metrics.load.arrivals import ArrivalPlan
+
+    rate, kind, burst, seed = v["rate"], v["arrival"], v["burstiness"], v["arrival_seed"]
+    if rate is None and kind is None and burst is None and seed is None:
+        return None
+    if rate is None and plan is None:
+        flag, given = next((f, g) for f, g in (("--arrival", kind), ("--burstiness", burst),
+                                               ("--arrival-seed", seed)) if g is not None)
+        raise UsageError(f"{flag} {given} needs --rate (requests/s): it shapes an open-loop "
+                         "schedule")
+    if kind is None:
+        kind = ("poisson" if burst == 1 else "gamma") if burst is not None else (
+            plan.arrival if plan is not None else "poisson")
+    if burst is None:
+        burst = plan.burstiness if plan is not None and kind == plan.arrival else 1.0
+    if kind == "poisson" and burst != 1:
+        raise UsageError(f"--burstiness {burst} is not allowed with --arrival poisson "
+                         "(burstiness 1); use --arrival gamma")
+    return ArrivalPlan(rate if rate is not None else plan.rate_rps,  # type: ignore[union-attr]
+                       kind, burst, seed if seed is not None else (plan.seed if plan else 0))
+
+
+def _windows(sc: Scenario, warmup: float | None, cooldown: float | None) -> Scenario:
+    """`--warmup` / `--cooldown` over the scenario's: windows inside a duration."""
+    warm = sc.warmup_s if warmup is None else warmup
+    cool = sc.cooldown_s if cooldown is None else cooldown
+    if not warm and not cool:
+        return sc
+    flag = "--warmup" if warm else "--cooldown"
+    if sc.duration_s is None or sc.requests is not None:
+        raise UsageError(f"{flag} needs a duration run (--duration, or --steps/--rates): "
+                         "the windows lie inside it")
+    if (warm or 0) + (cool or 0) >= sc.duration_s:
+        raise UsageError(f"--warmup {warm or 0:g} s + --cooldown {cool or 0:g} s leave nothing "
+                         f"of the {sc.duration_s:g} s duration; shorten them")
+    return replace(sc, warmup_s=warm, cooldown_s=cool)
+
+
+def _sweep(v: Mapping[str, Any], sc: Scenario) -> Scenario:
+    """`--steps` / `--rates` / `--step-duration` over the scenario's sweep (if any)."""
+    users, step_rates, step_s = v["steps"], v["rates"], v["step_duration"]
+    if users is None and step_rates is None:
+        if step_s is not None and sc.step_duration_s is None:
+            raise UsageError(f"--step-duration {step_s:g} needs --steps or --rates")
+        if step_s is None:
+            return sc
+        users, step_rates = sc.step_users, sc.step_rates
+    if users is not None and step_rates is not None:
+        raise UsageError("--steps and --rates exclude each other: a sweep changes users or "
+                         "a rate")
+    step_s = step_s if step_s is not None else sc.step_duration_s
+    if step_s is None:
+        raise UsageError("--steps/--rates need --step-duration, e.g. --step-duration 60s")
+    for flag, dest in (("--requests", "requests"), ("--duration", "duration"),
+                       ("--rate", "rate")):
+        if v[dest] is not None and not (dest == "rate" and users is not None):
+            raise UsageError(f"{flag} {v[dest]} is not allowed with a sweep: it lasts its "
+                             "steps × --step-duration" + (", each step at its own rate"
+                                                          if dest == "rate" else ""))
+    n = len(users or step_rates or ())
+    arrivals = sc.arrivals if users is not None else None
+    if step_rates is not None:
+        mean = sum(step_rates) / len(step_rates)
+        arrivals = _arrivals({**v, "rate": mean}, sc.arrivals)
+    return replace(sc, step_users=users, step_rates=step_rates, step_duration_s=step_s,
+                   requests=None, duration_s=step_s * n, arrivals=arrivals)
+
+
+def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
+                api_key: str | None, run_time_s: float | None = None,
+                stop_timeout_s: float | None = None) -> RunOptions:
+    """The one conversion, for `anvil run` and for Locust (CLI or web form): check every
+    plugin option in `values` (dest -> raw or typed value), load the scenario (none: the
+    built-in defaults) and apply the overrides; `users` (None: the scenario's) becomes its
+    concurrency; `run_time_s` (Locust's own -t) is the duration when --duration is not
+    given. `api_key` is resolved by the caller (it never travels in `values`). Raises
+    UsageError naming the bad option."""
+    from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, with_overrides
+
+    v = {o.dest: o.value(values.get(o.dest)) for o in LOCUST_OPTIONS if not o.secret}
+    if v["scenario"]:
+        sc = load_scenario(v["scenario"])
+    else:
+        sc = scenario_from_dict({"measurement_protocol": "adhoc"}, source="built-in defaults")
+    sc = with_overrides(sc, requests=v["requests"], concurrency=users,
+                        max_tokens=v["max_tokens"], model=v["model"],
+                        warmup_requests=v["warmup_requests"],
+                        duration_s=v["duration"] or run_time_s,
+                        arrivals=_arrivals(v, sc.arrivals) if v["rates"] is None else None,
+                        goodput=v["goodput"])
+    sc = _sweep(v, sc)
+    if v["duration"] is not None and v["requests"] is None and sc.requests is not None:
+        # --duration asks for a duration run: the scenario's request count does not end it
+        # (give --requests too for a budget with a time limit; Locust's own -t stays a
+        # time limit on the scenario's budget)
+        sc = replace(sc, requests=None)
+    sc = _windows(sc, v["warmup"], v["cooldown"])
+    given = {key: v[key] for key in PROVENANCE if v[key] is not None}
+    if given:  # the flags override the scenario's [meta]
+        sc = replace(sc, meta={**sc.meta, **given})
+    if not host:
+        raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
+    return RunOptions(
+        scenario=sc, host=host, users=sc.concurrency, results_dir=v["results_dir"],
+        run_dir=v["run_dir"], api_key=api_key, run_nonce=v["run_nonce"],
+        recalibrate=v["recalibrate"], tokenizer_path=v["tokenizer"],
+        stop_timeout_s=stop_timeout_s, server_metrics=not v["no_server_metrics"],
+        server_metrics_url=v["server_metrics_url"],
+        server_metrics_interval_s=v["server_metrics_interval"] or 1.0)

@@ -1,0 +1,529 @@
+"""Scenarios: what one run asks of the server, loaded from TOML and validated up front.
+
+A scenario file mirrors the names of the `anvil-serving.benchmark/v1` run fields, so what a
+user writes is what the result reports. Every value is checked before any load starts; a
+bad one raises `ScenarioError` naming the field, the value and what is allowed.
+
+    measurement_protocol = "smoke"        # -> benchmark.measurement_protocol
+    concurrency = 2                       # Locust users (-u); --users overrides
+    requests = 8                          # measured requests; --requests overrides
+                                          # (default: the distribution's total if one is
+                                          # given and no duration; else no budget)
+    duration = "5m"                       # or run this long (measured load, after the
+                                          # warm-ups); --duration overrides
+    rate = 20.0                           # open loop: requests/s offered (default: closed
+                                          # loop, `concurrency` streams back to back)
+    arrival = "poisson"                   # "poisson" | "gamma" | "constant"
+    burstiness = 1.0                      # gamma shape (1 = Poisson), as vLLM's bench
+    arrival_seed = 0                      # the schedule's seed
+    goodput = "ttft_ms<=2000"             # per-request criteria (goodput.py); --goodput
+    warmup = "30s"                        # with a duration: requests started in its first
+    cooldown = "10s"                      # / last this long stay out of the figures
+    steps = [1, 4, 16]                    # a sweep: users per step (or rates = [1.0, 2.0]
+    step_duration = "60s"                 # requests/s), each this long (steps.py)
+    warmup_requests = 1                   # run first, recorded, left out of the figures
+    max_tokens = 128
+    context_tokens = 4096                 # the context window under test
+    max_context_tokens = 4096             # its limit; planned + max_tokens must fit
+    context_seed = 0
+
+    [context_distribution]                # planned prompt tokens -> request count
+    3072 = 8
+
+    [serve_flags]                         # request-side switches, reported as given
+    reasoning_effort = "low"              # omit for none
+    thinking_mode = "default"             # "default" | "on" | "off"
+
+    [shared_prefix]                       # only with serve_flags.shared_prefix_burst = true
+    prefix_tokens = 2048                  # the shared text sized as a lone chat prompt (>= 64):
+                                          # members share it minus the template's closing
+                                          # tokens (~5), chat header included
+    group_size = 8                        # requests per group (default: concurrency)
+
+    [request]
+    include_usage = true                  # stream_options.include_usage
+    fixed_output_tokens = false           # ignore_eos + min_tokens = max_tokens
+    extra_body = {}                       # merged into every request body
+
+    [timeouts]                            # per request, seconds (defaults fit 393k prefills)
+    connect_s = 30                        # TCP connect
+    first_byte_s = 1800                   # each wait until the first output (prefill)
+    idle_s = 300                          # silence between reads once streaming
+    total_s = 7200                        # the whole request
+
+    [meta]                                # what was measured; unknown stays null
+    model = "..."                         # else --model, else the server's /v1/models
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from anvil_metrics.errors import ScenarioError, UsageError
+from anvil_metrics.load.arrivals import ArrivalPlan
+from anvil_metrics.load.loadspec import arrivals_of, duration_of, steps_of
+from anvil_metrics.prep.prompts import MAX_GROUP_SIZE
+
+THINKING_MODES = ("default", "on", "off")
+REASONING_EFFORTS = ("low", "medium", "high")
+META_KEYS = ("model", "engine", "gpu", "tier", "manifest", "source_recipe")
+
+_TOP_KEYS = {
+    "measurement_protocol",
+    "concurrency",
+    "requests",
+    "warmup_requests",
+    "max_tokens",
+    "context_tokens",
+    "max_context_tokens",
+    "context_seed",
+    "context_distribution",
+    "serve_flags",
+    "request",
+    "meta",
+    "timeouts",
+    "shared_prefix",
+    "duration",
+    "rate",
+    "arrival",
+    "burstiness",
+    "arrival_seed",
+    "goodput",
+    "steps",
+    "rates",
+    "step_duration",
+    "warmup",
+    "cooldown",
+}
+_SERVE_FLAG_KEYS = {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"}
+_REQUEST_KEYS = {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"}
+_TIMEOUT_KEYS = {"connect_s", "first_byte_s", "idle_s", "total_s"}
+_SHARED_PREFIX_KEYS = {"prefix_tokens", "group_size"}
+MIN_UNIQUE_TOKENS = 32  # shared-prefix mode: tokens each request keeps for itself
+# the chat header and the group's head line alone are ~10-20 tokens: a shared prefix
+# shorter than this would not be what the run reports
+MIN_SHARED_PREFIX_TOKENS = 64
+# body fields that anvil sets and reports; extra_body may not silently change them
+_RESERVED_BODY_KEYS = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
+                       "stream_options"}
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Client timeouts, per request. The defaults fit a 393k-token prefill, which can take
+    minutes: `first_byte_s` bounds each wait from the request's write until the stream's
+    first output (headers, a role-only chunk and the prefill), `idle_s` each silence
+    between two reads after that, `total_s` the whole request. A request that
+    overruns one fails with kind `timeout` in the phase it was in."""
+
+    connect_s: float = 30.0
+    first_byte_s: float = 1800.0
+    idle_s: float = 300.0
+    total_s: float = 7200.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A validated scenario. Sizes in tokens; `context_distribution` maps planned prompt
+    tokens to a request count (its order is the order sizes are handed out)."""
+
+    measurement_protocol: str
+    concurrency: int = 1
+    requests: int | None = None  # the request budget; None: none (a duration, or until stopped)
+    warmup_requests: int = 0
+    max_tokens: int = 256
+    context_tokens: int = 4096
+    max_context_tokens: int = 4096
+    context_seed: int = 0
+    context_distribution: dict[int, int] = field(default_factory=dict)
+    reasoning_effort: str | None = None
+    thinking_mode: str = "default"
+    shared_prefix_burst: bool = False
+    shared_prefix_tokens: int | None = None
+    shared_group_size: int | None = None
+    include_usage: bool = True
+    fixed_output_tokens: bool = False
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    duration_s: float | None = None  # measured load time, after the warm-ups
+    arrivals: ArrivalPlan | None = None  # open loop; None: closed loop
+    goodput: str | None = None  # goodput criteria as text (`goodput.parse_criteria`)
+    step_users: tuple[int, ...] | None = None  # a sweep of users, one per step
+    step_rates: tuple[float, ...] | None = None  # a sweep of open-loop rates
+    step_duration_s: float | None = None
+    warmup_s: float | None = None  # with a duration: the first/last stretch left out of
+    cooldown_s: float | None = None  # the figures (`--warmup`/`--cooldown`)
+    source: str | None = None
+
+    @property
+    def load_mode(self) -> str:
+        """"budget" (a request count ends the run; a duration, if any, is a time limit),
+        "duration", or "until_stopped" (the web UI's Stop, Ctrl-C)."""
+        if self.requests is not None:
+            return "budget"
+        return "duration" if self.duration_s is not None else "until_stopped"
+
+    @property
+    def no_thinking(self) -> bool:
+        return self.thinking_mode == "off"
+
+    def serve_flags(self) -> dict[str, Any]:
+        return {
+            "no_thinking": self.no_thinking,
+            "reasoning_effort": self.reasoning_effort,
+            "shared_prefix_burst": self.shared_prefix_burst,
+            "thinking_mode": self.thinking_mode,
+        }
+
+    def shared_prefix(self, users: int | None = None) -> dict[str, int] | None:
+        """The benchmark's `shared_prefix` field: `{prefix_tokens, group_size}` or None.
+        Without a `group_size`, a group is as large as the run's users (default: the
+        scenario's concurrency)."""
+        if not self.shared_prefix_burst or self.shared_prefix_tokens is None:
+            return None
+        return {"prefix_tokens": self.shared_prefix_tokens,
+                "group_size": self.shared_group_size or users or self.concurrency}
+
+    def planned_sizes(self) -> list[int]:
+        """The distribution expanded and shuffled with `context_seed` (so a run shorter
+        than the distribution still mixes its sizes): request i gets sizes[i % len]."""
+        out: list[int] = []
+        for size, count in self.context_distribution.items():
+            out.extend([size] * count)
+        random.Random(self.context_seed).shuffle(out)
+        return out
+
+
+def _err(field_name: str, value: Any, allowed: str, source: str | None) -> ScenarioError:
+    return ScenarioError(field_name, value, allowed, source=source)
+
+
+def _int(d: dict, key: str, default: int, minimum: int, src: str | None, name: str = "") -> int:
+    name = name or key
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _err(name, v, f"a whole number >= {minimum}", src)
+    return v
+
+
+def _bool(d: dict, key: str, default: bool, src: str | None, name: str = "") -> bool:
+    v = d.get(key, default)
+    if not isinstance(v, bool):
+        raise _err(name or key, v, "true or false", src)
+    return v
+
+
+def _table(d: dict, key: str, allowed_keys: set[str] | None, src: str | None) -> dict:
+    v = d.get(key, {})
+    if not isinstance(v, dict):
+        raise _err(key, v, "a table", src)
+    if allowed_keys is not None:
+        for k in v:
+            if k not in allowed_keys:
+                raise _err(f"{key}.{k}", v[k], f"one of the keys {sorted(allowed_keys)}", src)
+    return v
+
+
+def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scenario:
+    """Validate a parsed TOML document into a `Scenario`; raise ScenarioError on the first
+    bad field."""
+    for k in data:
+        if k not in _TOP_KEYS:
+            raise _err(k, data[k], f"one of the keys {sorted(_TOP_KEYS)}", source)
+    protocol = data.get("measurement_protocol")
+    if not isinstance(protocol, str) or not protocol.strip():
+        raise _err("measurement_protocol", protocol, "a non-empty string", source)
+
+    max_tokens = _int(data, "max_tokens", 256, 1, source)
+    context_tokens = _int(data, "context_tokens", 4096, 1, source)
+    max_context = _int(data, "max_context_tokens", context_tokens, 1, source)
+    seed = _int(data, "context_seed", 0, 0, source)
+
+    dist_raw = _table(data, "context_distribution", None, source)
+    dist: dict[int, int] = {}
+    for k, v in dist_raw.items():
+        try:
+            size = int(k)
+        except (TypeError, ValueError):
+            key = f"context_distribution.{k}"
+            raise _err(key, v, "keys that are token counts", source) from None
+        if size < 1:
+            raise _err(f"context_distribution.{k}", v, "keys that are token counts >= 1", source)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _err(f"context_distribution.{k}", v, "a request count >= 1", source)
+        if size + max_tokens > max_context:
+            raise _err(
+                f"context_distribution.{k}",
+                v,
+                f"planned sizes with size + max_tokens ({max_tokens}) <= max_context_tokens "
+                f"({max_context}); {size} + {max_tokens} = {size + max_tokens}",
+                source,
+            )
+        dist[size] = v
+    if not dist:
+        default_size = max(1, min(context_tokens, max_context) - max_tokens)
+        dist = {default_size: 1}
+
+    duration = duration_of(data.get("duration"), source) if "duration" in data else None
+    if data.get("requests") is None and "requests" in data:  # the wire's "no budget"
+        requests = None
+    elif "requests" in data or (dist_raw and duration is None):
+        requests = _int(data, "requests", sum(dist.values()), 1, source)
+    else:
+        requests = None
+    step_users, step_rates, step_s = steps_of(data, source)
+    if step_rates is not None:  # a rate sweep's plan: the mean rate; each step has its own
+        data = {**data, "rate": sum(step_rates) / len(step_rates)}
+    arrivals = arrivals_of(data, source)
+    if step_s is not None:
+        if data.get("requests") is not None or "duration" in data:
+            key = "requests" if data.get("requests") is not None else "duration"
+            raise _err(key, data[key], "no request count or duration with steps (a sweep "
+                       "lasts its steps × step_duration)", source)
+        requests, duration = None, step_s * len(step_users or step_rates or ())
+    goodput = data.get("goodput")
+    if goodput is not None:
+        from anvil_metrics.post.goodput import parse_criteria
+
+        if not isinstance(goodput, str):
+            raise _err("goodput", goodput, 'criteria as text, e.g. "ttft_ms<=2000"', source)
+        try:
+            goodput = ",".join(c.text() for c in parse_criteria(goodput, "goodput"))
+        except UsageError as e:
+            raise _err("goodput", goodput, str(e).split(": ", 1)[-1], source) from None
+    warmup = _int(data, "warmup_requests", 0, 0, source)
+    concurrency = _int(data, "concurrency", 1, 1, source)
+
+    flags = _table(data, "serve_flags", _SERVE_FLAG_KEYS, source)
+    effort = flags.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise _err("serve_flags.reasoning_effort", effort, f"one of {REASONING_EFFORTS}", source)
+    thinking = flags.get("thinking_mode", "default")
+    if thinking not in THINKING_MODES:
+        raise _err("serve_flags.thinking_mode", thinking, f"one of {THINKING_MODES}", source)
+    no_thinking = _bool(flags, "no_thinking", thinking == "off", source, "serve_flags.no_thinking")
+    if no_thinking and thinking == "on":
+        raise _err("serve_flags.no_thinking", True, "false when thinking_mode = 'on'", source)
+    if no_thinking:
+        thinking = "off"
+    shared = _bool(flags, "shared_prefix_burst", False, source, "serve_flags.shared_prefix_burst")
+    sp = _table(data, "shared_prefix", _SHARED_PREFIX_KEYS, source)
+    prefix_tokens: int | None = None
+    group_size: int | None = None
+    if sp and not shared:
+        raise _err("shared_prefix", sp, "only with serve_flags.shared_prefix_burst = true",
+                   source)
+    if shared:
+        if "prefix_tokens" not in sp:
+            raise _err("shared_prefix.prefix_tokens", None, "a token count (required with "
+                       "serve_flags.shared_prefix_burst = true)", source)
+        prefix_tokens = _int(sp, "prefix_tokens", 0, MIN_SHARED_PREFIX_TOKENS, source,
+                             "shared_prefix.prefix_tokens")
+        if "group_size" in sp:
+            group_size = _int(sp, "group_size", 1, 1, source, "shared_prefix.group_size")
+            if group_size > MAX_GROUP_SIZE:
+                raise _err("shared_prefix.group_size", group_size,
+                           f"a whole number from 1 to {MAX_GROUP_SIZE}", source)
+        smallest = min(dist)
+        if prefix_tokens + MIN_UNIQUE_TOKENS > smallest:
+            raise _err("shared_prefix.prefix_tokens", prefix_tokens,
+                       f"at most the smallest planned size ({smallest}) - {MIN_UNIQUE_TOKENS} "
+                       f"= {smallest - MIN_UNIQUE_TOKENS}, so each request keeps some tokens "
+                       "of its own", source)
+
+    if shared and arrivals is not None:
+        raise _err("rate", data.get("rate"), "no rate with serve_flags.shared_prefix_burst = "
+                   "true (bursts send groups back to back)", source)
+
+    req = _table(data, "request", _REQUEST_KEYS, source)
+    include_usage = _bool(req, "include_usage", True, source, "request.include_usage")
+    fixed = _bool(req, "fixed_output_tokens", False, source, "request.fixed_output_tokens")
+    extra = req.get("extra_body", {})
+    if not isinstance(extra, dict):
+        raise _err("request.extra_body", extra, "a table of JSON fields", source)
+    try:  # kept as the JSON the body will carry (a TOML date becomes its string): plain data
+        extra = orjson.loads(orjson.dumps(extra))
+    except orjson.JSONEncodeError as e:
+        raise _err("request.extra_body", extra, f"a table of JSON fields ({e})", source) from None
+    for k in extra:
+        if k in _RESERVED_BODY_KEYS:
+            raise _err(f"request.extra_body.{k}", extra[k],
+                       f"no key anvil sets itself ({sorted(_RESERVED_BODY_KEYS)}); use the "
+                       "scenario's own field or command-line flag", source)
+    system_prompt = req.get("system_prompt")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise _err("request.system_prompt", system_prompt, "a string", source)
+
+    meta = _table(data, "meta", set(META_KEYS), source)
+    for k, v in meta.items():
+        if v is not None and not isinstance(v, str):
+            raise _err(f"meta.{k}", v, "a string", source)
+
+    tmo = _table(data, "timeouts", _TIMEOUT_KEYS, source)
+    timeouts = Timeouts()
+    for k in _TIMEOUT_KEYS:
+        if k in tmo:
+            v = tmo[k]
+            if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+                    or v <= 0):
+                raise _err(f"timeouts.{k}", v, "a finite number of seconds > 0", source)
+    timeouts = Timeouts(**{k: float(tmo.get(k, getattr(timeouts, k))) for k in _TIMEOUT_KEYS})
+
+    return Scenario(
+        measurement_protocol=protocol,
+        concurrency=concurrency,
+        requests=requests,
+        warmup_requests=warmup,
+        max_tokens=max_tokens,
+        context_tokens=context_tokens,
+        max_context_tokens=max_context,
+        context_seed=seed,
+        context_distribution=dist,
+        reasoning_effort=effort,
+        thinking_mode=thinking,
+        shared_prefix_burst=shared,
+        shared_prefix_tokens=prefix_tokens,
+        shared_group_size=group_size,
+        include_usage=include_usage,
+        fixed_output_tokens=fixed,
+        extra_body=dict(extra),
+        system_prompt=system_prompt,
+        meta=dict(meta),
+        timeouts=timeouts,
+        duration_s=duration,
+        arrivals=arrivals,
+        goodput=goodput,
+        step_users=step_users,
+        step_rates=step_rates,
+        step_duration_s=step_s,
+        warmup_s=duration_of(data["warmup"], source, "warmup") if "warmup" in data else None,
+        cooldown_s=(duration_of(data["cooldown"], source, "cooldown") if "cooldown" in data
+                    else None),
+        source=source,
+    )
+
+
+def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
+    """The TOML-shaped document `scenario_from_dict` reads back into an equal Scenario
+    (`source` apart: pass it along). Plain data only: `context_distribution`'s keys are
+    strings, as in TOML, and keep their order (the order sizes are handed out in)."""
+    flags: dict[str, Any] = {"thinking_mode": sc.thinking_mode,
+                             "shared_prefix_burst": sc.shared_prefix_burst}
+    if sc.reasoning_effort is not None:
+        flags["reasoning_effort"] = sc.reasoning_effort
+    request: dict[str, Any] = {"include_usage": sc.include_usage,
+                               "fixed_output_tokens": sc.fixed_output_tokens,
+                               "extra_body": orjson.loads(orjson.dumps(sc.extra_body))}
+    if sc.system_prompt is not None:
+        request["system_prompt"] = sc.system_prompt
+    doc: dict[str, Any] = {
+        "measurement_protocol": sc.measurement_protocol,
+        "concurrency": sc.concurrency,
+        "requests": sc.requests,  # None (no budget) only on the wire: TOML has no null
+        "warmup_requests": sc.warmup_requests,
+        "max_tokens": sc.max_tokens,
+        "context_tokens": sc.context_tokens,
+        "max_context_tokens": sc.max_context_tokens,
+        "context_seed": sc.context_seed,
+        "context_distribution": {str(k): v for k, v in sc.context_distribution.items()},
+        "serve_flags": flags,
+        "request": request,
+        "meta": dict(sc.meta),
+        "timeouts": {f.name: getattr(sc.timeouts, f.name) for f in fields(Timeouts)},
+    }
+    if sc.duration_s is not None:
+        doc["duration"] = sc.duration_s
+    if sc.goodput is not None:
+        doc["goodput"] = sc.goodput
+    for key, value in (("warmup", sc.warmup_s), ("cooldown", sc.cooldown_s)):
+        if value is not None:
+            doc[key] = value
+    if sc.step_duration_s is not None:  # a sweep: its plan and duration follow from it
+        doc.pop("duration", None)
+        doc["step_duration"] = sc.step_duration_s
+        if sc.step_users is not None:
+            doc["steps"] = list(sc.step_users)
+        else:
+            doc["rates"] = list(sc.step_rates or ())
+            doc.pop("rate", None)
+    if sc.arrivals is not None:
+        doc.update(arrival=sc.arrivals.arrival, burstiness=sc.arrivals.burstiness,
+                   arrival_seed=sc.arrivals.seed)
+        if sc.step_rates is None:  # a rate sweep's rate is its steps'
+            doc["rate"] = sc.arrivals.rate_rps
+    if sc.shared_prefix_burst:
+        sp: dict[str, Any] = {"prefix_tokens": sc.shared_prefix_tokens}
+        if sc.shared_group_size is not None:
+            sp["group_size"] = sc.shared_group_size
+        doc["shared_prefix"] = sp
+    return doc
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario TOML file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"scenario file {str(p)!r} does not exist; pass a .toml path") from None
+    except OSError as e:
+        raise UsageError(f"scenario file {str(p)!r} cannot be read: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(
+            f"{p}: not valid TOML ({e}); see scenarios/smoke.toml for the format") from None
+    return scenario_from_dict(data, source=str(p))
+
+
+def with_overrides(
+    sc: Scenario,
+    *,
+    requests: int | None = None,
+    concurrency: int | None = None,
+    max_tokens: int | None = None,
+    model: str | None = None,
+    warmup_requests: int | None = None,
+    duration_s: float | None = None,
+    arrivals: ArrivalPlan | None = None,
+    goodput: str | None = None,
+) -> Scenario:
+    """Apply command-line overrides (None: keep the scenario's), re-checking what they can
+    break."""
+    from dataclasses import replace
+
+    meta = dict(sc.meta)
+    if model:
+        meta["model"] = model
+    new = replace(
+        sc,
+        requests=sc.requests if requests is None else requests,
+        concurrency=sc.concurrency if concurrency is None else concurrency,
+        max_tokens=sc.max_tokens if max_tokens is None else max_tokens,
+        warmup_requests=sc.warmup_requests if warmup_requests is None else warmup_requests,
+        duration_s=sc.duration_s if duration_s is None else duration_s,
+        arrivals=sc.arrivals if arrivals is None else arrivals,
+        goodput=sc.goodput if goodput is None else goodput,
+        meta=meta,
+    )
+    if new.arrivals is not None and new.shared_prefix_burst:
+        raise UsageError(f"--rate is not allowed with {sc.source or 'the scenario'}: its "
+                         "shared-prefix bursts send groups back to back, not at a rate")
+    if max_tokens is not None:
+        for size in new.context_distribution:
+            if size + new.max_tokens > new.max_context_tokens:
+                raise UsageError(
+                    f"--max-tokens {max_tokens} is not allowed with {sc.source or 'the scenario'}: "
+                    f"planned size {size} + {max_tokens} exceeds max_context_tokens "
+                    f"{new.max_context_tokens}; use at most {new.max_context_tokens - size}"
+                )
+    return new

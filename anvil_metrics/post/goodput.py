@@ -1,0 +1,142 @@
+"""Goodput: the requests that met every per-request criterion, per second of the run.
+
+Why: throughput counts requests the user would not accept (a 30 s time to first token is
+still a completed request). vLLM's bench (`--goodput ttft:2000 …`), AIPerf and the
+DistServe paper count instead the requests that meet a service-level objective. Here a
+criterion is `<row field> <op> <number>` on any numeric field of `request_timings[]`
+(`catalog.ROW`), e.g. `ttft_ms<=2000,mean_inter_token_latency_ms<=50`, with ops `<=`, `<`,
+`>=`, `>`. A request meets the criteria when it completed and every named field is present
+and within its bound (a null field — no content, say — does not meet `ttft_ms<=2000`); a
+failed request never meets them.
+
+In the document (when criteria were given): `goodput: {criteria, met, fraction}` — the
+criteria as text, how many requests met them, and `met / requests` — and
+`metrics.goodput_rps = met / (wall_clock_ms / 1000)`; per step in `steps[]`, with the
+step's own window. `anvil verify` recomputes both from the rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from anvil_metrics import catalog
+from anvil_metrics.errors import UsageError
+from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.schema import fmt, same
+
+OPS = {"<=": np.less_equal, "<": np.less, ">=": np.greater_equal, ">": np.greater}
+NUMERIC = tuple(f.name for f in catalog.ROW if f.kind in ("count", "duration", "float")
+                and f.name != "request_index")
+_BOUND = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*")
+
+
+def parse_bounds(text: str | Sequence[str], flag: str, example: str
+                 ) -> list[tuple[str, str, float, str]]:
+    """`(name, op, limit, part)` of each `NAME OP NUMBER` in a comma-separated text (or a
+    list of such texts): goodput criteria and capacity SLOs are written alike. UsageError
+    naming `flag` and the bad part; `example` shows a good one."""
+    parts = [p for t in ([text] if isinstance(text, str) else text) for p in t.split(",")]
+    out = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        m = _BOUND.fullmatch(part)
+        if m is None:
+            raise UsageError(f"{flag} {part!r} is not allowed; expected NAME<=NUMBER (or <, "
+                             f">=, >), e.g. {example}")
+        name, op, number = m.groups()
+        try:
+            limit = float(number)
+        except ValueError:
+            raise UsageError(f"{flag} {part!r}: {number!r} is not a number") from None
+        out.append((name, op, limit, part))
+    if not out:
+        raise UsageError(f"{flag} {text!r} has nothing to check; expected e.g. {example}")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Criterion:
+    """`field op limit`, e.g. ttft_ms <= 2000."""
+
+    field: str
+    op: str
+    limit: float
+
+    def text(self) -> str:
+        return f"{self.field}{self.op}{self.limit:g}"
+
+
+def parse_criteria(text: str | Sequence[str], flag: str = "--goodput") -> tuple[Criterion, ...]:
+    """Criteria from `"a<=1,b>2"` (or a list of such texts); UsageError naming `flag`, the
+    bad part and what is allowed."""
+    out = []
+    for name, op, limit, part in parse_bounds(text, flag, "ttft_ms<=2000"):
+        if name not in NUMERIC:
+            raise UsageError(f"{flag} {part!r}: {name!r} is not a numeric field of "
+                             f"request_timings; one of {', '.join(NUMERIC)}")
+        out.append(Criterion(name, op, limit))
+    return tuple(out)
+
+
+def meets(rows: RowColumns, criteria: Sequence[Criterion]) -> Any:
+    """Per row: True where every criterion holds (a null value never does)."""
+    ok = np.ones(len(rows), dtype=bool)
+    for c in criteria:
+        values = rows.values(c.field)
+        with np.errstate(invalid="ignore"):
+            ok &= ~np.isnan(values) & OPS[c.op](values, c.limit)
+    return ok
+
+
+def goodput(rows: RowColumns, requests: int, wall_clock_ms: float | None,
+            criteria: Sequence[Criterion]) -> tuple[dict[str, Any], float | None]:
+    """(`goodput` block, `goodput_rps`) of rows out of `requests` issued over the window."""
+    met = int(np.count_nonzero(meets(rows, criteria)))
+    block = {"criteria": [c.text() for c in criteria], "met": met,
+             "fraction": met / requests if requests else None}
+    return block, rate(met, wall_clock_ms)
+
+
+def rate(met: int, wall_clock_ms: float | None) -> float | None:
+    """`met / (wall_clock_ms / 1000)`; None without a positive window."""
+    if wall_clock_ms is None or wall_clock_ms <= 0:
+        return None
+    return met / (wall_clock_ms / 1000)
+
+
+def check_goodput(doc: Mapping[str, Any], rows: RowColumns | None, wall: float | None,
+                  problems: list[str]) -> None:
+    """`goodput` and `metrics.goodput_rps`, recomputed from the rows (when well-typed)."""
+    block = doc.get("goodput")
+    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
+    if block is None:
+        if "goodput_rps" in metrics:
+            problems.append("metrics.goodput_rps: set, but the file has no goodput criteria")
+        return
+    if not (isinstance(block, dict) and isinstance(block.get("criteria"), list)
+            and all(isinstance(c, str) for c in block["criteria"])):
+        problems.append(f"goodput: expected {{criteria: [text, …], met, fraction}}, file has "
+                        f"{fmt(block)}")
+        return
+    try:
+        criteria = parse_criteria(block["criteria"], flag="goodput.criteria")
+    except UsageError as e:
+        problems.append(str(e))
+        return
+    if rows is None:
+        return
+    requests = doc.get("requests") if type(doc.get("requests")) is int else len(rows)
+    want, want_rps = goodput(rows, requests, wall, criteria)
+    for key in ("met", "fraction"):
+        if not same(block.get(key), want[key]):
+            problems.append(f"goodput.{key}: file has {fmt(block.get(key))}, recomputed "
+                            f"{fmt(want[key])} from the rows and {block['criteria']}")
+    if not same(metrics.get("goodput_rps"), want_rps):
+        problems.append(f"metrics.goodput_rps: file has {fmt(metrics.get('goodput_rps'))}, "
+                        f"recomputed {fmt(want_rps)} = met / (wall_clock_ms / 1000)")

@@ -1,0 +1,241 @@
+"""The benchmark's `load` block: how load was offered, and what the run achieved of it.
+
+Why its own block: a latency means little without the load it was measured under, and
+closed-loop and open-loop runs fail differently. Closed-loop users at saturation quietly
+wait, and latency looks better than it is; an open-loop schedule that outruns its users
+sends requests late. So the block says which kind of run it was and, for an open loop,
+whether the generator kept up: offered vs achieved rate, how late requests went out after
+their due time (`schedule_lag_ms`, from the rows: `anvil verify` recomputes it) and how many
+found no free user when they fell due. Members (null where they do not apply):
+
+- `mode`: "budget" (a request count ended the run; a duration, if any, was a time limit),
+  "duration", or "until_stopped";
+- `arrival`: "closed" (users back to back), "poisson", "gamma" or "constant";
+- `offered_rate_rps`, `burstiness`: the open-loop plan (`arrivals.ArrivalPlan`);
+- `achieved_rate_rps`: `(n − 1) / ((last start − first start) / 1e9)` over the measured
+  requests (completed and failed): the rate they were actually written at;
+- `duration_s`: the duration asked for; `window_s`: `[first start, last end]` of the
+  measured requests, in seconds after the run's header (its `perf_anchor_ns`) — or, with
+  `--warmup`/`--cooldown`, the measured window itself: only requests that started in it
+  are in the document, and `outside_window: {warmup, cooldown}` (anvil's member) counts
+  the others, which stay in `requests.jsonl` (its `"window"` line marks the bounds);
+- `schedule_lag_ms`: `{p50, p99, max}` of the rows' `schedule_lag_ms` (open loop; in a
+  closed loop the same figure is the client's own delay, `client.start_delay_ms`);
+- `waited_for_user`: measured requests that fell due while every user was busy (open loop);
+- `cancelled`: measured requests recorded as `cancelled` — stopped by the run's end (a
+  duration, Stop, Ctrl-C) after `--stop-timeout`, never the server's failure.
+
+What `anvil verify` can and cannot recompute: `schedule_lag_ms` and `cancelled` follow from
+the rows and failures and are recomputed; the members copied from the plan are checked for
+consistency with `arrival`; `achieved_rate_rps`, `window_s` and `waited_for_user` come from
+the requests' start stamps and flags in `requests.jsonl`, which the document does not hold,
+so verify checks their types and bounds only (`anvil postprocess` rebuilds them exactly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from anvil_metrics.post import stats
+from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.schema import fmt, same
+
+MODES = ("budget", "duration", "until_stopped")
+ARRIVAL_KINDS = ("closed", "poisson", "gamma", "constant")
+KEYS = ("mode", "arrival", "offered_rate_rps", "achieved_rate_rps", "burstiness",
+        "duration_s", "window_s", "schedule_lag_ms", "waited_for_user", "cancelled")
+OPTIONAL_KEYS = ("outside_window",)  # anvil's, beyond the spec's list
+
+
+def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: Any,
+               anchor_ns: int | None, rows: RowColumns, cancelled: int,
+               window_ns: tuple[int, int] | None = None,
+               outside: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The block from the raw header's `params.load` and the measured records (their
+    `start_ns`, `last_ns` — end, or start without one — on the master's clock, and
+    `waited` flags, numpy columns) and the rows; `window_ns`/`outside`: a run with
+    `--warmup`/`--cooldown` windows, and how many requests started outside them."""
+    plan = params.get("arrivals") if isinstance(params.get("arrivals"), dict) else None
+    n = len(start_ns)
+    achieved = None
+    if n >= 2:
+        span_s = int(start_ns.max() - start_ns.min()) / 1e9
+        achieved = (n - 1) / span_s if span_s > 0 else None
+    window = None
+    if window_ns is not None and isinstance(anchor_ns, int):
+        window = [(window_ns[0] - anchor_ns) / 1e9, (window_ns[1] - anchor_ns) / 1e9]
+    elif n and isinstance(anchor_ns, int):
+        window = [int(start_ns.min() - anchor_ns) / 1e9, int(last_ns.max() - anchor_ns) / 1e9]
+    return {
+        "mode": params.get("mode"),
+        "arrival": plan["arrival"] if plan else "closed",
+        "offered_rate_rps": plan["rate_rps"] if plan else None,
+        "achieved_rate_rps": achieved,
+        "burstiness": plan.get("burstiness") if plan else None,
+        "duration_s": params.get("duration_s"),
+        "window_s": window,
+        "schedule_lag_ms": schedule_lag(rows) if plan else None,
+        "waited_for_user": int(np.count_nonzero(waited)) if plan else None,
+        "cancelled": cancelled,
+        "outside_window": None if outside is None else dict(outside),
+    }
+
+
+def schedule_lag(rows: RowColumns) -> dict[str, float | None] | None:
+    """`{p50, p99, max}` (nearest rank) of the rows' `schedule_lag_ms`; None for rows
+    without the field (a file written before it)."""
+    if "schedule_lag_ms" in rows.absent:
+        return None
+    lag = rows.floats["schedule_lag_ms"]
+    lag = lag[~np.isnan(lag)]
+    p50, p99, top = stats.nearest_rank_columns(lag, (50, 99, 100))
+    return {"p50": p50, "p99": p99, "max": top}
+
+
+BEHIND_FRACTION = 0.01  # more of the requests than this waited for a user: warn
+
+
+def behind(load: Mapping[str, Any] | None, requests: Any) -> str | None:
+    """One line when an open-loop schedule outran its users (more than `BEHIND_FRACTION`
+    of the requests fell due with every user busy), else None."""
+    waited = (load or {}).get("waited_for_user")
+    if not waited or not isinstance(requests, int) or waited <= BEHIND_FRACTION * requests:
+        return None
+    assert load is not None
+    lag = load.get("schedule_lag_ms") or {}
+    offered, achieved = load.get("offered_rate_rps"), load.get("achieved_rate_rps")
+    return (f"the schedule outran the users: {waited} of {requests} requests fell due "
+            f"with every user busy and went out late (schedule lag p99 "
+            f"{_num(lag.get('p99'))} ms, max {_num(lag.get('max'))} ms; achieved "
+            f"{_num(achieved)} of {_num(offered)} requests/s offered); latencies from due "
+            "include the wait: add users (-u) or lower --rate")
+
+
+def _num(v: Any) -> str:
+    return "null" if v is None else f"{v:,.2f}"
+
+
+def _outside(out: Any) -> str:
+    if not isinstance(out, dict):
+        return ""
+    return (f"; left out: {out.get('warmup')} started in the warm-up window, "
+            f"{out.get('cooldown')} in the cool-down")
+
+
+def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+    """What the CLI summary says about the load (nothing for a file without the block)."""
+    load = doc.get("load")
+    if not isinstance(load, dict):
+        return []
+    window = load.get("window_s") or [None, None]
+    how = {"budget": f"{doc.get('requests')} requests",
+           "duration": f"duration {_num(load.get('duration_s'))} s",
+           "until_stopped": "until stopped"}.get(str(load.get("mode")), str(load.get("mode")))
+    if load.get("arrival") == "closed":
+        offered = f"closed loop, {doc.get('concurrency')} users"
+    else:
+        offered = (f"open loop {load.get('arrival')} at {_num(load.get('offered_rate_rps'))} "
+                   f"req/s offered (burstiness {load.get('burstiness')})")
+    lines = [f"load: {how}; {offered}; achieved {_num(load.get('achieved_rate_rps'))} req/s; "
+             f"measured window {_num(window[0])}-{_num(window[1])} s; cancelled by the end "
+             f"{load.get('cancelled')}" + _outside(load.get("outside_window"))]
+    if load.get("arrival") != "closed":
+        lag = load.get("schedule_lag_ms") or {}
+        m = doc.get("metrics") or {}
+        lines.append(
+            f"schedule: lag p50 {_num(lag.get('p50'))} / p99 {_num(lag.get('p99'))} / max "
+            f"{_num(lag.get('max'))} ms; waited for a user {load.get('waited_for_user')}; from "
+            f"due: time to first output p50 {_num(m.get('time_to_first_output_from_due_p50_ms'))}"
+            f" p95 {_num(m.get('time_to_first_output_from_due_p95_ms'))} ms, end to end p50 "
+            f"{_num(m.get('e2e_from_due_p50_ms'))} p95 {_num(m.get('e2e_from_due_p95_ms'))} ms")
+    warning = behind(load, doc.get("requests"))
+    if warning:
+        lines.append(f"WARNING: {warning}")
+    return lines
+
+
+def check_load(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+    """The `load` block, where there is one: its members and their types, the open-loop
+    members null exactly in a closed loop, `cancelled` = the failures of kind
+    "cancelled", `waited_for_user` at most `requests`, and `schedule_lag_ms` recomputed
+    from the rows (when they are well-typed: `rows`)."""
+    if "load" not in doc or doc["load"] is None:
+        return
+    load = doc["load"]
+    if not isinstance(load, dict):
+        problems.append(f"load: expected an object or null, file has {fmt(load)}")
+        return
+    for key in KEYS:
+        if key not in load:
+            problems.append(f"load.{key}: missing (null where it does not apply)")
+    for key in sorted(load.keys() - set(KEYS) - set(OPTIONAL_KEYS), key=str):
+        problems.append(f"load.{key}: unknown field; verify cannot check it")
+    if load.get("mode") not in MODES:
+        problems.append(f"load.mode: expected one of {list(MODES)}, file has "
+                        f"{fmt(load.get('mode'))}")
+    arrival = load.get("arrival")
+    if arrival not in ARRIVAL_KINDS:
+        problems.append(f"load.arrival: expected one of {list(ARRIVAL_KINDS)}, file has "
+                        f"{fmt(arrival)}")
+        return
+    closed = arrival == "closed"
+    for key in ("offered_rate_rps", "achieved_rate_rps", "duration_s", "burstiness"):
+        v = load.get(key)
+        if v is not None and not _positive(v):
+            problems.append(f"load.{key}: expected a number > 0 or null, file has {fmt(v)}")
+    for key in ("offered_rate_rps", "schedule_lag_ms", "waited_for_user"):
+        if (load.get(key) is None) != closed:
+            problems.append(f"load.{key}: {'null' if closed else 'set'} exactly in a closed "
+                            f"loop (arrival {fmt(arrival)}), file has {fmt(load.get(key))}")
+    want_burst = {"closed": None, "constant": None, "poisson": 1.0}.get(arrival)
+    burst = load.get("burstiness")
+    if (arrival == "gamma" and burst is None) or (arrival != "gamma" and not same(
+            burst, want_burst)):
+        expected = "a number > 0" if arrival == "gamma" else fmt(want_burst)
+        problems.append(f"load.burstiness: {expected} with arrival {fmt(arrival)}, file has "
+                        f"{fmt(burst)}")
+    if load.get("mode") == "duration" and load.get("duration_s") is None:
+        problems.append("load.duration_s: null, but mode is \"duration\"")
+    _check_window(load.get("window_s"), problems)
+    out = load.get("outside_window")
+    if out is not None and not (isinstance(out, dict) and set(out) == {"warmup", "cooldown"}
+                                and all(type(v) is int and v >= 0 for v in out.values())):
+        problems.append(f"load.outside_window: expected {{warmup, cooldown}} counts or null, "
+                        f"file has {fmt(out)}")
+    _check_counts(doc, load, problems)
+    if not closed and rows is not None and isinstance(load.get("schedule_lag_ms"), dict):
+        want = schedule_lag(rows)
+        if want is not None and not same(load["schedule_lag_ms"], want):
+            problems.append(f"load.schedule_lag_ms: file has {fmt(load['schedule_lag_ms'])}, "
+                            f"recomputed {fmt(want)} from the rows' schedule_lag_ms")
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0 and v < float("inf")
+
+
+def _check_window(window: Any, problems: list[str]) -> None:
+    if window is None:
+        return
+    if not (isinstance(window, list) and len(window) == 2 and all(
+            isinstance(x, float) for x in window) and window[0] <= window[1]):
+        problems.append(f"load.window_s: expected [start, end] in seconds, start <= end, "
+                        f"or null, file has {fmt(window)}")
+
+
+def _check_counts(doc: Mapping[str, Any], load: Mapping[str, Any], problems: list[str]
+                  ) -> None:
+    failures = doc.get("failures") if isinstance(doc.get("failures"), list) else []
+    want = sum(1 for f in failures if isinstance(f, dict) and f.get("kind") == "cancelled")
+    if load.get("cancelled") != want or isinstance(load.get("cancelled"), bool):
+        problems.append(f"load.cancelled: file has {fmt(load.get('cancelled'))}, but "
+                        f"failures has {want} of kind \"cancelled\"")
+    waited = load.get("waited_for_user")
+    requests = doc.get("requests")
+    if waited is not None and not (type(waited) is int and 0 <= waited and (
+            type(requests) is not int or waited <= requests)):
+        problems.append(f"load.waited_for_user: expected a count from 0 to requests "
+                        f"({fmt(requests)}) or null, file has {fmt(waited)}")

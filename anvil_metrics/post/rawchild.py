@@ -1,0 +1,129 @@
+"""One part of a large `requests.jsonl`, read in a child process of `rawpart.scan_raw`.
+
+`python -m anvil_metrics.post.rawchild FILE START [STOP]` reads the lines from byte START (a line
+start) to STOP (a line start) or the end: each plain `"request"` line goes straight into
+column rows (`rawcolumns.ColumnBuilder.add_plain`), every other line is handed back as it
+is, for the parent's one-pass reader to judge in file order (`rawpart.merge_part`). It stops
+at the first unparseable line (the one-pass reader raises there; nothing after it matters).
+
+Why a module of its own: a child is a fresh interpreter (nothing is forked, so a
+gevent-patched Locust process can use it too), and it imports only what reading needs —
+no numpy, no benchmark rules — so it starts in a tenth of a second.
+
+What a child writes on its stdout, `Part`: a 16-byte head (the sizes of the two pieces that
+follow), the small fields pickled (parent and child are one host's processes, never a
+network's), then `buf` as it lies in memory: the rows (~70 MB for half a million) cross
+the pipe once, straight into the buffer the parent's merge uses.
+- `buf`: the column rows it built (int64, `RAW_COLUMNS`), line numbers counted from 1 at the
+  part's start, worker codes its own (`workers`, in code order), failures by its own row
+  position;
+- `segments`: in file order, `("rows", first, stop)` (rows of `buf`), `("line", n, raw)` (a
+  line for the one-pass reader, with its newline if it had one);
+- `lines`: how many lines it read.
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import struct
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from anvil_metrics.post.rawcolumns import ColumnBuilder
+
+HEAD = struct.Struct("<QQ")  # the sizes of the pickled fields and of `buf`, in bytes
+
+
+def lines_within(f: Iterable[bytes], size: int) -> Iterable[bytes]:
+    """The lines of `f` that lie within its next `size` bytes (`size` ends a line)."""
+    for raw in f:
+        yield raw
+        size -= len(raw)
+        if size <= 0:
+            return
+
+
+@dataclass
+class Part:
+    buf: Any = b""  # the rows: any writable buffer of int64 (a bytearray, an array("q"))
+    workers: list[str] = field(default_factory=list)
+    failures: dict[int, tuple[Any, Any, Any, Any, Any]] = field(default_factory=dict)
+    segments: list[tuple[Any, ...]] = field(default_factory=list)
+    lines: int = 0
+
+
+class _PartReader:
+    """The child's reader: a part of the file, from a line start to its stop or the end.
+    Plain request lines become column rows; every other line is handed back as it is."""
+
+    def __init__(self, p: Path) -> None:
+        self.p = p
+        self.cols = ColumnBuilder()
+        self.segments: list[tuple[Any, ...]] = []
+        self._rows_from = 0  # first row of the open "rows" segment
+
+    def read_from(self, offset: int, stop: int | None = None) -> Part:
+        """Read from `offset` (a line start) to `stop` (a line start) or the end."""
+        n = 0
+        with open(self.p, "rb", buffering=1 << 20) as f:
+            f.seek(offset)
+            lines: Any = f if stop is None else lines_within(f, stop - offset)
+            for n, raw in enumerate(lines, start=1):
+                if not self._part_line(n, raw):
+                    break
+        self._close_rows()
+        return Part(buf=self.cols.buf, workers=list(self.cols.worker_codes),
+                    failures=self.cols.failures, segments=self.segments, lines=n)
+
+    def _part_line(self, n: int, raw: bytes) -> bool:
+        """Take one line; False after an unparseable one (nothing after it matters)."""
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self._hand_over(n, raw)
+            return False
+        if raw[-1:] != b"\n" or not self.cols.add_plain(n, obj):
+            self._hand_over(n, raw)
+        return True
+
+    def _hand_over(self, n: int, raw: bytes) -> None:
+        self._close_rows()
+        self.segments.append(("line", n, raw))
+
+    def _close_rows(self) -> None:
+        self.cols.flush()
+        if self.cols.n_records > self._rows_from:
+            self.segments.append(("rows", self._rows_from, self.cols.n_records))
+            self._rows_from = self.cols.n_records
+
+
+def read_part(path: Path, offset: int, stop: int | None = None) -> Part:
+    """The child's work, callable in-process (tests)."""
+    return _PartReader(path).read_from(offset, stop)
+
+
+def main(argv: list[str]) -> int:
+    path, offset = Path(argv[0]), int(argv[1])
+    stop = int(argv[2]) if len(argv) > 2 else None
+    gc.disable()  # as rawread.no_cyclic_gc: nothing read forms a cycle
+    part = read_part(path, offset, stop)
+    out = sys.stdout.buffer
+    # plain values (the child runs as __main__: its Part class is not the parent's)
+    fields = pickle.dumps((part.workers, part.failures, part.segments, part.lines),
+                          protocol=pickle.HIGHEST_PROTOCOL)
+    rows = memoryview(part.buf).cast("B")
+    out.write(HEAD.pack(len(fields), len(rows)))
+    out.write(fields)
+    out.write(rows)
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,129 @@
+"""Is the load generator itself the bottleneck? The `client` block's verdict and figures.
+
+Why: a saturated client reports its own lag as server latency (`vllm bench serve` once
+reported a 134 s TTFT that was its own). Every run therefore measures its generator and
+says so when the generator, not the server, may have set the numbers:
+
+- `saturated` is true when the event loop's lag p99 over the load exceeds
+  `LAG_P99_LIMIT_MS` (a stream's stamps can be that late) or the load process used more
+  than `CPU_LIMIT_PCT` of one core (it had no headroom left); `verdict` says which. Null
+  when neither was measured (a run rebuilt from records without the figures).
+- `achieved_concurrency` = Σ request durations / `wall_clock_ms` over the measured
+  requests (Little's law: the time-averaged number of requests in flight), to set against
+  the requested `concurrency`.
+- `start_delay_ms` {p50, p99, max}: per request, how late it was written to the socket
+  after the moment it was due: its user's previous request had ended (or the user had
+  started) and its ticket had been handed out. What remains is the client's own work and
+  scheduling between two requests of one stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from anvil_metrics.live.lagmon import LoopLagMonitor
+from anvil_metrics.live.memtrim import Trimmer
+from anvil_metrics.post import stats
+
+LAG_P99_LIMIT_MS = 10.0
+CPU_LIMIT_PCT = 90.0
+
+
+def verdict(lag_p99_ms: float | None, cpu_pct: float | None) -> tuple[bool | None, list[str]]:
+    """(saturated, reasons) from one load process's loop lag p99 and CPU share."""
+    if lag_p99_ms is None and cpu_pct is None:
+        return None, []
+    reasons = []
+    if lag_p99_ms is not None and lag_p99_ms > LAG_P99_LIMIT_MS:
+        reasons.append(f"event-loop lag p99 {lag_p99_ms:.1f} ms > {LAG_P99_LIMIT_MS:g} ms")
+    if cpu_pct is not None and cpu_pct > CPU_LIMIT_PCT:
+        reasons.append(f"CPU {cpu_pct:.0f} % of one core > {CPU_LIMIT_PCT:g} %")
+    return bool(reasons), reasons
+
+
+def health_verdict(health: Mapping[str, Any]) -> tuple[bool | None, list[str]]:
+    """`verdict` of a health dict ({loop_lag_ms: {p99}, cpu_pct})."""
+    lag = health.get("loop_lag_ms") or {}
+    p99 = lag.get("p99") if isinstance(lag, Mapping) else None
+    cpu = health.get("cpu_pct")
+    return verdict(p99 if isinstance(p99, int | float) else None,
+                   cpu if isinstance(cpu, int | float) else None)
+
+
+def achieved_concurrency(start_ns: Any, end_ns: Any, has_end: Any,
+                         wall_clock_ms: float | None) -> float | None:
+    """Σ (end − start) / wall clock over the measured records that have an end (numpy int64
+    stamps; `has_end` a bool mask); the busy time is summed exactly, as Python integers."""
+    if not wall_clock_ms:
+        return None
+    busy_ns = sum((end_ns[has_end] - start_ns[has_end]).tolist())
+    return busy_ns / 1e6 / wall_clock_ms
+
+
+def start_delay_ms(delay_ns: Any) -> dict[str, float | None] | None:
+    """p50/p99/max, ms, of the measured records' `extra.start_delay_ns` (a numpy int64
+    column of those that have one, in record order); None if none has it."""
+    if not len(delay_ns):
+        return None
+    values = delay_ns / 1e6  # float64, each int64 → double then ÷ as Python's int / float
+    p50, p99 = stats.nearest_rank_columns(values, (50, 99))
+    return {"p50": p50, "p99": p99, "max": float(values.max())}
+
+
+def verdict_text(saturated: bool | None, reasons: Sequence[str]) -> str:
+    if saturated is None:
+        return "not measured"
+    if not saturated:
+        return "ok"
+    return "saturated: " + "; ".join(reasons)
+
+
+class LoadWindow:
+    """One load process's own figures over its load window: loop lag (a `LoopLagMonitor`)
+    and CPU from `begin()` to `end()`, with the verdict. A single process's `RunSession`
+    and each distributed worker's `WorkerSession` both use it; `end()` is idempotent.
+    Meanwhile the C heap's free pages go back to the system once a minute (`memtrim.py`):
+    a long run's resident memory stays flat."""
+
+    def __init__(self) -> None:
+        self.lag = LoopLagMonitor()
+        self.trimmer = Trimmer()
+        self.health: dict[str, Any] | None = None
+        self.started = False
+        self._cpu0_s = time.process_time()
+        self._wall0_s = time.perf_counter()
+        self._load0_ns = time.perf_counter_ns()
+
+    def begin(self) -> None:
+        """The load starts now (set-up stalls, e.g. a final garbage collection, are not
+        load)."""
+        self.started = True
+        self.lag.start()
+        self._cpu0_s = time.process_time()
+        self._wall0_s = time.perf_counter()
+        self._load0_ns = time.perf_counter_ns()
+        self.trimmer.start()
+
+    def end(self) -> dict[str, Any]:
+        """Freeze the figures (the load is over; shutting down is not load) and return
+        them: the `client` block's keys, plus `load_s`/`cpu_s` for the raw `run_end`."""
+        if self.health is not None:
+            return self.health
+        self.trimmer.stop()
+        lag = self.lag.stop()
+        wall_s = time.perf_counter() - self._wall0_s
+        cpu_s = time.process_time() - self._cpu0_s
+        cpu = cpu_s / wall_s * 100 if wall_s > 0 else None
+        lag_json = lag.as_json()
+        saturated, reasons = verdict(lag_json.get("p99"), cpu)
+        if lag.max_at_ns is not None:  # when the worst stall happened, for diagnosis
+            lag_json["max_at_s"] = round((lag.max_at_ns - self._load0_ns) / 1e9, 3)
+        lag_json["stalls"] = [[round((at - self._load0_ns) / 1e9, 3), round(late / 1e6, 2)]
+                              for at, late in self.lag.stalls]  # [s into the load, ms late]
+        self.health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
+                       "achieved_concurrency": None, "saturated": saturated,
+                       "verdict": verdict_text(saturated, reasons),
+                       "load_s": wall_s, "cpu_s": cpu_s}
+        return self.health

@@ -1,0 +1,200 @@
+"""`anvil run`: one headless Locust run of a scenario, ending in a `benchmark.json`.
+
+It is plain Locust underneath — `python -m locust -f <anvil's locustfile> --headless …` in a
+child process, with anvil's options under the names they have for `locust` itself — so a
+run made here and one made by hand are the same run. What `anvil run` adds: the scenario
+is validated (one line, exit 2) before any process starts; the run folder is created first
+so Locust's CSVs land in it; Locust's own output goes to `<run_dir>/locust.log`, and the
+reason a run failed comes back in `<run_dir>/error.json` (`runerror`), not from that log;
+and the result is summarised from the exact records, not from Locust's rounded figures.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from anvil_metrics import catalog
+from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.live.recorder import create_run_dir
+from anvil_metrics.live.runerror import read_error
+from anvil_metrics.load.options import locust_args
+from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.post import loadblock
+from anvil_metrics.post.postprocess import BENCHMARK_FILE
+from anvil_metrics.runs.simproc import stop_process
+from anvil_metrics.telemetry import servermetrics
+from anvil_metrics.urls import Endpoint
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_dir: Path
+    benchmark_path: Path | None
+    locust_exit_code: int
+    log_path: Path
+    error: str | None = None  # the first error anvil logged in the run (`runerror`)
+
+
+def locust_argv(sc: Scenario, scenario_path: str, users: int, run_dir: Path, *,
+                values: Mapping[str, Any] | None = None, run_time_s: float | None = None,
+                processes: int = 1) -> list[str]:
+    """The Locust command line of a headless run: anvil's options from `values` (dest ->
+    typed value, see `options.OPTIONS`), except the ones the runner decides itself: the
+    scenario, its exact request count and the run folder it created."""
+    own = {**(values or {}), "scenario": scenario_path, "requests": sc.requests,
+           "run_dir": str(run_dir), "results_dir": str(run_dir.parent)}
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        "-u", str(users), "-r", str(users),
+        "--csv", str(run_dir / "locust"), "--exit-code-on-error", "0",
+        "--only-summary", *locust_args(own),
+    ]
+    if run_time_s:
+        argv += ["--run-time", f"{math.ceil(run_time_s)}s"]
+    if processes > 1:  # Locust forks a master and this many workers
+        argv += ["--processes", str(processes)]
+    return argv
+
+
+def prepare_run(host: str, results_dir: str) -> Path:
+    """Check the URL (a usage error before anything starts) and create the run folder."""
+    Endpoint.parse(host)
+    try:
+        return create_run_dir(results_dir)[1]
+    except OSError as e:
+        raise UsageError(f"--results-dir {results_dir!r} cannot hold run folders: "
+                         f"{e.strerror}; pass a writable directory") from None
+
+
+def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
+                 run_dir: Path, values: Mapping[str, Any] | None = None,
+                 api_key: str | None = None, run_time_s: float | None = None,
+                 processes: int = 1) -> RunResult:
+    """Run Locust headless until `sc.requests` measured requests have finished, its duration
+    is over, or it is interrupted. `values`: the user's anvil options (`--model`,
+    `--run-nonce`, `--recalibrate`, `--duration`, `--rate`, ...)."""
+    argv = locust_argv(sc, scenario_path, users, run_dir, values=values,
+                       run_time_s=run_time_s, processes=processes)
+    # The host (it may carry credentials) and the key go by environment, never on a
+    # command line that `ps` shows.
+    env = dict(os.environ, LOCUST_HOST=host)
+    if api_key:
+        env["ANVIL_API_KEY"] = api_key
+    log_path = run_dir / "locust.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL)
+        try:
+            proc.wait()
+        finally:
+            if proc.poll() is None:  # we were interrupted: let Locust finish its files
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    stop_process(proc)
+    bench = run_dir / BENCHMARK_FILE
+    return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path,
+                     read_error(run_dir))
+
+
+def plan_text(sc: Scenario, users: int) -> str:
+    """What a run will do, in words: its end and its load."""
+    mode = sc.load_mode
+    end = (f"{sc.requests} requests" if mode == "budget" else
+           f"for {sc.duration_s:g} s" if mode == "duration" else "until stopped (Ctrl-C)")
+    if mode == "budget" and sc.duration_s is not None:
+        end += f" (at most {sc.duration_s:g} s)"
+    if sc.step_users is not None:
+        load = (f"steps of {', '.join(map(str, sc.step_users))} users back to back, "
+                f"{sc.step_duration_s:g} s each")
+    elif sc.step_rates is not None and sc.arrivals is not None:
+        load = (f"{sc.arrivals.arrival} arrivals in steps of "
+                f"{', '.join(f'{r:g}' for r in sc.step_rates)} requests/s, "
+                f"{sc.step_duration_s:g} s each, at most {users} in flight")
+    elif sc.arrivals is not None:
+        load = (f"{sc.arrivals.arrival} arrivals at {sc.arrivals.rate_rps:g} requests/s, at "
+                f"most {users} in flight")
+    else:
+        load = f"{users} users back to back"
+    return f"{end} ({sc.warmup_requests} warm-up), {load},"
+
+
+def load_benchmark(path: Path) -> dict:
+    try:
+        return orjson.loads(path.read_bytes())
+    except FileNotFoundError as e:
+        raise UsageError(f"{path} does not exist; pass a benchmark.json path") from e
+    except OSError as e:
+        raise UsageError(f"{path} cannot be read ({e.strerror}); pass a benchmark.json "
+                         "file") from e
+    except orjson.JSONDecodeError as e:
+        raise AnvilError(f"{path} is not valid JSON: {e}") from e
+
+
+# (label, p50 key, p95 key, unit) of each figure the summary shows: the catalogue's
+SUMMARY_ROWS = tuple((f.label, *f.percentile_names(), f.unit) for f in catalog.SUMMARY_FIELDS)
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """A short human summary of a benchmark document (the CLI prints it)."""
+    m = doc.get("metrics") or {}
+
+    def fmt(v: object) -> str:
+        return "null" if v is None else f"{v:,.1f}" if isinstance(v, float) else str(v)
+
+    lines = [
+        f"run {doc.get('run_id')}  model {doc.get('model')}  "
+        f"protocol {doc.get('measurement_protocol')}  concurrency {doc.get('concurrency')}",
+        f"requests {doc.get('requests')}  completed {doc.get('completed')}  "
+        f"failed {doc.get('failed')}  wall clock {fmt(doc.get('wall_clock_ms'))} ms  "
+        f"throughput {fmt(m.get('throughput_tok_s'))} tok/s"
+        + ("  [PARTIAL]" if doc.get("partial") else ""),
+        f"{'metric':<22}{'p50':>12}{'p95':>12}  unit",
+    ]
+    for label, k50, k95, unit in SUMMARY_ROWS:
+        lines.append(f"{label:<22}{fmt(m.get(k50)):>12}{fmt(m.get(k95)):>12}  {unit}")
+    calib = doc.get("prompt_calibration") or {}
+    err = calib.get("planned_vs_counted_error_pct_max")
+    lines.append(
+        f"prompt sizing: {calib.get('method')}, planned vs counted error max "
+        f"{'null' if err is None else f'{err:.2f} %'}; output tokens from "
+        f"{m.get('output_token_sources')}"
+    )
+    hit = m.get("prefix_cache_hit_avg")
+    shared = doc.get("shared_prefix")
+    if hit is not None or shared:
+        lines.append(
+            f"prefix cache: hit avg {'null' if hit is None else f'{hit:.3f}'}"
+            + (f"; shared prefix {shared.get('prefix_tokens')} tokens in groups of "
+               f"{shared.get('group_size')}" if shared else "")
+            + f"; run nonce {doc.get('run_nonce')}")
+    lines += loadblock.summary_lines(doc)
+    lines += servermetrics.summary_lines(doc)
+    client = doc.get("client") or {}
+    lag = client.get("loop_lag_ms") or {}
+    if lag.get("max") is not None:
+        lines.append(f"client: event-loop lag p50 {lag.get('p50')} ms, p99 {lag.get('p99')} ms, "
+                     f"max {lag['max']:.1f} ms; CPU {fmt(client.get('cpu_pct'))} %; "
+                     f"achieved concurrency {fmt(client.get('achieved_concurrency'))} of "
+                     f"{doc.get('concurrency')}; verdict {client.get('verdict')}")
+    if client.get("saturated"):
+        lines.append("WARNING: the load generator was saturated; these figures may include "
+                     "its own delays, not only the server's (use --processes N or fewer "
+                     "users per process)")
+    for f in (doc.get("failures") or [])[:5]:
+        lines.append(f"failure #{f.get('request_index')}: {f.get('kind')} "
+                     f"{f.get('http_status') or ''} {f.get('message')}")
+    return lines

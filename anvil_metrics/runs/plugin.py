@@ -1,0 +1,258 @@
+"""anvil inside Locust: its command-line options and the run's start and end.
+
+Importing this module (the locustfile does) registers listeners on Locust's events:
+
+- `init_command_line_parser`: anvil's options (`options.OPTIONS`, the same table `anvil
+  run` is made from), shown in the web UI's start form (the API key masked);
+- `init`: on a master or a worker, anvil's messages between them (`dist.py`); given a run
+  folder (`anvil run`), the first error anvil logs goes to its `error.json` (`runerror`);
+- `test_start`: a `RunSession` is set up before any user sends (model, calibration,
+  bodies, run folder, raw header) and kept on the `Environment` for the users
+  (`runctx`); on a master, each worker then gets the set-up and its clock offset is
+  measured, before Locust sends it users;
+- `test_stopping` / `test_stop`: the load ends; a master drains its workers; the raw file
+  is closed and `benchmark.json` written (by the single process, or by the master).
+
+When the request budget is spent the run ends itself: a headless run quits (Locust then
+prints its summary and exits), a web-UI run stops and waits for the next start.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+from typing import Any
+
+import gevent
+from locust import events
+from locust.runners import MasterRunner, WorkerRunner
+
+from anvil_metrics.dist import master as dist
+from anvil_metrics.dist import wire as dist_wire
+from anvil_metrics.dist import worker as dist_worker
+from anvil_metrics.errors import AnvilError
+from anvil_metrics.live.runctx import run_in_progress, set_run
+from anvil_metrics.live.runerror import ErrorFile
+from anvil_metrics.live.session import RunSession
+from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
+from anvil_metrics.post.schema import CLIENT_KEYS
+from anvil_metrics.runs.launch import plan_text
+from anvil_metrics.urls import api_key_from_env
+
+log = logging.getLogger("anvil")
+
+# A key given with --api-key lives here, not in Locust's options: Locust's web UI re-parses
+# sys.argv to fill its start form, so a value left there would be served in the page.
+_api_key: str | None = None
+
+
+def _scrub_argv(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            out.append("")
+            skip = False
+        elif arg == "--api-key":
+            out.append(arg)
+            skip = True
+        elif arg.startswith("--api-key="):
+            out.append("--api-key=")
+        else:
+            out.append(arg)
+    return out
+
+
+# The master's / a worker's message handlers, installed once per process at `init`.
+_master: dist.MasterAgent | None = None
+_worker: dist_worker.WorkerAgent | None = None
+
+
+@events.init.add_listener
+def take_secrets(environment: Any, **_: Any) -> None:
+    """Move the API key out of Locust's options and argv before any page is served."""
+    global _api_key
+    o = environment.parsed_options
+    if o is not None and getattr(o, "api_key", ""):
+        _api_key = o.api_key.strip() or None
+        o.api_key = ""
+    sys.argv[:] = _scrub_argv(sys.argv)
+
+
+@events.init.add_listener
+def install_messages(environment: Any, **_: Any) -> None:
+    """On a master or a worker, register anvil's messages (see `dist.py`)."""
+    global _master, _worker
+    runner = environment.runner
+    if isinstance(runner, MasterRunner) and _master is None:
+        _master = dist.MasterAgent(environment)
+    elif isinstance(runner, WorkerRunner) and _worker is None:
+        _worker = dist_worker.WorkerAgent(environment, lambda run: set_run(environment, run))
+
+
+_error_file: ErrorFile | None = None
+
+
+@events.init.add_listener
+def report_errors(environment: Any, **_: Any) -> None:
+    """Given a run folder (`anvil run` passes one), keep the first error anvil logs in its
+    `error.json`, where `anvil run` looks for the reason a run failed."""
+    global _error_file
+    o = environment.parsed_options
+    run_dir = getattr(o, "run_dir", "") if o is not None else ""
+    if run_dir and _error_file is None:
+        _error_file = ErrorFile(run_dir)
+        log.addHandler(_error_file)
+
+
+@events.init_command_line_parser.add_listener
+def add_options(parser: Any, **_: Any) -> None:
+    """anvil's options on Locust's parser: strings defaulting to "" (see `options.py`);
+    and anvil's default for Locust's own --stop-timeout (`options.STOP_TIMEOUT_S`: why)."""
+    parser.set_defaults(stop_timeout=STOP_TIMEOUT_S)
+    for o in LOCUST_OPTIONS:
+        extra: dict[str, Any] = {}
+        if o.env_var:
+            extra["env_var"] = o.env_var
+        if not o.web_ui:
+            extra["include_in_web_ui"] = False
+        if o.secret:
+            extra["is_secret"] = True
+        if o.switch:
+            parser.add_argument(o.flag, action="store_true", default=o.default, help=o.help,
+                                **extra)
+        else:
+            parser.add_argument(o.flag, type=str, default=o.locust_default, help=o.help,
+                                **extra)
+
+
+def options_from_locust(environment: Any) -> RunOptions:
+    """Turn Locust's parsed options (CLI or web form: values may be strings) into
+    `RunOptions`; raises AnvilError naming the bad option."""
+    o = environment.parsed_options
+    global _api_key
+    typed = (o.api_key or "").strip()  # typed into the web UI's start form
+    if typed:
+        _api_key, o.api_key = typed, ""
+    runner = environment.runner
+    users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
+    values = {opt.dest: getattr(o, opt.dest, None) for opt in LOCUST_OPTIONS}
+    run_time = getattr(o, "run_time", None)  # Locust's -t (its own timer stops the run)
+    return run_options(values, host=environment.host or "", users=int(users),
+                       api_key=_api_key or api_key_from_env(),
+                       run_time_s=float(run_time) if run_time else None,
+                       stop_timeout_s=float(environment.stop_timeout or 0))
+
+
+def _end_run(environment: Any) -> None:
+    runner = environment.runner
+    if runner is None:
+        return
+    if environment.parsed_options.headless:
+        gevent.spawn(runner.quit)
+    else:
+        gevent.spawn(runner.stop)
+
+
+def _give_users(environment: Any, session: RunSession) -> None:
+    """Let the session change the users (a sweep: `runner.start` with the new count, as the
+    web UI's edit does) and see them change (a LoadTestShape's steps)."""
+    runner = environment.runner
+    rate = float(getattr(environment.parsed_options, "spawn_rate", None) or 0)
+
+    def set_users(n: int) -> None:
+        gevent.spawn(runner.start, n, max(rate, float(n)))  # all of them within a second
+
+    session.set_users = set_users
+    session.users_now = lambda: int(getattr(runner, "target_user_count", 0) or 0)
+    session.shaped = environment.shape_class is not None
+
+
+def _start_workers(environment: Any, session: RunSession) -> None:
+    """On a master: give every connected worker the run's set-up (bodies are built there
+    from it), measure its clock, and route its messages to this run."""
+    assert _master is not None and session.prompts is not None
+    prompts = session.prompts
+    setup = dist_wire.WorkerSetup(
+        run_id=session.run_id, scenario=session.scenario, host=session.opts.host,
+        api_key=session.api_key, model=session.model, calibration=prompts.calibration,
+        run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),
+        prefix_words=prompts.prefix_words, sizes=session.sizes)
+    coordinator = dist.MasterCoordinator(environment, session, setup)
+    _master.coordinator = coordinator
+    runner = environment.runner
+    ids = [w.id for w in runner.clients.ready + runner.clients.running + runner.clients.spawning]
+    try:
+        coordinator.set_up_workers(ids)
+    except RuntimeError as e:
+        raise AnvilError(str(e)) from None
+
+
+@events.test_start.add_listener
+def on_test_start(environment: Any, **_: Any) -> None:
+    if isinstance(environment.runner, WorkerRunner):  # the set-up came from the master
+        worker_session = run_in_progress(environment)
+        if worker_session is not None:
+            worker_session.begin_load()
+        return
+    old = run_in_progress(environment)
+    if old is not None and not old.finished:
+        old.finish()
+    set_run(environment, None)  # until this run has started, users have nothing to send
+    try:
+        opts = options_from_locust(environment)
+        session = RunSession.start(opts, lambda: _end_run(environment))
+        _give_users(environment, session)
+        set_run(environment, session)
+        if isinstance(environment.runner, MasterRunner):
+            _start_workers(environment, session)
+    except AnvilError as e:
+        log.error("anvil: %s", e)
+        environment.process_exit_code = e.exit_code
+        _end_run(environment)
+        return
+    except Exception:  # a bug in anvil: keep the traceback, end the run
+        log.exception("anvil: could not start the run")
+        environment.process_exit_code = 1
+        _end_run(environment)
+        return
+    # Locust, Flask and the prompt bodies are long-lived: freeze them out of the cyclic
+    # collector, whose full passes over them stalled the hub (and every stream) ~8 ms.
+    gc.collect()
+    gc.freeze()
+    session.begin_load()
+    log.info("anvil: run %s → %s (model %s, %s prompt sizing: %s)",
+             session.run_id, session.run_dir, session.model,
+             plan_text(session.scenario, session.opts.users), session.calibration.method)
+
+
+@events.test_stopping.add_listener
+def on_test_stopping(environment: Any, **_: Any) -> None:
+    """The run is being stopped (time limit, Ctrl-C, the UI's stop): the load is over, so
+    freeze the generator-health figures before Locust's shutdown work stalls the hub."""
+    session = run_in_progress(environment)
+    if session is not None:
+        session.end_load()
+        session.budget.close()  # no new request; users waiting for a ticket stop at once
+    if _master is not None and _master.coordinator is not None:
+        _master.coordinator.begin_stop()
+
+
+@events.test_stop.add_listener
+def on_test_stop(environment: Any, **_: Any) -> None:
+    session = run_in_progress(environment)
+    if session is None:
+        return
+    set_run(environment, None)  # ended (it stays the latest, for the web UI)
+    total = environment.stats.total
+    stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
+    coordinator = _master.coordinator if _master is not None else None
+    if coordinator is not None and coordinator.session is session:
+        summary = coordinator.drain()
+        client = coordinator.client_health() or dict.fromkeys(CLIENT_KEYS)
+        path = session.finish(stats, client=client, distributed=summary)
+        _master.coordinator = None
+    else:
+        path = session.finish(stats)
+    if path is not None:
+        log.info("anvil: wrote %s", path)

@@ -1,0 +1,102 @@
+"""The load process's handle on the server-metrics sampler (`scrape.py`, a child process).
+
+Why this shape: the sampler must never touch the measurement (a scrape that hangs 5 s or
+answers garbage changes no request's stamps), so everything slow happens in the child; the
+load process only starts it, writes `first` / `last` to its stdin and, for those two,
+waits — bounded — for the child's `done` line:
+
+- `first` is taken just before the first measured request is handed out (the request
+  budget's gate, after the warm-ups): counters differenced from it count no warm-up work,
+  and the first measured request, which waits for it, cannot be in it;
+- `last` just after the run's last request finished (`RunSession.finish`, before the
+  benchmark is built); then the child exits.
+
+A sampler that does not answer in time is waited for no longer (two scrape timeouts and
+`MARK_WAIT_S`: a periodic scrape may be under way): the run goes on and the benchmark's
+`server.null_reasons` says which edge is missing. The child is always stopped by its PID,
+at the latest when the run finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import gevent
+
+from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE
+
+log = logging.getLogger("anvil")
+
+MARK_WAIT_S = 1.0  # beyond two scrape timeouts, how long a mark is waited for
+
+
+class ServerTelemetry:
+    """One run's sampler child: `start`, then `mark("first")`, `finish()`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], path: Path, timeout_s: float) -> None:
+        self.proc = proc
+        self.path = path
+        self.timeout_s = timeout_s
+        self.marked: dict[str, bool] = {}  # mark -> answered in time
+        # a periodic scrape may be under way when a mark is asked for: two scrapes' worth
+        self.wait_s = 2 * timeout_s + MARK_WAIT_S
+
+    @classmethod
+    def start(cls, url: str, run_dir: Path, interval_s: float,
+              timeout_s: float) -> ServerTelemetry:
+        """Start the child scraping `url` (no credentials in it: it is on the command
+        line and in the file) into `run_dir`'s SAMPLES_FILE."""
+        path = run_dir / SAMPLES_FILE
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "anvil_metrics.telemetry.scrape", url, str(path),
+             "--interval-s", repr(interval_s), "--timeout-s", repr(timeout_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        return cls(proc, path, timeout_s)
+
+    def mark(self, which: str) -> bool:
+        """Ask for the `first` / `last` scrape and wait (bounded) until it is written.
+        True when it was; a mark is asked for once."""
+        if which in self.marked:
+            return self.marked[which]
+        ok = False
+        if self.proc.poll() is None and self.proc.stdin and self.proc.stdout:
+            try:
+                self.proc.stdin.write(f"{which}\n".encode())
+                self.proc.stdin.flush()
+                with gevent.Timeout(self.wait_s, False):
+                    ok = self.proc.stdout.readline().startswith(b"done")
+            except OSError:
+                ok = False
+        if not ok:
+            log.warning("anvil: the server-metrics scrape %s the %s request did not finish "
+                        "within %g s; the run goes on, and server.null_reasons will say so",
+                        "before" if which == "first" else "after",
+                        "first measured" if which == "first" else "last",
+                        self.wait_s)
+        self.marked[which] = ok
+        return ok
+
+    def finish(self) -> None:
+        """The `last` scrape, then stop the child (by its PID, whatever it is doing)."""
+        try:
+            if "first" in self.marked:
+                self.mark("last")
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass

@@ -1,0 +1,275 @@
+"""HTTP to an OpenAI-compatible endpoint: one streamed chat completion, observed.
+
+geventhttpclient (Locust's FastHttp engine) is used directly rather than through
+`FastHttpSession`, for three measured reasons: its `readline` returns each SSE line as soon
+as it arrives (Locust's `iter_content`/`iter_lines` wait for full reads, +24 ms per event);
+its timeouts can be set per client (FastHttp's 60 s `network_timeout` applies to every recv
+and would cap a long prefill's TTFT); and the one Locust `request` event per stream is fired
+by anvil with the end-to-end time, not the time to headers.
+
+This module is the request's logic: the bytes of the request, when its start is stamped,
+which timeout bounds which wait, and the body's events fed to the observer. The sockets,
+pool and response parser are `transport.py`'s (the only module that touches
+geventhttpclient's internals); which failure an exception is, `failures.py`'s table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import gevent
+import orjson
+
+from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire import truth
+from anvil_metrics.wire.failures import CAUGHT, classify
+from anvil_metrics.wire.observe import StreamObserver
+from anvil_metrics.wire.sse import EventSplitter
+from anvil_metrics.wire.transport import (
+    Silence,
+    TotalTimeout,
+    Transport,
+    body_blocks,
+    send_cooperatively,
+)
+
+_perf_ns = time.perf_counter_ns
+_ERROR_BODY_LIMIT = 64 * 1024
+MAX_LINE_BYTES = 16 * 1024 * 1024  # one SSE line; a 1 MiB chunk is fine, memory is bounded
+
+
+def read_events(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
+                on_output_started: Callable[[], None] | None = None,
+                limit: int = MAX_LINE_BYTES) -> int:
+    """The one SSE path from body bytes to `obs`: each (block, arrival stamp) is split into
+    events (`EventSplitter`) and each event is fed to the observer with its block's stamp,
+    until the observer says the stream is over (`[DONE]`, a failure) or the body ends
+    (`obs.on_eof`, stamped with the last block). Invalid UTF-8 and an endless line are
+    `malformed_chunk` failures; errors of the transport (timeouts, resets) propagate.
+    `on_output_started` is called once, after the block that brought the first output.
+    Returns the body bytes read. Tests drive it with blocks cut anywhere."""
+    splitter = EventSplitter(limit)
+    nbytes = 0
+    t: int | None = None
+    waiting = on_output_started is not None
+    try:
+        for block, t in blocks:
+            nbytes += len(block)
+            for data in splitter.feed(block):
+                if obs.on_data(data, t):
+                    return nbytes
+            if splitter.error is not None:  # after the events before it
+                raise splitter.error
+            if waiting and obs.first_output_ns is not None:
+                waiting = False
+                on_output_started()  # type: ignore[misc]
+        t_end = t if t is not None else _perf_ns()
+        for data in splitter.end():
+            if obs.on_data(data, t_end):
+                return nbytes
+        obs.on_eof(t_end)
+    except CAUGHT["events"] as e:
+        kind, _, msg = classify("events", e)
+        obs.fail(kind, msg, t if t is not None else _perf_ns(), phase=obs.phase)
+    return nbytes
+
+
+class ChatClient:
+    """One HTTP connection (Locust users each own one, as a browser-less client would)."""
+
+    def __init__(self, endpoint: Endpoint, api_key: str | None = None,
+                 connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0,
+                 idle_timeout_s: float | None = None, total_timeout_s: float | None = None
+                 ) -> None:
+        """`network_timeout_s` bounds each wait until a stream's first output (headers and
+        prefill, per read); once it has begun, `idle_timeout_s` bounds each silence;
+        `total_timeout_s` the whole request (checked per event)."""
+        self.endpoint = endpoint
+        self.first_byte_s = network_timeout_s
+        self.idle_s = idle_timeout_s or network_timeout_s
+        self.total_s = total_timeout_s or None
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        key = api_key or endpoint.userinfo_key
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.transport = Transport(endpoint.host, endpoint.port,
+                                   tls=endpoint.scheme == "https", headers=headers,
+                                   connect_timeout_s=connect_timeout_s,
+                                   network_timeout_s=network_timeout_s)
+        host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
+        head = [f"POST {endpoint.api_path}/chat/completions HTTP/1.1",
+                f"Host: {host}:{endpoint.port}", "User-Agent: anvil",
+                "Content-Type: application/json", "Accept: text/event-stream"]
+        if key:
+            head.append(f"Authorization: Bearer {key}")
+        # the streamed request is written by hand (see stream_chat); it ends in Content-Length
+        self._head = ("\r\n".join(head) + "\r\nContent-Length: ").encode("latin-1")
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def connect(self) -> None:
+        """Open the connection ahead of the first measured request (a `GET /models`), so
+        that request's clock starts, as the spec says, just before it is written to the
+        socket rather than before a TCP handshake. Errors are left to the measured request."""
+        try:
+            self.get_json("/models")
+        except Exception:  # noqa: BLE001 - reachability is judged by the real request
+            pass
+
+    # -- plain JSON calls (discovery, probes) -------------------------------------------
+    def get_json(self, path: str) -> tuple[int, object]:
+        status, raw = self.transport.get(self.endpoint.api_path + path)
+        return status, _loads_or_text(raw)
+
+    def post_json(self, path: str, body: dict, absolute: bool = False) -> tuple[int, object]:
+        full = path if absolute else self.endpoint.api_path + path
+        status, raw = self.transport.post(full, orjson.dumps(body))
+        return status, _loads_or_text(raw)
+
+    # -- the measured path ----------------------------------------------------------------
+    def stream_chat(self, body: bytes | Sequence[bytes], obs: StreamObserver) -> int:
+        """Send one streaming chat completion; feed `obs` until the stream ends.
+
+        The start is stamped (`obs.begin`, keeping the `due_ns` the caller gave) just
+        before the request bytes are written to the socket, as the spec defines `start`;
+        the socket is taken (or connected) before the stamp. Every error becomes a typed
+        failure on `obs`; nothing raises out but GreenletExit. Returns the body bytes read.
+        """
+        parts = (body,) if isinstance(body, bytes) else tuple(body)
+        head = self._head + b"%d\r\n\r\n" % sum(len(p) for p in parts)
+        sock = self.transport.reuse_idle()
+        if sock is None:
+            sock = self._connect(obs)  # a new connection
+            if sock is None:
+                return 0
+        sock.settimeout(self.first_byte_s)  # an idle stream's socket may come back
+        obs.begin(_perf_ns(), obs.due_ns)
+        timer = gevent.Timeout(self.total_s, TotalTimeout()) if self.total_s else None
+        if timer is not None:
+            timer.start()
+        try:
+            return self._exchange(sock, head, parts, obs)
+        except TotalTimeout as e:  # fired outside the places that record it with their phase
+            if obs.failure is None:
+                self._fail(obs, "headers" if obs.http_status is None else "body", e)
+            return 0
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _fail(self, obs: StreamObserver, stage: str, exc: BaseException,
+              which: str = "") -> None:
+        """Record `exc`, raised in `stage`, as the failure `failures.py`'s table makes it."""
+        kind, phase, msg = classify(stage, exc, total_s=self.total_s,
+                                    first_byte_s=self.first_byte_s, which=which)
+        obs.fail(kind, msg, _perf_ns(), phase=obs.phase if phase is None else phase)
+
+    def _exchange(self, sock: Any, head: bytes, parts: tuple[bytes, ...],
+                  obs: StreamObserver) -> int:
+        """Write the request, read the answer into `obs`; every error a typed failure."""
+        try:
+            send_cooperatively(sock, (head, *parts))
+        except CAUGHT["send"] as e:
+            self.transport.discard(sock)  # still ours: the response never took it
+            self._fail(obs, "send", e)
+            return 0
+        except BaseException:  # GreenletExit, KeyboardInterrupt, gevent.Timeout
+            self.transport.discard(sock)
+            raise
+        try:
+            resp = self.transport.read_head(sock)  # on a failure it released the socket
+        except CAUGHT["headers"] as e:
+            self._fail(obs, "headers", e)
+            return 0
+        obs.http_status = resp.status_code
+        obs.truth = truth.from_headers(resp.get)  # anvil's simulator with --stamp-send
+        if resp.status_code != 200:
+            return self._http_error(resp, obs)
+        first = [True]
+        silence = Silence(self.first_byte_s)
+
+        def prefill_over() -> None:
+            # the first output arrived (a role-only first chunk does not count): from now
+            # on each silence between reads is bounded by the idle timeout
+            first[0] = False
+            silence.set_limit(self.idle_s)
+
+        nbytes = 0
+        try:
+            nbytes = read_events(body_blocks(resp, silence), obs, prefill_over)
+        except CAUGHT["body"] as e:
+            which = (f"first-byte timeout ({self.first_byte_s:g} s)" if first[0]
+                     else f"idle timeout ({self.idle_s:g} s)")
+            self._fail(obs, "body", e, which)
+        except BaseException:
+            resp.release()  # killed mid-stream (GreenletExit): dropped now, not drained
+            raise
+        finally:
+            silence.cancel()
+            self._finish_response(resp, obs)
+        return nbytes
+
+    def _connect(self, obs: StreamObserver) -> Any:
+        """A socket from the pool (a new connection if none is idle), or None with the
+        connect failure recorded on `obs` (its start stamped when the connect failed)."""
+        try:
+            return self.transport.connect()
+        except CAUGHT["connect"] as e:
+            kind, phase, msg = classify("connect", e)
+            t = _perf_ns()
+            obs.begin(t, obs.due_ns)
+            obs.fail(kind, msg, t, phase=phase)
+        return None
+
+    def _http_error(self, resp, obs: StreamObserver) -> int:
+        t = _perf_ns()
+        try:
+            raw = resp.read(_ERROR_BODY_LIMIT)
+        except Exception:  # noqa: BLE001 - the status is what matters; the body is a bonus
+            raw = b""
+        finally:
+            resp.release()
+        msg = _error_message(raw) or f"HTTP {resp.status_code}"
+        kind = "rate_limited" if resp.status_code == 429 else "http_error"
+        retry_after = resp.get("retry-after")
+        if retry_after:
+            msg += f" (Retry-After: {retry_after})"
+        obs.fail(kind, msg, t, phase="headers", http_status=resp.status_code)
+        return len(raw)
+
+    def _finish_response(self, resp, obs: StreamObserver) -> None:
+        """Drain what is left after `[DONE]` so the connection can be reused. An incomplete
+        response is never reused: `release()` closes its socket (geventhttpclient's
+        `should_close` is true until the message is complete)."""
+        try:
+            if obs.failure is None and not resp.message_complete:
+                with gevent.Timeout(5):
+                    while resp.readline(b"\n"):
+                        pass
+        except (Exception, gevent.Timeout):  # noqa: BLE001 - a dirty connection is dropped
+            pass
+        finally:
+            resp.release()
+
+
+def _loads_or_text(raw: bytes) -> object:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def _error_message(raw: bytes) -> str:
+    """The OpenAI-style `error.message` of an error body, else its first 300 chars."""
+    obj = _loads_or_text(raw)
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        return str(obj)[:300]
+    return str(obj)[:300]

@@ -1,0 +1,254 @@
+"""One stream's observer: stamps, chunk counts, usage and, if it fails, why.
+
+The observer is a small state machine fed the stream's SSE payloads with their arrival
+stamps; it does no I/O, so every stream shape (role-only first chunk, empty deltas,
+`reasoning` vs `reasoning_content`, usage in its own `choices: []` chunk or inside the
+finish chunk, no `[DONE]`) is tested without a network. The rules are those of
+`../shared/spec/benchmark-v1.md` ("Clock and events") and `../shared/design/SERVERS.md`:
+
+- first output: the first chunk with a non-empty reasoning or content delta; a role-only or
+  empty chunk does not count;
+- first chunk: the first chunk with any `choices` entry, role-only and empty ones included —
+  what vLLM's server-side TTFT and its bench client stamp (the first generated token may be
+  hidden by a reasoning parser, its chunk still goes out); a usage-only chunk
+  (`choices: []`) or an error is not one;
+- reasoning is read from `delta.reasoning` first, then `delta.reasoning_content`;
+- usage is taken from wherever it arrives (last one wins);
+- the end is `[DONE]`, or a clean end of the response after a `finish_reason`; a response
+  that ends before any `finish_reason` is a `truncated` failure;
+- an `error` object inside the stream is a `stream_error`; a payload that is not a JSON
+  object is a `malformed_chunk`.
+
+A stream from anvil's stamping simulator also gets `truth`, a `truth.SendStamps` that keeps
+the simulator's send stamps beside the observer's (None for any other server).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from anvil_metrics.records import Failure, RequestRecord
+from anvil_metrics.wire.truth import SendStamps
+
+
+class StreamObserver:
+    """Accumulates one request's observations; `finish()` returns its `RequestRecord`.
+
+    `on_first_output` / `on_first_content` are called (with the stamp in ns) the moment
+    those events happen, so Locust listeners can see them live.
+    """
+
+    __slots__ = (
+        "request_index",
+        "start_ns",
+        "warmup",
+        "planned_context_tokens",
+        "worker",
+        "first_output_ns",
+        "first_content_ns",
+        "first_chunk_ns",
+        "end_ns",
+        "reasoning_chunks",
+        "content_chunks",
+        "deltas",
+        "channels",
+        "usage",
+        "finish_reason",
+        "http_status",
+        "failure",
+        "done",
+        "_last_ns",
+        "on_first_output",
+        "on_first_content",
+        "truth",
+        "due_ns",
+        "waited_for_user",
+    )
+
+    def __init__(
+        self,
+        request_index: int,
+        start_ns: int,
+        *,
+        warmup: bool = False,
+        planned_context_tokens: int | None = None,
+        worker: str | None = None,
+        on_first_output=None,
+        on_first_content=None,
+    ) -> None:
+        self.request_index = request_index
+        self.start_ns = start_ns
+        self.warmup = warmup
+        self.planned_context_tokens = planned_context_tokens
+        self.worker = worker
+        self.first_output_ns: int | None = None
+        self.first_content_ns: int | None = None
+        self.first_chunk_ns: int | None = None
+        self.end_ns: int | None = None
+        self.reasoning_chunks = 0
+        self.content_chunks = 0
+        self.deltas: list[int] = []
+        self.channels: list[str] = []
+        self.usage: dict | None = None
+        self.finish_reason: str | None = None
+        self.http_status: int | None = None
+        self.failure: Failure | None = None
+        self.done = False
+        self._last_ns = start_ns
+        self.on_first_output = on_first_output
+        self.on_first_content = on_first_content
+        self.truth: SendStamps | None = None  # the simulator's send stamps, if it sends them
+        self.due_ns: int | None = None  # when the request was due to go out (`begin`)
+        self.waited_for_user = False  # open loop: no user was free when it fell due
+
+    def begin(self, t_ns: int, due_ns: int | None = None, *,
+              waited_for_user: bool | None = None) -> None:
+        """Stamp the start of the request: `t_ns` just before its first byte is written (or
+        its connect failed); `due_ns` when it was due to go out (None: no delay recorded);
+        `waited_for_user` (open loop; None keeps what was set): no user was free when it
+        fell due. The one way a start is set after construction."""
+        self.start_ns = t_ns
+        self._last_ns = t_ns
+        self.due_ns = due_ns
+        if waited_for_user is not None:
+            self.waited_for_user = waited_for_user
+
+    @property
+    def phase(self) -> str:
+        """Where the stream is now: `prefill` before the first output, then `decode`."""
+        return "prefill" if self.first_output_ns is None else "decode"
+
+    def on_data(self, data: str | bytes, t_ns: int) -> bool:
+        """Feed one SSE `data` payload (str, or the raw bytes: orjson checks their UTF-8)
+        that arrived at `t_ns`. Returns True when the stream is over (`[DONE]` or a
+        failure)."""
+        if data == b"[DONE]" or data == "[DONE]":
+            self.end_ns = t_ns
+            self.done = True
+            return True
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            return self.fail("malformed_chunk", f"chunk is not valid JSON ({e}): {data[:200]!r}",
+                             t_ns, phase=self.phase)
+        if not isinstance(chunk, dict):
+            return self.fail("malformed_chunk", f"chunk is not a JSON object: {data[:200]!r}",
+                             t_ns, phase=self.phase)
+        try:
+            return self._on_chunk(chunk, t_ns)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+            return self.fail("malformed_chunk",
+                             f"chunk has an unexpected shape ({type(e).__name__}: {e}): "
+                             f"{data[:200]!r}", t_ns, phase=self.phase)
+
+    def _on_chunk(self, chunk: dict, t_ns: int) -> bool:
+        err = chunk.get("error")
+        if err is not None or chunk.get("object") == "error":
+            err = chunk if err is None else err
+            msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            return self.fail("stream_error", f"server error in stream: {msg}", t_ns,
+                             phase=self.phase)
+        usage = chunk.get("usage")
+        if usage is not None:
+            if not isinstance(usage, dict):
+                raise TypeError("usage is not an object")
+            self.usage = usage
+        choices = chunk.get("choices")
+        if not choices:
+            if self.truth is not None:
+                self.truth.chunk(chunk, False, False)
+            return False
+        if self.first_chunk_ns is None:
+            self.first_chunk_ns = t_ns
+        choice = choices[0]
+        delta = choice.get("delta")
+        if delta:
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+            content = delta.get("content")
+            if not isinstance(reasoning or "", str) or not isinstance(content or "", str):
+                raise TypeError("a delta's text is not a string")
+            if reasoning or content:
+                self._output(bool(reasoning), bool(content), t_ns)
+            if self.truth is not None:
+                self.truth.chunk(chunk, bool(reasoning or content), bool(content))
+        elif self.truth is not None:
+            self.truth.chunk(chunk, False, False)
+        fr = choice.get("finish_reason")
+        if fr:
+            if not isinstance(fr, str):
+                raise TypeError("finish_reason is not a string")
+            self.finish_reason = fr
+        return False
+
+    def _output(self, reasoning: bool, content: bool, t_ns: int) -> None:
+        self.deltas.append(t_ns - self._last_ns)
+        self._last_ns = t_ns
+        if self.first_output_ns is None:
+            self.first_output_ns = t_ns
+            if self.on_first_output is not None:
+                self.on_first_output(self, t_ns)
+        if reasoning:
+            self.reasoning_chunks += 1
+        if content:
+            self.content_chunks += 1
+            if self.first_content_ns is None:
+                self.first_content_ns = t_ns
+                if self.on_first_content is not None:
+                    self.on_first_content(self, t_ns)
+        self.channels.append("b" if reasoning and content else ("r" if reasoning else "c"))
+
+    def on_eof(self, t_ns: int) -> bool:
+        """The response body ended without `[DONE]`."""
+        if self.done:
+            return True
+        if self.finish_reason is not None:
+            self.end_ns = t_ns
+            self.done = True
+            return True
+        return self.fail("truncated", "response ended before any finish_reason", t_ns,
+                         phase=self.phase)
+
+    def fail(self, kind: str, message: str, t_ns: int, *, phase: str | None = None,
+             http_status: int | None = None) -> bool:
+        if self.failure is None:
+            self.failure = Failure(kind=kind, message=message,
+                                   http_status=http_status if http_status is not None
+                                   else self.http_status, phase=phase)
+            self.end_ns = t_ns
+        self.done = True
+        return True
+
+    def finish(self) -> RequestRecord:
+        return RequestRecord(
+            request_index=self.request_index,
+            start_ns=self.start_ns,
+            end_ns=self.end_ns,
+            first_output_ns=self.first_output_ns,
+            first_content_ns=self.first_content_ns,
+            warmup=self.warmup,
+            planned_context_tokens=self.planned_context_tokens,
+            reasoning_chunks=self.reasoning_chunks,
+            content_chunks=self.content_chunks,
+            chunk_deltas_ns=tuple(self.deltas),
+            chunk_channels="".join(self.channels),
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+            http_status=self.http_status,
+            failure=self.failure,
+            worker=self.worker,
+            extra=self._extra(),
+        )
+
+    def _extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.first_chunk_ns is not None:  # role-only chunks included (the module's rules)
+            extra["first_chunk_ns"] = self.first_chunk_ns
+        if self.due_ns is not None:  # how late the request went out (saturation.py)
+            extra["start_delay_ns"] = max(0, self.start_ns - self.due_ns)
+        if self.waited_for_user:
+            extra["waited_for_user"] = True
+        if self.truth is not None:
+            extra["server"] = self.truth.stamps
+        return extra
