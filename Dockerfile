@@ -8,7 +8,7 @@
 #   docker run --rm anvil:0.1.0 --worker --master-host MASTER   (leading "-": locust's options)
 #
 # Keep ANVIL_VERSION = pyproject.toml's version and LOCUST_VERSION = the Locust that the
-# development venv resolves (tests/unit/test_deploy.py fails when they drift apart).
+# development venv resolves (tests/deploy/test_deploy.py fails when they drift apart).
 FROM python:3.11-slim
 
 ARG ANVIL_VERSION=0.1.0

@@ -395,3 +395,17 @@ def describe() -> list[tuple[str, str, str, str]]:
     for a in sorted(AGGREGATES, key=lambda a: a.name):
         out.append(("metrics", a.name, a.unit, a.formula))
     return out
+
+
+# --- the campaign summary's gates ---------------------------------------------------------
+# A campaign sets them (`campaign/spec.py` checks their values) and the summary decides them
+# (`summary/decide.py`): one table, below both.
+# gate -> (row field, True when higher is better)
+IMPROVEMENT_GATES = {
+    "e2e_p50_improvement_percent": ("e2e_p50_ms", False),
+    "ttft_p50_improvement_percent": ("ttft_p50_ms", False),
+    "decode_p50_improvement_percent": ("decode_tok_s_p50", True),
+    "effective_prefill_p50_improvement_percent": ("effective_prefill_tok_s_p50", True),
+    "aggregate_output_improvement_percent": ("aggregate_output_tok_s", True),
+}
+KNOWN_GATES = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional")

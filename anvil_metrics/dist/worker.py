@@ -24,6 +24,7 @@ from greenlet import GreenletExit
 
 from anvil_metrics.post import saturation
 from anvil_metrics.load.body import BodyBuilder
+from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.errors import WireError
@@ -137,7 +138,7 @@ class WorkerSession:
         self.budget.on_orphan = self._orphan
         self.shipper = RecordShipper(send, setup.run_id)
         self.finished = False
-        self.load = saturation.LoadWindow()
+        self.load = LoadWindow()
         self.recorder = Recorder(anvil_events.request_record, self.shipper)
         self.recorder.start()
 

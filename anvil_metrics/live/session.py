@@ -24,16 +24,17 @@ from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
+from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
 from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import BodyBuilder, body_fields
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.post import saturation
 from anvil_metrics.post.loadblock import behind
 from anvil_metrics.post.schema import RUN_ID
 from anvil_metrics.prep import calcache
 from anvil_metrics.prep.counting import Counter, server_counter
+from anvil_metrics.prep.model import check_model_served, discover_model
 from anvil_metrics.prep.prompts import (
     NO_CALIBRATION,
     Calibration,
@@ -50,27 +51,11 @@ from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.transport import SendStats
 
-__all__ = ["RunOptions", "RunSession", "discover_model"]
+__all__ = ["RunOptions", "RunSession"]
 
 log = logging.getLogger("anvil")
 USERS_POLL_S = 0.05  # how often a run's target user count is looked at (LoadTestShape steps)
 
-def discover_model(client: ChatClient) -> str:
-    try:
-        status, body = client.get_json("/models")
-    except Exception as e:  # refused, reset, timed out, not HTTP: all "cannot reach"
-        raise UsageError(
-            f"cannot reach {client.endpoint.base_url}/models ({e}); is the server running? "
-            "check --host"
-        ) from e
-    if status == 200 and isinstance(body, dict):
-        data = body.get("data") or []
-        if data and isinstance(data[0], dict) and data[0].get("id"):
-            return str(data[0]["id"])
-    raise UsageError(
-        f"could not discover a model from {client.endpoint.base_url}/models (HTTP {status}); "
-        "pass --model NAME or set meta.model in the scenario"
-    )
 
 
 class RunSession:
@@ -99,7 +84,7 @@ class RunSession:
         self.live = LiveStats(run_id, opts.scenario.requests)
         self.recorder = Recorder(anvil_events.request_record, writer, self.live)
         self.recorder.start()
-        self.load = saturation.LoadWindow()
+        self.load = LoadWindow()
         self._health: dict[str, Any] | None = None
         self.on_end: Callable[[], None] | None = None  # ends the run (set by `start`)
         # set by the plugin: change the users (a sweep), read the target user count (to
@@ -222,7 +207,7 @@ class RunSession:
         try:
             model = sc.meta.get("model")
             if model:  # the user's name: check it against the server's list
-                _check_model_served(probe_client, model)
+                check_model_served(probe_client, model)
             else:  # the server's own first model: nothing to check
                 model = discover_model(probe_client)
             fields = body_fields(sc, model)
@@ -399,19 +384,6 @@ def _server_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery
             "off_reason": None if on else "not scraped: --no-server-metrics"}
 
 
-def _check_model_served(client: ChatClient, model: str) -> None:
-    """Refuse, before any load, a model the server says it does not serve (its
-    `/v1/models` list); a server without that list is not second-guessed."""
-    try:
-        status, body = client.get_json("/models")
-    except Exception:  # noqa: BLE001 - no list to check against; the requests will tell
-        return
-    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), list):
-        return
-    served = [str(m.get("id")) for m in body["data"] if isinstance(m, dict) and m.get("id")]
-    if served and model not in served:
-        raise UsageError(f"--model {model!r} is not served by {client.endpoint.base_url}; "
-                         f"it serves: {', '.join(served[:10])}")
 
 
 def _check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:

@@ -125,7 +125,7 @@ def rates(flag: str, value: str) -> tuple[float, ...]:
 
 def criteria(flag: str, value: str) -> str:
     """Goodput criteria, e.g. "ttft_ms<=2000,mean_inter_token_latency_ms<=50"."""
-    from anvil_metrics.post.goodput import parse_criteria
+    from anvil_metrics.load.criteria import parse_criteria
 
     return ",".join(c.text() for c in parse_criteria(value, flag))
 

@@ -156,7 +156,7 @@ class Scenario:
     timeouts: Timeouts = field(default_factory=Timeouts)
     duration_s: float | None = None  # measured load time, after the warm-ups
     arrivals: ArrivalPlan | None = None  # open loop; None: closed loop
-    goodput: str | None = None  # goodput criteria as text (`goodput.parse_criteria`)
+    goodput: str | None = None  # goodput criteria as text (`criteria.parse_criteria`)
     step_users: tuple[int, ...] | None = None  # a sweep of users, one per step
     step_rates: tuple[float, ...] | None = None  # a sweep of open-loop rates
     step_duration_s: float | None = None
@@ -292,7 +292,7 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
         requests, duration = None, step_s * len(step_users or step_rates or ())
     goodput = data.get("goodput")
     if goodput is not None:
-        from anvil_metrics.post.goodput import parse_criteria
+        from anvil_metrics.load.criteria import parse_criteria
 
         if not isinstance(goodput, str):
             raise _err("goodput", goodput, 'criteria as text, e.g. "ttft_ms<=2000"', source)

@@ -26,9 +26,10 @@ import orjson
 from anvil_metrics import catalog
 from anvil_metrics.errors import VerifyError
 from anvil_metrics.jsonio import atomic_write_bytes
+from anvil_metrics.load.criteria import parse_criteria
 from anvil_metrics.post import rowjson, saturation, schema, stats
 from anvil_metrics.post.derive import RowColumns, durations_ms, rows_from_raw
-from anvil_metrics.post.goodput import goodput, parse_criteria
+from anvil_metrics.post.goodput import goodput
 from anvil_metrics.post.loadblock import build_load
 from anvil_metrics.post.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.post.rawread import RawRun

@@ -19,12 +19,9 @@ says so when the generator, not the server, may have set the numbers:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anvil_metrics.live.lagmon import LoopLagMonitor
-from anvil_metrics.live.memtrim import Trimmer
 from anvil_metrics.post import stats
 
 LAG_P99_LIMIT_MS = 10.0
@@ -78,52 +75,3 @@ def verdict_text(saturated: bool | None, reasons: Sequence[str]) -> str:
     if not saturated:
         return "ok"
     return "saturated: " + "; ".join(reasons)
-
-
-class LoadWindow:
-    """One load process's own figures over its load window: loop lag (a `LoopLagMonitor`)
-    and CPU from `begin()` to `end()`, with the verdict. A single process's `RunSession`
-    and each distributed worker's `WorkerSession` both use it; `end()` is idempotent.
-    Meanwhile the C heap's free pages go back to the system once a minute (`memtrim.py`):
-    a long run's resident memory stays flat."""
-
-    def __init__(self) -> None:
-        self.lag = LoopLagMonitor()
-        self.trimmer = Trimmer()
-        self.health: dict[str, Any] | None = None
-        self.started = False
-        self._cpu0_s = time.process_time()
-        self._wall0_s = time.perf_counter()
-        self._load0_ns = time.perf_counter_ns()
-
-    def begin(self) -> None:
-        """The load starts now (set-up stalls, e.g. a final garbage collection, are not
-        load)."""
-        self.started = True
-        self.lag.start()
-        self._cpu0_s = time.process_time()
-        self._wall0_s = time.perf_counter()
-        self._load0_ns = time.perf_counter_ns()
-        self.trimmer.start()
-
-    def end(self) -> dict[str, Any]:
-        """Freeze the figures (the load is over; shutting down is not load) and return
-        them: the `client` block's keys, plus `load_s`/`cpu_s` for the raw `run_end`."""
-        if self.health is not None:
-            return self.health
-        self.trimmer.stop()
-        lag = self.lag.stop()
-        wall_s = time.perf_counter() - self._wall0_s
-        cpu_s = time.process_time() - self._cpu0_s
-        cpu = cpu_s / wall_s * 100 if wall_s > 0 else None
-        lag_json = lag.as_json()
-        saturated, reasons = verdict(lag_json.get("p99"), cpu)
-        if lag.max_at_ns is not None:  # when the worst stall happened, for diagnosis
-            lag_json["max_at_s"] = round((lag.max_at_ns - self._load0_ns) / 1e9, 3)
-        lag_json["stalls"] = [[round((at - self._load0_ns) / 1e9, 3), round(late / 1e6, 2)]
-                              for at, late in self.lag.stalls]  # [s into the load, ms late]
-        self.health = {"loop_lag_ms": lag_json, "cpu_pct": cpu,
-                       "achieved_concurrency": None, "saturated": saturated,
-                       "verdict": verdict_text(saturated, reasons),
-                       "load_s": wall_s, "cpu_s": cpu_s}
-        return self.health

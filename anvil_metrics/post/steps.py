@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from anvil_metrics.load.criteria import Criterion, parse_criteria
 from anvil_metrics.post import stats
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.goodput import Criterion, meets, parse_criteria, rate
+from anvil_metrics.post.goodput import meets, rate
 from anvil_metrics.post.rawcolumns import NULL
 from anvil_metrics.post.schema import fmt, same
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from anvil_metrics.live.session import discover_model
 from anvil_metrics.prep.counting import server_counter
+from anvil_metrics.prep.model import discover_model
 from anvil_metrics.prep.prompts import PromptFactory, calibrate_by_probe
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.client import ChatClient

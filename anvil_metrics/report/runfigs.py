@@ -24,10 +24,10 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.errors import UsageError
+from anvil_metrics.load.criteria import Criterion, parse_criteria
 from anvil_metrics.post.benchmark import measured_order
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.docscan import scan_benchmark
-from anvil_metrics.post.goodput import Criterion, parse_criteria
 from anvil_metrics.post.postprocess import BENCHMARK_FILE, RAW_FILE, build_run
 from anvil_metrics.post.rawcolumns import COL, NULL
 from anvil_metrics.report import draw

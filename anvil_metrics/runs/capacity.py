@@ -33,8 +33,8 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.errors import UsageError
+from anvil_metrics.load.criteria import OPS, parse_bounds
 from anvil_metrics.post import loadblock, stats
-from anvil_metrics.post.goodput import OPS, parse_bounds
 
 
 @dataclass(frozen=True, slots=True)

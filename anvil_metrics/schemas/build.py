@@ -24,13 +24,13 @@ from typing import Any
 import orjson
 
 from anvil_metrics import catalog
+from anvil_metrics.catalog import KNOWN_GATES
 from anvil_metrics.checks.docverify import CASE_REQUIRED, REQUIRED, SUITE_REQUIRED
 from anvil_metrics.checks.docverify import SCHEMA as CHECKS_SCHEMA
 from anvil_metrics.checks.registry import SUITES
 from anvil_metrics.checks.results import ERROR_KINDS, RESULTS
 from anvil_metrics.post import schema
 from anvil_metrics.records import COUNT_LIMIT, FAILURE_KINDS, PHASES
-from anvil_metrics.summary.decide import KNOWN_GATES
 from anvil_metrics.summary.folder import COMPUTED_KEYS
 from anvil_metrics.summary.folder import SCHEMA as SUMMARY_SCHEMA
 from anvil_metrics.summary.verify import (

@@ -59,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from anvil_metrics.catalog import IMPROVEMENT_GATES, KNOWN_GATES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.summary.stats import (
     CONFIDENCE,
@@ -81,15 +82,6 @@ ROW_METRICS = (
     ("prompt_tokens_p50", "prompt_tokens_p50"),
 )
 DELTAS = (("decode_delta_percent", "decode_tok_s_p50"), ("e2e_delta_percent", "e2e_p50_ms"))
-# gate -> (row field, True when higher is better)
-IMPROVEMENT_GATES = {
-    "e2e_p50_improvement_percent": ("e2e_p50_ms", False),
-    "ttft_p50_improvement_percent": ("ttft_p50_ms", False),
-    "decode_p50_improvement_percent": ("decode_tok_s_p50", True),
-    "effective_prefill_p50_improvement_percent": ("effective_prefill_tok_s_p50", True),
-    "aggregate_output_improvement_percent": ("aggregate_output_tok_s", True),
-}
-KNOWN_GATES = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional")
 DISPLAY_DECIMALS = {
     "ttft_p50_ms": 1, "effective_prefill_tok_s_p50": 0, "decode_tok_s_p50": 1,
     "e2e_p50_ms": 1, "aggregate_output_tok_s": 1, "prompt_tokens_p50": 0,

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anvil_metrics.summary.decide import DISPLAY_DECIMALS, IMPROVEMENT_GATES, rounded
+from anvil_metrics.catalog import IMPROVEMENT_GATES
+from anvil_metrics.summary.decide import DISPLAY_DECIMALS, rounded
 
 COLUMNS = (("ttft_p50_ms", "TTFT p50 ms"), ("effective_prefill_tok_s_p50", "prefill tok/s p50"),
            ("decode_tok_s_p50", "decode tok/s p50"), ("e2e_p50_ms", "e2e p50 ms"),

@@ -5,9 +5,9 @@ reading the body, splitting the body into events — and what a given exception 
 depends on the stage: a reset before the response head is a `connection` failure, the same
 reset mid-body a `truncated` one. `FAILURE_KINDS_BY_EXCEPTION` lists, per stage and in the
 order they are tried, the exception types anvil turns into failures, the failure kind (one
-of `records.FAILURE_KINDS`; tests/unit/test_failures.py holds them so), the phase when the stage
-fixes it (None: the stream's phase, `prefill` or `decode`, when it failed) and the message.
-An exception no row of its stage matches is not a failure of the request: it propagates (a
+of `records.FAILURE_KINDS`; tests/unit/wire/test_failures.py holds them so), the phase when
+the stage fixes it (None: the stream's phase, `prefill` or `decode`, when it failed) and the
+message. An exception no row of its stage matches is not a failure of the request: it propagates (a
 bug: `client_error`; a stop: `cancelled`, both recorded by `users.py`). Locust keeps the
 same idea in its `FAILURE_EXCEPTIONS` tuple.
 

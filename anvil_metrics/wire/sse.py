@@ -12,7 +12,7 @@ Two implementations of one behaviour:
 - sseclient-py fed one `\n`-terminated line at a time (`tests/sseref.py`, never buffered
   blocks: a block reader that waits for a full buffer delays events, the measured 24 ms of
   Locust's `iter_content`). It is the reference `EventSplitter` is property-tested
-  against (`tests/unit/test_sse.py`): for any byte stream, cut anywhere, both give the
+  against (`tests/unit/wire/test_sse.py`): for any byte stream, cut anywhere, both give the
   same payloads, or both fail on the same invalid UTF-8. Measured on this machine,
   sseclient-py cost ~2/3 of the client's CPU per event, hence the splitter on the hot
   path.

@@ -46,7 +46,7 @@ from anvil_metrics.errors import TransportUnsupported
 _perf_ns = time.perf_counter_ns
 
 # the geventhttpclient versions whose internals were checked (2.6.1); pyproject.toml pins
-# the same range (tests/unit/test_transport.py holds them equal)
+# the same range (tests/unit/wire/test_transport.py holds them equal)
 SUPPORTED_GEVENTHTTPCLIENT = ">=2.6,<2.7"
 
 # what a transport's errors are, for the failure table (failures.py)

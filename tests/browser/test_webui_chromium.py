@@ -18,83 +18,45 @@ test is skipped with the reason, loudly.
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chromium_cdp import CDPError, Chromium, Page, ensure_chromium
-from conftest import REPO, load_json, raw_lines
+from chromium_cdp import CDPError, Page
+from conftest import load_json, raw_lines
 from locust_ui import FAST_SIM, LocustUI, assert_live_equals_benchmark, locust_ui
+from webui_chromium import (
+    BUTTON,
+    INPUT,
+    TAB,
+    TABLE,
+    js_number,
+    open_custom_parameters,
+    screenshot,
+    tab_rows,
+    type_options,
+)
 
 from anvil_metrics.post.verify import verify_benchmark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 SECRET = "sk-test-anvil-browser-0123456789"
-SCREENSHOTS = REPO / "results" / "screenshots"
-
-BUTTON = "[...document.querySelectorAll('button')].find(e => e.textContent.trim() === {!r})"
-TAB = "[...document.querySelectorAll('[role=tab]')].find(e => e.textContent === {!r})"
-INPUT = "document.querySelector('form input[name={}]')"
-# the visible table's rows as lists of cell texts
-TABLE = "[...document.querySelectorAll('table tbody tr')].map(tr => [...tr.cells]" \
-        ".map(td => td.textContent))"
 
 
-@pytest.fixture(scope="module")
-def chromium_available() -> None:
-    reason = ensure_chromium()
-    if reason is not None:
-        print(f"\n*** SKIPPING the headless-Chromium web UI test: {reason} ***",
-              file=sys.stderr)
-        pytest.skip(f"headless Chromium unavailable: {reason}")
 
 
-@pytest.fixture
-def page(chromium_available: None, tmp_path: Path) -> Iterator[Page]:
-    browser = Chromium(tmp_path / "chromium-profile", tmp_path / "chromium.log")
-    try:
-        yield browser.new_page()
-    finally:
-        browser.close()
 
 
-def js_number(value: float) -> str:
-    """How the page shows a JSON number (String(n) in JS): shortest repr, no '.0'."""
-    text = repr(value)
-    return text[:-2] if text.endswith(".0") else text
 
 
-def screenshot(page: Page, tmp_path: Path, name: str) -> Path:
-    shot = page.screenshot(tmp_path / name)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(shot, SCREENSHOTS / name)
-    print(f"screenshot: {SCREENSHOTS / name} (and {shot})")
-    return shot
 
 
-def open_custom_parameters(page: Page) -> None:
-    summary = BUTTON.format("Custom parameters")
-    if page.evaluate(f"({summary}).getAttribute('aria-expanded')") != "true":
-        page.click(summary)
-    page.wait_for(f"{INPUT.format('requests')}.getBoundingClientRect().height > 0",
-                  what="the Custom parameters fields to show")
 
 
-def type_options(page: Page, **fields: str) -> None:
-    for name, value in fields.items():
-        page.type_into(INPUT.format(name), value)
-    typed = page.evaluate("Object.fromEntries([...document.querySelectorAll('form input')]"
-                          ".map(e => [e.name, e.value]))")
-    for name, value in fields.items():
-        assert typed[name] == value, (name, typed[name])
 
 
-def tab_rows(page: Page) -> dict[str, list[str]]:
-    return {row[0]: row[1:] for row in page.evaluate(TABLE)}
+
 
 
 def start_first_run(page: Page, ui: LocustUI, ui_dir: Path, tmp_path: Path) -> None:

@@ -15,19 +15,17 @@ is saved as `webui-until-stop.png` (and `webui-until-stop-failure.png` when it f
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chromium_cdp import Chromium, Page
+from chromium_cdp import Page
 from conftest import load_json, raw_lines
 from locust_ui import locust_ui
-from test_webui_chromium import (
+from webui_chromium import (
     BUTTON,
     INPUT,
     TAB,
     TABLE,
-    chromium_available,  # noqa: F401 - a fixture
     open_custom_parameters,
     screenshot,
     tab_rows,
@@ -44,13 +42,6 @@ SLOW_SIM = ("--prefill-ms", "100", "--reasoning-tokens", "3", "--content-tokens"
 USERS = 2
 
 
-@pytest.fixture
-def page(chromium_available: None, tmp_path: Path) -> Iterator[Page]:  # noqa: F811
-    browser = Chromium(tmp_path / "chromium-profile", tmp_path / "chromium.log")
-    try:
-        yield browser.new_page()
-    finally:
-        browser.close()
 
 
 def test_web_ui_run_until_stop(simulator, page: Page, tmp_path: Path) -> None:

@@ -16,51 +16,15 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import REPO, anvil, load_json
+from simcampaign import CAMPAIGN, SCENARIO, SIM
 
 from anvil_metrics.campaign.runner import run_hook
 from anvil_metrics.post.docscan import verify_file
 
 pytestmark = pytest.mark.e2e
 
-SIM = ("--model", "org/sim", "--prefill-ms", "5", "--content-tokens", "10",
-       "--reasoning-tokens", "0", "--max-context", "8192")
 
-SCENARIO = """\
-measurement_protocol = "count"
-concurrency = 1
-requests = 3
-warmup_requests = 0
-max_tokens = 16
-context_tokens = 8192
-max_context_tokens = 8192
-[context_distribution]
-200 = 1
-"""
 
-CAMPAIGN = """\
-name = "sims"
-scenario = "s.toml"
-runs_per_variant = {runs}
-placements = {placements}
-candidate = "sim/on"
-incumbent = "sim/off"
-
-[[variants]]
-model = "sim"
-served_model = "org/sim"
-speculation = "off"
-host = "{slow}"
-{before}
-
-[[variants]]
-model = "sim"
-served_model = "org/sim"
-speculation = "on"
-host = "{fast}"
-
-[gates]
-e2e_p50_improvement_percent = 10
-"""
 
 
 CHECKS = """

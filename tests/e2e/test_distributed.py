@@ -19,15 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
+from cluster import LOCUSTFILE, Cluster, check_document, requests_of
+from conftest import REPO, anvil, raw_lines, result_path, write_scenario
 from locust_ui import assert_final_cdf_and_flow
 
-from anvil_metrics.post.benchmark import verify_benchmark
 from anvil_metrics.runs.simproc import stop_process
 
 pytestmark = pytest.mark.e2e
 
-LOCUSTFILE = str(REPO / "locustfiles" / "chat.py")
 
 SCENARIO = """
 measurement_protocol = "distributed"
@@ -55,26 +54,6 @@ def sim_streams(url: str) -> dict[str, int]:
         return json.loads(r.read())["streams"]
 
 
-class Cluster:
-    """A master and its workers (a list, or by name), the results folder and the master's
-    log."""
-
-    def __init__(self, master: subprocess.Popen,
-                 workers: list[subprocess.Popen] | dict[str, subprocess.Popen],
-                 results: Path, log: Path) -> None:
-        self.master, self.workers, self.results, self.log = master, workers, results, log
-
-    def wait(self, timeout: float = 90) -> int:
-        try:
-            return self.master.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("the master did not end by itself:\n"
-                                 + self.log.read_text()[-3000:]) from None
-
-    def run_dir(self) -> Path:
-        runs = [p for p in self.results.iterdir() if p.is_dir() and p.name.startswith("bench")]
-        assert len(runs) == 1, (runs, self.log.read_text()[-3000:])
-        return runs[0]
 
 
 @contextmanager
@@ -110,15 +89,8 @@ def cluster(tmp_path: Path, sim_url: str, *locust_args: str, workers: int = 2,
             stop_process(p)
 
 
-def requests_of(run_dir: Path) -> list[dict]:
-    return [line for line in raw_lines(run_dir) if line["type"] == "request"]
 
 
-def check_document(run_dir: Path) -> dict:
-    doc = load_json(run_dir / "benchmark.json")
-    assert verify_benchmark(doc) == []
-    assert doc["requests"] == doc["completed"] + doc["failed"]
-    return doc
 
 
 def test_master_and_two_workers_run_exactly_the_requested_count(simulator, tmp_path: Path

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cluster import LOCUSTFILE, Cluster, check_document, requests_of
 from conftest import REPO, raw_lines, write_scenario
 from netns import Lab, LabError, ip, leftovers, netem_works, unavailable, wait_for_line
-from test_distributed import LOCUSTFILE, Cluster, check_document, requests_of
 
 from anvil_metrics.runs.simproc import stop_process
 

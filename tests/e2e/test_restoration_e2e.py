@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import anvil, load_json
-from test_campaign_run import CAMPAIGN, SCENARIO, SIM
+from simcampaign import CAMPAIGN, SCENARIO, SIM
 
 pytestmark = pytest.mark.e2e
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from report_view import view_report
+from stepcheck import check_each_request_in_one_step, measured
 
 from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
-from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.report.build import make_report
 from anvil_metrics.runs.simproc import start_simulator
@@ -48,42 +48,10 @@ def nearest_rank(values: list[float], p: int) -> float:
     return s[max(1, math.ceil(p * len(s) / 100)) - 1]
 
 
-def measured(run_dir: Path) -> list[dict[str, Any]]:
-    return sorted((x for x in raw_lines(run_dir) if x["type"] == "request" and not x["warmup"]),
-                  key=lambda x: x["request_index"])
 
 
-def expected_steps(run_dir: Path) -> dict[int, int]:
-    """Request index -> the step it belongs to, worked out here from the raw file: the last
-    step line at or before its start (placed on the master's clock; before the first
-    step: step 0)."""
-    offsets = read_raw(run_dir / "requests.jsonl").clock_offsets_ns()
-    starts = [x["t_ns"] for x in raw_lines(run_dir) if x["type"] == "step"]
-    out = {}
-    for x in measured(run_dir):
-        t = x["start_ns"] + offsets.get(x.get("worker"), 0)
-        out[x["request_index"]] = max([0, *(i for i, s in enumerate(starts) if s <= t)])
-    return out
 
 
-def check_each_request_in_one_step(run_dir: Path, doc: dict[str, Any]) -> None:
-    """Every measured raw request is exactly one row or one failure, in the step its start
-    falls in; each step's counts are those requests."""
-    raw = measured(run_dir)
-    assert [x["request_index"] for x in raw] == list(range(len(raw)))
-    rows = {r["request_index"]: r for r in doc["request_timings"]}
-    fails = {f["request_index"]: f for f in doc["failures"]}
-    assert len(rows) == len(doc["request_timings"]) and len(fails) == len(doc["failures"])
-    assert not rows.keys() & fails.keys()
-    assert sorted(rows.keys() | fails.keys()) == list(range(len(raw))) and doc["requests"] == len(
-        raw)
-    want = expected_steps(run_dir)
-    got = {i: (rows.get(i) or fails[i])["step"] for i in want}
-    assert got == want
-    per_step = Counter(want.values())
-    assert [b["requests"] for b in doc["steps"]] == [per_step[i] for i in
-                                                     range(len(doc["steps"]))]
-    assert sum(b["requests"] for b in doc["steps"]) == doc["requests"]
 
 
 def test_user_sweep_on_a_master_and_two_workers(simulator, tmp_path: Path) -> None:
@@ -174,7 +142,7 @@ def capacity_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, float]:
         t0 = time.monotonic()
         # 60 requests a step: at 9 users one request in 9 waits for a slot, over the 5 % a
         # p95 can hide. From 6 users: 6 meets, 12 fails, then 9 fails, 7 and 8 meet (both
-        # sides of the slots' edge; the search's own rules: tests/unit/test_capacity.py)
+        # sides of the slots' edge; the search's own rules: tests/unit/runs/test_capacity.py)
         proc = anvil("capacity", "scenarios/smoke.toml", "-H", sim.url, "--slo",
                      "ttft_p95_ms<=150", "--start", "6", "--max", "16", "--step-requests",
                      "60", "--results-dir", str(tmp_path), timeout=120)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import load_json, raw_lines
 from locust_ui import FAST_SIM, assert_final_cdf_and_flow, locust_ui
-from test_sweeps import check_each_request_in_one_step
+from stepcheck import check_each_request_in_one_step
 
 from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.runs.simproc import start_simulator

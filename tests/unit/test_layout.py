@@ -1,24 +1,133 @@
-"""The package's shape: no import cycle, no module over 600 lines, no pickle on the wire.
+"""The package's shape: layers, no import cycle, short files and functions, tests that mirror
+the folders, no pickle on the wire.
 
 Why a test: these are what keep the codebase one a newcomer can carry on (ARCHITECTURE.md);
-each fails the build the moment a change breaks it, not at the next review.
+each fails the build the moment a change breaks it, not at the next review. The layer order
+is written once, in ARCHITECTURE.md's table, and read from there: the document and the rule
+cannot drift apart.
 """
 
 from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "anvil_metrics"
-MAX_LINES = 600
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "anvil_metrics"
+TESTS = REPO / "tests" / "unit"
+MAX_LINES = 500
+MAX_FUNCTION_LINES = 80
+# Functions longer than MAX_FUNCTION_LINES, each with the reason it may be: a table written
+# as code reads better whole than cut into pieces. Empty is the goal; a new entry needs a
+# reason a reviewer accepts.
+LONG_FUNCTIONS: dict[str, str] = {}
+# Modules without a test file of their own, each with where it is tested instead.
+UNTESTED: dict[str, str] = {}
+# Still to be cut or renamed (issue 27): these lists may only shrink.
+LONG_FILES_LEFT: set[str] = {
+    "anvil_metrics/campaign/spec.py",
+    "anvil_metrics/cli/main.py",
+    "anvil_metrics/live/figures.py",
+    "anvil_metrics/load/scenario.py",
+    "anvil_metrics/sim/chat.py",
+    "anvil_metrics/sim/server.py",
+    "anvil_metrics/telemetry/servermetrics.py",
+}
+LONG_FUNCTIONS_LEFT: set[str] = {
+    "anvil_metrics/campaign/runner.py:run_campaign",
+    "anvil_metrics/campaign/spec.py:campaign_from_dict",
+    "anvil_metrics/cli/main.py:build_parser",
+    "anvil_metrics/live/session.py:start",
+    "anvil_metrics/load/scenario.py:scenario_from_dict",
+    "anvil_metrics/post/rawcolumns.py:add_plain",
+    "anvil_metrics/records.py:record_problem",
+    "anvil_metrics/sim/server.py:build_parser",
+}
+UNTESTED_LEFT: set[str] = {
+    "checks/client.py",
+    "checks/docverify.py",
+    "checks/haystack.py",
+    "checks/images.py",
+    "checks/quality.py",
+    "checks/reasoning.py",
+    "checks/registry.py",
+    "checks/responses.py",
+    "checks/results.py",
+    "checks/sandbox.py",
+    "checks/sandbox_keeper.py",
+    "checks/suite.py",
+    "checks/toolcases.py",
+    "dist/worker.py",
+    "errors.py",
+    "events.py",
+    "live/loadwindow.py",
+    "live/memtrim.py",
+    "live/runctx.py",
+    "live/runerror.py",
+    "live/session.py",
+    "live/users.py",
+    "live/webui_page.py",
+    "load/body.py",
+    "load/criteria.py",
+    "post/benchmark.py",
+    "post/cachecheck.py",
+    "post/derive.py",
+    "post/postprocess.py",
+    "post/rawchild.py",
+    "post/rawpart.py",
+    "post/rowjson.py",
+    "post/schema.py",
+    "prep/model.py",
+    "prep/sizing.py",
+    "records.py",
+    "report/build.py",
+    "report/campaignfigs.py",
+    "report/draw.py",
+    "report/page.py",
+    "runs/launch.py",
+    "runs/locustfile.py",
+    "runs/plugin.py",
+    "runs/simproc.py",
+    "sim/chat.py",
+    "sim/config.py",
+    "sim/faultchat.py",
+    "sim/faults.py",
+    "sim/httpproto.py",
+    "sim/identity.py",
+    "sim/ledger.py",
+    "sim/rawclient.py",
+    "sim/responses.py",
+    "sim/scheduler.py",
+    "sim/script.py",
+    "sim/script_coding.py",
+    "sim/script_json.py",
+    "sim/script_multimodal.py",
+    "sim/script_quality.py",
+    "sim/script_reasoning.py",
+    "sim/script_retrieval.py",
+    "sim/script_tools.py",
+    "sim/server.py",
+    "sim/specdecode.py",
+    "sim/tokenapi.py",
+    "sim/tokenizer.py",
+    "summary/checks.py",
+    "summary/markdown.py",
+    "summary/stats.py",
+    "telemetry/sampler.py",
+    "telemetry/scrape.py",
+    "urls.py",
+    "wire/plainhttp.py",
+    "wire/truth.py",
+}
 
 
 def _modules() -> dict[str, Path]:
     mods = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        parts = path.relative_to(REPO).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         mods[name] = path
     return mods
@@ -42,6 +151,11 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
         found |= {t for t in targets if t in known and t != name
                   and not name.startswith(t + ".")}
     return found
+
+
+def _edges() -> dict[str, set[str]]:
+    mods = _modules()
+    return {name: _imports(name, path, set(mods)) for name, path in mods.items()}
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -79,15 +193,49 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return groups
 
 
+def layers() -> list[list[str]]:
+    """The layer table of ARCHITECTURE.md, bottom up: each row's folders (`wire/`) and, in
+    the first row, the root's value modules (`errors`)."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text.split("## The layers, bottom up", 1)[1].split("\n\n", 2)[1]
+    out = []
+    for row in table.splitlines()[2:]:
+        cell = row.split("|")[2]
+        out.append(re.findall(r"`([a-z_]+)/?`", cell))
+    return out
+
+
+def layer_of(module: str, table: list[list[str]]) -> int:
+    """The row of `anvil_metrics.<folder or root module>...` in the layer table."""
+    parts = module.split(".")
+    if len(parts) == 1:  # the package's own __init__: a face, above nothing
+        return 0
+    for i, row in enumerate(table):
+        if parts[1] in row:
+            return i
+    raise AssertionError(f"{module}: not in ARCHITECTURE.md's layer table")
+
+
+def against_the_layers(edges: dict[str, set[str]], table: list[list[str]]) -> list[str]:
+    """`a -> b` for each import of a module from a higher layer, or of another module of
+    the root's bottom row than a value module (the root imports only the root)."""
+    bad = []
+    for a, targets in sorted(edges.items()):
+        if a == "anvil_metrics.__main__":  # `python -m anvil_metrics`: the CLI's door
+            continue
+        for b in sorted(targets):
+            if b != "anvil_metrics" and layer_of(b, table) > layer_of(a, table):
+                bad.append(f"{a} -> {b}")
+    return bad
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_no_import_cycle_in_the_package():
-    mods = _modules()
-    known = set(mods)
-    edges = {name: _imports(name, path, known) for name, path in mods.items()}
+    edges = _edges()
     assert sum(map(len, edges.values())) > 50  # the walk sees the imports at all
     assert "anvil_metrics.catalog" in edges["anvil_metrics.post.derive"]
     assert "anvil_metrics.post.rawpart" in edges["anvil_metrics.post.postprocess"]
@@ -101,27 +249,102 @@ def test_imports_inside_functions_are_seen(tmp_path: Path):
         "pkg.other"}
 
 
-def test_no_module_over_600_lines():
-    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
+def test_every_folder_is_in_the_layer_table_once():
+    table = layers()
+    named = [n for row in table for n in row]
+    assert len(named) == len(set(named)), named
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    roots = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    assert folders | roots == set(named)
+    assert set(table[0]) == roots, "the bottom row is the root's value modules"
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    table = layers()
+    assert against_the_layers(_edges(), table) == []
+
+
+def test_the_layer_rule_can_fail():
+    table = [["errors"], ["wire"], ["post"]]
+    edges = {"anvil_metrics.wire.x": {"anvil_metrics.post.y", "anvil_metrics.errors"},
+             "anvil_metrics.post.y": {"anvil_metrics.wire.x"},
+             "anvil_metrics.errors": {"anvil_metrics.wire.x"}}
+    assert against_the_layers(edges, table) == [
+        "anvil_metrics.errors -> anvil_metrics.wire.x",
+        "anvil_metrics.wire.x -> anvil_metrics.post.y"]
+
+
+def test_no_module_over_500_lines():
+    long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py")
             if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_LINES}
-    assert long == {}
+    assert {k: v for k, v in long.items() if k not in LONG_FILES_LEFT} == {}
+    assert sorted(LONG_FILES_LEFT - set(long)) == [], "a listed file is short now"
+
+
+def long_functions(path: Path, root: Path = REPO) -> dict[str, int]:
+    """`file:function` -> lines, for each function (methods and nested ones too) longer
+    than MAX_FUNCTION_LINES, its decorators and docstring included; `file` from `root`."""
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            lines = node.end_lineno - first + 1
+            if lines > MAX_FUNCTION_LINES:
+                out[f"{path.relative_to(root)}:{node.name}"] = lines
+    return out
+
+
+def test_no_function_over_80_lines():
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        found.update(long_functions(path))
+    allowed = set(LONG_FUNCTIONS) | LONG_FUNCTIONS_LEFT
+    assert {k: v for k, v in found.items() if k not in allowed} == {}
+    assert sorted(allowed - found.keys()) == [], "a listed function is short now"
+
+
+def test_the_function_rule_can_fail(tmp_path: Path):
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES - 1)
+                 + "def g():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    assert long_functions(f, tmp_path) == {"m.py:g": MAX_FUNCTION_LINES + 1}
+
+
+def test_unit_tests_mirror_the_package():
+    """tests/unit/<folder>/test_<module>[_<topic>].py for each module of a folder (the root's
+    modules: tests/unit/test_<module>...): a newcomer finds a module's tests by its path, and
+    a module without tests of its own shows here."""
+    tests = {p.relative_to(TESTS) for p in TESTS.rglob("test_*.py")}
+    modules = {p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
+               if p.stem not in ("__init__", "__main__")}
+    by_folder: dict[Path, set[str]] = {}
+    for m in modules:
+        by_folder.setdefault(m.parent, set()).add(m.stem)
+
+    def subject(test: Path) -> str | None:
+        """The module a test file is named for: the longest that its name starts with."""
+        stem = test.stem.removeprefix("test_")
+        names = by_folder.get(test.parent, set())
+        fits = [m for m in names if stem == m or stem.startswith(m + "_")]
+        return max(fits, key=len) if fits else None
+
+    orphans = {str(t) for t in tests if t.name != "test_layout.py" and subject(t) is None}
+    assert sorted(orphans) == [], "name each test file for a module of its folder"
+    covered = {(t.parent, subject(t)) for t in tests}
+    untested = {str(m) for m in modules if (m.parent, m.stem) not in covered}
+    allowed = set(UNTESTED) | UNTESTED_LEFT
+    assert sorted(untested - allowed) == []
+    assert sorted(allowed - untested) == [], "a listed module has its tests now"
 
 
 def test_nothing_a_network_separates_is_pickled():
-    """Master and workers exchange plain data (`dist_wire.py`); no `pickle` in their code,
+    """Master and workers exchange plain data (`dist/wire.py`); no `pickle` in their code,
     comments and docstrings included (the wording of the acceptance: `grep pickle`)."""
     hits = []
-    for path in sorted((PACKAGE / "dist").glob("*.py")):
+    paths = sorted((PACKAGE / "dist").glob("*.py"))
+    for path in paths:
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if "pickle" in tok.string.lower():
                 hits.append(f"{path.name}:{tok.start[0]}")
-    assert sorted((PACKAGE / "dist").glob("*.py")), "the distributed modules are where they were"
+    assert paths, "the distributed modules are where they were"
     assert hits == []
-
-
-def test_test_files_have_unique_basenames():
-    """pytest imports test files by basename (tests/ has no packages): two files of one name
-    in different folders stop the whole collection (it happened: test_restoration.py)."""
-    tests = Path(__file__).resolve().parents[1]
-    names = [p.name for p in tests.rglob("test_*.py")]
-    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
-from test_campaignrun import FakeRunner, campaign_file, state
+from campaignbuild import FakeRunner, campaign_file, state
 
 from anvil_metrics.campaign.checks import checks_file, parse_checks
 from anvil_metrics.campaign.runner import HookResult, run_campaign

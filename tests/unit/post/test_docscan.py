@@ -24,7 +24,7 @@ from anvil_metrics.post.docscan import scan_benchmark, verify_file
 from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.post.verify import verify_benchmark
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "benchmark-v1.000_51f6de0d03ca0563.json"
+EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "benchmark-v1.000_51f6de0d03ca0563.json"
 
 
 def _doc(n_rows: int, cached: list[int | None]) -> dict[str, Any]:

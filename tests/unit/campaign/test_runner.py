@@ -7,80 +7,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
-from rawbuild import HEADER, completed, write_raw
+from campaignbuild import FakeRunner, campaign_file, state
 
 from anvil_metrics.campaign.runner import (
     HookResult,
     run_campaign,
     without_credentials,
 )
-from anvil_metrics.campaign.spec import CampaignRun, Variant, load_campaign
+from anvil_metrics.campaign.spec import load_campaign
 from anvil_metrics.errors import UsageError
-from anvil_metrics.post.postprocess import postprocess_run
 
-REPO = Path(__file__).resolve().parents[2]
-
-CAMPAIGN = """\
-name = "c1"
-scenario = "{scenario}"
-runs_per_variant = 2
-placements = ["first", "swapped"]
-candidate = "m/on"
-incumbent = "m/off"
-
-[[variants]]
-model = "m"
-served_model = "org/m"
-speculation = "off"
-host = "http://127.0.0.1:9001"
-{before_off}
-
-[[variants]]
-model = "m"
-served_model = "org/m"
-speculation = "on"
-host = "http://127.0.0.1:9002"
-{key_on}
-
-[gates]
-e2e_p50_improvement_percent = 10
-"""
+REPO = Path(__file__).resolve().parents[3]
 
 
-def campaign_file(tmp_path: Path, before_off: str = "", key_on: str = "") -> Path:
-    path = tmp_path / "c.toml"
-    path.write_text(CAMPAIGN.format(scenario=REPO / "scenarios" / "smoke.toml",
-                                    before_off=before_off, key_on=key_on))
-    return path
 
 
-class FakeRunner:
-    """Writes a real run folder (requests.jsonl, a verifying benchmark.json) unless told to
-    fail or to stop half-way (a folder with no benchmark.json, as a killed run leaves)."""
-
-    def __init__(self, fail: set[int] | None = None, stop_at: int | None = None) -> None:
-        self.calls: list[tuple[int, str, Path]] = []
-        self.fail = fail or set()
-        self.stop_at = stop_at
-
-    def __call__(self, r: CampaignRun, v: Variant, run_dir: Path) -> str | None:
-        self.calls.append((r.k, v.id, run_dir))
-        write_raw(run_dir / "requests.jsonl", HEADER, [completed(i) for i in range(3)],
-                  {"finished_at": "2026-08-01T16:09:00Z", "client": {}})
-        if r.k == self.stop_at:
-            raise KeyboardInterrupt  # as if the campaign were killed during this run
-        if r.k in self.fail:
-            return "the server could not be reached\nsecond line"
-        postprocess_run(run_dir)
-        return None
 
 
-def state(results: Path) -> dict[str, Any]:
-    return orjson.loads((results / "c1" / "campaign.json").read_bytes())
+
 
 
 def test_all_runs_in_plan_order_and_their_state(tmp_path: Path) -> None:

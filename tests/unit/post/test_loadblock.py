@@ -24,7 +24,7 @@ from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.records import Failure
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "data").glob("benchmark-v1.*.json"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "data").glob("benchmark-v1.*.json"))
 
 BASE_NS = 2_000_000_000  # arrival 0 due 2 s after the header's perf anchor (1000 ns)
 GAP_NS = 100_000_000  # constant 10 requests/s

@@ -77,7 +77,7 @@ def test_a_missing_internal_is_refused_in_one_line(monkeypatch: pytest.MonkeyPat
 
 
 def test_pyproject_pins_the_supported_range() -> None:
-    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    project = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
     pins = [d for d in project["project"]["dependencies"] if d.startswith("geventhttpclient")]
     assert pins == [f"geventhttpclient{transport.SUPPORTED_GEVENTHTTPCLIENT}"]
 

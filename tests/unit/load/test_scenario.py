@@ -9,7 +9,7 @@ import pytest
 from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, with_overrides
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_shipped_scenarios_load() -> None:

@@ -3,9 +3,9 @@
 Runs last hours now: what `LiveStats` keeps must not grow with the number of requests, its
 running percentiles must be within the stated error of `stats.nearest_rank`'s, and once the
 run is over (`finish(rows)`) the table must be `benchmark.json`'s figures exactly
-(tests/unit/test_webui.py and test_dist.py check that through real runs). The same for the
-TTFT CDF (nearest-rank p0..p100), and the flow's per-second counts, rates and in-flight
-samples are checked against hand-worked inputs.
+(tests/unit/live/test_webui.py and dist/test_master.py check that through real runs). The
+same for the TTFT CDF (nearest-rank p0..p100), and the flow's per-second counts, rates
+and in-flight samples are checked against hand-worked inputs.
 """
 
 from __future__ import annotations

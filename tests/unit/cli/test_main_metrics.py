@@ -9,7 +9,7 @@ from conftest import anvil
 
 from anvil_metrics import catalog
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "benchmark-v1.000_51f6de0d03ca0563.json"
+EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "benchmark-v1.000_51f6de0d03ca0563.json"
 
 
 def test_it_lists_every_field_and_metric_of_the_seed_example_with_unit_and_formula():

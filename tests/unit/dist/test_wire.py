@@ -28,7 +28,7 @@ from anvil_metrics.prep.prompts import NO_CALIBRATION, Calibration, PromptFactor
 from anvil_metrics.records import worker_identity
 from anvil_metrics.urls import api_key_from_env
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def over_locust(msg_type: str, data: Any) -> Any:

@@ -20,7 +20,19 @@ from typing import Any
 
 import orjson
 import pytest
-from test_summary import BENCHMARK, DATA, SUMMARY_NAME, runs_for
+from summarybuild import (
+    BENCHMARK,
+    CAMPAIGN_FILE,
+    DATA,
+    SEED,
+    SUMMARY_NAME,
+    VARIANTS,
+    accept_all,
+    all_entries,
+    entry,
+    example_docs,
+    write_folder,
+)
 
 from anvil_metrics.cli import main as cli
 from anvil_metrics.errors import UsageError
@@ -33,13 +45,6 @@ from anvil_metrics.summary.folder import (
 )
 from anvil_metrics.summary.markdown import markdown
 
-REPO = Path(__file__).resolve().parents[2]
-CAMPAIGN_FILE = REPO / "scenarios/campaigns/fp8-vs-nvfp4.toml"
-SEED = DATA / "benchmark-v1.000_51f6de0d03ca0563.json"
-VARIANTS = ("official-fp8/off", "official-fp8/mtp3", "inferact-nvfp4/off",
-            "inferact-nvfp4/mtp3")
-PLACEMENTS = ("first", "first", "first", "swapped", "swapped")
-
 
 @pytest.fixture(scope="module")
 def example() -> dict[str, Any]:
@@ -47,81 +52,16 @@ def example() -> dict[str, Any]:
     return orjson.loads((DATA / SUMMARY_NAME).read_bytes())
 
 
-def accept_all(path: Path) -> list[str]:
-    return []
 
 
-def entry(k: int, variant: str, i: int, state: str = "done", **more: Any) -> dict[str, Any]:
-    return {"k": k, "variant": variant, "run_index": i, "placement": PLACEMENTS[i - 1],
-            "folder": f"{k:02d}-{variant.replace('/', '-')}-run{i}", "state": state,
-            "attempts": 1, "before_run": None, "failure": None, **more}
 
 
-def example_checks(variant: str) -> dict[str, Any]:
-    """A checks document (anvil-serving.checks/v1) for one of the example's variants whose
-    figures are those the example's functional and multimodal blocks report."""
-    model = variant.split("/")[0]
-    near_s, image_s = {"official-fp8": (193.2, 9.3), "inferact-nvfp4": (185.3, 7.7)}[model]
-
-    def suite(passed: int, total: int, **extra: Any) -> dict[str, Any]:
-        return {"result": "pass" if passed == total else "fail", "passed": passed,
-                "total": total, "elapsed_s": 1.0, **extra, "cases": []}
-    return {"schema": "anvil-serving.checks/v1", "model": model,
-            "options": {"transport": "cpu"}, "checks": {
-                "coding": suite(6, 6), "json": suite(5, 5), "tools": suite(20, 20),
-                "streaming_tools": suite(20, 20), "tool_result_recovery": suite(4, 4),
-                "responses_subset": suite(2, 2),
-                "reasoning_leakage": suite(3, 3, thinking_disabled_reasoning_leakage=False),
-                "retrieval": suite(4, 4, requested_context_tokens=131072),
-                "near_limit": suite(1, 1, requested_context_tokens=389000,
-                                    request_elapsed_s=near_s),
-                "quality": suite(12, 12, parts={"intelligence": {"passed": 6, "total": 6},
-                                                "session": {"passed": 3, "total": 3},
-                                                "tools": {"passed": 3, "total": 3}}),
-                "multimodal": suite(2, 2, general_image_seconds=image_s, ocr_seconds=0.7,
-                                    not_tested=["video", "multi-image ordering",
-                                                "32-image ceiling", "concurrency above one",
-                                                "host-memory pressure"])}}
 
 
-def write_folder(root: Path, docs: dict[str, list[dict]], entries: list[dict],
-                 toml: str | None = None, campaign_file: Path = CAMPAIGN_FILE,
-                 redone: list[dict] | None = None, checks: bool = True) -> Path:
-    """A campaign folder: campaign.json, for each done entry its run's document (the
-    variant's next one from `docs`), and (`checks`) each variant's checks file."""
-    root.mkdir(parents=True, exist_ok=True)
-    if checks:
-        (root / "checks").mkdir()
-        for v in docs:
-            (root / "checks" / f"{v.replace('/', '+')}.json").write_bytes(
-                orjson.dumps(example_checks(v)))
-    taken = {v: 0 for v in docs}
-    for e in entries:
-        if e["state"] == "done":
-            doc = docs[e["variant"]][taken[e["variant"]]]
-            taken[e["variant"]] += 1
-            (root / e["folder"]).mkdir()
-            (root / e["folder"] / "benchmark.json").write_bytes(orjson.dumps(doc))
-    (root / "campaign.json").write_bytes(orjson.dumps({
-        "schema": "anvil-campaign/v1", "name": "qwen-fp8-vs-nvfp4",
-        "campaign_file": str(campaign_file),
-        "campaign_toml": CAMPAIGN_FILE.read_text() if toml is None else toml,
-        "scenario_file": str(REPO / "scenarios/performance.toml"), "runs": entries,
-        "redone": redone or []}))
-    return root
 
 
-def example_docs(example: dict[str, Any]) -> dict[str, list[dict]]:
-    return {f"{r['model']}/{r['speculation']}": runs_for(r) for r in example["performance"]}
 
 
-def all_entries(runs: int = 5) -> list[dict]:
-    out, k = [], 1
-    for i in range(1, runs + 1):
-        for v in VARIANTS:
-            out.append(entry(k, v, i))
-            k += 1
-    return out
 
 
 def test_the_example_document_from_a_folder(tmp_path: Path, example: dict[str, Any]) -> None:

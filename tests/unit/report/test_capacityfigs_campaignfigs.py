@@ -7,7 +7,7 @@ name every file it was made from with the file's SHA-256 (computed here), show t
 values in its tables (read here from the files, formatted as the page says it formats), and
 hold valid PNGs, as many as it draws; a damaged capacity.json, a step whose figures differ
 from the search's, and a stale or foreign summary.json are refused in one line naming the
-field. The example campaign of the spec (tests/unit/test_summaryio's folder: four variants,
+field. The example campaign of the spec (tests/summarybuild.py's folder: four variants,
 five runs each, checks files) shows the functional and multimodal blocks as tables.
 """
 
@@ -25,7 +25,14 @@ import numpy as np
 import orjson
 import pytest
 from reportbuild import CAPACITY, CAPACITY_LOADS, campaign_folder, capacity_folder
-from test_summaryio import DATA, SUMMARY_NAME, accept_all, all_entries, example_docs, write_folder
+from summarybuild import (
+    DATA,
+    SUMMARY_NAME,
+    accept_all,
+    all_entries,
+    example_docs,
+    write_folder,
+)
 
 from anvil_metrics.cli import main as cli
 from anvil_metrics.errors import UsageError

@@ -22,7 +22,7 @@ from anvil_metrics.campaign.spec import (
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.scenario import load_scenario
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "scenarios" / "campaigns" / "fp8-vs-nvfp4.toml"
 SUMMARY = Path("/work/shared/spec/examples/public-summary-v1.004_72673d6db1c063a6.json")
 

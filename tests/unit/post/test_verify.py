@@ -38,12 +38,12 @@ from anvil_metrics.records import FAILURE_KINDS, PHASES, RAW_SCHEMA, Failure, Re
 DERIVED_FIELDS = [f.name for f in catalog.DERIVED]
 TIMING_METHODOLOGY = catalog.timing_methodology()
 
-SHARED = Path(os.environ.get("ANVIL_SHARED") or Path(__file__).resolve().parents[3] / "shared")
+SHARED = Path(os.environ.get("ANVIL_SHARED") or Path(__file__).resolve().parents[4] / "shared")
 EXAMPLE_NAME = "benchmark-v1.000_51f6de0d03ca0563.json"
 SHARED_EXAMPLE = SHARED / "spec/examples" / EXAMPLE_NAME
 # A copy travels with the tests, so the first regression test never depends on a checkout
 # beside the repository; where ../shared is present, the two must be identical.
-VENDORED_EXAMPLE = Path(__file__).resolve().parents[1] / "data" / EXAMPLE_NAME
+VENDORED_EXAMPLE = Path(__file__).resolve().parents[2] / "data" / EXAMPLE_NAME
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """`anvil verify` of a summary: every figure recomputed from its campaign folder.
 
-The folders are the ones `test_summaryio` builds by hand (the spec example's constructed
+The folders are the ones `tests/summarybuild.py` builds by hand (the spec example's constructed
 runs), so a clean summary is known truth: it was written by `anvil summarize`'s own
 functions from those runs. Their benchmark files are not valid documents (their metrics
 were edited), so `verify_summary` is given the verifier that accepts them, except where the
@@ -16,8 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from test_summary import DATA, SUMMARY_NAME
-from test_summaryio import accept_all, all_entries, example_docs, write_folder
+from summarybuild import DATA, SUMMARY_NAME, accept_all, all_entries, example_docs, write_folder
 
 from anvil_metrics.cli import main as cli
 from anvil_metrics.summary.folder import read_campaign_folder, summary_document, write_summary

@@ -17,8 +17,14 @@ from typing import Any
 import orjson
 import pytest
 from jsonschema import Draft202012Validator
-from test_summary import DATA, SUMMARY_NAME
-from test_summaryio import accept_all, all_entries, example_docs, write_folder
+from summarybuild import (
+    DATA,
+    SUMMARY_NAME,
+    accept_all,
+    all_entries,
+    example_docs,
+    write_folder,
+)
 
 from anvil_metrics import catalog
 from anvil_metrics.post.schema import SCHEMA as BENCHMARK
@@ -29,7 +35,7 @@ from anvil_metrics.summary.folder import read_campaign_folder, summary_document
 
 SCHEMAS = Path(jsonschemas.__file__).resolve().parent
 SEED = DATA / "benchmark-v1.000_51f6de0d03ca0563.json"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -10,14 +10,12 @@ delta follows from the definitions, not from anything the code under test comput
 
 from __future__ import annotations
 
-import copy
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from summarybuild import BENCHMARK, DATA, OFFSETS, SHARED, SUMMARY_NAME, run, runs_for
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import strict_json_problems
@@ -36,16 +34,8 @@ from anvil_metrics.summary.stats import (
     mann_whitney,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-SHARED = Path(os.environ.get("ANVIL_SHARED") or Path(__file__).resolve().parents[3] / "shared")
-SUMMARY_NAME = "public-summary-v1.004_72673d6db1c063a6.json"
-BENCHMARK = orjson.loads((DATA / "benchmark-v1.000_51f6de0d03ca0563.json").read_bytes())
-OFFSETS = (-0.02, -0.01, 0.0, 0.01, 0.02)  # relative, per run: they sum to zero
 EXAMPLE_GATES = {"e2e_p50_improvement_percent": 10, "no_saturated_runs": True,
                  "functional": "all_pass"}
-# the example's sampled telemetry, per model: (accepted lengths, acceptance rates) of 5 runs
-TELEMETRY = {"official-fp8": ((3.35, 3.40, 3.52, 3.44, 3.38), (0.80, 0.78, 0.84, 0.81, 0.79)),
-             "inferact-nvfp4": ((2.95, 3.12, 2.88, 3.00, 3.05), (0.62, 0.66, 0.71, 0.65, 0.70))}
 
 
 @pytest.fixture(scope="module")
@@ -57,36 +47,8 @@ def example() -> dict[str, Any]:
     return orjson.loads(vendored)
 
 
-def run(i: int, *, rid: str = "", **metrics: Any) -> dict[str, Any]:
-    """A benchmark/v1 document (the spec example's, copied) with these `metrics` figures."""
-    doc = copy.deepcopy(BENCHMARK)
-    doc["request_timings"] = []
-    doc["run_id"] = rid or f"benchmark-2026081{i}T000000Z"
-    doc["metrics"] = {**doc["metrics"], **metrics}
-    doc["client"] = {"saturated": False, "verdict": "not saturated"}
-    return doc
 
 
-def runs_for(row: dict[str, Any], spread: float = 1.0) -> list[dict[str, Any]]:
-    """Five runs whose medians average to the example row's figures."""
-    out = []
-    for i, off in enumerate(OFFSETS):
-        f = 1.0 + spread * off
-        doc = run(i, rid=f"{row['model']}-{row['speculation']}-{i}",
-                  ttft_p50_ms=row["ttft_p50_ms"] * f,
-                  effective_prefill_tok_s_p50=row["effective_prefill_tok_s_p50"] * f,
-                  decode_tok_s_p50=row["decode_tok_s_p50"] * f,
-                  e2e_p50_ms=row["e2e_p50_ms"] * f,
-                  throughput_tok_s=row["aggregate_output_tok_s"] * f,
-                  prompt_tokens_p50=3610.0 + 10 * (i - 2))
-        doc.update(requests=10, concurrency=1, context_distribution={"4096": 10},
-                   max_tokens=256)
-        if row["speculation"] != "off":
-            lengths, rates = TELEMETRY[row["model"]]
-            doc["server"] = {"spec_decode": {"accepted_length": lengths[i],
-                                             "acceptance_rate": rates[i]}}
-        out.append(doc)
-    return out
 
 
 def example_variants(example: dict[str, Any], spread: float = 1.0) -> list[VariantRuns]:

@@ -18,10 +18,11 @@ import pytest
 from rawbuild import HEADER, completed, failed, write_raw
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.load.criteria import Criterion, parse_criteria
 from anvil_metrics.post import goodput
 from anvil_metrics.post.benchmark import build_benchmark
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.goodput import Criterion, meets, parse_criteria
+from anvil_metrics.post.goodput import meets
 from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.post.verify import verify_benchmark
 
