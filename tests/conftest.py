@@ -9,6 +9,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# Locust first: its import-time gevent monkey-patching must happen before any test starts a
+# thread or takes an import lock, as in a Locust process. Imported later, from inside a test
+# (a module that imports Locust lazily), the patching can deadlock the import system.
+import locust  # noqa: F401, I001
 import orjson
 import pytest
 

@@ -421,9 +421,10 @@ def cmd_demo(a: argparse.Namespace) -> int:
     from anvil_metrics.runs.launch import load_benchmark, prepare_run, run_scenario, summary_lines
     from anvil_metrics.runs.simproc import pinned_apart, start_simulator
 
-    scenario_path = Path(__file__).resolve().parents[2] / "scenarios" / "smoke.toml"
+    # the package ships scenarios/ (anvil_metrics/scenarios links to it in a checkout)
+    scenario_path = Path(__file__).parents[1] / "scenarios" / "smoke.toml"
     if not scenario_path.exists():
-        raise UsageError(f"demo: {scenario_path} is missing; run from an anvil checkout")
+        raise UsageError(f"demo: {scenario_path} is missing; reinstall anvil-metrics")
     sc = load_scenario(scenario_path)
     # the role chunk with the first token, as vLLM sends it: the server's TTFT and the
     # client's first chunk then compare like with like (the summary's server lines)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -64,8 +65,19 @@ def locust_argv(sc: Scenario, scenario_path: str, users: int, run_dir: Path, *,
     if run_time_s:
         argv += ["--run-time", f"{math.ceil(run_time_s)}s"]
     if processes > 1:  # Locust forks a master and this many workers
-        argv += ["--processes", str(processes)]
+        # on a port of this run's own, on 127.0.0.1 (the workers are forks on this host):
+        # Locust's default 5557 on every interface makes two such runs on one host collide
+        port = free_local_port()
+        argv += ["--processes", str(processes), "--master-bind-host", "127.0.0.1",
+                 "--master-bind-port", str(port), "--master-port", str(port)]
     return argv
+
+
+def free_local_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def prepare_run(host: str, results_dir: str) -> Path:

@@ -191,6 +191,7 @@ def test_processes_flag_runs_workers_on_this_host(simulator, tmp_path: Path) -> 
     results = tmp_path / "results"
     proc = subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--processes", "2", "--headless",
+         "--master-bind-port", str(port := _free_port()), "--master-port", str(port),
          "-u", "4", "-r", "4", "-H", sim.url, "--scenario", str(sc), "--requests", "23",
          "--results-dir", str(results)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)

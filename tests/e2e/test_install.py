@@ -1,0 +1,55 @@
+"""The package as a user gets it from a wheel, outside the checkout: `anvil demo` runs.
+
+Why a test: in a checkout, code can reach files beside the package (scenarios/, locustfiles/)
+that a wheel does not carry; the demo once failed that way after `pip install .`. Here the
+wheel is built from the repository, installed (without its dependencies, which the test's
+own environment has) into a folder of its own, and run from another folder, with that folder
+first on the path so nothing comes from the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def test_a_wheel_carries_what_the_package_reads_and_its_demo_runs(tmp_path: Path) -> None:
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "w"),
+         str(REPO)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "w").glob("anvil_metrics-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for shipped in ("anvil_metrics/scenarios/smoke.toml",
+                    "anvil_metrics/scenarios/campaigns/fp8-vs-nvfp4.toml",
+                    "anvil_metrics/schemas/benchmark-v1.schema.json",
+                    "anvil_metrics/runs/locustfile.py"):
+        assert shipped in names
+
+    target = tmp_path / "site"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+         str(wheel)], capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    where = subprocess.run(
+        [sys.executable, "-c", "import anvil_metrics; print(anvil_metrics.__file__)"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    assert Path(where.stdout.strip()).is_relative_to(target), where.stdout
+
+    demo = subprocess.run(
+        [sys.executable, "-m", "anvil_metrics", "demo", "--results-dir", "out"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "verify: OK" in demo.stdout
+    assert list((elsewhere / "out").glob("benchmark-*/benchmark.json"))
