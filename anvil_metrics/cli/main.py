@@ -457,8 +457,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 def cmd_campaign(a: argparse.Namespace) -> int:
+    from anvil_metrics.campaign.plan import plan, plan_lines
     from anvil_metrics.campaign.runner import locust_runner, run_campaign
-    from anvil_metrics.campaign.spec import load_campaign, plan, plan_lines
+    from anvil_metrics.campaign.spec import load_campaign
 
     campaign = load_campaign(a.campaign)  # every problem of the file, before anything runs
     runs = plan(campaign)
