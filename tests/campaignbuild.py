@@ -1,5 +1,6 @@
 """A two-variant campaign file and a fake runner that writes real run folders, for the
-campaign runner's and the campaign checks' unit tests."""
+campaign runner's and the campaign checks' unit tests; a four-variant campaign document for
+the campaign file's and the plan's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import orjson
 from conftest import REPO
 from rawbuild import HEADER, completed, write_raw
 
-from anvil_metrics.campaign.spec import CampaignRun, Variant
+from anvil_metrics.campaign.plan import CampaignRun
+from anvil_metrics.campaign.spec import Variant
 from anvil_metrics.post.postprocess import postprocess_run
 
 CAMPAIGN = """\
@@ -38,6 +40,22 @@ host = "http://127.0.0.1:9002"
 [gates]
 e2e_p50_improvement_percent = 10
 """
+
+
+def campaign_doc() -> dict[str, Any]:
+    """A small valid campaign document: four variants, three runs each, placements (its
+    scenario path is relative to REPO)."""
+    def variant(model: str, spec: str, port: int) -> dict[str, Any]:
+        return {"model": model, "served_model": f"org/{model}", "speculation": spec,
+                "host": f"http://127.0.0.1:{port}"}
+    return {
+        "name": "t", "scenario": "scenarios/smoke.toml", "runs_per_variant": 3,
+        "placements": ["first", "first", "swapped"], "order": "interleaved",
+        "baseline": "a/off", "candidate": "b/on", "incumbent": "a/on",
+        "variants": [variant("a", "off", 8000), variant("a", "on", 8000),
+                     variant("b", "off", 8001), variant("b", "on", 8001)],
+        "gates": {"e2e_p50_improvement_percent": 10, "no_saturated_runs": True},
+    }
 
 
 def campaign_file(tmp_path: Path, before_off: str = "", key_on: str = "") -> Path:

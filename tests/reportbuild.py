@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 from rawbuild import HEADER, completed, failed, write_raw
 
+from anvil_metrics.campaign.plan import CampaignRun
 from anvil_metrics.campaign.runner import run_campaign
-from anvil_metrics.campaign.spec import CampaignRun, Variant, load_campaign
+from anvil_metrics.campaign.spec import Variant, load_campaign
 from anvil_metrics.jsonio import atomic_write_json
 from anvil_metrics.post.postprocess import postprocess_run
 from anvil_metrics.runs.capacity import parse_slos, result_doc, search

@@ -38,8 +38,9 @@ from anvil_metrics.campaign.checks import (
     real_checker,
     summary_line,
 )
+from anvil_metrics.campaign.plan import CampaignRun, plan
 from anvil_metrics.campaign.restoration import RestorationResult, check_aliases
-from anvil_metrics.campaign.spec import Campaign, CampaignRun, Variant, plan
+from anvil_metrics.campaign.spec import Campaign, Variant
 from anvil_metrics.checks.runner import write_checks
 from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.jsonio import atomic_write_json
@@ -132,6 +133,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait(5)
 
 
+def api_key(v: Variant, environ: Mapping[str, str]) -> str | None:
+    """A variant's API key: the variable its api_key_env names, else the password in its
+    host's URL (as `anvil run` takes it)."""
+    return (environ.get(v.api_key_env) if v.api_key_env else None) or v.endpoint.userinfo_key
+
+
 def locust_runner(campaign: Campaign, environ: Mapping[str, str]) -> Runner:
     """The real runs: Locust as `anvil run` starts it (`run.run_scenario`), into the run
     folder made here, with the variant's host, served model and API key."""
@@ -141,10 +148,7 @@ def locust_runner(campaign: Campaign, environ: Mapping[str, str]) -> Runner:
     def run(r: CampaignRun, v: Variant, run_dir: Path) -> str | None:
         values: dict[str, Any] = {o.dest: o.default for o in LOCUST_OPTIONS if not o.secret}
         values.update(scenario=campaign.scenario_path, model=v.served_model)
-        # a password in the host's URL is its key (as `anvil run` takes it), else the
-        # variable api_key_env names; neither ever goes on a command line
-        key = (environ.get(v.api_key_env) if v.api_key_env else None) or (
-            v.endpoint.userinfo_key)
+        key = api_key(v, environ)  # never on a command line
         host = v.endpoint.base_url
         opts = run_options(values, host=host, users=None, api_key=key)
         result = run_scenario(opts.scenario, campaign.scenario_path, host, users=opts.users,
@@ -164,8 +168,7 @@ def check_restoration(campaign: Campaign, environ: Mapping[str, str]) -> Restora
     password in that host's URL, else the candidate's (its api_key_env, its URL's)."""
     endpoint = campaign.restoration_endpoint
     cand = campaign.variant(campaign.candidate)
-    key = endpoint.userinfo_key or (
-        environ.get(cand.api_key_env) if cand.api_key_env else None) or cand.endpoint.userinfo_key
+    key = endpoint.userinfo_key or api_key(cand, environ)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return check_aliases(endpoint.base_url, campaign.restoration_aliases, headers=headers)
 
@@ -258,6 +261,97 @@ def _eta(durations: list[float], remaining: int) -> str:
     return f"ETA {int(s // 3600)}:{int(s % 3600 // 60):02d}:{int(s % 60):02d}"
 
 
+def _campaign_folder(campaign: Campaign, results_dir: str | Path) -> Path:
+    """`<results_dir>/<name>`, made if need be (a bad --results-dir: one UsageError)."""
+    folder = Path(results_dir) / campaign.name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--results-dir {str(results_dir)!r} cannot hold the campaign's "
+                         f"folder: {e.strerror}; pass a writable directory") from None
+    return folder
+
+
+def _settle(state: dict[str, Any], runs: list[CampaignRun], folder: Path) -> list[CampaignRun]:
+    """The runs still to do, by what their folders hold: a run whose benchmark.json
+    verifies is done; the folder of any other is moved aside (recorded in "redone")."""
+    entries = {e["folder"]: e for e in state["runs"]}
+    todo: list[CampaignRun] = []
+    for r in runs:
+        e = entries[r.folder]
+        run_dir = folder / r.folder
+        problem = _benchmark_problem(run_dir) if run_dir.exists() else "no run folder"
+        if problem is None:
+            e["state"], e["failure"] = "done", None
+            continue
+        if run_dir.exists():
+            why = ("interrupted" if e["state"] == "pending" else
+                   "failed" if e["state"] == "failed" else "was done")
+            aside = _move_aside(folder, r.folder)
+            state["redone"].append({"folder": r.folder,
+                                    "reason": f"{why}: {problem}; moved to "
+                                              f"{aside.relative_to(folder)}"})
+        e["state"] = "pending"
+        todo.append(r)
+    return todo
+
+
+@dataclass(frozen=True, slots=True)
+class _Invocation:
+    """What the steps of one `anvil campaign run` share: the campaign, its folder and state
+    (campaign.json, saved after every change), the environment, the secrets no recorded
+    line may hold, and the functions it calls out to."""
+
+    campaign: Campaign
+    folder: Path
+    state: dict[str, Any]
+    environ: Mapping[str, str]
+    secrets: list[str]
+    hook: Hook
+    progress: Progress
+    before_run_timeout_s: float
+
+    def save(self) -> None:
+        atomic_write_json(self.folder / STATE_FILE, self.state)
+
+
+def _before_run(inv: _Invocation, r: CampaignRun, command: str
+                ) -> tuple[dict[str, Any], str | None]:
+    """The variant's before_run for run `r`: what campaign.json records of it, and why the
+    run fails (None: it does not)."""
+    env = {"ANVIL_VARIANT": r.variant_id, "ANVIL_RUN_INDEX": str(r.run_index)}
+    if r.placement is not None:
+        env["ANVIL_PLACEMENT"] = r.placement
+    h = inv.hook(command, env, inv.before_run_timeout_s)
+    record = {"command": command, "exit_status": h.exit_status, "timed_out": h.timed_out,
+              "output_tail": _scrub(h.output_tail, inv.secrets),
+              "seconds": round(h.seconds, 3)}
+    failed = h.timed_out or h.exit_status != 0
+    return record, _scrub(_hook_failure(h), inv.secrets) if failed else None
+
+
+def _do_run(inv: _Invocation, r: CampaignRun, e: dict[str, Any], runner: Runner
+            ) -> str | None:
+    """Run `r` (`e`: its entry in campaign.json): its variant's before_run, then the run
+    into a new folder; None when its benchmark.json verifies, else why not."""
+    v = inv.campaign.variant(r.variant_id)
+    e.update(state="pending", attempts=e["attempts"] + 1, started_at=_now(),
+             finished_at=None, before_run=None, failure=None)
+    inv.save()
+    failure = None
+    if v.before_run:
+        e["before_run"], failure = _before_run(inv, r, v.before_run)
+        inv.save()
+    if failure is None:
+        run_dir = inv.folder / r.folder
+        run_dir.mkdir()
+        failure = runner(r, v, run_dir) or _benchmark_problem(run_dir)
+    e.update(state="failed" if failure else "done", finished_at=_now(),
+             failure=_scrub(failure.splitlines()[0], inv.secrets) if failure else None)
+    inv.save()
+    return failure
+
+
 def run_campaign(campaign: Campaign, results_dir: str | Path, *, runner: Runner,
                  hook: Hook = run_hook, progress: Progress = lambda line: None,
                  before_run_timeout_s: float = DEFAULT_BEFORE_RUN_TIMEOUT_S,
@@ -277,147 +371,95 @@ def run_campaign(campaign: Campaign, results_dir: str | Path, *, runner: Runner,
     if problems:
         raise UsageError("\n".join(f"{campaign.source}: {p}" for p in problems))
     text = Path(campaign.source).read_text(encoding="utf-8")
-    folder = Path(results_dir) / campaign.name
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--results-dir {str(results_dir)!r} cannot hold the campaign's "
-                         f"folder: {e.strerror}; pass a writable directory") from None
+    folder = _campaign_folder(campaign, results_dir)
     state_path = folder / STATE_FILE
     state = (load_state(state_path, campaign, text) if state_path.exists()
              else new_state(campaign, text))
     secrets = [s for v in campaign.variants for s in (
         environ.get(v.api_key_env) if v.api_key_env else None, v.endpoint.userinfo_key) if s]
-
-    def save() -> None:
-        atomic_write_json(state_path, state)
-
+    inv = _Invocation(campaign, folder, state, environ, secrets, hook, progress,
+                      before_run_timeout_s)
     runs = plan(campaign)
-    entries = {e["folder"]: e for e in state["runs"]}
-    # settle what the files say before running anything
-    todo: list[CampaignRun] = []
-    for r in runs:
-        e = entries[r.folder]
-        run_dir = folder / r.folder
-        problem = _benchmark_problem(run_dir) if run_dir.exists() else "no run folder"
-        if problem is None:
-            e["state"], e["failure"] = "done", None
-            continue
-        if run_dir.exists():
-            why = ("interrupted" if e["state"] == "pending" else
-                   "failed" if e["state"] == "failed" else "was done")
-            aside = _move_aside(folder, r.folder)
-            state["redone"].append({"folder": r.folder,
-                                    "reason": f"{why}: {problem}; moved to "
-                                              f"{aside.relative_to(folder)}"})
-        e["state"] = "pending"
-        todo.append(r)
+    todo = _settle(state, runs, folder)  # what the files say, before running anything
     if todo:  # an earlier check no longer comes after the last run
         state.pop("restoration", None)
-    save()
+    inv.save()
 
     n = len(runs)
+    entries = {e["folder"]: e for e in state["runs"]}
     durations: list[float] = []
     for i, r in enumerate(todo):
-        v = campaign.variant(r.variant_id)
-        e = entries[r.folder]
         progress(f"run {r.k} of {n}: {r.variant_id} (placement {r.placement or '-'}), "
                  f"{_eta(durations, len(todo) - i)}")
         start = clock()
-        e.update(state="pending", attempts=e["attempts"] + 1, started_at=_now(),
-                 finished_at=None, before_run=None, failure=None)
-        save()
-        failure = None
-        if v.before_run:
-            env = {"ANVIL_VARIANT": r.variant_id, "ANVIL_RUN_INDEX": str(r.run_index)}
-            if r.placement is not None:
-                env["ANVIL_PLACEMENT"] = r.placement
-            h = hook(v.before_run, env, before_run_timeout_s)
-            e["before_run"] = {"command": v.before_run, "exit_status": h.exit_status,
-                               "timed_out": h.timed_out,
-                               "output_tail": _scrub(h.output_tail, secrets),
-                               "seconds": round(h.seconds, 3)}
-            if h.timed_out or h.exit_status != 0:
-                failure = _scrub(_hook_failure(h), secrets)
-            save()
+        failure = _do_run(inv, r, entries[r.folder], runner)
         if failure is None:
-            run_dir = folder / r.folder
-            run_dir.mkdir()
-            failure = runner(r, v, run_dir) or _benchmark_problem(run_dir)
-            if failure is None:
-                durations.append(clock() - start)
-        e.update(state="failed" if failure else "done", finished_at=_now(),
-                 failure=_scrub(failure.splitlines()[0], secrets) if failure else None)
-        save()
+            durations.append(clock() - start)
         progress(f"run {r.k} of {n}: {r.variant_id} " + (
             f"done in {clock() - start:.1f} s -> {folder / r.folder}" if not failure
-            else f"FAILED: {e['failure']}"))
+            else f"FAILED: {entries[r.folder]['failure']}"))
     failed = tuple((e["folder"], e["failure"] or "") for e in state["runs"]
                    if e["state"] != "done")
     checks_failed: tuple[tuple[str, str], ...] = ()
     if campaign.checks is not None:
         records = state.setdefault("checks", {})
         for v in campaign.variants:
-            records[v.id] = _variant_checks(campaign, v, folder, environ, hook, checker,
-                                            before_run_timeout_s, progress, secrets)
-            save()
+            records[v.id] = _variant_checks(inv, v, checker)
+            inv.save()
         checks_failed = tuple((vid, r["failure"]) for vid, r in records.items()
                               if r["state"] != "done")
     restoration = None
     if campaign.restoration_aliases:
-        restoration = _restoration(campaign, environ, restore, progress, secrets)
-        state["restoration"] = restoration
-        save()
+        restoration = state["restoration"] = _restoration(inv, restore)
+        inv.save()
     return CampaignOutcome(folder, n - len(failed), failed, len(todo),
                            restoration["result"] if restoration else None, checks_failed)
 
 
-def _variant_checks(campaign: Campaign, v: Variant, folder: Path, environ: Mapping[str, str],
-                    hook: Hook, checker: Checker, before_run_timeout_s: float,
-                    progress: Progress, secrets: list[str]) -> dict[str, Any]:
+def _variant_checks(inv: _Invocation, v: Variant, checker: Checker) -> dict[str, Any]:
     """One variant's checks, as campaign.json records them: a file already there is kept;
     else its before_run (ANVIL_CHECKS=1), then the suites, the document written atomically."""
-    plan_ = campaign.checks
+    plan_ = inv.campaign.checks
     assert plan_ is not None
-    path = checks_file(folder, v.model, v.speculation)
-    record: dict[str, Any] = {"file": str(path.relative_to(folder)), "state": "done",
+    path = checks_file(inv.folder, v.model, v.speculation)
+    record: dict[str, Any] = {"file": str(path.relative_to(inv.folder)), "state": "done",
                               "failure": None}
     if read_checks(path) is not None:
         return {**record, "kept": True}
     if v.before_run:
-        h = hook(v.before_run, {"ANVIL_VARIANT": v.id, "ANVIL_CHECKS": "1"},
-                 before_run_timeout_s)
+        h = inv.hook(v.before_run, {"ANVIL_VARIANT": v.id, "ANVIL_CHECKS": "1"},
+                     inv.before_run_timeout_s)
         if h.timed_out or h.exit_status != 0:
-            why = _scrub(_hook_failure(h), secrets).splitlines()[0]
-            progress(f"checks: {v.id} FAILED: {why}")
+            why = _scrub(_hook_failure(h), inv.secrets).splitlines()[0]
+            inv.progress(f"checks: {v.id} FAILED: {why}")
             return {**record, "state": "failed", "failure": why}
-    progress(f"checks: {v.id}: {', '.join(plan_.suites)} at {v.endpoint.base_url}")
-    key = (environ.get(v.api_key_env) if v.api_key_env else None) or v.endpoint.userinfo_key
+    inv.progress(f"checks: {v.id}: {', '.join(plan_.suites)} at {v.endpoint.base_url}")
     options = replace(plan_.options, speculation=v.speculation)
     try:
-        doc = checker(v.endpoint.base_url, v.served_model, key, plan_.suites, options)
+        doc = checker(v.endpoint.base_url, v.served_model, api_key(v, inv.environ),
+                      plan_.suites, options)
     except AnvilError as e:
-        why = _scrub(str(e), secrets).splitlines()[0]
-        progress(f"checks: {v.id} FAILED: {why}")
+        why = _scrub(str(e), inv.secrets).splitlines()[0]
+        inv.progress(f"checks: {v.id} FAILED: {why}")
         return {**record, "state": "failed", "failure": why}
     path.parent.mkdir(exist_ok=True)
     write_checks(path, doc)
-    progress(f"checks: {v.id}: {summary_line(doc)} -> {path}")
+    inv.progress(f"checks: {v.id}: {summary_line(doc)} -> {path}")
     return {**record, "finished_at": _now()}
 
 
-def _restoration(campaign: Campaign, environ: Mapping[str, str], restore: Restorer,
-                 progress: Progress, secrets: list[str]) -> dict[str, Any]:
+def _restoration(inv: _Invocation, restore: Restorer) -> dict[str, Any]:
     """The check after the last run, as campaign.json records it, with progress lines."""
+    campaign = inv.campaign
     where = campaign.restoration_endpoint.base_url
-    progress(f"restoration: asking {', '.join(campaign.restoration_aliases)} at {where}")
-    record = {**restore(campaign, environ).to_json(), "checked_at": _now()}
+    inv.progress(f"restoration: asking {', '.join(campaign.restoration_aliases)} at {where}")
+    record = {**restore(campaign, inv.environ).to_json(), "checked_at": _now()}
     for a in record["aliases"]:
         if a["reason"]:
-            a["reason"] = _scrub(a["reason"], secrets)
+            a["reason"] = _scrub(a["reason"], inv.secrets)
     for a in record["aliases"]:
         retry = (f" (answered {a['retried_after']} once, then retried)"
                  if a["retried_after"] is not None else "")
-        progress(f"restoration: {a['alias']} " + (
+        inv.progress(f"restoration: {a['alias']} " + (
             f"answered{retry}" if a["result"] == "pass" else f"FAILED: {a['reason']}"))
     return record

@@ -164,18 +164,6 @@ class Campaign:
         return {v.id: v for v in self.variants}[variant_id]
 
 
-@dataclass(frozen=True, slots=True)
-class CampaignRun:
-    """One run of the plan. `k` counts runs from 1 in the declared order; `run_index`
-    counts one variant's runs from 1 (its placement is `placements[run_index - 1]`)."""
-
-    k: int
-    variant_id: str
-    run_index: int
-    placement: str | None
-    folder: str  # the run's folder name inside the campaign's folder
-
-
 def _shown(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -333,6 +321,62 @@ def _restoration(p: _Problems, raw: Any) -> tuple[tuple[str, ...], Endpoint | No
     return tuple(aliases), host
 
 
+def _variants(p: _Problems, raw_variants: Any) -> tuple[list[Variant], list[str] | None]:
+    """The [[variants]] tables: the good ones, and every id declared (None when a table's
+    id cannot be known: a role may name the variant it was meant to be)."""
+    variants: list[Variant] = []
+    first_at: dict[str, int] = {}  # variant id -> the table that declared it first
+    ids_known = isinstance(raw_variants, list) and bool(raw_variants)
+    if raw_variants is None:
+        p.missing("variants", "one [[variants]] table per variant, at least two")
+    elif not isinstance(raw_variants, list):
+        p.bad("variants", raw_variants, "[[variants]] tables")
+    else:
+        if len(raw_variants) < 2:
+            p.lines.append(f"variants: {len(raw_variants)} [[variants]] table(s); expected at "
+                           "least two (a candidate and what it is compared with)")
+        for i, raw in enumerate(raw_variants, 1):
+            v = _variant(p, raw, f"variants[{i}]")
+            vid = _raw_id(raw)
+            if vid is None:
+                ids_known = False
+                continue
+            if vid in first_at:
+                p.lines.append(f'variants[{i}]: id "{vid}" repeats variants[{first_at[vid]}]; '
+                               "expected each model/speculation pair once")
+                continue
+            first_at[vid] = i
+            if v is not None:
+                variants.append(v)
+    return variants, list(first_at) if ids_known else None
+
+
+def _roles(p: _Problems, data: dict[str, Any], ids: list[str] | None,
+           gates: dict[str, Any]) -> dict[str, str | None]:
+    """baseline, candidate and incumbent: variant ids (`ids`: those declared, None when not
+    all are known); an incumbent is needed by a comparing gate and is not the candidate."""
+    needs_incumbent = [g for g in gates if GATES[g].compares]
+    roles: dict[str, str | None] = {}
+    for role in ("baseline", "candidate", "incumbent"):
+        value = data.get(role)
+        required = role == "candidate" or (role == "incumbent" and needs_incumbent)
+        roles[role] = None
+        if value is None:
+            if required:
+                why = f" (gates {', '.join(needs_incumbent)} compare with it)" if (
+                    role == "incumbent") else ""
+                p.missing(role, f"a variant id (model/speculation){why}")
+        elif not isinstance(value, str):
+            p.bad(role, value, "a variant id (model/speculation)")
+        elif ids is not None and value not in ids:
+            p.bad(role, value, f"one of the variant ids: {', '.join(ids)}")
+        else:
+            roles[role] = value
+    if roles["candidate"] is not None and roles["candidate"] == roles["incumbent"]:
+        p.bad("incumbent", roles["incumbent"], "a variant other than the candidate")
+    return roles
+
+
 def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaign:
     """Validate a parsed campaign document (`base`: the folder relative paths start from);
     raise one `CampaignError` listing every problem."""
@@ -358,53 +402,9 @@ def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaig
         p.bad("facts", facts, "a table (copied into the summary as written)")
         facts = {}
 
-    raw_variants = data.get("variants")
-    variants: list[Variant] = []
-    first_at: dict[str, int] = {}  # variant id -> the table that declared it first
-    ids_known = isinstance(raw_variants, list) and bool(raw_variants)
-    if raw_variants is None:
-        p.missing("variants", "one [[variants]] table per variant, at least two")
-    elif not isinstance(raw_variants, list):
-        p.bad("variants", raw_variants, "[[variants]] tables")
-    else:
-        if len(raw_variants) < 2:
-            p.lines.append(f"variants: {len(raw_variants)} [[variants]] table(s); expected at "
-                           "least two (a candidate and what it is compared with)")
-        for i, raw in enumerate(raw_variants, 1):
-            v = _variant(p, raw, f"variants[{i}]")
-            vid = _raw_id(raw)
-            if vid is None:
-                ids_known = False  # a role may name the variant this table was meant to be
-                continue
-            if vid in first_at:
-                p.lines.append(f'variants[{i}]: id "{vid}" repeats variants[{first_at[vid]}]; '
-                               "expected each model/speculation pair once")
-                continue
-            first_at[vid] = i
-            if v is not None:
-                variants.append(v)
-    ids = list(first_at)
-
+    variants, ids = _variants(p, data.get("variants"))
     gates = _gates(p, data.get("gates"))
-    needs_incumbent = [g for g in gates if GATES[g].compares]
-    roles: dict[str, str | None] = {}
-    for role in ("baseline", "candidate", "incumbent"):
-        value = data.get(role)
-        required = role == "candidate" or (role == "incumbent" and needs_incumbent)
-        roles[role] = None
-        if value is None:
-            if required:
-                why = f" (gates {', '.join(needs_incumbent)} compare with it)" if (
-                    role == "incumbent") else ""
-                p.missing(role, f"a variant id (model/speculation){why}")
-        elif not isinstance(value, str):
-            p.bad(role, value, "a variant id (model/speculation)")
-        elif ids_known and value not in ids:
-            p.bad(role, value, f"one of the variant ids: {', '.join(ids)}")
-        else:
-            roles[role] = value
-    if roles["candidate"] is not None and roles["candidate"] == roles["incumbent"]:
-        p.bad("incumbent", roles["incumbent"], "a variant other than the candidate")
+    roles = _roles(p, data, ids, gates)
 
     aliases, restoration_host = _restoration(p, data.get("restoration"))
     checks, check_problems = parse_checks(data.get("checks"))
@@ -440,68 +440,3 @@ def load_campaign(path: str | Path) -> Campaign:
         raise UsageError(f"{p}: not valid TOML ({e}); see "
                          "scenarios/campaigns/fp8-vs-nvfp4.toml for the format") from None
     return campaign_from_dict(data, str(p), p.parent)
-
-
-def plan(campaign: Campaign) -> list[CampaignRun]:
-    """Every run in the declared order: interleaved rounds (A B C D, A B C D, …), so slow
-    drift (thermals, a neighbour's load) hits every variant alike, or grouped (A A …, B B …)."""
-    n_runs = campaign.runs_per_variant
-    if campaign.order == "interleaved":
-        pairs = [(v, i) for i in range(1, n_runs + 1) for v in campaign.variants]
-    else:
-        pairs = [(v, i) for v in campaign.variants for i in range(1, n_runs + 1)]
-    width = len(str(len(pairs)))
-    return [
-        CampaignRun(
-            k=k, variant_id=v.id, run_index=i,
-            placement=campaign.placements[i - 1] if campaign.placements else None,
-            folder=f"{k:0{width}d}-{v.model}-{v.speculation}-run{i}")
-        for k, (v, i) in enumerate(pairs, 1)
-    ]
-
-
-def _gate_text(name: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return f"{name} = {'true' if value else 'false'}"
-    if isinstance(value, str):
-        return f'{name} = "{value}"'
-    return f"{name} >= {value:g}"
-
-
-def plan_lines(campaign: Campaign, runs: list[CampaignRun], results_dir: str | Path
-               ) -> list[str]:
-    """The plan as `anvil campaign run --dry-run` shows it: the campaign, then one line per
-    run (hosts without credentials) and its before_run command, if any."""
-    sc = campaign.scenario
-    folder = Path(results_dir) / campaign.name
-    out = [
-        f"campaign {campaign.name} ({campaign.source}): {len(campaign.variants)} variants × "
-        f"{campaign.runs_per_variant} runs = {len(runs)} runs, {campaign.order}",
-        f"scenario {campaign.scenario_path}: {sc.measurement_protocol}, "
-        f"{sc.requests if sc.requests is not None else 'no'} requests, "
-        f"concurrency {sc.concurrency}, max_tokens {sc.max_tokens}",
-        f"candidate {campaign.candidate}"
-        + (f" vs incumbent {campaign.incumbent}" if campaign.incumbent else "")
-        + (f"; baseline {campaign.baseline}" if campaign.baseline else ""),
-        "gates: " + ", ".join(_gate_text(k, v) for k, v in campaign.gates.items()),
-    ]
-    if campaign.checks is not None:
-        out.append("checks: " + ", ".join(campaign.checks.suites)
-                   + ", once per variant after the last run")
-    if campaign.restoration_aliases:
-        out.append("restoration: " + ", ".join(campaign.restoration_aliases)
-                   + f" at {campaign.restoration_endpoint.base_url}, after the last run")
-    out.append(f"folder: {folder}")
-    n = len(runs)
-    id_width = max(len(r.variant_id) for r in runs)
-    place_width = max((len(r.placement or "-") for r in runs), default=1)
-    model_width = max(len(v.served_model) for v in campaign.variants)
-    for r in runs:
-        v = campaign.variant(r.variant_id)
-        out.append(
-            f"run {r.k:>{len(str(n))}} of {n}  {r.variant_id:<{id_width}}  "
-            f"{r.placement or '-':<{place_width}}  {v.endpoint.base_url}  "
-            f"model {v.served_model:<{model_width}}  -> {r.folder}")
-        if v.before_run:
-            out.append(f"    before_run: {v.before_run}")
-    return out

@@ -13,6 +13,7 @@ from campaignbuild import FakeRunner, campaign_file, state
 
 from anvil_metrics.campaign.runner import (
     HookResult,
+    api_key,
     run_campaign,
     without_credentials,
 )
@@ -242,3 +243,13 @@ def test_the_check_asks_with_the_candidates_key(tmp_path: Path,
         (url, aliases, headers)))
     cr.check_restoration(load_campaign(path), {"K": "sk-k"})
     assert seen == [("http://127.0.0.1:9002/v1", ("a",), {"Authorization": "Bearer sk-k"})]
+
+
+def test_a_variants_key_is_its_variable_else_its_urls_password(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path, key_on='api_key_env = "K"')
+    path.write_text(path.read_text().replace("http://127.0.0.1:9001", "http://u:pw@127.0.0.1:9001")
+                    .replace("http://127.0.0.1:9002", "http://u:url-key@127.0.0.1:9002"))
+    off, on = load_campaign(path).variants
+    assert api_key(off, {"K": "sk-k"}) == "pw"  # no api_key_env: the URL's
+    assert api_key(on, {"K": "sk-k"}) == "sk-k"  # the variable first
+    assert api_key(on, {"K": ""}) == "url-key"  # an empty variable: the URL's

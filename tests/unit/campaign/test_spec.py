@@ -1,6 +1,5 @@
 """Campaign files: the shipped example validates and mirrors the summary example; every kind
-of problem gives its own line, several are reported together; the plan's order and
-placements."""
+of problem gives its own line, several are reported together."""
 
 from __future__ import annotations
 
@@ -10,36 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from campaignbuild import campaign_doc as good
 
-from anvil_metrics.campaign.spec import (
-    GATES,
-    CampaignError,
-    campaign_from_dict,
-    load_campaign,
-    plan,
-    plan_lines,
-)
+from anvil_metrics.campaign.plan import plan, plan_lines
+from anvil_metrics.campaign.spec import GATES, CampaignError, campaign_from_dict, load_campaign
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "scenarios" / "campaigns" / "fp8-vs-nvfp4.toml"
 SUMMARY = Path("/work/shared/spec/examples/public-summary-v1.004_72673d6db1c063a6.json")
-
-
-def good() -> dict[str, Any]:
-    """A small valid campaign document (its scenario path is relative to REPO)."""
-    def variant(model: str, spec: str, port: int) -> dict[str, Any]:
-        return {"model": model, "served_model": f"org/{model}", "speculation": spec,
-                "host": f"http://127.0.0.1:{port}"}
-    return {
-        "name": "t", "scenario": "scenarios/smoke.toml", "runs_per_variant": 3,
-        "placements": ["first", "first", "swapped"], "order": "interleaved",
-        "baseline": "a/off", "candidate": "b/on", "incumbent": "a/on",
-        "variants": [variant("a", "off", 8000), variant("a", "on", 8000),
-                     variant("b", "off", 8001), variant("b", "on", 8001)],
-        "gates": {"e2e_p50_improvement_percent": 10, "no_saturated_runs": True},
-    }
 
 
 def problems(doc: dict[str, Any]) -> list[str]:
@@ -252,45 +231,3 @@ def test_unreadable_files_are_one_usage_error(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("name = \n")
     with pytest.raises(UsageError, match="not valid TOML"):
         load_campaign(tmp_path / "bad.toml")
-
-
-def test_interleaved_plan_rounds_through_the_variants() -> None:
-    c = campaign_from_dict(good(), "c.toml", REPO)
-    runs = plan(c)
-    assert [r.k for r in runs] == list(range(1, 13))
-    assert [r.variant_id for r in runs] == ["a/off", "a/on", "b/off", "b/on"] * 3
-    assert [r.run_index for r in runs] == [1] * 4 + [2] * 4 + [3] * 4
-    assert [r.placement for r in runs] == ["first"] * 8 + ["swapped"] * 4
-    assert runs[0].folder == "01-a-off-run1" and runs[11].folder == "12-b-on-run3"
-    assert len({r.folder for r in runs}) == 12
-
-
-def test_grouped_plan_runs_each_variant_back_to_back() -> None:
-    doc = good()
-    doc["order"] = "grouped"
-    runs = plan(campaign_from_dict(doc, "c.toml", REPO))
-    assert [r.variant_id for r in runs] == (["a/off"] * 3 + ["a/on"] * 3 + ["b/off"] * 3
-                                            + ["b/on"] * 3)
-    assert [r.run_index for r in runs] == [1, 2, 3] * 4
-    assert [r.placement for r in runs] == ["first", "first", "swapped"] * 4
-
-
-def test_without_placements_runs_have_none() -> None:
-    doc = good()
-    del doc["placements"]
-    runs = plan(campaign_from_dict(doc, "c.toml", REPO))
-    assert {r.placement for r in runs} == {None}
-
-
-def test_plan_lines_name_each_run_and_its_before_run() -> None:
-    doc = good()
-    doc["variants"][3]["before_run"] = "./swap.sh b"
-    c = campaign_from_dict(doc, "c.toml", REPO)
-    lines = plan_lines(c, plan(c), "out")
-    runs = [ln for ln in lines if ln.startswith("run ")]
-    assert len(runs) == 12
-    assert runs[0].split()[:6] == ["run", "1", "of", "12", "a/off", "first"]
-    assert runs[11].split()[:6] == ["run", "12", "of", "12", "b/on", "swapped"]
-    assert lines.count("    before_run: ./swap.sh b") == 3
-    assert lines[lines.index(runs[3]) + 1] == "    before_run: ./swap.sh b"
-    assert "folder: out/t" in lines
