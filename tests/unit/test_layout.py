@@ -86,11 +86,6 @@ UNTESTED_LEFT: set[str] = {
     "sim/specdecode.py",
     "sim/tokenapi.py",
     "sim/tokenizer.py",
-    "summary/checks.py",
-    "summary/markdown.py",
-    "summary/stats.py",
-    "telemetry/sampler.py",
-    "telemetry/scrape.py",
 }
 
 

@@ -7,47 +7,23 @@ another host, and a server that trickles its body forever must not hold a check.
 
 from __future__ import annotations
 
-import threading
 import urllib.error
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
+from localhttp import serving
 
 from anvil_metrics.wire import plainhttp
 from anvil_metrics.wire.plainhttp import OPENER, BodyError, read_body
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if self.path == "/moved":
-            self.send_response(302)
-            self.send_header("Location", "/secret-elsewhere")
-            self.end_headers()
-            return
-        body = b'{"ok": true}' if self.path == "/ok" else b"x" * 5000
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
+    with serving({"/ok": (200, {}, b'{"ok": true}'),
+                  "/moved": (302, {"Location": "/secret-elsewhere"}, b""),
+                  "/big": (200, {}, b"x" * 5000)}) as url:
+        yield url
 
 
 def test_an_answer_is_read_whole_without_the_environments_proxy(
