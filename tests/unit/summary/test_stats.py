@@ -8,6 +8,7 @@ distribution or a percentile taken at the wrong tail changes a promotion decisio
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from anvil_metrics.summary.stats import (
@@ -40,9 +41,19 @@ def test_the_mean_interval_by_hand_and_its_seed() -> None:
     assert bootstrap_mean_ci(values, seed=1) == (90.0, 110.0)
     narrow = bootstrap_mean_ci(values, seed=1, confidence=0.5)
     assert narrow is not None and 90.0 < narrow[0] < 100.0 < narrow[1] < 110.0
-    assert bootstrap_mean_ci([5.0, 6.0, 9.0], seed=3, resamples=500) == bootstrap_mean_ci(
-        [5.0, 6.0, 9.0], seed=3, resamples=500)
-    assert bootstrap_mean_ci([5.0], seed=3) is None
+
+
+def test_bootstrap_mean_interval_by_hand() -> None:
+    # two runs 1 and 3: a resampled mean is 1, 2 or 3 (1/4, 1/2, 1/4), so with 10,000
+    # resamples the 2.5th and 97.5th percentiles are 1 and 3
+    assert bootstrap_mean_ci([1.0, 3.0], seed=0) == (1.0, 3.0)
+    assert bootstrap_mean_ci([5.0, 5.0, 5.0], seed=3) == (5.0, 5.0)
+    assert bootstrap_mean_ci([5.0], seed=0) is None
+    values = [10.0, 11.0, 12.5, 9.0, 10.5]
+    low, high = bootstrap_mean_ci(values, seed=7)
+    assert low < float(np.mean(values)) < high and (low, high) == bootstrap_mean_ci(values,
+                                                                                     seed=7)
+    assert 9.0 <= low and high <= 12.5
 
 
 @pytest.mark.parametrize(("x", "y", "u", "p"), [
