@@ -1,10 +1,8 @@
 """The `coding` suite's pure parts: the answer key is right (every solution passes its own
-hidden tests, every planted bug fails one), code is taken from the right block, the test
-program is built as promised, and a program's end is classified as the report says."""
+hidden tests, every planted bug fails one), code is taken from the right block and the
+test program is built as promised. (How a program's end is classified: `test_sandbox.py`.)"""
 
 from __future__ import annotations
-
-import signal
 
 import pytest
 
@@ -15,10 +13,7 @@ from anvil_metrics.checks.coding import (
     extract_code,
     program_with_tests,
 )
-from anvil_metrics.checks.sandbox import SandboxLimits, classify
 from anvil_metrics.sim.script_coding import FAULTS, answer, code_for
-
-LIMITS = SandboxLimits(cpu_s=2, wall_s=3.0, memory_bytes=256 << 20)
 
 
 def _runs(code: str, case: CodingCase) -> bool:
@@ -77,38 +72,6 @@ def test_tuples_compare_as_lists() -> None:
     as_tuples = as_tuples.replace("merged[-1][1] = max(merged[-1][1], end)",
                                   "merged[-1] = (merged[-1][0], max(merged[-1][1], end))")
     assert _runs(as_tuples, case)
-
-
-def _exited(code: int) -> int:
-    return code << 8
-
-
-@pytest.mark.parametrize(("report", "stdout", "stderr", "outcome", "reason"), [
-    ({"status": _exited(0)}, "tok\n", "", "ok", None),
-    ({"status": _exited(0)}, "", "", "error",
-     "the program ended before its tests ran (exit 0 without them)"),
-    ({"status": _exited(1)}, "", "Traceback\nAssertionError: f(1) returned 2, expected 3\n",
-     "error", "assert failed: f(1) returned 2, expected 3"),
-    ({"status": _exited(1)}, "", "Traceback\nAssertionError\n", "error", "assert failed"),
-    ({"status": _exited(1)}, "", '  File "x"\nSyntaxError: invalid syntax\n', "error",
-     "syntax error: SyntaxError: invalid syntax"),
-    ({"status": _exited(1)}, "", "Traceback\nMemoryError\n", "error",
-     "memory limit (256 MiB): MemoryError"),
-    ({"status": _exited(1)}, "", "Traceback\nNameError: name 'f' is not defined\n", "error",
-     "exit status 1: NameError: name 'f' is not defined"),
-    ({"status": signal.SIGXCPU, "cpu_s": 2.0}, "", "", "cpu_limit",
-     "killed by the CPU time limit (2 s)"),
-    ({"status": signal.SIGKILL, "cpu_s": 3.0}, "", "", "cpu_limit",
-     "killed by the CPU time limit (2 s)"),
-    ({"status": signal.SIGSEGV, "cpu_s": 0.1}, "", "", "killed", "killed by signal SIGSEGV"),
-    ({"status": None, "timed_out": True, "reaped": 15}, "", "", "timeout",
-     "timeout: still running after 3 s (wall), killed with 15 processes it had started"),
-    ({"status": None, "timed_out": True, "reaped": 0}, "", "", "timeout",
-     "timeout: still running after 3 s (wall), killed"),
-])
-def test_classify(report: dict, stdout: str, stderr: str, outcome: str,
-                  reason: str | None) -> None:
-    assert classify(report, stdout, stderr, LIMITS, "tok") == (outcome, reason)
 
 
 def test_the_script_answers_its_own_questions_only() -> None:

@@ -1,137 +1,57 @@
-"""The checks framework: a suite's verdict from its cases (a transport error is an error,
-never a pass and never a failure; a 4xx refusal is a failure), answers cut, retries kept,
-and `anvil verify`'s recomputation of a checks document (and its JSON Schema)."""
+"""runner: `anvil check`'s suites named in run order ("all" is every suite but near_limit),
+a bad name refused naming the allowed ones, and the document assembled and written — here
+against a 127.0.0.1 port nothing listens on, where every suite is an error that says why.
+
+Why: the document is what a campaign gates on; a suite silently skipped, or run out of
+order, or a host written with its password, would change a decision without a trace.
+"""
 
 from __future__ import annotations
 
-import copy
-from http.server import BaseHTTPRequestHandler
-from typing import Any
+import socket
+from pathlib import Path
 
 import orjson
 import pytest
-from conftest import http_server
 
-from anvil_metrics.checks.client import CheckClient, CheckError
-from anvil_metrics.checks.docverify import verify_checks
-from anvil_metrics.checks.results import ANSWER_CHARS, CaseResult, Retry, SuiteResult, verdict
-from anvil_metrics.schemas.build import check
-from anvil_metrics.urls import Endpoint
+from anvil_metrics.checks.docverify import SCHEMA, verify_checks
+from anvil_metrics.checks.registry import SUITES
+from anvil_metrics.checks.runner import parse_suites, run_checks, write_checks
+from anvil_metrics.errors import UsageError
 
 
-def case(i: int, passed: bool = True, kind: str | None = None) -> CaseResult:
-    return CaseResult(f"c{i}", passed, "4", "4" if passed else "5",
-                      error=None if passed else "wrong", error_kind=kind)
+def test_suites_in_run_order_and_all_without_near_limit() -> None:
+    assert parse_suites("tools, json") == ("json", "tools")
+    everything = parse_suites("all")
+    assert "near_limit" not in everything and len(everything) == len(SUITES) - 1
+    assert parse_suites("all,near_limit") == tuple(SUITES)
 
 
-def test_the_verdict_rule() -> None:
-    assert verdict([case(1), case(2)]) == "pass"
-    assert verdict([case(1), case(2, False)]) == "fail"
-    assert verdict([case(1), case(2, False, "refused")]) == "fail"  # a 4xx: it declined
-    assert verdict([case(1), case(2, False), case(3, False, "transport")]) == "error"
-    assert verdict([]) == "error"  # nothing was asked: nothing can be said
-    with pytest.raises(ValueError, match="passed with an error_kind"):
-        CaseResult("x", True, 1, 1, error_kind="transport")
-    with pytest.raises(ValueError, match="error_kind 'nope'"):
-        CaseResult("x", False, 1, 1, error_kind="nope")
+@pytest.mark.parametrize(("text", "says"), [
+    ("jsn", "check: suite 'jsn' is not known; allowed: all, coding, json"),
+    (" , ", "check: SUITE ' , ' names no suite; allowed: all, coding"),
+])
+def test_a_bad_suite_is_refused_naming_the_allowed(text: str, says: str) -> None:
+    with pytest.raises(UsageError) as e:
+        parse_suites(text)
+    assert str(e.value).startswith(says)
 
 
-def test_answers_are_cut_and_retries_kept() -> None:
-    c = CaseResult("long", False, "x", "y" * 2000, error="wrong", elapsed_s=1.23456,
-                   retries=(Retry(1, 503, "loading", 1.0),), extra={"prompt_tokens": 9})
-    out = c.to_json()
-    assert len(out["answer"]) == ANSWER_CHARS and out["elapsed_s"] == 1.235
-    assert out["retries"] == [{"attempt": 1, "status": 503, "reason": "loading",
-                               "wait_s": 1.0}]
-    assert out["prompt_tokens"] == 9 and "error_kind" not in out
-    s = SuiteResult("json", (case(1), case(2, False)), 2.0, {"note": 1})
-    assert (s.result, s.passed, s.total) == ("fail", 1, 2)
-    assert SuiteResult("json", (), 0.0, error="no jsonschema").result == "error"
-
-
-def document() -> dict[str, Any]:
-    suites = {"json": SuiteResult("json", (case(1), case(2, False, "refused")), 1.0),
-              "tools": SuiteResult("tools", (case(1), case(2)), 1.0),
-              "coding": SuiteResult("coding", (case(1), case(2, False, "transport")), 1.0)}
-    return {"schema": "anvil-serving.checks/v1", "model": "m", "host":
-            "http://127.0.0.1:8000/v1", "started_at": "2026-12-01T00:00:00Z",
-            "finished_at": "2026-12-01T00:00:01Z", "engine": None, "engine_version": None,
-            "max_model_len": None, "options": {},
-            "checks": {k: v.to_json() for k, v in suites.items()}}
-
-
-def test_a_document_verifies_and_each_edit_is_named() -> None:
-    doc = document()
-    assert [doc["checks"][k]["result"] for k in ("json", "tools", "coding")] == [
-        "fail", "pass", "error"]
+def test_a_server_that_is_not_there_makes_each_suite_an_error(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    seen: list[str] = []
+    doc = run_checks(f"http://u:pw@127.0.0.1:{port}", ("json", "tools"),
+                     on_suite=lambda r: seen.append(r.suite))
+    assert seen == ["json", "tools"] and list(doc["checks"]) == ["json", "tools"]
+    assert doc["schema"] == SCHEMA and doc["host"] == f"http://127.0.0.1:{port}/v1"
+    assert doc["model"] is None
+    for suite in doc["checks"].values():
+        assert suite["result"] == "error" and suite["total"] == 0
+        assert suite["error"].startswith("the server named no model")
     assert verify_checks(doc) == []
-    said, breaches = check(doc, "anvil-serving.checks/v1")
-    assert breaches == [] and "checks-v1.schema.json" in said
-    edits = {
-        "checks.json.result: 'pass'; its cases give 'fail'":
-            lambda d: d["checks"]["json"].update(result="pass"),
-        "checks.tools.passed: 1; its cases give 2":
-            lambda d: d["checks"]["tools"].update(passed=1),
-        "checks.coding.result: 'fail'; its cases give 'error'":
-            lambda d: d["checks"]["coding"].update(result="fail"),
-        "checks.tools.total: 3; its cases give 2":
-            lambda d: d["checks"]["tools"].update(total=3),
-        "host: carries credentials": lambda d: d.update(host="http://u:pw@127.0.0.1/v1"),
-        "checks.tools.cases[0]: passed, yet carries an error":
-            lambda d: d["checks"]["tools"]["cases"][0].update(error="x"),
-    }
-    for said_, edit in edits.items():
-        bad = copy.deepcopy(doc)
-        edit(bad)
-        assert said_ in verify_checks(bad), said_
-    bad = copy.deepcopy(doc)
-    bad["checks"]["json"]["result"] = "maybe"
-    assert any("result" in p for p in check(bad, "anvil-serving.checks/v1")[1])
-
-
-class _Recorder(BaseHTTPRequestHandler):
-    """Answers every POST with a fixed chat completion, after a 503 for the first `FAILS`,
-    and keeps each request body."""
-
-    bodies: list[dict] = []
-    fails = 0
-
-    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
-        body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
-        if type(self).fails > 0:
-            type(self).fails -= 1
-            self._send(503, {"error": {"message": "model loading"}})
-            return
-        self._send(200, {"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}]})
-
-    def _send(self, status: int, obj: dict) -> None:
-        raw = orjson.dumps(obj)
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def test_the_client_caps_answers_retries_503s_and_keeps_each_retry() -> None:
-    _Recorder.bodies, _Recorder.fails = [], 2
-    with http_server(_Recorder) as port:
-        client = CheckClient(Endpoint.parse(f"http://127.0.0.1:{port}"), "m", max_tokens=64,
-                             backoff_s=0.01)
-        answer = client.chat({"messages": [{"role": "user", "content": "2+2?"}],
-                              "max_tokens": 2048})
-        assert answer.content == "4"
-        retries = client.take_retries()
-        assert [(r.attempt, r.status, r.reason) for r in retries] == [
-            (1, 503, "model loading"), (2, 503, "model loading")]
-        client.chat({"messages": [], "max_tokens": 1})
-        _Recorder.fails = 99
-        with pytest.raises(CheckError) as e:
-            client.chat({"messages": []})
-        assert e.value.kind == "transport" and "HTTP 503" in str(e.value)
-    assert [b.get("max_tokens") for b in _Recorder.bodies[:4]] == [64, 64, 64, 1]
-    assert all(b["model"] == "m" for b in _Recorder.bodies)
+    path = tmp_path / "checks.json"
+    write_checks(path, doc)
+    assert orjson.loads(path.read_bytes()) == doc
+    assert path.read_bytes().endswith(b"}\n")

@@ -1,4 +1,4 @@
-"""The distributed pieces without processes: the worker's remote budget, the master's
+"""The distributed pieces without processes (the worker's: `test_worker.py`): the master's
 bookkeeping of granted tickets (exactly once, lost workers), clock offsets in the raw
 file and the run's time line, and the live figures the web UI shows."""
 
@@ -15,10 +15,9 @@ from rawbuild import write_raw
 
 from anvil_metrics.dist.master import MasterCoordinator
 from anvil_metrics.dist.wire import WorkerSetup
-from anvil_metrics.dist.worker import RemoteBudget
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.events import anvil_events
-from anvil_metrics.live.control import RequestBudget, Ticket
+from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import MAX_BUCKETS, SKETCH_REL_ERROR, LiveStats
 from anvil_metrics.load.scenario import scenario_from_dict
 from anvil_metrics.post import stats
@@ -27,42 +26,6 @@ from anvil_metrics.post.derive import RowColumns, derive_row
 from anvil_metrics.post.rawread import RawRun, read_raw
 from anvil_metrics.prep.prompts import NO_CALIBRATION
 from anvil_metrics.records import Failure, RequestRecord
-
-# --- worker side -----------------------------------------------------------------------------
-
-
-def test_remote_budget_waits_for_the_masters_ticket() -> None:
-    sent: list[tuple[str, dict]] = []
-    budget = RemoteBudget(lambda t, d: sent.append((t, d)), "run-1")
-    got: list[Ticket | None] = []
-    g = gevent.spawn(lambda: got.append(budget.take()))
-    gevent.sleep(0)
-    assert sent == [("anvil_take", {"run_id": "run-1", "seq": 1})] and not got
-    budget.deliver(1, Ticket(7, False, 4096))
-    g.join(1)
-    assert got == [Ticket(7, False, 4096)]
-
-
-def test_remote_budget_stops_asking_once_the_budget_is_spent() -> None:
-    sent: list[tuple[str, dict]] = []
-    budget = RemoteBudget(lambda t, d: sent.append((t, d)), "r")
-    g = gevent.spawn(budget.take)
-    gevent.sleep(0)
-    budget.deliver(1, None)
-    assert g.get(timeout=1) is None
-    assert budget.take() is None and len(sent) == 1  # no second message
-
-
-def test_a_ticket_for_a_stopped_user_is_reported_not_dropped() -> None:
-    budget = RemoteBudget(lambda t, d: None, "r")
-    orphans: list[Ticket] = []
-    budget.on_orphan = orphans.append
-    g = gevent.spawn(budget.take)
-    gevent.sleep(0)
-    g.kill()  # Locust stops the user while it waits
-    budget.deliver(1, Ticket(3, False, 4096))
-    assert orphans == [Ticket(3, False, 4096)]
-
 
 # --- master side -----------------------------------------------------------------------------
 

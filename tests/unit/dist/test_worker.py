@@ -1,0 +1,115 @@
+"""worker: a distributed worker's budget (each ticket asked of the master, waiters woken
+when it closes, a ticket for a stopped user recorded, never dropped), its record shipper
+(records finishing together share a bounded message) and the `anvil_done` count.
+
+Why: the master checks that it received exactly the records a worker says it sent; a
+ticket lost between them is a request issued and never counted, a run that hangs waiting
+for it, or both. (The messages' checks on receipt: `test_wire.py`.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gevent
+import orjson
+import pytest
+from rawbuild import completed
+
+from anvil_metrics.dist import worker
+from anvil_metrics.dist.wire import WorkerSetup
+from anvil_metrics.dist.worker import RecordShipper, RemoteBudget, WorkerSession
+from anvil_metrics.live.control import Ticket
+from anvil_metrics.load.scenario import scenario_from_dict
+from anvil_metrics.prep.prompts import NO_CALIBRATION
+
+
+class _Wire:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, msg_type: str, data: dict[str, Any]) -> None:
+        self.sent.append((msg_type, data))
+
+
+def test_remote_budget_waits_for_the_masters_ticket() -> None:
+    sent: list[tuple[str, dict]] = []
+    budget = RemoteBudget(lambda t, d: sent.append((t, d)), "run-1")
+    got: list[Ticket | None] = []
+    g = gevent.spawn(lambda: got.append(budget.take()))
+    gevent.sleep(0)
+    assert sent == [("anvil_take", {"run_id": "run-1", "seq": 1})] and not got
+    budget.deliver(1, Ticket(7, False, 4096))
+    g.join(1)
+    assert got == [Ticket(7, False, 4096)]
+
+
+def test_remote_budget_stops_asking_once_the_budget_is_spent() -> None:
+    sent: list[tuple[str, dict]] = []
+    budget = RemoteBudget(lambda t, d: sent.append((t, d)), "r")
+    g = gevent.spawn(budget.take)
+    gevent.sleep(0)
+    budget.deliver(1, None)
+    assert g.get(timeout=1) is None
+    assert budget.take() is None and len(sent) == 1  # no second message
+
+
+def test_a_ticket_for_a_stopped_user_is_reported_not_dropped() -> None:
+    budget = RemoteBudget(lambda t, d: None, "r")
+    orphans: list[Ticket] = []
+    budget.on_orphan = orphans.append
+    budget.deliver(7, Ticket(6, False, 128))  # for no one who asked: ignored
+    g = gevent.spawn(budget.take)
+    gevent.sleep(0)
+    g.kill()  # Locust stops the user while it waits
+    budget.deliver(1, Ticket(3, False, 4096))
+    budget.deliver(1, Ticket(3, False, 4096))  # the same seq again: reported once
+    assert orphans == [Ticket(3, False, 4096)]
+
+
+def test_close_wakes_every_waiting_user() -> None:
+    budget = RemoteBudget(_Wire(), "run-1")
+    waiting = [gevent.spawn(budget.take) for _ in range(3)]
+    gevent.sleep(0)
+    budget.close()
+    assert [g.get(timeout=1) for g in waiting] == [None, None, None]
+
+
+def test_records_finishing_together_share_bounded_messages(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    monkeypatch.setattr(worker, "BATCH_RECORDS", 2)
+    wire = _Wire()
+    shipper = RecordShipper(wire, "run-1")
+    records = [completed(i) for i in range(3)]
+    for rec in records:
+        shipper.take(rec)
+    assert wire.sent == []  # not before the hub runs the flush
+    gevent.sleep(0)
+    assert [len(d["lines"]) for _, d in wire.sent] == [2, 1] and shipper.sent == 3
+    lines = [line for _, d in wire.sent for line in d["lines"]]
+    assert [orjson.loads(line) for line in lines] == [
+        orjson.loads(orjson.dumps(r.to_json_dict())) for r in records]
+
+
+def test_a_sessions_done_message_counts_what_it_sent() -> None:
+    sc = scenario_from_dict({"measurement_protocol": "t"})
+    setup = WorkerSetup("run-1", sc, "http://127.0.0.1:9", None, "m", NO_CALIBRATION, "n",
+                        None, {4096: 10}, None, [4096])
+    wire = _Wire()
+    session = WorkerSession(setup, wire)
+    try:
+        session.begin_load()
+        waiting = gevent.spawn(session.budget.take)
+        gevent.sleep(0)
+        waiting.kill()  # a user stopped while it waited; its ticket still comes
+        session.budget.deliver(1, Ticket(3, False, 4096))
+        gevent.sleep(0)  # the shipper's flush
+    finally:
+        session.finish()
+    session.finish()  # idempotent
+    records = [m for m in wire.sent if m[0] == "anvil_records"]
+    (line,) = records[0][1]["lines"]
+    assert orjson.loads(line)["failure"]["kind"] == "cancelled"
+    (done,) = [d for t, d in wire.sent if t == "anvil_done"]
+    assert (done["run_id"], done["sent"], done["worker"]) == ("run-1", 1, session.worker)
+    assert {"loop_lag_ms", "cpu_pct", "saturated"} <= done["health"].keys()

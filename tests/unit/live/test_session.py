@@ -1,0 +1,91 @@
+"""session: a run from `RunSession.start` to `finish` against the simulator on 127.0.0.1 —
+the header written before the first request, every ticket's record in the raw file, and
+`benchmark.json` counting them; a plan the server cannot hold and a model it does not
+serve refused before any load.
+
+Why: everything a run measures passes through this session; a header missing the model,
+a record lost between the event and the file, or a refusal that comes after the load has
+begun would each cost the user a run. (The users are stood in for by the same calls a
+`ChatUser` makes: take, stream, fire, give back.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+
+from anvil_metrics.errors import UsageError
+from anvil_metrics.events import anvil_events
+from anvil_metrics.live.session import RunOptions, RunSession
+from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.runs.simproc import SimProcess
+from anvil_metrics.wire.client import ChatClient
+from anvil_metrics.wire.observe import StreamObserver
+
+SIM = ("--prefill-ms", "1", "--reasoning-tokens", "1", "--content-tokens", "2",
+       "--interval-ms", "1", "--max-context", "2048")
+
+
+def _opts(sim: SimProcess, tmp_path: Path, **scenario: object) -> RunOptions:
+    sc = Scenario(measurement_protocol="test", requests=3, warmup_requests=1,
+                  context_tokens=128, max_context_tokens=128, max_tokens=8,
+                  context_distribution={128: 1}, **scenario)
+    return RunOptions(scenario=sc, host=sim.url, users=1, results_dir=str(tmp_path),
+                      run_dir=str(tmp_path / "run"), server_metrics=False)
+
+
+def _send_all(session: RunSession) -> int:
+    """What the users do: take a ticket, stream its body, fire its record, give it back."""
+    client = ChatClient(session.endpoint, session.api_key)
+    sent = 0
+    try:
+        while (ticket := session.budget.take()) is not None:
+            obs = StreamObserver(ticket.request_index, 0, warmup=ticket.warmup,
+                                 planned_context_tokens=ticket.planned_context_tokens,
+                                 worker=session.worker)
+            client.stream_chat(session.bodies.build_parts(
+                ticket.planned_context_tokens, ticket.request_index, ticket.warmup), obs)
+            anvil_events.request_record.fire(record=obs.finish())
+            session.budget.give_back(ticket)
+            sent += 1
+    finally:
+        client.close()
+    return sent
+
+
+def test_a_run_from_start_to_benchmark(simulator: Callable[..., SimProcess],
+                                       tmp_path: Path) -> None:
+    sim = simulator(*SIM)
+    ended: list[bool] = []
+    session = RunSession.start(_opts(sim, tmp_path), lambda: ended.append(True))
+    header = orjson.loads((tmp_path / "run" / "requests.jsonl").read_bytes().splitlines()[0])
+    assert header["type"] == "run" and header["params"]["model"] == "sim-model"
+    assert header["params"]["base_url"] == sim.url + "/v1"
+    assert header["params"]["context_distribution"] == {"128": 3}
+    session.begin_load()
+    assert _send_all(session) == 4  # one warm-up and three measured
+    assert ended == [True]  # the budget said the load is over
+    path = session.finish()
+    assert path == tmp_path / "run" / "benchmark.json" and session.finished
+    doc = orjson.loads(path.read_bytes())
+    assert (doc["requests"], doc["completed"], doc["warmup_requests"]) == (3, 3, 1)
+    assert doc["run_id"] == session.run_id and doc["partial"] is False
+    assert [r["output_tokens"] for r in doc["request_timings"]] == [3, 3, 3]
+    assert session.finish() == path  # idempotent
+
+
+def test_a_plan_past_the_servers_context_is_refused_before_any_load(
+        simulator: Callable[..., SimProcess], tmp_path: Path) -> None:
+    sim = simulator(*SIM)
+    big = Scenario(measurement_protocol="test", requests=1, context_tokens=2040,
+                   max_context_tokens=2040, max_tokens=16, context_distribution={2040: 1})
+    with pytest.raises(UsageError, match="context limit is 2048 tokens"):
+        RunSession.start(replace(_opts(sim, tmp_path), scenario=big), lambda: None)
+    with pytest.raises(UsageError, match="--model 'other' is not served by"):
+        RunSession.start(_opts(sim, tmp_path, meta={"model": "other"}), lambda: None)
+    assert not (tmp_path / "run").exists()
+

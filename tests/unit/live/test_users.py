@@ -1,0 +1,199 @@
+"""users: one task of the Locust user, with a stand-in client that plays a stream — the
+record anvil fires, the one Locust request event (or none, for a cancelled request), and
+the ticket always given back.
+
+Why: every figure comes from the records this user fires; a record lost when the client
+raises, a ticket kept when a stream fails, or a cancelled request counted as a Locust
+failure would change a run's counts or hang its budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from greenlet import GreenletExit
+from locust.env import Environment
+
+from anvil_metrics.events import anvil_events
+from anvil_metrics.live import users
+from anvil_metrics.live.control import Ticket
+from anvil_metrics.live.runctx import set_run
+from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.records import RequestRecord
+from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire.observe import StreamObserver
+
+MS = 1_000_000
+
+
+def _completes(obs: StreamObserver) -> int:
+    t = obs.start_ns
+    obs.begin(t, obs.due_ns)
+    obs.on_data('{"choices": [{"delta": {"role": "assistant"}}]}', t + 1 * MS)
+    obs.on_data('{"choices": [{"delta": {"content": "a"}}]}', t + 2 * MS)
+    obs.on_data('{"choices": [{"delta": {"content": "b"}, "finish_reason": "stop"}]}',
+                t + 3 * MS)
+    obs.on_data('{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}',
+                t + 4 * MS)
+    obs.on_data("[DONE]", t + 5 * MS)
+    return 321
+
+
+def _busy(obs: StreamObserver) -> int:
+    obs.http_status = 503
+    obs.fail("http_error", "503 busy", obs.start_ns + MS, phase="headers")
+    return 0
+
+
+def _raises(obs: StreamObserver) -> int:
+    raise RuntimeError("bug in the client")
+
+
+def _stopped(obs: StreamObserver) -> int:
+    obs.on_data('{"choices": [{"delta": {"content": "a"}}]}', obs.start_ns + MS)
+    raise GreenletExit
+
+
+class _Client:
+    play: Callable[[StreamObserver], int] = _completes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.closed = False
+
+    def connect(self) -> None:
+        pass
+
+    def stream_chat(self, body: Any, obs: StreamObserver) -> int:
+        return type(self).play(obs)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Budget:
+    def __init__(self, ticket: Ticket | None) -> None:
+        self.ticket = ticket
+        self.returned: list[Ticket] = []
+
+    def take(self) -> Ticket | None:
+        return self.ticket
+
+    def give_back(self, ticket: Ticket) -> None:
+        self.returned.append(ticket)
+
+
+class _Bodies:
+    def build_parts(self, size: int, index: int, warmup: bool) -> tuple[bytes, ...]:
+        return (b"{}",)
+
+
+@pytest.fixture
+def heard() -> Iterator[dict[str, list]]:
+    got: dict[str, list] = {"records": [], "first_content": []}
+
+    def record(record: RequestRecord, **kw: Any) -> None:
+        got["records"].append(record)
+
+    def content(**kw: Any) -> None:
+        got["first_content"].append(kw)
+
+    anvil_events.request_record.add_listener(record)
+    anvil_events.first_content.add_listener(content)
+    yield got
+    anvil_events.request_record.remove_listener(record)
+    anvil_events.first_content.remove_listener(content)
+
+
+def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int],
+          ticket: Ticket) -> tuple[users.ChatUser, _Budget, list[dict]]:
+    monkeypatch.setattr(users, "ChatClient", _Client)
+    monkeypatch.setattr(_Client, "play", staticmethod(play))
+    env = Environment(user_classes=[users.ChatUser])
+    budget = _Budget(ticket)
+    set_run(env, SimpleNamespace(endpoint=Endpoint.parse("http://127.0.0.1:9"), api_key=None,
+                                 scenario=Scenario(measurement_protocol="p"), budget=budget,
+                                 bodies=_Bodies(), worker="h:1"))
+    fired: list[dict] = []
+    env.events.request.add_listener(lambda **kw: fired.append(kw))
+    user = users.ChatUser(env)
+    user.on_start()
+    return user, budget, fired
+
+
+def test_a_completed_stream_is_recorded_and_counted_once(monkeypatch, heard) -> None:
+    ticket = Ticket(request_index=7, warmup=False, planned_context_tokens=128)
+    user, budget, fired = _user(monkeypatch, _completes, ticket)
+    user.chat()
+    (record,) = heard["records"]
+    assert (record.request_index, record.planned_context_tokens, record.worker) == (7, 128, "h:1")
+    assert record.ok and record.content_chunks == 2 and record.end_ns - record.start_ns == 5 * MS
+    assert record.usage == {"prompt_tokens": 9, "completion_tokens": 2}
+    assert record.extra["first_chunk_ns"] == record.start_ns + MS
+    assert record.extra["start_delay_ns"] >= 0
+    assert [kw["request_index"] for kw in heard["first_content"]] == [7]
+    (event,) = fired
+    assert (event["name"], event["exception"], event["response_length"]) == (
+        users.REQUEST_NAME, None, 321)
+    assert event["response_time"] == 5.0 and event["context"] == {"request_index": 7}
+    assert budget.returned == [ticket]
+    user.on_stop()
+    assert user.client.closed
+
+
+def test_a_failed_stream_is_a_locust_failure_by_kind_and_status(monkeypatch, heard) -> None:
+    ticket = Ticket(request_index=0, warmup=True, planned_context_tokens=64)
+    user, budget, fired = _user(monkeypatch, _busy, ticket)
+    user.chat()
+    assert heard["records"][0].failure.kind == "http_error"
+    (event,) = fired
+    assert event["name"] == users.WARMUP_NAME
+    assert isinstance(event["exception"], users.StreamFailure)
+    assert str(event["exception"]) == "http_error HTTP 503 (headers)"
+    assert budget.returned == [ticket]
+
+
+def test_a_client_that_raises_gives_a_client_error_record(monkeypatch, heard) -> None:
+    ticket = Ticket(request_index=1, warmup=False, planned_context_tokens=64)
+    user, budget, fired = _user(monkeypatch, _raises, ticket)
+    user.chat()
+    failure = heard["records"][0].failure
+    assert (failure.kind, failure.message, failure.phase) == (
+        "client_error", "RuntimeError: bug in the client", "prefill")
+    assert str(fired[0]["exception"]) == "client_error (prefill)"
+    assert budget.returned == [ticket]
+
+
+def test_a_stopped_request_is_recorded_cancelled_and_not_counted_by_locust(
+        monkeypatch, heard) -> None:
+    ticket = Ticket(request_index=2, warmup=False, planned_context_tokens=64)
+    user, budget, fired = _user(monkeypatch, _stopped, ticket)
+    with pytest.raises(GreenletExit):
+        user.chat()
+    failure = heard["records"][0].failure
+    assert (failure.kind, failure.phase) == ("cancelled", "decode")
+    assert fired == [] and budget.returned == [ticket]
+
+
+def test_an_open_loop_ticket_is_late_from_its_due_time(monkeypatch, heard) -> None:
+    import time
+
+    due = time.perf_counter_ns() - 50 * MS  # fell due 50 ms ago
+    ticket = Ticket(request_index=3, warmup=False, planned_context_tokens=64, due_ns=due,
+                    waited=True)
+    user, _, _ = _user(monkeypatch, _completes, ticket)
+    user.chat()
+    record = heard["records"][0]
+    assert record.extra["start_delay_ns"] == record.start_ns - due >= 50 * MS
+    assert record.extra["waited_for_user"] is True
+
+
+def test_without_a_run_the_user_has_no_client() -> None:
+    env = Environment(user_classes=[users.ChatUser])
+    user = users.ChatUser(env)
+    user.on_start()
+    assert user.run is None and user.client is None
+    assert user.wait_time() == 0.0
+    user.on_stop()  # nothing to close

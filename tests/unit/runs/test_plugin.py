@@ -1,0 +1,104 @@
+"""plugin: the API key taken out of Locust's options and argv before any page is served,
+Locust's parsed options typed into a run's options, the first error kept in the run
+folder, and a run that cannot start ended with one log line and exit code 2.
+
+Why: Locust's web UI re-parses argv to fill its form, so a key left there is served in
+the page; and a run that fails to start must end rather than leave users idling forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import gevent
+import pytest
+from locust.argument_parser import get_empty_argument_parser
+
+from anvil_metrics.live.runctx import run_in_progress
+from anvil_metrics.live.runerror import read_error
+from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S
+from anvil_metrics.runs import plugin
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plugin_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plugin, "_api_key", None)
+    monkeypatch.setattr(plugin, "_error_file", None)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    for k in ("ANVIL_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(k, raising=False)
+
+
+def _parsed(*argv: str) -> Any:
+    parser = get_empty_argument_parser(add_help=False)
+    plugin.add_options(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_every_option_is_on_locusts_parser_with_anvils_stop_timeout() -> None:
+    parser = get_empty_argument_parser(add_help=False)
+    plugin.add_options(parser)
+    flags = {a.option_strings[0] for a in parser._actions if a.option_strings}
+    assert {o.flag for o in LOCUST_OPTIONS} <= flags
+    assert parser.get_default("stop_timeout") == STOP_TIMEOUT_S
+    key = next(a for a in parser._actions if "--api-key" in a.option_strings)
+    assert getattr(key, "is_secret", False) is True
+
+
+def test_the_key_leaves_the_options_and_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["locust", "--api-key", "sk-1", "--api-key=sk-2", "-u",
+                                      "3"])
+    env = SimpleNamespace(parsed_options=SimpleNamespace(api_key=" sk-1 "))
+    plugin.take_secrets(env)
+    assert env.parsed_options.api_key == "" and plugin._api_key == "sk-1"
+    assert sys.argv == ["locust", "--api-key", "", "--api-key=", "-u", "3"]
+
+
+def _environment(parsed: Any, host: str = "http://127.0.0.1:9") -> SimpleNamespace:
+    return SimpleNamespace(parsed_options=parsed, runner=SimpleNamespace(target_user_count=5),
+                           host=host, stop_timeout=12)
+
+
+def test_options_from_locust_types_the_form() -> None:
+    parsed = _parsed("--requests", "7", "--model", "m", "--api-key", "sk-typed")
+    parsed.num_users, parsed.run_time = 1, None
+    opts = plugin.options_from_locust(_environment(parsed))
+    assert (opts.users, opts.host, opts.stop_timeout_s) == (5, "http://127.0.0.1:9", 12.0)
+    assert (opts.scenario.requests, opts.scenario.meta["model"]) == (7, "m")
+    assert opts.api_key == "sk-typed" and parsed.api_key == ""  # typed in the form: moved
+
+
+def test_the_first_error_goes_to_the_run_folder(tmp_path: Path) -> None:
+    env = SimpleNamespace(parsed_options=SimpleNamespace(run_dir=str(tmp_path)))
+    plugin.report_errors(env)
+    try:
+        logging.getLogger("anvil").error("anvil: first")
+        logging.getLogger("anvil").error("anvil: second")
+    finally:
+        logging.getLogger("anvil").removeHandler(plugin._error_file)
+    assert read_error(tmp_path) == "anvil: first"
+
+
+def test_a_run_that_cannot_start_ends_with_exit_code_2(caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    with socket.socket() as s:  # a port on 127.0.0.1 that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    parsed = _parsed("--requests", "1")
+    parsed.num_users, parsed.run_time, parsed.headless = 1, None, True
+    quit_calls: list[bool] = []
+    env = _environment(parsed, host=f"http://127.0.0.1:{port}")
+    env.runner.quit = lambda: quit_calls.append(True)
+    with caplog.at_level(logging.ERROR, logger="anvil"):
+        plugin.on_test_start(env)
+        gevent.sleep(0)  # the spawned quit runs
+    assert env.process_exit_code == 2 and quit_calls == [True]
+    assert run_in_progress(env) is None
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"anvil: cannot reach http://127.0.0.1:{port}/v1/models")
