@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m anvil_metrics demo
 
+# every test, in JOBS pytest processes at once (tests/shards.py says why not pytest-xdist);
+# `$(BIN)/python -m pytest` runs them in one process
+JOBS ?= 3
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python tests/shards.py --jobs $(JOBS)
 
 # A real OpenAI-compatible server with a tiny local model (tests/realserver/):
 # SERVER=transformers (~4 min set-up once), vllm (~13 min once), llama (~40 min build once).

@@ -15,7 +15,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import orjson
 import pytest
+
+from anvil_metrics.runs.simproc import start_simulator
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
@@ -53,3 +56,21 @@ def test_a_wheel_carries_what_the_package_reads_and_its_demo_runs(tmp_path: Path
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "verify: OK" in demo.stdout
     assert list((elsewhere / "out").glob("benchmark-*/benchmark.json"))
+
+    # the README's other two lines for an installed package: its scenario, its locustfile
+    package = target / "anvil_metrics"
+    with start_simulator([]) as sim:
+        run = subprocess.run(
+            [sys.executable, "-m", "anvil_metrics", "run", str(package / "scenarios/smoke.toml"),
+             "--host", sim.url, "--requests", "6", "--users", "2", "--results-dir", "r1"],
+            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout + run.stderr
+        plain = subprocess.run(
+            [sys.executable, "-m", "locust", "-f", str(package / "runs/locustfile.py"),
+             "--headless", "-H", sim.url, "-u", "2", "-r", "2", "--requests", "6",
+             "--results-dir", "r2"],
+            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+        assert plain.returncode == 0, plain.stdout + plain.stderr
+    for folder in ("r1", "r2"):
+        (bench,) = (elsewhere / folder).glob("*/benchmark.json")
+        assert len(orjson.loads(bench.read_bytes())["request_timings"]) == 6
