@@ -6,7 +6,6 @@ listens on (every suite must error)."""
 from __future__ import annotations
 
 import socket
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -156,14 +155,3 @@ def test_the_sim_answers_only_streamed_responses(scripted) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(request, timeout=10)
     assert e.value.code == 400 and b"only stream=true" in e.value.read()
-
-
-def test_without_jsonschema_the_json_suite_errors_in_one_line(scripted, monkeypatch) -> None:
-    from anvil_metrics.checks.runner import run_checks
-
-    monkeypatch.setitem(sys.modules, "jsonschema", None)  # as if the extra were missing
-    doc = run_checks(scripted, ["json"])
-    result = doc["checks"]["json"]
-    assert result["result"] == "error" and result["cases"] == []
-    assert "pip install 'anvil-metrics[schema]'" in result["error"]
-    assert "\n" not in result["error"]

@@ -107,16 +107,20 @@ def test_a_starved_client_is_marked_saturated(simulator, tmp_path: Path) -> None
 
 @pytest.mark.e2e
 def test_a_normal_run_is_not_saturated(simulator, tmp_path: Path) -> None:
-    """16 streams × 100 tok/s against the simulator: the client keeps up."""
-    sim = simulator("--prefill-ms", "20", "--reasoning-tokens", "0", "--content-tokens", "40",
-                    "--interval-ms", "10", "--max-context", "8192")
-    doc = _run(tmp_path, sim.url, "locustfiles/chat.py", users=16, requests=64)
+    """8 streams × 50 tok/s against the simulator: the client keeps up.
+
+    400 chunks a second in all: light enough that the verdict holds with half a core, on a
+    machine busy with other work (the suite runs in parallel)."""
+    sim = simulator("--prefill-ms", "20", "--reasoning-tokens", "0", "--content-tokens", "20",
+                    "--interval-ms", "20", "--max-context", "8192")
+    doc = _run(tmp_path, sim.url, "locustfiles/chat.py", users=8, requests=32)
     client = doc["client"]
     assert client["saturated"] is False and client["verdict"] == "ok", client
     assert client["loop_lag_ms"]["p99"] <= 10 and client["cpu_pct"] <= 90
-    # 16 users back to back: in flight nearly all the time (ramp-up and tail excepted)
-    assert 12 <= client["achieved_concurrency"] <= 16, client
-    assert client["start_delay_ms"]["p50"] < 5, client
+    # 8 users back to back: in flight nearly all the time (ramp-up and tail excepted)
+    assert 6 <= client["achieved_concurrency"] <= 8, client
+    # a sanity bound only: a request waits for the loop, never for a whole stream (~0.4 s)
+    assert client["start_delay_ms"]["p50"] < 50, client
     assert "saturated" not in doc["_log"]
 
 
