@@ -10,6 +10,8 @@ attempted, why it failed, and how to fix it, so that line is enough on its own.
     │                          and what is allowed
     │   └── TransportUnsupported  the installed geventhttpclient lacks an internal anvil's
     │                          transport reads (names the version, the attribute, the range)
+    │   └── JsonFileError      (in `jsonio`) a JSON file a user named is missing, unreadable
+    │                          or not strict JSON (names the file, the fault, what was expected)
     ├── RawFileError           `requests.jsonl` unreadable or invalid (names the file and line)
     ├── WireError              a message between a distributed master and worker with a bad
     │                          field: names the message, the field, the value and what is allowed

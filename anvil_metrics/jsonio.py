@@ -1,4 +1,5 @@
-"""Strict JSON and atomic writes: the one place anvil turns values into JSON files.
+"""Strict JSON and atomic writes: the one place anvil turns values into JSON files, and
+the one way it reads a JSON file a user named.
 
 Why strict: orjson writes NaN and ±inf as `null` without complaint, which would turn a bug
 into a plausible-looking value in a benchmark, so every value is checked first and a
@@ -7,6 +8,12 @@ non-finite float (or a value JSON has no type for) raises before the disk is tou
 Why atomic: `atomic_write_json` / `atomic_write_bytes` write a temporary file in the target's
 directory, fsync it and `os.replace` it over the target, so a reader sees the old file or the
 new one, never a mix, and a crash never leaves a half-written result.
+
+Why one reader (`read_json`): `anvil verify`, `report`, `summarize` and the campaign
+commands each read files a user points them at, and each said in its own words that one
+was missing or was not JSON. Here it is said once, on one line: the file, what is wrong
+(it does not exist, it is a folder, the OS's reason it cannot be read, orjson's message
+with the line and column) and what was expected.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
+
+from anvil_metrics.errors import UsageError
 
 # keys sorted, 2-space indent: the layout of the spec's example files
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
@@ -154,6 +163,45 @@ def _write_behind(f: BinaryIO, chunks: Iterable[bytes], depth: int = 4) -> None:
         writer.join()
     if failed:
         raise failed[0]
+
+
+class JsonFileError(UsageError):
+    """A JSON file a user named cannot be read as JSON (the CLI exits 2). `reason` is what
+    is wrong with it, for a caller that words the fault its own way (`VerifyError`).
+
+    >>> str(JsonFileError("b.json", "does not exist", "a benchmark.json", command="verify"))
+    'verify: b.json does not exist; expected a benchmark.json'
+    """
+
+    def __init__(self, path: str | Path, reason: str, expected: str, *,
+                 command: str | None = None):
+        self.path = str(path)
+        self.reason = reason
+        self.expected = expected
+        where = f"{command}: " if command else ""
+        super().__init__(f"{where}{path} {reason}; expected {expected}")
+
+
+def read_json(path: str | Path, expected: str, *, command: str | None = None) -> Any:
+    """The JSON value in the file at `path`, parsed strictly (orjson: NaN and Infinity are
+    not JSON). Raises JsonFileError naming the file, what is wrong and `expected` (what the
+    file should be: "a benchmark.json"); `command` ("report") starts the line, as the
+    command's other messages do."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        reason = "does not exist"
+    except IsADirectoryError:
+        reason = "is a folder, not a file"
+    except OSError as exc:
+        reason = f"cannot be read ({exc.strerror or exc})"
+    else:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            reason = f"is not strict JSON ({exc})"
+    raise JsonFileError(p, reason, expected, command=command)
 
 
 def dump_line(obj: dict[str, Any]) -> bytes:

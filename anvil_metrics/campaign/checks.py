@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from anvil_metrics.checks.docverify import SCHEMA
 from anvil_metrics.checks.registry import DEFAULT_SUITES, SUITES
 from anvil_metrics.checks.suite import CheckOptions
+from anvil_metrics.jsonio import JsonFileError, read_json
 
 CHECKS_DIR = "checks"
 _KEYS = ("suites", "context_tokens", "near_limit_tokens", "timeout_s", "long_timeout_s",
@@ -119,8 +118,8 @@ def read_checks(path: Path) -> dict[str, Any] | None:
     """The checks document at `path`, None when it is missing or not one (a half-written
     file cannot exist: it is written atomically)."""
     try:
-        doc = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        doc = read_json(path, f"an {SCHEMA} document")
+    except JsonFileError:
         return None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(
             doc.get("checks"), dict):

@@ -29,8 +29,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from anvil_metrics.campaign.checks import (
     Checker,
     checks_file,
@@ -43,7 +41,7 @@ from anvil_metrics.campaign.restoration import RestorationResult, check_aliases
 from anvil_metrics.campaign.spec import Campaign, Variant
 from anvil_metrics.checks.runner import write_checks
 from anvil_metrics.errors import AnvilError, UsageError
-from anvil_metrics.jsonio import atomic_write_json
+from anvil_metrics.jsonio import atomic_write_json, read_json
 from anvil_metrics.post.docscan import verify_file
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
 
@@ -193,11 +191,8 @@ def new_state(campaign: Campaign, campaign_text: str) -> dict[str, Any]:
 
 def load_state(path: Path, campaign: Campaign, campaign_text: str) -> dict[str, Any]:
     """The state of an earlier invocation, checked to belong to this very campaign file."""
-    try:
-        state = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as e:
-        raise UsageError(f"{path} cannot be read as a campaign state ({e}); move it away to "
-                         "start the campaign again") from None
+    state = read_json(path, "the campaign state of an earlier run of this campaign; move it "
+                            "away to start the campaign again")
     fresh = new_state(campaign, campaign_text)
     if not isinstance(state, dict) or state.get("schema") != SCHEMA:
         raise UsageError(f"{path}: not an {SCHEMA} file; pass another --results-dir or move "

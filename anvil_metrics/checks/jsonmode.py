@@ -14,8 +14,8 @@ Each case asks a question whose answer is fixed, with a `response_format`, and p
 2. it validates against the case's schema with `jsonschema` (for `json_schema` cases the
    schema sent; for `json_object` cases, which send no schema, the one the question
    describes, kept here);
-3. the values are the ones the question fixes (strings compared without case or
-   surrounding spaces; numbers exactly; lists in order).
+3. the values are the ones the question fixes (`jsonmatch.VALUES`: strings compared without
+   case or surrounding spaces; numbers exactly, of the same type; lists in order).
 
 The schemas keep to what every guided-decoding backend and OpenAI's `strict: true` accept
 (type, properties, required, additionalProperties: false, enum, array items): a backend that
@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from anvil_metrics.checks.jsonmatch import VALUES, mismatch
 from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.suite import CheckContext, Judgement, run_case, suite_result
 
@@ -164,35 +165,22 @@ def schema_problem(value: Any, schema: Mapping[str, Any]) -> str | None:
     return f"schema violation at {where}: {error.message}"
 
 
-def value_problem(expected: Any, got: Any, where: str = "") -> str | None:
-    """Where `got` differs from the value the question fixes, None when it does not.
-    Strings compare without case and surrounding spaces; keys not in `expected` are
-    ignored (the schema decides whether they may be there)."""
-    here = where or "(top)"
-    if isinstance(expected, Mapping):
-        if not isinstance(got, Mapping):
-            return f"{here}: expected an object"
-        for key, want in expected.items():
-            if key not in got:
-                return f"{where}/{key}: missing"
-            problem = value_problem(want, got[key], f"{where}/{key}")
-            if problem:
-                return problem
+def value_problem(expected: Any, got: Any) -> str | None:
+    """Where `got` differs from the value the question fixes, None when it does not
+    (`jsonmatch.VALUES`: strings without case and surrounding spaces, numbers of the same
+    type, keys not in `expected` ignored: the schema decides whether they may be there)."""
+    m = mismatch(expected, got, VALUES)
+    if m is None:
         return None
-    if isinstance(expected, list):
-        if not isinstance(got, list) or len(got) != len(expected):
-            return (f"{here}: expected {orjson.dumps(expected).decode()}, got "
-                    f"{orjson.dumps(got).decode()}")
-        for i, (want, item) in enumerate(zip(expected, got, strict=True)):
-            problem = value_problem(want, item, f"{where}/{i}")
-            if problem:
-                return problem
-        return None
-    if isinstance(expected, str):
-        same = isinstance(got, str) and got.strip().casefold() == expected.casefold()
-    else:
-        same = type(got) is type(expected) and got == expected
-    return None if same else f"{here}: expected {expected!r}, got {got!r}"
+    here = "".join(f"/{p}" for p in m.path) or "(top)"
+    if m.kind == "missing":
+        return f"{here}: missing"
+    if m.kind == "not_object":
+        return f"{here}: expected an object"
+    if m.kind == "not_list":
+        return (f"{here}: expected {orjson.dumps(m.expected).decode()}, got "
+                f"{orjson.dumps(m.got).decode()}")
+    return f"{here}: expected {m.expected!r}, got {m.got!r}"
 
 
 def judge_content(case: JsonCase, content: str) -> Judgement:

@@ -4,8 +4,8 @@ Why a table of its own: the answer key lives with the questions, and two readers
 the judge (`tools.py`) and the simulator's script (`sim/script_tools.py`), which answers
 from it. Keeping it apart from the scoring keeps either under a page.
 
-An expected argument is a plain JSON value or one of the wrappers below, which say how
-strictly it is compared (`tools.match_value` is the rule):
+An expected argument is a plain JSON value or one of the wrappers of `jsonmatch`, which say
+how strictly it is compared (`jsonmatch.mismatch` with `jsonmatch.ARGUMENTS` is the rule):
 
     "Paris"          a string: case, surrounding whitespace and a final ".!?" ignored
     Exact("USD")     a string compared as is (enum values, ids, dates)
@@ -26,20 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class Exact:
-    value: str
-
-
-@dataclass(frozen=True, slots=True)
-class AnyOf:
-    values: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Unordered:
-    items: tuple[Any, ...]
+from anvil_metrics.checks.jsonmatch import AnyOf, Exact, Unordered
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,12 @@ returned: quote a fresh order id from the result, fix a call the tool rejected.
                           must correct
 
 Scoring (BFCL's idea of comparing the call's structure, not its text): the function name
-equal, the arguments a JSON object, every expected argument matching (`match_value`, the
-rules in `toolcases`), no argument the schema does not declare, no call more or fewer than
-expected; parallel calls match in any order. Every call needs a name and an id of its own
-(the tool's result answers to the id). The finish reason is recorded, not judged (clients
-act on `tool_calls`, and servers differ on "tool_calls" vs "stop").
+equal, the arguments a JSON object, every expected argument matching (`argument_problem`:
+`jsonmatch` with the rules in `toolcases`), no argument the schema does not declare, no
+call more or fewer than expected; parallel calls match in any order. Every call needs a
+name and an id of its own (the tool's result answers to the id). The finish reason is
+recorded, not judged (clients act on `tool_calls`, and servers differ on "tool_calls" vs
+"stop").
 
 The recovery conversations replay a call id of 9 alphanumerics: Mistral's template (and
 API) refuse any other shape, and an id we invented must not be what fails the check.
@@ -27,13 +28,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import random
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from anvil_metrics.checks.client import ChatAnswer, ToolCall
+from anvil_metrics.checks.jsonmatch import ARGUMENTS, Exact, Unordered, mismatch
 from anvil_metrics.checks.results import CaseResult, SuiteResult
 from anvil_metrics.checks.suite import CheckContext, Judgement, run_case, suite_result
 from anvil_metrics.checks.toolcases import (
@@ -41,12 +42,9 @@ from anvil_metrics.checks.toolcases import (
     SYSTEM,
     TOOL_CASES,
     TOOLS,
-    AnyOf,
-    Exact,
     ExpectedCall,
     RecoveryCase,
     ToolCase,
-    Unordered,
     expected_json,
     spec_json,
     tool_specs,
@@ -59,66 +57,35 @@ CALL_ID = "anvil0001"  # 9 alphanumerics (see the module docstring)
 
 
 # -- scoring (pure) ---------------------------------------------------------------------------
-def loose_text(text: str) -> str:
-    """A string as compared by default: case-folded, whitespace collapsed, a final ".!?"
-    dropped."""
-    return " ".join(text.casefold().split()).rstrip(".!?").rstrip()
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def match_value(spec: Any, value: Any, path: str) -> str | None:
-    """None when `value` satisfies `spec` (see `toolcases` for the rules), else why not."""
-    if isinstance(spec, AnyOf):
-        if any(match_value(s, value, path) is None for s in spec.values):
-            return None
-        return f"{path}: {_show(value)} is none of {_show(spec_json(spec)['any_of'])}"
-    if isinstance(spec, Exact):
-        return None if value == spec.value else f"{path}: {_show(value)} != {_show(spec.value)}"
+def argument_problem(spec: Any, value: Any, path: str = "arguments") -> str | None:
+    """None when `value` satisfies `spec` (`jsonmatch.ARGUMENTS`, the rules in `toolcases`),
+    else why not, at `path` and below (`arguments.start.date`, `arguments.to[0]`)."""
+    m = mismatch(spec, value, ARGUMENTS)
+    if m is None:
+        return None
+    at = path + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in m.path)
+    spec, got = m.expected, m.got
+    if m.kind == "missing":
+        return f"{at}: missing"
+    if m.kind == "none_of":
+        return f"{at}: {_show(got)} is none of {_show(spec_json(spec)['any_of'])}"
+    if m.kind == "no_order":
+        return f"{at}: {_show(got)} is not {_show(spec_json(list(spec.items)))} in any order"
+    if m.kind == "not_object":
+        return f"{at}: {_show(got)} is not an object"
+    if m.kind == "not_list":
+        if isinstance(spec, Unordered):
+            return f"{at}: {_show(got)} is not a list of {len(spec.items)} (any order)"
+        return f"{at}: {_show(got)} is not a list of {len(spec)}"
+    if m.kind == "wrong_type":
+        if isinstance(spec, str):
+            return f"{at}: {_show(got)} is not a string ({_show(spec)} expected)"
+        return f"{at}: {_show(got)} is not a number ({spec} expected)"
     if isinstance(spec, bool):
-        return None if value is spec else f"{path}: {_show(value)} is not {_show(spec)}"
-    if _is_number(spec):
-        if not _is_number(value):
-            return f"{path}: {_show(value)} is not a number ({spec} expected)"
-        return None if math.isclose(value, spec) else f"{path}: {value} != {spec}"
-    if isinstance(spec, str):
-        if not isinstance(value, str):
-            return f"{path}: {_show(value)} is not a string ({_show(spec)} expected)"
-        if loose_text(value) == loose_text(spec):
-            return None
-        return f"{path}: {_show(value)} != {_show(spec)}"
-    if isinstance(spec, Unordered):
-        return _match_unordered(spec.items, value, path)
-    if isinstance(spec, Mapping):
-        if not isinstance(value, dict):
-            return f"{path}: {_show(value)} is not an object"
-        for key, sub in spec.items():
-            if key not in value:
-                return f"{path}.{key}: missing"
-            why = match_value(sub, value[key], f"{path}.{key}")
-            if why:
-                return why
-        return None
-    if isinstance(spec, list | tuple):
-        if not isinstance(value, list) or len(value) != len(spec):
-            return f"{path}: {_show(value)} is not a list of {len(spec)}"
-        for i, (sub, item) in enumerate(zip(spec, value, strict=True)):
-            why = match_value(sub, item, f"{path}[{i}]")
-            if why:
-                return why
-        return None
-    return None if value == spec else f"{path}: {_show(value)} != {_show(spec)}"
-
-
-def _match_unordered(items: Sequence[Any], value: Any, path: str) -> str | None:
-    if not isinstance(value, list) or len(value) != len(items):
-        return f"{path}: {_show(value)} is not a list of {len(items)} (any order)"
-    for order in itertools.permutations(value):
-        if all(match_value(s, v, path) is None for s, v in zip(items, order, strict=True)):
-            return None
-    return f"{path}: {_show(value)} is not {_show(spec_json(list(items)))} in any order"
+        return f"{at}: {_show(got)} is not {_show(spec)}"
+    if isinstance(spec, int | float):
+        return f"{at}: {got} != {spec}"
+    return f"{at}: {_show(got)} != {_show(spec.value if isinstance(spec, Exact) else spec)}"
 
 
 def undeclared(value: Any, schema: Mapping[str, Any], path: str = "arguments") -> list[str]:
@@ -170,7 +137,7 @@ def match_call(expected: ExpectedCall, name: str, arguments: dict[str, Any]) -> 
     """None when the call is the expected one, else why not."""
     if name != expected.name:
         return f"called {name!r}, expected {expected.name!r}"
-    why = match_value(dict(expected.arguments), arguments, "arguments")
+    why = argument_problem(dict(expected.arguments), arguments)
     if why:
         return f"{name}: {why}"
     sent = [k for k in expected.absent if k in arguments]

@@ -29,9 +29,10 @@ def add_demo(sub: Commands) -> None:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
+    from anvil_metrics.jsonio import read_json
     from anvil_metrics.load.scenario import load_scenario
     from anvil_metrics.post.verify import verify_benchmark
-    from anvil_metrics.runs.launch import load_benchmark, prepare_run, run_scenario, summary_lines
+    from anvil_metrics.runs.launch import prepare_run, run_scenario, summary_lines
     from anvil_metrics.runs.simproc import pinned_apart, start_simulator
 
     # the package ships scenarios/ (anvil_metrics/scenarios links to it in a checkout)
@@ -53,7 +54,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
     if result.benchmark_path is None:
         print(f"anvil: demo run failed; see {result.log_path}", file=sys.stderr)
         return 1
-    doc = load_benchmark(result.benchmark_path)
+    doc = read_json(result.benchmark_path, "the benchmark.json of the demo's run")
     for line in summary_lines(doc):
         print(line)
     problems = verify_benchmark(doc)

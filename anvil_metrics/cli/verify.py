@@ -10,11 +10,14 @@ against, then each mismatch on a line of its own.
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from anvil_metrics.cli.parsing import Commands
 from anvil_metrics.errors import UsageError
+
+EXPECTED = "benchmark.json or summary.json"  # what `anvil verify` reads
 
 
 def add_verify(sub: Commands) -> None:
@@ -40,23 +43,24 @@ def add_metrics(sub: Commands) -> None:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from anvil_metrics.jsonio import read_json
     from anvil_metrics.post.docscan import verify_file
     from anvil_metrics.post.schema import SCHEMA
-    from anvil_metrics.runs.launch import load_benchmark
     from anvil_metrics.schemas.build import check
     from anvil_metrics.summary import verify as summaryverify
     from anvil_metrics.summary.verify import is_summary, read_small_json
 
     path = Path(a.file)
     if not path.exists():
-        raise UsageError(f"verify: {a.file!r} does not exist; pass a benchmark.json or "
-                         "summary.json path")
+        raise UsageError(f"verify: {a.file!r} does not exist; pass a {EXPECTED} path")
     doc = read_small_json(path)
     if is_summary(doc):
         return _verify_summary(doc, path)
     if isinstance(doc, dict) and doc.get("schema") == "anvil-serving.checks/v1":
         return _verify_checks(doc, path)
-    problems = verify_file(path, load=load_benchmark)  # a file that cannot be read: raises
+    # a file that cannot be read or parsed: one line, exit 2
+    problems = verify_file(path, load=partial(read_json, expected=f"a {EXPECTED}",
+                                              command="verify"))
     if doc is not None:  # parsed, and a JSON object (else verify_file has raised)
         said, breaches = check(doc, SCHEMA)
         problems = [*breaches, *problems]

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from anvil_metrics import catalog
 from anvil_metrics.errors import VerifyError
-from anvil_metrics.jsonio import atomic_write_bytes
+from anvil_metrics.jsonio import JsonFileError, atomic_write_bytes, read_json
 from anvil_metrics.load.criteria import parse_criteria
 from anvil_metrics.post import rowjson, saturation, schema, stats
 from anvil_metrics.post.derive import RowColumns, durations_ms, rows_from_raw
@@ -281,16 +280,14 @@ def _document(raw: RawColumns, *, finished: str | None, wall: float | None, requ
 
 
 def load_benchmark(path: str | Path) -> dict[str, Any]:
-    """Read a benchmark file with a strict JSON parser (NaN/Infinity are refused, unlike the
-    standard library's `json`). Raises VerifyError naming the file if it is not a JSON
-    object."""
+    """Read a benchmark file with a strict JSON parser (`jsonio.read_json`: NaN/Infinity
+    are refused, unlike the standard library's `json`). Raises VerifyError naming the file
+    and what is wrong with it if it is not a JSON object."""
     p = Path(path)
     try:
-        doc = orjson.loads(p.read_bytes())
-    except OSError as exc:
-        raise VerifyError([f"cannot open it ({exc.strerror or exc})"], source=str(p)) from exc
-    except orjson.JSONDecodeError as exc:
-        raise VerifyError([f"not strict JSON ({exc})"], source=str(p)) from exc
+        doc = read_json(p, "a benchmark.json")
+    except JsonFileError as exc:
+        raise VerifyError([f"the file {exc.reason}"], source=str(p)) from exc
     if not isinstance(doc, dict):
         raise VerifyError(["the top level is not a JSON object"], source=str(p))
     return doc

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from anvil_metrics.campaign.checks import checks_file
 from anvil_metrics.errors import UsageError
+from anvil_metrics.jsonio import read_json
 from anvil_metrics.post.docscan import verify_file
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import PALETTE
@@ -43,6 +43,7 @@ from anvil_metrics.summary.decide import (
 from anvil_metrics.summary.folder import (
     BENCHMARK_FILE,
     CAMPAIGN_FILE,
+    CAMPAIGN_RECORD,
     SCHEMA,
     CampaignFolder,
     read_campaign_folder,
@@ -109,7 +110,7 @@ def load_campaign(folder: Path, verify: Callable[[Path], list[str]] = verify_fil
                              f"re-run `anvil summarize {folder}`")
     else:
         doc = summary_document(read)
-    record = orjson.loads((folder / CAMPAIGN_FILE).read_bytes())
+    record = read_json(folder / CAMPAIGN_FILE, CAMPAIGN_RECORD, command="report")
     run_files: dict[str, list[str]] = {}
     for v in read.variants:  # the runs read_campaign_folder kept, in its order
         kept = [r for r in record["runs"] if r["variant"] == v.id and r["state"] == "done"

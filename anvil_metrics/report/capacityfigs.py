@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from anvil_metrics import catalog
 from anvil_metrics.errors import UsageError
+from anvil_metrics.jsonio import read_json
 from anvil_metrics.post.docscan import scan_benchmark, verify_file
 from anvil_metrics.post.schema import fmt, same
 from anvil_metrics.report import draw
@@ -132,11 +132,8 @@ def load_capacity(folder: Path) -> tuple[dict[str, Any], tuple[Slo, ...], list[s
     document without its rows), checked as the module doc says."""
     path = folder / CAPACITY_FILE
     where = str(path)
-    try:
-        doc = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as e:
-        raise UsageError(f"report: {where} cannot be read as JSON ({e}); give the folder "
-                         "anvil capacity wrote") from None
+    doc = read_json(path, "the capacity.json of a folder anvil capacity wrote",
+                    command="report")
     slos = _shape(doc, where)
     by = doc["by"]
     relatives, docs = [], []

@@ -22,10 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from anvil_metrics import catalog
-from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.errors import UsageError
 from anvil_metrics.live.recorder import create_run_dir
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import locust_args
@@ -142,18 +140,6 @@ def plan_text(sc: Scenario, users: int) -> str:
     else:
         load = f"{users} users back to back"
     return f"{end} ({sc.warmup_requests} warm-up), {load},"
-
-
-def load_benchmark(path: Path) -> dict:
-    try:
-        return orjson.loads(path.read_bytes())
-    except FileNotFoundError as e:
-        raise UsageError(f"{path} does not exist; pass a benchmark.json path") from e
-    except OSError as e:
-        raise UsageError(f"{path} cannot be read ({e.strerror}); pass a benchmark.json "
-                         "file") from e
-    except orjson.JSONDecodeError as e:
-        raise AnvilError(f"{path} is not valid JSON: {e}") from e
 
 
 # (label, p50 key, p95 key, unit) of each figure the summary shows: the catalogue's

@@ -31,7 +31,7 @@ import orjson
 from anvil_metrics.campaign.checks import checks_file, read_checks
 from anvil_metrics.campaign.spec import Campaign, CampaignError, campaign_from_dict
 from anvil_metrics.errors import UsageError
-from anvil_metrics.jsonio import atomic_write_bytes, dumps_strict
+from anvil_metrics.jsonio import atomic_write_bytes, dumps_strict, read_json
 from anvil_metrics.post.docscan import scan_benchmark, verify_file
 from anvil_metrics.summary.checks import (
     VariantChecks,
@@ -83,6 +83,10 @@ class CampaignFolder:
     checks: tuple[VariantChecks, ...] = ()  # each variant's checks document (or None)
 
 
+# what a campaign folder's campaign.json is, for read_json's messages
+CAMPAIGN_RECORD = "the campaign.json of a folder 'anvil campaign run' made"
+
+
 def _fail(folder: Path, what: str) -> UsageError:
     return UsageError(f"summarize: {folder / CAMPAIGN_FILE}: {what}")
 
@@ -92,15 +96,10 @@ def _load_record(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise UsageError(f"summarize: {str(folder)!r} is not a folder; pass the folder "
                          "'anvil campaign run' made (it holds campaign.json)")
-    try:
-        record = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
+    if not path.exists():
         raise UsageError(f"summarize: {str(folder)!r} holds no campaign.json; pass the "
-                         "folder 'anvil campaign run' made") from None
-    except OSError as e:
-        raise _fail(folder, f"cannot be read: {e.strerror}") from None
-    except orjson.JSONDecodeError as e:
-        raise _fail(folder, f"is not JSON ({e})") from None
+                         "folder 'anvil campaign run' made")
+    record = read_json(path, CAMPAIGN_RECORD, command="summarize")
     if not isinstance(record, dict) or record.get("schema") != CAMPAIGN_SCHEMA:
         got = record.get("schema") if isinstance(record, dict) else type(record).__name__
         raise _fail(folder, f"schema {got!r} is not allowed; expected {CAMPAIGN_SCHEMA!r}")

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from anvil_metrics.errors import UsageError
+from anvil_metrics.jsonio import JsonFileError, read_json
 from anvil_metrics.post.docscan import verify_file
 from anvil_metrics.post.schema import fmt, is_count, same
 from anvil_metrics.summary.decide import DELTAS, ROW_METRICS
@@ -79,8 +78,8 @@ def read_small_json(path: Path) -> Any:
     try:
         if path.stat().st_size > SMALL_BYTES:
             return None
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        return read_json(path, "a summary.json")
+    except (OSError, JsonFileError):
         return None
 
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from campaignbuild import FakeRunner, campaign_file, state
 
-from anvil_metrics.campaign.checks import checks_file, parse_checks
+from anvil_metrics.campaign.checks import checks_file, parse_checks, read_checks
 from anvil_metrics.campaign.runner import HookResult, run_campaign
 from anvil_metrics.campaign.spec import load_campaign
 from anvil_metrics.checks.suite import CheckOptions
@@ -52,6 +52,19 @@ def doc(spec: str, *, tools: tuple[int, int] = (20, 20), leak: bool = False,
         "multimodal": suite("pass", 2, 2, general_image_seconds=image_s, ocr_seconds=0.7,
                             not_tested=["video", "multi-image ordering"]),
     }}
+
+
+def test_a_checks_file_is_read_only_when_it_is_one(tmp_path: Path) -> None:
+    """A missing, damaged or foreign file is no checks document (the suites run again)."""
+    path = tmp_path / "m+off.json"
+    assert read_checks(path) is None
+    path.write_bytes(orjson.dumps(doc("off"))[:-1])
+    assert read_checks(path) is None
+    path.write_bytes(orjson.dumps({**doc("off"), "schema": "x/v1"}))
+    assert read_checks(path) is None
+    path.write_bytes(orjson.dumps(doc("off")))
+    assert read_checks(path) == doc("off")
+    assert read_checks(tmp_path) is None  # a folder
 
 
 def test_the_table_is_checked_with_one_line_per_problem() -> None:

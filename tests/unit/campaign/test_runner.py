@@ -170,6 +170,19 @@ def test_a_changed_campaign_file_is_refused(tmp_path: Path) -> None:
     assert len(str(info.value).splitlines()) == 1 and runner.calls == []
 
 
+def test_a_damaged_state_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = campaign_file(tmp_path)
+    run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(), environ={})
+    (tmp_path / "c1" / "campaign.json").write_text('{"schema": ')
+    with pytest.raises(UsageError) as info:
+        run_campaign(load_campaign(path), tmp_path, runner=FakeRunner(), environ={})
+    said = str(info.value)
+    assert said.startswith(f"{tmp_path / 'c1' / 'campaign.json'} is not strict JSON (")
+    assert "line 1 column 12" in said and said.endswith("move it away to start the "
+                                                         "campaign again")
+    assert "\n" not in said
+
+
 def test_credentials_are_stripped_from_the_stored_text() -> None:
     assert without_credentials('host = "http://u:pw@127.0.0.1:8000"\nx = "https://k@h/v1"') == (
         'host = "http://127.0.0.1:8000"\nx = "https://h/v1"')

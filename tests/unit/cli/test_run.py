@@ -9,7 +9,8 @@ import pytest
 from rawbuild import HEADER, completed, write_raw
 
 from anvil_metrics.cli.main import main
-from anvil_metrics.runs.launch import load_benchmark, summary_lines
+from anvil_metrics.post.benchmark import load_benchmark
+from anvil_metrics.runs.launch import summary_lines
 
 HOST = "http://127.0.0.1:9"  # nothing listens there; nothing here reaches it
 

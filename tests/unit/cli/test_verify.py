@@ -28,6 +28,20 @@ def test_a_missing_file_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
                                        "not exist; pass a benchmark.json or summary.json path\n")
 
 
+def test_a_file_that_is_not_json_or_a_folder_is_one_line_exit_2(tmp_path: Path,
+                                                                capsys) -> None:
+    path = tmp_path / "b.json"
+    path.write_text('{"schema": "anvil-serving.benchmark/v1",\n  "metrics": {,}}')
+    assert main(["verify", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"anvil: verify: {path} is not strict JSON (") and "line 2" in err
+    assert err.endswith("; expected a benchmark.json or summary.json\n")
+    assert err.count("\n") == 1
+    assert main(["verify", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"anvil: verify: {tmp_path} is a folder, not a file; "
+                                       "expected a benchmark.json or summary.json\n")
+
+
 def test_a_benchmark_recomputes_and_an_edited_one_does_not(tmp_path: Path, capsys) -> None:
     path = benchmark(tmp_path)
     capsys.readouterr()

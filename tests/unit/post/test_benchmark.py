@@ -94,5 +94,5 @@ def test_load_benchmark_refuses_what_is_not_a_document(tmp_path: Path, text: byt
     with pytest.raises(VerifyError, match=says) as e:
         load_benchmark(path)
     assert str(path) in str(e.value)
-    with pytest.raises(VerifyError, match="cannot open it"):
+    with pytest.raises(VerifyError, match="failed verification: the file does not exist"):
         load_benchmark(tmp_path / "missing.json")

@@ -291,7 +291,7 @@ def test_load_benchmark_refuses_nan(tmp_path: Path):
     p.write_text('{"wall_clock_ms": NaN}')
     with pytest.raises(VerifyError, match="not strict JSON"):
         load_benchmark(p)
-    with pytest.raises(VerifyError, match="cannot open"):
+    with pytest.raises(VerifyError, match="does not exist"):
         load_benchmark(tmp_path / "missing.json")
 
 

@@ -125,7 +125,7 @@ def test_a_broken_capacity_json_is_one_line_exit_2(capacity, tmp_path: Path, cap
     assert cli.main(["report", str(copy)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"anvil: report: {copy / 'capacity.json'} "
-                                                   "cannot be read as JSON")
+                                                   "is not strict JSON (")
 
 
 def test_a_search_that_stopped_says_why(capacity, tmp_path: Path) -> None:

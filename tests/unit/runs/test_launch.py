@@ -15,7 +15,7 @@ import orjson
 import pytest
 from rawbuild import HEADER, completed, failed, write_raw
 
-from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.errors import UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.post.benchmark import build_benchmark
@@ -90,16 +90,6 @@ def test_the_child_gets_the_host_and_key_by_environment(tmp_path: Path,
 ])
 def test_plan_text(sc: Scenario, users: int, want: str) -> None:
     assert launch.plan_text(sc, users) == want
-
-
-def test_load_benchmark_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="does not exist; pass a benchmark.json path"):
-        launch.load_benchmark(tmp_path / "b.json")
-    (tmp_path / "b.json").write_text("{")
-    with pytest.raises(AnvilError, match="b.json is not valid JSON"):
-        launch.load_benchmark(tmp_path / "b.json")
-    with pytest.raises(UsageError, match="cannot be read"):
-        launch.load_benchmark(tmp_path)  # a folder
 
 
 def test_summary_lines_of_a_built_document(tmp_path: Path) -> None:

@@ -183,7 +183,7 @@ def test_a_run_that_does_not_verify_is_left_out(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("damage, said", [
     (lambda f: (f / "campaign.json").unlink(), "holds no campaign.json"),
-    (lambda f: (f / "campaign.json").write_text("{"), "is not JSON"),
+    (lambda f: (f / "campaign.json").write_text("{"), "campaign.json is not strict JSON ("),
     (lambda f: (f / "campaign.json").write_bytes(orjson.dumps({"schema": "x/v9"})),
      "schema 'x/v9' is not allowed; expected 'anvil-campaign/v1'"),
 ])
