@@ -19,7 +19,7 @@ KV_CAPACITY_CONTEXTS = 16  # default --kv-capacity-tokens: this many full contex
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    """What the simulated model answers and when (see `server.build_parser` for meanings)."""
+    """What the simulated model answers and when (see `options.OPTIONS` for meanings)."""
 
     host: str = "127.0.0.1"
     port: int = 0

@@ -51,14 +51,13 @@ import orjson
 from anvil_metrics.sim.chat import (
     DONE_EVENT,
     Admit,
-    ChatRequest,
     ChatStream,
     Deferred,
-    OutputPlan,
     _choices,
     answer_chat,
     raw_event,
 )
+from anvil_metrics.sim.chatrequest import ChatRequest, OutputPlan
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.faults import HTTP_STATUS, Fault
 from anvil_metrics.sim.httpproto import HttpConnection, error_body

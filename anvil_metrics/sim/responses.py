@@ -30,7 +30,8 @@ from typing import Any
 import orjson
 
 from anvil_metrics.checks import responses as suite
-from anvil_metrics.sim.chat import RequestError, check_model, full_text, load_json_object
+from anvil_metrics.sim.chat import full_text
+from anvil_metrics.sim.chatrequest import RequestError, check_model, load_json_object
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import HttpConnection
 from anvil_metrics.sim.script import content_text

@@ -24,301 +24,32 @@ Runs as its own process: ``python -m anvil_metrics.sim --port 0`` prints exactly
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import signal
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import fields
 
 import orjson
 
 from anvil_metrics.sim import script, tokenapi
 from anvil_metrics.sim.admission import Admission
 from anvil_metrics.sim.burst import BurstChatStream
-from anvil_metrics.sim.chat import (
-    ChatStream,
-    RequestError,
-    answer_chat,
-    count_prompt,
-    load_json_object,
-)
-from anvil_metrics.sim.config import (
-    METRICS_FORMATS,
-    REASONING_FIELDS,
-    ROLE_CHUNK_MODES,
-    TIMER_KINDS,
-    TOKENIZE_APIS,
-    SimConfig,
-)
+from anvil_metrics.sim.chat import ChatStream, answer_chat
+from anvil_metrics.sim.chatrequest import RequestError, count_prompt, load_json_object
+from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.faultchat import answer_with_fault
-from anvil_metrics.sim.faults import FaultPicker, FaultRule, parse_rule
+from anvil_metrics.sim.faults import FaultPicker
 from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, Intake, error_body
 from anvil_metrics.sim.identity import identity_routes
 from anvil_metrics.sim.ledger import LEDGER, STREAM_COUNTS, Snapshot
 from anvil_metrics.sim.metrics import CONTENT_TYPE, render
+from anvil_metrics.sim.options import config_from_args, parse_args
 from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.responses import answer_responses
 from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
-from anvil_metrics.sim.specdecode import MAX_SPEC_K
-from anvil_metrics.sim.tokenizer import RULES
 
 LISTEN_BACKLOG = 4096
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from exc
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _in_range(convert: Callable[[str], float], low: float, high: float, kind: str
-              ) -> Callable[[str], float]:
-    """An argparse type: `convert(text)` within [low, high] (NaN never is)."""
-
-    def parse(text: str) -> float:
-        try:
-            value: float | None = convert(text)
-        except ValueError:
-            value = None
-        if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(
-                f"must be {kind} from {low:g} to {high:g}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _fault_rule(text: str) -> FaultRule:
-    try:
-        return parse_rule(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The `anvil sim` options; every one has a default."""
-    p = argparse.ArgumentParser(
-        prog="anvil sim",
-        description="OpenAI-compatible streaming simulator with exact, configurable timing.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    add = p.add_argument
-    add("--host", default="127.0.0.1", help="address to bind")
-    add("--port", type=_int_at_least(0), default=0, help="port to bind; 0 picks a free one")
-    add("--model", default="sim-model", help="model id served and checked")
-    add(
-        "--alias",
-        dest="aliases",
-        metavar="NAME",
-        action="append",
-        help="another name the model answers to, repeatable: listed by /v1/models and accepted "
-        "as a chat request's model (as a router's serving aliases are)",
-    )
-    add("--prefill-ms", type=_non_negative_float, default=300.0, help="fixed prefill time")
-    add(
-        "--prefill-ms-per-token",
-        type=_non_negative_float,
-        default=0.0,
-        help="extra prefill time per prompt token",
-    )
-    add("--reasoning-tokens", type=_int_at_least(0), default=20, help="reasoning tokens per answer")
-    add("--content-tokens", type=_int_at_least(0), default=50, help="content tokens per answer")
-    add(
-        "--interval-ms",
-        type=_non_negative_float,
-        default=8.0,
-        help="time between successive generated tokens",
-    )
-    add(
-        "--reasoning-field",
-        choices=REASONING_FIELDS,
-        default="reasoning_content",
-        help="delta field of reasoning text (vLLM now sends reasoning)",
-    )
-    add(
-        "--role-chunk",
-        choices=ROLE_CHUNK_MODES,
-        default="immediate",
-        help="send the role-only chunk at once (default) or together with the first token "
-             "(as vLLM sends it: its server-side TTFT is that moment)",
-    )
-    add("--max-context", type=_int_at_least(1), default=32768, help="context window, tokens")
-    add("--tokenizer", choices=RULES, default="words4", help="prompt token counting rule")
-    add(
-        "--usage-in-finish-chunk",
-        action="store_true",
-        help="always put usage inside the finish chunk (transformers serve)",
-    )
-    add("--no-done", action="store_true", help="end streams without data: [DONE]")
-    add(
-        "--tokenize-api",
-        choices=TOKENIZE_APIS,
-        default="vllm",
-        help="token counting endpoints to imitate: vLLM's /tokenize with messages, llama.cpp's "
-        "/apply-template + /tokenize, SGLang's /v1/tokenize of plain text, or none",
-    )
-    add(
-        "--no-tokenize",
-        dest="tokenize_api",
-        action="store_const",
-        const="none",
-        help="same as --tokenize-api none",
-    )
-    add(
-        "--stamp-send",
-        action="store_true",
-        help='add "anvil_sent_ns": perf_counter_ns() to every chunk as it is written, '
-        "and an anvil-t0-ns response header (the request's t0, same clock)",
-    )
-    add(
-        "--timer",
-        choices=TIMER_KINDS,
-        default="auto",
-        help="deadline timer: Linux timerfd (precise) or asyncio call_at (~1 ms late)",
-    )
-    add(
-        "--prefix-cache",
-        action="store_true",
-        help="reuse the leading blocks of earlier prompts (vLLM/SGLang prefix caching): prefill "
-        "only the uncached tokens and report usage.prompt_tokens_details.cached_tokens",
-    )
-    add(
-        "--prefix-cache-block",
-        type=_int_at_least(1),
-        default=16,
-        help="tokens per prefix-cache block (with --prefix-cache)",
-    )
-    add(
-        "--prefix-cache-tokens",
-        type=_int_at_least(1),
-        default=4_000_000,
-        help="prefix-cache capacity in tokens, least recently used blocks evicted beyond it "
-        "(with --prefix-cache)",
-    )
-    add(
-        "--fault",
-        dest="faults",
-        metavar="SPEC",
-        action="append",
-        type=_fault_rule,
-        help="inject a fault into chat completion requests, repeatable: KIND[=ARG]@I,J,... "
-        "hits those 0-based request indices, KIND[=ARG]@MODEL:I,J,... those among the requests "
-        "naming that model, KIND[=ARG]%%P each request with probability P; "
-        "the first matching --fault wins. KIND: http400, http500, http503, http429=SECONDS, "
-        "reset_before_headers, reset_mid_stream=K, malformed_chunk=K, stream_error=K, "
-        "stall_first_byte=SECONDS, stall_mid_stream=SECONDS, no_done, end_before_finish=K, "
-        "no_usage, oversize_chunk, slow_headers=SECONDS (see anvil_metrics/sim/faultchat.py)",
-    )
-    add("--fault-seed", type=_int_at_least(0), default=0, help="seed of the --fault %%P draws")
-    add(
-        "--burst",
-        type=_int_at_least(1),
-        default=1,
-        help="write N token chunks (each still its own SSE event and HTTP chunk) in one socket "
-        "write every N x interval, at the deadline of the burst's last token, pre-serialised: "
-        "a cheap sender for measuring a client's capacity; 1 writes each token at its own "
-        "deadline (not combinable with --fault)",
-    )
-    add(
-        "--max-running",
-        type=_int_at_least(1),
-        metavar="N",
-        help="run at most N streaming chat requests at once (in prefill or generating), like "
-        "vLLM's --max-num-seqs; later ones wait in a FIFO queue and their whole plan starts "
-        "when a running one ends, so the wait adds to their time to first token (anvil-t0-ns "
-        "stays the arrival); non-streaming requests never wait; unset: no limit",
-    )
-    add(
-        "--metrics-format",
-        choices=METRICS_FORMATS,
-        default="vllm",
-        help="GET /metrics in this engine's Prometheus names, and its identity endpoints: "
-        "vLLM's /version, or SGLang's /get_server_info and /get_model_info",
-    )
-    add(
-        "--spec-k",
-        type=_in_range(int, 0, MAX_SPEC_K, "an integer"),
-        default=0,
-        metavar="K",
-        help="speculative decoding: K draft tokens per step, counted in /metrics (the stream's "
-        "timing does not change); 0: off",
-    )
-    add(
-        "--spec-accept",
-        type=_in_range(float, 0.0, 1.0, "a number"),
-        default=0.7,
-        metavar="A",
-        help="with --spec-k: the share of draft tokens accepted, 0 to 1 (deterministic, "
-        "see anvil_metrics/sim/specdecode.py)",
-    )
-    add(
-        "--kv-capacity-tokens",
-        type=_int_at_least(1),
-        metavar="N",
-        help="KV-cache size in tokens behind the usage gauge (running streams' prompt and "
-        "generated tokens / N); unset: 16 x --max-context",
-    )
-    add(
-        "--script",
-        action="store_true",
-        help="answer anvil check's questions right, from the suites' own answer keys "
-        "(sim/script.py); other requests are answered as without it",
-    )
-    add(
-        "--script-fault",
-        dest="script_faults",
-        metavar="SUITE:KIND",
-        action="append",
-        help="with --script, answer SUITE's questions wrong in the way KIND, repeatable "
-        "(e.g. tools:wrong_name; an unknown one is refused with the list)",
-    )
-    return p
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse and cross-check the options; a bad value exits 2 with argparse's one-line error."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.prefix_cache_tokens < args.prefix_cache_block:
-        parser.error(
-            f"argument --prefix-cache-tokens: must be >= --prefix-cache-block "
-            f"({args.prefix_cache_block}), got {args.prefix_cache_tokens}"
-        )
-    args.faults = tuple(args.faults or ())
-    args.aliases = tuple(dict.fromkeys(a for a in args.aliases or () if a != args.model))
-    if args.burst > 1 and args.faults:
-        parser.error("argument --burst: cannot be combined with --fault")
-    try:
-        args.script_faults = script.check_faults(args.script_faults or ())
-    except ValueError as e:
-        parser.error(f"argument --script-fault: {e}")
-    if args.script_faults and not args.script:
-        parser.error("argument --script-fault: needs --script")
-    return args
-
-
-def config_from_args(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(**{field.name: getattr(args, field.name) for field in fields(SimConfig)})
 
 
 class App:

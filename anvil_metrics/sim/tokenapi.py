@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from anvil_metrics.sim.chat import RequestError, load_json_object
+from anvil_metrics.sim.chatrequest import RequestError, load_json_object
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import error_body
 from anvil_metrics.sim.tokenizer import (

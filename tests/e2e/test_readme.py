@@ -23,7 +23,7 @@ import pytest
 
 from anvil_metrics.cli.main import build_parser
 from anvil_metrics.load.options import OPTIONS
-from anvil_metrics.sim.server import build_parser as sim_parser
+from anvil_metrics.sim.options import build_parser as sim_parser
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"

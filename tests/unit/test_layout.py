@@ -29,15 +29,12 @@ UNTESTED: dict[str, str] = {}
 # Still to be cut or renamed (issue 27): these lists may only shrink.
 LONG_FILES_LEFT: set[str] = {
     "anvil_metrics/live/figures.py",
-    "anvil_metrics/sim/chat.py",
-    "anvil_metrics/sim/server.py",
     "anvil_metrics/telemetry/servermetrics.py",
 }
 LONG_FUNCTIONS_LEFT: set[str] = {
     "anvil_metrics/live/session.py:start",
     "anvil_metrics/post/rawcolumns.py:add_plain",
     "anvil_metrics/records.py:record_problem",
-    "anvil_metrics/sim/server.py:build_parser",
 }
 UNTESTED_LEFT: set[str] = {
     "sim/chat.py",

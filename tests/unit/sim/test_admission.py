@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +31,6 @@ from anvil_metrics.sim.rawclient import (
     request_bytes,
 )
 from anvil_metrics.sim.scheduler import AsyncioScheduler, make_scheduler
-from anvil_metrics.sim.server import config_from_args, parse_args
 
 MS = 1_000_000
 PREFILL_MS, INTERVAL_MS, TOKENS = 40, 2, 30  # a running stream lasts 40 + 29 * 2 = 98 ms
@@ -133,23 +130,6 @@ def test_scheduler_now_is_the_firing_deadline(kind: str) -> None:
 
     asyncio.run(main())
     assert seen and seen[0][0] == seen[0][1]
-
-
-def test_option_parsing() -> None:
-    assert config_from_args(parse_args([])).max_running is None
-    assert config_from_args(parse_args(["--max-running", "3"])).max_running == 3
-
-
-@pytest.mark.parametrize("bad", ["0", "-1", "two"])
-def test_bad_max_running_exits_2(bad: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "anvil_metrics.sim", "--max-running", bad],
-        capture_output=True, text=True, timeout=10,
-    )  # fmt: skip
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert "--max-running" in lines[-1] and bad in lines[-1], lines[-1]
-    assert ">= 1" in lines[-1] or "integer" in lines[-1]
 
 
 # -- the real simulator ---------------------------------------------------------------------------

@@ -35,7 +35,6 @@ from anvil_metrics.sim.ledger import (
     token_buckets,
 )
 from anvil_metrics.sim.metrics import escape_label, number, render
-from anvil_metrics.sim.server import config_from_args, parse_args
 from anvil_metrics.sim.specdecode import MAX_SPEC_K, SpecCounts, check_spec, spec_counts
 
 # -- speculative decoding ----------------------------------------------------------------------
@@ -397,33 +396,6 @@ def test_labels_and_numbers_survive_the_parser() -> None:
 
 
 # -- options and identity ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("argv,flag,allowed", [
-    (["--spec-k", "17"], "--spec-k", "0 to 16"),
-    (["--spec-k", "two"], "--spec-k", "0 to 16"),
-    (["--spec-accept", "1.5"], "--spec-accept", "0 to 1"),
-    (["--spec-accept", "nan"], "--spec-accept", "0 to 1"),
-    (["--metrics-format", "tgi"], "--metrics-format", "vllm"),
-    (["--kv-capacity-tokens", "0"], "--kv-capacity-tokens", ">= 1"),
-])
-def test_bad_flags_exit_2_with_one_line(argv: list[str], flag: str, allowed: str,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        parse_args(argv)
-    assert exc.value.code == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert flag in last and argv[1] in last and allowed in last, last
-
-
-def test_flags_reach_the_config() -> None:
-    cfg = config_from_args(parse_args(["--metrics-format", "sglang", "--spec-k", "4",
-                                       "--spec-accept", "0.62", "--kv-capacity-tokens", "999"]))
-    assert (cfg.metrics_format, cfg.spec_k, cfg.spec_accept, cfg.kv_capacity) == (
-        "sglang", 4, 0.62, 999)
-    default = config_from_args(parse_args([]))
-    assert (default.metrics_format, default.spec_k, default.kv_capacity) == (
-        "vllm", 0, 16 * default.max_context)
 
 
 def test_identity_endpoints_per_engine() -> None:
