@@ -43,7 +43,7 @@ from locust import events
 
 from anvil_metrics.live.runctx import latest_run
 from anvil_metrics.live.webui_page import PAGE_HTML
-from anvil_metrics.telemetry.servermetrics import live_gauges, newest_samples
+from anvil_metrics.telemetry.livegauges import live_gauges, newest_samples
 
 log = logging.getLogger("anvil")
 
@@ -90,7 +90,7 @@ def _count_row(label: str, count: int | str, unit: str = "req") -> dict[str, Any
 
 
 def server_now(sess: Any) -> dict[str, Any] | None:
-    """The server's newest gauges (`servermetrics.live_gauges`) while the run scrapes its
+    """The server's newest gauges (`livegauges.live_gauges`) while the run scrapes its
     metrics; None otherwise."""
     if sess is None or getattr(sess, "telemetry", None) is None:
         return None

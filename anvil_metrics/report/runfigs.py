@@ -33,7 +33,8 @@ from anvil_metrics.post.rawcolumns import COL, NULL
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS
 from anvil_metrics.report.page import Figure, Section, Table, cell
-from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, live_gauges, read_samples
+from anvil_metrics.telemetry.livegauges import live_gauges
+from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, read_samples
 
 LATENCIES = ("time_to_first_output_ms", "ttft_ms", "e2e_ms", "time_to_first_chunk_ms")
 FAILURE_MARKERS = ("x", "v", "s", "D", "^", "P", "*", "<", ">", "o")

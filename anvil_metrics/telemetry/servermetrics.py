@@ -8,7 +8,7 @@ flags) and a few client figures over the measured requests (`ClientFigures`). On
 
 The window: from the sample marked `first` (taken just before the first measured request
 was handed out) to the one marked `last` (just after the run's last request finished).
-Definitions, per quantity (the engines' own names are in `ENGINES`):
+Definitions, per quantity (the engines' own names are in `engines.ENGINES`):
 
 - counters (`spec_decode` counts, prefix-cache queries and hits, token totals): the `last`
   sample's value minus the `first` sample's; a decrease (the server restarted) is null;
@@ -45,12 +45,19 @@ an unreachable or broken endpoint leaves the block with its identity and the rea
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.telemetry.scrape import split_key
+from anvil_metrics.telemetry.engines import (
+    ENGINES,
+    RATIOS,
+    delta_of,
+    engine_of,
+    unreported,
+    value_of,
+)
 
 SAMPLES_FILE = "server_metrics.jsonl"  # beside requests.jsonl and benchmark.json
 SERVER_KEYS = (
@@ -61,48 +68,6 @@ SERVER_KEYS = (
     "null_reasons")
 IDENTITY_KEYS = ("engine", "version", "max_model_len", "metrics_url")
 FIGURE_KEYS = tuple(k for k in SERVER_KEYS if k not in IDENTITY_KEYS and k != "null_reasons")
-
-# quantity -> the engine's metric name(s), first found wins; histograms by their base name
-ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
-    "vllm": {
-        "running": ("vllm:num_requests_running",),
-        "waiting": ("vllm:num_requests_waiting",),
-        "kv_cache": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        "drafts": ("vllm:spec_decode_num_drafts_total",),
-        "draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
-        "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
-        "prefix_queries": ("vllm:prefix_cache_queries_total",
-                           "vllm:gpu_prefix_cache_queries_total"),
-        "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-        "ttft": ("vllm:time_to_first_token_seconds",),
-        "e2e": ("vllm:e2e_request_latency_seconds",),
-        "queue": ("vllm:request_queue_time_seconds",),
-        "prompt_hist": ("vllm:request_prompt_tokens",),
-        "generation_hist": ("vllm:request_generation_tokens",),
-    },
-    "sglang": {
-        "running": ("sglang:num_running_reqs",),
-        "waiting": ("sglang:num_queue_reqs",),
-        "kv_cache": ("sglang:token_usage",),
-        "hit_rate_gauge": ("sglang:cache_hit_rate",),
-        "accept_rate_gauge": ("sglang:spec_accept_rate",),
-        "accept_length_gauge": ("sglang:spec_accept_length",),
-        "ttft": ("sglang:time_to_first_token_seconds",),
-        "e2e": ("sglang:e2e_request_latency_seconds",),
-        "queue": ("sglang:queue_time_seconds",),
-        "prompt_total": ("sglang:prompt_tokens_total",),
-        "generation_total": ("sglang:generation_tokens_total",),
-    },
-    "llamacpp": {
-        "running": ("llamacpp:requests_processing",),
-        "waiting": ("llamacpp:requests_deferred",),
-        "kv_cache": ("llamacpp:kv_cache_usage_ratio",),
-        "prompt_total": ("llamacpp:prompt_tokens_total",),
-        "generation_total": ("llamacpp:tokens_predicted_total",),
-    },
-}
-RATIOS = frozenset({"kv_cache", "hit_rate_gauge", "accept_rate_gauge", "accept_length_gauge"})
-
 
 @dataclass(frozen=True, slots=True)
 class ClientFigures:
@@ -140,29 +105,6 @@ def client_figures(rows: Any) -> ClientFigures:
     return ClientFigures(mean("time_to_first_chunk_ms"), mean("e2e_ms"),
                          int(rows.counts["prompt_tokens"][both].sum()),
                          float(chunk[both].sum()), int(np.count_nonzero(both)))
-
-
-def engine_of(samples: Iterable[Mapping[str, Any]]) -> str | None:
-    """The engine whose metric names a sample holds (`vllm:`, `sglang:`, `llamacpp:`)."""
-    for s in samples:
-        for key in s.get("series") or {}:
-            prefix = key.split(":", 1)[0]
-            if prefix in ENGINES and ":" in key:
-                return prefix
-    return None
-
-
-def _value(series: Mapping[str, float], names: tuple[str, ...], suffix: str = "",
-           mean: bool = False) -> float | None:
-    """The first of `names` (+ `suffix`) present in `series`: summed over its label sets
-    (averaged when `mean`); None when none is present."""
-    for name in names:
-        want = name + suffix
-        vals = [v for k, v in series.items() if split_key(k) == want]
-        if vals:
-            total = sum(vals)
-            return total / len(vals) if mean else total
-    return None
 
 
 def _p50_max(values: list[float]) -> dict[str, float] | None:
@@ -233,14 +175,14 @@ def _gauges(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
     def sampled(quantity: str) -> list[float]:
         if quantity not in names:
             return []
-        vals = (_value(s["series"], names[quantity], mean=quantity in RATIOS) for s in window)
+        vals = (value_of(s["series"], names[quantity], mean=quantity in RATIOS) for s in window)
         return [v for v in vals if v is not None]
 
     for key, quantity in (("requests_running", "running"), ("requests_waiting", "waiting"),
                           ("kv_cache_usage", "kv_cache")):
         out[key] = _p50_max(sampled(quantity))
         if out[key] is None:
-            reasons[key] = _unreported(names, quantity)
+            reasons[key] = unreported(names, quantity)
     rates, lengths = sampled("accept_rate_gauge"), sampled("accept_length_gauge")
     if rates or lengths:
         out["spec_decode"] = {
@@ -254,31 +196,11 @@ def _gauges(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
         out["prefix_cache_hit_rate"] = _p50_max(hits)["p50"]  # type: ignore[index]
 
 
-def _unreported(names: Mapping[str, tuple[str, ...]], quantity: str) -> str:
-    if quantity not in names:
-        return "this engine does not report it"
-    return f"the server reported none of {', '.join(names[quantity])} in the window"
-
-
-def _delta(names: Mapping[str, tuple[str, ...]], quantity: str, a: Mapping[str, float],
-           b: Mapping[str, float], suffix: str = "") -> tuple[float | None, str | None]:
-    """(Δ over the window, why it is None)."""
-    if quantity not in names:
-        return None, "this engine does not report it"
-    x, y = _value(a, names[quantity], suffix), _value(b, names[quantity], suffix)
-    if x is None or y is None:
-        return None, _unreported(names, quantity)
-    if y < x:
-        return None, (f"{names[quantity][0]}{suffix} went down over the window ({x:g} → "
-                      f"{y:g}): the server restarted")
-    return y - x, None
-
-
 def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
               a: Mapping[str, float], b: Mapping[str, float], reasons: dict[str, str]) -> None:
     def mean(key: str, quantity: str, scale: float) -> None:
-        total, why = _delta(names, quantity, a, b, "_sum")
-        count, why2 = _delta(names, quantity, a, b, "_count")
+        total, why = delta_of(names, quantity, a, b, "_sum")
+        count, why2 = delta_of(names, quantity, a, b, "_count")
         if why or why2:
             reasons[key] = why or why2  # type: ignore[assignment]
         elif not count:
@@ -289,7 +211,7 @@ def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
     mean("ttft_ms_mean", "ttft", 1000.0)
     mean("e2e_ms_mean", "e2e", 1000.0)
     mean("queue_time_ms_mean", "queue", 1000.0)
-    finished, why = _delta(names, "e2e", a, b, "_count")
+    finished, why = delta_of(names, "e2e", a, b, "_count")
     out["requests"] = None if finished is None else int(finished)
     if why:
         reasons["requests"] = why
@@ -298,7 +220,7 @@ def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
         if hist in names:
             mean(key, hist, 1.0)
             continue
-        tokens, why = _delta(names, total, a, b)
+        tokens, why = delta_of(names, total, a, b)
         if why or finished is None:
             reasons[key] = why or reasons.get("requests", "no request count")
         elif not finished:
@@ -306,9 +228,9 @@ def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
         else:
             out[key] = tokens / finished  # type: ignore[operator]
     if out["spec_decode"] is None:
-        drafts, why1 = _delta(names, "drafts", a, b)
-        draft_tokens, why2 = _delta(names, "draft_tokens", a, b)
-        accepted, why3 = _delta(names, "accepted_tokens", a, b)
+        drafts, why1 = delta_of(names, "drafts", a, b)
+        draft_tokens, why2 = delta_of(names, "draft_tokens", a, b)
+        accepted, why3 = delta_of(names, "accepted_tokens", a, b)
         if why1 or why2 or why3:
             reasons["spec_decode"] = why1 or why2 or why3  # type: ignore[assignment]
         elif not drafts or not draft_tokens:
@@ -320,8 +242,8 @@ def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
                                   "drafts": int(drafts), "draft_tokens": int(draft_tokens),
                                   "accepted_tokens": int(accepted), "source": "counters"}
     if "prefix_hits" in names and out["prefix_cache_hit_rate"] is None:
-        hits, why1 = _delta(names, "prefix_hits", a, b)
-        queries, why2 = _delta(names, "prefix_queries", a, b)
+        hits, why1 = delta_of(names, "prefix_hits", a, b)
+        queries, why2 = delta_of(names, "prefix_queries", a, b)
         if why1 or why2:
             reasons["prefix_cache_hit_rate"] = why1 or why2  # type: ignore[assignment]
         elif not queries:
@@ -329,7 +251,7 @@ def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
         else:
             out["prefix_cache_hit_rate"] = hits / queries  # type: ignore[operator]
     elif out["prefix_cache_hit_rate"] is None:
-        reasons["prefix_cache_hit_rate"] = _unreported(names, "hit_rate_gauge")
+        reasons["prefix_cache_hit_rate"] = unreported(names, "hit_rate_gauge")
 
 
 def _compare(out: dict[str, Any], c: ClientFigures, reasons: dict[str, str]) -> None:
@@ -499,60 +421,3 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         if key in s["null_reasons"]:
             lines.append(f"server: {s['null_reasons'][key]}")
     return lines
-
-
-# --- live: the newest samples while the run goes -----------------------------------------------
-
-TAIL_BYTES = 1 << 20  # enough for the last two samples of any server anvil knows
-
-
-def newest_samples(path: Path, n: int = 2) -> list[dict[str, Any]]:
-    """The last `n` successful samples of a `server_metrics.jsonl` that is being written
-    (read from its tail only; a torn last line is skipped)."""
-    import orjson
-
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - TAIL_BYTES))
-            data = f.read()
-    except OSError:
-        return []
-    out: list[dict[str, Any]] = []
-    for line in reversed(data.splitlines()[1:] if size > TAIL_BYTES else data.splitlines()):
-        try:
-            d = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(d, dict) and d.get("ok") and isinstance(d.get("series"), dict):
-            out.append(d)
-            if len(out) == n:
-                break
-    return out[::-1]
-
-
-def live_gauges(samples: list[Mapping[str, Any]], now_ns: int) -> dict[str, Any] | None:
-    """What the web UI shows of the server while the run goes, from its newest samples:
-    running, waiting, KV-cache use (the newest sample), speculative acceptance (vLLM: over
-    the last two samples' counters; SGLang: its gauge) and the newest sample's age."""
-    if not samples:
-        return None
-    last = samples[-1]
-    engine = engine_of([last])
-    names = ENGINES.get(engine or "", {})
-    series = last["series"]
-
-    def now(quantity: str) -> float | None:
-        return _value(series, names[quantity], mean=quantity in RATIOS) \
-            if quantity in names else None
-
-    rate = now("accept_rate_gauge")
-    if rate is None and len(samples) > 1 and "draft_tokens" in names:
-        tokens, _ = _delta(names, "draft_tokens", samples[-2]["series"], series)
-        accepted, _ = _delta(names, "accepted_tokens", samples[-2]["series"], series)
-        if tokens and accepted is not None:
-            rate = accepted / tokens
-    return {"engine": engine, "requests_running": now("running"),
-            "requests_waiting": now("waiting"), "kv_cache_usage": now("kv_cache"),
-            "acceptance_rate": rate, "age_s": max(0.0, (now_ns - last["done_ns"]) / 1e9)}

@@ -235,30 +235,6 @@ def test_the_sampler_writes_marks_and_answers_them() -> None:
     assert np.all(np.diff([x["t_ns"] for x in lines]) >= 0)
 
 
-# --- live --------------------------------------------------------------------------------------
-
-
-def test_newest_samples_and_live_gauges_from_a_growing_file(tmp_path) -> None:
-    import orjson
-
-    path = tmp_path / "server_metrics.jsonl"
-    lines = [{"type": "scrape", "url": "u"}]
-    for seq, (drafts, tokens, accepted) in enumerate([(10, 30, 20), (20, 60, 41), (30, 90, 62)]):
-        series = vllm(seq, 1, 0.5, drafts, tokens, accepted, (0, 0), (0, 0), (0, 0), (0, 0),
-                      (0, 0))
-        lines.append(sample(seq, series) | {"done_ns": 1_000_000_000 * (seq + 1)})
-    lines.append(sample(3, None))  # a failed scrape is skipped
-    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines) + b'{"type": "sam')
-    newest = servermetrics.newest_samples(path)
-    assert [s["seq"] for s in newest] == [1, 2]
-    g = servermetrics.live_gauges(newest, now_ns=5_000_000_000)
-    # the newest sample's gauges; acceptance over the last two samples' counters: 21 / 30
-    assert g == {"engine": "vllm", "requests_running": 2.0, "requests_waiting": 1.0,
-                 "kv_cache_usage": 0.5, "acceptance_rate": 21 / 30, "age_s": 2.0}
-    assert servermetrics.live_gauges([], 0) is None
-    assert servermetrics.newest_samples(tmp_path / "absent.jsonl") == []
-
-
 def test_the_llm_tab_shows_the_servers_gauges() -> None:
     from anvil_metrics.live.webui import server_text, tab_rows
 
