@@ -289,16 +289,17 @@ def check_output(run_dir: Any, python: str, repo: Any) -> list[str]:
 
 
 def snapshot_cost(sizes: list[int]) -> None:
-    """In this process, no load: per live metric, a sketch (`live._Sketch`) of N values,
+    """In this process, no load: per live metric, a sketch (`live.sketch.Sketch`) of N values,
     then a snapshot's percentiles of all 7 metrics: its bins (what its memory grows with)
     and ms per snapshot (median of 40)."""
     import numpy as np
 
-    from anvil_metrics.live.figures import LIVE_METRICS, LIVE_PERCENTILES, _Sketch
+    from anvil_metrics.live.figures import LIVE_METRICS, LIVE_PERCENTILES
+    from anvil_metrics.live.sketch import Sketch
 
     rng = np.random.default_rng(0)
     for n in sizes:
-        sketches = [_Sketch() for _ in LIVE_METRICS]
+        sketches = [Sketch() for _ in LIVE_METRICS]
         for sketch in sketches:
             for chunk in range(0, n, 1 << 16):
                 sketch.extend(rng.lognormal(5, 0.5, min(1 << 16, n - chunk)))

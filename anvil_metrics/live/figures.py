@@ -10,18 +10,16 @@ records that arrived together with the same functions as `benchmark.json`
 labels, are the catalogue's (`catalog.LIVE_FIELDS`).
 
 Memory, now that runs last hours or days: nothing it keeps grows with the number of
-requests. Each metric's values go into a log-binned sketch (`_Sketch`: counts of values
-within a factor SKETCH_GAMMA = 1.02 of each other, exact min and max): a percentile read
-from it is within SKETCH_REL_ERROR (under 1 %) of the exact nearest-rank one, and its size
-depends on the spread of the values (a few hundred bins), never on how many there are. An
-exact store costs at least 8 bytes a value per metric, 56 bytes a request for the seven
+requests. Each metric's values go into a log-binned sketch (`sketch.Sketch`): a percentile
+read from it is within SKETCH_REL_ERROR (under 1 %) of the exact nearest-rank one, and its
+size depends on the spread of the values (a few hundred bins), never on how many there are.
+An exact store costs at least 8 bytes a value per metric, 56 bytes a request for the seven
 live metrics: +10 MB in a 30-minute soak at ~100 requests/s, 0.4 GB over a day (measured
 with `benchmarks/soak.py`: exact float64 arrays grew the load process 80 bytes a request).
 When the run is over, `finish(rows)` takes the exact figures from the rows `benchmark.json`
-was built from, so the final tab equals the file bit for bit. The charts' series is
-bounded the same way: per bucket of arrival time (at most MAX_BUCKETS, merged pairwise as
-the run grows) a sketch of each charted value, shown as the bucket's median. The page and
-the tab say which figures are sketched and which exact (`accuracy`).
+was built from, so the final tab equals the file bit for bit. The charts' series and the flow
+are bounded the same way (`series.py`). The page and the tab say which figures are sketched
+and which exact (`accuracy`).
 
 Two more views for the `/anvil/` page, both bounded:
 
@@ -31,36 +29,26 @@ Two more views for the `/anvil/` page, both bounded:
   sketch (within 1 %; p0 and p100 are its exact min and max); at the end from the file's
   rows with `stats.nearest_rank_columns`, the function the table and `benchmark.json` use,
   so its p50 and p95 points are `ttft_p50_ms` and `ttft_p95_ms` bit for bit.
-- the flow (`flow`): per second of the run, the measured requests in flight (their mean
-  over the second, time-weighted, and the most at once) and the completed requests,
-  failures and output tokens that finished in it (output tok/s and requests/s are those
-  over the second's length). In flight comes from the request budget
-  (`control.RequestBudget.read_in_flight`: tickets handed out and not yet given back, kept
-  with their integral over time and their peak, O(1) a request; on a distributed master,
-  tickets granted to a worker and not yet back as a record), read by one greenlet once a
-  second (`FLOW_TICK_S`), on the tick; what finished is counted where the records are
-  drained, by the time each record arrived. A second is shown once its tick has passed
-  (the series lags the run by at most a second), so a rate is never read off part of a
-  second, but for the last: the load's end closes it (a piece under half a second joins
-  the second before it). At most MAX_FLOW_POINTS points: past that, neighbours merge
-  pairwise and the interval doubles (rates and means over the longer interval, the peak
-  the larger): 10 minutes at 1 s, then 20 at 2 s, and so on; ~35 kB of JSON at most.
+- the flow (`series.Flow`): per second of the run, the measured requests in flight and what
+  finished in it; in flight is read from the request budget by one greenlet here, once a
+  tick (`start_flow`).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import gevent
 import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.live.control import InFlight
+from anvil_metrics.live.series import SERIES_FIELDS, Flow, Series
+from anvil_metrics.live.sketch import Sketch
 from anvil_metrics.post import stats
 from anvil_metrics.post.derive import RowColumns, rows_from_raw
 from anvil_metrics.post.rawcolumns import COL, ColumnBuilder
@@ -81,12 +69,8 @@ class LiveMetric:
 LIVE_METRICS: tuple[LiveMetric, ...] = tuple(
     LiveMetric(f.name, f.label, f.unit) for f in catalog.LIVE_FIELDS)
 
-SERIES_FIELDS = ("ttft_ms", "decode_tok_s")
 MAX_PENDING = 1024
 DRAIN_BATCH = 64  # records derived together when the loop is idle (snapshots take all)
-MAX_BUCKETS = 120  # chart points at most (each a sketch of ~100 bins: ~1 MB in all)
-SKETCH_GAMMA = 1.02  # a sketch bin holds values within a factor 1.02 of each other
-SKETCH_REL_ERROR = (SKETCH_GAMMA - 1) / (SKETCH_GAMMA + 1)  # < 0.01
 ACCURACY_RUNNING = ("table and charts: nearest-rank percentiles within 1 % (log-binned "
                     "sketches of all {n} completed requests); exact in benchmark.json")
 ACCURACY_FINAL = ("table and TTFT CDF: exact nearest-rank percentiles over all {n} completed "
@@ -94,130 +78,6 @@ ACCURACY_FINAL = ("table and TTFT CDF: exact nearest-rank percentiles over all {
                   "within 1 %")
 CDF_FIELD = "ttft_ms"
 CDF_PERCENTILES = tuple(range(101))  # the CDF's points: nearest-rank p0, p1, …, p100
-FLOW_TICK_S = 1.0  # in flight is read once a tick; the flow's finest interval
-MAX_FLOW_POINTS = 600  # the flow's points at most (merged pairwise past that)
-
-
-T = TypeVar("T")
-
-
-class _Sketch:
-    """Counts of values in log bins of relative width SKETCH_GAMMA (one bin for values
-    <= 0), with the exact min and max: a nearest-rank percentile read from it is within
-    SKETCH_REL_ERROR of the exact one (the bin's relative middle stands for its values)."""
-
-    __slots__ = ("bins", "n", "lo", "hi")
-
-    def __init__(self) -> None:
-        self.bins: Counter[int] = Counter()
-        self.n = 0
-        self.lo = math.inf
-        self.hi = -math.inf
-
-    def add(self, v: float) -> None:
-        self.bins[_bin(v)] += 1
-        self.n += 1
-        self.lo, self.hi = min(self.lo, v), max(self.hi, v)
-
-    def extend(self, values: Any) -> None:
-        """Add a float64 array (no NaN: the caller drops missing values)."""
-        if not len(values):
-            return
-        with np.errstate(divide="ignore"):
-            keys = np.where(values > 0, np.ceil(np.log(np.where(values > 0, values, 1.0))
-                                                / _LOG_GAMMA), _ZERO_BIN).astype(np.int64)
-        uniq, counts = np.unique(keys, return_counts=True)
-        self.bins.update(dict(zip(uniq.tolist(), counts.tolist(), strict=True)))
-        self.n += len(values)
-        self.lo, self.hi = min(self.lo, float(values.min())), max(self.hi, float(values.max()))
-
-    def merge(self, other: _Sketch) -> None:
-        self.bins.update(other.bins)
-        self.n += other.n
-        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
-
-    def percentiles(self, ps: tuple[int, ...]) -> dict[str, float | None]:
-        """{"p50": …, …, "min": …, "max": …}: nearest rank over the bins (min, max exact, and
-        so is a percentile whose rank is the first or the last)."""
-        if self.n == 0:
-            return {**{f"p{p}": None for p in ps}, "min": None, "max": None}
-        wanted = sorted((stats.nearest_rank_index(self.n, p) + 1, p) for p in ps)
-        out: dict[str, float | None] = {}
-        seen, at = 0, 0
-        for key in sorted(self.bins):
-            seen += self.bins[key]
-            while at < len(wanted) and seen >= wanted[at][0]:
-                rank = wanted[at][0]
-                value = 0.0 if key == _ZERO_BIN else 2 * SKETCH_GAMMA ** key / (SKETCH_GAMMA + 1)
-                # the smallest and the largest value are known exactly
-                out[f"p{wanted[at][1]}"] = (self.lo if rank == 1 else self.hi if rank == self.n
-                                            else min(max(value, self.lo), self.hi))
-                at += 1
-        return {**{f"p{p}": out[f"p{p}"] for p in ps}, "min": self.lo, "max": self.hi}
-
-    def median(self) -> float | None:
-        return self.percentiles((50,))["p50"]
-
-
-_LOG_GAMMA = math.log(SKETCH_GAMMA)
-_ZERO_BIN = -(1 << 30)
-
-
-def _bin(v: float) -> int:
-    return math.ceil(math.log(v) / _LOG_GAMMA) if v > 0 else _ZERO_BIN
-
-
-def _pairwise(buckets: dict[int, T], empty: Callable[[], T], merge: Callable[[T, T], T]
-              ) -> dict[int, T]:
-    """Time buckets of twice the width: bucket k of the result is buckets 2k and 2k+1
-    merged (in key order) into `empty()`. How the live series stay bounded."""
-    out: dict[int, T] = {}
-    for key in sorted(buckets):
-        out[key // 2] = merge(out[key // 2] if key // 2 in out else empty(), buckets[key])
-    return out
-
-
-class _Series:
-    """Per-time-bucket sketches of a few fields; bucket width doubles to stay bounded."""
-
-    def __init__(self, width_s: float = 1.0) -> None:
-        self.width_s = width_s
-        self.buckets: dict[int, dict[str, _Sketch]] = {}
-        self.counts: dict[int, int] = {}  # completed rows per bucket
-
-    def add(self, t_s: float, row: dict[str, Any]) -> None:
-        key = int(t_s // self.width_s)
-        bucket = self.buckets.get(key)
-        if bucket is None:
-            bucket = self.buckets[key] = {f: _Sketch() for f in SERIES_FIELDS}
-        self.counts[key] = self.counts.get(key, 0) + 1
-        for f in SERIES_FIELDS:
-            v = row.get(f)
-            if v is not None and not math.isnan(v):
-                bucket[f].add(v)
-        if len(self.buckets) > MAX_BUCKETS:
-            self._coarsen()
-
-    def _coarsen(self) -> None:
-        def merge(into: dict[str, _Sketch], bucket: dict[str, _Sketch]) -> dict[str, _Sketch]:
-            for f in SERIES_FIELDS:
-                into[f].merge(bucket[f])
-            return into
-
-        self.buckets = _pairwise(self.buckets, lambda: {f: _Sketch() for f in SERIES_FIELDS},
-                                 merge)
-        self.counts = _pairwise(self.counts, int, lambda a, b: a + b)
-        self.width_s *= 2
-
-    def as_json(self) -> dict[str, Any]:
-        keys = sorted(self.buckets)
-        out: dict[str, Any] = {"bucket_s": self.width_s,
-                               "t_s": [(k + 1) * self.width_s for k in keys],
-                               "median_rel_error": SKETCH_REL_ERROR}
-        for f in SERIES_FIELDS:
-            out[f + "_p50"] = [self.buckets[k][f].median() for k in keys]
-        out["completed"] = [self.counts[k] for k in keys]
-        return out
 
 
 def ttft_cdf(count: int, values: list[float | None]) -> dict[str, Any]:
@@ -229,119 +89,6 @@ def ttft_cdf(count: int, values: list[float | None]) -> dict[str, Any]:
     return {"field": field.field, "label": field.label, "unit": field.unit, "count": count,
             "percent": list(CDF_PERCENTILES) if shown else [],
             "value": list(values) if shown else []}
-
-
-class _FlowBucket:
-    """One interval of the flow: what finished in it, and its in-flight readings."""
-
-    __slots__ = ("completed", "failed", "output_tokens", "in_area_s", "in_time_s", "in_max")
-
-    def __init__(self) -> None:
-        self.completed = self.failed = self.output_tokens = 0
-        self.in_area_s = self.in_time_s = 0.0  # ∫ in flight dt (request·s) and over how long
-        self.in_max: int | None = None
-
-    def merged(self, other: _FlowBucket) -> _FlowBucket:
-        """This bucket with `other` added into it."""
-        self.merge(other)
-        return self
-
-    def merge(self, other: _FlowBucket) -> None:
-        self.completed += other.completed
-        self.failed += other.failed
-        self.output_tokens += other.output_tokens
-        self.in_area_s += other.in_area_s
-        self.in_time_s += other.in_time_s
-        if other.in_max is not None:
-            self.in_max = other.in_max if self.in_max is None else max(self.in_max,
-                                                                       other.in_max)
-
-
-class _Flow:
-    """Requests in flight and what finished, per interval of the run's clock (seconds
-    since `LiveStats` began): interval k is [k·width_s, (k+1)·width_s); width doubles past
-    MAX_FLOW_POINTS intervals. See the module docstring."""
-
-    def __init__(self) -> None:
-        self.width_s = FLOW_TICK_S
-        self.buckets: dict[int, _FlowBucket] = {}
-        self.sampled_to_s = 0.0  # every tick up to here has been sampled
-        self.end_s: float | None = None  # the load is over: the last interval ends here
-
-    def _bucket(self, key_at: Callable[[float], int]) -> _FlowBucket:
-        key = key_at(self.width_s)
-        bucket = self.buckets.get(key)
-        if bucket is None:
-            if len(self.buckets) >= MAX_FLOW_POINTS:
-                self._coarsen()
-                return self._bucket(key_at)
-            bucket = self.buckets[key] = _FlowBucket()
-        return bucket
-
-    def _coarsen(self) -> None:
-        self.buckets = _pairwise(self.buckets, _FlowBucket, _FlowBucket.merged)
-        self.width_s *= 2
-
-    def finished(self, t_s: float, completed: bool, output_tokens: int = 0) -> None:
-        """A measured request's record arrived at `t_s`: counted in the interval holding it."""
-        bucket = self._bucket(lambda w: max(0, int(t_s // w)))
-        if completed:
-            bucket.completed += 1
-            bucket.output_tokens += output_tokens
-        else:
-            bucket.failed += 1
-
-    def sample(self, t_s: float, area_s: float, span_s: float, peak: int) -> None:
-        """The reading at `t_s` (a tick): over the `span_s` before it, `area_s` request·s in
-        flight and at most `peak` at once; it belongs to the interval that ends at (or holds)
-        `t_s`."""
-        # (rounded: a tick's time over the width is a whole number, 0.3 / 0.1 is not quite)
-        bucket = self._bucket(lambda w: max(0, math.ceil(round(t_s / w, 9)) - 1))
-        bucket.in_area_s += area_s
-        bucket.in_time_s += span_s
-        bucket.in_max = peak if bucket.in_max is None else max(bucket.in_max, peak)
-        self.sampled_to_s = max(self.sampled_to_s, t_s)
-
-    def end(self, t_s: float, area_s: float, span_s: float, peak: int) -> None:
-        """The load is over at `t_s`: the last reading, and the last interval ends there."""
-        if self.end_s is None:
-            self.sample(t_s, area_s, span_s, peak)
-            self.end_s = t_s
-
-    def as_json(self) -> dict[str, Any]:
-        """The points: every interval whose tick has passed (and, once the load is over,
-        the last one, up to its end; a last piece under half a tick joins the interval
-        before it, so no rate is read off a sliver)."""
-        w = self.width_s
-        until = self.end_s if self.end_s is not None else self.sampled_to_s
-        spans: list[tuple[float, float, _FlowBucket]] = []
-        for key in sorted(self.buckets):
-            start_s, stop_s = key * w, min((key + 1) * w, until)
-            if self.end_s is None and (key + 1) * w > until:
-                continue  # the interval in progress
-            spans.append((start_s, max(stop_s, start_s), self.buckets[key]))
-        if self.end_s is not None and len(spans) > 1 and \
-                spans[-1][1] - spans[-1][0] < FLOW_TICK_S / 2:
-            start_s, _, into = spans[-2]
-            joined = _FlowBucket()
-            joined.merge(into)
-            joined.merge(spans[-1][2])
-            spans[-2:] = [(start_s, spans[-1][1], joined)]
-        out: dict[str, list[Any]] = {k: [] for k in (
-            "t_s", "span_s", "in_flight", "in_flight_max", "completed", "failed",
-            "output_tokens", "output_tok_s", "completed_per_s")}
-        for start_s, stop_s, b in spans:
-            span_s = stop_s - start_s
-            out["t_s"].append(stop_s)
-            out["span_s"].append(span_s)  # the rates below are counts over exactly this
-            out["in_flight"].append(b.in_area_s / b.in_time_s if b.in_time_s > 0 else None)
-            out["in_flight_max"].append(b.in_max)
-            out["completed"].append(b.completed)
-            out["failed"].append(b.failed)
-            out["output_tokens"].append(b.output_tokens)
-            out["output_tok_s"].append(b.output_tokens / span_s if span_s > 0 else None)
-            out["completed_per_s"].append(b.completed / span_s if span_s > 0 else None)
-        return {"tick_s": FLOW_TICK_S, "interval_s": w, **out}
 
 
 class LiveStats:
@@ -356,10 +103,10 @@ class LiveStats:
         self.warmups = 0
         self.output_tokens = 0
         self.failure_kinds: Counter[str] = Counter()
-        self.values: dict[str, _Sketch] = {m.field: _Sketch() for m in LIVE_METRICS}
+        self.values: dict[str, Sketch] = {m.field: Sketch() for m in LIVE_METRICS}
         self._final: dict[str, dict[str, Any]] | None = None  # exact, from the file's rows
-        self.series = _Series()
-        self.flow = _Flow()
+        self.series = Series()
+        self.flow = Flow()
         self._final_cdf: dict[str, Any] | None = None  # exact, from the file's rows
         self._sampler: gevent.Greenlet | None = None
         self._read_in_flight: Callable[[], InFlight] | None = None
@@ -401,12 +148,12 @@ class LiveStats:
             self._sampler = gevent.spawn(self._sample_ticks)
 
     def _sample_ticks(self) -> None:
-        tick = 1
+        tick, tick_s = 1, self.flow.tick_s
         while self.flow.end_s is None:  # ended by end_flow (which also kills it)
-            gevent.sleep(max(0.0, self.t0_s + tick * FLOW_TICK_S - time.perf_counter()))
-            self.flow.sample(tick * FLOW_TICK_S, *self._reading())
+            gevent.sleep(max(0.0, self.t0_s + tick * tick_s - time.perf_counter()))
+            self.flow.sample(tick * tick_s, *self._reading())
             # a hub stalled past the next tick skips it (the reading spans the stall)
-            tick = max(tick + 1, int((time.perf_counter() - self.t0_s) / FLOW_TICK_S) + 1)
+            tick = max(tick + 1, int((time.perf_counter() - self.t0_s) / tick_s) + 1)
 
     def _reading(self) -> tuple[float, float, int]:
         """The budget's figures since the previous reading: request·s in flight, over how

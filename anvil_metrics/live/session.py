@@ -2,10 +2,11 @@
 
 `RunSession.start` does everything that must happen before the first measured byte: it
 resolves the model, calibrates prompt sizing, builds every request body template (so no
-prompt is built on the hub during the load), creates the run folder exclusively and writes
-the raw file's header. `RunSession.finish` closes the raw file and writes `benchmark.json`.
-Both run inside Locust's `test_start` / `test_stop` events (see `plugin.py`), which also
-keep the session on Locust's `Environment` for the users (a `runctx.RunContext`).
+prompt is built on the hub during the load: `prepare.py`), creates the run folder
+exclusively and writes the raw file's header. `RunSession.finish` closes the raw file and
+writes `benchmark.json`. Both run inside Locust's `test_start` / `test_stop` events (see
+`plugin.py`), which also keep the session on Locust's `Environment` for the users (a
+`runctx.RunContext`).
 """
 
 from __future__ import annotations
@@ -20,42 +21,30 @@ from typing import Any
 
 import gevent
 
-from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.errors import AnvilError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.loadwindow import LoadWindow
+from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
 from anvil_metrics.load.arrivals import Schedule
-from anvil_metrics.load.body import BodyBuilder, body_fields
+from anvil_metrics.load.body import BodyBuilder
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.post.loadblock import behind
 from anvil_metrics.post.schema import RUN_ID
-from anvil_metrics.prep import calcache
-from anvil_metrics.prep.counting import Counter, server_counter
-from anvil_metrics.prep.model import check_model_served, discover_model
-from anvil_metrics.prep.prompts import (
-    NO_CALIBRATION,
-    Calibration,
-    PromptFactory,
-    SharedPrefix,
-    calibrate_by_probe,
-    messages_for,
-    request_prefix,
-)
+from anvil_metrics.prep.prompts import Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.prep.provenance import Discovery, discover, merge
 from anvil_metrics.records import worker_identity
 from anvil_metrics.telemetry.sampler import ServerTelemetry
 from anvil_metrics.urls import Endpoint
-from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.transport import SendStats
 
 __all__ = ["RunOptions", "RunSession"]
 
 log = logging.getLogger("anvil")
 USERS_POLL_S = 0.05  # how often a run's target user count is looked at (LoadTestShape steps)
-
 
 
 class RunSession:
@@ -190,11 +179,10 @@ class RunSession:
 
     @classmethod
     def start(cls, opts: RunOptions, on_exhausted: Callable[[], None]) -> RunSession:
+        """Everything before the first measured byte (module docstring); `on_exhausted` is
+        called when the last measured request is done."""
         sc = opts.scenario
         endpoint = Endpoint.parse(opts.host)
-        probe_client = ChatClient(endpoint, opts.api_key,
-                                  connect_timeout_s=sc.timeouts.connect_s,
-                                  network_timeout_s=sc.timeouts.first_byte_s)
         nonce = opts.run_nonce or secrets.token_hex(4)
         sizes = sc.planned_sizes()
         shared_doc = sc.shared_prefix(users=opts.users)
@@ -204,25 +192,10 @@ class RunSession:
         concurrency = min(opts.users, shared.group_size) if shared else opts.users
         if sc.step_users is not None:
             concurrency = max(sc.step_users)
-        try:
-            model = sc.meta.get("model")
-            if model:  # the user's name: check it against the server's list
-                check_model_served(probe_client, model)
-            else:  # the server's own first model: nothing to check
-                model = discover_model(probe_client)
-            fields = body_fields(sc, model)
-            counter = server_counter(probe_client, fields, opts.tokenizer_path)
-            _check_server_limit(counter.max_model_len, sizes, sc)
-            prompts, sizing = _prepare_prompts(opts, probe_client, counter, fields, model,
-                                               nonce, sizes, shared)
-            bodies = BodyBuilder(sc, model, prompts)
-            bodies.prepare(sizes)
-        finally:
-            probe_client.close()
-
+        ready = prepare_requests(opts, endpoint, nonce, sizes, shared)
         # who the server is (bounded probes; the flags and [meta] win): provenance.py
-        identity = merge(discover(endpoint.base_url, headers=_auth(opts.api_key), model=model),
-                         {"engine": sc.meta.get("engine")})
+        identity = merge(discover(endpoint.base_url, headers=_auth(opts.api_key),
+                                  model=ready.model), {"engine": sc.meta.get("engine")})
         holder: list[RunSession] = []
 
         def exhausted() -> None:  # the last measured request is done: the load is over
@@ -233,72 +206,30 @@ class RunSession:
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
                                schedule=Schedule(sc.arrivals) if sc.arrivals else None)
-
-        if opts.run_dir:
-            run_dir = Path(opts.run_dir)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            run_id = run_dir.name if RUN_ID.fullmatch(run_dir.name) else new_run_id()
-        else:
-            run_id, run_dir = create_run_dir(opts.results_dir)
+        run_id, run_dir = _run_folder(opts)
         writer = RawWriter(run_dir / "requests.jsonl")
-        distribution: dict[str, int] | None = None  # without a budget: counted at the end
-        if sc.requests is not None:
-            distribution = {}
-            for i in range(sc.requests):
-                key = str(budget.size_for(i))
-                distribution[key] = distribution.get(key, 0) + 1
-        params = {
-            "measurement_protocol": sc.measurement_protocol,
-            "concurrency": concurrency,
-            "context_tokens": sc.context_tokens,
-            "max_context_tokens": sc.max_context_tokens,
-            "context_distribution": distribution,
-            "context_seed": sc.context_seed,
-            "max_tokens": sc.max_tokens,
-            "model": model,
-            "engine": identity.engine,
-            "gpu": sc.meta.get("gpu"),
-            "tier": sc.meta.get("tier"),
-            "manifest": sc.meta.get("manifest"),
-            "source_recipe": sc.meta.get("source_recipe"),
-            "base_url": endpoint.base_url,
-            "serve_flags": sc.serve_flags(),
-            "run_nonce": nonce,
-            "prompt_calibration": {"method": prompts.calibration.method},
-            "warmup_requests": sc.warmup_requests,
-            "requests_planned": sc.requests,
-            # not benchmark fields: how prompts were sized, for the raw record and checks
-            "prompt_sizing": sizing,
-            "nonce_reused": opts.run_nonce is not None,
-            # how load was offered (the benchmark's `load` block is made from it and the
-            # records): mode, the open-loop plan, the duration and the stop timeout
-            "load": {"mode": sc.load_mode,
-                     "arrivals": sc.arrivals.to_dict() if sc.arrivals else None,
-                     "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s,
-                     "warmup_s": sc.warmup_s, "cooldown_s": sc.cooldown_s,
-                     "steps": None if sc.step_duration_s is None else {
-                         "users": sc.step_users, "rates": sc.step_rates,
-                         "step_duration_s": sc.step_duration_s}},
-            "goodput": sc.goodput.split(",") if sc.goodput else None,
-        }
-        if shared_doc is not None:
-            params["shared_prefix"] = shared_doc
-        params["server"] = _server_params(opts, endpoint, identity)
+        params = _header_params(opts, endpoint, identity, ready, nonce, concurrency, shared_doc,
+                                _context_distribution(sc, budget))
         header = writer.write_header(run_id, params)
-        session = cls(opts, endpoint, model, prompts.calibration, run_id, run_dir, writer,
-                      bodies, budget, header, prompts)
+        session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
+                      writer, ready.bodies, budget, header, ready.prompts)
         session.on_end = exhausted
         holder.append(session)
-        metrics = params["server"]
-        if metrics["metrics_url"] is not None:
-            telemetry = session.telemetry = ServerTelemetry.start(
-                metrics["metrics_url"], run_dir, metrics["interval_s"], metrics["timeout_s"])
-
-            def scrape_first() -> None:  # just before the first measured request
-                telemetry.mark("first")
-
-            budget.before_measured = scrape_first
+        session._start_telemetry(params["server"])
         return session
+
+    def _start_telemetry(self, server: dict[str, Any]) -> None:
+        """Start the server-metrics sampler when its metrics are scraped: a scrape just
+        before the first measured request, and one after the last (`finish`)."""
+        if server["metrics_url"] is None:
+            return
+        telemetry = self.telemetry = ServerTelemetry.start(
+            server["metrics_url"], self.run_dir, server["interval_s"], server["timeout_s"])
+
+        def scrape_first() -> None:  # just before the first measured request
+            telemetry.mark("first")
+
+        self.budget.before_measured = scrape_first
 
     def finish(self, locust_stats: dict[str, Any] | None = None,
                client: dict[str, Any] | None = None,
@@ -384,96 +315,69 @@ def _server_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery
             "off_reason": None if on else "not scraped: --no-server-metrics"}
 
 
+def _run_folder(opts: RunOptions) -> tuple[str, Path]:
+    """The run's id and folder: the one given (`--run-dir`, made if missing; its name is the
+    id when it is one), else a new folder made exclusively under the results folder."""
+    if opts.run_dir:
+        run_dir = Path(opts.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return (run_dir.name if RUN_ID.fullmatch(run_dir.name) else new_run_id()), run_dir
+    return create_run_dir(opts.results_dir)
 
 
-def _check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:
-    """Refuse, before any load, a plan the server says it cannot hold (vLLM's `/tokenize`
-    reports `max_model_len`): otherwise those requests would all fail with HTTP 400."""
-    if max_model_len is None:
-        return
-    worst = max(sizes)
-    if worst + sc.max_tokens > max_model_len:
-        raise UsageError(
-            f"the server's context limit is {max_model_len} tokens (max_model_len), but "
-            f"{sc.source or 'the scenario'} plans {worst} + max_tokens {sc.max_tokens} = "
-            f"{worst + sc.max_tokens}; plan sizes of at most {max_model_len - sc.max_tokens} "
-            "or serve a longer context")
+def _context_distribution(sc: Scenario, budget: RequestBudget) -> dict[str, int] | None:
+    """How many measured requests plan each prompt size; None without a request budget
+    (counted at the end)."""
+    if sc.requests is None:
+        return None
+    distribution: dict[str, int] = {}
+    for i in range(sc.requests):
+        key = str(budget.size_for(i))
+        distribution[key] = distribution.get(key, 0) + 1
+    return distribution
 
 
-def _prepare_prompts(opts: RunOptions, client: ChatClient, counter: Counter,
-                     fields: dict[str, Any], model: str, nonce: str, sizes: list[int],
-                     shared: SharedPrefix | None) -> tuple[PromptFactory, dict[str, Any]]:
-    """Count, calibrate and size every planned prompt (or reuse a cached calibration).
-
-    Returns the factory and what the raw header records about it: which counter, whether
-    the cache answered, the server's count per size, and how many leading tokens the
-    run's requests are expected to share (the template header and system prompt; the
-    prefix in shared-prefix mode): more cached tokens than that is a surprise."""
+def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
+                   ready: Prepared, nonce: str, concurrency: int,
+                   shared_doc: dict[str, Any] | None, distribution: dict[str, int] | None
+                   ) -> dict[str, Any]:
+    """The raw header's `params`: the run as planned, in the order the file has them."""
     sc = opts.scenario
-    key, parts = calcache.cache_key(
-        base_url=client.endpoint.base_url, model=model, counter=counter.source,
-        system_prompt=sc.system_prompt, seed=sc.context_seed,
-        template={k: fields.get(k) for k in ("chat_template_kwargs", "reasoning_effort")},
-        shared_prefix_tokens=shared.prefix_tokens if shared else None,
-        nonce_chars=len(nonce))
-    cached = None if (opts.recalibrate or not opts.calibrate) else calcache.load(
-        opts.results_dir, key)
-    calibration: Calibration = NO_CALIBRATION
-    if cached is not None:
-        calibration = cached.calibration
-    elif opts.calibrate:
-        try:
-            calibration = calibrate_by_probe(counter.count, sc.context_seed, sc.system_prompt,
-                                             method=counter.method)
-        except Exception as e:  # any counting failure: size by estimate, say so
-            log.warning("anvil: prompt calibration failed (%s); sizing by estimate", e)
-    prompts = PromptFactory(calibration, sc.context_seed, nonce, sc.system_prompt, shared,
-                            words=cached.words if cached else None,
-                            prefix_words=cached.prefix_words if cached else None)
-    count = counter.count if calibration.method != "none" else None
-    # With a cheap counter (no prefill), even cached word counts are counted once: the run's
-    # own head (its nonce) may tokenize a little differently; with probes, trust the cache.
-    recount = cached is not None and counter.method != "probe"
-    try:
-        counted_now = prompts.prepare(sizes, count, recount_known=recount)
-    except Exception as e:  # a correction count failed: keep the fitted sizes
-        log.warning("anvil: prompt size correction failed (%s); using the fit", e)
-        counted_now = prompts.prepare(sizes)
-    known = dict(cached.counted) if cached else {}
-    counted = {s: counted_now.get(s) if counted_now.get(s) is not None else known.get(s)
-               for s in set(sizes)}
-    if count is not None and any(v is not None for v in counted_now.values()):
-        known.update({k: v for k, v in counted_now.items() if v is not None})
-        calcache.store(opts.results_dir, key, parts, calcache.CachedCalibration(
-            calibration, dict(prompts.words), known, prompts.prefix_words))
-    expected_shared = _expected_shared_tokens(prompts, counter.count if count else None,
-                                              sc.system_prompt)
-    sizing = {
-        "counter": counter.source,
-        "cache": "hit" if cached is not None else ("stored" if count else "off"),
-        "cache_key": key,
-        "counted": {str(k): v for k, v in sorted(counted.items())},
-        "expected_shared_tokens": expected_shared,
+    params = {
+        "measurement_protocol": sc.measurement_protocol,
+        "concurrency": concurrency,
+        "context_tokens": sc.context_tokens,
+        "max_context_tokens": sc.max_context_tokens,
+        "context_distribution": distribution,
+        "context_seed": sc.context_seed,
+        "max_tokens": sc.max_tokens,
+        "model": ready.model,
+        "engine": identity.engine,
+        "gpu": sc.meta.get("gpu"),
+        "tier": sc.meta.get("tier"),
+        "manifest": sc.meta.get("manifest"),
+        "source_recipe": sc.meta.get("source_recipe"),
+        "base_url": endpoint.base_url,
+        "serve_flags": sc.serve_flags(),
+        "run_nonce": nonce,
+        "prompt_calibration": {"method": ready.prompts.calibration.method},
+        "warmup_requests": sc.warmup_requests,
+        "requests_planned": sc.requests,
+        # not benchmark fields: how prompts were sized, for the raw record and checks
+        "prompt_sizing": ready.sizing,
+        "nonce_reused": opts.run_nonce is not None,
+        # how load was offered (the benchmark's `load` block is made from it and the
+        # records): mode, the open-loop plan, the duration and the stop timeout
+        "load": {"mode": sc.load_mode,
+                 "arrivals": sc.arrivals.to_dict() if sc.arrivals else None,
+                 "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s,
+                 "warmup_s": sc.warmup_s, "cooldown_s": sc.cooldown_s,
+                 "steps": None if sc.step_duration_s is None else {
+                     "users": sc.step_users, "rates": sc.step_rates,
+                     "step_duration_s": sc.step_duration_s}},
+        "goodput": sc.goodput.split(",") if sc.goodput else None,
     }
-    if shared is not None:
-        sizing["prefix_counted"] = prompts.prefix_counted
-    return prompts, sizing
-
-
-def _expected_shared_tokens(prompts: PromptFactory, count: Any, system_prompt: str | None
-                            ) -> int:
-    """How many leading prompt tokens two requests of this run may legitimately share:
-    the chat template header, the system prompt and at most a whole head line (two
-    indices can share all but one digit; or, in shared-prefix mode, the group's whole
-    prefix). Counted where counting is available, else estimated from the calibration."""
-    if prompts.shared is not None:
-        return prompts.shared.prefix_tokens
-    lead = request_prefix(prompts.run_nonce, 0).rstrip()
-    if count is not None:
-        try:
-            return int(count(messages_for(lead, system_prompt)))
-        except Exception:  # counting is best effort here; fall back to the estimate
-            pass
-    cal = prompts.calibration
-    words = len(lead.split()) + len((system_prompt or "").split())
-    return int(cal.overhead_tokens + cal.tokens_per_word * words) + 8
+    if shared_doc is not None:
+        params["shared_prefix"] = shared_doc
+    params["server"] = _server_params(opts, endpoint, identity)
+    return params

@@ -18,7 +18,9 @@ from anvil_metrics.dist.wire import WorkerSetup
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import RequestBudget
-from anvil_metrics.live.figures import MAX_BUCKETS, SKETCH_REL_ERROR, LiveStats
+from anvil_metrics.live.figures import LiveStats
+from anvil_metrics.live.series import MAX_BUCKETS
+from anvil_metrics.live.sketch import SKETCH_REL_ERROR
 from anvil_metrics.load.scenario import scenario_from_dict
 from anvil_metrics.post import stats
 from anvil_metrics.post.benchmark import build_benchmark

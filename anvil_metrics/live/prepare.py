@@ -1,0 +1,165 @@
+"""What a run needs of the server before its first measured byte: the model it serves, how it
+counts tokens, every planned prompt sized and every request body built.
+
+Why apart from `session.py`: this is the run's set-up against the server (bounded probes,
+calibration, the calibration cache), done once and before any load, whose result is plain
+data (`Prepared`); the session only keeps it. A plan the server says it cannot hold is
+refused here, before a run folder exists.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from anvil_metrics.errors import UsageError
+from anvil_metrics.load.body import BodyBuilder, body_fields
+from anvil_metrics.load.options import RunOptions
+from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.prep import calcache
+from anvil_metrics.prep.counting import Counter, server_counter
+from anvil_metrics.prep.model import check_model_served, discover_model
+from anvil_metrics.prep.prompts import (
+    NO_CALIBRATION,
+    Calibration,
+    PromptFactory,
+    SharedPrefix,
+    calibrate_by_probe,
+    messages_for,
+    request_prefix,
+)
+from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire.client import ChatClient
+
+log = logging.getLogger("anvil")
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """The run's requests, ready: the model named in every body, the sized prompts, what
+    the raw header records of their sizing (`prepare_prompts`), and the bodies."""
+
+    model: str
+    prompts: PromptFactory
+    sizing: dict[str, Any]
+    bodies: BodyBuilder
+
+
+def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: list[int],
+                     shared: SharedPrefix | None) -> Prepared:
+    """Resolve the model (the scenario's, checked against the server's list, or the
+    server's first), find how the server counts tokens, refuse a plan beyond its context
+    limit, size every prompt and build every body; one probe client, closed at the end."""
+    sc = opts.scenario
+    client = ChatClient(endpoint, opts.api_key, connect_timeout_s=sc.timeouts.connect_s,
+                        network_timeout_s=sc.timeouts.first_byte_s)
+    try:
+        model = sc.meta.get("model")
+        if model:  # the user's name: check it against the server's list
+            check_model_served(client, model)
+        else:  # the server's own first model: nothing to check
+            model = discover_model(client)
+        fields = body_fields(sc, model)
+        counter = server_counter(client, fields, opts.tokenizer_path)
+        check_server_limit(counter.max_model_len, sizes, sc)
+        prompts, sizing = prepare_prompts(opts, client, counter, fields, model, nonce, sizes,
+                                          shared)
+        bodies = BodyBuilder(sc, model, prompts)
+        bodies.prepare(sizes)
+    finally:
+        client.close()
+    return Prepared(model, prompts, sizing, bodies)
+
+
+def check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:
+    """Refuse, before any load, a plan the server says it cannot hold (vLLM's `/tokenize`
+    reports `max_model_len`): otherwise those requests would all fail with HTTP 400."""
+    if max_model_len is None:
+        return
+    worst = max(sizes)
+    if worst + sc.max_tokens > max_model_len:
+        raise UsageError(
+            f"the server's context limit is {max_model_len} tokens (max_model_len), but "
+            f"{sc.source or 'the scenario'} plans {worst} + max_tokens {sc.max_tokens} = "
+            f"{worst + sc.max_tokens}; plan sizes of at most {max_model_len - sc.max_tokens} "
+            "or serve a longer context")
+
+
+def prepare_prompts(opts: RunOptions, client: ChatClient, counter: Counter,
+                     fields: dict[str, Any], model: str, nonce: str, sizes: list[int],
+                     shared: SharedPrefix | None) -> tuple[PromptFactory, dict[str, Any]]:
+    """Count, calibrate and size every planned prompt (or reuse a cached calibration).
+
+    Returns the factory and what the raw header records about it: which counter, whether
+    the cache answered, the server's count per size, and how many leading tokens the
+    run's requests are expected to share (the template header and system prompt; the
+    prefix in shared-prefix mode): more cached tokens than that is a surprise."""
+    sc = opts.scenario
+    key, parts = calcache.cache_key(
+        base_url=client.endpoint.base_url, model=model, counter=counter.source,
+        system_prompt=sc.system_prompt, seed=sc.context_seed,
+        template={k: fields.get(k) for k in ("chat_template_kwargs", "reasoning_effort")},
+        shared_prefix_tokens=shared.prefix_tokens if shared else None,
+        nonce_chars=len(nonce))
+    cached = None if (opts.recalibrate or not opts.calibrate) else calcache.load(
+        opts.results_dir, key)
+    calibration: Calibration = NO_CALIBRATION
+    if cached is not None:
+        calibration = cached.calibration
+    elif opts.calibrate:
+        try:
+            calibration = calibrate_by_probe(counter.count, sc.context_seed, sc.system_prompt,
+                                             method=counter.method)
+        except Exception as e:  # any counting failure: size by estimate, say so
+            log.warning("anvil: prompt calibration failed (%s); sizing by estimate", e)
+    prompts = PromptFactory(calibration, sc.context_seed, nonce, sc.system_prompt, shared,
+                            words=cached.words if cached else None,
+                            prefix_words=cached.prefix_words if cached else None)
+    count = counter.count if calibration.method != "none" else None
+    # With a cheap counter (no prefill), even cached word counts are counted once: the run's
+    # own head (its nonce) may tokenize a little differently; with probes, trust the cache.
+    recount = cached is not None and counter.method != "probe"
+    try:
+        counted_now = prompts.prepare(sizes, count, recount_known=recount)
+    except Exception as e:  # a correction count failed: keep the fitted sizes
+        log.warning("anvil: prompt size correction failed (%s); using the fit", e)
+        counted_now = prompts.prepare(sizes)
+    known = dict(cached.counted) if cached else {}
+    counted = {s: counted_now.get(s) if counted_now.get(s) is not None else known.get(s)
+               for s in set(sizes)}
+    if count is not None and any(v is not None for v in counted_now.values()):
+        known.update({k: v for k, v in counted_now.items() if v is not None})
+        calcache.store(opts.results_dir, key, parts, calcache.CachedCalibration(
+            calibration, dict(prompts.words), known, prompts.prefix_words))
+    expected_shared = expected_shared_tokens(prompts, counter.count if count else None,
+                                              sc.system_prompt)
+    sizing = {
+        "counter": counter.source,
+        "cache": "hit" if cached is not None else ("stored" if count else "off"),
+        "cache_key": key,
+        "counted": {str(k): v for k, v in sorted(counted.items())},
+        "expected_shared_tokens": expected_shared,
+    }
+    if shared is not None:
+        sizing["prefix_counted"] = prompts.prefix_counted
+    return prompts, sizing
+
+
+def expected_shared_tokens(prompts: PromptFactory, count: Any, system_prompt: str | None
+                            ) -> int:
+    """How many leading prompt tokens two requests of this run may legitimately share:
+    the chat template header, the system prompt and at most a whole head line (two
+    indices can share all but one digit; or, in shared-prefix mode, the group's whole
+    prefix). Counted where counting is available, else estimated from the calibration."""
+    if prompts.shared is not None:
+        return prompts.shared.prefix_tokens
+    lead = request_prefix(prompts.run_nonce, 0).rstrip()
+    if count is not None:
+        try:
+            return int(count(messages_for(lead, system_prompt)))
+        except Exception:  # counting is best effort here; fall back to the estimate
+            pass
+    cal = prompts.calibration
+    words = len(lead.split()) + len((system_prompt or "").split())
+    return int(cal.overhead_tokens + cal.tokens_per_word * words) + 8
