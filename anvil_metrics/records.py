@@ -266,6 +266,32 @@ def record_problem(d: dict[str, Any]) -> str | None:
     counted; and a completed request has an end. The fields a benchmark takes as they are
     (`failure`, `http_status`, `worker`, `extra`) must have the types it holds.
     """
+    failure = d.get("failure")
+    problem = _field_problem(d) or _extra_problem(d) or failure_problem(failure)
+    if problem:
+        return problem
+    if failure is None and d.get("end_ns") is None:
+        return "a completed request (failure null) must have an end_ns"
+    if d.get("first_content_ns") is not None and d.get("first_output_ns") is None:
+        return "first_content_ns is set but first_output_ns is not (content is output)"
+    content = d.get("content_chunks") or 0
+    output = (d.get("reasoning_chunks") or 0) + content
+    if (d.get("first_content_ns") is None) != (content == 0):
+        return (f"first_content_ns is {d.get('first_content_ns')} with content_chunks "
+                f"{content}: a first-content stamp exists exactly when content chunks arrived")
+    if (d.get("first_output_ns") is None) != (output == 0):
+        return (f"first_output_ns is {d.get('first_output_ns')} with {output} output chunks: "
+                "a first-output stamp exists exactly when output chunks arrived")
+    order = [(k, d.get(k)) for k in ("start_ns", "first_output_ns", "first_content_ns", "end_ns")]
+    present = [(k, v) for k, v in order if v is not None]
+    for (ka, a), (kb, b) in zip(present, present[1:], strict=False):
+        if b < a:
+            return f"stamps out of order: {kb} {b} < {ka} {a}"
+    return None
+
+
+def _field_problem(d: dict[str, Any]) -> str | None:
+    """`record_problem`'s first checks: each field's JSON type and bounds."""
     for key in _REQUIRED_INT:
         if not _is_int(d.get(key)):
             return f"{key} must be an integer, got {show(d.get(key))}"
@@ -299,6 +325,12 @@ def record_problem(d: dict[str, Any]) -> str | None:
         return f"worker must be a string or null, got {show(d['worker'])}"
     if d.get("extra") is not None and not isinstance(d["extra"], dict):
         return f"extra must be an object or null, got {show(d['extra'])}"
+    return None
+
+
+def _extra_problem(d: dict[str, Any]) -> str | None:
+    """`record_problem`'s checks of `extra` (its fields' types and bounds, the first chunk
+    between the start and the first output and end), on fields `_field_problem` passed."""
     delay = (d.get("extra") or {}).get("start_delay_ns")
     if _is_int(delay) and not 0 <= delay < STAMP_LIMIT:
         return f"extra.start_delay_ns must lie within 0 … 2**62, got {delay}"
@@ -316,27 +348,6 @@ def record_problem(d: dict[str, Any]) -> str | None:
     waited = (d.get("extra") or {}).get("waited_for_user", False)
     if not isinstance(waited, bool):
         return f"extra.waited_for_user must be true or false, got {show(waited)}"
-    failure = d.get("failure")
-    problem = failure_problem(failure)
-    if problem:
-        return problem
-    if failure is None and d.get("end_ns") is None:
-        return "a completed request (failure null) must have an end_ns"
-    if d.get("first_content_ns") is not None and d.get("first_output_ns") is None:
-        return "first_content_ns is set but first_output_ns is not (content is output)"
-    content = d.get("content_chunks") or 0
-    output = (d.get("reasoning_chunks") or 0) + content
-    if (d.get("first_content_ns") is None) != (content == 0):
-        return (f"first_content_ns is {d.get('first_content_ns')} with content_chunks "
-                f"{content}: a first-content stamp exists exactly when content chunks arrived")
-    if (d.get("first_output_ns") is None) != (output == 0):
-        return (f"first_output_ns is {d.get('first_output_ns')} with {output} output chunks: "
-                "a first-output stamp exists exactly when output chunks arrived")
-    order = [(k, d.get(k)) for k in ("start_ns", "first_output_ns", "first_content_ns", "end_ns")]
-    present = [(k, v) for k, v in order if v is not None]
-    for (ka, a), (kb, b) in zip(present, present[1:], strict=False):
-        if b < a:
-            return f"stamps out of order: {kb} {b} < {ka} {a}"
     return None
 
 

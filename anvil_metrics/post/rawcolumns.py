@@ -207,20 +207,12 @@ class ColumnBuilder:
             return False
         if (fc is None) != (cc == 0) or (fo is None) != (rc + cc == 0):
             return False
-        last = s
-        if fo is not None:
-            if fo < last:
-                return False
-            last = fo
-        if fc is not None:
-            if fc < last:
-                return False
-            last = fc
-        if e is not None and e < last:
+        # the stamps in order: start <= first output <= first content <= end
+        first = s if fo is None else fo
+        last = first if fc is None else fc
+        if first < s or last < first or (e is not None and e < last):
             return False
-        delay = NULL
-        waited = False
-        chunk = NULL
+        delay, waited, chunk = NULL, False, NULL
         if x:
             chunk = x.get("first_chunk_ns", NULL)
             if chunk is not NULL:
