@@ -154,7 +154,11 @@ def test_scrape_deltas_match_truth_usage_and_the_clients_clock(simulator: Any, f
     client_ttft = sum(first_token_ns(r) - sent for sent, r in results) / 1e9
     client_e2e = sum(r.events[-1].arrival_ns - sent for sent, r in results) / 1e9
     assert client_ttft - STREAMS * SLACK_S <= delta["ttft_s"] <= client_ttft + 1e-6
-    assert client_e2e - STREAMS * SLACK_S <= delta["e2e_s"] <= client_e2e + 1e-6
+    # E2E is stamped after the last write returns (`ledger.completed`), which the client may
+    # have read already when the simulator's process is descheduled in between (seen: 0.26 ms
+    # over six streams on a busy machine): bounded by the client's clock within the slack,
+    # not exactly as TTFT is (stamped before its write)
+    assert client_e2e - STREAMS * SLACK_S <= delta["e2e_s"] <= client_e2e + STREAMS * SLACK_S
 
     # speculative decoding: the documented account of each answer
     one = spec_counts(TOKENS, K, ACCEPT)
