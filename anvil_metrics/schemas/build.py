@@ -2,12 +2,16 @@
 rules, and the check of a document against them.
 
 Why generated: a schema written by hand would be a second statement of rules the code
-already states once — the row fields' types, nullability and added fields (`catalog.ROW`),
-the `metrics` keys (`catalog.AGGREGATES`), the run fields, failures and `client` block
-(`schema.py`, `records.py`), a summary's shape (`summaryverify.SHAPE_*`, `summary.py`) — and
-would drift from them. So `benchmark_schema()` and `summary_schema()` build the schemas from
-those rules, the files shipped in `anvil_metrics/schemas/` are their output
-(`python -m anvil_metrics.schemas.build` rewrites them), and a test holds the two equal.
+already states once — the row fields' types, nullability, units and definitions
+(`catalog.ROW`), the `metrics` keys (`catalog.AGGREGATES`), the run fields, failures and
+`client` block (`schema.py`, `records.py`), the `load`, `steps`, `goodput` and `server`
+blocks (`loadblock.py`, `steps.py`, `goodput.py`, `servermetrics.py`), what each of those
+fields means (`post/fields.py`), a summary's shape and words (`summary/verify.py`,
+`summary/fields.py`; `verdicts.py` builds it) — and would drift from them. So
+`benchmark_schema()` and `verdicts.py` build the schemas from those rules, the files
+shipped in `anvil_metrics/schemas/` are their output (`python -m
+anvil_metrics.schemas.build` rewrites them, and `docs/fields.md` from them), and a test
+holds the two equal.
 
 What a schema can and cannot say: it checks shape and types, so other tools can read
 anvil's files safely; it cannot say a figure is right (that a p50 follows from the rows) —
@@ -24,70 +28,37 @@ from typing import Any
 import orjson
 
 from anvil_metrics import catalog
-from anvil_metrics.catalog import KNOWN_GATES
-from anvil_metrics.checks.docverify import CASE_REQUIRED, REQUIRED, SUITE_REQUIRED
-from anvil_metrics.checks.docverify import SCHEMA as CHECKS_SCHEMA
-from anvil_metrics.checks.registry import SUITES
-from anvil_metrics.checks.results import ERROR_KINDS, RESULTS
-from anvil_metrics.post import schema
+from anvil_metrics.post import fields, loadblock, schema, steps
 from anvil_metrics.records import COUNT_LIMIT, FAILURE_KINDS, PHASES
-from anvil_metrics.summary.folder import COMPUTED_KEYS
-from anvil_metrics.summary.folder import SCHEMA as SUMMARY_SCHEMA
-from anvil_metrics.summary.verify import (
-    DECISIONS,
-    PROTOCOL_COUNTS,
-    ROW_ADDED,
-    ROW_DELTAS,
-    ROW_FIGURES,
-    ROW_LABELS,
-    SHAPE_REQUIRED,
-    TELEMETRY_RANGES,
+from anvil_metrics.schemas import fieldsdoc, verdicts
+from anvil_metrics.schemas.parts import (
+    BOOLEAN,
+    CHECKS_SCHEMA,
+    COUNT,
+    FIGURE,
+    NUMBER,
+    PAIR,
+    REASONS,
+    STRING,
+    STRINGS,
+    SUMMARY_SCHEMA,
+    anchored,
+    described,
+    document,
+    nullable,
+    obj,
+    or_null,
 )
+from anvil_metrics.schemas.parts import FILES as FILES
+from anvil_metrics.telemetry import servermetrics
 
-DRAFT = "https://json-schema.org/draft/2020-12/schema"
-FILES = {schema.SCHEMA: "benchmark-v1.schema.json",
-         SUMMARY_SCHEMA: "public-summary-v1.schema.json",
-         CHECKS_SCHEMA: "checks-v1.schema.json"}
-GATE_OUTCOMES = ("pass", "fail", "not_significant", "not_evaluated", "not_required")
 _MESSAGE_CHARS = 200
-
-# --- building blocks --------------------------------------------------------------------------
-_COUNT = {"type": "integer", "minimum": 0}
-_NUMBER = {"type": "number"}
-_FIGURE = {"type": "number", "minimum": 0}
-_STRING = {"type": "string"}
-
-
-def _or_null(s: dict[str, Any]) -> dict[str, Any]:
-    """`s`, or null (as a type list where `s` is one type, else anyOf)."""
-    if set(s) <= {"type", "minimum", "exclusiveMaximum", "pattern"} and isinstance(
-            s.get("type"), str):
-        return {**s, "type": [s["type"], "null"]}
-    if "enum" in s:
-        return {**s, "enum": [*s["enum"], None]}
-    return {"anyOf": [s, {"type": "null"}]}
-
-
-def _anchored(pattern: str) -> str:
-    return f"^(?:{pattern})$"
-
-
-def _object(props: dict[str, Any], required: Any = (), closed: bool = False,
-            **more: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": props}
-    if required:
-        out["required"] = list(required)
-    if closed:
-        out["additionalProperties"] = False
-    out.update(more)
-    return out
-
 
 # --- benchmark/v1 -----------------------------------------------------------------------------
 _KIND: dict[str, dict[str, Any]] = {  # a row field's JSON type by its catalogue kind
     "count": {"type": "integer", "minimum": 0, "exclusiveMaximum": COUNT_LIMIT},
-    "duration": _FIGURE,
-    "float": _NUMBER,
+    "duration": FIGURE,
+    "float": NUMBER,
     "source": {"enum": list(catalog.OUTPUT_TOKEN_SOURCES)},
 }
 
@@ -96,178 +67,157 @@ def _row() -> dict[str, Any]:
     props = {}
     for f in catalog.ROW:
         s = _KIND[f.kind]
-        props[f.name] = {**(_or_null(s) if f.nullable else s),
-                         "description": f"{f.unit + ': ' if f.unit else ''}{f.description}"
-                         + (" (anvil's added field)" if f.presence == "added" else "")
-                         + (" (absent when the server does not report it)"
-                            if f.presence == "reported" else "")}
-    return _object(props, [f.name for f in catalog.ROW if f.presence == "always"], True)
+        how = f"derived: {f.formula}" if f.derived else f"measured: {f.source}"
+        props[f.name] = described(
+            or_null(s) if f.nullable else s, f.unit, f"{f.description}; {how}"
+            + (" (anvil's added field)" if f.presence == "added" else "")
+            + (" (absent when the server does not report it)"
+               if f.presence == "reported" and "absent" not in how else ""))
+    return obj(props, [f.name for f in catalog.ROW if f.presence == "always"], True)
 
 
 def _metrics() -> dict[str, Any]:
     props: dict[str, Any] = {}
     for a in catalog.AGGREGATES:
         s: dict[str, Any] = (
-            {"type": "object", "additionalProperties": _COUNT} if a.name == "output_token_sources"
-            else _or_null(_NUMBER))
-        props[a.name] = {**s, "description": f"{a.unit}: {a.formula}"
-                         + (" (anvil's added key)" if a.added else "")}
+            {"type": "object", "additionalProperties": COUNT} if a.name == "output_token_sources"
+            else or_null(NUMBER))
+        props[a.name] = described(s, a.unit, a.formula
+                                  + (" (anvil's added key)" if a.added else ""))
     required = [a.name for a in catalog.AGGREGATES if not a.added and not a.conditional]
-    return _object(props, required, True)
+    return obj(props, required, True)
 
 
-def _quantiles(value: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    props = {q: _or_null(value) for q in ("p50", "p99", "max")}
-    return _or_null(_object({**props, **extra}, ("p50", "p99", "max"), True))
+def _methodology() -> dict[str, Any]:
+    """`timing_methodology`: the clock's sentence and each defining row field's."""
+    words = {"clock": ("", "the clock every duration is read from")}
+    words.update({f.methodology[0]: ("", f"the definition of {f.name}, in words")
+                  for f in catalog.ROW if f.methodology is not None})
+    assert set(words) == set(catalog.timing_methodology())
+    return obj({k: STRING for k in sorted(words)}, text=words, additionalProperties=STRING)
+
+
+def _quantiles(value: dict[str, Any], extra: dict[str, Any], text: fields.Text
+               ) -> dict[str, Any]:
+    props = {q: or_null(value) for q in ("p50", "p99", "max")}
+    return or_null(obj({**props, **extra}, ("p50", "p99", "max"), True, text))
 
 
 def _client() -> dict[str, Any]:
-    lag_extra = {"samples": _COUNT, "over_5ms": _COUNT, "max_at_s": _or_null(_FIGURE),
-                 "stalls": {"type": "array", "items": {"type": "array", "items": _FIGURE,
+    lag_extra = {"samples": COUNT, "over_5ms": COUNT, "max_at_s": or_null(FIGURE),
+                 "stalls": {"type": "array", "items": {"type": "array", "items": FIGURE,
                                                        "minItems": 2, "maxItems": 2}}}
-    props = {"loop_lag_ms": _quantiles(_FIGURE, lag_extra), "cpu_pct": _or_null(_FIGURE),
-             "achieved_concurrency": _or_null(_FIGURE),
-             "saturated": {"type": ["boolean", "null"]}, "verdict": _or_null(_STRING),
-             "start_delay_ms": _quantiles(_NUMBER, {})}
+    props = {"loop_lag_ms": _quantiles(FIGURE, lag_extra, fields.LOOP_LAG),
+             "cpu_pct": or_null(FIGURE), "achieved_concurrency": or_null(FIGURE),
+             "saturated": {"type": ["boolean", "null"]}, "verdict": or_null(STRING),
+             "start_delay_ms": _quantiles(NUMBER, {}, fields.START_DELAY)}
     assert tuple(props) == schema.CLIENT_KEYS, "the client block's keys are schema.py's"
-    return _or_null(_object(props, schema.CLIENT_SPEC_KEYS, True,
-                            description="the load generator's health (anvil's added block)"))
+    return or_null(obj(props, schema.CLIENT_SPEC_KEYS, True, fields.CLIENT))
 
 
 def _failure() -> dict[str, Any]:
-    props = {"request_index": _COUNT, "kind": {"enum": list(FAILURE_KINDS)},
-             "http_status": {"type": ["integer", "null"]}, "message": _STRING,
-             "phase": {"enum": [*PHASES, None]}, "step": _or_null(_COUNT)}
-    return _object(props, schema.FAILURE_FIELDS, True)
+    props = {"request_index": COUNT, "kind": {"enum": list(FAILURE_KINDS)},
+             "http_status": {"type": ["integer", "null"]}, "message": STRING,
+             "phase": {"enum": [*PHASES, None]}, "step": or_null(COUNT)}
+    return obj(props, schema.FAILURE_FIELDS, True, fields.FAILURE)
+
+
+def _load() -> dict[str, Any]:
+    """The `load` block (`loadblock.py`): types only, `anvil verify` checks the rest."""
+    rate = nullable(FIGURE)
+    props = {"mode": {"enum": list(loadblock.MODES)},
+             "arrival": {"enum": list(loadblock.ARRIVAL_KINDS)},
+             "offered_rate_rps": rate, "achieved_rate_rps": rate, "burstiness": rate,
+             "duration_s": rate, "window_s": nullable(PAIR),
+             "schedule_lag_ms": nullable(obj({q: nullable(NUMBER) for q in ("p50", "p99", "max")},
+                                             text=fields.SCHEDULE_LAG)),
+             "waited_for_user": nullable(COUNT), "cancelled": COUNT,
+             "outside_window": nullable(obj({"warmup": COUNT, "cooldown": COUNT},
+                                            text=fields.OUTSIDE_WINDOW))}
+    assert tuple(props) == (*loadblock.KEYS, *loadblock.OPTIONAL_KEYS)
+    return nullable(obj(props, text=fields.LOAD))
+
+
+def _step() -> dict[str, Any]:
+    """One block of `steps[]` (`steps.py`); its `metrics` is the document's `metrics`."""
+    props = {"step": COUNT, "users": nullable(COUNT), "rate": FIGURE, "started_s": NUMBER,
+             "ended_s": NUMBER, "requests": COUNT, "completed": COUNT, "failed": COUNT,
+             "metrics": {"$ref": "#/properties/metrics"}, "goodput_rps": nullable(FIGURE)}
+    assert set(props) == {*steps.STEP_KEYS, "users", "rate"}
+    return obj(props, text=fields.STEP)
+
+
+def _server() -> dict[str, Any]:
+    """The `server` block (`servermetrics.py`)."""
+    gauge = nullable(obj({"p50": NUMBER, "max": NUMBER}, text=fields.GAUGE))
+    mean = nullable(NUMBER)
+    spec = {"acceptance_rate": mean, "accepted_length": mean,
+            "acceptance_rate_range": nullable(PAIR), "accepted_length_range": nullable(PAIR),
+            "drafts": nullable(COUNT), "draft_tokens": nullable(COUNT),
+            "accepted_tokens": nullable(COUNT), "source": {"enum": ["counters", "gauges"]}}
+    diff = {"first_chunk_vs_ttft": mean, "e2e": mean}
+    props = {"engine": nullable(STRING), "version": nullable(STRING),
+             "max_model_len": nullable(COUNT), "metrics_url": nullable(STRING),
+             "samples": COUNT, "requests": nullable(COUNT),
+             "spec_decode": nullable(obj(spec, text=fields.SPEC_DECODE)),
+             "requests_running": gauge, "requests_waiting": gauge, "kv_cache_usage": gauge,
+             "prefix_cache_hit_rate": mean, "ttft_ms_mean": mean, "e2e_ms_mean": mean,
+             "queue_time_ms_mean": mean, "prompt_tokens_mean": mean,
+             "generation_tokens_mean": mean,
+             "client_minus_server_ms": nullable(obj(diff, text=fields.CLIENT_MINUS_SERVER)),
+             "effective_prefill_excl_queue_tok_s": mean, "null_reasons": REASONS}
+    assert tuple(props) == servermetrics.SERVER_KEYS
+    return nullable(obj(props, text=fields.SERVER))
 
 
 def benchmark_schema() -> dict[str, Any]:
     """The JSON Schema of `anvil-serving.benchmark/v1` with anvil's added fields."""
-    stamp = _anchored(schema._STAMP.pattern)
+    stamp = anchored(schema._STAMP.pattern)
+    flags = {"no_thinking": BOOLEAN, "reasoning_effort": nullable(STRING),
+             "shared_prefix_burst": BOOLEAN, "thinking_mode": nullable(STRING)}
     props: dict[str, Any] = {
         "schema": {"const": schema.SCHEMA},
-        "run_id": {"type": "string", "pattern": _anchored(schema.RUN_ID.pattern)},
+        "run_id": {"type": "string",
+                   "pattern": anchored(schema.RUN_ID.pattern)},
         "started_at": {"type": "string", "pattern": stamp},
-        "finished_at": {"type": ["string", "null"], "pattern": stamp,
-                        "description": "null only in a partial run"},
-        "wall_clock_ms": _or_null(_FIGURE),
-        "requests": _COUNT, "completed": _COUNT, "failed": _COUNT,
+        "finished_at": {"type": ["string", "null"], "pattern": stamp},
+        "wall_clock_ms": or_null(FIGURE),
+        "requests": COUNT, "completed": COUNT, "failed": COUNT,
         "failures": {"type": "array", "items": _failure()},
         **{k: {"type": ["integer", "null"]} for k in
            ("concurrency", "context_tokens", "max_context_tokens", "context_seed",
             "max_tokens")},
-        **{k: _or_null(_STRING) for k in schema.TEXT_FIELDS},
-        "context_distribution": _or_null({"type": "object", "propertyNames":
-                                          {"pattern": "^[0-9]+$"},
-                                          "additionalProperties": _COUNT}),
-        "serve_flags": {"type": ["object", "null"]},
-        "timing_methodology": {"type": "object", "additionalProperties": _STRING},
+        **{k: or_null(STRING) for k in schema.TEXT_FIELDS},
+        "context_distribution": or_null({"type": "object", "propertyNames":
+                                         {"pattern": "^[0-9]+$"},
+                                         "additionalProperties": COUNT}),
+        "serve_flags": nullable(obj(flags, text=fields.SERVE_FLAGS)),
+        "timing_methodology": _methodology(),
         "request_timings": {"type": "array", "items": _row()},
         "metrics": _metrics(),
         # anvil's added fields (checked in full by `anvil verify`)
-        "partial": {"type": "boolean"},
-        "warmup_requests": _COUNT,
+        "partial": BOOLEAN,
+        "warmup_requests": COUNT,
         "client": _client(),
-        "prompt_calibration": _or_null(_object(
+        "prompt_calibration": or_null(obj(
             {"method": {"enum": list(schema.CALIBRATION_METHODS)},
-             "planned_vs_counted_error_pct_max": _or_null(_NUMBER)}, ("method",))),
-        "shared_prefix": _or_null({"type": "object"}),
-        "goodput": {"type": ["object", "null"]},
-        "load": {"type": ["object", "null"]},
-        "steps": {"type": ["array", "null"]},
-        "server": {"type": ["object", "null"]},
+             "planned_vs_counted_error_pct_max": or_null(NUMBER)}, ("method",),
+            text=fields.CALIBRATION)),
+        "shared_prefix": nullable(obj({"prefix_tokens": COUNT, "group_size": COUNT},
+                                      text=fields.SHARED_PREFIX)),
+        "goodput": nullable(obj({"criteria": STRINGS, "met": COUNT,
+                                 "fraction": nullable(FIGURE)}, text=fields.GOODPUT)),
+        "load": _load(),
+        "steps": nullable({"type": "array", "items": _step()}),
+        "server": _server(),
     }
-    return {"$schema": DRAFT, "$id": f"urn:anvil-metrics:schema:{FILES[schema.SCHEMA]}",
-            "title": schema.SCHEMA,
-            "description": "Generated by anvil_metrics/schemas/build.py from anvil's field "
-                           "rules; shape and types only — `anvil verify` recomputes the "
-                           "figures.",
-            **_object(props, sorted(schema.REQUIRED_FIELDS))}
+    return document(schema.SCHEMA, "Generated by anvil_metrics/schemas/build.py from anvil's "
+                    "field rules; shape and types only — `anvil verify` recomputes the "
+                    "figures.", obj(props, sorted(schema.REQUIRED_FIELDS), text=fields.RUN))
 
 
-# --- public-benchmark-summary/v1 --------------------------------------------------------------
-_REASONS = {"type": "object", "additionalProperties": _STRING}
-_PAIR = {"type": "array", "items": _NUMBER, "minItems": 2, "maxItems": 2}
-
-
-def _performance_row() -> dict[str, Any]:
-    props: dict[str, Any] = {k: _STRING for k in ROW_LABELS}
-    props.update({k: _or_null(_NUMBER) for k in (*ROW_FIGURES, *ROW_DELTAS)})
-    for k in ROW_ADDED:
-        props[k] = (_COUNT if k == "runs" else _REASONS if k == "null_reasons"
-                    else _or_null(_PAIR) if k.endswith("_ci95_percent")
-                    else _or_null({"type": "number", "minimum": 0}))
-    return _object(props, ROW_LABELS, True)
-
-
-def summary_schema() -> dict[str, Any]:
-    """The JSON Schema of `anvil-serving.public-benchmark-summary/v1` with anvil's added
-    blocks; the operator's facts (hardware, runtime, models, …) are free objects."""
-    protocol = {k: _or_null(_COUNT) for k in PROTOCOL_COUNTS}
-    telemetry = _object({"model": _STRING, "speculation": _STRING,
-                         **{k: _or_null(_PAIR) for k in TELEMETRY_RANGES},
-                         "runs_sampled": _COUNT, "runs": _COUNT,
-                         "unsampled_runs": {"type": "array", "items": _STRING},
-                         "null_reasons": _REASONS}, ("model",), True)
-    gate = _object({"gate": {"enum": list(KNOWN_GATES)}, "threshold": {},
-                    "outcome": {"enum": list(GATE_OUTCOMES)}, "figures": {"type": "object"},
-                    "reason": _STRING}, ("gate", "threshold", "outcome", "figures", "reason"),
-                   True)
-    props: dict[str, Any] = {
-        "schema": {"const": SUMMARY_SCHEMA},
-        "date": {"type": ["string", "null"], "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
-        "decision": {"enum": list(DECISIONS)},
-        "performance_protocol": _object({**protocol, "aggregation": _STRING,
-                                         "null_reasons": _REASONS}, PROTOCOL_COUNTS),
-        "performance": {"type": "array", "items": _performance_row()},
-        "sampled_speculative_telemetry": {"type": "array", "items": telemetry},
-        "functional": {"type": "object"},
-        "multimodal": {"type": "object"},
-        "retained_failures": {"type": "array", "items": _STRING},
-        "restoration": {"type": "object"},
-        # anvil's added blocks
-        "gates": {"type": "array", "items": gate},
-        "decision_reasons": {"type": "array", "items": _STRING},
-        "statistics": {"type": "object"},
-        "not_included": _REASONS,
-        "campaign": {"type": "object"},
-    }
-    assert set(props) == set(COMPUTED_KEYS), "the summary's members are summaryio's"
-    return {"$schema": DRAFT, "$id": f"urn:anvil-metrics:schema:{FILES[SUMMARY_SCHEMA]}",
-            "title": SUMMARY_SCHEMA,
-            "description": "Generated by anvil_metrics/schemas/build.py from anvil's field "
-                           "rules; shape and types only — `anvil verify` recomputes the "
-                           "figures from the campaign's runs.",
-            **_object(props, SHAPE_REQUIRED)}
-
-
-# --- checks/v1 ----------------------------------------------------------------------------------
-def checks_schema() -> dict[str, Any]:
-    """anvil-serving.checks/v1 (`anvil check`): the document, each suite and each case, from
-    `checks.docverify`'s required fields and `checks.results`' values."""
-    retry = _object({"attempt": _COUNT, "status": _or_null(_COUNT), "reason": _STRING,
-                     "wait_s": _FIGURE}, ("attempt", "status", "reason", "wait_s"), True)
-    case = _object({"id": _STRING, "passed": {"type": "boolean"}, "expected": {},
-                    "answer": {}, "error": _or_null(_STRING), "elapsed_s": _FIGURE,
-                    "error_kind": {"enum": list(ERROR_KINDS)},
-                    "retries": {"type": "array", "items": retry}}, CASE_REQUIRED)
-    suite = _object({"result": {"enum": list(RESULTS)}, "passed": _COUNT, "total": _COUNT,
-                     "elapsed_s": _FIGURE, "error": _STRING,
-                     "cases": {"type": "array", "items": case}}, SUITE_REQUIRED)
-    props = {"schema": {"const": CHECKS_SCHEMA}, "model": _or_null(_STRING), "host": _STRING,
-             "started_at": _STRING, "finished_at": _STRING, "engine": _or_null(_STRING),
-             "engine_version": _or_null(_STRING), "max_model_len": _or_null(_COUNT),
-             "options": {"type": "object"},
-             "checks": _object({name: suite for name in SUITES}, (), True)}
-    return {"$schema": DRAFT, "$id": f"urn:anvil-metrics:schema:{FILES[CHECKS_SCHEMA]}",
-            "title": CHECKS_SCHEMA,
-            "description": "Generated by anvil_metrics/schemas/build.py; shape and types only "
-                           "— `anvil verify` recomputes each suite's result from its cases.",
-            **_object(props, REQUIRED)}
-
-
-GENERATORS = {schema.SCHEMA: benchmark_schema, SUMMARY_SCHEMA: summary_schema,
-              CHECKS_SCHEMA: checks_schema}
+GENERATORS = {schema.SCHEMA: benchmark_schema, SUMMARY_SCHEMA: verdicts.summary_schema,
+              CHECKS_SCHEMA: verdicts.checks_schema}
 
 
 def text(doc_schema: dict[str, Any]) -> bytes:
@@ -306,5 +256,15 @@ def check(doc: Any, which: str) -> tuple[str, list[str]]:
     return f"schema: checked against {FILES[which]} (JSON Schema draft 2020-12)", problems
 
 
-if __name__ == "__main__":  # rewrite the shipped files: python -m anvil_metrics.schemas.build
+FIELDS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "fields.md"  # in a checkout
+
+
+def fields_page() -> str:
+    """`docs/fields.md` as the generators give it (`fieldsdoc.py`)."""
+    return fieldsdoc.markdown({which: GENERATORS[which]() for which in FILES})
+
+
+if __name__ == "__main__":  # python -m anvil_metrics.schemas.build: the files, then the page
     write_files(Path(__file__).resolve().parent)
+    if FIELDS_PAGE.parent.is_dir():  # a checkout of the repository, not an installed package
+        FIELDS_PAGE.write_text(fields_page(), encoding="utf-8")

@@ -12,7 +12,7 @@ one message starting with its path (`performance[2].e2e_p50_ms: file has …, re
 Where the runs are: the folder the summary lies in when it holds `campaign.json` (the
 default output is CAMPAIGN_DIR/summary.json), else the folder its `campaign.folder`
 records. A summary with neither (the spec's example, or one copied away from its runs) can
-only be checked for shape (`SHAPE_*` below, which `jsonschemas.py` also builds the JSON
+only be checked for shape (`SHAPE_*` below, which `schemas/verdicts.py` also builds the JSON
 Schema from), and the result says so: it proves the fields are well formed, not that the
 figures are right. The location itself (`campaign.folder`) is not a figure and is not
 compared: a folder may be moved.

@@ -9,8 +9,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from anvil_metrics.checks.docverify import verify_checks
-from anvil_metrics.checks.results import CaseResult, SuiteResult
+from anvil_metrics.checks import docverify
+from anvil_metrics.checks.docverify import REQUIRED, verify_checks
+from anvil_metrics.checks.registry import SUITES
+from anvil_metrics.checks.results import CaseResult, Retry, SuiteResult
+from anvil_metrics.checks.suite import CheckOptions
 from anvil_metrics.schemas.build import check
 
 
@@ -57,3 +60,21 @@ def test_a_document_verifies_and_each_edit_is_named() -> None:
     bad = copy.deepcopy(doc)
     bad["checks"]["json"]["result"] = "maybe"
     assert any("result" in p for p in check(bad, "anvil-serving.checks/v1")[1])
+
+
+def test_the_field_tables_are_the_documents_keys() -> None:
+    """The words the JSON Schema and docs/fields.md give each field (`docverify.FIELDS`,
+    `SUITE`, `CASE`, `RETRY`, `OPTIONS`, `SUITE_TEXT`) are for the keys the writers write."""
+    doc = document()
+    assert set(docverify.FIELDS) == set(doc) and set(REQUIRED) <= set(docverify.FIELDS)
+    assert set(docverify.OPTIONS) == set(CheckOptions.__dataclass_fields__)
+    assert set(docverify.SUITE_TEXT) == set(SUITES)
+    errored = SuiteResult("json", (), 0.0, error="no model").to_json()
+    assert set(docverify.SUITE) == set(errored) | set(doc["checks"]["json"])
+    retried = CaseResult("c", False, 1, 2, error="x", error_kind="transport",
+                         retries=(Retry(1, 503, "busy", 0.5),)).to_json()
+    assert set(docverify.CASE) == set(retried)
+    assert set(docverify.RETRY) == set(retried["retries"][0])
+    for table in (docverify.FIELDS, docverify.OPTIONS, docverify.SUITE, docverify.CASE,
+                  docverify.RETRY):
+        assert all(text.strip() for _, text in table.values())

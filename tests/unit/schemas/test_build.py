@@ -1,10 +1,11 @@
 """The shipped JSON Schemas: generated from anvil's own field rules, never edited apart.
 
 Why these tests: the files in `anvil_metrics/schemas/` are what other tools validate anvil's
-documents with, so they must (1) be exactly what `jsonschemas.py` builds from the code's
-rules today (no drift), (2) be valid draft 2020-12 schemas, (3) accept the spec's two seed
-examples and anvil's own summaries, and (4) refuse what anvil's own rules refuse — for every
-row field, a null exactly when the catalogue says the field is not nullable.
+documents with, so they must (1) be exactly what `build.py` builds from the code's rules
+today (no drift), (2) be valid draft 2020-12 schemas, (3) accept the spec's two seed
+examples, anvil's own summaries and a benchmark holding every block anvil writes, and (4)
+refuse what anvil's own rules refuse — for every row field, a null exactly when the
+catalogue says the field is not nullable; in the added blocks, a value of the wrong type.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fullbench import full_benchmark
 from jsonschema import Draft202012Validator
 from summarybuild import (
     DATA,
@@ -26,11 +28,13 @@ from summarybuild import (
 )
 
 from anvil_metrics import catalog
+from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import SCHEMA as BENCHMARK
 from anvil_metrics.schemas import build as jsonschemas
 from anvil_metrics.schemas.build import FILES, GENERATORS, check, shipped, text
 from anvil_metrics.summary.folder import SCHEMA as SUMMARY
 from anvil_metrics.summary.folder import read_campaign_folder, summary_document
+from anvil_metrics.telemetry.servermetrics import client_figures, server_block
 
 SCHEMAS = Path(jsonschemas.__file__).resolve().parent
 SEED = DATA / "benchmark-v1.000_51f6de0d03ca0563.json"
@@ -99,3 +103,37 @@ def test_breaches_are_named_by_path() -> None:
         "decision", "performance[0].runs"]
 
 
+
+
+def test_a_benchmark_with_every_block_validates(tmp_path: Path) -> None:
+    doc = full_benchmark(tmp_path)
+    blocks = ("client", "load", "steps", "goodput", "server", "shared_prefix",
+              "prompt_calibration")
+    assert all(isinstance(doc[k], dict | list) for k in blocks)
+    assert doc["load"]["outside_window"] is not None and "step" in doc["failures"][0]
+    assert check(doc, BENCHMARK)[1] == []
+    # speculative decoding from SGLang's gauges: the ranges, no counts
+    gauges = {'sglang:spec_accept_rate{tp="0"}': 0.7, 'sglang:spec_accept_length{tp="0"}': 3.1}
+    samples = [{"type": "sample", "seq": i, "t_ns": i, "done_ns": i, "ok": True,
+                "mark": mark, "series": gauges} for i, mark in enumerate(("first", "last"))]
+    doc["server"] = server_block({"engine": "sglang"}, samples, client_figures(
+        RowColumns.from_rows(doc["request_timings"])))
+    assert doc["server"]["spec_decode"]["acceptance_rate_range"] == [0.7, 0.7]
+    assert check(doc, BENCHMARK)[1] == []
+
+
+@pytest.mark.parametrize(("path", "value", "where"), [
+    (("load", "mode"), "sometimes", "load.mode"),
+    (("steps", 0, "metrics", "e2e_p50_ms"), "fast", "steps[0].metrics.e2e_p50_ms"),
+    (("server", "spec_decode", "source"), "guess", "server.spec_decode.source"),
+    (("goodput", "met"), -1, "goodput.met"),
+    (("serve_flags", "shared_prefix_burst"), "yes", "serve_flags.shared_prefix_burst"),
+])
+def test_the_added_blocks_fields_are_typed(tmp_path: Path, path: tuple[Any, ...], value: Any,
+                                           where: str) -> None:
+    doc = full_benchmark(tmp_path)
+    inner = doc
+    for key in path[:-1]:
+        inner = inner[key]
+    inner[path[-1]] = value
+    assert [p.split(":")[0] for p in check(doc, BENCHMARK)[1]] == [where]

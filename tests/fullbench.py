@@ -1,0 +1,110 @@
+"""A benchmark that holds every block anvil writes, built by `anvil postprocess`'s own path
+from a raw file: for the tests that hold the JSON Schema and the field tables to what the
+writers write.
+
+What it holds: an open-loop (gamma) run with rate steps, a measured window with requests
+outside it, goodput criteria, a failure and a cancelled request, a shared prefix, a prompt
+calibration, the generator's health in `run_end` and a `server_metrics.jsonl` of vLLM
+samples (counters for speculative decoding and the prefix cache) beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rawbuild import HEADER, completed, failed
+
+from anvil_metrics.jsonio import dump_line
+from anvil_metrics.load.arrivals import ArrivalPlan
+from anvil_metrics.post.benchmark import build_benchmark
+from anvil_metrics.post.rawread import read_raw
+from anvil_metrics.records import Failure
+
+MS = 1_000_000
+ANCHOR = HEADER["perf_anchor_ns"]
+GAP = 10 * MS  # one request every 10 ms from the anchor
+LAB = '{engine="0",model_name="m"}'
+
+
+def _series(k: int) -> dict[str, float]:
+    """vLLM's series after `k` finished requests (every figure grows with k)."""
+    s = {f"vllm:num_requests_running{LAB}": float(k % 3),
+         f"vllm:num_requests_waiting{LAB}": 0.0, f"vllm:kv_cache_usage_perc{LAB}": 0.1 * k,
+         f"vllm:spec_decode_num_drafts_total{LAB}": 10.0 * k,
+         f"vllm:spec_decode_num_draft_tokens_total{LAB}": 30.0 * k,
+         f"vllm:spec_decode_num_accepted_tokens_total{LAB}": 20.0 * k,
+         f"vllm:prefix_cache_hits_total{LAB}": 5.0 * k,
+         f"vllm:prefix_cache_queries_total{LAB}": 50.0 * k}
+    for name, per in (("time_to_first_token_seconds", 0.001), ("e2e_request_latency_seconds",
+                      0.004), ("request_queue_time_seconds", 0.0001),
+                      ("request_prompt_tokens", 130), ("request_generation_tokens", 6)):
+        s[f"vllm:{name}_sum{LAB}"] = per * k
+        s[f"vllm:{name}_count{LAB}"] = float(k)
+    return s
+
+
+def _samples(path: Path) -> None:
+    lines = [{"type": "sample", "seq": i, "t_ns": i, "done_ns": i, "mark": mark, "ok": True,
+              "series": _series(k)} for i, (k, mark) in enumerate(
+                  ((0, "first"), (4, None), (9, "last")))]
+    path.write_bytes(b"".join(dump_line(x) for x in lines))
+
+
+def _records() -> list[Any]:
+    """Request 0 a warm-up; 1 before the window, 10 after it; 6 fails, 8 is cancelled."""
+    recs: list[Any] = [completed(0, start_ns=ANCHOR, warmup=True)]
+    for i in range(1, 11):
+        start = ANCHOR + i * GAP
+        extra: dict[str, Any] = {"start_delay_ns": 100_000 * i, "waited_for_user": i == 4}
+        if i == 6:
+            recs.append(failed(i, start_ns=start, extra=extra))
+        elif i == 8:
+            recs.append(failed(i, start_ns=start, end_ns=start + 3 * MS, extra=extra,
+                               http_status=200, failure=Failure(
+                                   kind="cancelled", message="the run stopped",
+                                   phase="decode")))
+        else:
+            recs.append(completed(i, start_ns=start,
+                                  extra={**extra, "first_chunk_ns": start + 500_000}))
+    return recs
+
+
+def full_benchmark(folder: Path) -> dict[str, Any]:
+    """The document `anvil postprocess` builds from the raw run written into `folder`."""
+    plan = ArrivalPlan(100.0, "gamma", burstiness=2.0)
+    params = {
+        "concurrency": 2, "context_tokens": 4096, "max_context_tokens": 4096,
+        "context_distribution": {"128": 11}, "context_seed": 0, "max_tokens": 8,
+        "model": "m", "engine": "vllm", "base_url": "http://127.0.0.1:1/v1",
+        "measurement_protocol": "full", "run_nonce": "n0",
+        "serve_flags": {"no_thinking": False, "reasoning_effort": None,
+                        "shared_prefix_burst": True, "thinking_mode": "default"},
+        "shared_prefix": {"prefix_tokens": 64, "group_size": 2},
+        "prompt_calibration": {"method": "tokenize"},
+        "goodput": ["ttft_ms<=3", "e2e_ms<=10"],
+        "load": {"mode": "duration", "arrivals": plan.to_dict(), "duration_s": 0.2},
+        "server": {"metrics_url": "http://127.0.0.1:1/metrics", "version": "0.11.0",
+                   "max_model_len": 4096}}
+    lines: list[dict[str, Any]] = [{**HEADER, "params": params, "type": "run"},
+                                   {"type": "window", "from_ns": ANCHOR + 2 * GAP,
+                                    "to_ns": ANCHOR + 10 * GAP},
+                                   {"type": "step", "step": 0, "t_ns": ANCHOR, "users": None,
+                                    "rate": 50.0}]
+    for rec in _records():
+        if rec.request_index == 5 and not rec.warmup:
+            lines.append({"type": "step", "step": 1, "t_ns": ANCHOR + 5 * GAP,
+                          "users": None, "rate": 100.0})
+        lines.append(rec.to_json_dict())
+    lag = {"p50": 0.1, "p99": 0.4, "max": 6.0, "samples": 500, "over_5ms": 1,
+           "max_at_s": 0.05, "stalls": [[0.05, 6.0]]}
+    lines += [{"type": "step_end", "t_ns": ANCHOR + 11 * GAP},
+              {"type": "run_end", "finished_at": "2026-08-01T16:00:45Z",
+               "client": {"loop_lag_ms": lag, "cpu_pct": 20.0, "achieved_concurrency": None,
+                          "saturated": False, "verdict": "ok", "load_s": 0.2,
+                          "cpu_s": 0.04}}]
+    raw = folder / "requests.jsonl"
+    raw.write_bytes(b"".join(dump_line(x) for x in lines))
+    _samples(folder / "server_metrics.jsonl")
+    run = read_raw(raw)
+    return build_benchmark(run, (run.run_end or {}).get("client"))
