@@ -6,7 +6,9 @@ field (`ROW`) and each aggregate (`AGGREGATES`) is one entry here — name, unit
 inputs, the formula as code and as text, the label — and everything else is generated from
 the entries: the row layout and type rules (`schema.py`, `derive.RowColumns`), row
 derivation and verification (`derive.py`, `verify.py`), the `metrics` block (`stats.py`),
-the CLI summary and the live tables (`live.py`, `/anvil/`), and `anvil metrics`, which prints
+the CLI summary and the live tables (`live.py`, `/anvil/`), the live charts' fields
+(`series`), the report's colours and axis labels, the public summary's figures, decimals,
+labels and gates (`SUMMARY_FIGURES`, `IMPROVEMENT_GATES`), and `anvil metrics`, which prints
 the catalogue.
 
 Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the
@@ -48,7 +50,15 @@ class RowField:
       of `Columns`); measured fields have none and `source` says where they come from;
     - `methodology`: (key, sentence) of the document's `timing_methodology` it defines;
     - `percentiles`: the `metrics` name pattern of its p50/p95 (`{p}` → `p50`), if any;
-    - `live` / `summary`: shown in the live tables / the CLI summary, under `label`.
+    - `live` / `summary`: shown in the live tables / the CLI summary, under `label`;
+    - `better`: "higher" or "lower" when a larger value is better or worse (a rate, a
+      time), None when neither (a size); the summary's figures and gates take it from here;
+    - `stamps`: for a duration measured from the raw record, the two stamps (record keys,
+      `extra.` for the extra block) it is the difference of, (from, to); its `source` says so;
+    - `colour`: its colour in the report's figures (`report.draw.COLOURS`), if it is drawn;
+    - `series`: its title in the web UI's per-bucket p50 chart (`live.series.SERIES_FIELDS`,
+      the chart `chart-<series in lower case>`), if it is charted live.
+    `long_label` is the label with its unit, as an axis or legend shows it.
     """
 
     name: str
@@ -67,10 +77,23 @@ class RowField:
     percentiles: str | None = None
     live: bool = False
     summary: bool = False
+    better: str | None = None
+    stamps: tuple[str, str] | None = None
+    colour: str = ""
+    series: str = ""
+
+    def __post_init__(self) -> None:
+        if self.stamps is not None:  # a stamped duration's source is its two stamps
+            object.__setattr__(self, "source", f"({self.stamps[1]} − {self.stamps[0]}) / 1e6")
 
     @property
     def derived(self) -> bool:
         return self.compute is not None
+
+    @property
+    def long_label(self) -> str:
+        shown = self.label or self.name
+        return f"{shown} ({self.unit})" if self.unit else shown
 
     def percentile_names(self) -> list[str]:
         pattern = self.percentiles
@@ -136,6 +159,7 @@ def _content_tok_s(c: Columns) -> Any:
 
 
 _SUM = "summed into `metrics`"
+_LOWER, _HIGHER = {"better": "lower"}, {"better": "higher"}
 
 ROW: tuple[RowField, ...] = (
     RowField("request_index", "", "count", False,
@@ -160,26 +184,29 @@ ROW: tuple[RowField, ...] = (
     RowField("content_chunks", "chunks", "count", False,
              f"SSE chunks with a non-empty content delta ({_SUM})", source="raw record"),
     RowField("e2e_ms", "ms", "duration", False,
-             "request written to stream finished", source="(end_ns − start_ns) / 1e6",
-             label="end to end", percentiles="e2e_{p}_ms", live=True, summary=True),
+             "request written to stream finished", stamps=("start_ns", "end_ns"),
+             label="end to end", percentiles="e2e_{p}_ms", live=True, summary=True,
+             colour="#2ca02c", **_LOWER),
     RowField("time_to_first_output_ms", "ms", "duration", True,
              "request written to the first non-empty reasoning or content delta",
-             source="(first_output_ns − start_ns) / 1e6", label="time to first output",
+             stamps=("start_ns", "first_output_ns"), label="time to first output",
              methodology=("time_to_first_output", "request start through the first "
                           "non-empty streamed reasoning or content delta"),
-             percentiles="time_to_first_output_{p}_ms", live=True, summary=True),
+             percentiles="time_to_first_output_{p}_ms", live=True, summary=True,
+             colour="#1f77b4", **_LOWER),
     RowField("ttft_ms", "ms", "duration", True,
              "request written to the first non-empty content delta (null if no content)",
-             source="(first_content_ns − start_ns) / 1e6", label="TTFT (first content)",
+             stamps=("start_ns", "first_content_ns"), label="TTFT (first content)",
              methodology=("ttft", "request start through the first non-empty streamed "
                           "content delta"),
-             percentiles="ttft_{p}_ms", live=True, summary=True),
+             percentiles="ttft_{p}_ms", live=True, summary=True, colour="#ff7f0e",
+             series="TTFT", **_LOWER),
     RowField("generation_ms", "ms", "float", True, "time after the first output",
              inputs=("e2e_ms", "time_to_first_output_ms"),
              formula="e2e_ms − time_to_first_output_ms", compute=_generation_ms,
              label="generation",
              methodology=("generation", "client-observed E2E minus time to first output"),
-             percentiles="generation_{p}_ms", summary=True),
+             percentiles="generation_{p}_ms", summary=True, **_LOWER),
     RowField("visible_generation_ms", "ms", "float", True, "time after the first content",
              inputs=("e2e_ms", "ttft_ms"), formula="e2e_ms − ttft_ms",
              compute=_visible_generation_ms),
@@ -191,7 +218,8 @@ ROW: tuple[RowField, ...] = (
              methodology=("decode", "usage completion tokens after the first token divided "
                           "by client-observed generation time; completion tokens may include "
                           "reasoning tokens"),
-             percentiles="decode_tok_s_{p}", live=True, summary=True),
+             percentiles="decode_tok_s_{p}", live=True, summary=True, colour="#d62728",
+             series="decode", **_HIGHER),
     RowField("mean_inter_token_latency_ms", "ms", "float", True,
              "generation time per output token after the first",
              inputs=("generation_ms", "output_tokens"),
@@ -200,7 +228,8 @@ ROW: tuple[RowField, ...] = (
              methodology=("mean_inter_token_latency", "client-observed generation time "
                           "divided by completion tokens after the first token; not a raw "
                           "per-token timestamp trace"),
-             percentiles="mean_inter_token_latency_ms_{p}", live=True, summary=True),
+             percentiles="mean_inter_token_latency_ms_{p}", live=True, summary=True,
+             colour="#8c564b", **_LOWER),
     RowField("effective_prefill_tok_s", "tok/s", "float", True,
              "prompt tokens per second of time to first output (queueing included)",
              inputs=("prompt_tokens", "time_to_first_output_ms"),
@@ -209,7 +238,8 @@ ROW: tuple[RowField, ...] = (
              methodology=("effective_prefill", "usage.prompt_tokens divided by "
                           "client-observed time to first output; includes queueing, "
                           "scheduling, prefill, and first-token work"),
-             percentiles="effective_prefill_tok_s_{p}", live=True, summary=True),
+             percentiles="effective_prefill_tok_s_{p}", live=True, summary=True,
+             colour="#17becf", **_HIGHER),
     RowField("reasoning_tokens", "tok", "count", True,
              "output tokens the server counted as reasoning", presence="added", since=1,
              source="usage.completion_tokens_details.reasoning_tokens"),
@@ -220,20 +250,22 @@ ROW: tuple[RowField, ...] = (
              formula="ttft_ms − time_to_first_output_ms, where reasoning_chunks > 0",
              compute=lambda c: np.where(c["reasoning_chunks"] > 0,
                                         c["ttft_ms"] - c["time_to_first_output_ms"], np.nan),
-             label="reasoning phase", percentiles="reasoning_{p}_ms", live=True, summary=True),
+             label="reasoning phase", percentiles="reasoning_{p}_ms", live=True, summary=True,
+             **_LOWER),
     RowField("reasoning_tok_s", "tok/s", "float", True,
              "reasoning tokens per second of the reasoning phase (the first content token "
              "ends it; null unless usage splits reasoning tokens)", presence="added", since=1,
              inputs=("reasoning_tokens", "reasoning_ms"),
              formula="reasoning_tokens / (reasoning_ms / 1000)", compute=_reasoning_tok_s,
-             label="reasoning decode", percentiles="reasoning_tok_s_{p}", summary=True),
+             label="reasoning decode", percentiles="reasoning_tok_s_{p}", summary=True,
+             **_HIGHER),
     RowField("content_tok_s", "tok/s", "float", True,
              "content tokens after the first, per second after the first content (null "
              "unless usage splits reasoning tokens)", presence="added", since=1,
              inputs=("output_tokens", "reasoning_tokens", "visible_generation_ms"),
              formula="(output_tokens − reasoning_tokens − 1) / (visible_generation_ms / 1000)",
              compute=_content_tok_s, label="content decode", percentiles="content_tok_s_{p}",
-             summary=True),
+             summary=True, **_HIGHER),
     RowField("step", "", "count", True,
              "the step of a stepped run in force when the request started (null in a run "
              "without steps)", presence="added", since=2,
@@ -250,18 +282,18 @@ ROW: tuple[RowField, ...] = (
              formula="time_to_first_output_ms + schedule_lag_ms",
              compute=_from_due("time_to_first_output_ms"),
              label="time to first output from due",
-             percentiles="time_to_first_output_from_due_{p}_ms"),
+             percentiles="time_to_first_output_from_due_{p}_ms", **_LOWER),
     RowField("e2e_from_due_ms", "ms", "float", True,
              "end to end counted from when the request was due", presence="added", since=2,
              inputs=("e2e_ms", "schedule_lag_ms"), formula="e2e_ms + schedule_lag_ms",
              compute=_from_due("e2e_ms"), label="end to end from due",
-             percentiles="e2e_from_due_{p}_ms"),
+             percentiles="e2e_from_due_{p}_ms", **_LOWER),
     RowField("time_to_first_chunk_ms", "ms", "duration", True,
              "request written to the first SSE chunk of any kind, role-only included: what "
              "vLLM's server-side TTFT and its bench client measure (a reasoning parser may "
              "hide the first token; its chunk still arrives)", presence="added", since=3,
-             source="(extra.first_chunk_ns − start_ns) / 1e6",
-             label="time to first chunk", percentiles="time_to_first_chunk_{p}_ms"),
+             stamps=("start_ns", "extra.first_chunk_ns"), label="time to first chunk",
+             percentiles="time_to_first_chunk_{p}_ms", colour="#9467bd", **_LOWER),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}
@@ -327,7 +359,8 @@ def timing_methodology() -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class Aggregate:
     """One key of the `metrics` block: its unit, formula text and the row fields it reads
-    (`stats.aggregate` computes it; `added` keys may be absent from older files)."""
+    (`stats.aggregate` computes it; `added` keys may be absent from older files); `better`
+    as `RowField.better` (a percentile's is its field's)."""
 
     name: str
     unit: str
@@ -335,11 +368,12 @@ class Aggregate:
     inputs: tuple[str, ...]
     added: bool = False
     conditional: bool = False  # only in some runs (`goodput.py`), not `stats.aggregate`'s
+    better: str | None = None
 
 
 def _aggregates() -> tuple[Aggregate, ...]:
     out = [Aggregate(name, f.unit, f"nearest-rank p{p} of {f.name} over the rows that have "
-                     "it", (f.name,), f.presence == "added")
+                     "it", (f.name,), f.presence == "added", better=f.better)
            for f in ROW if f.percentiles
            for name, p in zip(f.percentile_names(), PERCENTILES, strict=True)]
     out += [
@@ -354,7 +388,7 @@ def _aggregates() -> tuple[Aggregate, ...]:
         Aggregate("prompt_token_samples", "rows", "rows that have a prompt_tokens",
                   ("prompt_tokens",)),
         Aggregate("throughput_tok_s", "tok/s", "output_tokens / (wall_clock_ms / 1000)",
-                  ("output_tokens",)),
+                  ("output_tokens",), better="higher"),
         Aggregate("content_chunks_s", "chunks/s",
                   "Σ content_chunks / fsum(visible_generation_ms / 1000) over the rows whose "
                   "output_token_source is \"chunks\" and that have a visible_generation_ms",
@@ -366,7 +400,7 @@ def _aggregates() -> tuple[Aggregate, ...]:
         Aggregate("goodput_rps", "req/s",
                   "requests meeting every goodput criterion / (wall_clock_ms / 1000); only "
                   "when criteria were given (goodput.criteria)", (), added=True,
-                  conditional=True),
+                  conditional=True, better="higher"),
     ]
     return tuple(out)
 
@@ -397,15 +431,60 @@ def describe() -> list[tuple[str, str, str, str]]:
     return out
 
 
-# --- the campaign summary's gates ---------------------------------------------------------
-# A campaign sets them (`campaign/spec.py` checks their values) and the summary decides them
-# (`summary/decide.py`): one table, below both.
-# gate -> (row field, True when higher is better)
-IMPROVEMENT_GATES = {
-    "e2e_p50_improvement_percent": ("e2e_p50_ms", False),
-    "ttft_p50_improvement_percent": ("ttft_p50_ms", False),
-    "decode_p50_improvement_percent": ("decode_tok_s_p50", True),
-    "effective_prefill_p50_improvement_percent": ("effective_prefill_tok_s_p50", True),
-    "aggregate_output_improvement_percent": ("aggregate_output_tok_s", True),
-}
+# --- the public summary's figures and gates -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryFigure:
+    """One figure of a public summary's `performance[]` row: the mean over a variant's runs
+    of each run's `metrics[metric]` (`summary/decide.py`), shown to `decimals` places under
+    `label` (summary.md's column) or `long_label` (the report's panel title). `better` is
+    its metric's (`Aggregate.better`); `delta`, if any, is the row field of its change
+    against the speculation-off variant, in percent, shown to `DELTA_DECIMALS` places;
+    `added` figures are anvil's own, absent from the spec's example."""
+
+    name: str
+    unit: str
+    decimals: int
+    label: str
+    long_label: str
+    metric: str
+    delta: str = ""
+    added: bool = False
+
+    @property
+    def better(self) -> str | None:
+        return AGGREGATES_BY_NAME[self.metric].better
+
+
+AGGREGATES_BY_NAME: dict[str, Aggregate] = {a.name: a for a in AGGREGATES}
+DELTA_DECIMALS = 1
+SUMMARY_FIGURES: tuple[SummaryFigure, ...] = (
+    SummaryFigure("ttft_p50_ms", "ms", 1, "TTFT p50 ms", "time to first token p50 (ms)",
+                  "ttft_p50_ms"),
+    SummaryFigure("effective_prefill_tok_s_p50", "tok/s", 0, "prefill tok/s p50",
+                  "effective prefill p50 (tok/s)", "effective_prefill_tok_s_p50"),
+    SummaryFigure("decode_tok_s_p50", "tok/s", 1, "decode tok/s p50", "decode rate p50 (tok/s)",
+                  "decode_tok_s_p50", delta="decode_delta_percent"),
+    SummaryFigure("e2e_p50_ms", "ms", 1, "e2e p50 ms", "end to end p50 (ms)", "e2e_p50_ms",
+                  delta="e2e_delta_percent"),
+    SummaryFigure("aggregate_output_tok_s", "tok/s", 1, "output tok/s",
+                  "aggregate output (tok/s)", "throughput_tok_s"),
+    SummaryFigure("prompt_tokens_p50", "tok", 0, "prompt tokens",
+                  "prompt tokens p50 (server-counted)", "prompt_tokens_p50", added=True),
+)
+SUMMARY_BY_NAME: dict[str, SummaryFigure] = {f.name: f for f in SUMMARY_FIGURES}
+
+# A campaign sets the gates (`campaign/spec.py` checks their values) and the summary decides
+# them (`summary/decide.py`): one table, below both. Each improvement gate is on one summary
+# figure, in its direction; gate -> (summary figure, True when higher is better).
+IMPROVEMENT_GATE_FIGURES = (
+    ("e2e_p50_improvement_percent", "e2e_p50_ms"),
+    ("ttft_p50_improvement_percent", "ttft_p50_ms"),
+    ("decode_p50_improvement_percent", "decode_tok_s_p50"),
+    ("effective_prefill_p50_improvement_percent", "effective_prefill_tok_s_p50"),
+    ("aggregate_output_improvement_percent", "aggregate_output_tok_s"),
+)
+IMPROVEMENT_GATES = {gate: (name, SUMMARY_BY_NAME[name].better == "higher")
+                     for gate, name in IMPROVEMENT_GATE_FIGURES}
 KNOWN_GATES = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional")

@@ -6,7 +6,8 @@ and both stay bounded the same way: past their most points, neighbouring time bu
 pairwise (`pairwise`) and the interval doubles.
 
 - The charts: per bucket of arrival time (at most MAX_BUCKETS) a sketch (`sketch.Sketch`) of
-  each charted value (SERIES_FIELDS), shown as the bucket's median, within 1 %.
+  each charted value (SERIES_FIELDS: the catalogue's fields with a `series` title), shown as
+  the bucket's median (`series_key`: `<field>_p50` in live.json), within 1 %.
 - The flow: per second of the run, the measured requests in flight (their mean over the
   second, time-weighted, and the most at once) and the completed requests, failures and
   output tokens that finished in it (output tok/s and requests/s are those over the second's
@@ -29,14 +30,20 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from anvil_metrics import catalog
 from anvil_metrics.live.sketch import SKETCH_REL_ERROR, Sketch
 
-SERIES_FIELDS = ("ttft_ms", "decode_tok_s")
+SERIES_FIELDS = tuple(f.name for f in catalog.ROW if f.series)
 MAX_BUCKETS = 120  # chart points at most (each a sketch of ~100 bins: ~1 MB in all)
 FLOW_TICK_S = 1.0  # in flight is read once a tick; the flow's finest interval
 MAX_FLOW_POINTS = 600  # the flow's points at most (merged pairwise past that)
 
 T = TypeVar("T")
+
+
+def series_key(name: str) -> str:
+    """The live.json `series` key of a charted field's per-bucket medians."""
+    return f"{name}_p50"
 
 
 def pairwise(buckets: dict[int, T], empty: Callable[[], T], merge: Callable[[T, T], T]
@@ -87,7 +94,7 @@ class Series:
                                "t_s": [(k + 1) * self.width_s for k in keys],
                                "median_rel_error": SKETCH_REL_ERROR}
         for f in SERIES_FIELDS:
-            out[f + "_p50"] = [self.buckets[k][f].median() for k in keys]
+            out[series_key(f)] = [self.buckets[k][f].median() for k in keys]
         out["completed"] = [self.counts[k] for k in keys]
         return out
 

@@ -19,12 +19,16 @@ and the CDF's exact figures from benchmark.json's rows.
 Element ids (`anvil-table`, `chart-cdf`, `chart-inflight`, `chart-throughput`,
 `chart-ttft`, `chart-decode`, `downloads`, `status`, `accuracy`, `server`: the server's
 newest gauges) are what the tests read; each chart's `data-points` is how many points it
-drew.
+drew. The per-bucket p50 charts, their captions and `series` keys are made from the
+catalogue: one per field with a `series` title (`chart-<title in lower case>`).
 """
 
 from __future__ import annotations
 
-PAGE_HTML = """<!doctype html>
+from anvil_metrics import catalog
+from anvil_metrics.live.series import SERIES_FIELDS, series_key
+
+_TEMPLATE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -86,13 +90,7 @@ PAGE_HTML = """<!doctype html>
     <svg id="chart-throughput" viewBox="0 0 420 220" role="img"
          aria-label="output throughput"></svg>
   </figure>
-  <figure><figcaption>TTFT p50 (ms) per bucket, within 1 %</figcaption>
-    <svg id="chart-ttft" viewBox="0 0 420 220" role="img" aria-label="TTFT p50"></svg>
-  </figure>
-  <figure><figcaption>decode p50 (tok/s) per bucket, within 1 %</figcaption>
-    <svg id="chart-decode" viewBox="0 0 420 220" role="img" aria-label="decode p50"></svg>
-  </figure>
-</div>
+@SERIES_FIGURES@</div>
 <h2>Files of the run</h2>
 <ul id="downloads"><li>served here once the run has ended</li></ul>
 <script>
@@ -279,7 +277,7 @@ function renderDownloads(s) {
 function render(s) {
   renderStatus(s);
   renderTable(s.metrics || []);
-  const series = s.series || {t_s: [], ttft_ms_p50: [], decode_tok_s_p50: []};
+  const series = s.series || {t_s: [], @SERIES_EMPTY@};
   drawCdf(document.getElementById("chart-cdf"), s.ttft_cdf);
   const f = s.flow || {t_s: [], in_flight: [], output_tok_s: []};
   const at = i => " in the " + fmt(f.span_s[i]) + " s to " + fmt(f.t_s[i]) + " s";
@@ -290,9 +288,7 @@ function render(s) {
             i => fmt(f.output_tok_s[i]) + " tok/s, " + fmt(f.completed_per_s[i]) +
                  " requests/s (" + f.completed[i] + " completed, " + f.failed[i] +
                  " failed)" + at(i), f.span_s);
-  drawChart(document.getElementById("chart-ttft"), series.t_s, series.ttft_ms_p50);
-  drawChart(document.getElementById("chart-decode"), series.t_s, series.decode_tok_s_p50);
-  renderDownloads(s);
+@SERIES_DRAWN@  renderDownloads(s);
   document.body.dataset.runId = s.run_id || "";
   document.body.dataset.finished = String(Boolean(s.finished));
 }
@@ -312,3 +308,28 @@ poll();
 </body>
 </html>
 """
+
+
+def _series_parts() -> dict[str, str]:
+    """The page's per-bucket p50 charts, one per charted catalogue field (`RowField.series`,
+    `live.series.SERIES_FIELDS`): its figure, its empty series and its draw call."""
+    fields = [catalog.BY_NAME[name] for name in SERIES_FIELDS]
+    figures = "".join(
+        f'  <figure><figcaption>{f.series} p50 ({f.unit}) per bucket, within 1 %</figcaption>\n'
+        f'    <svg id="chart-{f.series.lower()}" viewBox="0 0 420 220" role="img" '
+        f'aria-label="{f.series} p50"></svg>\n  </figure>\n' for f in fields)
+    drawn = "".join(
+        f'  drawChart(document.getElementById("chart-{f.series.lower()}"), series.t_s, '
+        f'series.{series_key(f.name)});\n' for f in fields)
+    empty = ", ".join(f"{series_key(f.name)}: []" for f in fields)
+    return {"@SERIES_FIGURES@": figures, "@SERIES_EMPTY@": empty, "@SERIES_DRAWN@": drawn}
+
+
+def _page() -> str:
+    page = _TEMPLATE
+    for mark, text in _series_parts().items():
+        page = page.replace(mark, text)
+    return page
+
+
+PAGE_HTML = _page()

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from anvil_metrics import catalog
 from anvil_metrics.campaign.checks import checks_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import read_json
@@ -54,11 +55,8 @@ from anvil_metrics.summary.verify import is_summary, read_small_json, verify_sum
 
 SUMMARY_FILE = "summary.json"
 EXTRA = "Checks, telemetry and what is left out"
-LABELS = {"ttft_p50_ms": "time to first token p50 (ms)",
-          "effective_prefill_tok_s_p50": "effective prefill p50 (tok/s)",
-          "decode_tok_s_p50": "decode rate p50 (tok/s)", "e2e_p50_ms": "end to end p50 (ms)",
-          "aggregate_output_tok_s": "aggregate output (tok/s)",
-          "prompt_tokens_p50": "prompt tokens p50 (server-counted)"}
+# each summary figure's panel title: the catalogue's long label
+LABELS = {f.name: f.long_label for f in catalog.SUMMARY_FIGURES}
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,9 +39,8 @@ from anvil_metrics.runs.capacity import Search, Slo, meets, parse_slos, slo_valu
 CAPACITY_FILE = "capacity.json"
 BYS = ("users", "rate")
 MEETS_COLOUR, FAILS_COLOUR = "#2ca02c", "#d62728"
-KEY_FIGURES = (("ttft_ms", ("ttft_p50_ms", "ttft_p95_ms")),
-               ("e2e_ms", ("e2e_p50_ms", "e2e_p95_ms")),
-               ("decode_tok_s", ("decode_tok_s_p50", "decode_tok_s_p95")),
+KEY_FIGURES = (*((name, tuple(catalog.BY_NAME[name].percentile_names()))
+                 for name in ("ttft_ms", "e2e_ms", "decode_tok_s")),
                ("throughput", ("throughput_tok_s",)))
 
 
@@ -266,7 +265,7 @@ def key_figure(doc: dict[str, Any], docs: list[dict[str, Any]],
         _mark_capacity(ax, doc)
         ax.set_xlabel(doc["by"])
         f = catalog.BY_NAME.get(name)
-        ax.set_ylabel(f"{f.label or name} ({f.unit})" if f else "output throughput (tok/s)")
+        ax.set_ylabel(f.long_label if f else "output throughput (tok/s)")
         ax.legend(fontsize=7)
     return draw.finish(fig, "capacity-figures.png", "Latency and throughput against the load",
                        "Each step's benchmark.json metrics (time to first token, end to end, "

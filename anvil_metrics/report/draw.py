@@ -21,16 +21,16 @@ matplotlib.use("Agg")  # before pyplot: headless, whatever $DISPLAY or MPLBACKEN
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from anvil_metrics import catalog  # noqa: E402
 from anvil_metrics.report.page import Figure  # noqa: E402
 
 DPI = 100
 WIDE = (10.0, 4.2)
 TALL = (10.0, 6.0)
-# one colour per quantity, the same in every figure (matplotlib's tab10)
+# one colour per quantity, the same in every figure (matplotlib's tab10): each drawn row
+# field's is the catalogue's (`RowField.colour`), then those of what is no row field
 COLOURS = {
-    "time_to_first_output_ms": "#1f77b4", "ttft_ms": "#ff7f0e", "e2e_ms": "#2ca02c",
-    "time_to_first_chunk_ms": "#9467bd", "decode_tok_s": "#d62728",
-    "mean_inter_token_latency_ms": "#8c564b", "effective_prefill_tok_s": "#17becf",
+    **{f.name: f.colour for f in catalog.ROW if f.colour},
     "in_flight": "#1f77b4", "throughput": "#2ca02c", "failure": "#d62728", "slo": "#d62728",
     "capacity": "#2ca02c",
 }

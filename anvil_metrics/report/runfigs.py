@@ -118,8 +118,7 @@ def load_run(folder: Path) -> RunData:
 
 
 def _label(name: str) -> str:
-    f = catalog.BY_NAME[name]
-    return f"{f.label or name} ({f.unit})" if f.unit else (f.label or name)
+    return catalog.BY_NAME[name].long_label
 
 
 def _pcts(doc: dict[str, Any], name: str) -> list[tuple[str, float | None]]:

@@ -47,9 +47,11 @@ Definitions (field names as in the spec's example, `../shared/spec/public-summar
 - `retained_failures[]`: one sentence per run with failed requests (counted by kind, HTTP
   statuses named), per saturated run and per partial run.
 
-Rounding for display (`DISPLAY_DECIMALS`, `rounded`): times, rates and deltas to one decimal,
-prefill rates and prompt tokens to whole numbers, telemetry ranges to two decimals, as the
-example rounds; the JSON keeps full precision.
+Rounding for display (`DISPLAY_DECIMALS`, `rounded`): each row figure to its catalogue
+decimals (`catalog.SUMMARY_FIGURES`: times and rates to one decimal, prefill rates and prompt
+tokens to whole numbers), deltas to `catalog.DELTA_DECIMALS`, telemetry ranges to two
+decimals, as the example rounds; the JSON keeps full precision. The row figures, the benchmark
+metric each is the mean of, and the deltas are the catalogue's (`ROW_METRICS`, `DELTAS`).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from anvil_metrics.catalog import IMPROVEMENT_GATES, KNOWN_GATES
+from anvil_metrics.catalog import DELTA_DECIMALS, IMPROVEMENT_GATES, KNOWN_GATES, SUMMARY_FIGURES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.summary.stats import (
     CONFIDENCE,
@@ -73,21 +75,12 @@ from anvil_metrics.summary.stats import (
 
 OFF = "off"
 # summary row field -> the benchmark's `metrics` key it is the mean of
-ROW_METRICS = (
-    ("ttft_p50_ms", "ttft_p50_ms"),
-    ("effective_prefill_tok_s_p50", "effective_prefill_tok_s_p50"),
-    ("decode_tok_s_p50", "decode_tok_s_p50"),
-    ("e2e_p50_ms", "e2e_p50_ms"),
-    ("aggregate_output_tok_s", "throughput_tok_s"),
-    ("prompt_tokens_p50", "prompt_tokens_p50"),
-)
-DELTAS = (("decode_delta_percent", "decode_tok_s_p50"), ("e2e_delta_percent", "e2e_p50_ms"))
-DISPLAY_DECIMALS = {
-    "ttft_p50_ms": 1, "effective_prefill_tok_s_p50": 0, "decode_tok_s_p50": 1,
-    "e2e_p50_ms": 1, "aggregate_output_tok_s": 1, "prompt_tokens_p50": 0,
-    "decode_delta_percent": 1, "e2e_delta_percent": 1,
-    "accepted_length_range": 2, "acceptance_rate_range": 2,
-}
+ROW_METRICS = tuple((f.name, f.metric) for f in SUMMARY_FIGURES)
+# delta field -> the summary row field it is the change of
+DELTAS = tuple((f.delta, f.name) for f in SUMMARY_FIGURES if f.delta)
+TELEMETRY_DECIMALS = {"accepted_length_range": 2, "acceptance_rate_range": 2}
+DISPLAY_DECIMALS = {**{f.name: f.decimals for f in SUMMARY_FIGURES},
+                    **{name: DELTA_DECIMALS for name, _ in DELTAS}, **TELEMETRY_DECIMALS}
 PASSING = ("pass", "not_required")
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anvil_metrics.catalog import IMPROVEMENT_GATES
-from anvil_metrics.summary.decide import DISPLAY_DECIMALS, rounded
+from anvil_metrics.catalog import IMPROVEMENT_GATES, SUMMARY_FIGURES
+from anvil_metrics.summary.decide import DELTAS, DISPLAY_DECIMALS, rounded
 
-COLUMNS = (("ttft_p50_ms", "TTFT p50 ms"), ("effective_prefill_tok_s_p50", "prefill tok/s p50"),
-           ("decode_tok_s_p50", "decode tok/s p50"), ("e2e_p50_ms", "e2e p50 ms"),
-           ("aggregate_output_tok_s", "output tok/s"), ("prompt_tokens_p50", "prompt tokens"),
-           ("runs", "runs"))
-DELTA_NAMES = (("decode_delta_percent", "decode_delta"), ("e2e_delta_percent", "e2e_delta"))
+# the performance table's columns: the catalogue's figures under their labels, then the runs
+COLUMNS = (*((f.name, f.label) for f in SUMMARY_FIGURES), ("runs", "runs"))
+# delta field -> the stem of its interval and p-value fields (`<stem>_ci95_percent` …)
+DELTA_NAMES = tuple((name, name.removesuffix("_percent")) for name, _ in DELTAS)
 
 
 def _num(value: Any, places: int) -> str:
@@ -69,7 +68,7 @@ def _significance(ci: Sequence[float] | None, marks: list[tuple[str, float]]) ->
 def delta_lines(doc: Mapping[str, Any]) -> list[str]:
     """One line per delta of each speculative variant: value, interval, p, significance."""
     fields = dict(DELTA_NAMES)
-    delta_field = {"decode_delta_percent": "decode_tok_s_p50", "e2e_delta_percent": "e2e_p50_ms"}
+    delta_field = dict(DELTAS)
     marks = _thresholds(doc)
     out = []
     for row in doc.get("performance") or []:

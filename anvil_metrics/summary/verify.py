@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anvil_metrics.catalog import SUMMARY_FIGURES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import JsonFileError, read_json
 from anvil_metrics.post.docscan import verify_file
@@ -52,7 +53,7 @@ DECISIONS = ("promotion", "no-promotion", None)
 ROW_LABELS = ("model", "speculation")
 ROW_FIGURES = tuple(field for field, _ in ROW_METRICS)
 ROW_DELTAS = tuple(name for name, _ in DELTAS)
-ROW_ADDED = ("prompt_tokens_p50", "runs", "null_reasons",
+ROW_ADDED = (*(f.name for f in SUMMARY_FIGURES if f.added), "runs", "null_reasons",
              *(f"{d.removesuffix('_percent')}_{x}" for d in ROW_DELTAS
                for x in ("ci95_percent", "mann_whitney_p")))
 PROTOCOL_COUNTS = ("requests_per_run", "runs_per_model", "concurrency",
