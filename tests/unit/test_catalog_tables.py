@@ -162,7 +162,7 @@ NEW_FIGURE = textwrap.dedent("""
     from anvil_metrics.live import series
     from anvil_metrics.live.webui_page import PAGE_HTML
     from anvil_metrics.report import campaignfigs, draw
-    from anvil_metrics.schemas.build import summary_schema
+    from anvil_metrics.schemas.verdicts import summary_schema
     from anvil_metrics.summary import decide, markdown, verify
     assert ("ttft_p95_ms", "ttft_p95_ms") in decide.ROW_METRICS
     assert ("ttft_delta_percent", "ttft_p95_ms") in decide.DELTAS
