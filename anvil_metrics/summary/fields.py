@@ -14,6 +14,8 @@ Each entry is `name: (unit, definition)`; the unit is "" where a field has none.
 
 from __future__ import annotations
 
+from anvil_metrics import catalog
+
 Text = dict[str, tuple[str, str]]  # field -> (unit, one-sentence definition)
 
 TOP: Text = {
@@ -61,34 +63,31 @@ PROTOCOL: Text = {
     "null_reasons": ("", "figure → why it is null (the runs do not agree, or there are none)"),
 }
 
+def _figure_rows() -> Text:
+    """The performance row's figures and their deltas, worded from the catalogue's
+    `SUMMARY_FIGURES` (a figure added there is described here without another edit)."""
+    out: Text = {}
+    for f in catalog.SUMMARY_FIGURES:
+        out[f.name] = (f.unit, f"mean over the variant's runs of each run's metrics.{f.metric} "
+                               f"({f.long_label})")
+        if f.delta:
+            base = f.delta.removesuffix("_percent")
+            out[f.delta] = ("%", f"100 × (mean {f.name} / the same model's speculation "
+                                 '"off" mean − 1); only in rows with speculation on')
+            out[f"{base}_ci95_percent"] = ("%", "[low, high] 95 % percentile-bootstrap "
+                                                f"interval of {f.delta}; null with the reason")
+            out[f"{base}_mann_whitney_p"] = ("", "two-sided Mann–Whitney p-value of the two "
+                                                 f"variants' per-run {f.name}")
+    return out
+
+
 ROW: Text = {
     "model": ("", "the variant's model label"),
     "speculation": ("", 'the variant\'s speculation label ("off" without speculative '
                     "decoding)"),
-    "ttft_p50_ms": ("ms", "mean over the variant's runs of each run's metrics.ttft_p50_ms "
-                    "(mean of run medians)"),
-    "effective_prefill_tok_s_p50": ("tok/s", "mean over runs of each run's "
-                                    "metrics.effective_prefill_tok_s_p50"),
-    "decode_tok_s_p50": ("tok/s", "mean over runs of each run's metrics.decode_tok_s_p50"),
-    "e2e_p50_ms": ("ms", "mean over runs of each run's metrics.e2e_p50_ms"),
-    "aggregate_output_tok_s": ("tok/s", "mean over runs of each run's "
-                               "metrics.throughput_tok_s"),
-    "prompt_tokens_p50": ("tok", "mean over runs of each run's metrics.prompt_tokens_p50 "
-                          "(the server-counted prompt size)"),
-    "decode_delta_percent": ("%", "100 × (mean decode_tok_s_p50 / the same model's "
-                             'speculation "off" mean − 1); only in rows with speculation on'),
-    "e2e_delta_percent": ("%", "100 × (mean e2e_p50_ms / the same model's speculation "
-                          '"off" mean − 1); only in rows with speculation on'),
+    **_figure_rows(),
     "runs": ("", "how many runs the row's means are over"),
     "null_reasons": ("", "figure → why it is null (names the runs that lack it)"),
-    "decode_delta_ci95_percent": ("%", "[low, high] 95 % percentile-bootstrap interval of "
-                                  "decode_delta_percent; null with the reason"),
-    "decode_delta_mann_whitney_p": ("", "two-sided Mann–Whitney p-value of the two variants' "
-                                    "per-run decode_tok_s_p50"),
-    "e2e_delta_ci95_percent": ("%", "[low, high] 95 % percentile-bootstrap interval of "
-                               "e2e_delta_percent; null with the reason"),
-    "e2e_delta_mann_whitney_p": ("", "two-sided Mann–Whitney p-value of the two variants' "
-                                 "per-run e2e_p50_ms"),
 }
 
 TELEMETRY: Text = {
