@@ -1,15 +1,14 @@
 """`anvil sim --max-running N`: a capacity knee, exact to the scheduler's deadlines.
 
 `Admission` on its own with fake connections (FIFO order, a client leaving the queue, a failed
-start freeing its slot, never admitted before its arrival); the schedulers' logical clock;
-then the real simulator process on 127.0.0.1: with two slots and four simultaneous streams,
-two start prefill at once and the other two exactly when the first ones end, a client that
-disconnects while queued gives its place up, and faults free their slot.
+start freeing its slot, never admitted before its arrival); then the real simulator process
+on 127.0.0.1: with two slots and four simultaneous streams, two start prefill at once and the
+other two exactly when the first ones end, a client that disconnects while queued gives its
+place up, and faults free their slot. The schedulers' logical clock: test_scheduler.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import statistics
 import time
@@ -30,7 +29,6 @@ from anvil_metrics.sim.rawclient import (
     parse_capture,
     request_bytes,
 )
-from anvil_metrics.sim.scheduler import AsyncioScheduler, make_scheduler
 
 MS = 1_000_000
 PREFILL_MS, INTERVAL_MS, TOKENS = 40, 2, 30  # a running stream lasts 40 + 29 * 2 = 98 ms
@@ -104,32 +102,6 @@ def test_never_admitted_before_arrival_and_a_failed_start_frees_its_slot() -> No
     assert (adm.running, adm.waiting) == (1, 0)
     with pytest.raises(ValueError, match="max_running"):
         Admission(0, lambda: 0)
-
-
-@pytest.mark.parametrize("kind", ["asyncio", "auto"])
-def test_scheduler_now_is_the_firing_deadline(kind: str) -> None:
-    seen: list[tuple[int, int]] = []
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        sched = make_scheduler(loop, kind)
-        assert kind != "asyncio" or isinstance(sched, AsyncioScheduler)
-        done = asyncio.Event()
-        deadline = time.monotonic_ns() + 5 * MS
-
-        class Item:
-            def fire(self) -> None:
-                seen.append((deadline, sched.now_ns()))
-                done.set()
-
-        sched.at(deadline, Item())
-        await asyncio.wait_for(done.wait(), 5)
-        outside = sched.now_ns()
-        sched.close()
-        assert outside >= deadline  # outside a fire: the clock
-
-    asyncio.run(main())
-    assert seen and seen[0][0] == seen[0][1]
 
 
 # -- the real simulator ---------------------------------------------------------------------------

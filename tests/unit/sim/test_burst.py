@@ -7,13 +7,12 @@ real process on 127.0.0.1 (framing, completeness, no chunk before its deadline).
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import re
 from typing import Any
 
 import pytest
 from conftest import DoneCallbacks
+from simwire import FakeClock, FakeScheduler
 
 from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.sim import burst as burst_module
@@ -32,14 +31,6 @@ T0 = 1_000 * MS
 _ID = re.compile(rb"chatcmpl-[0-9a-f]{32}")
 _CREATED = re.compile(rb'"created":\d+')
 _STAMP = re.compile(rb'"anvil_sent_ns":\d+,')
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class FakeConn(DoneCallbacks):
@@ -67,27 +58,6 @@ class FakeConn(DoneCallbacks):
     def abort(self) -> None:
         self.closed = True
         self.settle()
-
-
-class FakeScheduler:
-    """Fires items in deadline order, moving the fake clock to each deadline."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.heap: list[tuple[int, int, Any]] = []
-        self.seq = itertools.count()
-
-    def at(self, deadline_ns: int, item: Any) -> None:
-        heapq.heappush(self.heap, (deadline_ns, next(self.seq), item))
-
-    def run(self) -> None:
-        while self.heap:
-            deadline, _, item = heapq.heappop(self.heap)
-            self.clock.now = max(self.clock.now, deadline)
-            item.fire()
-
-    def close(self) -> None:
-        pass
 
 
 def run_stream(
