@@ -6,20 +6,18 @@ prompt is built on the hub during the load: `prepare.py`), creates the run folde
 exclusively and writes the raw file's header. `RunSession.finish` closes the raw file and
 writes `benchmark.json`. Both run inside Locust's `test_start` / `test_stop` events (see
 `plugin.py`), which also keep the session on Locust's `Environment` for the users (a
-`runctx.RunContext`).
+`runctx.RunContext`). The session is the run's state; what time does to it once the load
+has begun (the duration, a sweep's steps, the user count watched) is its `RunClock`
+(`runclock.py`), given the user controls and `on_end` when the session is made.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import gevent
 
 from anvil_metrics.errors import AnvilError
 from anvil_metrics.events import anvil_events
@@ -28,6 +26,7 @@ from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
+from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import BodyBuilder
 from anvil_metrics.load.options import RunOptions
@@ -44,14 +43,14 @@ from anvil_metrics.wire.transport import SendStats
 __all__ = ["RunOptions", "RunSession"]
 
 log = logging.getLogger("anvil")
-USERS_POLL_S = 0.05  # how often a run's target user count is looked at (LoadTestShape steps)
 
 
 class RunSession:
     def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
                  bodies: BodyBuilder, budget: RequestBudget, header: dict[str, Any],
-                 prompts: PromptFactory | None = None) -> None:
+                 prompts: PromptFactory | None = None, controls: Controls = NO_CONTROLS,
+                 on_end: Callable[[], None] | None = None) -> None:
         self.opts = opts
         self.scenario = opts.scenario
         self.endpoint = endpoint
@@ -75,13 +74,8 @@ class RunSession:
         self.recorder.start()
         self.load = LoadWindow()
         self._health: dict[str, Any] | None = None
-        self.on_end: Callable[[], None] | None = None  # ends the run (set by `start`)
-        # set by the plugin: change the users (a sweep), read the target user count (to
-        # see a LoadTestShape's steps), and whether Locust runs a shape
-        self.set_users: Callable[[int], None] | None = None
-        self.users_now: Callable[[], int] | None = None
-        self.shaped = False
-        self._clock: gevent.Greenlet | None = None
+        # the run's timing (`runclock.py`): `on_end` ends the run when its duration is over
+        self.clock = RunClock(opts.scenario, budget, writer, controls, on_end)
         self.telemetry: ServerTelemetry | None = None  # the server-metrics sampler
 
     def begin_load(self) -> None:
@@ -90,74 +84,7 @@ class RunSession:
         SendStats.max_chunk_ns = SendStats.chunks = 0
         self.load.begin()
         self.live.start_flow(self.budget.read_in_flight)  # the live page's in-flight series
-        duration = self.scenario.duration_s
-        if duration is not None and self._clock is None:
-            self._clock = gevent.spawn(self._run_clock, duration)
-        elif self.users_now is not None and self._clock is None:  # a LoadTestShape, maybe
-            self._clock = gevent.spawn(self._watch_users)
-
-    def _run_clock(self, duration_s: float) -> None:
-        """The run's duration: measured load time, counted once the warm-ups are done; then
-        no new request starts (the budget closes) and the run ends (Locust stops the users:
-        requests in flight get --stop-timeout to finish). A sweep's steps are timed here
-        too, each written to the raw file as it begins (`steps.py`)."""
-        self.budget.wait_warm()
-        sc = self.scenario
-        if sc.warmup_s or sc.cooldown_s:  # the measured window, inside the duration
-            t0 = time.perf_counter_ns()
-            self.writer.write({"type": "window", "from_ns": t0 + round((sc.warmup_s or 0) * 1e9),
-                               "to_ns": t0 + round((duration_s - (sc.cooldown_s or 0)) * 1e9)})
-        if sc.step_duration_s is not None:
-            self._run_steps(sc.step_duration_s)
-        else:
-            gevent.sleep(duration_s)
-        log.info("anvil: the duration (%s s) is over; requests in flight may finish",
-                 f"{duration_s:g}")
-        self.budget.close()
-        if self.on_end is not None:
-            self.on_end()
-
-    def _run_steps(self, step_s: float) -> None:
-        sc = self.scenario
-        loads: list[tuple[int | None, float | None]] = (
-            [(u, None) for u in sc.step_users] if sc.step_users is not None
-            else [(None, r) for r in sc.step_rates or ()])
-        t0 = time.perf_counter_ns()
-        for i, (users, rate) in enumerate(loads):
-            t = time.perf_counter_ns()
-            self.writer.write({"type": "step", "step": i, "t_ns": t, "users": users,
-                               "rate": rate})
-            if users is not None and self.set_users is not None:
-                self.set_users(users)
-            if rate is not None and sc.arrivals is not None:
-                plan = replace(sc.arrivals, rate_rps=rate, seed=sc.arrivals.seed + i)
-                self.budget.replan(Schedule(plan), t)
-            log.info("anvil: step %d: %s", i, f"{users} users" if users is not None
-                     else f"{rate:g} requests/s")
-            # to the step's planned end: a late wake-up does not shift the steps after it
-            gevent.sleep(max(0.0, (t0 + round((i + 1) * step_s * 1e9) - time.perf_counter_ns())
-                             / 1e9))
-        self.writer.write({"type": "step_end", "t_ns": time.perf_counter_ns()})
-
-    def _watch_users(self) -> None:
-        """A run whose users change under it (a LoadTestShape, the web UI's edit): each
-        change of the target user count after the warm-ups is a step (`steps.py`)."""
-        assert self.users_now is not None
-        self.budget.wait_warm()
-        steps: list[tuple[int, int]] = []  # (t_ns, users) of each step, written or not
-        written = 0
-        while not self.finished:
-            users, t = self.users_now(), time.perf_counter_ns()
-            if users and (not steps or users != steps[-1][1]):
-                steps.append((t, users))
-                # a shaped run's steps from the start; another run's from its first change
-                # on, the load before it being step 0
-                if self.shaped or len(steps) > 1:
-                    for k in range(written, len(steps)):
-                        self.writer.write({"type": "step", "step": k, "t_ns": steps[k][0],
-                                           "users": steps[k][1], "rate": None})
-                    written = len(steps)
-            gevent.sleep(USERS_POLL_S)
+        self.clock.start()  # the duration, a sweep's steps, or the user count watched
 
     def end_load(self) -> None:
         """Freeze the generator-health figures: the load is over (the budget is spent, or
@@ -178,9 +105,11 @@ class RunSession:
         return self._health
 
     @classmethod
-    def start(cls, opts: RunOptions, on_exhausted: Callable[[], None]) -> RunSession:
+    def start(cls, opts: RunOptions, on_exhausted: Callable[[], None],
+              controls: Controls = NO_CONTROLS) -> RunSession:
         """Everything before the first measured byte (module docstring); `on_exhausted` is
-        called when the last measured request is done."""
+        called when the last measured request is done (or the duration is over);
+        `controls`: the users, as Locust lets the run reach them (`runclock.Controls`)."""
         sc = opts.scenario
         endpoint = Endpoint.parse(opts.host)
         nonce = opts.run_nonce or secrets.token_hex(4)
@@ -212,8 +141,8 @@ class RunSession:
                                 _context_distribution(sc, budget))
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
-                      writer, ready.bodies, budget, header, ready.prompts)
-        session.on_end = exhausted
+                      writer, ready.bodies, budget, header, ready.prompts,
+                      controls=controls, on_end=exhausted)
         holder.append(session)
         session._start_telemetry(params["server"])
         return session
@@ -244,8 +173,7 @@ class RunSession:
             return self.benchmark_path
         self.finished = True
         self.budget.close()
-        if self._clock is not None:
-            self._clock.kill(block=False)
+        self.clock.stop()
         self.recorder.stop()
         self.live.end_flow()  # every record is in: the live page's series ends here
         if self.telemetry is not None:  # the scrape after the last request, then stop it

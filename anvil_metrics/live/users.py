@@ -9,6 +9,13 @@ For every request it fires anvil's events (`first_output`, `first_content` live;
 `stream_end` and `request_record` at the end) and exactly one Locust `request` event with
 the end-to-end time, so Locust's UI and `--csv` count requests and failures. Locust's
 figures are rounded; anvil's exact ones come from the records.
+
+A request's start is stamped once, by the client just before its first byte is written
+(`ChatClient.stream_chat`; when its connect fails, then): the observer's `start_ns`. The
+stamp taken here before the send is provisional, kept only by a request stopped before the
+client stamps it. Every consumer reads `start_ns`: the record, the `first_output` /
+`first_content` events, the start delay, and Locust's `response_time` and `start_time`
+(the same instant on the wall clock, `_wall_s`).
 """
 
 from __future__ import annotations
@@ -29,6 +36,12 @@ log = logging.getLogger("anvil")
 
 REQUEST_NAME = "chat.completions"
 WARMUP_NAME = "chat.completions [warm-up]"
+
+
+def _wall_s(perf_ns: int) -> float:
+    """The wall-clock time (`time.time()`, s) of the `perf_counter_ns` stamp `perf_ns`: the
+    one start stamp, as Locust's `start_time` wants it."""
+    return time.time() - (time.perf_counter_ns() - perf_ns) / 1e9
 
 
 class StreamFailure(Exception):
@@ -112,7 +125,6 @@ class ChatStreamUser(User):
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)
-        wall_start = time.time()
         nbytes = 0
         # Whatever happens, the request is recorded once and its ticket returned: a run
         # stopped mid-stream records it as `cancelled`, an unforeseen error as
@@ -136,12 +148,12 @@ class ChatStreamUser(User):
                          phase=obs.phase)
         finally:
             try:
-                self._report(obs, wall_start, nbytes)
+                self._report(obs, nbytes)
             finally:
                 self._free_ns = obs.end_ns if obs.end_ns is not None else time.perf_counter_ns()
                 run.budget.give_back(ticket)
 
-    def _report(self, obs: StreamObserver, wall_start: float, nbytes: int) -> None:
+    def _report(self, obs: StreamObserver, nbytes: int) -> None:
         record = obs.finish()
         anvil_events.stream_end.fire(record=record)
         anvil_events.request_record.fire(record=record)
@@ -163,7 +175,7 @@ class ChatStreamUser(User):
             response=None,
             context={"request_index": record.request_index},
             exception=exc,
-            start_time=wall_start,
+            start_time=_wall_s(record.start_ns),
             url=None,
         )
 

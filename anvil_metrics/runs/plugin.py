@@ -15,6 +15,11 @@ Importing this module (the locustfile does) registers listeners on Locust's even
 
 When the request budget is spent the run ends itself: a headless run quits (Locust then
 prints its summary and exits), a web-UI run stops and waits for the next start.
+
+What the listeners share (the API key, the master's or worker's message handlers, the
+error file) is one `PluginState` on the `Environment` (`environment.anvil_plugin`), made by
+the first `init` listener and read by the others: not module globals, so it lives exactly
+as long as the process's Locust environment, through every start the web UI makes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import gevent
@@ -32,6 +38,7 @@ from anvil_metrics.dist import master as dist
 from anvil_metrics.dist import wire as dist_wire
 from anvil_metrics.dist import worker as dist_worker
 from anvil_metrics.errors import AnvilError
+from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile
 from anvil_metrics.live.session import RunSession
@@ -42,9 +49,34 @@ from anvil_metrics.urls import api_key_from_env
 
 log = logging.getLogger("anvil")
 
-# A key given with --api-key lives here, not in Locust's options: Locust's web UI re-parses
-# sys.argv to fill its start form, so a value left there would be served in the page.
-_api_key: str | None = None
+PLUGIN_ATTR = "anvil_plugin"
+
+
+@dataclass
+class PluginState:
+    """What anvil's listeners share in one Locust process (mutable: the key typed into the
+    web UI's form replaces the one given, the handlers are installed once at `init`).
+
+    - `api_key`: a key given with --api-key (or typed in the form) lives here, not in
+      Locust's options: Locust's web UI re-parses sys.argv to fill its start form, so a
+      value left there would be served in the page;
+    - `master` / `worker`: the master's or a worker's message handlers (`dist`);
+    - `error_file`: where the first error anvil logs goes (`runerror`), given a run folder.
+    """
+
+    api_key: str | None = None
+    master: dist.MasterAgent | None = None
+    worker: dist_worker.WorkerAgent | None = None
+    error_file: ErrorFile | None = None
+
+
+def plugin_state(environment: Any) -> PluginState:
+    """This environment's `PluginState`, made on first use (the first `init` listener)."""
+    state = getattr(environment, PLUGIN_ATTR, None)
+    if state is None:
+        state = PluginState()
+        setattr(environment, PLUGIN_ATTR, state)
+    return state
 
 
 def _scrub_argv(argv: list[str]) -> list[str]:
@@ -63,18 +95,13 @@ def _scrub_argv(argv: list[str]) -> list[str]:
     return out
 
 
-# The master's / a worker's message handlers, installed once per process at `init`.
-_master: dist.MasterAgent | None = None
-_worker: dist_worker.WorkerAgent | None = None
-
-
 @events.init.add_listener
 def take_secrets(environment: Any, **_: Any) -> None:
     """Move the API key out of Locust's options and argv before any page is served."""
-    global _api_key
+    state = plugin_state(environment)
     o = environment.parsed_options
     if o is not None and getattr(o, "api_key", ""):
-        _api_key = o.api_key.strip() or None
+        state.api_key = o.api_key.strip() or None
         o.api_key = ""
     sys.argv[:] = _scrub_argv(sys.argv)
 
@@ -82,27 +109,25 @@ def take_secrets(environment: Any, **_: Any) -> None:
 @events.init.add_listener
 def install_messages(environment: Any, **_: Any) -> None:
     """On a master or a worker, register anvil's messages (see `dist.py`)."""
-    global _master, _worker
+    state = plugin_state(environment)
     runner = environment.runner
-    if isinstance(runner, MasterRunner) and _master is None:
-        _master = dist.MasterAgent(environment)
-    elif isinstance(runner, WorkerRunner) and _worker is None:
-        _worker = dist_worker.WorkerAgent(environment, lambda run: set_run(environment, run))
-
-
-_error_file: ErrorFile | None = None
+    if isinstance(runner, MasterRunner) and state.master is None:
+        state.master = dist.MasterAgent(environment)
+    elif isinstance(runner, WorkerRunner) and state.worker is None:
+        state.worker = dist_worker.WorkerAgent(environment,
+                                               lambda run: set_run(environment, run))
 
 
 @events.init.add_listener
 def report_errors(environment: Any, **_: Any) -> None:
     """Given a run folder (`anvil run` passes one), keep the first error anvil logs in its
     `error.json`, where `anvil run` looks for the reason a run failed."""
-    global _error_file
+    state = plugin_state(environment)
     o = environment.parsed_options
     run_dir = getattr(o, "run_dir", "") if o is not None else ""
-    if run_dir and _error_file is None:
-        _error_file = ErrorFile(run_dir)
-        log.addHandler(_error_file)
+    if run_dir and state.error_file is None:
+        state.error_file = ErrorFile(run_dir)
+        log.addHandler(state.error_file)
 
 
 @events.init_command_line_parser.add_listener
@@ -130,16 +155,16 @@ def options_from_locust(environment: Any) -> RunOptions:
     """Turn Locust's parsed options (CLI or web form: values may be strings) into
     `RunOptions`; raises AnvilError naming the bad option."""
     o = environment.parsed_options
-    global _api_key
+    state = plugin_state(environment)
     typed = (o.api_key or "").strip()  # typed into the web UI's start form
     if typed:
-        _api_key, o.api_key = typed, ""
+        state.api_key, o.api_key = typed, ""
     runner = environment.runner
     users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
     values = {opt.dest: getattr(o, opt.dest, None) for opt in LOCUST_OPTIONS}
     run_time = getattr(o, "run_time", None)  # Locust's -t (its own timer stops the run)
     return run_options(values, host=environment.host or "", users=int(users),
-                       api_key=_api_key or api_key_from_env(),
+                       api_key=state.api_key or api_key_from_env(),
                        run_time_s=float(run_time) if run_time else None,
                        stop_timeout_s=float(environment.stop_timeout or 0))
 
@@ -154,24 +179,25 @@ def _end_run(environment: Any) -> None:
         gevent.spawn(runner.stop)
 
 
-def _give_users(environment: Any, session: RunSession) -> None:
-    """Let the session change the users (a sweep: `runner.start` with the new count, as the
-    web UI's edit does) and see them change (a LoadTestShape's steps)."""
+def _user_controls(environment: Any) -> Controls:
+    """How the session may change the users (a sweep: `runner.start` with the new count, as
+    the web UI's edit does) and see them change (a LoadTestShape's steps)."""
     runner = environment.runner
     rate = float(getattr(environment.parsed_options, "spawn_rate", None) or 0)
 
     def set_users(n: int) -> None:
         gevent.spawn(runner.start, n, max(rate, float(n)))  # all of them within a second
 
-    session.set_users = set_users
-    session.users_now = lambda: int(getattr(runner, "target_user_count", 0) or 0)
-    session.shaped = environment.shape_class is not None
+    return Controls(set_users=set_users,
+                    users_now=lambda: int(getattr(runner, "target_user_count", 0) or 0),
+                    shaped=environment.shape_class is not None)
 
 
 def _start_workers(environment: Any, session: RunSession) -> None:
     """On a master: give every connected worker the run's set-up (bodies are built there
     from it), measure its clock, and route its messages to this run."""
-    assert _master is not None and session.prompts is not None
+    master = plugin_state(environment).master
+    assert master is not None and session.prompts is not None
     prompts = session.prompts
     setup = dist_wire.WorkerSetup(
         run_id=session.run_id, scenario=session.scenario, host=session.opts.host,
@@ -179,7 +205,7 @@ def _start_workers(environment: Any, session: RunSession) -> None:
         run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),
         prefix_words=prompts.prefix_words, sizes=session.sizes)
     coordinator = dist.MasterCoordinator(environment, session, setup)
-    _master.coordinator = coordinator
+    master.coordinator = coordinator
     runner = environment.runner
     ids = [w.id for w in runner.clients.ready + runner.clients.running + runner.clients.spawning]
     try:
@@ -201,8 +227,8 @@ def on_test_start(environment: Any, **_: Any) -> None:
     set_run(environment, None)  # until this run has started, users have nothing to send
     try:
         opts = options_from_locust(environment)
-        session = RunSession.start(opts, lambda: _end_run(environment))
-        _give_users(environment, session)
+        session = RunSession.start(opts, lambda: _end_run(environment),
+                                   _user_controls(environment))
         set_run(environment, session)
         if isinstance(environment.runner, MasterRunner):
             _start_workers(environment, session)
@@ -234,8 +260,9 @@ def on_test_stopping(environment: Any, **_: Any) -> None:
     if session is not None:
         session.end_load()
         session.budget.close()  # no new request; users waiting for a ticket stop at once
-    if _master is not None and _master.coordinator is not None:
-        _master.coordinator.begin_stop()
+    master = plugin_state(environment).master
+    if master is not None and master.coordinator is not None:
+        master.coordinator.begin_stop()
 
 
 @events.test_stop.add_listener
@@ -246,12 +273,13 @@ def on_test_stop(environment: Any, **_: Any) -> None:
     set_run(environment, None)  # ended (it stays the latest, for the web UI)
     total = environment.stats.total
     stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
-    coordinator = _master.coordinator if _master is not None else None
+    master = plugin_state(environment).master
+    coordinator = master.coordinator if master is not None else None
     if coordinator is not None and coordinator.session is session:
         summary = coordinator.drain()
         client = coordinator.client_health() or dict.fromkeys(CLIENT_KEYS)
         path = session.finish(stats, client=client, distributed=summary)
-        _master.coordinator = None
+        master.coordinator = None
     else:
         path = session.finish(stats)
     if path is not None:

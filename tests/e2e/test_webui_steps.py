@@ -2,7 +2,7 @@
 
 Why: in Locust's web UI a user changes the number of users of a running test (the "Edit"
 dialog sends `/swarm` again); a benchmark that recorded one `concurrency` would report the
-whole run at the first count. anvil watches the target count (`session._watch_users`) and
+whole run at the first count. anvil watches the target count (`runclock.RunClock`) and
 writes a step line at each change, so the document has one block per load. Driven over HTTP
 (what the page sends), against the simulator; no request count: the run ends at `/stop`.
 The same run checks the live page's TTFT CDF and flow (in flight, throughput) as

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from gevent.event import Event
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.session import RunOptions, RunSession
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.runs.simproc import SimProcess
@@ -89,3 +91,26 @@ def test_a_plan_past_the_servers_context_is_refused_before_any_load(
         RunSession.start(_opts(sim, tmp_path, meta={"model": "other"}), lambda: None)
     assert not (tmp_path / "run").exists()
 
+
+
+def test_a_duration_run_is_ended_by_its_clock_with_the_controls_it_was_given(
+        simulator: Callable[..., SimProcess], tmp_path: Path) -> None:
+    sim = simulator(*SIM)
+    opts = _opts(sim, tmp_path)
+    opts = replace(opts, scenario=replace(opts.scenario, requests=None, warmup_requests=0,
+                                          duration_s=0.2, step_users=(1, 2),
+                                          step_duration_s=0.1))
+    ended = Event()
+    asked: list[int] = []
+    controls = Controls(set_users=asked.append)
+    session = RunSession.start(opts, ended.set, controls)
+    assert session.clock.controls is controls and asked == []  # nothing before the load
+    session.begin_load()
+    assert _send_all(session) > 0  # until the duration closes the budget
+    # the clock then freezes the load's figures and ends the run (it may yield meanwhile)
+    assert ended.wait(timeout=10) and asked == [1, 2]  # the sweep's steps, then the end
+    assert session.client_health()["load_s"] > 0  # frozen when the load ended
+    lines = [orjson.loads(b) for b in (tmp_path / "run" / "requests.jsonl").read_bytes()
+             .splitlines()]
+    assert [(x["step"], x["users"]) for x in lines if x["type"] == "step"] == [(0, 1), (1, 2)]
+    assert session.finish() is not None

@@ -197,3 +197,25 @@ def test_without_a_run_the_user_has_no_client() -> None:
     assert user.run is None and user.client is None
     assert user.wait_time() == 0.0
     user.on_stop()  # nothing to close
+
+
+def test_every_consumer_reads_the_clients_one_start_stamp(monkeypatch, heard) -> None:
+    perf_ns, wall_s = 7_000 * MS, 1_000.0  # this process's clocks, held still
+    monkeypatch.setattr(users, "time", SimpleNamespace(perf_counter_ns=lambda: perf_ns,
+                                                       time=lambda: wall_s))
+
+    def connects_then_streams(obs: StreamObserver) -> int:
+        assert obs.start_ns == perf_ns  # the user's provisional stamp
+        obs.begin(perf_ns + 30 * MS, obs.due_ns)  # the client's, after a 30 ms connect
+        return _completes(obs)
+
+    ticket = Ticket(request_index=4, warmup=False, planned_context_tokens=64)
+    user, _, fired = _user(monkeypatch, connects_then_streams, ticket)
+    user.chat()
+    (record,) = heard["records"]
+    assert record.start_ns == perf_ns + 30 * MS
+    assert [kw["start_ns"] for kw in heard["first_content"]] == [record.start_ns]
+    assert record.extra["start_delay_ns"] == 30 * MS  # due when the user was free
+    (event,) = fired
+    assert event["response_time"] == 5.0  # from the client's stamp, not the provisional one
+    assert event["start_time"] == pytest.approx(wall_s + 0.030, abs=1e-9)  # the same instant

@@ -26,9 +26,7 @@ from anvil_metrics.runs import plugin
 
 
 @pytest.fixture(autouse=True)
-def _fresh_plugin_state(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plugin, "_api_key", None)
-    monkeypatch.setattr(plugin, "_error_file", None)
+def _fresh_argv_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     for k in ("ANVIL_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(k, raising=False)
@@ -55,13 +53,13 @@ def test_the_key_leaves_the_options_and_argv(monkeypatch: pytest.MonkeyPatch) ->
                                       "3"])
     env = SimpleNamespace(parsed_options=SimpleNamespace(api_key=" sk-1 "))
     plugin.take_secrets(env)
-    assert env.parsed_options.api_key == "" and plugin._api_key == "sk-1"
+    assert env.parsed_options.api_key == "" and plugin.plugin_state(env).api_key == "sk-1"
     assert sys.argv == ["locust", "--api-key", "", "--api-key=", "-u", "3"]
 
 
 def _environment(parsed: Any, host: str = "http://127.0.0.1:9") -> SimpleNamespace:
     return SimpleNamespace(parsed_options=parsed, runner=SimpleNamespace(target_user_count=5),
-                           host=host, stop_timeout=12)
+                           host=host, stop_timeout=12, shape_class=None)
 
 
 def test_options_from_locust_types_the_form() -> None:
@@ -80,7 +78,7 @@ def test_the_first_error_goes_to_the_run_folder(tmp_path: Path) -> None:
         logging.getLogger("anvil").error("anvil: first")
         logging.getLogger("anvil").error("anvil: second")
     finally:
-        logging.getLogger("anvil").removeHandler(plugin._error_file)
+        logging.getLogger("anvil").removeHandler(plugin.plugin_state(env).error_file)
     assert read_error(tmp_path) == "anvil: first"
 
 
@@ -102,3 +100,35 @@ def test_a_run_that_cannot_start_ends_with_exit_code_2(caplog: pytest.LogCapture
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and errors[0].startswith(
         f"anvil: cannot reach http://127.0.0.1:{port}/v1/models")
+
+
+def test_the_listeners_share_one_state_per_environment(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    monkeypatch.setattr(sys, "argv", ["locust"])
+    parsed = _parsed("--requests", "2", "--api-key", "sk-init")
+    parsed.num_users, parsed.run_time = 1, None
+    env, other = _environment(parsed), _environment(_parsed("--requests", "2"))
+    other.parsed_options.num_users, other.parsed_options.run_time = 1, None
+    plugin.take_secrets(env)  # init: the key leaves the options for the state
+    assert parsed.api_key == "" and getattr(env, plugin.PLUGIN_ATTR).api_key == "sk-init"
+    assert plugin.options_from_locust(env).api_key == "sk-init"  # read back at the start
+    assert plugin.plugin_state(env) is plugin.plugin_state(env)
+    assert plugin.options_from_locust(other).api_key is None  # another process's own
+    assert "global " not in Path(plugin.__file__).read_text()
+
+
+def test_the_user_controls_start_the_runner_and_read_its_target() -> None:
+    started: list[tuple[int, float]] = []
+    runner = SimpleNamespace(target_user_count=3, start=lambda n, r: started.append((n, r)))
+    env = SimpleNamespace(runner=runner, parsed_options=SimpleNamespace(spawn_rate=2),
+                          shape_class=None)
+    controls = plugin._user_controls(env)
+    assert controls.users_now is not None and controls.set_users is not None
+    assert controls.users_now() == 3 and controls.shaped is False
+    runner.target_user_count = 8
+    assert controls.users_now() == 8
+    controls.set_users(5)
+    gevent.sleep(0)  # the spawned start runs
+    assert started == [(5, 5.0)]  # every user within a second (at least the spawn rate)
+    env.shape_class = object
+    assert plugin._user_controls(env).shaped is True
