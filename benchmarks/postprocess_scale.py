@@ -259,6 +259,26 @@ def synthesize(path: Path, rows: int, users: int, seed: int) -> dict:
 TIME = shutil.which("time", path="/usr/bin:/bin")
 
 
+# postprocess_run's three stages, timed apart in a child (the same calls, in its order)
+STAGES = """
+import sys, time
+from pathlib import Path
+from anvil_metrics.post.benchmark import build
+from anvil_metrics.post.postprocess import BENCHMARK_FILE, RAW_FILE
+from anvil_metrics.post.rawpart import scan_raw
+d = Path(sys.argv[1])
+t0 = time.perf_counter()
+raw = scan_raw(d / RAW_FILE)
+t1 = time.perf_counter()
+built = build(raw, (raw.run_end or {}).get("client"))
+t2 = time.perf_counter()
+built.write(d / BENCHMARK_FILE)
+t3 = time.perf_counter()
+print(f"read and check the records into columns (parallel parts) {t1 - t0:.2f} s, "
+      f"derive, aggregate and verify {t2 - t1:.2f} s, write benchmark.json {t3 - t2:.2f} s")
+"""
+
+
 def run_child(cmd: list[str], log: Path, cwd: Path = REPO) -> tuple[int, float, int]:
     """Run `cmd`; returns (exit status, wall seconds, peak RSS in bytes) of that one child.
 
@@ -340,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                    "postprocess_run; "
                    "postprocess_run(sys.argv[1])", str(run_dir)]
             lcode, lwall, lrss = run_child(lib, run_dir / "library.log")
+            stages = [py, "-c", STAGES, str(run_dir)]  # where the library call's time goes
+            run_child(stages, run_dir / "stages.log")
             cli = [py, "-m", "anvil_metrics", "postprocess", str(run_dir)]
             floor_cmd = [py, "-c", "import sys, orjson; loads = orjson.loads\n"
                          "with open(sys.argv[1], 'rb', buffering=1 << 20) as f:\n"
@@ -369,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{rss / 2**20:,.0f} MiB; "
                   f"postprocess_run() alone {lwall:.2f} s, {lrss / 2**20:,.0f} MiB; "
                   f"verify exit {vcode} in {vwall:.2f} s", flush=True)
+            print(f"  postprocess_run() by stage: "
+                  f"{(run_dir / 'stages.log').read_text().strip()}", flush=True)
             floor_s = _median(floor)
             print(f"  floor, orjson.loads of every line in one process: {floor_s:.2f} s "
                   f"(median of {', '.join(f'{r[1]:.2f}' for r in floor)}); "
