@@ -119,6 +119,15 @@ def install_messages(environment: Any, **_: Any) -> None:
 
 
 @events.init.add_listener
+def fresh_loop_clock(**_: Any) -> None:
+    """Bring the event loop's cached clock up to now. Locust sets its `-t` timer right after
+    `init` from that clock, which stood still since gevent was imported: the imports in
+    between (seconds on a busy machine) came off the run time, all of it once, so the run
+    ended before anvil had started it."""
+    gevent.get_hub().loop.update_now()
+
+
+@events.init.add_listener
 def report_errors(environment: Any, **_: Any) -> None:
     """Given a run folder (`anvil run` passes one), keep the first error anvil logs in its
     `error.json`, where `anvil run` looks for the reason a run failed."""

@@ -17,6 +17,8 @@ from anvil_metrics.post.benchmark import verify_benchmark
 
 pytestmark = pytest.mark.e2e
 
+LAGMON_INTERVAL_MS = 1.0  # how often the run's loop-lag monitor wakes (`live/lagmon.py`)
+
 SIM = ("--prefix-cache", "--max-context", "9000", "--prefill-ms", "5",
        "--prefill-ms-per-token", "0.002", "--reasoning-tokens", "2", "--content-tokens", "3",
        "--interval-ms", "1")
@@ -192,7 +194,8 @@ max_context_tokens = 131200
 def test_large_prompts_never_hold_the_event_loop(simulator, tmp_path: Path) -> None:
     """32 streams of 32k/131k-token prompts: each request is written in chunks, and no
     single chunk write holds the hub for long (loose bound; benchmarks/prompts.py has the
-    figures); the run records its loop lag in `client.loop_lag_ms`."""
+    figures); the run records its loop lag in `client.loop_lag_ms`, which is that of the
+    same load with small prompts, run beside it as the reference."""
     sim = simulator("--max-context", "131200", "--prefill-ms", "20", "--content-tokens", "16",
                     "--interval-ms", "5")
     doc, run_dir, _ = _run(sim.url, tmp_path, LARGE)
@@ -204,5 +207,14 @@ def test_large_prompts_never_hold_the_event_loop(simulator, tmp_path: Path) -> N
     # (13.2 ms seen once), so the max of ~250 timed writes is not a precise figure.
     assert client["send_chunks"] >= 32 * 7  # a 131k-token body is ~470 kB: 8 chunks
     assert client["send_chunk_ms_max"] < 50, client
-    lag = doc["client"]["loop_lag_ms"]
-    assert lag["samples"] > 100 and lag["p50"] < 2, lag
+    # the median wake-up of the loop (a greenlet every 1 ms) against the same 64 requests
+    # with 1k-token prompts, on this machine at this moment: large bodies written in chunks
+    # between which the hub turns make it late by less than one more wake-up interval
+    (tmp_path / "small").mkdir()
+    small, _, _ = _run(sim.url, tmp_path / "small", LARGE.replace(
+        "32768 = 32\n131072 = 32", "1024 = 64"))
+    assert small["completed"] == 64
+    lag, ref = doc["client"]["loop_lag_ms"], small["client"]["loop_lag_ms"]
+    print(f"\nloop lag, 32k/131k-token prompts {lag}; 1k-token prompts {ref}")
+    assert lag["samples"] > 100 and ref["samples"] > 100
+    assert lag["p50"] <= ref["p50"] + LAGMON_INTERVAL_MS, (lag, ref)

@@ -17,9 +17,12 @@ import orjson
 import pytest
 from conftest import anvil, load_json, result_path
 
+from anvil_metrics.live.session import SCRAPE_TIMEOUT_S
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
+LAGMON_INTERVAL_MS = 1.0  # how often the run's loop-lag monitor wakes (`live/lagmon.py`)
 
 # /metrics that answers after `delay` seconds with `body` (a process of its own, so a hang
 # costs the test process nothing); prints its port
@@ -77,25 +80,35 @@ def _run(sim_url: str, out: Path, *extra: str) -> dict:
 def test_a_hanging_metrics_endpoint_never_touches_the_measurement(
         simulator, stub_metrics, tmp_path: Path) -> None:
     """Each scrape hangs 5 s (beyond the 2 s timeout): the run's requests and loop lag are
-    those of a run without scraping, and `server` says why it has no figures."""
+    those of a run without scraping, and `server` says why it has no figures.
+
+    The loop lag is judged against the run without scraping, just before on the same
+    machine: the hung run's p99 wake-up is no later than the reference's worst one (plus
+    one wake-up interval of the monitor); and a scrape waited for on the event loop would
+    hold it for the scrape timeout, which no wake-up comes near."""
     sim = simulator("--prefill-ms", "20", "--interval-ms", "5", "--content-tokens", "30")
     hang = stub_metrics(5.0, "vllm:num_requests_running 1\n")
     pairs = []
-    for attempt in range(2):  # this VM's noise: a second pair before calling it a failure
+
+    def close(off: dict, hung: dict) -> bool:
+        return hung["p99"] <= off["max"] + LAGMON_INTERVAL_MS
+
+    for attempt in range(2):  # a second pair before calling it a failure
         t0 = time.monotonic()
         off = _run(sim.url, tmp_path / f"off{attempt}", "--no-server-metrics")
         hung = _run(sim.url, tmp_path / f"hung{attempt}", "--server-metrics-url", hang)
-        pairs.append((off["client"]["loop_lag_ms"]["p99"], hung["client"]["loop_lag_ms"]["p99"],
+        pairs.append((off["client"]["loop_lag_ms"], hung["client"]["loop_lag_ms"],
                       time.monotonic() - t0))
         assert hung["completed"] == off["completed"] == 48
         assert off["server"]["null_reasons"] == {"metrics": "not scraped: --no-server-metrics"}
         reasons = hung["server"]["null_reasons"]
         assert "no answer within 2 s" in reasons["scrapes"], reasons
         assert hung["server"]["samples"] == 0 and hung["server"]["spec_decode"] is None
-        if abs(pairs[-1][1] - pairs[-1][0]) <= 1.0:
+        assert hung["client"]["loop_lag_ms"]["max"] < SCRAPE_TIMEOUT_S * 1000, pairs[-1]
+        if close(*pairs[-1][:2]):
             break
-    print(f"loop-lag p99 without scraping vs with a hanging endpoint (ms, s): {pairs}")
-    assert abs(pairs[-1][1] - pairs[-1][0]) <= 1.0, pairs
+    print(f"loop lag without scraping vs with a hanging endpoint (ms, ms, s): {pairs}")
+    assert close(*pairs[-1][:2]), pairs
 
 
 def test_garbage_metrics_are_recorded_as_such(simulator, stub_metrics, tmp_path: Path) -> None:
@@ -142,9 +155,10 @@ def test_server_block_against_the_simulators_own_counters(simulator, tmp_path: P
                                                           fmt: str) -> None:
     """`--spec-k 3 --spec-accept 0.7`, two streams at a time of six: the block's speculative
     figures equal the counters' (or gauges') own values, read by the test before and after
-    the run, to 4 decimals; the queue's max and mean match the simulator's truth within
-    1 ms; its identity is discovered; the client's first chunk and end to end sit a little
-    above the server's means (the role chunk rides with the first token, as vLLM's does)."""
+    the run, to 4 decimals; the queue's max and mean are the simulator's truth (the mean
+    to rounding); its identity is discovered; the client's first chunk and end to end sit a
+    little above the server's means (the role chunk rides with the first token, as vLLM's
+    does)."""
     sim = simulator("--metrics-format", fmt, "--spec-k", "3", "--spec-accept", "0.7",
                     "--max-running", "2", "--prefill-ms", "30", "--interval-ms", "3",
                     "--reasoning-tokens", "10", "--content-tokens", "30",
@@ -177,7 +191,10 @@ def test_server_block_against_the_simulators_own_counters(simulator, tmp_path: P
     assert s["requests_waiting"]["max"] == truth1["waiting_max"] == 4
     queue_ms = ((truth1["queue_time_s_sum"] - truth0["queue_time_s_sum"])
                 / (truth1["queue_time_s_count"] - truth0["queue_time_s_count"]) * 1000)
-    assert abs(s["queue_time_ms_mean"] - queue_ms) <= 1.0, (s["queue_time_ms_mean"], queue_ms)
+    # the same requests' queue times, from the same histogram (the simulator writes floats
+    # that round-trip): equal but for the order of the float operations
+    assert s["queue_time_ms_mean"] == pytest.approx(queue_ms, rel=1e-9), (
+        s["queue_time_ms_mean"], queue_ms)
     assert queue_ms > 100  # four of six wait a whole stream or two: the test has teeth
     diff = s["client_minus_server_ms"]
     assert 0 <= diff["e2e"] <= 25, diff

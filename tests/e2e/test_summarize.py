@@ -5,9 +5,13 @@ on ("mtp3": every 5 ms, with speculative counters, K = 3, A = 0.7). Three real `
 of each, interleaved, make a campaign folder as `anvil campaign run` lays it out (its
 `campaign.json` written here); `anvil summarize` (a real process) must then give:
 
-- the deltas the simulators were told to produce: decode rate = 1000 / interval tok/s, so
-  +100 %; e2e = prefill + (tokens − 1) × interval, so (100 + 29·5) / (100 + 29·10) − 1 =
-  −37.2 % — each within 2 percentage points;
+- the deltas the simulators delivered, from their own send stamps (`--stamp-send`) for the
+  same requests, aggregated as the summary aggregates (each run's nearest-rank median, the
+  mean over runs), each within 2 percentage points: what is left between the two is only
+  the client's lag, a fraction of a ms at the median; the simulators' own lateness on a busy
+  machine is theirs (tests/e2e/test_sim.py), so the plan they were told (decode rate =
+  1000 / interval tok/s, so +100 %; e2e = prefill + (tokens − 1) × interval, so
+  (100 + 29·5) / (100 + 29·10) − 1 = −37.2 %) is only a loose check that they followed it;
 - acceptance rates equal to the simulator's own draft account (`sim/specdecode.spec_counts`);
 - the decision the gates call for: promotion when the threshold is far below the real
   improvement; no-promotion when the threshold is the measured improvement itself, so the
@@ -26,11 +30,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from conftest import anvil, load_json, result_path, write_scenario
+from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from jsonschema import Draft202012Validator
 from report_view import view_report
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.post.stats import nearest_rank
 from anvil_metrics.report.build import make_report
 from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.schemas.build import FILES, shipped
@@ -95,7 +100,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], di
     root = tmp_path_factory.mktemp("campaign")
     scenario = write_scenario(root / "scenario.toml", SCENARIO)
     common = ["--prefill-ms", str(PREFILL_MS), "--reasoning-tokens", "0", "--content-tokens",
-              str(TOKENS), "--max-context", "8192"]
+              str(TOKENS), "--max-context", "8192", "--stamp-send"]
     with start_simulator([*common, "--interval-ms", str(OFF_MS)]) as off, \
             start_simulator([*common, "--interval-ms", str(ON_MS), "--spec-k", str(SPEC_K),
                              "--spec-accept", str(SPEC_A)]) as on:
@@ -142,14 +147,50 @@ def summarize(folder: Path) -> tuple[dict, str]:
     return load_json(path), (folder / "summary.md").read_text()
 
 
+def delivered(runs: tuple[Path, list[dict], dict]) -> dict[str, dict[str, float]]:
+    """What the simulators delivered, per variant: the mean over its runs of each run's
+    nearest-rank median decode rate and end to end, from their send stamps for the
+    measured requests (generation: first output sent → last sent; end to end: request read
+    → last sent)."""
+    root, entries, _ = runs
+    per_run: dict[str, list[tuple[float, float]]] = {}
+    for e in entries:
+        decode, e2e = [], []
+        for x in raw_lines(root / e["folder"]):
+            if x["type"] != "request" or x["warmup"]:
+                continue
+            srv = x["extra"]["server"]
+            gen_s = (srv["last_sent_ns"] - srv["first_output_sent_ns"]) / 1e9
+            decode.append((TOKENS - 1) / gen_s)
+            e2e.append((srv["last_sent_ns"] - srv["t0_ns"]) / 1e6)
+        assert len(decode) == 6
+        per_run.setdefault(e["variant"].split("/")[1], []).append(
+            (nearest_rank(decode, 50), nearest_rank(e2e, 50)))
+    return {v: {"decode": float(np.mean([d for d, _ in xs])),
+                "e2e": float(np.mean([t for _, t in xs]))} for v, xs in per_run.items()}
+
+
+def delivered_delta(runs, key: str) -> float:
+    truth = delivered(runs)
+    return 100 * (truth["mtp3"][key] / truth["off"][key] - 1)
+
+
 def test_promotion_with_the_configured_deltas(tmp_path: Path, runs) -> None:
     doc, md = summarize(campaign_dir(tmp_path, runs, threshold=20))
     off, on = doc["performance"]
     assert (off["speculation"], on["speculation"]) == ("off", "mtp3")
     assert "decode_delta_percent" not in off
-    assert on["decode_delta_percent"] == pytest.approx(TRUE_DECODE_DELTA, abs=2.0)
-    assert on["e2e_delta_percent"] == pytest.approx(TRUE_E2E_DELTA, abs=2.0)
-    assert off["decode_tok_s_p50"] == pytest.approx(1000 / OFF_MS, rel=0.02)
+    truth = delivered(runs)
+    decode_delta, e2e_delta = delivered_delta(runs, "decode"), delivered_delta(runs, "e2e")
+    print(f"\ndelivered: {truth}; deltas {decode_delta:.2f} %, {e2e_delta:.2f} %; summary "
+          f"{on['decode_delta_percent']:.2f} %, {on['e2e_delta_percent']:.2f} %")
+    assert on["decode_delta_percent"] == pytest.approx(decode_delta, abs=2.0)
+    assert on["e2e_delta_percent"] == pytest.approx(e2e_delta, abs=2.0)
+    assert off["decode_tok_s_p50"] == pytest.approx(truth["off"]["decode"], rel=0.02)
+    # the simulators followed their plans (loosely: their lateness is theirs to bound)
+    assert decode_delta == pytest.approx(TRUE_DECODE_DELTA, abs=10.0)
+    assert e2e_delta == pytest.approx(TRUE_E2E_DELTA, abs=10.0)
+    assert truth["off"]["decode"] == pytest.approx(1000 / OFF_MS, rel=0.1)
     assert on["runs"] == off["runs"] == 3
     truth = spec_counts(TOKENS, SPEC_K, SPEC_A)
     (tele,) = doc["sampled_speculative_telemetry"]
@@ -172,7 +213,7 @@ def test_promotion_with_the_configured_deltas(tmp_path: Path, runs) -> None:
 def test_no_promotion_when_the_threshold_is_inside_the_interval(tmp_path: Path, runs) -> None:
     first, _ = summarize(campaign_dir(tmp_path / "a", runs, threshold=20))
     measured = first["gates"][0]["figures"]["improvement_percent"]
-    assert measured == pytest.approx(-TRUE_E2E_DELTA, abs=2.0)
+    assert measured == pytest.approx(-delivered_delta(runs, "e2e"), abs=2.0)
     doc, md = summarize(campaign_dir(tmp_path / "b", runs, threshold=round(measured, 6)))
     gate = doc["gates"][0]
     low, high = gate["figures"]["improvement_ci95_percent"]

@@ -5,12 +5,21 @@ simulator was told to produce and against the moments it actually wrote each eve
 Plan: prefill 150 ms (+ `per_token_ms` × prompt tokens), then 20 reasoning + 50 content
 tokens 8 ms apart. So, per request: first output at the prefill's end P, first content at
 P + 20·8 ms, end at P + 69·8 ms; generation 552 ms over 69 gaps → 125 tok/s, ITL 8 ms.
-(The prefill was 300 ms; every bound here is an absolute error in ms from a planned or sent
-moment, which the prefill's length does not change: 150 ms takes each request from 852 to
-702 ms.)
+
+Every error against the plan is the sum of three parts the run records itself (same host,
+same clock): the simulator's own lateness (its send stamp against its arrival stamp t0 plus
+the plan: the simulator's, tests/e2e/test_sim.py), the request's transit (t0 − anvil's
+start stamp) and anvil's lag (anvil's stamp − the send stamp). The last two are ≥ 0 for
+every request, whatever the machine's load, and are bounded by what held anvil's event
+loop in that same run: its own lag monitor (`client.loop_lag_ms`, a greenlet waking every
+1 ms, so a stall of the process or a burst of work on the hub shows there too). How small
+anvil's lag is on an idle machine is a performance figure: benchmarks/timing_bias.py prints
+it, against a bare asyncio client.
 """
 
 from __future__ import annotations
+
+import statistics
 
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
@@ -22,7 +31,11 @@ pytestmark = pytest.mark.e2e
 
 PREFILL_MS, N_REASON, N_CONTENT, STEP_MS = 150.0, 20, 50, 8.0
 GEN_MS = (N_REASON + N_CONTENT - 1) * STEP_MS
-DECODE = (N_REASON + N_CONTENT - 1) / (GEN_MS / 1000)
+# the lag monitor's wake-up interval: a stall shows in its figure as at least its length
+# less one interval (`live/lagmon.py`); and room for the kernel's loopback delivery and the
+# parse of the event, tens of µs on an idle machine
+LAGMON_INTERVAL_MS, DELIVERY_MS = 1.0, 1.0
+TRANSIT_SANITY_MS = PREFILL_MS / 3
 
 SCENARIO = """
 measurement_protocol = "truth"
@@ -37,6 +50,11 @@ max_context_tokens = 8192
 [request]
 include_usage = {usage}
 """
+
+# (anvil's stamp, the simulator's send stamp, anvil's figure counted from the start stamp)
+STAMPS = (("first_output_ns", "first_output_sent_ns", "time_to_first_output_ms"),
+          ("first_content_ns", "first_content_sent_ns", "ttft_ms"),
+          ("end_ns", "last_sent_ns", "e2e_ms"))
 
 
 def _run(simulator, tmp_path, users: int, requests: int, usage: bool = True,
@@ -71,105 +89,104 @@ def _quantile(errs: list[float], q: float) -> float:
     return sorted(errs)[max(0, int(len(errs) * q) - 1)]
 
 
-# (name, users, requests, per-token prefill, planned sizes, bounds); bounds per truth:
-# (quantile q, error allowed at q, error allowed for every request), in ms; for decode
-# tok/s and mean ITL the same triple in relative error (the spec's 1 % at p90: a single
-# multi-ms stall of this VM at a stream's end moves one request's rate by ~1 %).
-#
-# Against the send stamps (anvil's own error), a stream alone is exact to ~0.5 ms (the
-# bounds leave room for this VM's rare multi-ms stalls, which no client can avoid). The plan
-# adds the request's way to the simulator and the simulator's own lateness, each usually
-# < 0.5 ms but now and then several ms (a wake-up of its process), so plan bounds cap the
-# median and catch gross errors only. The simulator runs on a CPU of its own
-# (`pinned_apart`): sharing the client's, spread16's plan error had a median of 0.9-2.1 ms
-# over 8 runs on this VM (one above the 2 ms bound), pinned 0.4-1.0 ms.
-#
-# 16 streams with identical deadlines all end in the same millisecond: each burst of 16
-# events is parsed one after another on the one gevent hub (~0.1 ms an event on this VM; a
-# bare asyncio client pays ~0.05 ms), so the last of a burst is late by ~2-4 ms, and the
-# simulator writes its 64 final events one after another too, so the plan error there is
-# mostly the simulator's. That worst case is measured and loosely bounded here (a
-# characterisation, printed with -s); the performance issue tightens it.
+def _bounds(doc: dict) -> tuple[float, float]:
+    """(median bound, every-request bound) in ms on anvil's lag and the request's transit,
+    from the run's own loop lag: the typical stamp is no later than the loop's p99 wake-up
+    plus an interval and the delivery; no stamp is later than its worst one plus those."""
+    lag = doc["client"]["loop_lag_ms"]
+    assert lag["samples"] > 100 and lag["max"] >= lag["p99"] >= 0, lag
+    slack = LAGMON_INTERVAL_MS + DELIVERY_MS
+    return lag["p99"] + slack, lag["max"] + slack
+
+
+def check_against_the_send_stamps(doc: dict, raw: dict[int, dict], planned_ms
+                                  ) -> dict[str, list[float]]:
+    """Every request's figures against the simulator's own stamps; `planned_ms(row)` gives
+    the (first output, first content, end) the plan asks for. Returns the parts (ms)."""
+    at_median, at_most = _bounds(doc)
+    parts: dict[str, list[float]] = {"transit": [], "sim_late": [],
+                                     **{stamp: [] for stamp, _, _ in STAMPS}}
+    for r in doc["request_timings"]:
+        rec = raw[r["request_index"]]
+        srv = rec["extra"]["server"]
+        transit = (srv["t0_ns"] - rec["start_ns"]) / 1e6
+        assert transit >= 0, (transit, r)  # the simulator read it after anvil wrote it
+        parts["transit"].append(transit)
+        for (stamp, sent, field), planned in zip(STAMPS, planned_ms(r), strict=True):
+            lag = (rec[stamp] - srv[sent]) / 1e6
+            assert lag >= 0, (stamp, lag, r)  # never before the server sent it
+            parts[stamp].append(lag)
+            # anvil's figure is its two stamps, so its error against the plan is exactly
+            # the simulator's lateness, the transit and the lag
+            assert r[field] == (rec[stamp] - rec["start_ns"]) / 1e6, (field, r)
+            late = (srv[sent] - srv["t0_ns"]) / 1e6 - planned
+            assert late >= -0.001, (stamp, late, r)  # the simulator never wrote early
+            parts["sim_late"].append(late)
+        # the decode rate against the one the simulator delivered (its first and last send)
+        sent_gen_ms = (srv["last_sent_ns"] - srv["first_output_sent_ns"]) / 1e6
+        gen_ms = (rec["end_ns"] - rec["first_output_ns"]) / 1e6
+        assert r["decode_tok_s"] == pytest.approx((r["output_tokens"] - 1) / (gen_ms / 1000))
+        assert abs(gen_ms - sent_gen_ms) <= at_most, (gen_ms, sent_gen_ms, r)
+    worst_late = max(parts["sim_late"])
+    for key in (stamp for stamp, _, _ in STAMPS):
+        assert statistics.median(parts[key]) <= at_median, (key, at_median, sorted(parts[key]))
+        assert max(parts[key]) <= at_most, (key, at_most, sorted(parts[key]))
+    # the transit also waits for the simulator to read the request: a wake-up of its process
+    # (bounded by the worst lateness of its own writes in the run) and, when many requests
+    # arrive at once (aligned16), its reading of the others first, which nothing records; so
+    # the median is bounded as above, and every request only loosely: a start stamp taken
+    # before some wait (a connection, a due time) would be tens of ms off, or more
+    transit = parts["transit"]
+    assert statistics.median(transit) <= at_median + worst_late, (at_median, sorted(transit))
+    assert max(transit) <= TRANSIT_SANITY_MS, sorted(transit)
+    return parts
+
+
+def _print(name: str, doc: dict, parts: dict[str, list[float]]) -> None:
+    for key, e in parts.items():
+        print(f"{name}: {key} ms p50 {_quantile(e, 0.5):.2f} p90 {_quantile(e, 0.9):.2f} "
+              f"max {max(e):.2f}")
+    print(f"{name}: loop lag {doc['client']['loop_lag_ms']}")
+
+
+# (name, users, requests, per-token prefill, planned sizes)
+# spread16: 16 streams whose prompts differ, so their prefills (and every deadline) differ by
+# ~1 ms; aligned16: 16 streams with identical deadlines, which all end in the same
+# millisecond, so each burst of 16 events is parsed one after another on the one gevent hub
+# (and shows in the loop lag)
 SPREAD_SIZES = tuple(512 + 96 * i for i in range(16))
 CASES = [
-    # one stream, 16 requests in a row: once, right after a memory-heavy test, 3 of 8 had
-    # first-output lags of 1.3 ms or more (p50 0.2) and moved the q75 past its bound
-    ("single", 1, 16, 0.0, (1024,),
-     {"send": (0.75, 1.0, 8.0), "plan": (0.5, 2.0, 12.0), "rate": (0.9, 0.01, 0.03)}),
-    # 16 streams whose prompts differ, so their prefills (and every deadline) differ by ~1 ms;
-    # four rounds, so that one multi-ms stall of this VM (it takes every stream ending in
-    # it, ~5 of 16) cannot move a p90: once in CI, 32 requests gave end-send p90 5.7 ms
-    # (p50 0.34) and a rate error p90 of 1.6 %
-    ("spread16", 16, 64, 0.01, SPREAD_SIZES,
-     {"send": (0.75, 3.0, 10.0), "plan": (0.5, 2.0, 15.0), "rate": (0.9, 0.01, 0.03)}),
-    ("aligned16", 16, 32, 0.0, (1024,),
-     {"send": (0.5, 2.5, 15.0), "plan": (0.5, 6.0, 20.0), "rate": (0.9, 0.02, 0.05)}),
+    ("single", 1, 16, 0.0, (1024,)),
+    ("spread16", 16, 64, 0.01, SPREAD_SIZES),
+    ("aligned16", 16, 32, 0.0, (1024,)),
 ]
 
 
-@pytest.mark.parametrize("name,users,requests,per_token_ms,sizes,bounds", CASES,
+@pytest.mark.parametrize("name,users,requests,per_token_ms,sizes", CASES,
                          ids=[c[0] for c in CASES])
 def test_timings_match_truth(simulator, tmp_path, name, users, requests, per_token_ms,
-                             sizes, bounds) -> None:
-    """Two truths: the plan (what the simulator was told), and the simulator's own send
-    stamps (when it wrote each event's bytes; same host, same clock). anvil's stamp minus
-    the send stamp is anvil's own error; the plan error adds the request's transit and the
-    simulator's own lateness."""
+                             sizes) -> None:
+    """Two truths: the plan (what the simulator was told), and the simulator's own stamps
+    (when it read each request and wrote each event's bytes; same host, same clock)."""
     doc = _run(simulator, tmp_path, users, requests, per_token_ms=per_token_ms, sizes=sizes,
                reasoning_field="reasoning" if users == 1 else "reasoning_content")
     assert doc["requests"] == requests and doc["completed"] == requests
     assert doc["failed"] == 0 and doc["concurrency"] == users
     rows = doc["request_timings"]
     assert len(rows) == requests
-    raw = _raw_requests(doc, tmp_path)
-    errs: dict[str, list[float]] = {k: [] for k in (
-        "ttfo-plan", "ttft-plan", "e2e-plan", "first_output-send", "first_content-send",
-        "end-send")}
-    rate_errs: list[float] = []
-    # how late the simulator itself wrote each planned event (its send stamp against its
-    # own arrival stamp t0 plus the plan), which the plan error includes but anvil did not
-    # cause: a wake-up of the simulator's process once made one e2e 12.7 ms off its plan
-    # while anvil's end stamp was 2.8 ms after the send
-    sim_late: dict[str, list[float]] = {k: [] for k in ("ttfo-plan", "ttft-plan", "e2e-plan")}
-    net: dict[str, list[float]] = {k: [] for k in sim_late}  # plan error less that lateness
     for r in rows:
-        rec = raw[r["request_index"]]
-        srv = rec["extra"]["server"]
-        for key, stamp, sent in (("first_output-send", "first_output_ns", "first_output_sent_ns"),
-                                 ("first_content-send", "first_content_ns",
-                                  "first_content_sent_ns"),
-                                 ("end-send", "end_ns", "last_sent_ns")):
-            lag_ms = (rec[stamp] - srv[sent]) / 1e6
-            assert lag_ms >= 0, (stamp, lag_ms, r)  # never before the server sent it
-            errs[key].append(lag_ms)
-        prefill = PREFILL_MS + per_token_ms * r["prompt_tokens"]
-        for key, field, sent, planned in (
-                ("ttfo-plan", "time_to_first_output_ms", "first_output_sent_ns", prefill),
-                ("ttft-plan", "ttft_ms", "first_content_sent_ns", prefill + N_REASON * STEP_MS),
-                ("e2e-plan", "e2e_ms", "last_sent_ns", prefill + GEN_MS)):
-            late = (srv[sent] - srv["t0_ns"]) / 1e6 - planned
-            errs[key].append(abs(r[field] - planned))
-            # signed: a stamp early against the plan while the simulator was late is not
-            # excused by that lateness (a start stamped late would look so)
-            net[key].append(abs(r[field] - planned - max(0.0, late)))
-            sim_late[key].append(late)
-        rate_errs.append(abs(r["decode_tok_s"] - DECODE) / DECODE)
-        rate_errs.append(abs(r["mean_inter_token_latency_ms"] - STEP_MS) / STEP_MS)
         assert r["output_token_source"] == "usage"
         assert r["output_tokens"] == N_REASON + N_CONTENT
         assert (r["reasoning_chunks"], r["content_chunks"]) == (N_REASON, N_CONTENT)
         assert r["prompt_tokens"] > 0
-    for key, e in errs.items():
-        print(f"{name}: |{key}| ms p50 {_quantile(e, 0.5):.2f} p90 {_quantile(e, 0.9):.2f} "
-              f"max {max(e):.2f}")
-    print(f"{name}: decode/ITL relative error max {max(rate_errs):.4f}")
-    q, at_q, at_max = bounds["rate"]
-    assert _quantile(rate_errs, q) <= at_q and max(rate_errs) <= at_max, sorted(rate_errs)
-    for key, e in errs.items():
-        q, at_q, at_max = bounds[key.rsplit("-", 1)[1]]
-        assert _quantile(e, q) <= at_q, (key, sorted(e))
-        # every request: the plan error less the simulator's own recorded lateness
-        assert max(net.get(key, e)) <= at_max, (key, sorted(e), sorted(sim_late.get(key, [])))
+        assert r["mean_inter_token_latency_ms"] == pytest.approx(r["generation_ms"] / 69)
+
+    def planned(r: dict) -> tuple[float, float, float]:
+        prefill = PREFILL_MS + per_token_ms * r["prompt_tokens"]
+        return prefill, prefill + N_REASON * STEP_MS, prefill + GEN_MS
+
+    parts = check_against_the_send_stamps(doc, _raw_requests(doc, tmp_path), planned)
+    _print(name, doc, parts)
     assert verify_benchmark(doc) == []
 
 
@@ -179,13 +196,19 @@ def test_without_usage_counts_chunks(simulator, tmp_path) -> None:
         assert r["output_token_source"] == "chunks"
         assert r["output_tokens"] == N_REASON + N_CONTENT
         assert r["prompt_tokens"] is None
-        assert abs(r["ttft_ms"] - (PREFILL_MS + N_REASON * STEP_MS)) <= 10.0  # timing: above
+    # timing: as above, against the simulator's own stamps
+    check_against_the_send_stamps(doc, _raw_requests(doc, tmp_path), lambda r: (
+        PREFILL_MS, PREFILL_MS + N_REASON * STEP_MS, PREFILL_MS + GEN_MS))
     assert doc["metrics"]["output_token_sources"] == {"chunks": 4}
     assert doc["metrics"]["prompt_token_samples"] == 0
     assert verify_benchmark(doc) == []
 
 
 def test_raw_chunk_arrivals_match_the_plan(simulator, tmp_path) -> None:
+    """Each chunk is stamped on its own arrival: the gaps are one step (8 ms). A client that
+    stamped two chunks at once, or one chunk twice, would give gaps of 0 and 2 steps; the
+    median gap within a quarter step of one tells them apart on any machine (a late chunk
+    lengthens one gap and shortens the next, so stalls leave the median where it is)."""
     doc = _run(simulator, tmp_path, 1, 2)
     reqs = list(_raw_requests(doc, tmp_path).values())
     assert len(reqs) == 2
@@ -194,5 +217,4 @@ def test_raw_chunk_arrivals_match_the_plan(simulator, tmp_path) -> None:
         assert len(deltas) == N_REASON + N_CONTENT
         assert rec["chunk_channels"] == "r" * N_REASON + "c" * N_CONTENT
         gaps_ms = sorted(d / 1e6 for d in deltas[1:])
-        assert abs(gaps_ms[len(gaps_ms) // 2] - STEP_MS) <= 0.5  # per-chunk ITL p50
-
+        assert abs(gaps_ms[len(gaps_ms) // 2] - STEP_MS) <= STEP_MS / 4, gaps_ms  # ITL p50

@@ -132,3 +132,18 @@ def test_the_user_controls_start_the_runner_and_read_its_target() -> None:
     assert started == [(5, 5.0)]  # every user within a second (at least the spawn rate)
     env.shape_class = object
     assert plugin._user_controls(env).shaped is True
+
+
+def test_init_brings_the_loops_clock_up_to_now() -> None:
+    """Locust sets its `-t` timer from the loop's cached clock right after `init`: blocking
+    work since the loop last turned (a process's imports) must not come off the run time."""
+    from gevent.monkey import get_original
+
+    blocking_sleep = get_original("time", "sleep")  # Locust's patching made time.sleep yield
+    loop = gevent.get_hub().loop
+    loop.update_now()
+    before = loop.now()
+    blocking_sleep(0.05)  # as imports block: the loop does not turn
+    assert loop.now() == before  # cached
+    plugin.fresh_loop_clock()
+    assert loop.now() - before >= 0.05

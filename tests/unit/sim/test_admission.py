@@ -10,7 +10,6 @@ place up, and faults free their slot. The schedulers' logical clock: test_schedu
 from __future__ import annotations
 
 import socket
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +35,7 @@ RUN_MS = PREFILL_MS + (TOKENS - 1) * INTERVAL_MS
 TIMING = ("--prefill-ms", str(PREFILL_MS), "--interval-ms", str(INTERVAL_MS),
           "--reasoning-tokens", "0", "--content-tokens", str(TOKENS), "--stamp-send")  # fmt: skip
 RESET_AT = 25  # reset_mid_stream=K: the slot is freed at token chunk K's deadline
-TOLERANCE_MS = 5.0  # client-side slack: loopback, a shared 2-CPU machine
+WAKE_MS = 1.0  # the earliest of a stream's chunks is written within this of its deadline
 PAYLOAD = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
@@ -142,7 +141,10 @@ def open_stream(port: int, payload: dict[str, Any] = PAYLOAD) -> tuple[socket.so
 def read_response(sock: socket.socket) -> Response:
     capture = Capture()
     while not capture.looks_complete():
-        data = sock.recv(65536)
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:  # a reset stream: what came before it
+            break
         if not data:
             break
         capture.add(data, time.perf_counter_ns())
@@ -162,16 +164,30 @@ def wait_for(port: int, want: dict[str, int]) -> None:
     raise AssertionError(f"admission never reached {want}: {got}")
 
 
-def check_plan(resp: Response, origin_ns: int, first_ms: float) -> None:
-    """Token i arrives `first_ms + i * interval` after `origin_ns` (a client stamp taken before
-    the server's t0): never earlier, and within a few ms at the median (a multi-ms stall of
-    this shared VM may delay a few chunks; later deadlines are absolute, so they catch up)."""
-    errors = [
-        (e.arrival_ns - origin_ns) / MS - (first_ms + i * INTERVAL_MS)
-        for i, e in enumerate(token_events(resp))
-    ]
-    assert len(errors) == TOKENS and min(errors) >= 0, errors
-    assert statistics.median(errors) < TOLERANCE_MS, errors
+def check_plan(resp: Response, origin_ns: int, start_ns: int, first_ms: float) -> None:
+    """Token i is written `first_ms + i * interval` after the plan's start: `start_ns`, the
+    server's own t0 of the stream that sets it (its `anvil-t0-ns`), which follows the
+    client's `origin_ns` stamp; never earlier, and read by the client after the write (its
+    `anvil_sent_ns`, same host and clock).
+
+    How late each chunk is written is how late the server's process woke for its deadline,
+    which a busy machine stretches to ms; but not for every one of 30 deadlines 2 ms apart:
+    the earliest is well under a ms late. A start taken from the wrong moment (a queued
+    stream admitted late, a slot freed a stream too late) makes every chunk late by that
+    much. The request's way in (t0 − the client's stamp) is not the plan's, and not judged."""
+    assert origin_ns < start_ns
+    late = []
+    for i, e in enumerate(token_events(resp)):
+        sent_ns = e.chunk["anvil_sent_ns"]  # type: ignore[index]
+        planned_ns = start_ns + round((first_ms + i * INTERVAL_MS) * MS)
+        assert e.arrival_ns >= sent_ns >= planned_ns, (i, e.arrival_ns, sent_ns, planned_ns)
+        late.append((sent_ns - planned_ns) / MS)
+    assert len(late) == TOKENS
+    assert min(late) < WAKE_MS, late
+
+
+def t0_of(resp: Response) -> int:
+    return int(resp.headers["anvil-t0-ns"])
 
 
 def check_sent(resp: Response, start_ns: int) -> None:
@@ -197,14 +213,16 @@ def test_two_slots_four_streams(simulator: Callable[..., SimProcess]) -> None:
     order = sorted(range(4), key=t0)  # FIFO: the first two to arrive run, the others wait
     running, queued = order[:2], order[2:]
     for k in running:
-        check_plan(results[k][1], results[k][0], PREFILL_MS)
+        check_plan(results[k][1], results[k][0], t0(k), PREFILL_MS)
         check_sent(results[k][1], t0(k))
     for k, ahead in zip(queued, running, strict=True):
         # each queued stream starts when the one whose slot it takes ends: its time to first
         # token, from that one's send, is a whole running stream plus its own prefill
-        check_plan(results[k][1], results[ahead][0], RUN_MS + PREFILL_MS)
+        check_plan(results[k][1], results[ahead][0], t0(ahead), RUN_MS + PREFILL_MS)
         check_sent(results[k][1], t0(ahead) + RUN_MS * MS)
-        assert t0(k) < t0(running[0]) + 5 * MS  # t0 stays the arrival, with the others
+        # t0 stays the arrival, with the others: stamped at admission it would be a whole
+        # running stream later; half of one tells the two apart on any machine
+        assert t0(k) < t0(running[0]) + RUN_MS // 2 * MS
         # nothing, not even the head, is sent while a request waits
         assert results[k][1].headers_arrival_ns - results[running[0]][0] >= RUN_MS * MS
     assert stats(port)["admission"] == {"max_running": 2, "running": 0, "waiting": 0}
@@ -217,7 +235,7 @@ def test_without_the_flag_every_stream_runs_at_once(
     port = port_of(simulator(*TIMING))
     results = exchange_many(port, "/v1/chat/completions", [PAYLOAD] * 4)
     for sent, resp in results:
-        check_plan(resp, sent, PREFILL_MS)
+        check_plan(resp, sent, t0_of(resp), PREFILL_MS)
     assert "admission" not in stats(port)
 
 
@@ -236,10 +254,10 @@ def test_disconnect_while_queued_gives_up_its_place(
     first, second = read_response(running), read_response(stayer)
     assert first.complete and second.complete
     # the stayer took the slot when the running stream ended, not one stream later
-    check_plan(second, t_run, RUN_MS + PREFILL_MS)
+    check_plan(second, t_run, t0_of(first), RUN_MS + PREFILL_MS)
     wait_for(port, {"running": 0, "waiting": 0})
     sent, resp = exchange(port, "/v1/chat/completions", PAYLOAD)  # no slot leaked
-    check_plan(resp, sent, PREFILL_MS)
+    check_plan(resp, sent, t0_of(resp), PREFILL_MS)
     _, whole = exchange(port, "/v1/chat/completions", {**PAYLOAD, "stream": False})
     assert whole.status == 200
 
@@ -259,13 +277,16 @@ def test_non_streaming_and_refused_requests_never_wait(
     assert refused.status == 503
     assert (time.perf_counter_ns() - sent) / MS < PREFILL_MS
     both = exchange_many(port, "/v1/chat/completions", [PAYLOAD, {**PAYLOAD, "stream": False}])
-    doomed.close()
+    cut = read_response(doomed)  # up to the reset
+    assert not cut.complete
     (_, after), (sent, whole) = both
-    assert whole.status == 200  # its own full duration; behind the running one: >= 170 ms
-    assert RUN_MS <= (whole.headers_arrival_ns - sent) / MS < RUN_MS + 30
+    # its own full duration (98 ms) from its arrival (t0); behind the running one it would
+    # be >= 170 ms: 30 ms past its own tells the two apart
+    assert whole.status == 200
+    assert RUN_MS <= (whole.headers_arrival_ns - t0_of(whole)) / MS < RUN_MS + 30
     assert after.complete
     reset_ms = PREFILL_MS + RESET_AT * INTERVAL_MS  # token chunk K's deadline: the reset
-    check_plan(after, t_doomed, reset_ms + PREFILL_MS)
+    check_plan(after, t_doomed, t0_of(cut), reset_ms + PREFILL_MS)
     wait_for(port, {"running": 0, "waiting": 0})
 
 
@@ -273,9 +294,13 @@ def test_non_streaming_and_refused_requests_never_wait(
 def test_bursts_queue_too(simulator: Callable[..., SimProcess]) -> None:
     port = port_of(simulator("--max-running", "1", "--burst", "5", *TIMING))
     results = exchange_many(port, "/v1/chat/completions", [PAYLOAD] * 2)
-    firsts = sorted(tokens(r)[0]["anvil_sent_ns"] for _, r in results)
+    streams = sorted((tokens(r) for _, r in results), key=lambda x: x[0]["anvil_sent_ns"])
     t0 = min(int(r.headers["anvil-t0-ns"]) for _, r in results)
     burst_ms = PREFILL_MS + 4 * INTERVAL_MS  # the first burst leaves with token 4
-    assert firsts[0] - t0 >= burst_ms * MS
-    assert firsts[1] - t0 >= (RUN_MS + burst_ms) * MS
-    assert firsts[1] - t0 < (RUN_MS + burst_ms + 2) * MS
+    for start_ms, chunks in zip((0, RUN_MS), streams, strict=True):
+        # each burst of 5 leaves with its last token's deadline, from the stream's start: the
+        # first stream's t0, the second's the first's end; never early, and the earliest
+        # well under a ms late (one on-time burst of six, whatever the machine's load)
+        late = [chunks[b + 4]["anvil_sent_ns"] - t0 - (start_ms + burst_ms + b * INTERVAL_MS) * MS
+                for b in range(0, TOKENS, 5)]
+        assert min(late) >= 0 and min(late) < MS, (start_ms, late)
