@@ -129,9 +129,10 @@ def test_rate_sweep_with_goodput(simulator, tmp_path: Path) -> None:
     assert doc["metrics"]["goodput_rps"] > 0
 
 
-# 8 slots of ~185 ms streams (40 ms prefill, 30 tokens 5 ms apart): TTFT ~70 ms in a slot;
-# a request that waits for one waits up to a whole stream (TTFT ~250 ms): far over 150 ms
-CAPACITY_SIM = ("--prefill-ms", "40", "--interval-ms", "5", "--reasoning-tokens", "5",
+# 8 slots of ~340 ms streams (40 ms prefill, 30 tokens 10 ms apart): TTFT ~70 ms in a slot;
+# a request that waits for one waits up to a whole stream (TTFT ~400 ms): far over 150 ms.
+# Tokens 10 ms apart keep the client's own work small (it shares a busy machine)
+CAPACITY_SIM = ("--prefill-ms", "40", "--interval-ms", "10", "--reasoning-tokens", "5",
                 "--content-tokens", "25", "--max-context", "8192", "--max-running", "8")
 
 
@@ -144,9 +145,16 @@ def capacity_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, float]:
         # 60 requests a step: at 9 users one request in 9 waits for a slot, over the 5 % a
         # p95 can hide. From 6 users: 6 meets, 12 fails, then 9 fails, 7 and 8 meet (both
         # sides of the slots' edge; the search's own rules: tests/unit/runs/test_capacity.py)
-        proc = anvil("capacity", "scenarios/smoke.toml", "-H", sim.url, "--slo",
-                     "ttft_p95_ms<=150", "--start", "6", "--max", "16", "--step-requests",
-                     "60", "--results-dir", str(tmp_path), timeout=120)
+        for attempt in (1, 2):
+            proc = anvil("capacity", "scenarios/smoke.toml", "-H", sim.url, "--slo",
+                         "ttft_p95_ms<=150", "--start", "6", "--max", "16", "--step-requests",
+                         "60", "--results-dir", str(tmp_path / str(attempt)), timeout=120)
+            # a step whose client was starved is not trusted and the search says so and stops
+            # (tests/unit/runs/test_capacity.py): on a machine busy with other work that is
+            # the right answer, and the search's own advice is to rerun — once, here
+            if "not trusted: the load generator was saturated" not in proc.stderr:
+                break
+            print(f"\n[capacity] attempt {attempt}: {proc.stderr.strip()}")
         return proc, time.monotonic() - t0
 
 
