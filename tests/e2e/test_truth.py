@@ -35,7 +35,7 @@ GEN_MS = (N_REASON + N_CONTENT - 1) * STEP_MS
 # less one interval (`live/lagmon.py`); and room for the kernel's loopback delivery and the
 # parse of the event, tens of µs on an idle machine
 LAGMON_INTERVAL_MS, DELIVERY_MS = 1.0, 1.0
-TRANSIT_SANITY_MS = PREFILL_MS / 3
+TRANSIT_SANITY_MS = PREFILL_MS  # a sanity bound: seen 71.8 ms with the machine busy
 
 SCENARIO = """
 measurement_protocol = "truth"
@@ -135,7 +135,8 @@ def check_against_the_send_stamps(doc: dict, raw: dict[int, dict], planned_ms
     # (bounded by the worst lateness of its own writes in the run) and, when many requests
     # arrive at once (aligned16), its reading of the others first, which nothing records; so
     # the median is bounded as above, and every request only loosely: a start stamp taken
-    # before some wait (a connection, a due time) would be tens of ms off, or more
+    # before some wait as long as a prefill would be caught; a stall of the simulator's
+    # process before it reads a request (seen: 72 ms beside a busy loop) leaves no record
     transit = parts["transit"]
     assert statistics.median(transit) <= at_median + worst_late, (at_median, sorted(transit))
     assert max(transit) <= TRANSIT_SANITY_MS, sorted(transit)
