@@ -23,21 +23,35 @@ Bugs in anvil itself (a NaN reaching a writer, a negative clock difference) are 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 
+class ExitCode(enum.IntEnum):
+    """What every `anvil` command exits with: one table (the README's, tested command by
+    command). A run's Locust process exits with the same codes, so `anvil run` and plain
+    `locust -f` agree."""
+
+    OK = 0  # done, and nothing wrong was found
+    PROBLEM = 1  # a check, verify or gate found a problem; a run failed; a bug in anvil
+    USAGE = 2  # usage: a bad flag, field or value, or an input file missing or unreadable
+    ABORTED = 3  # a run ended itself: the server stopped answering (`benchmark.json` says why)
+    SIGINT = 130  # interrupted (Ctrl-C): what was measured is kept, marked partial
+    SIGTERM = 143  # terminated (SIGTERM): as for Ctrl-C
+
+
 class AnvilError(Exception):
     """Base of every error anvil raises on purpose. `exit_code` is what the CLI exits with."""
 
-    exit_code: int = 1
+    exit_code: int = ExitCode.PROBLEM
 
 
 class UsageError(AnvilError):
     """The user asked for something anvil cannot do as given (the CLI exits 2)."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ScenarioError(UsageError):
