@@ -17,7 +17,9 @@ The file `requests.jsonl` holds three kinds of line, told apart by `"type"`:
   (`host:pid`, the records' `worker`) and `perf_offset_ns`, the measured offset of its
   `perf_counter_ns` to the master's (0 on the same kernel), which places its stamps on one
   time line; durations never use it.
-- `"run_end"`: last line of a run that finished; its absence marks the file partial.
+- `"run_end"`: last line of a run that finished, with why it ended (`ended_by`: see
+  `ENDED_BY`) and, for a signal or an abort, the one line that says what happened
+  (`end_reason`); its absence, or a signal or an abort, marks the run partial.
 
 Chunk arrivals are delta-encoded: `chunk_deltas_ns[0]` is the first output-carrying chunk's
 arrival minus `start_ns`, and each later entry is the gap from the previous one, so
@@ -63,6 +65,13 @@ FAILURE_KINDS = (
     "worker_lost",  # a distributed worker vanished with this request in flight
 )
 PHASES = ("connect", "headers", "prefill", "decode")
+
+# Why a run ended (the `run_end` line's `ended_by`, the benchmark's): its measured requests
+# were all done; its duration was over; Locust stopped it (the web UI's stop, its -t, a
+# shape's end); a SIGINT or SIGTERM; or anvil aborted it (the server stopped answering).
+# The last two mark the run partial: it did not do what it planned.
+ENDED_BY = ("requests", "duration", "stopped", "signal", "aborted")
+PARTIAL_ENDS = ("signal", "aborted")
 
 
 def failure_field_problems(f: dict[str, Any]) -> list[tuple[str, str]]:

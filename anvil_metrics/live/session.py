@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from anvil_metrics.post.loadblock import behind
 from anvil_metrics.post.schema import RUN_ID
 from anvil_metrics.prep.prompts import Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.prep.provenance import Discovery, discover, merge
-from anvil_metrics.records import worker_identity
+from anvil_metrics.records import ENDED_BY, worker_identity
 from anvil_metrics.telemetry.sampler import ServerTelemetry
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.transport import SendStats
@@ -67,6 +68,11 @@ class RunSession:
         self.header = header
         self.worker = worker_identity()
         self.finished = False
+        # why the run ended (`records.ENDED_BY`) and, for a signal or an abort, one line
+        # saying what happened; the first to end the run names it (`mark_end`)
+        self.ended_by: str | None = None
+        self.began_ns: int | None = None  # when the load began (`begin_load`)
+        self.end_reason: str | None = None
         self.benchmark_path: Path | None = None
         self.cache_warning: str | None = None
         self.live = LiveStats(run_id, opts.scenario.requests)
@@ -78,10 +84,21 @@ class RunSession:
         self.clock = RunClock(opts.scenario, budget, writer, controls, on_end)
         self.telemetry: ServerTelemetry | None = None  # the server-metrics sampler
 
+    def mark_end(self, ended_by: str, reason: str | None = None) -> None:
+        """Name why the run ends (one of `records.ENDED_BY`), once: what ends it first (its
+        budget spent, its duration over, a signal, an abort, Locust's stop) is the cause,
+        whatever stops it afterwards. Kept in the raw `run_end` line; a signal or an abort
+        marks the run partial."""
+        if ended_by not in ENDED_BY:
+            raise ValueError(f"ended_by {ended_by!r} is not one of {ENDED_BY}")
+        if self.ended_by is None:
+            self.ended_by, self.end_reason = ended_by, reason
+
     def begin_load(self) -> None:
         """Start the generator-health figures: call when set-up work is over and the users
         are about to send (set-up stalls, e.g. a final garbage collection, are not load)."""
         SendStats.max_chunk_ns = SendStats.chunks = 0
+        self.began_ns = time.perf_counter_ns()
         self.load.begin()
         self.live.start_flow(self.budget.read_in_flight)  # the live page's in-flight series
         self.clock.start()  # the duration, a sweep's steps, or the user count watched
@@ -127,10 +144,15 @@ class RunSession:
                                   model=ready.model), {"engine": sc.meta.get("engine")})
         holder: list[RunSession] = []
 
-        def exhausted() -> None:  # the last measured request is done: the load is over
-            if holder:
-                holder[0].end_load()
-            on_exhausted()
+        def ended(cause: str) -> Callable[[], None]:
+            def end() -> None:  # the last measured request is done, or the duration over
+                if holder:
+                    holder[0].mark_end(cause)
+                    holder[0].end_load()
+                on_exhausted()
+            return end
+
+        exhausted = ended("requests")
 
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
@@ -142,7 +164,7 @@ class RunSession:
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
-                      controls=controls, on_end=exhausted)
+                      controls=controls, on_end=ended("duration"))
         holder.append(session)
         session._start_telemetry(params["server"])
         return session
@@ -182,7 +204,9 @@ class RunSession:
 
         try:
             own = self.client_health()
-            end: dict[str, Any] = {"client": own if client is None else client}
+            end: dict[str, Any] = {"ended_by": self.ended_by or "stopped",
+                                   "end_reason": self.end_reason,
+                                   "client": own if client is None else client}
             if end["client"].get("saturated"):
                 log.warning("anvil: the load generator was saturated (%s): its own delays may "
                             "be in the figures; use more worker processes or fewer users",

@@ -258,6 +258,9 @@ def _document(raw: RawColumns, *, finished: str | None, wall: float | None, requ
             "started_at": header["started_at"],
             "finished_at": finished,
             "partial": raw.partial,
+            # why it ended: null when the run did not finish (no run_end line)
+            "ended_by": (raw.run_end or {}).get("ended_by"),
+            "end_reason": (raw.run_end or {}).get("end_reason"),
             "wall_clock_ms": wall,
             "requests": requests,
             "completed": len(rows),

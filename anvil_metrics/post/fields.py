@@ -62,8 +62,17 @@ RUN: Text = {
     "request_timings": ("", "one row per completed measured request, in request_index order"),
     "metrics": ("", "the aggregates over request_timings (nearest-rank percentiles, sums, "
                 "counts and rates)"),
-    "partial": ("", "true when the file was rebuilt from the raw records of a run that did "
-                "not finish"),
+    "partial": ("", "true when the run did not do what it planned: it was ended by a "
+                "signal or aborted (ended_by), or the file was rebuilt from the raw records "
+                "of a run that did not finish"),
+    "ended_by": ("", "why the run ended: requests (its measured requests were all done), "
+                 "duration (its duration was over), stopped (Locust stopped it: the web UI's "
+                 "stop, its -t, a shape's end), signal (SIGINT or SIGTERM), aborted (anvil "
+                 "ended it: the server stopped answering); null when the run did not finish "
+                 "(no run_end line) or the file predates the field"),
+    "end_reason": ("", "for a run ended by a signal or aborted, one line saying what "
+                   "happened (which signal; which server stopped answering, when and how); "
+                   "else null"),
     "warmup_requests": ("", "the raw file's requests left out of the measurement: the "
                         "warm-up requests run before measuring and, with --warmup/--cooldown, "
                         "those started outside the window (load.outside_window); they are in "

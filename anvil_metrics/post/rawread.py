@@ -35,6 +35,7 @@ from anvil_metrics.post.rawchild import lines_within
 from anvil_metrics.post.rawcolumns import COL, ColumnBuilder, RawColumns, RawRunFields
 from anvil_metrics.records import (
     MAX_LINE_DEPTH,
+    PARTIAL_ENDS,
     RAW_SCHEMA,
     STAMP_LIMIT,
     RequestRecord,
@@ -243,6 +244,7 @@ class RawReader:
         elif kind == "run_end":
             _check_depth(p, n, obj)
             _refuse(p, n, "run_end ", schema.raw_client_problems(obj.get("client")))
+            _refuse(p, n, "run_end ", schema.end_problems(obj))
             self.run_end = obj
         elif kind == "worker":
             off = obj.get("perf_offset_ns")
@@ -306,7 +308,8 @@ class RawReader:
         if self.run_end is None:
             self.notes.append("no run_end line: the run did not finish")
         return {"header": self.header, "run_end": self.run_end,
-                "partial": self.run_end is None or self.torn_lines > 0,
+                "partial": (self.run_end is None or self.torn_lines > 0
+                            or self.run_end.get("ended_by") in PARTIAL_ENDS),
                 "torn_lines": self.torn_lines, "notes": tuple(self.notes),
                 "path": str(self.p), "workers": self.workers, "steps": tuple(self.steps),
                 "steps_end_ns": self.steps_end_ns, "window_ns": self.window_ns}

@@ -21,7 +21,7 @@ import orjson
 from anvil_metrics import catalog
 from anvil_metrics.jsonio import show
 from anvil_metrics.post import saturation
-from anvil_metrics.records import COUNT_LIMIT, failure_field_problems
+from anvil_metrics.records import COUNT_LIMIT, ENDED_BY, PARTIAL_ENDS, failure_field_problems
 from anvil_metrics.urls import strip_credentials
 
 SCHEMA = "anvil-serving.benchmark/v1"
@@ -211,6 +211,10 @@ def check_run_fields(doc: dict[str, Any], problems: list[str], *, whole: bool = 
                         "benchmark never stores; `anvil postprocess` removes them")
     if "partial" in doc and not isinstance(doc["partial"], bool):
         problems.append(f"partial: expected true or false, file has {fmt(doc['partial'])}")
+    problems += end_problems(doc)
+    if doc.get("ended_by") in PARTIAL_ENDS and doc.get("partial") is not True:
+        problems.append(f"partial: a run ended by {fmt(doc['ended_by'])} is partial (true), "
+                        f"file has {fmt(doc.get('partial'))}")
     if "warmup_requests" in doc and not is_count(doc["warmup_requests"]):
         problems.append(
             f"warmup_requests: expected a non-negative integer, file has "
@@ -372,6 +376,20 @@ def raw_header_problems(header: Mapping[str, Any]) -> list[str]:
     doc["base_url"] = redact_url(doc["base_url"])  # as the build does
     problems: list[str] = []
     check_run_fields(doc, problems, whole=False)
+    return problems
+
+
+def end_problems(obj: Mapping[str, Any]) -> list[str]:
+    """Problems with why a run ended, in a raw `run_end` line or a benchmark: `ended_by`
+    one of `records.ENDED_BY` (or null: the run did not finish, or an older file), and
+    `end_reason` a string or null."""
+    problems = []
+    ended = obj.get("ended_by")
+    if ended is not None and ended not in ENDED_BY:
+        problems.append(f"ended_by: {fmt(ended)} is not one of {list(ENDED_BY)} or null")
+    reason = obj.get("end_reason")
+    if reason is not None and not isinstance(reason, str):
+        problems.append(f"end_reason: expected a string or null, file has {fmt(reason)}")
     return problems
 
 

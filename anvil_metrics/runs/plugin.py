@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,12 +262,25 @@ def on_test_start(environment: Any, **_: Any) -> None:
              plan_text(session.scenario, session.opts.users), session.calibration.method)
 
 
+def _stop_cause(environment: Any, session: RunSession) -> str:
+    """Why Locust is stopping a run anvil has not ended itself: its -t is over (the load has
+    lasted that long), else it was stopped (the web UI's stop, a shape's end)."""
+    run_time = getattr(environment.parsed_options, "run_time", None)
+    began = session.began_ns
+    if run_time and began is not None:
+        # Locust's timer starts a little before the load (the session's set-up is inside it)
+        if time.perf_counter_ns() - began >= (float(run_time) - 1.0) * 1e9:
+            return "duration"
+    return "stopped"
+
+
 @events.test_stopping.add_listener
 def on_test_stopping(environment: Any, **_: Any) -> None:
     """The run is being stopped (time limit, Ctrl-C, the UI's stop): the load is over, so
     freeze the generator-health figures before Locust's shutdown work stalls the hub."""
     session = run_in_progress(environment)
     if session is not None:
+        session.mark_end(_stop_cause(environment, session))  # unless something named it
         session.end_load()
         session.budget.close()  # no new request; users waiting for a ticket stop at once
     master = plugin_state(environment).master

@@ -29,7 +29,7 @@ import orjson
 
 from anvil_metrics import catalog
 from anvil_metrics.post import fields, loadblock, schema, steps
-from anvil_metrics.records import COUNT_LIMIT, FAILURE_KINDS, PHASES
+from anvil_metrics.records import COUNT_LIMIT, ENDED_BY, FAILURE_KINDS, PHASES
 from anvil_metrics.schemas import fieldsdoc, verdicts
 from anvil_metrics.schemas.parts import (
     BOOLEAN,
@@ -197,6 +197,8 @@ def benchmark_schema() -> dict[str, Any]:
         "metrics": _metrics(),
         # anvil's added fields (checked in full by `anvil verify`)
         "partial": BOOLEAN,
+        "ended_by": or_null({"enum": list(ENDED_BY)}),
+        "end_reason": or_null(STRING),
         "warmup_requests": COUNT,
         "client": _client(),
         "prompt_calibration": or_null(obj(
