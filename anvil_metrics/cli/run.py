@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics.cli.parsing import Commands, argtype
-from anvil_metrics.errors import UsageError
+from anvil_metrics.errors import ExitCode, UsageError
 from anvil_metrics.load.options import (
     RUN_OPTIONS,
     option,
@@ -153,18 +153,22 @@ def cmd_run(a: argparse.Namespace) -> int:
             print(f"anvil: the run wrote no benchmark.json (Locust exit code "
                   f"{result.locust_exit_code}); its log is {result.log_path}", file=sys.stderr)
         return 2 if result.locust_exit_code == 2 else 1
-    if result.error:  # the run failed (e.g. no worker could set up): its file says little
-        print(result.error, file=sys.stderr)
-        print(f"anvil: the run failed; what it wrote is in {result.run_dir}", file=sys.stderr)
-        return 1
     # the document without its rows (a million of them would take ~2.6 GB to load)
     params = cachecheck.run_params(result.benchmark_path.parent)
     scanned = scan_benchmark(result.benchmark_path, cachecheck.limit(params))
+    aborted = scanned.doc.get("ended_by") == "aborted"
+    if result.error and not aborted:  # the run failed (e.g. no worker could set up)
+        print(result.error, file=sys.stderr)
+        print(f"anvil: the run failed; what it wrote is in {result.run_dir}", file=sys.stderr)
+        return ExitCode.PROBLEM
     for line in summary_lines(scanned.doc):
         print(line)
     _warn(cachecheck.warning_for_scan(scanned, params))
     print(f"result: {result.benchmark_path}")
-    return 0
+    if aborted:  # every request so far is in the file; the cause, last, on one line
+        print(f"anvil: run aborted: {scanned.doc.get('end_reason')}", file=sys.stderr)
+        return ExitCode.ABORTED
+    return ExitCode.OK
 
 
 def _warn(line: str | None) -> None:

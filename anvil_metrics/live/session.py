@@ -22,6 +22,7 @@ from typing import Any
 
 from anvil_metrics.errors import AnvilError
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.loadwindow import LoadWindow
@@ -76,7 +77,14 @@ class RunSession:
         self.benchmark_path: Path | None = None
         self.cache_warning: str | None = None
         self.live = LiveStats(run_id, opts.scenario.requests)
-        self.recorder = Recorder(anvil_events.request_record, writer, self.live)
+        self._on_end = on_end
+        # the run ends itself when the server stops answering (`abort.py`): one line per
+        # unit of --abort-after-failures is a user (closed loop) or an arrival (open loop)
+        sc = opts.scenario
+        pace = 1 if sc.arrivals is not None else max(sc.step_users or (opts.users,))
+        self.watch = FailureWatch(opts.abort, pace, endpoint.root_url, self._abort,
+                                  began_ns=lambda: self.began_ns)
+        self.recorder = Recorder(anvil_events.request_record, writer, self.live, self.watch)
         self.recorder.start()
         self.load = LoadWindow()
         self._health: dict[str, Any] | None = None
@@ -93,6 +101,15 @@ class RunSession:
             raise ValueError(f"ended_by {ended_by!r} is not one of {ENDED_BY}")
         if self.ended_by is None:
             self.ended_by, self.end_reason = ended_by, reason
+
+    def _abort(self, reason: str) -> None:
+        """The server is not answering (`abort.py`): no new request, and the run ends as
+        when its budget is spent, marked aborted with `reason` (the exit code is 3)."""
+        self.mark_end("aborted", reason)
+        log.error("anvil: run aborted: %s", reason)
+        self.budget.close()
+        if self._on_end is not None:
+            self._on_end()
 
     def begin_load(self) -> None:
         """Start the generator-health figures: call when set-up work is over and the users

@@ -10,6 +10,10 @@ For every request it fires anvil's events (`first_output`, `first_content` live;
 the end-to-end time, so Locust's UI and `--csv` count requests and failures. Locust's
 figures are rounded; anvil's exact ones come from the records.
 
+After a failed request a closed-loop user waits before its next one (`backoff_s`: 50 ms
+doubling to 1 s, reset by an answer), so a dead server is not hammered in a tight loop;
+when it stays dead, the run ends itself (`abort.py`).
+
 A request's start is stamped once, by the client just before its first byte is written
 (`ChatClient.stream_chat`; when its connect fails, then): the observer's `start_ns`. The
 stamp taken here before the send is provisional, kept only by a request stopped before the
@@ -44,6 +48,20 @@ def _wall_s(perf_ns: int) -> float:
     return time.time() - (time.perf_counter_ns() - perf_ns) / 1e9
 
 
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 1.0
+
+
+def backoff_s(failed_in_row: int) -> float:
+    """A closed-loop user's wait before its next request after `failed_in_row` failures in a
+    row: none after an answer, then 50 ms doubling to at most 1 s. A server that refuses
+    connections answers in microseconds: without it each user would retry in a tight loop
+    (seen: 40,927 failed requests in 12 s, 73 % of a CPU). An open loop's schedule sets its
+    own pace and never waits here."""
+    if failed_in_row <= 0:
+        return 0.0
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(failed_in_row - 1, 16))
+
+
 class StreamFailure(Exception):
     """What Locust's failure table shows for a failed stream: kind and status only, so
     failures group by cause rather than by message."""
@@ -65,9 +83,11 @@ class ChatStreamUser(User):
     abstract = True
 
     _idle = False  # nothing left to send: wait (killable) until the run stops
+    _backoff_s = 0.0  # closed loop: the wait after a failed request (`backoff_s`)
+    _failed_in_row = 0
 
     def wait_time(self) -> float:
-        return 3600.0 if self._idle else 0.0
+        return 3600.0 if self._idle else self._backoff_s
 
     def _idle_until_stopped(self) -> None:
         """Wait the way Locust can stop at once (its `wait`), not inside a running task,
@@ -150,8 +170,21 @@ class ChatStreamUser(User):
             try:
                 self._report(obs, nbytes)
             finally:
-                self._free_ns = obs.end_ns if obs.end_ns is not None else time.perf_counter_ns()
+                self._after(obs, closed_loop=ticket.due_ns is None)
                 run.budget.give_back(ticket)
+
+    def _after(self, obs: StreamObserver, *, closed_loop: bool) -> None:
+        """When this user may send again: at once after an answer; in a closed loop, after
+        `backoff_s` of its failures in a row (waited in Locust's `wait`, so a stop ends it at
+        once; the next request's start delay is counted from its end)."""
+        failure = obs.failure
+        if failure is None or failure.kind == "cancelled" or not closed_loop:
+            self._failed_in_row = 0
+        else:
+            self._failed_in_row += 1
+        self._backoff_s = backoff_s(self._failed_in_row)
+        end = obs.end_ns if obs.end_ns is not None else time.perf_counter_ns()
+        self._free_ns = end + int(self._backoff_s * 1e9)
 
     def _report(self, obs: StreamObserver, nbytes: int) -> None:
         record = obs.finish()

@@ -123,6 +123,17 @@ def rates(flag: str, value: str) -> tuple[float, ...]:
     return out
 
 
+def ratio(flag: str, value: str) -> float:
+    """A fraction 0 < r <= 1 (of requests that failed)."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and 0 < x <= 1):
+        raise _refuse(flag, value, "a fraction > 0 and <= 1, e.g. 0.5 (1: every request)")
+    return x
+
+
 def criteria(flag: str, value: str) -> str:
     """Goodput criteria, e.g. "ttft_ms<=2000,mean_inter_token_latency_ms<=50"."""
     from anvil_metrics.load.criteria import parse_criteria
@@ -199,6 +210,22 @@ class Option:
         return raw
 
 
+@dataclass(frozen=True, slots=True)
+class AbortRule:
+    """When a run ends itself because the server is not answering (`live/abort.py` applies
+    it): `after_failures` requests per user in a row (per arrival in an open loop) failed to
+    reach the server (0: never); or `failure_ratio` of the requests that ended in the last
+    `window_s` failed, any kind, once at least `ABORT_MIN_WINDOW_REQUESTS` did."""
+
+    after_failures: int = 10
+    failure_ratio: float = 1.0
+    window_s: float = 30.0
+
+
+DEFAULT_ABORT = AbortRule()
+ABORT_MIN_WINDOW_REQUESTS = 10  # fewer in the window say too little to end a run on
+
+
 OPTIONS: tuple[Option, ...] = (
     Option("--scenario", "scenario TOML file (see scenarios/); empty = built-in defaults",
            run=False, env_var="ANVIL_SCENARIO"),  # `anvil run`: its positional argument
@@ -263,6 +290,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("--tier", "the serving tier, as your team names it (recorded as given)"),
     Option("--manifest", "the deployment manifest this server came from (recorded as given)"),
     Option("--source-recipe", "the recipe the server was started from (recorded as given)"),
+    Option("--abort-after-failures", "end the run (exit 3) when this many requests per user "
+           "in a row (per arrival, open loop) could not reach the server (connection, lost "
+           "stream, timeout), none answered between them; 0 = never (default 10)", whole(0),
+           default=DEFAULT_ABORT.after_failures),
+    Option("--abort-failure-ratio", "end the run (exit 3) when this fraction of the requests "
+           "that ended within --abort-window failed, any kind (default 1: all of them, "
+           f"at least {ABORT_MIN_WINDOW_REQUESTS})", ratio,
+           default=DEFAULT_ABORT.failure_ratio),
+    Option("--abort-window", "the window of --abort-failure-ratio, e.g. 30s (default 30s)",
+           timespan, default=DEFAULT_ABORT.window_s),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
            "this many workers, one exact result); default 1", whole(1), default=1,
            locust=False),
@@ -314,6 +351,7 @@ class RunOptions:
     server_metrics: bool = True  # scrape the server's /metrics (telemetry.py)
     server_metrics_url: str | None = None  # None: <host>/metrics
     server_metrics_interval_s: float = 1.0
+    abort: AbortRule = DEFAULT_ABORT  # when the run ends itself: the server is not answering
 
 
 def _arrivals(v: Mapping[str, Any], plan: ArrivalPlan | None) -> ArrivalPlan | None:
@@ -427,4 +465,6 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         recalibrate=v["recalibrate"], tokenizer_path=v["tokenizer"],
         stop_timeout_s=stop_timeout_s, server_metrics=not v["no_server_metrics"],
         server_metrics_url=v["server_metrics_url"],
-        server_metrics_interval_s=v["server_metrics_interval"] or 1.0)
+        server_metrics_interval_s=v["server_metrics_interval"] or 1.0,
+        abort=AbortRule(v["abort_after_failures"], v["abort_failure_ratio"],
+                        v["abort_window"]))

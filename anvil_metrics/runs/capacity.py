@@ -183,6 +183,9 @@ def search(by: str, slos: Sequence[Slo], run_step: RunStep, *, start: float,
 
 
 def _untrusted(doc: Mapping[str, Any]) -> str | None:
+    if doc.get("ended_by") in ("aborted", "signal"):  # not the load it planned: stop there
+        return f"the run was {'aborted' if doc['ended_by'] == 'aborted' else 'interrupted'}: " \
+            f"{doc.get('end_reason')}"
     client = doc.get("client") or {}
     if client.get("saturated"):
         return (f"the load generator was saturated ({client.get('verdict')}); rerun with more "

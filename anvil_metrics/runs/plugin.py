@@ -38,7 +38,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from anvil_metrics.dist import master as dist
 from anvil_metrics.dist import wire as dist_wire
 from anvil_metrics.dist import worker as dist_worker
-from anvil_metrics.errors import AnvilError
+from anvil_metrics.errors import AnvilError, ExitCode
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile
@@ -280,7 +280,8 @@ def on_test_stopping(environment: Any, **_: Any) -> None:
     freeze the generator-health figures before Locust's shutdown work stalls the hub."""
     session = run_in_progress(environment)
     if session is not None:
-        session.mark_end(_stop_cause(environment, session))  # unless something named it
+        if isinstance(session, RunSession):  # unless something named it (not a worker's)
+            session.mark_end(_stop_cause(environment, session))
         session.end_load()
         session.budget.close()  # no new request; users waiting for a ticket stop at once
     master = plugin_state(environment).master
@@ -294,6 +295,8 @@ def on_test_stop(environment: Any, **_: Any) -> None:
     if session is None:
         return
     set_run(environment, None)  # ended (it stays the latest, for the web UI)
+    if getattr(session, "ended_by", None) == "aborted":  # the server stopped answering
+        environment.process_exit_code = ExitCode.ABORTED
     total = environment.stats.total
     stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
     master = plugin_state(environment).master

@@ -342,3 +342,19 @@ def test_cli_refuses_a_start_above_the_maximum(cli_runs: list[dict[str, Any]],
     assert _cli("--slo", "ttft_p95_ms<=150", "--start", "32", "--max", "16") == 2
     assert cli_runs == []
     assert "--start" in capsys.readouterr().err
+
+
+def test_search_stops_at_an_aborted_step_with_its_cause() -> None:
+    def dead(load: float) -> dict[str, Any]:
+        doc = fake_doc(load)  # the few requests before the server died met the SLO
+        if load >= 4:
+            doc.update(ended_by="aborted", end_reason="the server at http://h stopped "
+                       "answering at 3.0 s: refused")
+        return doc
+    runs = FakeRuns(dead)
+    _, steps, stopped = capacity.search("users", SLOS, runs, start=1, maximum=256,
+                                        resolution=1)
+    assert runs.loads == [1, 2, 4]
+    assert stopped == ("the step at users 4 is not trusted: the run was aborted: the server "
+                       "at http://h stopped answering at 3.0 s: refused")
+    assert steps[-1].trusted is False
