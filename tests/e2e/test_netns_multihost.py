@@ -121,7 +121,11 @@ def test_the_relay_delays_each_chunk_and_keeps_their_order(tmp_path: Path) -> No
         finally:
             stop_process(relay)
     assert got == sent  # in order, nothing lost
-    assert min(delays_ms) >= 8.0 and max(delays_ms) < 200, delays_ms
+    # never less than the drawn delay; scheduling adds to it without bound on a busy machine
+    # (seen: one of 12 at 252 ms beside a CPU hog), so the typical one is judged, at the
+    # lower quartile, against the drawn 8-12 ms: a relay that added its own wait would show
+    assert min(delays_ms) >= 8.0, delays_ms
+    assert sorted(delays_ms)[len(delays_ms) // 4] < 50, delays_ms
     summary = dict(kv.split("=") for kv in log.read_text().splitlines()[-1].split()[1:])
     assert summary["connections"] == "1" and int(summary["chunks"]) >= 13, summary
     assert 8.0 <= float(summary["min_delay_ms"]) < 50, summary  # as applied, per chunk
