@@ -90,11 +90,16 @@ def _quantile(errs: list[float], q: float) -> float:
 def _bounds(doc: dict) -> tuple[float, float]:
     """(median bound, every-request bound) in ms on anvil's lag and the request's transit,
     from the run's own loop lag: the typical stamp is no later than the loop's p99 wake-up
-    plus an interval and the delivery; no stamp is later than its worst one plus those."""
+    plus an interval and the delivery; no stamp is later than two of its worst wake-ups plus
+    those. Why two: a stall holds the monitor and the streams alike, and after it the hub
+    runs every ready greenlet in one turn of its loop, the monitor among them; a stream
+    served after the monitor in that turn is late by the monitor's lag plus the rest of the
+    turn (16 streams' bunched chunks parsed one after another), and that rest is the lag the
+    monitor sees at its next wake-up (seen: a first output 408 ms late, the loop's max 365)."""
     lag = doc["client"]["loop_lag_ms"]
     assert lag["samples"] > 100 and lag["max"] >= lag["p99"] >= 0, lag
     slack = LAGMON_INTERVAL_MS + DELIVERY_MS
-    return lag["p99"] + slack, lag["max"] + slack
+    return lag["p99"] + slack, 2 * lag["max"] + slack
 
 
 def check_against_the_send_stamps(doc: dict, raw: dict[int, dict], planned_ms
@@ -126,7 +131,7 @@ def check_against_the_send_stamps(doc: dict, raw: dict[int, dict], planned_ms
         assert r["decode_tok_s"] == pytest.approx((r["output_tokens"] - 1) / (gen_ms / 1000))
         assert abs(gen_ms - sent_gen_ms) <= at_most, (gen_ms, sent_gen_ms, r)
     worst_late = max(parts["sim_late"])
-    # Every stamp is bounded by the run's worst stall; the typical one by its p99 wake-up,
+    # Every stamp is bounded by the run's worst stalls; the typical one by its p99 wake-up,
     # judged at the lower quartile, not the median: one stall holds every stream in flight
     # at that moment (seen: 2 of 4 requests' first outputs 322 ms late, the loop's max 330),
     # while a bias in how anvil stamps would be carried by every request, the least too.
@@ -210,11 +215,11 @@ def test_without_usage_counts_chunks(simulator, tmp_path) -> None:
 def test_raw_chunk_arrivals_match_the_plan(simulator, tmp_path) -> None:
     """Each chunk is stamped on its own arrival, judged against the simulator's stamp of
     that chunk's write (`extra.server.chunks_sent_ns`): never before it, the typical chunk
-    within the loop's p99 wake-up, every one within its worst stall. A client that stamped
-    two chunks at once would stamp the first a whole step (8 ms) after its write; one that
-    stamped a chunk twice would lose the count. Why not the gaps between arrivals: a stall
-    of either process bunches the chunks that came during it into one read (seen beside a
-    busy loop: more than half the gaps 0), which is the truth, not a fault."""
+    within the loop's p99 wake-up, every one within two of its worst (`_bounds`). A client
+    that stamped two chunks at once would stamp the first a whole step (8 ms) after its
+    write; one that stamped a chunk twice would lose the count. Why not the gaps between
+    arrivals: a stall of either process bunches the chunks that came during it into one read
+    (seen beside a busy loop: more than half the gaps 0), which is the truth, not a fault."""
     doc = _run(simulator, tmp_path, 1, 2)
     at_median, at_most = _bounds(doc)
     reqs = list(_raw_requests(doc, tmp_path).values())
