@@ -32,6 +32,8 @@ from anvil_metrics.sim.rawclient import (
 MS = 1_000_000
 PREFILL_MS, INTERVAL_MS, TOKENS = 40, 2, 30  # a running stream lasts 40 + 29 * 2 = 98 ms
 RUN_MS = PREFILL_MS + (TOKENS - 1) * INTERVAL_MS
+SLOW_MS = 1000  # a prefill that holds a slot while a test's clients come and go
+SLOW_RUN_MS = SLOW_MS + (TOKENS - 1) * INTERVAL_MS
 TIMING = ("--prefill-ms", str(PREFILL_MS), "--interval-ms", str(INTERVAL_MS),
           "--reasoning-tokens", "0", "--content-tokens", str(TOKENS), "--stamp-send")  # fmt: skip
 RESET_AT = 25  # reset_mid_stream=K: the slot is freed at token chunk K's deadline
@@ -174,30 +176,28 @@ def check_plan(resp: Response, origin_ns: int, start_ns: int, first_ms: float) -
     which a busy machine stretches to ms; but not for every one of 30 deadlines 2 ms apart:
     the earliest is well under a ms late. A start taken from the wrong moment (a queued
     stream admitted late, a slot freed a stream too late) makes every chunk late by that
-    much. The request's way in (t0 − the client's stamp) is not the plan's, and not judged."""
+    much, each written a whole interval after the one before. The one other way for every
+    chunk to be late is a stall of the server's process longer than the stream (seen beside
+    a CPU hog: 134 ms), and the server's own stamps tell it apart: after a stall the overdue
+    chunks are written back to back, each less than half an interval after the one before,
+    until one is on time. The request's way in (t0 − the client's stamp) is not the plan's,
+    and not judged."""
     assert origin_ns < start_ns
-    late = []
+    late, sent = [], []
     for i, e in enumerate(token_events(resp)):
         sent_ns = e.chunk["anvil_sent_ns"]  # type: ignore[index]
         planned_ns = start_ns + round((first_ms + i * INTERVAL_MS) * MS)
         assert e.arrival_ns >= sent_ns >= planned_ns, (i, e.arrival_ns, sent_ns, planned_ns)
         late.append((sent_ns - planned_ns) / MS)
+        sent.append(sent_ns)
     assert len(late) == TOKENS
-    assert min(late) < WAKE_MS, late
+    on_time = next((i for i, x in enumerate(late) if x < WAKE_MS), TOKENS)
+    gaps_ms = [(b - a) / MS for a, b in zip(sent[:on_time], sent[1:on_time], strict=False)]
+    assert all(gap < INTERVAL_MS / 2 for gap in gaps_ms), (late, gaps_ms)
 
 
 def t0_of(resp: Response) -> int:
     return int(resp.headers["anvil-t0-ns"])
-
-
-def check_sent(resp: Response, start_ns: int) -> None:
-    """Server stamps: token i written at or after ``start + prefill + i * interval``, and the
-    earliest lateness well under a ms: the plan starts exactly at `start_ns`."""
-    late = [
-        chunk["anvil_sent_ns"] - (start_ns + (PREFILL_MS + i * INTERVAL_MS) * MS)
-        for i, chunk in enumerate(tokens(resp))
-    ]
-    assert min(late) >= 0 and min(late) < MS, late
 
 
 @pytest.mark.e2e
@@ -214,12 +214,10 @@ def test_two_slots_four_streams(simulator: Callable[..., SimProcess]) -> None:
     running, queued = order[:2], order[2:]
     for k in running:
         check_plan(results[k][1], results[k][0], t0(k), PREFILL_MS)
-        check_sent(results[k][1], t0(k))
     for k, ahead in zip(queued, running, strict=True):
         # each queued stream starts when the one whose slot it takes ends: its time to first
         # token, from that one's send, is a whole running stream plus its own prefill
         check_plan(results[k][1], results[ahead][0], t0(ahead), RUN_MS + PREFILL_MS)
-        check_sent(results[k][1], t0(ahead) + RUN_MS * MS)
         # t0 stays the arrival, with the others: stamped at admission it would be a whole
         # running stream later; half of one tells the two apart on any machine
         assert t0(k) < t0(running[0]) + RUN_MS // 2 * MS
@@ -243,30 +241,26 @@ def test_without_the_flag_every_stream_runs_at_once(
 def test_disconnect_while_queued_gives_up_its_place(
     simulator: Callable[..., SimProcess],
 ) -> None:
-    port = port_of(simulator("--max-running", "1", *TIMING))
+    # a prefill of 1 s holds the slot while the leaver and the stayer come and go (at 40 ms a
+    # busy machine could end the running stream first, and nothing would wait)
+    port = port_of(simulator("--max-running", "1", *TIMING, "--prefill-ms", str(SLOW_MS)))
     running, t_run = open_stream(port)
     wait_for(port, {"running": 1, "waiting": 0})
     leaver, _ = open_stream(port)
     wait_for(port, {"running": 1, "waiting": 1})
     leaver.close()
     wait_for(port, {"running": 1, "waiting": 0})
-    stayer, _ = open_stream(port)
+    stayer, t_stay = open_stream(port)
     first, second = read_response(running), read_response(stayer)
     assert first.complete and second.complete
-    # the stayer took the slot when the running stream ended, not one stream later. The
-    # slot is given back at the running stream's logical end (the deadline of its last
-    # chunk, `sim/admission.py`), so the stayer's first token is never before that plus a
-    # prefill; a busy machine can make the running stream's writes late (seen: its last
-    # 1.4 ms after its deadline), so the later side is judged from its last write as the
-    # simulator stamped it, within half a stream
-    ended_ns = max(e.chunk["anvil_sent_ns"] for e in token_events(first))  # type: ignore[index]
-    began_ns = token_events(second)[0].chunk["anvil_sent_ns"]  # type: ignore[index]
-    logical_end_ns = t0_of(first) + RUN_MS * MS
-    assert began_ns >= logical_end_ns + (PREFILL_MS - WAKE_MS) * MS, (began_ns, logical_end_ns)
-    assert (began_ns - ended_ns) / MS < PREFILL_MS + RUN_MS / 2
+    # the stayer took the slot when the running stream ended, not one stream later: its
+    # plan starts at the running stream's logical end (the deadline of its last chunk,
+    # `sim/admission.py`), judged as every plan is, against the server's own stamps
+    check_plan(first, t_run, t0_of(first), SLOW_MS)
+    check_plan(second, t_stay, t0_of(first) + SLOW_RUN_MS * MS, SLOW_MS)
     wait_for(port, {"running": 0, "waiting": 0})
     sent, resp = exchange(port, "/v1/chat/completions", PAYLOAD)  # no slot leaked
-    check_plan(resp, sent, t0_of(resp), PREFILL_MS)
+    check_plan(resp, sent, t0_of(resp), SLOW_MS)
     _, whole = exchange(port, "/v1/chat/completions", {**PAYLOAD, "stream": False})
     assert whole.status == 200
 
