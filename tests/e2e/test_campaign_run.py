@@ -230,5 +230,24 @@ def test_a_resumed_campaign_summarizes_as_an_uninterrupted_one(whole: Whole,
         [{k: r.get(k) for k in timeless} for r in b["performance"]]
     assert [r["runs"] for r in a["performance"]] == [2, 2]
     assert a["decision"] == b["decision"] == "promotion", (a["gates"], a["decision_reasons"])
-    extra = [x for x in a["retained_failures"] if x not in b["retained_failures"]]
+    # a run whose client was saturated (its event loop's lag: timing, not the resume) is
+    # named by its run id, so it is a difference whichever campaign had it; those sentences,
+    # one per run whose own benchmark.json records it, are set aside
+    timed = [x for x in a["retained_failures"]
+             if any(x.startswith(note) for note in saturated_notes(killed))]
+    assert len(timed) == len(saturated_notes(killed)), a["retained_failures"]
+    extra = [x for x in a["retained_failures"] if x not in b["retained_failures"]
+             and x not in timed]
     assert len(extra) == 1 and "3-sim-off-run2" in extra[0], a["retained_failures"]
+
+
+def saturated_notes(res: Path) -> set[str]:
+    """How the summary begins its sentence on each run of the campaign in `res` whose
+    benchmark.json records a saturated client."""
+    notes = set()
+    for r in state(res)["runs"]:
+        doc = load_json(res / "sims" / r["folder"] / "benchmark.json")
+        if doc["client"]["saturated"] is True:
+            notes.add(f"Run {doc['run_id']} of {r['variant']}: the load generator was "
+                      "saturated")
+    return notes
