@@ -207,16 +207,25 @@ def test_promotion_with_the_configured_deltas(runs, summarized) -> None:
     assert tele["acceptance_rate_range"] == pytest.approx([rate, rate])
     assert tele["accepted_length_range"] == pytest.approx([1 + truth.accepted_tokens
                                                            / truth.drafts] * 2)
-    assert doc["decision"] == "promotion"
-    assert [g["outcome"] for g in doc["gates"]] == ["pass", "pass"]
+    # the saturation gate judges the client's timing (its event loop's lag): a run beside a
+    # CPU hog can record a saturated client (seen, before the shared fixtures too); what
+    # the summary must decide then is what the runs' own benchmark.json files record
+    root, entries, _ = runs
+    saturated = [(e["variant"], bench["run_id"]) for e in entries
+                 for bench in (load_json(root / e["folder"] / "benchmark.json"),)
+                 if bench["client"]["saturated"] is True]
+    assert doc["decision"] == ("no-promotion" if saturated else "promotion"), saturated
+    assert [g["outcome"] for g in doc["gates"]] == ["pass", "fail" if saturated else "pass"]
     assert list(doc)[:4] == ["schema", "date", "decision", "hardware"]
     assert doc["hardware"] == {"gpu": "none: the simulator", "count": 0}
     assert doc["performance_protocol"]["aggregation"] == (
         "mean of run medians across 2 first-placement and 1 swapped-placement runs")
     assert "functional" not in doc and "restoration" not in doc
     assert set(doc["not_included"]) == {"functional", "multimodal", "restoration"}
-    assert doc["retained_failures"] == []
-    assert "**promotion**" in md and "| m | mtp3 |" in md
+    assert [x.split(": the load generator was saturated")[0] for x in doc["retained_failures"]
+            ] == [f"Run {rid} of {variant}" for variant in ("m/off", "m/mtp3")
+                  for v, rid in saturated if v == variant]
+    assert f"**{doc['decision']}**" in md and "| m | mtp3 |" in md
 
 
 def test_no_promotion_when_the_threshold_is_inside_the_interval(tmp_path: Path, runs,
