@@ -2,6 +2,14 @@
 campaign's folder, every benchmark.json verifying; a campaign killed (SIGKILL) during a run
 resumes doing only the missing runs; a before_run that fails fails its run only (exit 1);
 the before_run hook (bash) records its exit status, output tail and timeout.
+
+What costs here is processes (every run starts Locust, ~1.6 CPU-s; a simulator ~0.4), so the
+module runs what its tests can share once: one pair of simulators serves every campaign
+(both scripted, the slow one naming the wrong tool: `--script` changes only the answers to
+the checks' questions, the timed path every run measures is the same), and the
+uninterrupted two-run campaign with [checks], summarized, is both the campaign whose every
+run must verify and the one a resumed campaign must summarize as. The campaigns that must
+be their own (killed mid-run, a failing before_run) still are, each in its test's folder.
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -20,11 +30,9 @@ from simcampaign import CAMPAIGN, SCENARIO, SIM
 
 from anvil_metrics.campaign.runner import run_hook
 from anvil_metrics.post.docscan import verify_file
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 pytestmark = pytest.mark.e2e
-
-
-
 
 
 CHECKS = """
@@ -34,30 +42,59 @@ suites = ["json", "tools", "reasoning_leakage"]
 """
 
 
-def setup(tmp_path: Path, simulator, runs: int, before: str = "", checks: bool = False
-          ) -> Path:
-    """The campaign file; with `checks`, both simulators answer the checks from their
-    script, the slow one naming the wrong tool (`tools:wrong_name`)."""
-    script = ("--script",) if checks else ()
-    slow = simulator(*SIM, "--interval-ms", "6", *script,
-                     *(("--script-fault", "tools:wrong_name") if checks else ()))
-    fast = simulator(*SIM, "--interval-ms", "2", *script)
-    (tmp_path / "s.toml").write_text(SCENARIO)
-    path = tmp_path / "c.toml"
+@pytest.fixture(scope="module")
+def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
+    """(slow, fast): 6 ms and 2 ms between tokens, both answering the checks from their
+    script, the slow one naming the wrong tool (`tools:wrong_name`); every other request is
+    answered as without the script, so a campaign without [checks] runs against them as
+    against plain simulators."""
+    with start_simulator([*SIM, "--interval-ms", "6", "--script", "--script-fault",
+                          "tools:wrong_name"]) as slow, \
+            start_simulator([*SIM, "--interval-ms", "2", "--script"]) as fast:
+        yield slow, fast
+
+
+def setup(folder: Path, sims: tuple[SimProcess, SimProcess], runs: int, before: str = "",
+          checks: bool = False) -> Path:
+    """The campaign file (and its scenario) in `folder`, its variants the module's two
+    simulators; with `checks`, the [checks] both answer from their script."""
+    slow, fast = sims
+    (folder / "s.toml").write_text(SCENARIO)
+    path = folder / "c.toml"
     placements = orjson.dumps(["first", "swapped"][:runs]).decode()
     path.write_text(CAMPAIGN.format(runs=runs, placements=placements, slow=slow.url,
                                     fast=fast.url, before=before) + (CHECKS if checks else ""))
     return path
 
 
+@dataclass(frozen=True)
+class Whole:
+    """The uninterrupted campaign: its file, its results folder, what `anvil campaign run`
+    and then `anvil summarize` of its folder did."""
+
+    path: Path
+    res: Path
+    run: subprocess.CompletedProcess
+    summarize: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def whole(sims, tmp_path_factory: pytest.TempPathFactory) -> Whole:
+    """Two variants, two runs each, [checks]: run to the end in one go, then summarized.
+    Tests only read its folder (`anvil verify` of its summary writes nothing)."""
+    root = tmp_path_factory.mktemp("whole")
+    path = setup(root, sims, 2, checks=True)
+    res = root / "res"
+    run = anvil("campaign", "run", str(path), "--results-dir", str(res), timeout=120)
+    return Whole(path, res, run, anvil("summarize", str(res / "sims"), timeout=120))
+
+
 def state(results: Path) -> dict:
     return load_json(results / "sims" / "campaign.json")
 
 
-def test_two_variants_two_runs_all_verify(simulator, tmp_path: Path) -> None:
-    path = setup(tmp_path, simulator, 2, checks=True)
-    res = tmp_path / "res"
-    proc = anvil("campaign", "run", str(path), "--results-dir", str(res), timeout=120)
+def test_two_variants_two_runs_all_verify(whole: Whole) -> None:
+    path, res, proc = whole.path, whole.res, whole.run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "run 1 of 4: sim/off (placement first), ETA unknown until a run is done"
@@ -65,7 +102,7 @@ def test_two_variants_two_runs_all_verify(simulator, tmp_path: Path) -> None:
     assert lines[-1].startswith("campaign sims: 4 of 4 runs done (4 run now); state: ")
     s = state(res)
     assert s["campaign_toml"] == path.read_text() and s["redone"] == []
-    assert s["scenario_file"] == str(tmp_path / "s.toml")
+    assert s["scenario_file"] == str(path.parent / "s.toml")
     assert [(r["variant"], r["run_index"], r["placement"], r["state"], r["attempts"])
             for r in s["runs"]] == [("sim/off", 1, "first", "done", 1),
                                     ("sim/on", 1, "first", "done", 1),
@@ -90,7 +127,7 @@ def test_two_variants_two_runs_all_verify(simulator, tmp_path: Path) -> None:
     assert s["checks"]["sim/off"]["state"] == s["checks"]["sim/on"]["state"] == "done"
     off = load_json(res / "sims" / "checks" / "sim+off.json")
     assert off["checks"]["tools"]["result"] == "fail" and off["model"] == "org/sim"
-    proc = anvil("summarize", str(res / "sims"))
+    proc = whole.summarize
     assert proc.returncode == 0, proc.stderr
     summary = load_json(res / "sims" / "summary.json")
     assert summary["functional"] == {"sim": {
@@ -115,9 +152,8 @@ def kill_during(path: Path, res: Path, folder: Path) -> None:
         proc.wait(10)
 
 
-def test_a_killed_campaign_resumes_with_only_the_missing_runs(simulator,
-                                                               tmp_path: Path) -> None:
-    path = setup(tmp_path, simulator, 1)
+def test_a_killed_campaign_resumes_with_only_the_missing_runs(sims, tmp_path: Path) -> None:
+    path = setup(tmp_path, sims, 1)
     res = tmp_path / "res"
     second = res / "sims" / "2-sim-on-run1"
     kill_during(path, res, second)
@@ -141,10 +177,10 @@ def test_a_killed_campaign_resumes_with_only_the_missing_runs(simulator,
     assert (res / "sims" / ".redone" / "2-sim-on-run1.1").is_dir()
 
 
-def test_a_failing_before_run_fails_its_run_only(simulator, tmp_path: Path) -> None:
+def test_a_failing_before_run_fails_its_run_only(sims, tmp_path: Path) -> None:
     before = ('before_run = "echo switching $ANVIL_VARIANT run $ANVIL_RUN_INDEX '
               'to $ANVIL_PLACEMENT; echo no GPU free >&2; exit 3"')
-    path = setup(tmp_path, simulator, 1, before)
+    path = setup(tmp_path, sims, 1, before)
     res = tmp_path / "res"
     proc = anvil("campaign", "run", str(path), "--results-dir", str(res), timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -170,21 +206,21 @@ def test_the_real_hook_records_status_output_tail_and_timeout() -> None:
     assert t.timed_out and t.exit_status is None and t.output_tail == "started\n"
 
 
-def test_a_resumed_campaign_summarizes_as_an_uninterrupted_one(simulator,
+def test_a_resumed_campaign_summarizes_as_an_uninterrupted_one(whole: Whole,
                                                                 tmp_path: Path) -> None:
     """The issue's acceptance: killed mid-run (SIGKILL) and rerun, the campaign's summary
     equals an uninterrupted campaign's in every figure that does not depend on timing; the
-    interrupted run is the one difference, named in retained_failures."""
-    path = setup(tmp_path, simulator, 2)
-    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    interrupted run is the one difference, named in retained_failures. The uninterrupted
+    one is the module's (`whole`), and this one runs its very campaign file."""
+    path = whole.path
+    killed = tmp_path / "killed"
     kill_during(path, killed, killed / "sims" / "3-sim-off-run2")
     assert anvil("campaign", "run", str(path), "--results-dir", str(killed),
                  timeout=180).returncode == 0
-    assert anvil("campaign", "run", str(path), "--results-dir", str(whole),
-                 timeout=180).returncode == 0
+    assert whole.run.returncode == 0, whole.run.stdout + whole.run.stderr
     docs = []
-    for res in (killed, whole):
-        out = anvil("summarize", str(res / "sims"), timeout=120)
+    for res, out in ((killed, anvil("summarize", str(killed / "sims"), timeout=120)),
+                     (whole.res, whole.summarize)):
         assert out.returncode == 0, out.stdout + out.stderr
         docs.append(load_json(res / "sims" / "summary.json"))
     a, b = docs
@@ -194,5 +230,24 @@ def test_a_resumed_campaign_summarizes_as_an_uninterrupted_one(simulator,
         [{k: r.get(k) for k in timeless} for r in b["performance"]]
     assert [r["runs"] for r in a["performance"]] == [2, 2]
     assert a["decision"] == b["decision"] == "promotion", (a["gates"], a["decision_reasons"])
-    extra = [x for x in a["retained_failures"] if x not in b["retained_failures"]]
+    # a run whose client was saturated (its event loop's lag: timing, not the resume) is
+    # named by its run id, so it is a difference whichever campaign had it; those sentences,
+    # one per run whose own benchmark.json records it, are set aside
+    timed = [x for x in a["retained_failures"]
+             if any(x.startswith(note) for note in saturated_notes(killed))]
+    assert len(timed) == len(saturated_notes(killed)), a["retained_failures"]
+    extra = [x for x in a["retained_failures"] if x not in b["retained_failures"]
+             and x not in timed]
     assert len(extra) == 1 and "3-sim-off-run2" in extra[0], a["retained_failures"]
+
+
+def saturated_notes(res: Path) -> set[str]:
+    """How the summary begins its sentence on each run of the campaign in `res` whose
+    benchmark.json records a saturated client."""
+    notes = set()
+    for r in state(res)["runs"]:
+        doc = load_json(res / "sims" / r["folder"] / "benchmark.json")
+        if doc["client"]["saturated"] is True:
+            notes.add(f"Run {doc['run_id']} of {r['variant']}: the load generator was "
+                      "saturated")
+    return notes

@@ -1,9 +1,11 @@
 """`anvil summarize` end to end against known truth (issue 17's acceptance).
 
 Two simulators stand for one model served with speculation off (a token every 10 ms) and
-on ("mtp3": every 5 ms, with speculative counters, K = 3, A = 0.7). Three real `anvil run`s
-of each, interleaved, make a campaign folder as `anvil campaign run` lays it out (its
-`campaign.json` written here); `anvil summarize` (a real process) must then give:
+on ("mtp3": every 5 ms, with speculative counters, K = 3, A = 0.7). A real `anvil campaign
+run` makes three runs of each, interleaved (one process for the six: a run's own `anvil`
+process would cost ~0.5 CPU-s more each, and the campaign runs Locust as `anvil run` does);
+each test summarizes copies of them under a campaign.json whose e2e gate has the threshold
+it needs; `anvil summarize` (a real process) must then give:
 
 - the deltas the simulators delivered, from their own send stamps (`--stamp-send`) for the
   same requests, aggregated as the summary aggregates (each run's nearest-rank median, the
@@ -96,28 +98,35 @@ no_saturated_runs = true
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], dict]:
-    """(a folder of six run folders, campaign.json's runs, the campaign's fields)."""
+    """(a campaign folder of six run folders, campaign.json's runs, the campaign's fields)."""
     root = tmp_path_factory.mktemp("campaign")
     scenario = write_scenario(root / "scenario.toml", SCENARIO)
-    common = ["--prefill-ms", str(PREFILL_MS), "--reasoning-tokens", "0", "--content-tokens",
-              str(TOKENS), "--max-context", "8192", "--stamp-send"]
+    common = ["--model", "sim", "--prefill-ms", str(PREFILL_MS), "--reasoning-tokens", "0",
+              "--content-tokens", str(TOKENS), "--max-context", "8192", "--stamp-send"]
     with start_simulator([*common, "--interval-ms", str(OFF_MS)]) as off, \
             start_simulator([*common, "--interval-ms", str(ON_MS), "--spec-k", str(SPEC_K),
                              "--spec-accept", str(SPEC_A)]) as on:
-        entries = []
-        for k, (spec, url, i) in enumerate(
-                [(s, u, i) for i in (1, 2, 3) for s, u in (("off", off.url), ("mtp3", on.url))],
-                1):
-            proc = anvil("run", str(scenario), "--host", url, "--results-dir",
-                         str(root / "tmp"))
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            folder = f"{k}-m-{spec}-run{i}"
-            shutil.move(result_path(proc).parent, root / folder)
-            entries.append({"k": k, "variant": f"m/{spec}", "run_index": i,
-                            "placement": ["first", "first", "swapped"][i - 1],
-                            "folder": folder, "state": "done", "attempts": 1,
-                            "before_run": None, "failure": None})
-    return root, entries, {"scenario": str(scenario), "off": off.url, "on": on.url}
+        fields = {"scenario": str(scenario), "off": off.url, "on": on.url}
+        (root / "campaign.toml").write_text(CAMPAIGN.format(threshold=20, **fields))
+        proc = anvil("campaign", "run", str(root / "campaign.toml"), "--results-dir",
+                     str(root), timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = root / "sim-off-vs-mtp3"
+    entries = load_json(folder / "campaign.json")["runs"]
+    assert [(e["folder"], e["variant"], e["run_index"], e["placement"], e["state"])
+            for e in entries] == [
+        (f"{k}-m-{spec}-run{i}", f"m/{spec}", i, ["first", "first", "swapped"][i - 1], "done")
+        for k, (i, spec) in enumerate([(i, s) for i in (1, 2, 3) for s in ("off", "mtp3")], 1)]
+    return folder, entries, fields
+
+
+@pytest.fixture(scope="module")
+def summarized(runs, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    """The runs summarized under an e2e threshold of 20 %, far below the improvement:
+    (the folder, summary.json, summary.md). Tests only read it; one that changes a file
+    copies the folder first."""
+    folder = campaign_dir(tmp_path_factory.mktemp("summarized"), runs, threshold=20)
+    return (folder, *summarize(folder))
 
 
 def campaign_dir(tmp_path: Path, runs: tuple[Path, list[dict], dict], threshold: float
@@ -175,8 +184,8 @@ def delivered_delta(runs, key: str) -> float:
     return 100 * (truth["mtp3"][key] / truth["off"][key] - 1)
 
 
-def test_promotion_with_the_configured_deltas(tmp_path: Path, runs) -> None:
-    doc, md = summarize(campaign_dir(tmp_path, runs, threshold=20))
+def test_promotion_with_the_configured_deltas(runs, summarized) -> None:
+    _, doc, md = summarized
     off, on = doc["performance"]
     assert (off["speculation"], on["speculation"]) == ("off", "mtp3")
     assert "decode_delta_percent" not in off
@@ -198,23 +207,33 @@ def test_promotion_with_the_configured_deltas(tmp_path: Path, runs) -> None:
     assert tele["acceptance_rate_range"] == pytest.approx([rate, rate])
     assert tele["accepted_length_range"] == pytest.approx([1 + truth.accepted_tokens
                                                            / truth.drafts] * 2)
-    assert doc["decision"] == "promotion"
-    assert [g["outcome"] for g in doc["gates"]] == ["pass", "pass"]
+    # the saturation gate judges the client's timing (its event loop's lag): a run beside a
+    # CPU hog can record a saturated client (seen, before the shared fixtures too); what
+    # the summary must decide then is what the runs' own benchmark.json files record
+    root, entries, _ = runs
+    saturated = [(e["variant"], bench["run_id"]) for e in entries
+                 for bench in (load_json(root / e["folder"] / "benchmark.json"),)
+                 if bench["client"]["saturated"] is True]
+    assert doc["decision"] == ("no-promotion" if saturated else "promotion"), saturated
+    assert [g["outcome"] for g in doc["gates"]] == ["pass", "fail" if saturated else "pass"]
     assert list(doc)[:4] == ["schema", "date", "decision", "hardware"]
     assert doc["hardware"] == {"gpu": "none: the simulator", "count": 0}
     assert doc["performance_protocol"]["aggregation"] == (
         "mean of run medians across 2 first-placement and 1 swapped-placement runs")
     assert "functional" not in doc and "restoration" not in doc
     assert set(doc["not_included"]) == {"functional", "multimodal", "restoration"}
-    assert doc["retained_failures"] == []
-    assert "**promotion**" in md and "| m | mtp3 |" in md
+    assert [x.split(": the load generator was saturated")[0] for x in doc["retained_failures"]
+            ] == [f"Run {rid} of {variant}" for variant in ("m/off", "m/mtp3")
+                  for v, rid in saturated if v == variant]
+    assert f"**{doc['decision']}**" in md and "| m | mtp3 |" in md
 
 
-def test_no_promotion_when_the_threshold_is_inside_the_interval(tmp_path: Path, runs) -> None:
-    first, _ = summarize(campaign_dir(tmp_path / "a", runs, threshold=20))
+def test_no_promotion_when_the_threshold_is_inside_the_interval(tmp_path: Path, runs,
+                                                                summarized) -> None:
+    _, first, _ = summarized
     measured = first["gates"][0]["figures"]["improvement_percent"]
     assert measured == pytest.approx(-delivered_delta(runs, "e2e"), abs=2.0)
-    doc, md = summarize(campaign_dir(tmp_path / "b", runs, threshold=round(measured, 6)))
+    doc, md = summarize(campaign_dir(tmp_path, runs, threshold=round(measured, 6)))
     gate = doc["gates"][0]
     low, high = gate["figures"]["improvement_ci95_percent"]
     assert low <= gate["threshold"] <= high
@@ -240,11 +259,14 @@ def test_a_variant_without_a_usable_run_is_refused(tmp_path: Path, runs) -> None
     assert not (folder / "summary.json").exists()
 
 
-def test_verify_recomputes_the_summary_from_the_runs(tmp_path: Path, runs) -> None:
+def test_verify_recomputes_the_summary_from_the_runs(tmp_path: Path, runs,
+                                                     summarized) -> None:
     """`anvil verify summary.json`: every figure from the six real runs (exit 0); one figure
-    changed in the last bit, or a run's file damaged, and it is named (exit 1)."""
-    folder = campaign_dir(tmp_path, runs, threshold=20)
-    doc, _ = summarize(folder)
+    changed in the last bit, or a run's file damaged, and it is named (exit 1). On a copy of
+    the module's summarized folder (this test damages its files)."""
+    folder = tmp_path / "camp"
+    shutil.copytree(summarized[0], folder)
+    doc = load_json(folder / "summary.json")
     path = folder / "summary.json"
     proc = anvil("verify", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -271,7 +293,7 @@ def test_verify_recomputes_the_summary_from_the_runs(tmp_path: Path, runs) -> No
     assert "MISMATCH performance[0].runs: file has 3, recomputed 2" in proc.stdout
 
 
-def test_anvil_outputs_validate_against_the_shipped_schemas(tmp_path: Path, runs) -> None:
+def test_anvil_outputs_validate_against_the_shipped_schemas(runs, summarized) -> None:
     """Other tools can validate anvil's files: every real run's benchmark.json and the real
     summary pass the shipped JSON Schemas (draft 2020-12), and verify says it checked."""
     validators = {which: Draft202012Validator(shipped(which)) for which in FILES}
@@ -279,8 +301,7 @@ def test_anvil_outputs_validate_against_the_shipped_schemas(tmp_path: Path, runs
     for e in entries:
         doc = load_json(root / e["folder"] / "benchmark.json")
         assert list(validators[doc["schema"]].iter_errors(doc)) == [], e["folder"]
-    folder = campaign_dir(tmp_path, runs, threshold=20)
-    doc, _ = summarize(folder)
+    _, doc, _ = summarized
     assert list(validators[doc["schema"]].iter_errors(doc)) == []
     proc = anvil("verify", str(root / entries[0]["folder"] / "benchmark.json"))
     assert proc.returncode == 0, proc.stdout
