@@ -45,10 +45,12 @@ from anvil_metrics.live.runerror import ErrorFile
 from anvil_metrics.live.session import RunSession
 from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
 from anvil_metrics.post.schema import CLIENT_KEYS
+from anvil_metrics.runs import locustfix
 from anvil_metrics.runs.launch import plan_text
 from anvil_metrics.urls import api_key_from_env
 
 log = logging.getLogger("anvil")
+locustfix.install()  # a worker's spawn messages cost ms, not a second (`locustfix`)
 
 PLUGIN_ATTR = "anvil_plugin"
 
