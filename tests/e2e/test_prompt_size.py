@@ -3,12 +3,15 @@ two non-word tokenizer rules, at 4k and 32k planned tokens (chat template includ
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from conftest import anvil, load_json, result_path, write_scenario
 
 from anvil_metrics.post.verify import verify_benchmark
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -25,18 +28,40 @@ max_context_tokens = 40000
 """
 
 
+@pytest.fixture(scope="module")
+def sims() -> Iterator[Callable[[str, str], SimProcess]]:
+    """`sims(rule, method)`: the module's simulator counting by tokenizer rule `rule`, with
+    vLLM's /tokenize (`method` "tokenize") or without any (`--no-tokenize`: "probe"), started
+    the first time a test asks for it; all stop at the end of the module. Shared because
+    `anvil prompts` asks the same server as a run's sizing does (`/tokenize`), and a run
+    here leaves nothing a later count could see: /tokenize keeps no state, probes and
+    requests have a head of their own (the run's nonce), and each test its results folder."""
+    started: dict[tuple[str, str], SimProcess] = {}
+    with ExitStack() as stack:
+        def get(rule: str, method: str) -> SimProcess:
+            if (rule, method) not in started:
+                extra = ("--no-tokenize",) if method == "probe" else ()
+                started[rule, method] = stack.enter_context(start_simulator([
+                    "--tokenizer", rule, "--max-context", "40000", "--prefill-ms", "5",
+                    "--reasoning-tokens", "2", "--content-tokens", "3", "--interval-ms", "1",
+                    *extra]))
+            return started[rule, method]
+
+        yield get
+
+
 @pytest.mark.parametrize("rule,method", [("words4", "tokenize"), ("syllable3", "tokenize"),
                                          ("words4", "probe"), ("syllable3", "probe")])
-def test_planned_vs_counted_within_half_a_percent(simulator, tmp_path: Path, rule: str,
+def test_planned_vs_counted_within_half_a_percent(sims, tmp_path: Path, rule: str,
                                                   method: str) -> None:
     """Counted by the server's /tokenize where it has one (vLLM), else by max_tokens=1
     probes (`--no-tokenize`, as a server whose tokenize skips the chat template)."""
-    extra = ("--no-tokenize",) if method == "probe" else ()
-    sim = simulator("--tokenizer", rule, "--max-context", "40000", "--prefill-ms", "5",
-                    "--reasoning-tokens", "2", "--content-tokens", "3", "--interval-ms", "1",
-                    *extra)
+    sim = sims(rule, method)
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
-    proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path))
+    # the server's metrics unscraped: no figure of theirs is read here, and the sampler is
+    # one more process per run
+    proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path),
+                 "--no-server-metrics")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load_json(result_path(proc))
     assert doc["completed"] == 4
@@ -51,8 +76,8 @@ def test_planned_vs_counted_within_half_a_percent(simulator, tmp_path: Path, rul
     assert verify_benchmark(doc) == []
 
 
-def test_anvil_prompts_reports_planned_vs_counted(simulator) -> None:
-    sim = simulator("--tokenizer", "syllable3", "--max-context", "40000", "--prefill-ms", "1")
+def test_anvil_prompts_reports_planned_vs_counted(sims) -> None:
+    sim = sims("syllable3", "tokenize")  # counted by /tokenize: no prefill is ever asked for
     proc = anvil("prompts", "--host", sim.url, "--tokens", "4096,20000")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()[2:]]

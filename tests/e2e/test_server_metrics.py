@@ -18,6 +18,7 @@ import pytest
 from conftest import anvil, load_json, result_path
 
 from anvil_metrics.live.session import SCRAPE_TIMEOUT_S
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -70,15 +71,24 @@ def stub_metrics() -> Iterator:
         p.wait(10)
 
 
-def _run(sim_url: str, out: Path, *extra: str) -> dict:
-    proc = anvil("run", "scenarios/smoke.toml", "--host", sim_url, "--requests", "48",
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    """The simulator of the broken-endpoint tests: they scrape a stub, never it, and it keeps
+    no state a later run could see (no prefix cache), so one serves both."""
+    with start_simulator(["--prefill-ms", "20", "--interval-ms", "5",
+                          "--content-tokens", "30"]) as s:
+        yield s
+
+
+def _run(sim_url: str, out: Path, *extra: str, requests: int = 48) -> dict:
+    proc = anvil("run", "scenarios/smoke.toml", "--host", sim_url, "--requests", str(requests),
                  "--users", "4", "--results-dir", str(out), *extra, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return load_json(result_path(proc))
 
 
 def test_a_hanging_metrics_endpoint_never_touches_the_measurement(
-        simulator, stub_metrics, tmp_path: Path) -> None:
+        sim: SimProcess, stub_metrics, tmp_path: Path) -> None:
     """Each scrape hangs 5 s (beyond the 2 s timeout): the run's requests and loop lag are
     those of a run without scraping, and `server` says why it has no figures.
 
@@ -86,7 +96,6 @@ def test_a_hanging_metrics_endpoint_never_touches_the_measurement(
     machine: the hung run's p99 wake-up is no later than the reference's worst one (plus
     one wake-up interval of the monitor); and a scrape waited for on the event loop would
     hold it for the scrape timeout, which no wake-up comes near."""
-    sim = simulator("--prefill-ms", "20", "--interval-ms", "5", "--content-tokens", "30")
     hang = stub_metrics(5.0, "vllm:num_requests_running 1\n")
     pairs = []
 
@@ -111,10 +120,14 @@ def test_a_hanging_metrics_endpoint_never_touches_the_measurement(
     assert close(*pairs[-1][:2]), pairs
 
 
-def test_garbage_metrics_are_recorded_as_such(simulator, stub_metrics, tmp_path: Path) -> None:
-    sim = simulator("--prefill-ms", "5", "--interval-ms", "2", "--content-tokens", "10")
+def test_garbage_metrics_are_recorded_as_such(sim: SimProcess, stub_metrics,
+                                              tmp_path: Path) -> None:
+    """Every scrape answers at once with garbage: the run says so, and the samples file
+    still holds the scrape's header and exactly one `first` and one `last` scrape (two
+    rounds of the four users are enough: the marks are the run's edges, whatever its
+    length)."""
     junk = stub_metrics(0.0, "<html>this is { not metrics</html>")
-    doc = _run(sim.url, tmp_path, "--server-metrics-url", junk)
+    doc = _run(sim.url, tmp_path, "--server-metrics-url", junk, requests=8)
     reasons = doc["server"]["null_reasons"]
     assert "not Prometheus text" in reasons["scrapes"], reasons
     run_dir = result_path_dir(doc, tmp_path)
