@@ -1,6 +1,13 @@
 """Distributed runs end to end: a real Locust master and real worker processes on
 127.0.0.1 against the simulator, whose own stream counts (`GET /sim/stats`) are the truth
-the records are checked against."""
+the records are checked against.
+
+Every test but the killed worker's (longer streams) runs against one simulator (`sim`, the
+module's): a simulator costs ~0.5 CPU-s and ~0.6 s to start, and a run reads nothing of the
+server's but its stream counts and metrics over its own window. The counts are cumulative,
+so each test takes them when the simulator is idle (`idle_counts`: no stream of an earlier
+test still running or waiting there) and judges the streams served since (`served`).
+"""
 
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from cluster import LOCUSTFILE, Cluster, check_document, requests_of
 from conftest import REPO, anvil, raw_lines, result_path, write_scenario
 from locust_ui import assert_final_cdf_and_flow
 
-from anvil_metrics.runs.simproc import stop_process
+from anvil_metrics.runs.simproc import SimProcess, start_simulator, stop_process
 
 pytestmark = pytest.mark.e2e
 
@@ -48,12 +55,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def sim_streams(url: str) -> dict[str, int]:
+def sim_stats(url: str) -> dict:
     base = url.rstrip("/").removesuffix("/v1")
     with urllib.request.urlopen(base + "/sim/stats", timeout=5) as r:
-        return json.loads(r.read())["streams"]
+        return json.loads(r.read())
 
 
+def sim_streams(url: str) -> dict[str, int]:
+    return sim_stats(url)["streams"]
+
+
+def idle_counts(url: str) -> dict[str, int]:
+    """The simulator's stream counts once no stream runs or waits there: a stream that an
+    earlier test's stop cancelled ends at the server's next write (a prefill at most)."""
+    deadline = time.monotonic() + 30
+    while True:
+        stats = sim_stats(url)
+        if stats["metrics"]["running"] == 0 and stats["metrics"]["waiting"] == 0:
+            return stats["streams"]
+        assert time.monotonic() < deadline, f"the simulator never went idle: {stats}"
+        time.sleep(0.05)
+
+
+def served(url: str, before: dict[str, int]) -> int:
+    """Streams the simulator completed since `before` (`idle_counts`) was taken."""
+    return sim_streams(url)["completed"] - before["completed"]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    """The simulator (SIM_ARGS) that every test but the killed worker's runs against."""
+    with start_simulator(list(SIM_ARGS)) as started:
+        yield started
 
 
 @contextmanager
@@ -89,13 +122,9 @@ def cluster(tmp_path: Path, sim_url: str, *locust_args: str, workers: int = 2,
             stop_process(p)
 
 
-
-
-
-
-def test_master_and_two_workers_run_exactly_the_requested_count(simulator, tmp_path: Path
-                                                                 ) -> None:
-    sim = simulator(*SIM_ARGS)
+def test_master_and_two_workers_run_exactly_the_requested_count(sim: SimProcess,
+                                                                 tmp_path: Path) -> None:
+    before = idle_counts(sim.url)
     secret = "sk-anvil-dist-0123456789abcdef"
     with cluster(tmp_path, sim.url, "--requests", "37", env={"ANVIL_API_KEY": secret}) as c:
         assert c.wait() == 0, c.log.read_text()[-3000:]
@@ -109,7 +138,7 @@ def test_master_and_two_workers_run_exactly_the_requested_count(simulator, tmp_p
     assert all(r["failure"] is None for r in rows)
     by_worker = Counter(r["worker"] for r in rows)
     assert len(by_worker) == 2 and min(by_worker.values()) > 0, by_worker
-    assert sim_streams(sim.url)["completed"] == 37  # the server finished exactly these
+    assert served(sim.url, before) == 37  # the server finished exactly these
     lines = raw_lines(run_dir)
     workers = [line for line in lines if line["type"] == "worker"]
     assert {w["worker"] for w in workers} == set(by_worker)
@@ -123,12 +152,12 @@ def test_master_and_two_workers_run_exactly_the_requested_count(simulator, tmp_p
     assert doc["client"]["loop_lag_ms"]["p50"] is not None  # from the workers' figures
 
 
-def test_run_time_keeps_every_completed_request_exactly_once(simulator, tmp_path: Path
-                                                             ) -> None:
+def test_run_time_keeps_every_completed_request_exactly_once(sim: SimProcess,
+                                                             tmp_path: Path) -> None:
     """Stopped by Locust's --run-time while streams are in flight: each record once, none
     of the server's finished streams missing; the clock offset measured by ping (forced)
     is within its stated uncertainty of the truth (0: one host)."""
-    sim = simulator(*SIM_ARGS)
+    before = idle_counts(sim.url)
     with cluster(tmp_path, sim.url, "--requests", "100000", "--run-time", "3s",
                  "--exit-code-on-error", "0",
                  env={"ANVIL_CLOCK_SYNC": "ping"}) as c:
@@ -140,7 +169,9 @@ def test_run_time_keeps_every_completed_request_exactly_once(simulator, tmp_path
     ok = sum(1 for r in rows if r["failure"] is None)
     cancelled = sum(1 for r in rows if (r["failure"] or {}).get("kind") == "cancelled")
     assert ok + cancelled == len(rows), Counter(str(r["failure"]) for r in rows)
-    server_done = sim_streams(sim.url)["completed"]
+    # the cancelled streams end at the server's next write: then its count is final
+    idle_counts(sim.url)
+    server_done = served(sim.url, before)
     # a stream the server finished just as the stop cancelled it may be either; none lost
     assert ok <= server_done <= ok + cancelled, (ok, cancelled, server_done)
     assert len(Counter(r["worker"] for r in rows)) == 2
@@ -153,10 +184,14 @@ def test_run_time_keeps_every_completed_request_exactly_once(simulator, tmp_path
 def test_a_killed_worker_is_accounted_for(simulator, tmp_path: Path) -> None:
     """kill -9 of one of two workers mid-run: the master finishes with the other, and the
     lost worker's in-flight requests are failures that name it; totals add up."""
-    # ~280 ms streams: 120 requests of 6 users last ~6 s, each worker always has 3 in flight
+    # ~280 ms streams: each worker always has 3 in flight (~21 requests/s from the two) until
+    # the budget is spent. The kill comes at 15 done; the budget runs out ~2.8 s of load
+    # later (~59 more done), so the victim has requests in flight when it dies. The survivor
+    # alone then does the remaining ~56 (~5 s), while the master misses the victim's
+    # heartbeat (Locust: ~3 s); the master ends once both are settled
     sim = simulator("--prefill-ms", "40", "--reasoning-tokens", "4", "--content-tokens",
                     "20", "--interval-ms", "10", "--max-context", "8192")
-    with cluster(tmp_path, sim.url, "--requests", "120", "--exit-code-on-error", "0",
+    with cluster(tmp_path, sim.url, "--requests", "80", "--exit-code-on-error", "0",
                  users=6) as c:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and sim_streams(sim.url)["completed"] < 15:
@@ -166,7 +201,7 @@ def test_a_killed_worker_is_accounted_for(simulator, tmp_path: Path) -> None:
         assert c.wait(120) == 0, c.log.read_text()[-3000:]
         run_dir = c.run_dir()
     rows = requests_of(run_dir)
-    assert sorted(r["request_index"] for r in rows) == list(range(120))
+    assert sorted(r["request_index"] for r in rows) == list(range(80))
     lost = [r for r in rows if (r["failure"] or {}).get("kind") == "worker_lost"]
     victim_name = next(line["worker"] for line in raw_lines(run_dir)
                        if line["type"] == "worker" and line["pid"] == victim.pid)
@@ -174,7 +209,7 @@ def test_a_killed_worker_is_accounted_for(simulator, tmp_path: Path) -> None:
     assert all(r["worker"] == victim_name and victim_name in r["failure"]["message"]
                for r in lost)
     doc = check_document(run_dir)
-    assert doc["requests"] == 120 and doc["failed"] == len(lost)
+    assert doc["requests"] == 80 and doc["failed"] == len(lost)
     kinds = Counter(f["kind"] for f in doc["failures"])
     assert kinds == {"worker_lost": len(lost)}
     survivors = Counter(r["worker"] for r in rows if r["failure"] is None)
@@ -184,9 +219,8 @@ def test_a_killed_worker_is_accounted_for(simulator, tmp_path: Path) -> None:
     assert summary[victim_name]["lost"] is True
 
 
-def test_processes_flag_runs_workers_on_this_host(simulator, tmp_path: Path) -> None:
+def test_processes_flag_runs_workers_on_this_host(sim: SimProcess, tmp_path: Path) -> None:
     """`locust --processes 2` (a master with forked workers) gives the same exact result."""
-    sim = simulator(*SIM_ARGS)
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
     results = tmp_path / "results"
     proc = subprocess.Popen(
@@ -207,9 +241,9 @@ def test_processes_flag_runs_workers_on_this_host(simulator, tmp_path: Path) -> 
     assert check_document(run_dir)["completed"] == 23
 
 
-def test_anvil_run_processes(simulator, tmp_path: Path) -> None:
+def test_anvil_run_processes(sim: SimProcess, tmp_path: Path) -> None:
     """`anvil run --processes 2` hands the load to Locust's master and two workers."""
-    sim = simulator(*SIM_ARGS)
+    before = idle_counts(sim.url)
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
     proc = anvil("run", str(sc), "--host", sim.url, "--processes", "2", "--requests", "19",
                  "--users", "4", "--results-dir", str(tmp_path / "res"))
@@ -219,7 +253,7 @@ def test_anvil_run_processes(simulator, tmp_path: Path) -> None:
     assert sorted(r["request_index"] for r in rows) == list(range(19))
     assert len(Counter(r["worker"] for r in rows)) == 2
     doc = check_document(run_dir)
-    assert doc["completed"] == sim_streams(sim.url)["completed"] == 19
+    assert doc["completed"] == served(sim.url, before) == 19
     # the master owns the run, so it scrapes the server's metrics: the window holds exactly
     # the measured requests, whichever worker sent them
     server = doc["server"]
@@ -232,10 +266,9 @@ def _get(url: str) -> bytes:
         return r.read()
 
 
-def test_a_run_started_in_the_masters_web_ui(simulator, tmp_path: Path) -> None:
+def test_a_run_started_in_the_masters_web_ui(sim: SimProcess, tmp_path: Path) -> None:
     """The web UI on a master: a run started from its form stops by itself after exactly
     `requests` and writes the same files as a headless run, with both workers' records."""
-    sim = simulator(*SIM_ARGS)
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
     port, web = _free_port(), _free_port()
     results = tmp_path / "results"
