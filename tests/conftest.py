@@ -80,11 +80,23 @@ class DoneCallbacks:
 
 def anvil(*args: str, timeout: float = 120, env: dict | None = None
           ) -> subprocess.CompletedProcess:
-    """Run the `anvil` CLI as a new user would (a real process)."""
-    return subprocess.run(
-        [sys.executable, "-m", "anvil_metrics", *args], capture_output=True, text=True,
-        timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+    """Run the `anvil` CLI as a new user would (a real process). It runs in a process group
+    of its own, so that on a timeout the Locust processes it started (master, workers) are
+    killed with it (by that group's id) instead of being left behind."""
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anvil_metrics", *args], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL, start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def set_script_faults(url: str, faults: list[str]) -> None:
