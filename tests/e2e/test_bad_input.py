@@ -1,24 +1,52 @@
 """Bad input to `anvil run`: malformed scenario files and flag combinations.
 
-Every case runs the real CLI (`python -m anvil_metrics run ...`) and must end with exit
-code 2 and one line of anvil's own (no traceback) that names the field or flag, the bad
-value, and what is allowed — before any load starts. A host that must answer is the
-built-in simulator on 127.0.0.1.
+Every case must end with exit code 2 and one line of anvil's own (no traceback) that names
+the field or flag, the bad value, and what is allowed — before any load starts. A host that
+must answer is the built-in simulator on 127.0.0.1.
+
+How the cases run: the tables of scenario, flag and host cases call the CLI's own entry
+point, `anvil_metrics.cli.main.main(argv)` (what `python -m anvil_metrics` runs, then
+exits with), in this process, its stdout and stderr captured: the same parsing, checks and
+printing, without a new Python process per case (~0.3 CPU-s each, 55 cases). What only a
+process shows (the exit status, nothing else on stderr, no traceback) is checked by running
+the real CLI (`python -m anvil_metrics run ...`) for one case of each table
+(`test_one_case_of_each_table_as_a_real_process`) and for every case here that touches a
+file, the network or a server.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import anvil, write_scenario
 
+from anvil_metrics.cli.main import main
+
 pytestmark = pytest.mark.e2e
 
 # nothing listens on the discard port: every scenario case is refused before the host is
 # contacted, and the unreachable-host case is refused when it is.
 DEAD_HOST = "http://127.0.0.1:9"
+
+def anvil_here(capsys: pytest.CaptureFixture[str], *args: str
+               ) -> subprocess.CompletedProcess:
+    """`anvil ARGS` through the CLI's entry point in this process: its exit code (returned,
+    or argparse's `SystemExit`) and what it printed. `main` installs its SIGTERM handler;
+    pytest's is put back."""
+    capsys.readouterr()  # what came before is not this command's
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        code = main(list(args))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["anvil", *args], code, out.out, out.err)
+
 
 BASE = """\
 measurement_protocol = "bad-input"
@@ -151,11 +179,11 @@ SCENARIO_CASES = [
 
 @pytest.mark.parametrize("text,field,value,allowed",
                          [c[1:] for c in SCENARIO_CASES], ids=[c[0] for c in SCENARIO_CASES])
-def test_bad_scenario_is_one_line_exit_2(tmp_path: Path, text: str, field: str, value: str,
-                                         allowed: str) -> None:
+def test_bad_scenario_is_one_line_exit_2(tmp_path: Path, capsys, text: str, field: str,
+                                         value: str, allowed: str) -> None:
     sc = write_scenario(tmp_path / "s.toml", text)
     res = tmp_path / "res"
-    proc = anvil("run", str(sc), "--host", DEAD_HOST, "--results-dir", str(res))
+    proc = anvil_here(capsys, "run", str(sc), "--host", DEAD_HOST, "--results-dir", str(res))
     line = one_line(proc)
     assert_names(line, field, value, allowed)
     assert not res.exists(), "a scenario error must come before any run folder"
@@ -195,11 +223,12 @@ FLAG_CASES = [
 
 @pytest.mark.parametrize("argv,field,value,allowed", [c[1:] for c in FLAG_CASES],
                          ids=[c[0] for c in FLAG_CASES])
-def test_bad_flag_is_one_line_exit_2(tmp_path: Path, argv: list[str], field: str, value: str,
-                                     allowed: str) -> None:
+def test_bad_flag_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], field: str,
+                                     value: str, allowed: str) -> None:
     sc = write_scenario(tmp_path / "s.toml", BASE)
     res = tmp_path / "res"
-    proc = anvil("run", str(sc), "--host", DEAD_HOST, "--results-dir", str(res), *argv)
+    proc = anvil_here(capsys, "run", str(sc), "--host", DEAD_HOST, "--results-dir", str(res),
+                      *argv)
     line = one_line(proc)
     assert_names(line, field, value, allowed)
     assert not res.exists(), "a flag error must come before any run folder"
@@ -215,12 +244,39 @@ HOST_CASES = [
 
 @pytest.mark.parametrize("host,allowed", [c[1:] for c in HOST_CASES],
                          ids=[c[0] for c in HOST_CASES])
-def test_bad_host_url_is_one_line_exit_2(tmp_path: Path, host: str, allowed: str) -> None:
+def test_bad_host_url_is_one_line_exit_2(tmp_path: Path, capsys, host: str, allowed: str
+                                         ) -> None:
     sc = write_scenario(tmp_path / "s.toml", BASE)
     res = tmp_path / "res"
-    proc = anvil("run", str(sc), "--host", host, "--results-dir", str(res))
+    proc = anvil_here(capsys, "run", str(sc), "--host", host, "--results-dir", str(res))
     line = one_line(proc)
     assert_names(line, "--host", repr(host), allowed)
+    assert not res.exists()
+
+
+REAL_PROCESS_CASES = [next(c for c in table if c[0] == name) for table, name in (
+    (SCENARIO_CASES, "toml-syntax"), (SCENARIO_CASES, "string-concurrency"),
+    (FLAG_CASES, "users-zero"), (FLAG_CASES, "unknown-flag"), (HOST_CASES, "ftp-scheme"))]
+
+
+@pytest.mark.parametrize("case", REAL_PROCESS_CASES, ids=[c[0] for c in REAL_PROCESS_CASES])
+def test_one_case_of_each_table_as_a_real_process(tmp_path: Path, case: tuple) -> None:
+    """The tables above as a user meets them: a process of its own, exit status 2, one
+    line on stderr and no traceback, whichever of the CLI's paths refused it (TOML, a field
+    check, argparse's type, argparse itself, the URL)."""
+    res = tmp_path / "res"
+    if case in SCENARIO_CASES:
+        _, text, field, value, allowed = case
+        argv = [str(write_scenario(tmp_path / "s.toml", text)), "--host", DEAD_HOST]
+    elif case in FLAG_CASES:
+        _, extra, field, value, allowed = case
+        argv = [str(write_scenario(tmp_path / "s.toml", BASE)), "--host", DEAD_HOST, *extra]
+    else:
+        _, host, allowed = case
+        field, value = "--host", repr(host)
+        argv = [str(write_scenario(tmp_path / "s.toml", BASE)), "--host", host]
+    line = one_line(anvil("run", *argv, "--results-dir", str(res)))
+    assert_names(line, field, value, allowed)
     assert not res.exists()
 
 
