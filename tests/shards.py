@@ -20,6 +20,7 @@ JUnit XML; no test collected at all is a failure (exit 5), as with plain pytest.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,17 @@ class Outcome:
     skipped: int
     by_file_s: dict[str, float]
     slowest: list[tuple[float, str]]
+
+
+def speed_s() -> float:
+    """Seconds for 10M additions in a plain loop: the machine's speed for Python code now,
+    printed beside the suite's time (this VM's speed varies 1.5-1.8x from hour to hour, so a
+    time means little without it; `benchmarks/postprocess_scale.py` reads the same)."""
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(10_000_000):
+        x += i
+    return time.perf_counter() - t0
 
 
 def test_files() -> list[str]:
@@ -130,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print("shards: no test files under tests/", file=sys.stderr)
         return NO_TESTS
     shards = deal(files, weights, args.jobs)
+    speed = speed_s()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="anvil-shards-") as tmp:
         codes = run(shards, pytest_args, Path(tmp))
@@ -149,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {seconds:6.1f} s  {name}")
     print(f"{total['tests']} tests: {total['failed']} failed, {total['errors']} errors, "
           f"{total['skipped']} skipped, in {elapsed:.1f} s ({len(shards)} processes)")
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = used.ru_utime + used.ru_stime
+    print(f"CPU {cpu_s:.0f} s (every process the shards started: {cpu_s / elapsed:.2f} cores "
+          f"busy); this machine's speed before the run: 10M additions in {speed:.2f} s")
     if args.record:
         by_file = {f: round(s, 2) for o in outcomes for f, s in o.by_file_s.items()}
         DURATIONS.write_bytes(orjson.dumps(dict(sorted(by_file.items())),
