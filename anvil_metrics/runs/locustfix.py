@@ -1,5 +1,6 @@
-"""One repair to Locust, made in every Locust process that loads anvil's plugin.
+"""Two repairs to Locust, made in every Locust process that loads anvil's plugin.
 
+1. Defaults computed once.
 Locust 2.47's worker, on each spawn message (every start, every change of the user count),
 keeps the master's options that are not Locust's own with a comprehension that calls
 `locust.argument_parser.default_args_dict()` once per option
@@ -12,7 +13,18 @@ with the repair the first request came 0.3-0.45 s after the start instead of 1.7
 
 The defaults do not change within a process, so they are computed once: `default_args_dict`
 is replaced by a cached version that returns a fresh copy each call (a caller may change the
-dict it gets). Nothing else of Locust is touched; `install` is idempotent.
+dict it gets).
+
+2. A CSV writer that outlives its files. With `--csv`, Locust's `main` spawns
+`StatsCSVFileWriter.stats_writer` (a loop that rewrites the files every second) and never
+stops it: at shutdown it closes the files and exits, and if the loop wakes in between (the
+`quit` listeners yield, e.g. while anvil writes benchmark.json) it seeks a closed file and
+Locust logs "Unhandled exception in greenlet ... ValueError: I/O operation on closed file"
+(seen when a run was aborted because its server died). The repaired loop ends quietly when
+its files are closed; any other error is raised as before. What it would have written then
+was already in the files (the final stats are written before they are closed).
+
+Nothing else of Locust is touched; `install` is idempotent.
 """
 
 from __future__ import annotations
@@ -21,11 +33,36 @@ import functools
 from collections.abc import Callable
 
 from locust import argument_parser
+from locust.stats import StatsCSVFileWriter
 
 _ORIGINAL = "_anvil_uncached"
 
 
 def install() -> None:
+    """Make both repairs (once)."""
+    _cache_defaults()
+    _quiet_writer_after_close()
+
+
+def _quiet_writer_after_close() -> None:
+    """`StatsCSVFileWriter.stats_writer` ends quietly once its files are closed."""
+    current = StatsCSVFileWriter.stats_writer
+    if getattr(current, _ORIGINAL, None) is not None:
+        return
+
+    @functools.wraps(current)
+    def stats_writer(self: StatsCSVFileWriter) -> None:
+        try:
+            current(self)
+        except ValueError:
+            if not self.requests_csv_filehandle.closed:
+                raise
+
+    setattr(stats_writer, _ORIGINAL, current)
+    StatsCSVFileWriter.stats_writer = stats_writer
+
+
+def _cache_defaults() -> None:
     """Replace `locust.argument_parser.default_args_dict` by a cached one (once)."""
     current = argument_parser.default_args_dict
     if getattr(current, _ORIGINAL, None) is not None:
@@ -43,4 +80,10 @@ def install() -> None:
 def uncached() -> Callable[[], dict]:
     """Locust's own function, as it was before `install` (for tests)."""
     current = argument_parser.default_args_dict
+    return getattr(current, _ORIGINAL, current)
+
+
+def original_csv_writer() -> Callable[[StatsCSVFileWriter], None]:
+    """Locust's own `stats_writer`, as it was before `install` (for tests)."""
+    current = StatsCSVFileWriter.stats_writer
     return getattr(current, _ORIGINAL, current)

@@ -11,7 +11,12 @@ Importing this module (the locustfile does) registers listeners on Locust's even
   (`runctx`); on a master, each worker then gets the set-up and its clock offset is
   measured, before Locust sends it users;
 - `test_stopping` / `test_stop`: the load ends; a master drains its workers; the raw file
-  is closed and `benchmark.json` written (by the single process, or by the master).
+  is closed and `benchmark.json` written (by the single process, or by the master);
+- `quitting`: the process does not exit while that is being written. Two greenlets can
+  stop a run at once (Locust's `-t` timer and anvil's own end of the same duration, or of
+  its budget): the second's `runner.quit()` finds the runner stopped and kills its
+  greenlet at once, and Locust's `main` then shuts down while the first is still writing
+  (seen: exit 0, a raw file without its end, no benchmark.json).
 
 When the request budget is spent the run ends itself: a headless run quits (Locust then
 prints its summary and exits), a web-UI run stops and waits for the next start.
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gevent
+import gevent.event
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
@@ -64,13 +70,15 @@ class PluginState:
       Locust's options: Locust's web UI re-parses sys.argv to fill its start form, so a
       value left there would be served in the page;
     - `master` / `worker`: the master's or a worker's message handlers (`dist`);
-    - `error_file`: where the first error anvil logs goes (`runerror`), given a run folder.
+    - `error_file`: where the first error anvil logs goes (`runerror`), given a run folder;
+    - `finishing`: set once the ending run's `benchmark.json` is written (`on_quitting`).
     """
 
     api_key: str | None = None
     master: dist.MasterAgent | None = None
     worker: dist_worker.WorkerAgent | None = None
     error_file: ErrorFile | None = None
+    finishing: gevent.event.Event | None = None
 
 
 def plugin_state(environment: Any) -> PluginState:
@@ -297,6 +305,15 @@ def on_test_stop(environment: Any, **_: Any) -> None:
     if session is None:
         return
     set_run(environment, None)  # ended (it stays the latest, for the web UI)
+    done = plugin_state(environment).finishing = gevent.event.Event()
+    try:
+        _finish(environment, session)
+    finally:
+        done.set()
+
+
+def _finish(environment: Any, session: Any) -> None:
+    """Drain the workers (on a master), write `benchmark.json`, set the exit code."""
     if getattr(session, "ended_by", None) == "aborted":  # the server stopped answering
         environment.process_exit_code = ExitCode.ABORTED
     total = environment.stats.total
@@ -312,3 +329,18 @@ def on_test_stop(environment: Any, **_: Any) -> None:
         path = session.finish(stats)
     if path is not None:
         log.info("anvil: wrote %s", path)
+
+
+FINISH_WAIT_S = 600.0  # a run of millions of requests takes seconds to post-process
+
+
+@events.quitting.add_listener
+def on_quitting(environment: Any, **_: Any) -> None:
+    """Locust is about to exit: if a run's `benchmark.json` is being written (by the greenlet
+    that stopped the run), wait for it, so the process never exits in the middle."""
+    done = plugin_state(environment).finishing
+    if done is not None and not done.is_set():
+        log.info("anvil: the run is being written; exiting once it is")
+        if not done.wait(FINISH_WAIT_S):
+            log.error("anvil: the run was still being written after %g s; exiting without it",
+                      FINISH_WAIT_S)

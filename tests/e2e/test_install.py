@@ -5,6 +5,9 @@ that a wheel does not carry; the demo once failed that way after `pip install .`
 wheel is built from the repository, installed (without its dependencies, which the test's
 own environment has) into a folder of its own, and run from another folder, with that folder
 first on the path so nothing comes from the checkout.
+
+It is also the test of `anvil demo` itself (`make demo` runs the same command in the
+checkout): a verified benchmark.json that `anvil verify` recomputes, and the run's report.
 """
 
 from __future__ import annotations
@@ -55,7 +58,16 @@ def test_a_wheel_carries_what_the_package_reads_and_its_demo_runs(tmp_path: Path
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "verify: OK" in demo.stdout
-    assert list((elsewhere / "out").glob("benchmark-*/benchmark.json"))
+    (result,) = (elsewhere / "out").glob("benchmark-*/benchmark.json")
+    assert f"result: {Path('out') / result.parent.name / 'benchmark.json'}" in demo.stdout
+    check = subprocess.run(
+        [sys.executable, "-m", "anvil_metrics", "verify", str(result)],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and "recomputes exactly" in check.stdout, check.stdout
+    # the demo draws its run too (matplotlib is in the dev extra)
+    assert "report: " in demo.stdout
+    assert (result.parent / "report.html").stat().st_size > 50_000
+    assert (result.parent / "timeline.png").read_bytes()[:4] == b"\x89PNG"
 
     # the README's other two lines for an installed package: its scenario, its locustfile
     package = target / "anvil_metrics"

@@ -111,6 +111,7 @@ def test_plain_locust_run_time_is_a_duration_run(sim: SimProcess, tmp_path: Path
     proc, took = locust(sim.url, tmp_path / "res", "-u", "4", "-r", "4", "-t", "4s")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run(tmp_path / "res", proc.stderr)
+    assert (run_dir / "benchmark.json").exists(), proc.stderr[-5000:]
     doc = load_json(run_dir / "benchmark.json")
     load = doc["load"]
     print(f"\n[duration] process {took:.2f} s (start-up and post-processing included); "

@@ -43,3 +43,31 @@ def test_a_spawn_message_filter_builds_the_parser_once(monkeypatch) -> None:
     built.clear()
     custom = {k: v for k, v in options.items() if k not in argument_parser.default_args_dict()}
     assert len(custom) == 150 and len(built) == 1
+
+
+
+def test_a_csv_writer_whose_files_were_closed_ends_quietly(tmp_path, monkeypatch) -> None:
+    """Locust's shutdown closes the CSV files without stopping the loop that writes them:
+    with the repair the loop's next pass ends it quietly; Locust's own loop raised there."""
+    import gevent
+    from locust import stats
+    from locust.env import Environment
+
+    monkeypatch.setattr(stats, "CSV_STATS_INTERVAL_SEC", 0.01)
+    env = Environment()
+    env.create_local_runner()
+    outcomes = {}
+    for name, loop_of in (("repaired", lambda w: w.stats_writer),
+                          ("locust", lambda w: locustfix.original_csv_writer().__get__(w))):
+        writer = stats.StatsCSVFileWriter(env, stats.PERCENTILES_TO_REPORT,
+                                          str(tmp_path / name))
+        loop = gevent.spawn(loop_of(writer))
+        gevent.sleep(0.05)  # a few passes
+        writer.close_files()
+        loop.join(timeout=2)
+        assert loop.dead
+        outcomes[name] = loop.exception
+        assert (tmp_path / f"{name}_stats.csv").read_text().startswith("Type,Name")
+    env.runner.quit()
+    assert outcomes["repaired"] is None
+    assert isinstance(outcomes["locust"], ValueError)
