@@ -22,6 +22,7 @@ import pytest
 from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.sim.faultchat import OVERSIZE_BYTES
 from anvil_metrics.sim.faults import Fault, FaultPicker, FaultRule, parse_rule
+from anvil_metrics.sim.options import parse_args
 from anvil_metrics.sim.rawclient import request_bytes
 
 pytestmark = pytest.mark.e2e
@@ -92,34 +93,77 @@ def test_rate_selection_is_reproducible_with_the_seed() -> None:
     assert not any(never.pick() for _ in range(50))
 
 
-@pytest.mark.parametrize(
-    "args",
-    [["--fault", "http404@1"], ["--fault", "http500%2"], ["--fault", "no_done=1@0"],
-     ["--fault", "no_done@0", "--fault", "slow_headers@0"], ["--fault-seed", "x"]],
-)  # fmt: skip
-def test_bad_fault_flags_exit_2(args: list[str]) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "anvil_metrics.sim", *args],
-        capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    last = result.stderr.strip().splitlines()[-1]
+BAD_FAULT_FLAGS = [
+    ["--fault", "http404@1"], ["--fault", "http500%2"], ["--fault", "no_done=1@0"],
+    ["--fault", "no_done@0", "--fault", "slow_headers@0"], ["--fault-seed", "x"],
+]  # fmt: skip
+
+
+def assert_fault_flag_error(args: list[str], stderr: str) -> None:
+    last = stderr.strip().splitlines()[-1]
     assert last.startswith("anvil sim: error: argument --fault")
     if args[0] == "--fault":
         assert repr(args[-1]) in last and "KIND[=ARG]@I,J" in last and "slow_headers" in last
 
 
+@pytest.mark.parametrize("args", BAD_FAULT_FLAGS)
+def test_bad_fault_flags_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """In-process: the options `python -m anvil_metrics.sim` parses first (its `main`)."""
+    with pytest.raises(SystemExit) as exc:
+        parse_args(args)
+    assert exc.value.code == 2
+    assert_fault_flag_error(args, capsys.readouterr().err)
+
+
+def test_a_bad_fault_flag_exits_the_process_2() -> None:
+    """The same through a real process, once (each costs a Python start-up)."""
+    args = BAD_FAULT_FLAGS[3]
+    result = subprocess.run(
+        [sys.executable, "-m", "anvil_metrics.sim", *args],
+        capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert_fault_flag_error(args, result.stderr)
+
+
 # -- the wire --------------------------------------------------------------------------------------
+
+# Most wire tests share one simulator: each test's faults are scoped to a model name of its own
+# (`KIND[=ARG]@NAME:I,J`, NAME an --alias), so a rule counts only that test's requests and the
+# tests neither collide nor depend on their order. Where a test used `%1` to mean "every
+# request", its rule now lists the indices of the requests it sends (one simulator serves many
+# faults, each on its own model name; a process costs ~0.45 CPU-s). Simulators of their own
+# remain for what applies to every request of a simulator: unscoped indices and the seeded
+# rate draw count all its requests, and TIMED changes every answer: a prefill for the stalls
+# to be measured against, the stamps slow_headers reads, usage in the finish chunk for
+# no_usage; none of the tests on it looks at what the others need.
+SCOPED: dict[tuple[str, ...], list[str]] = {}  # options -> the scoped --fault and --alias args
+TIMED = ("--prefill-ms", "100", "--stamp-send", "--usage-in-finish-chunk")
+
+
+def scoped(name: str, *specs: str, options: tuple[str, ...] = (), served: bool = True) -> str:
+    """Model `name`, each spec `KIND[=ARG]@I,J` becoming `KIND[=ARG]@name:I,J` on the shared
+    simulator with these options; served: `name` is an --alias (else it gets vLLM's 404)."""
+    args = SCOPED.setdefault(options, [])
+    for spec in specs:
+        fault, _, indices = spec.partition("@")
+        args += ["--fault", f"{fault}@{name}:{indices}"]
+    if served:
+        args += ["--alias", name]
+    return name
+
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[Callable[..., int]]:
-    """Factory: port of a simulator started with BASE plus the given options (one per set)."""
+    """Factory: port of a simulator started with BASE plus the given options (one per set)
+    plus the faults and aliases `scoped` registered for that set (at import, so all known)."""
     ports: dict[tuple[str, ...], int] = {}
     with ExitStack() as stack:
 
         def get(*args: str) -> int:
             if args not in ports:
-                process = stack.enter_context(start_simulator([*BASE, *args]))
+                options = [*BASE, *args, *SCOPED.get(args, ())]
+                process = stack.enter_context(start_simulator(options))
                 ports[args] = int(process.url.rsplit(":", 1)[1])
             return ports[args]
 
@@ -230,24 +274,30 @@ def assert_normal_tokens(chunks: list[dict[str, Any]], count: int) -> None:
     assert all(c["choices"][0]["finish_reason"] is None for c in tokens)
 
 
+UNTOUCHED = scoped("untouched", "http500@99")
+
+
 def test_no_fault_stream_is_untouched(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "http500@99"), stream_options={"include_usage": True})
+    wire, _, sock = chat(sim(), model=UNTOUCHED, stream_options={"include_usage": True})
     assert wire.status == 200 and wire.terminated
     assert len(wire.events) == 1 + 6 + 1 + 1 and wire.events[-1] == b"[DONE]"
     assert still_open(sock)
 
 
 def test_index_selection_on_the_wire(sim: Callable[..., int]) -> None:
-    port = sim("--fault", "http500@1,3", "--fault", "http503@3,4")
+    port = sim("--fault", "http500@1,3", "--fault", "http503@3,4")  # unscoped: its own simulator
     statuses = [chat(port)[0].status for _ in range(6)]
     assert statuses == [200, 500, 200, 500, 503, 200]
 
 
 def test_rate_selection_on_the_wire_follows_the_seed(sim: Callable[..., int]) -> None:
-    port = sim("--fault", "http503%0.5", "--fault-seed", "11")
+    port = sim("--fault", "http503%0.5", "--fault-seed", "11")  # draws per request: its own
     statuses = [chat(port)[0].status for _ in range(20)]
     picker = FaultPicker([parse_rule("http503%0.5")], 11)
     assert statuses == [503 if picker.pick() else 200 for _ in range(20)]
+
+
+HTTP_STATUS_MODELS = {kind: scoped(kind, f"{kind}@0") for kind in ("http400", "http500", "http503")}
 
 
 @pytest.mark.parametrize(
@@ -256,7 +306,7 @@ def test_rate_selection_on_the_wire_follows_the_seed(sim: Callable[..., int]) ->
      ("http503", 503, "server_error")],
 )  # fmt: skip
 def test_http_status_faults(sim: Callable[..., int], kind: str, status: int, err_type: str) -> None:
-    wire, _, sock = chat(sim("--fault", f"{kind}%1"))
+    wire, _, sock = chat(sim(), model=HTTP_STATUS_MODELS[kind])
     assert wire.status == status and wire.ended == "complete"
     assert wire.headers["content-type"] == "application/json"
     assert orjson.loads(wire.body) == {
@@ -267,8 +317,11 @@ def test_http_status_faults(sim: Callable[..., int], kind: str, status: int, err
     assert still_open(sock)
 
 
+HTTP429 = scoped("http429", "http429=7@0")
+
+
 def test_http429_with_retry_after(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "http429=7%1"))
+    wire, _, sock = chat(sim(), model=HTTP429)
     assert wire.head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
     assert wire.headers["retry-after"] == "7"
     error = orjson.loads(wire.body)["error"]
@@ -276,14 +329,20 @@ def test_http429_with_retry_after(sim: Callable[..., int]) -> None:
     assert still_open(sock)
 
 
+RESET_BEFORE_HEADERS = scoped("reset-before-headers", "reset_before_headers@0")
+
+
 def test_reset_before_headers(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "reset_before_headers%1"))
+    wire, _, sock = chat(sim(), model=RESET_BEFORE_HEADERS)
     sock.close()
     assert wire.ended == "reset" and wire.head == b""
 
 
+RESET_MID_STREAM = scoped("reset-mid-stream", "reset_mid_stream=3@0")
+
+
 def test_reset_mid_stream(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "reset_mid_stream=3%1"))
+    wire, _, sock = chat(sim(), model=RESET_MID_STREAM)
     sock.close()
     assert wire.status == 200 and wire.ended == "reset" and not wire.terminated
     chunks = wire.chunks()
@@ -291,8 +350,11 @@ def test_reset_mid_stream(sim: Callable[..., int]) -> None:
     assert_normal_tokens(chunks, 3)
 
 
+MALFORMED_CHUNK = scoped("malformed-chunk", "malformed_chunk=2@0")
+
+
 def test_malformed_chunk(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "malformed_chunk=2%1"))
+    wire, _, sock = chat(sim(), model=MALFORMED_CHUNK)
     assert wire.status == 200 and wire.terminated
     assert wire.events[3] == b"{not json"
     assert wire.events[-1] == b"[DONE]"
@@ -302,8 +364,11 @@ def test_malformed_chunk(sim: Callable[..., int]) -> None:
     assert still_open(sock)
 
 
+STREAM_ERROR = scoped("stream-error", "stream_error=2@0")
+
+
 def test_stream_error_event_then_done(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "stream_error=2%1"), stream_options={"include_usage": True})
+    wire, _, sock = chat(sim(), model=STREAM_ERROR, stream_options={"include_usage": True})
     assert wire.status == 200 and wire.terminated
     assert wire.events[3:] == [ERROR_EVENT, b"[DONE]"]
     assert_normal_tokens(wire.chunks(), 2)
@@ -311,16 +376,22 @@ def test_stream_error_event_then_done(sim: Callable[..., int]) -> None:
     assert still_open(sock)
 
 
+STALL_FIRST_BYTE = scoped("stall-first-byte", "stall_first_byte=0.6@0", options=TIMED)
+
+
 def test_stall_first_byte(sim: Callable[..., int]) -> None:
-    wire, sent, sock = chat(sim("--fault", "stall_first_byte=0.6%1", "--prefill-ms", "100"))
+    wire, sent, sock = chat(sim(*TIMED), model=STALL_FIRST_BYTE)
     assert wire.status == 200 and wire.terminated and wire.events[-1] == b"[DONE]"
     assert 0.55 <= wire.head_at - sent < 1.2
     assert 0.65 <= wire.arrivals[1] - sent < 1.3  # first token: stall, then the whole prefill
     assert still_open(sock)
 
 
+STALL_MID_STREAM = scoped("stall-mid-stream", "stall_mid_stream=0.5@0")
+
+
 def test_stall_mid_stream(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "stall_mid_stream=0.5%1"))
+    wire, _, sock = chat(sim(), model=STALL_MID_STREAM)
     assert wire.status == 200 and wire.terminated and len(wire.events) == 1 + 6 + 1
     gaps = [b - a for a, b in zip(wire.arrivals[1:], wire.arrivals[2:], strict=False)]
     assert 0.45 <= gaps[0] < 1.0
@@ -328,8 +399,11 @@ def test_stall_mid_stream(sim: Callable[..., int]) -> None:
     assert still_open(sock)
 
 
+NO_DONE = scoped("no-done", "no_done@0")
+
+
 def test_no_done(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "no_done%1"), stream_options={"include_usage": True})
+    wire, _, sock = chat(sim(), model=NO_DONE, stream_options={"include_usage": True})
     assert wire.status == 200 and wire.terminated
     assert b"[DONE]" not in wire.events
     chunks = wire.chunks()
@@ -338,26 +412,37 @@ def test_no_done(sim: Callable[..., int]) -> None:
     assert still_open(sock)
 
 
+END_BEFORE_FINISH = scoped("end-before-finish", "end_before_finish=3@0")
+
+
 def test_end_before_finish(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "end_before_finish=3%1"))
+    wire, _, sock = chat(sim(), model=END_BEFORE_FINISH)
     assert wire.status == 200 and wire.terminated and wire.ended == "complete"
     assert len(wire.events) == 4 and b"[DONE]" not in wire.events
     assert_normal_tokens(wire.chunks(), 3)
     assert still_open(sock)
 
 
-@pytest.mark.parametrize("where", [(), ("--usage-in-finish-chunk",)])
+NO_USAGE = {(): scoped("no-usage", "no_usage@0"),
+            TIMED: scoped("no-usage-in-finish", "no_usage@0", options=TIMED)}  # fmt: skip
+
+
+@pytest.mark.parametrize("where", [(), TIMED], ids=["usage-chunk", "usage-in-finish-chunk"])
 def test_no_usage(sim: Callable[..., int], where: tuple[str, ...]) -> None:
-    port = sim("--fault", "no_usage%1", *where)
-    wire, _, sock = chat(port, stream_options={"include_usage": True})
+    """No usage, where it would come in a chunk of its own or (TIMED's
+    --usage-in-finish-chunk) in the finish chunk."""
+    wire, _, sock = chat(sim(*where), model=NO_USAGE[where], stream_options={"include_usage": True})
     assert wire.status == 200 and wire.terminated and wire.events[-1] == b"[DONE]"
     assert len(wire.events) == 1 + 6 + 1
     assert all("usage" not in c for c in wire.chunks())
     assert still_open(sock)
 
 
+OVERSIZE_CHUNK = scoped("oversize-chunk", "oversize_chunk@0")
+
+
 def test_oversize_chunk(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "oversize_chunk%1"), stream_options={"include_usage": True})
+    wire, _, sock = chat(sim(), model=OVERSIZE_CHUNK, stream_options={"include_usage": True})
     assert wire.status == 200 and wire.terminated and wire.events[-1] == b"[DONE]"
     assert len(wire.events) == 1 + 6 + 1 + 1
     chunks = wire.chunks()
@@ -369,9 +454,11 @@ def test_oversize_chunk(sim: Callable[..., int]) -> None:
     assert still_open(sock)
 
 
+SLOW_HEADERS_SHIFT = scoped("slow-headers-shift", "slow_headers=0.5@0", options=TIMED)
+
+
 def test_slow_headers_shifts_the_schedule(sim: Callable[..., int]) -> None:
-    port = sim("--fault", "slow_headers=0.5%1", "--prefill-ms", "100", "--stamp-send")
-    wire, sent, sock = chat(port)
+    wire, sent, sock = chat(sim(*TIMED), model=SLOW_HEADERS_SHIFT)
     assert wire.status == 200 and wire.terminated and wire.events[-1] == b"[DONE]"
     assert 0.45 <= wire.head_at - sent < 1.0
     assert 0.55 <= wire.arrivals[1] - sent < 1.1  # prefill runs after the wait
@@ -382,18 +469,25 @@ def test_slow_headers_shifts_the_schedule(sim: Callable[..., int]) -> None:
     assert still_open(sock)
 
 
+NON_STREAMING = scoped("non-streaming", "reset_mid_stream=1@0")
+
+
 def test_stream_faults_leave_non_streaming_answers_alone(sim: Callable[..., int]) -> None:
-    wire, _, sock = chat(sim("--fault", "reset_mid_stream=1%1"), stream=False)
+    wire, _, sock = chat(sim(), model=NON_STREAMING, stream=False)
     assert wire.status == 200 and wire.ended == "complete"
     assert orjson.loads(wire.body)["usage"]["completion_tokens"] == 6
     assert still_open(sock)
 
 
+SLOW_WHOLE = scoped("slow-whole", "slow_headers=0.3@0")
+SLOW_404 = scoped("slow-unserved", "slow_headers=0.3@0", served=False)  # a model not served
+
+
 def test_slow_headers_also_delays_errors_and_whole_answers(sim: Callable[..., int]) -> None:
-    port = sim("--fault", "slow_headers=0.3%1")
-    wire, sent, sock = chat(port, stream=False)
+    port = sim()
+    wire, sent, sock = chat(port, model=SLOW_WHOLE, stream=False)
     assert wire.status == 200 and 0.28 <= wire.head_at - sent < 0.9
     sock.close()
-    wire, sent, sock = chat(port, model="other")
+    wire, sent, sock = chat(port, model=SLOW_404)
     assert wire.status == 404 and 0.28 <= wire.head_at - sent < 0.9
     sock.close()
