@@ -880,6 +880,10 @@ def test_odd_deltas_text_gets_the_verdict_of_a_whole_parse(old: bytes, new: byte
 _ROW_COUNT = st.one_of(st.sampled_from([0, 1, 9, 10]), st.integers(0, 2**53 - 1))
 _ROW_FLOAT = st.one_of(st.sampled_from([0.0, 1e-7, 1e16, 0.1 + 0.2, 123456789.0]),
                        st.floats(0, 1e300, allow_nan=False), st.floats(-1e9, 1e9))
+# made once: a strategy built inside a draw is validated and labelled anew each time
+_ROW_COUNT_OR_NONE = st.one_of(st.none(), _ROW_COUNT)
+_ROW_FLOAT_OR_NONE = st.one_of(st.none(), _ROW_FLOAT)
+_SOURCES = st.sampled_from(["usage", "chunks"])
 
 
 @st.composite
@@ -889,15 +893,15 @@ def _timing_rows(draw: Any) -> list[dict[str, Any]]:
         row: dict[str, Any] = {name: draw(_ROW_COUNT) for name in catalog.COUNT_FIELDS}
         row["request_index"] = i
         for name in catalog.OPTIONAL_COUNT_FIELDS:
-            row[name] = draw(st.one_of(st.none(), _ROW_COUNT))
+            row[name] = draw(_ROW_COUNT_OR_NONE)
         if row["cached_tokens"] is None:
             del row["cached_tokens"]  # not reported: no key
         for name in catalog.FLOAT_FIELDS:
             nullable = name in derive.NULLABLE_FLOATS
-            value = draw(st.one_of(st.none(), _ROW_FLOAT) if nullable else _ROW_FLOAT)
+            value = draw(_ROW_FLOAT_OR_NONE if nullable else _ROW_FLOAT)
             duration = catalog.BY_NAME[name].kind == "duration"
             row[name] = abs(value) if duration and value is not None else value
-        row["output_token_source"] = draw(st.sampled_from(["usage", "chunks"]))
+        row["output_token_source"] = draw(_SOURCES)
         rows.append(row)
     return rows
 
