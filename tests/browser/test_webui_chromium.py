@@ -81,7 +81,12 @@ def check_llm_tab(page: Page, doc: dict, tmp_path: Path) -> None:
     # columns after the label: unit, count, p50, p90, p95, p99, min, max
     assert rows["TTFT (first content)"][:3] == ["ms", "9", js_number(round(m["ttft_p50_ms"], 3))]
     assert rows["TTFT (first content)"][4] == js_number(round(m["ttft_p95_ms"], 3))
-    assert rows["decode"][:3] == ["tok/s", "9", js_number(round(m["decode_tok_s_p50"], 3))]
+    # a request whose tokens all came in one read has no decode rate (null, not counted):
+    # beside a busy machine some do (seen: 6 of 9)
+    decoded = sum(r["decode_tok_s"] is not None for r in doc["request_timings"])
+    assert decoded >= 1, doc["request_timings"]
+    assert rows["decode"][:3] == ["tok/s", str(decoded),
+                                  js_number(round(m["decode_tok_s_p50"], 3))]
     assert rows["end to end"][2] == js_number(round(m["e2e_p50_ms"], 3))
     assert rows["time to first output"][2] == js_number(round(m["time_to_first_output_p50_ms"],
                                                               3))

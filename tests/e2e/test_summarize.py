@@ -9,8 +9,10 @@ it needs; `anvil summarize` (a real process) must then give:
 
 - the deltas the simulators delivered, from their own send stamps (`--stamp-send`) for the
   same requests, aggregated as the summary aggregates (each run's nearest-rank median, the
-  mean over runs), each within 2 percentage points: what is left between the two is only
-  the client's lag, a fraction of a ms at the median; the simulators' own lateness on a busy
+  mean over runs), within the range the client's own recorded loop lag allows
+  (`delivered`; seen on a calm machine: within 1 percentage point; beside busy ones the
+  kernel delivered chunks late and together, which the send stamps account for, and the
+  client's loop lagged, which its monitor records); the simulators' own lateness on a busy
   machine is theirs (tests/e2e/test_sim.py), so the plan they were told (decode rate =
   1000 / interval tok/s, so +100 %; e2e = prefill + (tokens − 1) × interval, so
   (100 + 29·5) / (100 + 29·10) − 1 = −37.2 %) is only a loose check that they followed it;
@@ -35,6 +37,7 @@ import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from jsonschema import Draft202012Validator
 from report_view import view_report
+from sendstamps import lag_bounds_ms, readable_ns
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.post.stats import nearest_rank
@@ -156,32 +159,53 @@ def summarize(folder: Path) -> tuple[dict, str]:
     return load_json(path), (folder / "summary.md").read_text()
 
 
-def delivered(runs: tuple[Path, list[dict], dict]) -> dict[str, dict[str, float]]:
-    """What the simulators delivered, per variant: the mean over its runs of each run's
-    nearest-rank median decode rate and end to end, from their send stamps for the
-    measured requests (generation: first output sent → last sent; end to end: request read
-    → last sent)."""
+Range = tuple[float, float]
+
+
+def delivered(runs: tuple[Path, list[dict], dict]) -> dict[str, dict[str, Range]]:
+    """What a client could have measured of what the simulators delivered, per variant, as
+    the summary aggregates it (the mean over the variant's runs of each run's nearest-rank
+    median), for the decode rate and end to end: a (low, high) range.
+
+    Each measured request's truth is its send stamps (`sendstamps.readable_ns`): generation
+    from when its first output could be read to the last send, end to end from anvil's start
+    to the last send. Each of anvil's stamps is later than that by up to its run's
+    every-request lag bound (`sendstamps.lag_bounds_ms`, from the run's own loop lag): the
+    generation by up to that bound either way, end to end by up to it. A nearest-rank median
+    and a mean are monotone in each value, so the aggregate of the lows and of the highs
+    bound what anvil may report."""
     root, entries, _ = runs
-    per_run: dict[str, list[tuple[float, float]]] = {}
+    per_run: dict[str, list[dict[str, Range]]] = {}
     for e in entries:
-        decode, e2e = [], []
-        for x in raw_lines(root / e["folder"]):
+        folder = root / e["folder"]
+        _, most = lag_bounds_ms(load_json(folder / "benchmark.json"))
+        decode: list[Range] = []
+        e2e: list[Range] = []
+        for x in raw_lines(folder):
             if x["type"] != "request" or x["warmup"]:
                 continue
-            srv = x["extra"]["server"]
-            gen_s = (srv["last_sent_ns"] - srv["first_output_sent_ns"]) / 1e9
-            decode.append((TOKENS - 1) / gen_s)
-            e2e.append((srv["last_sent_ns"] - srv["t0_ns"]) / 1e6)
+            readable = readable_ns(x)
+            gen_ms = (readable["end_ns"] - readable["first_output_ns"]) / 1e6
+            shortest = gen_ms - most
+            decode.append(((TOKENS - 1) / ((gen_ms + most) / 1000),
+                           (TOKENS - 1) / (shortest / 1000) if shortest > 0 else np.inf))
+            whole = (readable["end_ns"] - x["start_ns"]) / 1e6
+            e2e.append((whole, whole + most))
         assert len(decode) == 6
         per_run.setdefault(e["variant"].split("/")[1], []).append(
-            (nearest_rank(decode, 50), nearest_rank(e2e, 50)))
-    return {v: {"decode": float(np.mean([d for d, _ in xs])),
-                "e2e": float(np.mean([t for _, t in xs]))} for v, xs in per_run.items()}
+            {key: (nearest_rank([v[0] for v in values], 50),
+                   nearest_rank([v[1] for v in values], 50))
+             for key, values in (("decode", decode), ("e2e", e2e))})
+    return {v: {key: (float(np.mean([r[key][0] for r in rs])),
+                      float(np.mean([r[key][1] for r in rs])))
+                for key in ("decode", "e2e")} for v, rs in per_run.items()}
 
 
-def delivered_delta(runs, key: str) -> float:
+def delivered_delta(runs, key: str) -> Range:
+    """The range of mtp3's delta over off, in percent, that `delivered` allows."""
     truth = delivered(runs)
-    return 100 * (truth["mtp3"][key] / truth["off"][key] - 1)
+    (on_lo, on_hi), (off_lo, off_hi) = truth["mtp3"][key], truth["off"][key]
+    return 100 * (on_lo / off_hi - 1), 100 * (on_hi / off_lo - 1)
 
 
 def test_promotion_with_the_configured_deltas(runs, summarized) -> None:
@@ -191,15 +215,28 @@ def test_promotion_with_the_configured_deltas(runs, summarized) -> None:
     assert "decode_delta_percent" not in off
     truth = delivered(runs)
     decode_delta, e2e_delta = delivered_delta(runs, "decode"), delivered_delta(runs, "e2e")
-    print(f"\ndelivered: {truth}; deltas {decode_delta:.2f} %, {e2e_delta:.2f} %; summary "
+    print(f"\ndelivered: {truth}; deltas {decode_delta} %, {e2e_delta} %; summary "
           f"{on['decode_delta_percent']:.2f} %, {on['e2e_delta_percent']:.2f} %")
-    assert on["decode_delta_percent"] == pytest.approx(decode_delta, abs=2.0)
-    assert on["e2e_delta_percent"] == pytest.approx(e2e_delta, abs=2.0)
-    assert off["decode_tok_s_p50"] == pytest.approx(truth["off"]["decode"], rel=0.02)
+    assert decode_delta[0] <= on["decode_delta_percent"] <= decode_delta[1]
+    assert e2e_delta[0] <= on["e2e_delta_percent"] <= e2e_delta[1]
+    # and exactly what the six benchmark.json files give: 100 × (mean / mean − 1) of their
+    # medians (each run's own figures are judged against its stamps in test_truth)
+    root, entries, _ = runs
+    medians: dict[str, dict[str, list[float]]] = {}
+    for e in entries:
+        m = load_json(root / e["folder"] / "benchmark.json")["metrics"]
+        per = medians.setdefault(e["variant"].split("/")[1], {"decode": [], "e2e": []})
+        per["decode"].append(m["decode_tok_s_p50"])
+        per["e2e"].append(m["e2e_p50_ms"])
+    for key in ("decode", "e2e"):
+        exact = 100 * (np.mean(medians["mtp3"][key]) / np.mean(medians["off"][key]) - 1)
+        assert on[f"{key}_delta_percent"] == pytest.approx(exact, rel=1e-12, abs=1e-12)
+    assert truth["off"]["decode"][0] <= off["decode_tok_s_p50"] <= truth["off"]["decode"][1]
     # the simulators' plans, only as the direction and size of the change: how late each
     # simulator was on a busy machine is its own (seen: +110 % delivered for +100 % planned),
     # and the summary is judged above against what they delivered
-    assert decode_delta > TRUE_DECODE_DELTA / 2 and e2e_delta < TRUE_E2E_DELTA / 2
+    assert on["decode_delta_percent"] > TRUE_DECODE_DELTA / 2
+    assert on["e2e_delta_percent"] < TRUE_E2E_DELTA / 2
     assert on["runs"] == off["runs"] == 3
     truth = spec_counts(TOKENS, SPEC_K, SPEC_A)
     (tele,) = doc["sampled_speculative_telemetry"]
@@ -232,7 +269,8 @@ def test_no_promotion_when_the_threshold_is_inside_the_interval(tmp_path: Path, 
                                                                 summarized) -> None:
     _, first, _ = summarized
     measured = first["gates"][0]["figures"]["improvement_percent"]
-    assert measured == pytest.approx(-delivered_delta(runs, "e2e"), abs=2.0)
+    low, high = delivered_delta(runs, "e2e")
+    assert -high <= measured <= -low
     doc, md = summarize(campaign_dir(tmp_path, runs, threshold=round(measured, 6)))
     gate = doc["gates"][0]
     low, high = gate["figures"]["improvement_ci95_percent"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
+from sendstamps import lag_bounds_ms, readable_ns
 
 from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.runs.simproc import pinned_apart
@@ -32,7 +33,6 @@ GEN_MS = (N_REASON + N_CONTENT - 1) * STEP_MS
 # the lag monitor's wake-up interval: a stall shows in its figure as at least its length
 # less one interval (`live/lagmon.py`); and room for the kernel's loopback delivery and the
 # parse of the event, tens of µs on an idle machine
-LAGMON_INTERVAL_MS, DELIVERY_MS = 1.0, 1.0
 TRANSIT_SANITY_MS = PREFILL_MS  # a sanity bound: seen 71.8 ms with the machine busy
 
 SCENARIO = """
@@ -89,64 +89,23 @@ def _quantile(errs: list[float], q: float) -> float:
 
 def _bounds(doc: dict) -> tuple[float, float]:
     """(median bound, every-request bound) in ms on anvil's lag and the request's transit,
-    from the run's own loop lag: the typical stamp is no later than the loop's p99 wake-up
-    plus an interval and the delivery; no stamp is later than two of its worst wake-ups plus
-    those. Why two: a stall holds the monitor and the streams alike, and after it the hub
-    runs every ready greenlet in one turn of its loop, the monitor among them; a stream
-    served after the monitor in that turn is late by the monitor's lag plus the rest of the
-    turn (16 streams' bunched chunks parsed one after another), and that rest is the lag the
-    monitor sees at its next wake-up (seen: a first output 408 ms late, the loop's max 365)."""
-    lag = doc["client"]["loop_lag_ms"]
-    assert lag["samples"] > 100 and lag["max"] >= lag["p99"] >= 0, lag
-    slack = LAGMON_INTERVAL_MS + DELIVERY_MS
-    return lag["p99"] + slack, 2 * lag["max"] + slack
-
-
-def _readable_ns(rec: dict) -> dict[str, int]:
-    """For each stamp, the earliest moment anvil could have read its bytes: the simulator's
-    send of the last chunk read together with that stamp's chunk.
-
-    Why: chunks can reach the client late and together, not by anvil's doing: the kernel
-    delivered them late (seen beside a busy loop: 15 chunks sent 8 ms apart over 112 ms
-    arrived in one read 125 ms after the first was sent, while the client's loop never
-    waited more than 9 ms). anvil stamps what one read brings at once, so chunks read
-    together carry the same stamp (`chunk_deltas_ns` 0); such a chunk cannot be read before
-    the last of them was sent, and anvil's lag is measured from then. A stamp taken late by
-    anvil has no such cover: its chunk is read alone, or with chunks sent no later."""
-    srv = rec["extra"]["server"]
-    sent = srv["chunks_sent_ns"]
-    stamps, t = [], rec["start_ns"]
-    for delta in rec["chunk_deltas_ns"]:
-        t += delta
-        stamps.append(t)
-    assert len(sent) == len(stamps), (len(sent), len(stamps))  # one send stamp per chunk
-
-    def readable(k: int) -> int:
-        j = k
-        while j + 1 < len(stamps) and stamps[j + 1] == stamps[k]:
-            j += 1
-        return max(sent[k:j + 1])
-
-    first_content = rec["chunk_channels"].index("c")
-    assert stamps[0] == rec["first_output_ns"] and sent[0] == srv["first_output_sent_ns"]
-    assert (stamps[first_content], sent[first_content]) == (rec["first_content_ns"],
-                                                           srv["first_content_sent_ns"])
-    return {"first_output_ns": readable(0), "first_content_ns": readable(first_content),
-            "end_ns": srv["last_sent_ns"]}  # the last send: nothing is read after it
+    from the run's own loop lag (`sendstamps.lag_bounds_ms`, which says why)."""
+    assert doc["client"]["loop_lag_ms"]["samples"] > 100
+    return lag_bounds_ms(doc)
 
 
 def check_against_the_send_stamps(doc: dict, raw: dict[int, dict], planned_ms
                                   ) -> dict[str, list[float]]:
     """Every request's figures against the simulator's own stamps; `planned_ms(row)` gives
     the (first output, first content, end) the plan asks for. Returns the parts (ms): anvil's
-    lag is each stamp's distance from when its bytes could first be read (`_readable_ns`)."""
+    lag is each stamp's distance from when its bytes could first be read (`readable_ns`)."""
     at_median, at_most = _bounds(doc)
     parts: dict[str, list[float]] = {"transit": [], "sim_late": [],
                                      **{stamp: [] for stamp, _, _ in STAMPS}}
     for r in doc["request_timings"]:
         rec = raw[r["request_index"]]
         srv = rec["extra"]["server"]
-        readable = _readable_ns(rec)
+        readable = readable_ns(rec)
         transit = (srv["t0_ns"] - rec["start_ns"]) / 1e6
         assert transit >= 0, (transit, r)  # the simulator read it after anvil wrote it
         parts["transit"].append(transit)
