@@ -42,6 +42,12 @@ class ExitCode(enum.IntEnum):
     SIGTERM = 143  # terminated (SIGTERM): as for Ctrl-C
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises `KeyboardInterrupt` (`cli.main` installs the
+    handler): it unwinds the same way, and whoever passes a signal on (`runs.launch`) or
+    picks the exit code (143, not 130) can tell the two apart."""
+
+
 class AnvilError(Exception):
     """Base of every error anvil raises on purpose. `exit_code` is what the CLI exits with."""
 

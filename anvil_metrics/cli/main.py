@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from anvil_metrics.cli import campaign, check, demo, run, verify
 from anvil_metrics.cli.parsing import Commands, Parser
-from anvil_metrics.errors import AnvilError
+from anvil_metrics.errors import AnvilError, ExitCode, Terminated
 
 # every command's parser, in the order `anvil --help` lists them
 _PARSERS: tuple[Callable[[Commands], None], ...] = (
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # unwinds like Ctrl-C: children are stopped, files finished
+    raise Terminated  # unwinds like Ctrl-C: children are stopped, files finished
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,9 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in str(e).splitlines() or [""]:
             print(f"anvil: {line}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("anvil: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # the terminal echoed "^C" without a newline
+        terminated = isinstance(e, Terminated)
+        print(f"\nanvil: {'terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'}",
+              file=sys.stderr)
+        return ExitCode.SIGTERM if terminated else ExitCode.SIGINT
     except subprocess.SubprocessError as e:
         print(f"anvil: {e}", file=sys.stderr)
         return 1

@@ -144,7 +144,12 @@ def cmd_run(a: argparse.Namespace) -> int:
     result = run_scenario(sc, a.scenario, a.host, users=opts.users, run_dir=run_dir,
                           values=values, api_key=a.api_key, run_time_s=a.run_time,
                           processes=a.processes)
+    signalled = _signal_exit(result.stopped_by_signal)
     if result.benchmark_path is None:
+        if signalled is not None:
+            print(f"\nanvil: {result.stopped_by_signal}: the run stopped before it wrote "
+                  f"benchmark.json; its log is {result.log_path}", file=sys.stderr)
+            return signalled
         if result.error:  # anvil's own one-line reason (e.g. the server cannot be reached)
             print(result.error, file=sys.stderr)
         else:
@@ -168,7 +173,18 @@ def cmd_run(a: argparse.Namespace) -> int:
     if aborted:  # every request so far is in the file; the cause, last, on one line
         print(f"anvil: run aborted: {scanned.doc.get('end_reason')}", file=sys.stderr)
         return ExitCode.ABORTED
+    if scanned.doc.get("ended_by") == "signal":  # kept, marked partial: say so, last
+        print(f"anvil: run stopped: {scanned.doc.get('end_reason')}; what it measured is "
+              f"kept, marked partial", file=sys.stderr)
+        return signalled if signalled is not None else (
+            ExitCode.SIGTERM if "SIGTERM" in str(scanned.doc.get("end_reason")) else
+            ExitCode.SIGINT)
     return ExitCode.OK
+
+
+def _signal_exit(name: str | None) -> int | None:
+    """The exit code for a run this process was signalled during: 130 (SIGINT), 143."""
+    return {"SIGINT": ExitCode.SIGINT, "SIGTERM": ExitCode.SIGTERM}.get(name or "")
 
 
 def _warn(line: str | None) -> None:

@@ -17,13 +17,14 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from anvil_metrics import catalog
-from anvil_metrics.errors import UsageError
+from anvil_metrics.errors import Terminated, UsageError
 from anvil_metrics.live.recorder import create_run_dir
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import locust_args
@@ -44,6 +45,7 @@ class RunResult:
     locust_exit_code: int
     log_path: Path
     error: str | None = None  # the first error anvil logged in the run (`runerror`)
+    stopped_by_signal: str | None = None  # "SIGINT" or "SIGTERM": this process got one
 
 
 def locust_argv(sc: Scenario, scenario_path: str, users: int, run_dir: Path, *,
@@ -104,20 +106,47 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
         env["ANVIL_API_KEY"] = api_key
     log_path = run_dir / "locust.log"
     with open(log_path, "wb") as log:
+        # a session of its own: a terminal's Ctrl-C reaches Locust only as passed on here,
+        # once per Ctrl-C (`wait_passing_signals`), not twice (one would cut the stop short)
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            proc.wait()
+            stopped_by = wait_passing_signals(proc)
         finally:
-            if proc.poll() is None:  # we were interrupted: let Locust finish its files
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    stop_process(proc)
+            stop_process(proc)  # nothing when it has exited; else SIGTERM, then SIGKILL
     bench = run_dir / BENCHMARK_FILE
     return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path,
-                     read_error(run_dir))
+                     read_error(run_dir), stopped_by)
+
+
+# after a signal was passed on: how long Locust may take to stop (its --stop-timeout for the
+# requests in flight, then writing the run) before it is ended by force
+SIGNAL_GRACE_S = 180.0
+
+
+def wait_passing_signals(proc: subprocess.Popen) -> str | None:
+    """Wait for Locust to exit. A Ctrl-C or SIGTERM of this process is passed on to it, as
+    SIGINT or SIGTERM (Locust then stops the run and writes it: `runs/stopsignals.py`), and
+    it is waited for again, at most `SIGNAL_GRACE_S`; a second Ctrl-C is passed on too (it
+    cancels the requests still in flight). Returns the first signal's name, or None."""
+    first: str | None = None
+    deadline: float | None = None
+    while True:
+        try:
+            if deadline is None:
+                proc.wait()
+            else:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            return first
+        except subprocess.TimeoutExpired:
+            return first  # the caller ends it
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (`errors.Terminated`)
+            sig = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
+            if proc.poll() is not None:
+                return first or sig.name
+            proc.send_signal(sig)
+            if first is None:
+                first, deadline = sig.name, time.monotonic() + SIGNAL_GRACE_S
 
 
 def plan_text(sc: Scenario, users: int) -> str:

@@ -34,6 +34,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -53,10 +54,12 @@ from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOption
 from anvil_metrics.post.schema import CLIENT_KEYS
 from anvil_metrics.runs import locustfix
 from anvil_metrics.runs.launch import plan_text
+from anvil_metrics.runs.stopsignals import StopSignals, first_mark_sigterm, mark_terminated
 from anvil_metrics.urls import api_key_from_env
 
 log = logging.getLogger("anvil")
 locustfix.install()  # a worker's spawn messages cost ms, not a second (`locustfix`)
+first_mark_sigterm()  # a SIGTERM marks the run before Locust's handler stops it
 
 PLUGIN_ATTR = "anvil_plugin"
 
@@ -71,7 +74,8 @@ class PluginState:
       value left there would be served in the page;
     - `master` / `worker`: the master's or a worker's message handlers (`dist`);
     - `error_file`: where the first error anvil logs goes (`runerror`), given a run folder;
-    - `finishing`: set once the ending run's `benchmark.json` is written (`on_quitting`).
+    - `finishing`: set once the ending run's `benchmark.json` is written (`on_quitting`);
+    - `signals`: the process's Ctrl-C handling (`stopsignals`), in Locust's own process only.
     """
 
     api_key: str | None = None
@@ -79,6 +83,7 @@ class PluginState:
     worker: dist_worker.WorkerAgent | None = None
     error_file: ErrorFile | None = None
     finishing: gevent.event.Event | None = None
+    signals: StopSignals | None = None
 
 
 def plugin_state(environment: Any) -> PluginState:
@@ -127,6 +132,23 @@ def install_messages(environment: Any, **_: Any) -> None:
     elif isinstance(runner, WorkerRunner) and state.worker is None:
         state.worker = dist_worker.WorkerAgent(environment,
                                                lambda run: set_run(environment, run))
+
+
+def _in_locusts_own_process() -> bool:
+    """Locust's command runs this process (`locust`, `python -m locust`, or a worker it
+    forked), not a program that drives Locust as a library (a test): only then is Ctrl-C
+    Locust's to handle, so only then does anvil take it over."""
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", "") or ""
+    return name.startswith("locust") or Path(sys.argv[0]).name == "locust"
+
+
+@events.init.add_listener
+def handle_ctrl_c(environment: Any, **_: Any) -> None:
+    """Ctrl-C stops a run and keeps it (`stopsignals`)."""
+    state = plugin_state(environment)
+    if state.signals is None and _in_locusts_own_process():
+        state.signals = StopSignals(environment)
 
 
 @events.init.add_listener
@@ -337,7 +359,10 @@ FINISH_WAIT_S = 600.0  # a run of millions of requests takes seconds to post-pro
 @events.quitting.add_listener
 def on_quitting(environment: Any, **_: Any) -> None:
     """Locust is about to exit: if a run's `benchmark.json` is being written (by the greenlet
-    that stopped the run), wait for it, so the process never exits in the middle."""
+    that stopped the run), wait for it, so the process never exits in the middle. A run
+    still in progress here was ended by SIGTERM (Locust's handler shuts down at once): it is
+    marked so (`stopsignals.mark_terminated`) before Locust stops it."""
+    mark_terminated(environment)
     done = plugin_state(environment).finishing
     if done is not None and not done.is_set():
         log.info("anvil: the run is being written; exiting once it is")

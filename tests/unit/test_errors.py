@@ -65,3 +65,16 @@ def test_verify_error_shows_the_first_problem_and_the_count() -> None:
     assert str(e).startswith("b.json failed verification: a differs (and 2 more); rebuild")
     assert e.problems == ["a differs", "b differs", "c differs"]
     assert "no details" in str(VerifyError([]))
+
+
+def test_the_readmes_exit_code_table_is_the_exit_code_enum() -> None:
+    """One table: the README's rows are exactly `ExitCode`'s values, in order."""
+    import re
+    from pathlib import Path
+
+    from anvil_metrics.errors import ExitCode
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| exit code | meaning", 1)[1].split("\n\n", 1)[0]
+    codes = [int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)]
+    assert codes == [int(c) for c in ExitCode]

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from anvil_metrics.cli import main as cli
-from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.errors import AnvilError, Terminated, UsageError
 
 
 def commands() -> list[str]:
@@ -28,7 +28,8 @@ def test_every_command_but_sim_has_a_handler() -> None:
      "anvil: c.toml: name: missing\nanvil: c.toml: order: bad\n"),
     (AnvilError("the server could not be reached"), 1,
      "anvil: the server could not be reached\n"),
-    (KeyboardInterrupt(), 130, "anvil: interrupted\n"),
+    (KeyboardInterrupt(), 130, "\nanvil: interrupted (Ctrl-C)\n"),  # after the echoed ^C
+    (Terminated(), 143, "\nanvil: terminated (SIGTERM)\n"),
     (subprocess.TimeoutExpired("locust", 5), 1,
      "anvil: Command 'locust' timed out after 5 seconds\n"),
 ])
