@@ -245,7 +245,13 @@ def cmd_postprocess(a: argparse.Namespace) -> int:
     from anvil_metrics.post.postprocess import postprocess_run
     from anvil_metrics.runs.launch import summary_lines
 
-    done = postprocess_run(Path(a.run_dir))
+    folder = Path(a.run_dir)
+    if not (folder / "requests.jsonl").is_file():  # the user's path: a usage error, as
+        # `report` and `verify` say it (a damaged file inside is a problem found: exit 1)
+        what = "is not a folder" if not folder.is_dir() else "has no requests.jsonl"
+        raise UsageError(f"postprocess: {a.run_dir!r} {what}; pass a run folder made by "
+                         f"anvil (it holds requests.jsonl)")
+    done = postprocess_run(folder)
     for line in summary_lines(done.summary):
         print(line)
     _warn(done.cache_warning)

@@ -43,6 +43,7 @@ def add_metrics(sub: Commands) -> None:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from anvil_metrics.errors import shorten
     from anvil_metrics.jsonio import read_json
     from anvil_metrics.post.docscan import verify_file
     from anvil_metrics.post.schema import SCHEMA
@@ -54,6 +55,15 @@ def cmd_verify(a: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"verify: {a.file!r} does not exist; pass a {EXPECTED} path")
     doc = read_small_json(path)
+    if doc is not None and not (isinstance(doc, dict) and
+                                str(doc.get("schema", "")).startswith("anvil-serving.")):
+        # someone else's JSON: one line, not a mismatch for every field it lacks (None: too
+        # big to hold whole; verify's own reading below says what it is)
+        found = (f"a JSON {type(doc).__name__}, not an object" if not isinstance(doc, dict)
+                 else f"schema {shorten(doc['schema'])}" if "schema" in doc
+                 else "no schema field")
+        raise UsageError(f"verify: {a.file} is not an anvil-serving document ({found}); "
+                         f"expected a {EXPECTED}")
     if is_summary(doc):
         return _verify_summary(doc, path)
     if isinstance(doc, dict) and doc.get("schema") == "anvil-serving.checks/v1":

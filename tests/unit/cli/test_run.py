@@ -55,3 +55,15 @@ def test_postprocess_prints_the_summary_and_the_result(tmp_path: Path, capsys) -
     out = capsys.readouterr().out.splitlines()
     path = tmp_path / "benchmark.json"
     assert out == [*summary_lines(load_benchmark(path)), f"result: {path}"]
+
+
+def test_postprocess_of_a_path_that_is_no_run_folder_is_one_line_exit_2(tmp_path: Path,
+                                                                       capsys) -> None:
+    """As `report` and `verify` say a missing input: exit 2, one line (a damaged file inside a
+    run folder is a problem found, exit 1: tests/unit/post/test_rawcolumns.py)."""
+    for path, what in ((tmp_path / "nope", "is not a folder"),
+                       (tmp_path, "has no requests.jsonl")):
+        assert main(["postprocess", str(path)]) == 2
+        assert capsys.readouterr().err == (
+            f"anvil: postprocess: {str(path)!r} {what}; pass a run folder made by anvil (it "
+            f"holds requests.jsonl)\n")

@@ -80,3 +80,17 @@ def test_report_of_a_folder_of_no_known_kind_is_one_line(tmp_path: Path, capsys)
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("anvil: ") and err.count("\n") == 1
+
+
+def test_someone_elses_json_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    """Not anvil's: one line naming what it is, not a mismatch for every field it lacks."""
+    for text, found in (('{"hello": 1}', "no schema field"),
+                        ('{"schema": "other/v2"}', "schema 'other/v2'"),
+                        ("[1, 2]", "a JSON list, not an object")):
+        path = tmp_path / "f.json"
+        path.write_text(text)
+        assert main(["verify", str(path)]) == 2
+        captured = capsys.readouterr()
+        assert captured.err == (f"anvil: verify: {path} is not an anvil-serving document "
+                                f"({found}); expected a benchmark.json or summary.json\n")
+        assert captured.out == ""
