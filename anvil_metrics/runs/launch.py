@@ -106,10 +106,11 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
         env["ANVIL_API_KEY"] = api_key
     log_path = run_dir / "locust.log"
     with open(log_path, "wb") as log:
-        # a session of its own: a terminal's Ctrl-C reaches Locust only as passed on here,
-        # once per Ctrl-C (`wait_passing_signals`), not twice (one would cut the stop short)
+        # in this process's group: whoever stops the group (a terminal's Ctrl-C, a campaign
+        # ending a run) stops Locust too; a signal sent to this process alone is passed on
+        # (`wait_passing_signals`; Locust takes a Ctrl-C and its copy as one: `stopsignals`)
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL)
         try:
             stopped_by = wait_passing_signals(proc)
         finally:

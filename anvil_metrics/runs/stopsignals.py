@@ -14,7 +14,10 @@ says nothing of the signal. So on a master or a single process, anvil takes SIGI
   `--stop-timeout`, anvil writes the run, Locust prints its summary and exits); with no run
   in progress it just quits;
 - a second Ctrl-C cancels the requests still in flight at once (their users are killed:
-  each is recorded `cancelled`, as after `--stop-timeout`), and the run is written;
+  each is recorded `cancelled`, as after `--stop-timeout`), and the run is written. A
+  SIGINT within `SAME_CTRL_C_S` of the one before is the same Ctrl-C, not a second: a
+  terminal's Ctrl-C reaches `anvil run` and its Locust alike, and `anvil run` passes it on
+  too (it must: a SIGINT sent to it alone would not reach Locust otherwise);
 - on a worker, a Ctrl-C during a run is left to its master, which stops the run on every
   worker (a terminal's Ctrl-C reaches the master and `--processes` workers alike); a second
   one quits the worker.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from typing import Any
 
 import gevent
@@ -45,6 +49,7 @@ from anvil_metrics.live.session import RunSession
 
 log = logging.getLogger("anvil")
 
+SAME_CTRL_C_S = 0.5  # a person's second Ctrl-C comes later; a passed-on copy within ms
 SIGINT_REASON = "SIGINT (Ctrl-C): stopped by hand"
 SIGTERM_REASON = "SIGTERM: the process was asked to stop"
 
@@ -58,11 +63,16 @@ class StopSignals:
     def __init__(self, environment: Any) -> None:
         self.environment = environment
         self.interrupts = 0
+        self.last_s: float | None = None
         self._handler = gevent.signal_handler(signal.SIGINT, self.on_sigint)
         _ENVIRONMENTS[:] = [environment]
 
     def on_sigint(self) -> None:
         """A Ctrl-C (module docstring)."""
+        now = time.monotonic()
+        if self.last_s is not None and now - self.last_s < SAME_CTRL_C_S:
+            return  # the same Ctrl-C, passed on by `anvil run`
+        self.last_s = now
         self.interrupts += 1
         env = self.environment
         runner = env.runner

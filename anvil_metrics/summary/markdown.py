@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from anvil_metrics.catalog import IMPROVEMENT_GATES, SUMMARY_FIGURES
-from anvil_metrics.summary.decide import DELTAS, DISPLAY_DECIMALS, rounded
+from anvil_metrics.summary.decide import DELTAS, DISPLAY_DECIMALS, OFF, rounded
+from anvil_metrics.summary.stats import smallest_p
 
 # the performance table's columns: the catalogue's figures under their labels, then the runs
 COLUMNS = (*((f.name, f.label) for f in SUMMARY_FIGURES), ("runs", "runs"))
@@ -52,11 +53,21 @@ def _thresholds(doc: Mapping[str, Any]) -> dict[str, list[tuple[str, float]]]:
     return out
 
 
-def _significance(ci: Sequence[float] | None, marks: list[tuple[str, float]]) -> str:
+SIGNIFICANCE_LEVEL = 0.05
+
+
+def _significance(ci: Sequence[float] | None, marks: list[tuple[str, float]],
+                  runs: tuple[int, int] | None = None) -> str:
+    """"significant" only when the interval excludes 0 and every gate's threshold, and the
+    runs are enough for the rank test to be able to say so at all (`stats.smallest_p`)."""
     if not ci:
         return "no interval"
     low, high = ci
     notes = []
+    least = smallest_p(*runs) if runs else None
+    if least is not None and least > SIGNIFICANCE_LEVEL:
+        notes.append(f"too few runs to tell ({runs[0]} against {runs[1]}: the smallest "
+                     f"Mann–Whitney p they allow is {least:.3g})")
     if low <= 0 <= high:
         notes.append("not significant (the interval contains 0)")
     for gate, t in marks:
@@ -71,7 +82,11 @@ def delta_lines(doc: Mapping[str, Any]) -> list[str]:
     delta_field = dict(DELTAS)
     marks = _thresholds(doc)
     out = []
-    for row in doc.get("performance") or []:
+    rows = doc.get("performance") or []
+    off_runs = {r.get("model"): r.get("runs") for r in rows if r.get("speculation") == OFF}
+    for row in rows:
+        runs = (row.get("runs"), off_runs.get(row.get("model")))
+        counted = runs if all(isinstance(n, int) for n in runs) else None
         for name, stem in fields.items():
             if name not in row:
                 continue
@@ -88,7 +103,7 @@ def delta_lines(doc: Mapping[str, Any]) -> list[str]:
             out.append(f"- {row['model']}/{row['speculation']} {name}: "
                        f"{value:+.{places}f} % ({shown_ci}; Mann–Whitney p "
                        f"{'null' if p is None else f'{p:.3g}'}): "
-                       f"{_significance(ci, marks.get(delta_field[name], []))}")
+                       f"{_significance(ci, marks.get(delta_field[name], []), counted)}")
     return out
 
 

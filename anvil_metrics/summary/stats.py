@@ -31,6 +31,10 @@ Definitions:
     of ½: σ² = n_x n_y / 12 × ((n + 1) − Σ(t³ − t) / (n(n − 1))) over the groups of t tied
     values, z = (|U − n_x n_y / 2| − ½) / σ (at least 0), p = erfc(z / √2); when every value
     is tied (σ = 0), p = 1.
+- `smallest_p(n_x, n_y)`: the smallest two-sided p the exact test can give at all with
+  these run counts, the two groups completely separated: 2 / C(n_x + n_y, n_x), at most 1
+  (2 against 2: 1/3; 3 against 3: 1/10; 4 against 4: 1/35). Above 0.05 the runs are too
+  few for the test to call any difference significant, however large.
 """
 
 from __future__ import annotations
@@ -143,6 +147,14 @@ def _u_counts(m: int, n: int) -> list[int]:
             row.append(c)
         prev = row
     return prev[n]
+
+
+def smallest_p(n_x: int, n_y: int) -> float | None:
+    """The smallest two-sided exact Mann–Whitney p with these run counts (module doc);
+    None when a group is empty."""
+    if n_x < 1 or n_y < 1:
+        return None
+    return min(1.0, 2 / math.comb(n_x + n_y, n_x))
 
 
 def mann_whitney(x: Sequence[float], y: Sequence[float]) -> MannWhitney | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import selectors
+import signal
 import sys
 import time
 import urllib.error
@@ -175,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=2.0)
     ap.add_argument("--max-s", type=float, default=7 * 24 * 3600.0)
     a = ap.parse_args(argv)
+    # A terminal's Ctrl-C reaches this process too (it is in its Locust's process group); the
+    # Locust process still asks for its last scrape while it stops the run, so Ctrl-C is
+    # its to handle: this process ends when its stdin closes (the parent ended) or at --max-s
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with open(a.out, "ab") as out:
         out.write(orjson.dumps({"type": "scrape", "url": a.url,
                                 "interval_s": a.interval_s, "timeout_s": a.timeout_s}) + b"\n")

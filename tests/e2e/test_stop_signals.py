@@ -32,7 +32,7 @@ pytestmark = pytest.mark.e2e
 SLOW = ["--prefill-ms", "300", "--interval-ms", "50", "--reasoning-tokens", "4",
         "--content-tokens", "20"]
 LOCUST = [sys.executable, "-m", "locust", "-f", "locustfiles/chat.py"]
-LOAD = ["--requests", "200", "--stop-timeout", "1"]
+LOAD = ["--requests", "200", "--stop-timeout", "1"]  # a master's
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +95,17 @@ def check_kept(results: Path, logs: list[Path], reason: str) -> dict:
 ])  # fmt: skip
 def test_plain_locust_keeps_the_run(sim: SimProcess, tmp_path: Path, sig: int, code: int,
                                     reason: str, twice: bool) -> None:
+    """Once: the requests in flight get --stop-timeout (1 s), those still open after it are
+    cancelled. Twice (a second Ctrl-C 0.7 s later, past `SAME_CTRL_C_S`; --stop-timeout 30):
+    the second cancels what is in flight at once."""
     results, log = tmp_path / "res", tmp_path / "locust.log"
-    proc = start([*LOCUST, "--headless", "-H", sim.url, "-u", "4", "-r", "4", *LOAD,
+    load = ["--requests", "200", "--stop-timeout", "30" if twice else "1"]
+    proc = start([*LOCUST, "--headless", "-H", sim.url, "-u", "4", "-r", "4", *load,
                   "--results-dir", str(results)], log)
     wait_for_records(results, 1, proc)
     os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C: the whole process group
     if twice:
-        time.sleep(0.1)
+        time.sleep(0.7)
         os.killpg(proc.pid, sig)
     assert finish(proc) == code, log.read_text()[-3000:]
     doc = check_kept(results, [log], reason)
@@ -112,22 +116,31 @@ def test_plain_locust_keeps_the_run(sim: SimProcess, tmp_path: Path, sig: int, c
         assert any(f["kind"] == "cancelled" for f in doc["failures"]), doc["failures"]
 
 
-@pytest.mark.parametrize("sig,code,reason", [
-    (signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+@pytest.mark.parametrize("sig,code,reason,to_group", [
+    (signal.SIGINT, 130, "SIGINT", True),  # a terminal's Ctrl-C: anvil and its Locust
+    (signal.SIGINT, 130, "SIGINT", False),  # to anvil alone: it passes it on
+    (signal.SIGTERM, 143, "SIGTERM", False),  # `kill PID` of anvil: passed on
+])  # fmt: skip
 def test_anvil_run_keeps_the_run_and_says_so(sim: SimProcess, tmp_path: Path, sig: int,
-                                             code: int, reason: str) -> None:
+                                             code: int, reason: str, to_group: bool) -> None:
     results, out = tmp_path / "res", tmp_path / "anvil.out"
     # `anvil run` has no --stop-timeout: anvil's default (`options.STOP_TIMEOUT_S`) lets
     # the requests in flight finish
     proc = start([sys.executable, "-m", "anvil_metrics", "run", "scenarios/smoke.toml", "-H",
                   sim.url, "-u", "4", "--requests", "200", "--results-dir", str(results)], out)
     wait_for_records(results, 1, proc)
-    os.killpg(proc.pid, sig)  # the CLI's group: Locust runs in a session of its own
+    if to_group:
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
     assert finish(proc) == code, out.read_text()[-3000:]
     check_kept(results, [out], reason)
     text = out.read_text()
     assert "result: " in text and f"anvil: run stopped: {reason}" in text
     assert "what it measured is kept, marked partial" in text.splitlines()[-1]
+    locust_log = (next(results.glob("benchmark-*")) / "locust.log").read_text()
+    assert "Ctrl-C again: cancelling" not in locust_log  # one Ctrl-C, though Locust got two
+    assert "did not finish within" not in locust_log  # the last scrape was answered
 
 
 @pytest.mark.parametrize("sig,code,reason,to_all", [

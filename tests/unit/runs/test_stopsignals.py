@@ -99,6 +99,8 @@ def test_ctrl_c_stops_once_then_cancels(monkeypatch, worker: bool) -> None:
     set_run(env, session)
     handler = stopsignals.StopSignals(env)
     handler.on_sigint()
+    handler.on_sigint()  # the same Ctrl-C, passed on by `anvil run`: nothing more
+    handler.last_s -= stopsignals.SAME_CTRL_C_S  # a person's second Ctrl-C, later
     if worker:
         assert (quits, session.ended_by, env.process_exit_code) == ([], None, None)
         handler.on_sigint()

@@ -302,8 +302,13 @@ def test_bursts_queue_too(simulator: Callable[..., SimProcess]) -> None:
     burst_ms = PREFILL_MS + 4 * INTERVAL_MS  # the first burst leaves with token 4
     for start_ms, chunks in zip((0, RUN_MS), streams, strict=True):
         # each burst of 5 leaves with its last token's deadline, from the stream's start: the
-        # first stream's t0, the second's the first's end; never early, and the earliest
-        # well under a ms late (one on-time burst of six, whatever the machine's load)
-        late = [chunks[b + 4]["anvil_sent_ns"] - t0 - (start_ms + burst_ms + b * INTERVAL_MS) * MS
-                for b in range(0, TOKENS, 5)]
-        assert min(late) >= 0 and min(late) < MS, (start_ms, late)
+        # first stream's t0, the second's the first's end; never early, and late only as a
+        # wake-up of the server's process is (check_plan says how that is told apart from a
+        # wrong start: overdue bursts leave back to back until one is on time)
+        sent = [chunks[b + 4]["anvil_sent_ns"] for b in range(0, TOKENS, 5)]
+        late = [(x - t0) / MS - (start_ms + burst_ms + b * INTERVAL_MS)
+                for x, b in zip(sent, range(0, TOKENS, 5), strict=True)]
+        assert min(late) >= 0, (start_ms, late)
+        on_time = next((i for i, x in enumerate(late) if x < WAKE_MS), len(late))
+        gaps_ms = [(b - a) / MS for a, b in zip(sent[:on_time], sent[1:on_time], strict=False)]
+        assert all(gap < 5 * INTERVAL_MS / 2 for gap in gaps_ms), (start_ms, late, gaps_ms)

@@ -121,14 +121,16 @@ def test_bad_sizes_are_refused() -> None:
 
 
 def test_key_computation_is_cheap() -> None:
-    """393,216 tokens in blocks of 16 (24,576 keys): ~6 ms here; the bound is generous."""
+    """393,216 tokens in blocks of 16 (24,576 keys): ~6 ms here. Only a sanity bound, far
+    from the figure (a busy machine stretches any time; seen: over 30 ms, best of 5): work
+    per key that grew with the prompt (24,576² steps) would take seconds."""
     ids = prompt_token_ids([{"role": "user", "content": "the quick brown fox " * 80_000}])
     ids = ids[:393_216]
     assert ids.size == 393_216
     cache = PrefixCache()
     best = min(_elapsed_ms(lambda: cache.block_keys(ids)) for _ in range(5))
     assert len(cache.block_keys(ids)) == 393_216 // 16
-    assert best < 30, f"{best:.1f} ms"
+    assert best < 1000, f"{best:.1f} ms"
 
 
 def _elapsed_ms(work: Callable[[], object]) -> float:

@@ -56,6 +56,22 @@ def test_the_deltas_say_what_their_intervals_allow() -> None:
     assert "(no interval; Mann–Whitney p 0.00794): no interval" in delta_lines(doc)[0]
 
 
+def test_too_few_runs_are_never_called_significant() -> None:
+    """2 against 2: the rank test's smallest p is 1/3, so however far the interval is from
+    0 (here -0.0 % with an interval that excludes it, as seen) the words say so; 4 against
+    4 (1/35) can be significant."""
+    doc = _doc()
+    doc["gates"] = []
+    doc["performance"][0]["runs"] = 2
+    doc["performance"][1].update(runs=2, decode_delta_percent=-0.04,
+                                 decode_delta_ci95_percent=[-0.05, -0.03])
+    assert delta_lines(doc)[0].endswith(
+        ": too few runs to tell (2 against 2: the smallest Mann–Whitney p they allow is "
+        "0.333)")
+    doc["performance"][0]["runs"] = doc["performance"][1]["runs"] = 4
+    assert delta_lines(doc)[0].endswith(": significant")
+
+
 def test_the_report_rounds_the_table_and_gives_the_decision() -> None:
     md = markdown(_doc())
     lines = md.splitlines()

@@ -78,3 +78,14 @@ def test_many_pairs_take_the_normal_approximation() -> None:
     # σ² = 930/12 × 62 = 4805, z = (465 − ½)/√4805 = 6.70: p ≈ 2e-11
     assert got.u == 0.0 and 1e-11 < got.p_two_sided < 3e-11
     assert mann_whitney([1.0], []) is None
+
+
+def test_the_smallest_p_is_that_of_two_separated_groups() -> None:
+    from anvil_metrics.summary.stats import mann_whitney, smallest_p
+
+    for m, n in ((1, 1), (2, 2), (3, 3), (4, 4), (2, 5), (5, 5)):
+        separated = mann_whitney([float(i) for i in range(m)],
+                                 [100.0 + i for i in range(n)])
+        assert separated is not None and separated.p_two_sided == smallest_p(m, n)
+    assert (smallest_p(2, 2), smallest_p(3, 3)) == (1 / 3, 0.1)
+    assert smallest_p(0, 3) is None
