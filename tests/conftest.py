@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 # Locust first: its import-time gevent monkey-patching must happen before any test starts a
 # thread or takes an import lock, as in a Locust process. Imported later, from inside a test
@@ -128,6 +129,29 @@ def load_json(path: Path) -> dict:
 
 def raw_lines(run_dir: Path) -> list[dict]:
     return [orjson.loads(x) for x in (run_dir / "requests.jsonl").read_bytes().splitlines()]
+
+
+def measured(run_dir: Path) -> list[dict[str, Any]]:
+    return sorted((x for x in raw_lines(run_dir) if x["type"] == "request" and not x["warmup"]),
+                  key=lambda x: x["request_index"])
+
+
+def check_every_record_once(run_dir: Path, doc: dict[str, Any]) -> None:
+    """Every measured raw request record is exactly one row or one failure, by index."""
+    raw = measured(run_dir)
+    assert [x["request_index"] for x in raw] == list(range(len(raw)))  # dense
+    rows = {r["request_index"]: r for r in doc["request_timings"]}
+    fails = {f["request_index"]: f for f in doc["failures"]}
+    assert len(rows) == len(doc["request_timings"]) and len(fails) == len(doc["failures"])
+    assert not rows.keys() & fails.keys()
+    assert sorted(rows.keys() | fails.keys()) == list(range(len(raw)))
+    assert doc["requests"] == len(raw)
+    for x in raw:
+        i = x["request_index"]
+        if x["failure"] is None:
+            assert rows[i]["e2e_ms"] == (x["end_ns"] - x["start_ns"]) / 1e6
+        else:
+            assert fails[i]["kind"] == x["failure"]["kind"]
 
 
 def self_signed_cert(tmp_path: Path) -> tuple[Path, Path]:

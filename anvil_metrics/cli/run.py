@@ -184,7 +184,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def _signal_exit(name: str | None) -> int | None:
     """The exit code for a run this process was signalled during: 130 (SIGINT), 143."""
-    return {"SIGINT": ExitCode.SIGINT, "SIGTERM": ExitCode.SIGTERM}.get(name or "")
+    return ExitCode[name] if name in ("SIGINT", "SIGTERM") else None
 
 
 def _warn(line: str | None) -> None:

@@ -20,10 +20,17 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import REPO, anvil, load_json, raw_lines, result_path, write_scenario
+from conftest import (
+    REPO,
+    anvil,
+    check_every_record_once,
+    load_json,
+    measured,
+    result_path,
+    write_scenario,
+)
 
 from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
 from anvil_metrics.post.rawread import read_raw
@@ -71,11 +78,6 @@ def only_run(results: Path, log: str = "") -> Path:
     return runs[0]
 
 
-def measured(run_dir: Path) -> list[dict[str, Any]]:
-    return sorted((x for x in raw_lines(run_dir) if x["type"] == "request" and not x["warmup"]),
-                  key=lambda x: x["request_index"])
-
-
 def due_offsets(run_dir: Path) -> list[int]:
     """Each measured request's due time (`start_ns − extra.start_delay_ns`, placed on the
     master's clock), as an offset from request 0's, in index order."""
@@ -87,24 +89,6 @@ def due_offsets(run_dir: Path) -> list[int]:
 
 def drawn_rate(offsets: list[int]) -> float:
     return (len(offsets) - 1) / ((offsets[-1] - offsets[0]) / 1e9)
-
-
-def check_every_record_once(run_dir: Path, doc: dict[str, Any]) -> None:
-    """Every measured raw request record is exactly one row or one failure, by index."""
-    raw = measured(run_dir)
-    assert [x["request_index"] for x in raw] == list(range(len(raw)))  # dense
-    rows = {r["request_index"]: r for r in doc["request_timings"]}
-    fails = {f["request_index"]: f for f in doc["failures"]}
-    assert len(rows) == len(doc["request_timings"]) and len(fails) == len(doc["failures"])
-    assert not rows.keys() & fails.keys()
-    assert sorted(rows.keys() | fails.keys()) == list(range(len(raw)))
-    assert doc["requests"] == len(raw)
-    for x in raw:
-        i = x["request_index"]
-        if x["failure"] is None:
-            assert rows[i]["e2e_ms"] == (x["end_ns"] - x["start_ns"]) / 1e6
-        else:
-            assert fails[i]["kind"] == x["failure"]["kind"]
 
 
 def test_plain_locust_run_time_is_a_duration_run(sim: SimProcess, tmp_path: Path) -> None:

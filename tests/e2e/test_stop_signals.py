@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, load_json, raw_lines
+from conftest import REPO, check_every_record_once, load_json, raw_lines
 
 from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
@@ -74,12 +74,7 @@ def check_kept(results: Path, logs: list[Path], reason: str) -> dict:
     doc = load_json(run_dir / "benchmark.json")
     assert (doc["partial"], doc["ended_by"]) == (True, "signal"), doc["end_reason"]
     assert doc["end_reason"].startswith(reason)
-    raw = [x for x in raw_lines(run_dir) if x["type"] == "request" and not x["warmup"]]
-    indices = sorted(x["request_index"] for x in raw)
-    assert indices == list(range(len(raw)))  # issued: each recorded once, none missing
-    rows = [r["request_index"] for r in doc["request_timings"]]
-    failed = [f["request_index"] for f in doc["failures"]]
-    assert sorted(rows + failed) == indices
+    check_every_record_once(run_dir, doc)  # issued: each recorded once, none missing
     assert {f["kind"] for f in doc["failures"]} <= {"cancelled"}, doc["failures"]
     assert raw_lines(run_dir)[-1]["type"] == "run_end"
     for log in [*logs, run_dir / "locust.log"]:
