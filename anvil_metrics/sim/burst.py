@@ -103,7 +103,7 @@ class BurstChatStream(ChatStream):
             if i == 0:
                 LEDGER.first_token(self)
             if not self._head_sent:
-                head = conn.stream_head(extra=t0_header(self._cfg, self._t0))
+                head = conn.stream_head(extra=t0_header(self._cfg, self._t0, self._start))
                 parts.append(head + self._enc.event(ROLE_TAIL))
                 self._head_sent = True
             stop = i + self._burst

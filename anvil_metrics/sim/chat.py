@@ -124,11 +124,16 @@ ROLE_TAIL = _choices({"role": "assistant", "content": ""}) + b"}"
 # -- answering ---------------------------------------------------------------------------------
 
 
-def t0_header(cfg: SimConfig, t0_ns: int) -> Headers:
+def t0_header(cfg: SimConfig, t0_ns: int, start_ns: int | None = None) -> Headers:
     """With ``--stamp-send``, the ``anvil-t0-ns`` response header: the request's t0 as
-    ``time.monotonic_ns()`` (the clock of ``perf_counter_ns`` on Linux), from which every
-    deadline follows: ``t0 + prefill + i * interval`` (plus the queue wait, `admission.py`)."""
-    return (("anvil-t0-ns", str(t0_ns)),) if cfg.stamp_send else ()
+    ``time.monotonic_ns()`` (the clock of ``perf_counter_ns`` on Linux), and
+    ``anvil-start-ns``, the start of its plan, from which every deadline follows:
+    ``start + prefill + i * interval``. The start is t0 unless the request waited for a
+    ``--max-running`` slot (`admission.py`); a test judges the admission by it exactly."""
+    if not cfg.stamp_send:
+        return ()
+    start = t0_ns if start_ns is None else start_ns
+    return (("anvil-t0-ns", str(t0_ns)), ("anvil-start-ns", str(start)))
 
 
 class ChatStream:
@@ -183,7 +188,7 @@ class ChatStream:
         self._sched.at(self._prefill_end, self if first is None else first)
 
     def _send_head(self) -> None:
-        head = self._conn.stream_head(extra=t0_header(self._cfg, self._t0))
+        head = self._conn.stream_head(extra=t0_header(self._cfg, self._t0, self._start))
         self._conn.write(head + self._enc.event(ROLE_TAIL))
         self._head_sent = True
 

@@ -137,7 +137,8 @@ OPTIONS: tuple[SimOption, ...] = (
     SimOption("--no-tokenize", "same as --tokenize-api none", action="store_const",
               dest="tokenize_api", const="none"),
     SimOption("--stamp-send", 'add "anvil_sent_ns": perf_counter_ns() to every chunk as it '
-              "is written, and an anvil-t0-ns response header (the request's t0, same clock)",
+              "is written, and anvil-t0-ns and anvil-start-ns response headers (the request's t0 "
+              "and the start of its plan, later when it waited for a slot; same clock)",
               action="store_true"),
     SimOption("--timer", "deadline timer: Linux timerfd (precise) or asyncio call_at (~1 ms "
               "late)", default="auto", choices=TIMER_KINDS),

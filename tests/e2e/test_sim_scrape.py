@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from anvil_metrics.runs.simproc import SimProcess
-from anvil_metrics.sim.rawclient import Response, exchange, exchange_many
+from anvil_metrics.sim.rawclient import Event, Response, exchange, exchange_many
 from anvil_metrics.sim.specdecode import spec_counts
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +32,11 @@ RUN_S = (PREFILL_MS + (TOKENS - 1) * INTERVAL_MS) / 1000  # one stream, admissio
 LIMIT, STREAMS, K, ACCEPT = 2, 6, 3, 0.7
 ARGS = ("--prefill-ms", str(PREFILL_MS), "--interval-ms", str(INTERVAL_MS),
         "--reasoning-tokens", str(REASONING), "--content-tokens", str(CONTENT),
-        "--max-running", str(LIMIT), "--spec-k", str(K), "--spec-accept", str(ACCEPT))
+        "--max-running", str(LIMIT), "--spec-k", str(K), "--spec-accept", str(ACCEPT),
+        "--stamp-send")
 PAYLOAD = {"model": "sim-model", "messages": [{"role": "user", "content": "Count, please."}],
            "stream": True, "stream_options": {"include_usage": True}}
-SLACK_S = 0.02  # per request: loopback and a shared 2-CPU machine, client side only
+MS = 1_000_000
 
 # the names each format gives the same figure: (figure, vLLM's name, SGLang's name)
 SAME_FIGURE = (
@@ -80,14 +81,23 @@ def usage_of(resp: Response) -> dict[str, Any]:
     return next(e.chunk["usage"] for e in resp.events if e.chunk and e.chunk.get("usage"))
 
 
-def first_token_ns(resp: Response) -> int:
-    """Arrival of the first chunk with generated text (the role chunk is not a token)."""
+def first_token(resp: Response) -> Event:
+    """The first chunk with generated text (the role chunk is not a token)."""
     for e in resp.events:
         if e.chunk and e.chunk["choices"]:
             delta = e.chunk["choices"][0]["delta"]
             if delta.get("reasoning_content") or delta.get("content"):
-                return e.arrival_ns
+                return e
     raise AssertionError("no token chunk")
+
+
+def stamps(resp: Response) -> tuple[int, int, int, int]:
+    """The server's own stamps of one stream (``--stamp-send``, the client's clock): its
+    arrival t0, the start of its plan (its admission), its first token's write and the write
+    of its last stamped chunk."""
+    sent = [e.chunk["anvil_sent_ns"] for e in resp.events if e.chunk]
+    return (int(resp.headers["anvil-t0-ns"]), int(resp.headers["anvil-start-ns"]),
+            first_token(resp).chunk["anvil_sent_ns"], sent[-1])  # type: ignore[index]  # fmt: skip
 
 
 def poll_gauges(port: int, names: dict[str, str], want: tuple[int, int]) -> dict[str, float]:
@@ -116,6 +126,7 @@ def test_scrape_deltas_match_truth_usage_and_the_clients_clock(simulator: Any, f
     mid = poll_gauges(port, names, (LIMIT, STREAMS - LIMIT))
     sender.join(30)
     after, truth1 = scrape(port), truth(port)
+    after_ns = time.perf_counter_ns()
     assert len(results) == STREAMS and all(r.status == 200 for _, r in results)
 
     # gauges: two running and four queued while it ran, nothing after
@@ -143,22 +154,31 @@ def test_scrape_deltas_match_truth_usage_and_the_clients_clock(simulator: Any, f
         assert delta[key] == pytest.approx(truth1[f"{key}_sum"] - truth0[f"{key}_sum"], abs=1e-9)
         assert after[f"{name}_bucket{{le=+Inf}}"] == after[f"{name}_count"]
 
-    # the queue as planned: pair k (0, 1, 2) is admitted k whole streams after the first
-    planned = sum(k * RUN_S for k in range(STREAMS // LIMIT) for _ in range(LIMIT))
-    assert delta["queue_time_s"] == pytest.approx(planned, abs=STREAMS * SLACK_S)
-    # the server's figures, exactly bounded by its plan (a write never precedes its deadline)
+    # the queue as planned: each slot is a chain, each stream in it admitted when the one
+    # before it ends, a whole stream after that one's start (the scheduler's logical now, so
+    # exact in ns however busy the machine); the first two start at their arrival
+    run_ns = (PREFILL_MS + (TOKENS - 1) * INTERVAL_MS) * MS
+    t0s, starts, firsts, lasts = zip(*(stamps(r) for _, r in results), strict=True)
+    chains = sorted(starts)[:LIMIT]
+    assert sorted(starts) == sorted(s + k * run_ns for s in chains
+                                    for k in range(STREAMS // LIMIT))  # fmt: skip
+    assert all(t0 == start for t0, start in zip(t0s, starts, strict=True) if start in chains)
+    # the server's histograms, exactly against its own stamps: queue time is arrival to
+    # start; TTFT ends at the first token, stamped by the ledger just before its write (so
+    # between that token's deadline and the write); E2E after the last write, and before the
+    # server answered the scrape that followed
+    assert delta["queue_time_s"] == pytest.approx(
+        sum(start - t0 for t0, start in zip(t0s, starts, strict=True)) / 1e9, abs=1e-6)
     prefill_s, decode_s = PREFILL_MS / 1000, (TOKENS - 1) * INTERVAL_MS / 1000
-    assert delta["ttft_s"] >= delta["queue_time_s"] + STREAMS * prefill_s - 1e-6
-    assert delta["e2e_s"] >= delta["queue_time_s"] + STREAMS * (prefill_s + decode_s) - 1e-6
-    # ... and by the client's clock: never more than it saw, and not much less
-    client_ttft = sum(first_token_ns(r) - sent for sent, r in results) / 1e9
-    client_e2e = sum(r.events[-1].arrival_ns - sent for sent, r in results) / 1e9
-    assert client_ttft - STREAMS * SLACK_S <= delta["ttft_s"] <= client_ttft + 1e-6
-    # E2E is stamped after the last write returns (`ledger.completed`), which the client may
-    # have read already when the simulator's process is descheduled in between (seen: 0.26 ms
-    # over six streams on a busy machine): bounded by the client's clock within the slack,
-    # not exactly as TTFT is (stamped before its write)
-    assert client_e2e - STREAMS * SLACK_S <= delta["e2e_s"] <= client_e2e + STREAMS * SLACK_S
+    assert delta["queue_time_s"] + STREAMS * prefill_s - 1e-6 <= delta["ttft_s"] <= (
+        sum(f - t0 for t0, f in zip(t0s, firsts, strict=True)) / 1e9 + 1e-6)
+    assert delta["queue_time_s"] + STREAMS * (prefill_s + decode_s) - 1e-6 <= delta["e2e_s"]
+    assert sum(last - t0 for t0, last in zip(t0s, lasts, strict=True)) / 1e9 - 1e-6 <= (
+        delta["e2e_s"]) <= sum(after_ns - t0 for t0 in t0s) / 1e9
+    # ... and the client saw no less: it sent before t0 and read after each write
+    for (sent, resp), (t0, _, first, _) in zip(results, (stamps(r) for _, r in results),
+                                               strict=True):  # fmt: skip
+        assert sent < t0 and first_token(resp).arrival_ns >= first
 
     # speculative decoding: the documented account of each answer
     one = spec_counts(TOKENS, K, ACCEPT)
