@@ -28,6 +28,7 @@ from conftest import (
     check_every_record_once,
     load_json,
     measured,
+    raw_lines,
     result_path,
     write_scenario,
 )
@@ -135,17 +136,21 @@ def test_requests_in_flight_after_the_stop_timeout_are_cancelled(simulator,
     cancelled = [x for x in raw if (x["failure"] or {}).get("kind") == "cancelled"]
     print(f"\n[cancelled] process {took:.2f} s; {len(raw)} requests, {len(cancelled)} "
           f"cancelled; window {doc['load']['window_s']}")
-    # the process did not wait for its streams, which end ~10 s after they start (its
-    # start-up and post-processing, seconds on a busy machine, are not judged here)
-    assert took < STREAM_S, took
     assert verify_benchmark(doc) == []
     assert len(cancelled) == 3 == len(raw)  # one stream per user, none finished
     assert all(x["failure"]["phase"] == "decode" for x in cancelled)
     assert doc["load"]["cancelled"] == len(cancelled) == doc["failed"]
     assert [f["kind"] for f in doc["failures"]] == ["cancelled"] * 3
-    # cut at the duration plus the stop timeout, not at the end of the streams
-    window = doc["load"]["window_s"]
-    assert 2.5 < window[1] - window[0] < 4.0
+    # cut at the duration plus the stop timeout, not at the end of the streams (~10 s
+    # each): each stream began within the 2 s of load and ran at least the 1 s the stop
+    # timeout gives it, no longer than the load and that second, plus how late the run's
+    # loop woke at worst (its own figures, raw `run_end`); the process's own time, start-up
+    # and post-processing included, is the machine's speed and not judged
+    (end,) = [x for x in raw_lines(run_dir) if x["type"] == "run_end"]
+    limit_s = end["client"]["load_s"] + 1.0 + end["client"]["loop_lag_ms"]["max"] / 1000
+    for x in cancelled:
+        ran_s = (x["end_ns"] - x["start_ns"]) / 1e9
+        assert 1.0 <= ran_s <= min(limit_s + 0.1, STREAM_S), (ran_s, limit_s)
     check_every_record_once(run_dir, doc)
 
 
