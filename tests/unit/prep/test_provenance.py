@@ -203,29 +203,35 @@ def test_not_http_at_all_stops_at_once() -> None:
 
 
 def test_a_hanging_server_costs_one_timeout() -> None:
-    with raw_server(lambda c: time.sleep(1.5)) as url:
+    held = threading.Event()  # the server answers nothing until the test is done (<= 10 s)
+    with raw_server(lambda c: held.wait(10)) as url:
         start = time.monotonic()
         found = discover(url, timeout_s=0.3)
         elapsed = time.monotonic() - start
+        held.set()
     assert found.engine is None and "no answer within 0.3 s" in found.null_reasons["engine"]
-    assert "not tried" in found.null_reasons["max_model_len"]
-    assert elapsed < 1.2  # loose: one 0.3 s wait, the other probes never sent
+    assert "not tried" in found.null_reasons["max_model_len"]  # the other probes never sent
+    assert elapsed < 5  # loose: one 0.3 s wait, not the server's 10 s
 
 
 def test_a_trickling_answer_is_given_up_on() -> None:
-    def trickle(conn: socket.socket) -> None:
+    done = threading.Event()
+
+    def trickle(conn: socket.socket) -> None:  # a byte every 50 ms until the test is done
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n")
-        for _ in range(30):
+        for _ in range(99):
             conn.sendall(b" ")
-            time.sleep(0.05)
+            if done.wait(0.05):
+                return
 
     with raw_server(trickle) as url:
         start = time.monotonic()
         found = discover(url, timeout_s=0.3)
         elapsed = time.monotonic() - start
+        done.set()
     assert "no whole answer within 0.3 s" in found.null_reasons["engine"]
-    assert elapsed < 1.2  # loose
+    assert elapsed < 4  # loose: 0.3 s, not the ~5 s the whole body would take
 
 
 def test_redirects_are_reported_never_followed() -> None:

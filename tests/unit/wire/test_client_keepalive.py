@@ -395,5 +395,5 @@ def test_a_stream_killed_mid_body_drops_its_connection_at_once(monkeypatch) -> N
         if closed_after_s:
             break
         time.sleep(0.1)
-    assert elapsed < 2  # a drain would take its 5 s
-    assert closed_after_s and closed_after_s[0] < 2
+    assert elapsed < 4  # loose: a drain would take its 5 s
+    assert closed_after_s and closed_after_s[0] < 4
