@@ -32,7 +32,7 @@ def _steady_then_silent(limit_s: float, beats: int, beat_s: float) -> tuple[floa
 def test_a_steady_stream_longer_than_the_limit_is_not_cut() -> None:
     beats_s, silent_s = gevent.spawn(_steady_then_silent, 0.2, 8, 0.1).get(timeout=10)
     assert beats_s >= 0.75  # four limits' worth of steady bytes, no timeout
-    assert 0.19 <= silent_s < 0.5  # then a silence of one limit ends it
+    assert 0.19 <= silent_s < 1.0  # then a silence of one limit ends it (loose above)
 
 
 def test_a_shorter_limit_counts_from_the_last_bytes() -> None:
@@ -49,7 +49,7 @@ def test_a_shorter_limit_counts_from_the_last_bytes() -> None:
         finally:
             silence.cancel()
 
-    assert 0.19 <= gevent.spawn(run).get(timeout=10) < 0.6
+    assert 0.19 <= gevent.spawn(run).get(timeout=10) < 1.0  # loose above: 5 s if it never cut
 
 
 def test_a_cancelled_watchdog_never_fires() -> None:
