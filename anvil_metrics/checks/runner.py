@@ -59,7 +59,10 @@ def _now() -> str:
 def run_checks(host: str, suites: Sequence[str], *, model: str | None = None,
                api_key: str | None = None, options: CheckOptions | None = None,
                on_suite: Callable[[SuiteResult], None] | None = None) -> dict[str, Any]:
-    """Run `suites` against `host` and return the checks document (see module docstring)."""
+    """Run `suites` against `host` and return the checks document (see module docstring).
+
+    Raises `UsageError` when nothing at `host` answers as an HTTP server (refused, reset, no
+    answer within the discovery timeout): one line, not an error per suite."""
     options = options or CheckOptions()
     endpoint = Endpoint.parse(host)
     api_key = api_key or endpoint.userinfo_key
@@ -67,6 +70,9 @@ def run_checks(host: str, suites: Sequence[str], *, model: str | None = None,
     started = _now()
     found = discover(endpoint.base_url, headers=headers, timeout_s=DISCOVERY_TIMEOUT_S,
                      model=model)
+    if found.unreachable is not None:  # one line, as `anvil run` says it, not a suite each
+        raise UsageError(f"cannot reach {endpoint.base_url} ({found.unreachable}); is the "
+                         "server running? check --host")
     served = model or found.served_model
     client = CheckClient(endpoint, served or "default", api_key=api_key,
                          timeout_s=options.timeout_s, max_tokens=options.max_tokens)

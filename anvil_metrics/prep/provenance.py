@@ -71,6 +71,9 @@ class Discovery:
     served_model: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
     null_reasons: dict[str, str] = field(default_factory=dict)
+    # why nothing at `base_url` answered as an HTTP server (refused, reset, no answer in
+    # time, not HTTP): the first probe's reason; None once any probe got an HTTP answer
+    unreachable: str | None = None
 
 
 class _ProbeError(Exception):
@@ -92,6 +95,8 @@ class _Prober:
         self.timeout_s = timeout_s
         self.deadline = time.monotonic() + BUDGET_PROBES * timeout_s
         self.dead: str | None = None  # why no further probe is sent
+        self.fatal: str | None = None  # the reason of the probe that made it dead
+        self.answered = False  # some probe got an HTTP answer (an error status counts)
 
     def get(self, path: str) -> Any:
         """The JSON value at `path`; `_ProbeError` with a one-line reason otherwise."""
@@ -107,7 +112,11 @@ class _Prober:
         except _ProbeError as exc:
             if exc.fatal:
                 self.dead = f"the server did not answer GET {path}"
+                self.fatal = str(exc)
+            else:
+                self.answered = True
             raise
+        self.answered = True
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -301,7 +310,8 @@ def discover(base_url: str, *, headers: Mapping[str, str] | None = None,
             found.miss("engine", "not vLLM, SGLang or llama.cpp")
         found.miss("version", "no engine identified (see engine)")
     _models(probe, "/v1", model, found)
-    return found.result()
+    unreachable = None if probe.answered else probe.fatal
+    return dataclasses.replace(found.result(), unreachable=unreachable)
 
 
 def merge(discovered: Discovery, given: Mapping[str, Any]) -> Discovery:

@@ -8,7 +8,9 @@ order, or a host written with its password, would change a decision without a tr
 
 from __future__ import annotations
 
+import http.server
 import socket
+import threading
 from pathlib import Path
 
 import orjson
@@ -37,14 +39,32 @@ def test_a_bad_suite_is_refused_naming_the_allowed(text: str, says: str) -> None
     assert str(e.value).startswith(says)
 
 
-def test_a_server_that_is_not_there_makes_each_suite_an_error(tmp_path: Path) -> None:
+def test_a_server_that_is_not_there_is_one_line_and_no_suite(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     seen: list[str] = []
-    doc = run_checks(f"http://u:pw@127.0.0.1:{port}", ("json", "tools"),
-                     on_suite=lambda r: seen.append(r.suite))
-    assert seen == ["json", "tools"] and list(doc["checks"]) == ["json", "tools"]
+    with pytest.raises(UsageError) as e:
+        run_checks(f"http://u:pw@127.0.0.1:{port}", ("json", "tools"),
+                   on_suite=lambda r: seen.append(r.suite))
+    assert str(e.value) == (
+        f"cannot reach http://127.0.0.1:{port}/v1 (GET /version: ConnectionRefusedError: "
+        "[Errno 111] Connection refused); is the server running? check --host")
+    assert e.value.exit_code == 2 and seen == []
+
+
+def test_a_server_that_names_no_model_makes_each_suite_an_error(tmp_path: Path) -> None:
+    """It answers (404 everywhere): each suite is an error that says why, in a document."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        doc = run_checks(f"http://u:pw@127.0.0.1:{port}", ("json", "tools"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert list(doc["checks"]) == ["json", "tools"]
     assert doc["schema"] == SCHEMA and doc["host"] == f"http://127.0.0.1:{port}/v1"
     assert doc["model"] is None
     for suite in doc["checks"].values():

@@ -179,6 +179,17 @@ def test_an_unknown_server_says_what_was_tried() -> None:
     assert found.null_reasons["max_model_len"] == "GET /v1/models: no max_model_len"
     assert set(found.null_reasons) | set(found.sources) == set(FIELDS)
     assert all("\n" not in r for r in found.null_reasons.values())
+    assert found.unreachable is None  # it answered, if not as any engine we know
+
+
+def test_a_closed_port_is_unreachable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    found = discover(f"http://127.0.0.1:{port}", timeout_s=1.0)
+    assert found.unreachable == (
+        "GET /version: ConnectionRefusedError: [Errno 111] Connection refused")
+    assert found.served_model is None and "not tried" in found.null_reasons["served_model"]
 
 
 def test_a_prefix_before_v1_is_kept_and_url_credentials_are_dropped() -> None:
@@ -197,7 +208,9 @@ def test_a_prefix_before_v1_is_kept_and_url_credentials_are_dropped() -> None:
 def test_not_http_at_all_stops_at_once() -> None:
     with raw_server(lambda c: c.sendall(b"SSH-2.0-OpenSSH_9\r\n")) as url:
         found = discover(url, timeout_s=1.0)
-    assert found == Discovery(null_reasons=found.null_reasons)  # every field null
+    # every field null, and nothing there is an HTTP server
+    assert found == Discovery(null_reasons=found.null_reasons, unreachable=found.unreachable)
+    assert found.unreachable is not None and found.unreachable.startswith("GET /version: ")
     assert found.null_reasons["engine"].startswith("GET /version:")
     assert "not tried" in found.null_reasons["served_model"]
 
@@ -211,6 +224,7 @@ def test_a_hanging_server_costs_one_timeout() -> None:
         held.set()
     assert found.engine is None and "no answer within 0.3 s" in found.null_reasons["engine"]
     assert "not tried" in found.null_reasons["max_model_len"]  # the other probes never sent
+    assert found.unreachable == "GET /version: no answer within 0.3 s"
     assert elapsed < 5  # loose: one 0.3 s wait, not the server's 10 s
 
 
