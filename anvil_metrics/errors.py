@@ -35,7 +35,7 @@ class ExitCode(enum.IntEnum):
     `locust -f` agree."""
 
     OK = 0  # done, and nothing wrong was found
-    PROBLEM = 1  # a check, verify or gate found a problem; a run failed; a bug in anvil
+    PROBLEM = 1  # a check or verify found a problem; a campaign's run failed; a bug
     USAGE = 2  # usage: a bad flag, field or value, or an input file missing or unreadable
     ABORTED = 3  # a run ended itself: the server stopped answering (`benchmark.json` says why)
     SIGINT = 130  # interrupted (Ctrl-C): what was measured is kept, marked partial
