@@ -37,7 +37,10 @@ Definitions, per quantity (the engines' own names are in `engines.ENGINES`):
 - `effective_prefill_excl_queue_tok_s`: Σ prompt tokens / Σ (time to first chunk − the
   server's mean queue time), over the measured completed requests that have both: a
   prefill rate without queueing, derived from the server's MEAN queue time (per-request
-  queue times are not exposed).
+  queue times are not exposed). Null when the client's first chunk came before the server's
+  first token (`first_chunk_vs_ttft` < 0: the server sent a role-only chunk before its
+  prefill, as the simulator does by default), since time to first chunk then times nothing
+  of the prefill.
 
 Every member the server did not report is null, with a line in `null_reasons` saying why;
 an unreachable or broken endpoint leaves the block with its identity and the reasons.
@@ -264,10 +267,16 @@ def _compare(out: dict[str, Any], c: ClientFigures, reasons: dict[str, str]) -> 
         reasons["client_minus_server_ms"] = "the server's or the client's means are missing"
     q = out["queue_time_ms_mean"]
     denominator_ms = c.prefill_first_chunk_ms - c.prefill_requests * (q or 0.0)
+    early = diff["first_chunk_vs_ttft"]
     if q is None or not c.prefill_requests:
         reasons["effective_prefill_excl_queue_tok_s"] = (
             "needs the server's mean queue time and requests with prompt tokens and a first "
             "chunk")
+    elif early is not None and early < 0:
+        reasons["effective_prefill_excl_queue_tok_s"] = (
+            f"the client's first chunk came {-early:,.1f} ms before the server's first token "
+            "on average (a role-only chunk sent before prefill), so time to first chunk does "
+            "not time the prefill")
     elif denominator_ms <= 0:
         reasons["effective_prefill_excl_queue_tok_s"] = (
             "the server's mean queue time is not below the client's time to first chunk")
@@ -413,6 +422,11 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
             f"{num(diff['first_chunk_vs_ttft'], 2)} ms; client minus server end to end "
             f"{num(diff['e2e'], 2)} ms (the server's TTFT counts a first token its reasoning "
             "parser may hide: compare it with time to first chunk, not time to first output)")
+        early = diff["first_chunk_vs_ttft"]
+        if early is not None and early < 0:
+            lines.append("client vs server: the first chunk came before the server's first "
+                         "token: this server sends a role-only chunk before its prefill, so "
+                         "compare its TTFT with time to first output instead")
     if s["effective_prefill_excl_queue_tok_s"] is not None:
         lines.append(f"server: effective prefill without queueing "
                      f"{num(s['effective_prefill_excl_queue_tok_s'])} tok/s (derived from the "

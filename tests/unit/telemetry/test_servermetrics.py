@@ -28,9 +28,14 @@ vllm:e2e_request_latency_seconds_count{engine="0",model_name="m"} 2.0
 vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 0.5
 """
 
-CLIENT = ClientFigures(first_chunk_ms_mean=110.0, e2e_ms_mean=520.0,
-                       prefill_prompt_tokens=4000, prefill_first_chunk_ms=440.0,
+CLIENT = ClientFigures(first_chunk_ms_mean=210.0, e2e_ms_mean=520.0,
+                       prefill_prompt_tokens=4000, prefill_first_chunk_ms=840.0,
                        prefill_requests=4)
+# a server that sends its role-only chunk before prefill: the first chunk 90 ms before the
+# server's first token (its TTFT mean is 200 ms)
+EARLY_CHUNK = ClientFigures(first_chunk_ms_mean=110.0, e2e_ms_mean=520.0,
+                            prefill_prompt_tokens=4000, prefill_first_chunk_ms=440.0,
+                            prefill_requests=4)
 
 
 def vllm(running: float, waiting: float, kv: float, drafts: float, draft_tokens: float,
@@ -98,11 +103,28 @@ def test_vllm_counters_gauges_and_means_over_the_window() -> None:
     assert b["prompt_tokens_mean"] == 1000.0 and b["generation_tokens_mean"] == 90.0
     assert b["prefix_cache_hit_rate"] == 200 / 4000
     assert b["client_minus_server_ms"] == pytest.approx(
-        {"first_chunk_vs_ttft": 110.0 - 200.0, "e2e": 520.0 - 500.0})
-    # Σ prompt / (Σ first chunk − n × mean queue) = 4000 / ((440 − 4 × 10) / 1000)
-    assert b["effective_prefill_excl_queue_tok_s"] == pytest.approx(4000 / 0.4)
+        {"first_chunk_vs_ttft": 210.0 - 200.0, "e2e": 520.0 - 500.0})
+    # Σ prompt / (Σ first chunk − n × mean queue) = 4000 / ((840 − 4 × 10) / 1000)
+    assert b["effective_prefill_excl_queue_tok_s"] == pytest.approx(4000 / 0.8)
     assert b["null_reasons"] == {}
     assert b["version"] == "0.11.0" and b["max_model_len"] == 4096
+    assert not any("role-only" in line for line in servermetrics.summary_lines({"server": b}))
+
+
+def test_a_first_chunk_before_the_servers_first_token_times_no_prefill() -> None:
+    """The client's first chunk 90 ms before the server's first token: the difference is
+    kept (both figures are right, by their definitions) with a line saying why it is
+    negative, and the prefill rate from time to first chunk is null with the reason."""
+    b = server_block({"engine": "vllm"}, vllm_window(), EARLY_CHUNK)
+    assert b["client_minus_server_ms"]["first_chunk_vs_ttft"] == pytest.approx(-90.0)
+    assert b["effective_prefill_excl_queue_tok_s"] is None
+    assert b["null_reasons"]["effective_prefill_excl_queue_tok_s"] == (
+        "the client's first chunk came 90.0 ms before the server's first token on average "
+        "(a role-only chunk sent before prefill), so time to first chunk does not time the "
+        "prefill")
+    lines = servermetrics.summary_lines({"server": b})
+    assert any("sends a role-only chunk before its prefill" in line for line in lines), lines
+    assert not any("effective prefill" in line for line in lines)
 
 
 def test_a_failed_edge_scrape_nulls_the_counters_and_says_why() -> None:
