@@ -61,6 +61,10 @@ def _sigterm(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _sigterm)
+    # Ctrl-C even where it was inherited ignored (a background job of a script: POSIX shells
+    # start those with SIGINT ignored, and Python then leaves it so): `kill -INT` of anvil
+    # stops it as it stops the run's Locust, which installs its own handler either way
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if argv[:1] == ["sim"]:
         from anvil_metrics.sim.server import main as sim_main
 

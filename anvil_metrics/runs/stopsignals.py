@@ -23,7 +23,9 @@ says nothing of the signal. So on a master or a single process, anvil takes SIGI
   one quits the worker.
 
 SIGTERM keeps Locust's own handler (it shuts Locust down, stopping the users as above);
-anvil marks the run and the exit code just before that handler runs (`mark_terminated`).
+anvil marks the run and the exit code just before that handler runs (`mark_terminated`). A
+worker drains its share of the run first (`drain_worker`): Locust's handler would tell the
+master at once that it quit, and the master would count its requests in flight as lost.
 Why "just before": Locust's handler fires `quitting`, and a master's own `quitting`
 listener (registered after anvil's, fired first) stops the run at once, so a mark made by a
 listener of anvil's would come after the run was written as merely "stopped". Locust
@@ -43,6 +45,7 @@ from typing import Any
 import gevent
 from locust.runners import WorkerRunner
 
+from anvil_metrics.dist.worker import WorkerSession
 from anvil_metrics.errors import ExitCode
 from anvil_metrics.live.runctx import run_in_progress
 from anvil_metrics.live.session import RunSession
@@ -103,7 +106,10 @@ class StopSignals:
 def mark_terminated(environment: Any) -> None:
     """Locust is shutting down (its SIGTERM handler, or its main greenlet ended) while a run
     is still in progress and nothing ended it: mark it ended by SIGTERM and exit 143 (a
-    Ctrl-C or a run's own end marked it before)."""
+    Ctrl-C or a run's own end marked it before). On a worker, drain its share first."""
+    if isinstance(environment.runner, WorkerRunner):
+        drain_worker(environment)
+        return
     session = run_in_progress(environment)
     if isinstance(session, RunSession) and not session.finished and session.ended_by is None:
         session.mark_end("signal", SIGTERM_REASON)
@@ -111,6 +117,23 @@ def mark_terminated(environment: Any) -> None:
             environment.process_exit_code = ExitCode.SIGTERM
         log.warning("anvil: SIGTERM: stopping the run; requests in flight get up to "
                     "--stop-timeout and are then cancelled")
+
+
+def drain_worker(environment: Any) -> None:
+    """SIGTERM on a worker during a run: end its share as the master's stop does before
+    Locust's handler tells the master it quit. No new request starts; the requests in flight
+    get `--stop-timeout` and are then `cancelled`; every record is shipped and the worker
+    says it is done, so the master counts each request once (none `worker_lost`) and runs
+    on with its other workers. The worker exits 143."""
+    session = run_in_progress(environment)
+    if isinstance(session, WorkerSession) and not session.finished:
+        log.warning("anvil: SIGTERM: this worker stops its users (requests in flight get up "
+                    "to --stop-timeout, then are cancelled), sends its records and quits")
+        session.budget.close()
+        environment.runner.stop()
+        session.finish()
+        if environment.process_exit_code is None:
+            environment.process_exit_code = ExitCode.SIGTERM
 
 
 _WRAPPED = "_anvil_marks_sigterm_first"

@@ -229,7 +229,18 @@ def test_a_resumed_campaign_summarizes_as_an_uninterrupted_one(whole: Whole,
     assert [{k: r.get(k) for k in timeless} for r in a["performance"]] == \
         [{k: r.get(k) for k in timeless} for r in b["performance"]]
     assert [r["runs"] for r in a["performance"]] == [2, 2]
-    assert a["decision"] == b["decision"] == "promotion", (a["gates"], a["decision_reasons"])
+    # the decision is timing: the faster variant is faster in both (2 ms vs 6 ms between
+    # tokens), but whether 2 runs a side tell its 10 % apart depends on how steady the
+    # machine was (seen beside a CPU hog: 33 %, interval 5 … 61 %, not significant); each
+    # decision follows its own gates, and the functional gate, which is not timing, agrees
+    for doc in (a, b):
+        outcomes = {g["gate"]: g["outcome"] for g in doc["gates"]}
+        assert outcomes["functional"] == "pass"
+        assert outcomes["e2e_p50_improvement_percent"] in ("pass", "not_significant"), outcomes
+        e2e = next(g for g in doc["gates"] if g["gate"] == "e2e_p50_improvement_percent")
+        assert e2e["figures"]["improvement_percent"] > 0, e2e
+        all_pass = all(o == "pass" for o in outcomes.values())
+        assert doc["decision"] == ("promotion" if all_pass else "no-promotion"), doc["gates"]
     # a run whose client was saturated (its event loop's lag: timing, not the resume) is
     # named by its run id, so it is a difference whichever campaign had it; those sentences,
     # one per run whose own benchmark.json records it, are set aside

@@ -41,9 +41,15 @@ def sim() -> Iterator[SimProcess]:
         yield s
 
 
-def start(argv: list[str], log: Path) -> subprocess.Popen:
+def start(argv: list[str], log: Path, sigint_ignored: bool = False) -> subprocess.Popen:
+    """Start `argv` in a session of its own; `sigint_ignored`: with SIGINT ignored, as a
+    script's background job (`anvil run ... &`) starts, which Python then leaves ignored."""
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     return subprocess.Popen(argv, cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=ignore_sigint if sigint_ignored else None)
 
 
 def wait_for_records(results: Path, count: int, proc: subprocess.Popen,
@@ -121,8 +127,11 @@ def test_anvil_run_keeps_the_run_and_says_so(sim: SimProcess, tmp_path: Path, si
     results, out = tmp_path / "res", tmp_path / "anvil.out"
     # `anvil run` has no --stop-timeout: anvil's default (`options.STOP_TIMEOUT_S`) lets
     # the requests in flight finish
+    # sent to anvil alone, as to a script's background job (SIGINT inherited ignored: anvil
+    # takes it all the same); a terminal's Ctrl-C reaches a foreground group
     proc = start([sys.executable, "-m", "anvil_metrics", "run", "scenarios/smoke.toml", "-H",
-                  sim.url, "-u", "4", "--requests", "200", "--results-dir", str(results)], out)
+                  sim.url, "-u", "4", "--requests", "200", "--results-dir", str(results)], out,
+                 sigint_ignored=not to_group)
     wait_for_records(results, 1, proc)
     if to_group:
         os.killpg(proc.pid, sig)
@@ -172,3 +181,46 @@ def test_a_master_with_two_workers_keeps_the_run(sim: SimProcess, tmp_path: Path
     (run_dir,) = results.glob("benchmark-*")
     senders = {x["worker"] for x in raw_lines(run_dir) if x["type"] == "request"}
     assert len(senders) == 2, senders  # both workers' requests are in it
+
+
+def test_sigterm_to_one_worker_drains_it_and_the_run_goes_on(sim: SimProcess,
+                                                              tmp_path: Path) -> None:
+    """`kill PID` of one worker mid-stream: it stops its users (its requests in flight get
+    --stop-timeout, then are cancelled), sends its records, quits with 143; the master counts
+    each of its requests once, none `worker_lost`, and ends the run with the other worker."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = tmp_path / "res"
+    logs = [tmp_path / f"{name}.log" for name in ("master", "w0", "w1")]
+    master = start([*LOCUST, "--headless", "--master", "--master-bind-host", "127.0.0.1",
+                    "--master-bind-port", str(port), "--expect-workers", "2", "-H", sim.url,
+                    "-u", "4", "-r", "4", "--requests", "16", "--stop-timeout", "1",
+                    "--results-dir", str(results)], logs[0])
+    workers = [start([*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port",
+                      str(port)], log) for log in logs[1:]]
+    try:
+        wait_for_records(results, 1, master)
+        os.kill(workers[0].pid, signal.SIGTERM)
+        assert finish(workers[0], 30) == 143, logs[1].read_text()[-3000:]
+        assert finish(master) == 0, logs[0].read_text()[-3000:]
+        assert finish(workers[1], 30) == 0, logs[2].read_text()[-3000:]
+    finally:
+        for p in [master, *workers]:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    (run_dir,) = results.glob("benchmark-*")
+    doc = load_json(run_dir / "benchmark.json")
+    assert doc["partial"] is False and doc["requests"] == 16, (doc["partial"], doc["requests"])
+    check_every_record_once(run_dir, doc)
+    assert {f["kind"] for f in doc["failures"]} <= {"cancelled"}, doc["failures"]
+    assert "worker_lost" not in logs[0].read_text()
+    assert "this worker stops its users" in logs[1].read_text()
+    for log in [*logs, run_dir / "locust.log"]:
+        if log.exists():
+            assert "Traceback" not in log.read_text(errors="replace"), log
+    senders = {x["worker"] for x in raw_lines(run_dir) if x["type"] == "request"}
+    assert len(senders) == 2, senders  # the drained worker's requests are in it

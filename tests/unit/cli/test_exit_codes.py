@@ -87,13 +87,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 def exit_code(argv: list[str]) -> int:
     """What `anvil ARGV` exits with: `main`'s return, or argparse's SystemExit."""
-    handler = signal.getsignal(signal.SIGTERM)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         return main(argv)
     except SystemExit as e:
         return int(e.code or 0)
     finally:
-        signal.signal(signal.SIGTERM, handler)  # main installs its own
+        for sig, handler in handlers.items():  # main installs its own
+            signal.signal(sig, handler)
 
 
 @pytest.mark.parametrize(("command", "argv", "code", "says"), CASES,
