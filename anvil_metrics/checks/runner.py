@@ -30,7 +30,7 @@ from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_bytes, dumps_strict
-from anvil_metrics.prep.provenance import discover
+from anvil_metrics.prep.provenance import Discovery, discover
 from anvil_metrics.urls import Endpoint
 
 DISCOVERY_TIMEOUT_S = 10.0
@@ -58,8 +58,10 @@ def _now() -> str:
 
 def run_checks(host: str, suites: Sequence[str], *, model: str | None = None,
                api_key: str | None = None, options: CheckOptions | None = None,
-               on_suite: Callable[[SuiteResult], None] | None = None) -> dict[str, Any]:
+               on_suite: Callable[[SuiteResult], None] | None = None,
+               ask: Callable[..., Discovery] = discover) -> dict[str, Any]:
     """Run `suites` against `host` and return the checks document (see module docstring).
+    `ask` asks the server who it is (`provenance.discover`; a test may answer for it).
 
     Raises `UsageError` when nothing at `host` answers as an HTTP server (refused, reset, no
     answer within the discovery timeout): one line, not an error per suite."""
@@ -68,8 +70,7 @@ def run_checks(host: str, suites: Sequence[str], *, model: str | None = None,
     api_key = api_key or endpoint.userinfo_key
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     started = _now()
-    found = discover(endpoint.base_url, headers=headers, timeout_s=DISCOVERY_TIMEOUT_S,
-                     model=model)
+    found = ask(endpoint.base_url, headers=headers, timeout_s=DISCOVERY_TIMEOUT_S, model=model)
     if found.unreachable is not None:  # one line, as `anvil run` says it, not a suite each
         raise UsageError(f"cannot reach {endpoint.base_url} ({found.unreachable}); is the "
                          "server running? check --host")

@@ -239,7 +239,10 @@ SERVER: Text = {
                                "minus the server's mean over the window"),
     "effective_prefill_excl_queue_tok_s": ("tok/s", "Σ prompt tokens / Σ (time to first "
                                            "chunk − the server's mean queue time) over the "
-                                           "rows that have both: prefill without queueing"),
+                                           "rows that have both: prefill without "
+                                           "queueing; null when client_minus_server_ms."
+                                           "first_chunk_vs_ttft < 0 (a role-only chunk sent "
+                                           "before prefill)"),
     "null_reasons": ("", "member → why it is null (and scrapes, metrics, counters: what went "
                      "wrong with the samples)"),
 }

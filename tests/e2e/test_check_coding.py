@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import anvil, load_json, set_script_faults
+from conftest import GONE_SINCE, anvil, load_json, set_script_faults
 
 from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.coding import CASES, run_coding
@@ -101,7 +101,7 @@ def test_a_server_that_is_down_is_an_error() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed below: nothing listens there
     doc = run_checks(f"http://127.0.0.1:{port}", ["coding"], model="m",
-                     options=CheckOptions(timeout_s=5.0))
+                     options=CheckOptions(timeout_s=5.0), ask=GONE_SINCE)
     coding = doc["checks"]["coding"]
     assert coding["result"] == "error"
     assert all(c["error_kind"] == "transport" for c in coding["cases"])

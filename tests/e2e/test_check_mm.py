@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import anvil, load_json, set_script_faults
+from conftest import GONE_SINCE, anvil, load_json, set_script_faults
 
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.suite import CheckOptions
@@ -100,7 +100,7 @@ def test_a_down_server_is_an_error() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     doc = run_checks(f"http://127.0.0.1:{port}", ["multimodal"], model="m",
-                     options=CheckOptions(timeout_s=5))
+                     options=CheckOptions(timeout_s=5), ask=GONE_SINCE)
     suite = doc["checks"]["multimodal"]
     assert suite["result"] == "error" and suite["total"] == 4
     assert all(c["error_kind"] == "transport" for c in suite["cases"])

@@ -11,13 +11,15 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
-from conftest import anvil, set_script_faults
+from conftest import GONE_SINCE, anvil, set_script_faults
 
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.suite import CheckOptions
+from anvil_metrics.prep.provenance import discover
 from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 FAST = ["--prefill-ms", "1", "--interval-ms", "0.1", "--max-context", "12288"]
@@ -36,10 +38,11 @@ def _faults(sim: SimProcess, *names: str) -> None:
 
 
 def _check(url: str, suites: list[str], *faults: str, sim: SimProcess | None = None,
-           options: CheckOptions = OPTIONS, model: str | None = None) -> dict:
+           options: CheckOptions = OPTIONS, model: str | None = None,
+           ask: Any = discover) -> dict:
     if sim is not None:
         _faults(sim, *faults)
-    return run_checks(url, suites, options=options, model=model)["checks"]
+    return run_checks(url, suites, options=options, model=model, ask=ask)["checks"]
 
 
 def test_cli_passes_all_three_on_a_right_server(sim, tmp_path: Path):
@@ -123,7 +126,8 @@ def test_a_down_server_errors_every_suite():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     checks = _check(f"http://127.0.0.1:{port}", SUITES, model="m",
-                    options=CheckOptions(context_tokens=4096, near_limit_tokens=8000))
+                    options=CheckOptions(context_tokens=4096, near_limit_tokens=8000),
+                    ask=GONE_SINCE)
     assert {k: v["result"] for k, v in checks.items()} == dict.fromkeys(SUITES, "error")
     assert all(c.get("error_kind") == "transport" for v in checks.values()
                for c in v["cases"])

@@ -142,15 +142,18 @@ def test_requests_in_flight_after_the_stop_timeout_are_cancelled(simulator,
     assert doc["load"]["cancelled"] == len(cancelled) == doc["failed"]
     assert [f["kind"] for f in doc["failures"]] == ["cancelled"] * 3
     # cut at the duration plus the stop timeout, not at the end of the streams (~10 s
-    # each): each stream began within the 2 s of load and ran at least the 1 s the stop
-    # timeout gives it, no longer than the load and that second, plus how late the run's
-    # loop woke at worst (its own figures, raw `run_end`); the process's own time, start-up
-    # and post-processing included, is the machine's speed and not judged
+    # each): each stream began within the 2 s of load (the run's own `load_s`, raw
+    # `run_end`) and ran at least the 1 s the stop timeout gives it; how late the cut came
+    # after that second is the machine's load (seen beside a CPU hog: 0.11 s; the loop lag
+    # the run measures ends with the load), so above it is a sanity bound, far below the
+    # streams' end; the process's own time, start-up and post-processing included, is not
+    # judged
     (end,) = [x for x in raw_lines(run_dir) if x["type"] == "run_end"]
-    limit_s = end["client"]["load_s"] + 1.0 + end["client"]["loop_lag_ms"]["max"] / 1000
+    limit_s = end["client"]["load_s"] + 1.0 + 2.0
+    assert limit_s < STREAM_S
     for x in cancelled:
         ran_s = (x["end_ns"] - x["start_ns"]) / 1e9
-        assert 1.0 <= ran_s <= min(limit_s + 0.1, STREAM_S), (ran_s, limit_s)
+        assert 1.0 <= ran_s <= limit_s, (ran_s, limit_s)
     check_every_record_once(run_dir, doc)
 
 

@@ -147,12 +147,10 @@ def test_anvil_run_keeps_the_run_and_says_so(sim: SimProcess, tmp_path: Path, si
     assert "did not finish within" not in locust_log  # the last scrape was answered
 
 
-@pytest.mark.parametrize("sig,code,reason,to_all", [
-    (signal.SIGINT, 130, "SIGINT", True),  # a terminal's Ctrl-C reaches every process
-    (signal.SIGTERM, 143, "SIGTERM", False),  # the master alone is asked to stop
-])  # fmt: skip
-def test_a_master_with_two_workers_keeps_the_run(sim: SimProcess, tmp_path: Path, sig: int,
-                                                 code: int, reason: str, to_all: bool) -> None:
+def start_cluster(sim: SimProcess, tmp_path: Path, load: list[str]
+                  ) -> tuple[subprocess.Popen, list[subprocess.Popen], list[Path], Path]:
+    """A headless master expecting two workers, 4 users, and the two workers, on a free
+    port: (master, workers, their logs: master first, the results folder)."""
     import socket
 
     with socket.socket() as s:
@@ -162,9 +160,19 @@ def test_a_master_with_two_workers_keeps_the_run(sim: SimProcess, tmp_path: Path
     logs = [tmp_path / f"{name}.log" for name in ("master", "w0", "w1")]
     master = start([*LOCUST, "--headless", "--master", "--master-bind-host", "127.0.0.1",
                     "--master-bind-port", str(port), "--expect-workers", "2", "-H", sim.url,
-                    "-u", "4", "-r", "4", *LOAD, "--results-dir", str(results)], logs[0])
+                    "-u", "4", "-r", "4", *load, "--results-dir", str(results)], logs[0])
     workers = [start([*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port",
                       str(port)], log) for log in logs[1:]]
+    return master, workers, logs, results
+
+
+@pytest.mark.parametrize("sig,code,reason,to_all", [
+    (signal.SIGINT, 130, "SIGINT", True),  # a terminal's Ctrl-C reaches every process
+    (signal.SIGTERM, 143, "SIGTERM", False),  # the master alone is asked to stop
+])  # fmt: skip
+def test_a_master_with_two_workers_keeps_the_run(sim: SimProcess, tmp_path: Path, sig: int,
+                                                 code: int, reason: str, to_all: bool) -> None:
+    master, workers, logs, results = start_cluster(sim, tmp_path, LOAD)
     try:
         wait_for_records(results, 1, master)
         for p in [master, *workers] if to_all else [master]:
@@ -188,19 +196,8 @@ def test_sigterm_to_one_worker_drains_it_and_the_run_goes_on(sim: SimProcess,
     """`kill PID` of one worker mid-stream: it stops its users (its requests in flight get
     --stop-timeout, then are cancelled), sends its records, quits with 143; the master counts
     each of its requests once, none `worker_lost`, and ends the run with the other worker."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    results = tmp_path / "res"
-    logs = [tmp_path / f"{name}.log" for name in ("master", "w0", "w1")]
-    master = start([*LOCUST, "--headless", "--master", "--master-bind-host", "127.0.0.1",
-                    "--master-bind-port", str(port), "--expect-workers", "2", "-H", sim.url,
-                    "-u", "4", "-r", "4", "--requests", "16", "--stop-timeout", "1",
-                    "--results-dir", str(results)], logs[0])
-    workers = [start([*LOCUST, "--worker", "--master-host", "127.0.0.1", "--master-port",
-                      str(port)], log) for log in logs[1:]]
+    master, workers, logs, results = start_cluster(sim, tmp_path,
+                                                   ["--requests", "16", "--stop-timeout", "1"])
     try:
         wait_for_records(results, 1, master)
         os.kill(workers[0].pid, signal.SIGTERM)
