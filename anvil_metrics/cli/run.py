@@ -176,9 +176,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     if scanned.doc.get("ended_by") == "signal":  # kept, marked partial: say so, last
         print(f"anvil: run stopped: {scanned.doc.get('end_reason')}; what it measured is "
               f"kept, marked partial", file=sys.stderr)
-        return signalled if signalled is not None else (
-            ExitCode.SIGTERM if "SIGTERM" in str(scanned.doc.get("end_reason")) else
-            ExitCode.SIGINT)
+        # Locust exits 130/143 itself for a run a signal ended (`stopsignals`)
+        return signalled if signalled is not None else result.locust_exit_code
     return ExitCode.OK
 
 

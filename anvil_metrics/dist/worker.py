@@ -161,6 +161,14 @@ class WorkerSession:
     def end_load(self) -> None:
         self.load.end()
 
+    def stop(self, runner: Any) -> None:
+        """End this worker's share now (the master's `anvil_stop`, or a SIGTERM here): no
+        more tickets, the users stopped (their requests in flight get `--stop-timeout`, then
+        are `cancelled`), every record shipped and the master told how many."""
+        self.budget.close()
+        runner.stop()
+        self.finish()  # test_stop has done it already unless the runner was not running
+
     def finish(self, _stats: dict[str, Any] | None = None) -> None:
         """Stop taking tickets, ship what is left, then say how many records were sent
         (the master checks it received exactly that many)."""
@@ -237,6 +245,4 @@ class WorkerAgent:
         s = self._current(msg.data)
         if s is None:
             return
-        s.budget.close()
-        self.runner.stop()  # kills the users (in-flight requests: `cancelled` records)
-        s.finish()  # test_stop has done it already unless the runner was not running
+        s.stop(self.runner)

@@ -129,9 +129,7 @@ def drain_worker(environment: Any) -> None:
     if isinstance(session, WorkerSession) and not session.finished:
         log.warning("anvil: SIGTERM: this worker stops its users (requests in flight get up "
                     "to --stop-timeout, then are cancelled), sends its records and quits")
-        session.budget.close()
-        environment.runner.stop()
-        session.finish()
+        session.stop(environment.runner)
         if environment.process_exit_code is None:
             environment.process_exit_code = ExitCode.SIGTERM
 
