@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-real lint clean
+.PHONY: demo test fuzz test-real lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,9 +17,13 @@ demo: $(STAMP)
 
 # every test, in JOBS pytest processes at once (tests/shards.py says why not pytest-xdist);
 # `$(BIN)/python -m pytest` runs them in one process
-JOBS ?= 3
+JOBS ?= 4
 test: $(STAMP)
 	$(BIN)/python tests/shards.py --jobs $(JOBS)
+
+# the property tests at their full example counts (`make test` tries a quarter: tests/fuzzing.py)
+fuzz: $(STAMP)
+	ANVIL_FUZZ=full $(BIN)/python -m pytest -q -p no:cacheprovider $$(grep -rl 'examples(' tests/unit tests/e2e)
 
 # A real OpenAI-compatible server with a tiny local model (tests/realserver/):
 # SERVER=transformers (~4 min set-up once), vllm (~13 min once), llama (~40 min build once).

@@ -13,7 +13,7 @@ before the run and stopped by PID after it). Each run's last line of shards.py (
 failed, errors, seconds) and the names of failed tests are printed; the clone is removed at
 the end unless `--keep`.
 
-    .venv/bin/python benchmarks/suite_load.py [--runs 5] [--hogs 1] [--jobs 3] [--keep]
+    .venv/bin/python benchmarks/suite_load.py [--runs 5] [--hogs 1] [--jobs 4] [--keep]
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="make test runs in a row (5)")
     parser.add_argument("--hogs", type=int, default=1, help="busy loops beside each run (1)")
-    parser.add_argument("--jobs", type=int, default=3, help="make test's JOBS (3)")
+    parser.add_argument("--jobs", type=int, default=4, help="make test's JOBS (4)")
     parser.add_argument("--keep", action="store_true", help="keep the clone and its logs")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.hogs < 0 or args.jobs < 1:

@@ -4,8 +4,9 @@ Why not pytest-xdist: an xdist worker hears its controller on a thread of its ow
 and Locust's import-time `gevent.monkey.patch_all()` turns that thread's locks into gevent's,
 so the worker waits forever ("LoopExit"); leaving threads unpatched breaks the tests that run
 Locust in-process. Plain pytest processes over disjoint sets of files have no such thread.
-Most of the suite waits on real processes (simulator, Locust, workers), so three processes on
-two cores finish well before one.
+Much of the suite waits on real processes (simulator, Locust, workers), so several processes
+on two cores finish well before one: 4 kept 1.83 cores busy where 3 kept 1.70 (305 s against
+358 s for the whole suite, measured one after the other on this VM).
 
 How: the test files are dealt to `--jobs` shards, longest first, each to the shard with the
 least work so far (weights: the seconds each file took, `tests/durations.json`, rewritten by
@@ -14,7 +15,7 @@ with the project's own settings (pyproject.toml: markers, `-m 'not real'`), its 
 in a log that is printed in full when the shard fails. The counts come from each shard's
 JUnit XML; no test collected at all is a failure (exit 5), as with plain pytest.
 
-    python tests/shards.py [--jobs N] [--record] [PYTEST_ARGS...]
+    python tests/shards.py [--jobs N] [--record] [--keep DIR] [PYTEST_ARGS...]
 """
 
 from __future__ import annotations
@@ -144,9 +145,11 @@ def run(shards: list[Shard], pytest_args: list[str], folder: Path) -> list[tuple
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=3, help="pytest processes (default 3)")
+    parser.add_argument("--jobs", type=int, default=4, help="pytest processes (default 4)")
     parser.add_argument("--record", action="store_true",
                         help=f"rewrite {DURATIONS.relative_to(REPO)} from this run")
+    parser.add_argument("--keep", metavar="DIR", type=Path,
+                        help="keep each shard's log and JUnit XML in DIR (made if missing)")
     args, pytest_args = parser.parse_known_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: use an integer >= 1")
@@ -161,8 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     speed = speed_s()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="anvil-shards-") as tmp:
-        codes = run(shards, pytest_args, Path(tmp))
-        outcomes = [read_junit(Path(tmp) / f"shard-{i}.xml") for i in range(len(shards))]
+        folder = Path(tmp)
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            folder = args.keep.resolve()
+        codes = run(shards, pytest_args, folder)
+        outcomes = [read_junit(folder / f"shard-{i}.xml") for i in range(len(shards))]
         for i, ((code, log), shard) in enumerate(zip(codes, shards, strict=True)):
             text = log.read_text(errors="replace")
             last = text.strip().splitlines()[-1] if text.strip() else "(no output)"

@@ -1,8 +1,9 @@
 """`anvil run`: one headless Locust run of a scenario, ending in a `benchmark.json`.
 
-It is plain Locust underneath — `python -m locust -f <anvil's locustfile> --headless …` in a
-child process, with anvil's options under the names they have for `locust` itself — so a
-run made here and one made by hand are the same run. What `anvil run` adds: the scenario
+It is plain Locust underneath — Locust's own `main()` with `-f <anvil's locustfile>
+--headless …` in a child process (`locustmain`: `python -m locust`, started sooner), with
+anvil's options under the names they have for `locust` itself — so a run made here and one
+made by hand are the same run. What `anvil run` adds: the scenario
 is validated (one line, exit 2) before any process starts; the run folder is created first
 so Locust's CSVs land in it; Locust's own output goes to `<run_dir>/locust.log`, and the
 reason a run failed comes back in `<run_dir>/error.json` (`runerror`), not from that log;
@@ -57,7 +58,7 @@ def locust_argv(sc: Scenario, scenario_path: str, users: int, run_dir: Path, *,
     own = {**(values or {}), "scenario": scenario_path, "requests": sc.requests,
            "run_dir": str(run_dir), "results_dir": str(run_dir.parent)}
     argv = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        sys.executable, "-m", "anvil_metrics.runs.locustmain", "-f", str(LOCUSTFILE), "--headless",
         "-u", str(users), "-r", str(users),
         "--csv", str(run_dir / "locust"), "--exit-code-on-error", "0",
         "--only-summary", *locust_args(own),

@@ -135,12 +135,14 @@ def install_messages(environment: Any, **_: Any) -> None:
 
 
 def _in_locusts_own_process() -> bool:
-    """Locust's command runs this process (`locust`, `python -m locust`, or a worker it
-    forked), not a program that drives Locust as a library (a test): only then is Ctrl-C
-    Locust's to handle, so only then does anvil take it over."""
+    """Locust's command runs this process (`locust`, `python -m locust`, anvil's
+    `python -m anvil_metrics.runs.locustmain`, or a worker one of them forked), not a
+    program that drives Locust as a library (a test): only then is Ctrl-C Locust's to
+    handle, so only then does anvil take it over."""
     main = sys.modules.get("__main__")
     name = getattr(getattr(main, "__spec__", None), "name", "") or ""
-    return name.startswith("locust") or Path(sys.argv[0]).name == "locust"
+    return (name.startswith("locust") or name == "anvil_metrics.runs.locustmain"
+            or Path(sys.argv[0]).name == "locust")
 
 
 @events.init.add_listener

@@ -44,10 +44,15 @@ class EventSplitter:
     with `find` and the common event is sliced out directly; with a CR, lines go one by
     one through sseclient-py's accumulation rule."""
 
-    __slots__ = ("_pending", "_limit", "error")
+    __slots__ = ("_pending", "_more", "_more_n", "_limit", "error")
 
     def __init__(self, limit: int = 16 * 1024 * 1024) -> None:
         self._pending = b""
+        # blocks after `_pending` without a line end: kept apart, joined once a block
+        # brings one (re-joining and re-scanning the whole line on every block made a
+        # long line's cost quadratic: 16 MiB in 8 KiB reads took 41 s)
+        self._more: list[bytes] = []
+        self._more_n = 0
         self._limit = limit
         self.error: UnicodeDecodeError | None = None
 
@@ -61,7 +66,14 @@ class EventSplitter:
         if self.error is not None:
             raise self.error
         if self._pending:
-            data = self._pending + data
+            if b"\n" not in data and b"\r" not in data:  # the line goes on: no event ends
+                self._more.append(data)
+                self._more_n += len(data)
+                if len(self._pending) + self._more_n > self._limit:
+                    raise LineTooLong(f"an SSE line or event longer than {self._limit} "
+                                      "bytes without its end")
+                return []
+            data = self._take_pending() + data
         out: list[str | bytes] = []
         try:
             return self._feed(data, out)
@@ -93,12 +105,22 @@ class EventSplitter:
         unterminated last line is dropped)."""
         if self.error is not None:
             raise self.error
-        rest, self._pending = self._pending, b""
+        rest = self._take_pending()
         block = rest[:rest.rfind(b"\n") + 1]
         out: list[str | bytes] = []
         if block:
             _dispatch(block, out)
         return out
+
+    def _take_pending(self) -> bytes:
+        """The bytes since the last event boundary, as one; the splitter keeps none."""
+        rest = self._pending
+        if self._more:
+            rest = b"".join((rest, *self._more))
+            self._more.clear()
+            self._more_n = 0
+        self._pending = b""
+        return rest
 
     @staticmethod
     def _feed_lines(data: bytes, out: list[str | bytes]) -> bytes:

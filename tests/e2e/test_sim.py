@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -295,7 +296,7 @@ def test_tokenizer_rules_are_not_word_counts() -> None:
     assert count_text_tokens(text, "words4") != count_text_tokens(text, "syllable3")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.text(min_size=1, max_size=80), st.sampled_from(RULES))
 def test_token_counts_agree_with_ids(snippet: str, rule: str) -> None:
     """The fast vectorised count of long texts matches the piece-by-piece ids, on any text."""

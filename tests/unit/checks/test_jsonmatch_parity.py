@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -246,14 +247,14 @@ def test_tool_arguments_every_one_place_change(case: str) -> None:
     assert verdicts == {True, False}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_json_suite_random_answers(data: st.DataObject) -> None:
     expected = data.draw(_JSON_EXPECTED)
     _same_json(expected, data.draw(near_once(expected)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_tool_arguments_random_answers(data: st.DataObject) -> None:
     spec = data.draw(_ARGUMENT_SPECS)

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,7 +67,7 @@ def test_scan_equals_a_whole_parse(tmp_path: Path, n_rows: int, block: int) -> N
         assert (got.doc, got.rows, got.cached_hits) == _expected(doc, above)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(n_rows=st.integers(0, 30), block=st.integers(1, 3000),
        cached=st.lists(st.one_of(st.none(), st.integers(0, 10**6)), max_size=7),
        above=st.one_of(st.none(), st.integers(0, 10**6)))
@@ -172,7 +173,7 @@ def test_a_clean_file_is_verified_without_loading_it_whole(tmp_path: Path, n_row
     assert verify_file(path, block_bytes=block, load=_never) == []
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), n=st.integers(1, 25), block=st.integers(1, 5000))
 def test_an_altered_file_gets_the_whole_documents_verdict(tmp_path_factory: Any,
                                                           data: st.DataObject, n: int,

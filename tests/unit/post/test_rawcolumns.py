@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 import pytest
 from conftest import anvil
+from fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rawbuild import stamps
@@ -228,7 +229,7 @@ def _comparable(outcome: Any) -> Any:
             c.torn_lines, c.notes, c.path, c.workers)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=raw_files())
 def test_postprocess_equals_the_plain_build(lines: list[bytes]):
     _check_same(lines)
@@ -309,7 +310,7 @@ def _mutate(lines: list[bytes], k: int, mutation: Any) -> list[bytes]:
     return lines
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=raw_files(), data=st.data())
 def test_damaged_files_fail_the_same_way(lines: list[bytes], data: st.DataObject):
     complete = [x for x in lines if x.endswith(b"\n")]
@@ -493,7 +494,7 @@ def test_nearest_rank_columns_takes_the_same_zero(values, p):
     assert same(got, stats.nearest_rank(values, p))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=raw_files(), data=st.data())
 def test_rows_plainly_typed_pass_the_type_checks_alike(lines: list[bytes], data: st.DataObject):
     """verify takes rows as columns at once when `RowColumns.from_rows` accepts them, and
@@ -906,7 +907,7 @@ def _timing_rows(draw: Any) -> list[dict[str, Any]]:
     return rows
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(_timing_rows(), st.sampled_from([1, 2, 3, 5, 1024]))
 def test_rows_are_written_as_orjson_writes_them(rows: list[dict[str, Any]], batch: int):
     """`BuiltBenchmark` writes its rows, batch by batch, as orjson writes the plain document:

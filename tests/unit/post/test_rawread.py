@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rawbuild import HEADER, completed, failed, write_raw
@@ -223,7 +224,7 @@ _VALUES = st.recursive(_LEAVES, lambda inner: st.one_of(
                     max_size=4)), max_leaves=25)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(obj=_VALUES)
 def test_strict_json_problems_are_the_recursive_walks_in_its_order(obj: Any) -> None:
     expected: list[str] = []

@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,7 +47,7 @@ def test_nearest_rank_rejects_bad_p(p):
         stats.nearest_rank([], p)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=1,
              max_size=400)
@@ -155,7 +156,7 @@ def test_prefix_cache_hit_avg():
         "prefix_cache_hit_avg"] is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.tuples(

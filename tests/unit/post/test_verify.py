@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rawbuild import stamps, write_raw
@@ -563,7 +564,7 @@ def _strict_loads(text: bytes) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=raw_runs(), data=st.data())
 def test_random_runs_build_verify_and_catch_alterations(raw: RawRun, data: st.DataObject):
     doc = build_benchmark(raw)
@@ -598,7 +599,7 @@ def test_random_runs_build_verify_and_catch_alterations(raw: RawRun, data: st.Da
     assert any(m.startswith(f"{path}:") for m in messages), (path, value, bad, messages)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=raw_runs())
 def test_random_runs_roundtrip_through_files(raw: RawRun):
     with tempfile.TemporaryDirectory() as d:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from conftest import anvil
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -141,7 +142,7 @@ _ROLES = st.sampled_from(["system", "user", "assistant", "tool"])
 _CONTENT = st.text(max_size=60).filter(lambda t: tokenizer.IM_END_TEXT not in t)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(st.tuples(_ROLES, _CONTENT), min_size=1, max_size=4),
     st.sampled_from(RULES),

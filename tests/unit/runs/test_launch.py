@@ -32,7 +32,8 @@ def test_the_locust_command_line_holds_the_plan(tmp_path: Path) -> None:
     argv = launch.locust_argv(_sc(requests=12), "s.toml", 4, run_dir,
                               values={"model": "m", "api_key": "sk-secret"},
                               run_time_s=2.5, processes=3)
-    assert argv[:5] == [sys.executable, "-m", "locust", "-f", str(launch.LOCUSTFILE)]
+    assert argv[:5] == [sys.executable, "-m", "anvil_metrics.runs.locustmain", "-f",
+                        str(launch.LOCUSTFILE)]
     assert argv[argv.index("-u") + 1] == "4" and argv[argv.index("-r") + 1] == "4"
     assert argv[argv.index("--requests") + 1] == "12"
     assert argv[argv.index("--scenario") + 1] == "s.toml"

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -139,7 +140,7 @@ def _elapsed_ms(work: Callable[[], object]) -> float:
     return (time.perf_counter_ns() - start) / MS
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(["system", "user", "assistant"]), st.text(max_size=120)),

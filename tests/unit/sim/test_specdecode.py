@@ -11,6 +11,7 @@ import math
 from fractions import Fraction
 
 import pytest
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +41,7 @@ def test_acceptance_is_the_decimal_written_not_its_float() -> None:
     assert spec_counts(45, 3, 0.15) == SpecCounts(30, 90, 14, (14, 0, 0))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(n=st.integers(0, 600), k=st.integers(1, MAX_SPEC_K),
        accept=st.sampled_from([0.0, 0.05, 0.3, 0.5, 0.62, 0.7, 0.84, 0.99, 1.0]))
 def test_draft_account_invariants(n: int, k: int, accept: float) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 import pytest
+from fuzzing import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -179,7 +180,7 @@ def build(plan: Plan) -> tuple[bytes, dict]:
 cut_lists = st.lists(st.integers(min_value=0, max_value=10_000), max_size=40)
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=plans, cuts=cut_lists, cut_every=st.integers(1, 9))
 def test_rechunking_a_valid_stream_changes_nothing(plan: Plan, cuts: list[int],
                                                    cut_every: int) -> None:
@@ -224,7 +225,7 @@ def check_typed(rec: RequestRecord) -> None:
     assert back == rec
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(raw=st.binary(max_size=300), cuts=cut_lists)
 @example(raw=b"data: \xff\xfe\n\n", cuts=[])
 @example(raw=b"data: {\"choices\": [{\"delta\": {\"content\": \"a\"}}]}\r\r", cuts=[7])
@@ -259,7 +260,7 @@ def byte_mutations(draw) -> bytes:
     return bytes(buf)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=byte_mutations(), cuts=cut_lists)
 def test_mutated_streams_never_raise(stream: bytes, cuts: list[int]) -> None:
     rec = feed(split(stream, cuts))
@@ -286,7 +287,7 @@ def set_path(obj: dict, path: tuple, value: object) -> None:
     obj[last] = value
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(n_before=st.integers(0, 3), path=st.sampled_from(CHUNK_PATHS), value=json_values,
        done=st.booleans())
 def test_json_level_mutations_are_typed(n_before: int, path: tuple, value: object,
