@@ -51,6 +51,10 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
     idle_s = 300                          # silence between reads once streaming
     total_s = 7200                        # the whole request
 
+    [conversation]                        # multi-turn: see conversation.py
+    turns = 4
+    turn_tokens = 256
+
     [meta]                                # what was measured; unknown stays null
     model = "..."                         # else --model, else the server's /v1/models
 """
@@ -67,6 +71,7 @@ import orjson
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
+from anvil_metrics.load.conversation import ConversationPlan
 from anvil_metrics.load.scenariofields import Timeouts, scenario_fields
 
 
@@ -103,6 +108,7 @@ class Scenario:
     step_duration_s: float | None = None
     warmup_s: float | None = None  # with a duration: the first/last stretch left out of
     cooldown_s: float | None = None  # the figures (`--warmup`/`--cooldown`)
+    conversation: ConversationPlan | None = None  # multi-turn (`conversation.py`)
     source: str | None = None
 
     @property
@@ -198,6 +204,9 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
                    arrival_seed=sc.arrivals.seed)
         if sc.step_rates is None:  # a rate sweep's rate is its steps'
             doc["rate"] = sc.arrivals.rate_rps
+    if sc.conversation is not None:
+        doc["conversation"] = sc.conversation.to_table()
+        del doc["context_distribution"]  # the default one, which a conversation ignores
     if sc.shared_prefix_burst:
         sp: dict[str, Any] = {"prefix_tokens": sc.shared_prefix_tokens}
         if sc.shared_group_size is not None:
@@ -256,7 +265,14 @@ def with_overrides(
     if new.arrivals is not None and new.shared_prefix_burst:
         raise UsageError(f"--rate is not allowed with {sc.source or 'the scenario'}: its "
                          "shared-prefix bursts send groups back to back, not at a rate")
-    if max_tokens is not None:
+    if max_tokens is not None and new.conversation is not None:
+        longest = new.conversation.longest_tokens(new.max_tokens)
+        if longest > new.max_context_tokens:
+            raise UsageError(
+                f"--max-tokens {max_tokens} is not allowed with {sc.source or 'the scenario'}: "
+                f"its longest conversation would need {longest} tokens, over "
+                f"max_context_tokens {new.max_context_tokens}")
+    elif max_tokens is not None:
         for size in new.context_distribution:
             if size + new.max_tokens > new.max_context_tokens:
                 raise UsageError(

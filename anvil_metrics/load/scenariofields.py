@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics.errors import ScenarioError, UsageError
+from anvil_metrics.load.conversation import parse_conversation
 from anvil_metrics.load.loadspec import arrivals_of, duration_of, steps_of
 from anvil_metrics.prep.prompts import MAX_GROUP_SIZE, MIN_UNIQUE_TOKENS
 
@@ -51,6 +52,7 @@ _TOP_KEYS = {
     "step_duration",
     "warmup",
     "cooldown",
+    "conversation",
 }
 # the chat header and the group's head line alone are ~10-20 tokens: a shared prefix
 # shorter than this would not be what the run reports
@@ -245,6 +247,30 @@ def _shared_prefix(data: dict[str, Any], v: dict[str, Any], src: str | None) -> 
                        "(bursts send groups back to back)", src)
 
 
+def _conversation(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
+    """[conversation] (`conversation.py`): each turn's prompt is its history and a new
+    message, so no context distribution or shared-prefix bursts beside it, and the longest
+    conversation must fit the context."""
+    plan = parse_conversation(data.get("conversation"), src)
+    v["conversation"] = plan
+    if plan is None:
+        return
+    if data.get("context_distribution"):
+        raise _err("context_distribution", data["context_distribution"], "none with "
+                   "[conversation] (a turn's size is its history plus turn_tokens)", src)
+    if v["shared_prefix_burst"]:
+        raise _err("serve_flags.shared_prefix_burst", True, "false with [conversation] "
+                   "(conversations share their own history; system_prompt_tokens is "
+                   "the prefix all of them share)", src)
+    longest = plan.longest_tokens(v["max_tokens"])
+    if longest > v["max_context_tokens"]:
+        raise _err("conversation.turn_tokens", plan.turn_tokens,
+                   f"sizes whose longest conversation fits max_context_tokens "
+                   f"({v['max_context_tokens']}): system_prompt_tokens + prefix_tokens + "
+                   f"{plan.max_turns} turns x (turn_tokens + max_tokens {v['max_tokens']}) "
+                   f"= {longest}", src)
+
+
 def _extra_body(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
     """`request.extra_body`: JSON fields merged into every body, none that anvil sets."""
     extra = _table(data, "request", _TABLE_KEYS["request"], src).get("extra_body", {})
@@ -303,6 +329,7 @@ _RULES: tuple[_Field | _Check, ...] = (
     _thinking,
     _Field("serve_flags.shared_prefix_burst", "flag", False),
     _shared_prefix,
+    _conversation,
     _Field("request.include_usage", "flag", True),
     _Field("request.fixed_output_tokens", "flag", False),
     _extra_body,
