@@ -132,9 +132,13 @@ def test_rate_sweep_with_goodput(sim: SimProcess, tmp_path: Path) -> None:
     assert doc["metrics"]["goodput_rps"] > 0
 
 
-# 8 slots of ~340 ms streams (40 ms prefill, 30 tokens 10 ms apart): TTFT ~70 ms in a slot;
-# a request that waits for one waits up to a whole stream (TTFT ~400 ms): far over 150 ms.
+# 8 slots of ~340 ms streams (40 ms prefill, 30 tokens 10 ms apart): TTFT (the first content,
+# after 5 reasoning tokens) ~90 ms in a slot; a request that waits for one waits a whole
+# stream (TTFT ~430 ms; seen 394-458 ms at 9 and 12 users beside a CPU hog). The SLO lies
+# between, with room on both sides for a busy machine's lateness: in a slot, the p95 at 8
+# users was seen at 178 ms beside a CPU hog (over the 150 ms this test once used).
 # Tokens 10 ms apart keep the client's own work small (it shares a busy machine)
+SLO = "ttft_p95_ms<=250"
 CAPACITY_SIM = ("--prefill-ms", "40", "--interval-ms", "10", "--reasoning-tokens", "5",
                 "--content-tokens", "25", "--max-context", "8192", "--max-running", "8")
 
@@ -150,7 +154,7 @@ def capacity_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, float]:
         # sides of the slots' edge; the search's own rules: tests/unit/runs/test_capacity.py)
         for attempt in (1, 2):
             proc = anvil("capacity", "scenarios/smoke.toml", "-H", sim.url, "--slo",
-                         "ttft_p95_ms<=150", "--start", "6", "--max", "16", "--step-requests",
+                         SLO, "--start", "6", "--max", "16", "--step-requests",
                          "60", "--results-dir", str(tmp_path / str(attempt)), timeout=120)
             # a step whose client was starved is not trusted and the search says so and stops
             # (tests/unit/runs/test_capacity.py): on a machine busy with other work that is
@@ -169,7 +173,7 @@ def test_capacity_search_answers_the_servers_slots(capacity_run: tuple[Any, floa
     folder = result_path(proc).parent
     doc = load_json(folder / "capacity.json")
     assert (doc["by"], doc["capacity"], doc["slo"], doc["stopped"]) == (
-        "users", 8, ["ttft_p95_ms<=150"], None)
+        "users", 8, [SLO], None)
     loads = [s["users"] for s in doc["steps"]]
     assert loads == [6, 12, 9, 7, 8]
     for s in doc["steps"]:
