@@ -29,21 +29,22 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from anvil_metrics.cli import campaign, check, demo, run, verify
+from anvil_metrics.cli import campaign, check, demo, run, trace, verify
 from anvil_metrics.cli.parsing import Commands, Parser
 from anvil_metrics.errors import AnvilError, ExitCode, Terminated
 
 # every command's parser, in the order `anvil --help` lists them
 _PARSERS: tuple[Callable[[Commands], None], ...] = (
     run.add_run, run.add_postprocess, verify.add_verify, verify.add_report, demo.add_sim,
-    run.add_prompts, verify.add_metrics, check.add_check, run.add_capacity,
+    run.add_prompts, trace.add_trace, verify.add_metrics, check.add_check, run.add_capacity,
     campaign.add_campaign, campaign.add_summarize, demo.add_demo)
 # what runs each (`sim` is handed its command line before parsing: `main`)
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run.cmd_run, "capacity": run.cmd_capacity, "postprocess": run.cmd_postprocess,
     "verify": verify.cmd_verify, "demo": demo.cmd_demo, "prompts": run.cmd_prompts,
     "metrics": verify.cmd_metrics, "campaign": campaign.cmd_campaign,
-    "summarize": campaign.cmd_summarize, "check": check.cmd_check, "report": verify.cmd_report}
+    "summarize": campaign.cmd_summarize, "check": check.cmd_check, "report": verify.cmd_report,
+    "trace": trace.cmd_trace}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ import orjson
 
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.prep.prompts import PromptFactory
+from anvil_metrics.prep.turns import ConversationPrompts
 
 # invisible separators; never produced by the text generator
 _MARK_HEAD = "\u2063anvil-head\u2063"
@@ -31,7 +32,8 @@ def body_fields(sc: Scenario, model: str) -> dict[str, Any]:
         body["reasoning_effort"] = sc.reasoning_effort
     if sc.thinking_mode in ("on", "off"):
         body["chat_template_kwargs"] = {"enable_thinking": sc.thinking_mode == "on"}
-    if sc.fixed_output_tokens:
+    fixed_history = sc.conversation is not None and sc.conversation.history == "fixed"
+    if sc.fixed_output_tokens or fixed_history:
         body["ignore_eos"] = True
         body["min_tokens"] = sc.max_tokens
     for k, v in sc.extra_body.items():
@@ -78,3 +80,44 @@ class BodyBuilder:
     def build(self, size: int, request_index: int, warmup: bool = False) -> bytes:
         """The request body as one bytes object."""
         return b"".join(self.build_parts(size, request_index, warmup))
+
+
+class ConversationBodies:
+    """Request bodies of conversations: the scenario's fields around a conversation's
+    messages so far. Each message is serialised once, when it joins the conversation, so
+    turn k's body is k joins of bytes, not the whole history re-serialised."""
+
+    def __init__(self, sc: Scenario, model: str, prompts: ConversationPrompts) -> None:
+        raw = orjson.dumps({**body_fields(sc, model), "messages": []})
+        # the last occurrence: the key is added last (extra_body may nest a "messages")
+        self._head, self._tail = raw.rsplit(b'"messages":[]', 1)
+        self._prompts = prompts
+        self._opening = [orjson.dumps(m) for m in prompts.opening()]
+
+    def start(self, conversation: int) -> Conversation:
+        """A new conversation's history: the shared opening only."""
+        return Conversation(self, conversation, list(self._opening))
+
+
+class Conversation:
+    """One conversation's messages as serialised, and its next turn."""
+
+    __slots__ = ("_bodies", "index", "turn", "_messages")
+
+    def __init__(self, bodies: ConversationBodies, index: int, messages: list[bytes]) -> None:
+        self._bodies = bodies
+        self.index = index
+        self.turn = 0  # user turns sent so far
+        self._messages = messages
+
+    def next_body(self) -> tuple[bytes, ...]:
+        """The body of the next turn (its new user message joins the history), as pieces
+        to send one after another."""
+        self.turn += 1
+        b = self._bodies
+        self._messages.append(orjson.dumps(b._prompts.user_message(self.index, self.turn)))
+        return (b._head, b'"messages":[', b",".join(self._messages), b"]", b._tail)
+
+    def answered(self, content: str) -> None:
+        """The server's answer to the last turn (its `content`; reasoning is not history)."""
+        self._messages.append(orjson.dumps({"role": "assistant", "content": content}))

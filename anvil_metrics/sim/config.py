@@ -52,6 +52,8 @@ class SimConfig:
     kv_capacity_tokens: int | None = None  # KV-cache size (`ledger.py`); None: the default
     script: bool = False  # answer anvil check's questions from the script (`script.py`)
     script_faults: tuple[str, ...] = ()  # "suite:kind": answer that way wrong (`script.py`)
+    log_requests: str | None = None  # a JSON line per chat request (`requestlog.py`)
+    session_header: str = "X-Session-ID"  # the header `log_requests` records
 
     def prefill_ns(self, prompt_tokens: int) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""

@@ -180,6 +180,12 @@ OPTIONS: tuple[SimOption, ...] = (
     SimOption("--script-fault", "with --script, answer SUITE's questions wrong in the way "
               "KIND, repeatable (e.g. tools:wrong_name; an unknown one is refused with the "
               "list)", action="append", dest="script_faults", metavar="SUITE:KIND"),
+    SimOption("--log-requests", "append a JSON line per chat request received to FILE: its "
+              "arrival, the --session-header value, and each message's role, length and "
+              "CRC-32 (sim/requestlog.py), so a test can check what each turn carried",
+              metavar="FILE"),
+    SimOption("--session-header", "the header --log-requests records for each request",
+              default="X-Session-ID", metavar="NAME"),
 )
 
 

@@ -46,6 +46,7 @@ from anvil_metrics.sim.ledger import LEDGER, STREAM_COUNTS, Snapshot
 from anvil_metrics.sim.metrics import CONTENT_TYPE, render
 from anvil_metrics.sim.options import config_from_args, parse_args
 from anvil_metrics.sim.prefixcache import PrefixCache
+from anvil_metrics.sim.requestlog import RequestLog
 from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
 
 LISTEN_BACKLOG = 4096
@@ -76,6 +77,8 @@ class App:
         LEDGER.set_max_context(cfg.max_context)
         self.identity = identity_routes(cfg, lambda: self.snapshot().spec)
         self._script_faults = frozenset(cfg.script_faults)
+        self.request_log = (RequestLog(cfg.log_requests, cfg.session_header)
+                            if cfg.log_requests else None)
 
     def connection(self) -> HttpConnection:
         conn = HttpConnection(self.handle, self.intake, self.connections.discard)
@@ -84,6 +87,8 @@ class App:
 
     def handle(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
         route = (request.method, request.path)
+        if route == ("POST", "/v1/chat/completions") and self.request_log is not None:
+            self.request_log.write(request.headers, request.body, t0_ns)
         if route == ("POST", "/v1/chat/completions") and self.cfg.script and self._scripted(
                 request, conn):
             return

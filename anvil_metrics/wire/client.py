@@ -104,8 +104,9 @@ class ChatClient:
                 "Content-Type: application/json", "Accept: text/event-stream"]
         if key:
             head.append(f"Authorization: Bearer {key}")
-        # the streamed request is written by hand (see stream_chat); it ends in Content-Length
-        self._head = ("\r\n".join(head) + "\r\nContent-Length: ").encode("latin-1")
+        # the streamed request is written by hand (see stream_chat): these lines, a
+        # request's own header lines, then its Content-Length
+        self._head = ("\r\n".join(head) + "\r\n").encode("latin-1")
 
     def close(self) -> None:
         self.transport.close()
@@ -130,8 +131,11 @@ class ChatClient:
         return status, _loads_or_text(raw)
 
     # -- the measured path ----------------------------------------------------------------
-    def stream_chat(self, body: bytes | Sequence[bytes], obs: StreamObserver) -> int:
-        """Send one streaming chat completion; feed `obs` until the stream ends.
+    def stream_chat(self, body: bytes | Sequence[bytes], obs: StreamObserver,
+                    headers: bytes = b"") -> int:
+        """Send one streaming chat completion; feed `obs` until the stream ends. `headers`:
+        this request's own header lines, each ending in CRLF (a conversation's session
+        header), checked by whoever made them.
 
         The start is stamped (`obs.begin`, keeping the `due_ns` the caller gave) just
         before the request bytes are written to the socket, as the spec defines `start`;
@@ -139,7 +143,8 @@ class ChatClient:
         failure on `obs`; nothing raises out but GreenletExit. Returns the body bytes read.
         """
         parts = (body,) if isinstance(body, bytes) else tuple(body)
-        head = self._head + b"%d\r\n\r\n" % sum(len(p) for p in parts)
+        head = self._head + headers + b"Content-Length: %d\r\n\r\n" % sum(
+            len(p) for p in parts)
         sock = self.transport.reuse_idle()
         if sock is None:
             sock = self._connect(obs)  # a new connection

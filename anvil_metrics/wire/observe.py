@@ -65,6 +65,7 @@ class StreamObserver:
         "truth",
         "due_ns",
         "waited_for_user",
+        "text",
     )
 
     def __init__(
@@ -77,6 +78,7 @@ class StreamObserver:
         worker: str | None = None,
         on_first_output=None,
         on_first_content=None,
+        keep_text: bool = False,
     ) -> None:
         self.request_index = request_index
         self.start_ns = start_ns
@@ -102,6 +104,9 @@ class StreamObserver:
         self.truth: SendStamps | None = None  # the simulator's send stamps, if it sends them
         self.due_ns: int | None = None  # when the request was due to go out (`begin`)
         self.waited_for_user = False  # open loop: no user was free when it fell due
+        # `keep_text`: the content deltas as received (a conversation's next turn sends
+        # the answer back as history); None otherwise, and nothing is kept
+        self.text: list[str] | None = [] if keep_text else None
 
     def begin(self, t_ns: int, due_ns: int | None = None, *,
               waited_for_user: bool | None = None) -> None:
@@ -171,6 +176,8 @@ class StreamObserver:
                 raise TypeError("a delta's text is not a string")
             if reasoning or content:
                 self._output(bool(reasoning), bool(content), t_ns)
+                if content and self.text is not None:
+                    self.text.append(content)
             if self.truth is not None:
                 self.truth.chunk(chunk, bool(reasoning or content), bool(content))
         elif self.truth is not None:

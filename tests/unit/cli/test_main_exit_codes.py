@@ -52,6 +52,8 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("summarize", ["summarize", "{campaign}"], ExitCode.OK, ""),
     ("summarize", ["summarize", "{empty}"], ExitCode.USAGE, "empty"),
     ("demo", ["demo", "--no-such-flag"], ExitCode.USAGE, "--no-such-flag"),
+    ("trace", ["trace", "stats", "{trace}"], ExitCode.OK, ""),
+    ("trace", ["trace", "stats", "{bad_trace}"], ExitCode.USAGE, "bad.jsonl:2: input_tokens = 0"),
 ]
 
 # the codes only a real run can give, and the end-to-end test that sees each from a process
@@ -74,6 +76,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     (root / "foreign.json").write_bytes(b'{"hello": 1}')
     (root / "empty").mkdir()
     (root / "bad.toml").write_text("name = 5\n")
+    line = {"timestamp": 0, "input_tokens": 10, "output_tokens": 2}
+    (root / "trace.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    (root / "bad.jsonl").write_bytes(orjson.dumps(line) + b"\n"
+                                     + orjson.dumps({**line, "input_tokens": 0}) + b"\n")
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
@@ -81,7 +87,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
            "foreign": str(root / "foreign.json"), "empty": str(root / "empty"),
            "missing": str(root / "missing"), "bad_campaign": str(root / "bad.toml"),
            "campaign": str(campaign_folder(root / "camp")), "dir": str(root),
-           "dead": str(dead)}
+           "dead": str(dead), "trace": str(root / "trace.jsonl"),
+           "bad_trace": str(root / "bad.jsonl")}
     shutil.rmtree(root, ignore_errors=True)
 
 

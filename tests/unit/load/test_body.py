@@ -54,3 +54,41 @@ def test_each_requests_bytes_are_the_json_of_its_messages(shared: SharedPrefix |
                                       "messages": prompts.messages(size, i, warmup)}
         seen.add(body)
     assert len(seen) == 5  # no two requests send the same bytes
+
+
+def _conversation_scenario(history: str, extra: dict | None = None) -> Scenario:
+    from anvil_metrics.load.scenario import scenario_from_dict
+
+    return scenario_from_dict({
+        "measurement_protocol": "p", "max_tokens": 32, "max_context_tokens": 8192,
+        "request": {"extra_body": extra or {}},
+        "conversation": {"turns": 3, "turn_tokens": 40, "system_prompt_tokens": 20,
+                         "history": history}})
+
+
+def test_a_conversations_bodies_carry_its_whole_history_in_order() -> None:
+    from anvil_metrics.load.body import ConversationBodies
+    from anvil_metrics.prep.turns import ConversationPrompts, TurnSizes, size_turn_texts
+
+    sc = _conversation_scenario("server", {"metadata": {"messages": []}, "note": '"messages":[]'})
+    texts = size_turn_texts(TurnSizes(40, 0, 20), CAL, 0, "n0nce123")
+    prompts = ConversationPrompts(texts, "n0nce123")
+    bodies = ConversationBodies(sc, "m", prompts)
+    conv, other = bodies.start(7), bodies.start(8)
+    expected = prompts.opening()
+    for k, answer in enumerate(['Answer "one" \\ é', "two"], start=1):
+        doc = orjson.loads(b"".join(conv.next_body()))
+        expected = [*expected, prompts.user_message(7, k)]
+        assert doc["messages"] == expected and conv.turn == k
+        assert {k: v for k, v in doc.items() if k != "messages"} == {
+            **body_fields(sc, "m"), "metadata": {"messages": []}, "note": '"messages":[]'}
+        conv.answered(answer)
+        expected = [*expected, {"role": "assistant", "content": answer}]
+    assert orjson.loads(b"".join(other.next_body()))["messages"] == [
+        *prompts.opening(), prompts.user_message(8, 1)]
+    assert "ignore_eos" not in body_fields(sc, "m")
+
+
+def test_fixed_history_asks_for_answers_of_exactly_max_tokens() -> None:
+    fields = body_fields(_conversation_scenario("fixed"), "m")
+    assert fields["ignore_eos"] is True and fields["min_tokens"] == 32 == fields["max_tokens"]

@@ -196,3 +196,19 @@ def test_send_stamps_are_kept_only_for_a_stamping_server() -> None:
     assert obs.finish().extra["server"] == {
         "t0_ns": 3, "last_sent_ns": 9, "chunks_sent_ns": [6, 7, 8],
         "first_output_sent_ns": 6, "first_content_sent_ns": 7}
+
+
+def test_kept_text_is_the_content_only_and_only_when_asked() -> None:
+    stream = (chunk({"role": "assistant"}) + chunk({"reasoning_content": "think "})
+              + chunk({"content": "Hé"}) + chunk({"reasoning": "x", "content": "llo"})
+              + chunk({"content": ""}) + chunk({"content": " 😀"}) + chunk({}, "stop", USAGE)
+              + DONE)
+    kept = StreamObserver(0, 0, keep_text=True)
+    plain = StreamObserver(0, 0)
+    for obs in (kept, plain):
+        for data in iter_events(LineSource(lines_from_bytes([stream]), clock=lambda: 1)):
+            if obs.on_data(data, 1):
+                break
+    assert kept.text is not None and "".join(kept.text) == "Héllo 😀"
+    assert plain.text is None
+    assert kept.finish() == plain.finish()  # the record is the same either way

@@ -1,0 +1,52 @@
+"""`anvil trace stats`: the trace's figures as `load.trace` computes them, as text or JSON,
+and a bad flag or line as one line with exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from tracebuild import mooncake_trace
+
+from anvil_metrics.cli.main import main
+from anvil_metrics.load.trace import read_trace, trace_stats
+
+
+def test_stats_print_the_traces_own_figures(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "m.jsonl"
+    cached, total = mooncake_trace(path, 300, seed=1)
+    assert main(["trace", "stats", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    st = trace_stats(read_trace(path))
+    assert out[0].startswith(f"trace {path}: 300 requests over {st.duration_s:.1f} s; mean ")
+    assert out[1] == "input tokens  " + "  ".join(f"{k} {v}" for k, v in st.input_tokens.items())
+    assert out[3].startswith(f"expected prefix reuse: {cached} of {total} input tokens "
+                             f"({100 * cached / total:.1f} %)")
+    assert main(["trace", "stats", str(path), "--json", "--trace-limit", "50"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["requests"] == 50
+    assert doc["expected_hit_ratio"] == doc["cached_tokens"] / doc["total_input_tokens"]
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--trace-block", "0"], "--trace-block"),
+    (["--trace-format", "parquet"], "--trace-format"),
+])
+def test_a_bad_flag_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str],
+                                       says: str) -> None:
+    path = tmp_path / "m.jsonl"
+    mooncake_trace(path, 5)
+    with pytest.raises(SystemExit) as e:
+        main(["trace", "stats", str(path), *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err and err.count("\n") == 1
+
+
+def test_a_wrong_block_size_names_the_line_and_the_flag(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "m.jsonl"
+    mooncake_trace(path, 5)
+    assert main(["trace", "stats", str(path), "--trace-block", "256"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"anvil: {path}:1: hash_ids = ") and "--trace-block" in err
+    assert err.count("\n") == 1
