@@ -37,6 +37,9 @@ FLAGS = (
 )
 
 
+STARTUP_S = 120  # for Chromium to start and answer its first command
+
+
 class CDPError(RuntimeError):
     """A CDP command failed, timed out, or the browser went away."""
 
@@ -93,6 +96,14 @@ class Chromium:
         self._next_id = 0
         self.events: list[dict[str, Any]] = []
         self.width, self.height = width, height
+        # the first reply waits for the browser to start: a hang detector, not a measure
+        # (seen: 17 s from here to Chromium's first log line in `make test` beside a busy
+        # suite, which a 15 s deadline on the first command failed)
+        try:
+            self.send("Browser.getVersion", timeout_s=STARTUP_S)
+        except CDPError:
+            self.close()
+            raise
 
     def send(self, method: str, params: dict[str, Any] | None = None,
              session_id: str | None = None, timeout_s: float = 15) -> dict[str, Any]:

@@ -70,8 +70,7 @@ class EventSplitter:
                 self._more.append(data)
                 self._more_n += len(data)
                 if len(self._pending) + self._more_n > self._limit:
-                    raise LineTooLong(f"an SSE line or event longer than {self._limit} "
-                                      "bytes without its end")
+                    raise self._too_long()
                 return []
             data = self._take_pending() + data
         out: list[str | bytes] = []
@@ -95,8 +94,7 @@ class EventSplitter:
                 else:
                     _dispatch(piece + b"\n\n", out)
         if len(rest) > self._limit:  # an event that never ends cannot exhaust memory
-            raise LineTooLong(f"an SSE line or event longer than {self._limit} bytes "
-                              "without its end")
+            raise self._too_long()
         self._pending = rest
         return out
 
@@ -111,6 +109,10 @@ class EventSplitter:
         if block:
             _dispatch(block, out)
         return out
+
+    def _too_long(self) -> LineTooLong:
+        return LineTooLong(f"an SSE line or event longer than {self._limit} bytes without "
+                           "its end")
 
     def _take_pending(self) -> bytes:
         """The bytes since the last event boundary, as one; the splitter keeps none."""
