@@ -294,6 +294,15 @@ ROW: tuple[RowField, ...] = (
              "hide the first token; its chunk still arrives)", presence="added", since=3,
              stamps=("start_ns", "extra.first_chunk_ns"), label="time to first chunk",
              percentiles="time_to_first_chunk_{p}_ms", colour="#9467bd", **_LOWER),
+    RowField("conversation_id", "", "count", True, "the conversation the request is a turn "
+             "of: its first turn's request index (null without conversations)",
+             presence="added", since=4, source="extra.conversation"),
+    RowField("turn", "", "count", True, "the request's user turn in its conversation, from "
+             "1 (null without conversations)", presence="added", since=4, source="extra.turn"),
+    RowField("history_tokens", "tok", "count", True, "the server's count of the previous "
+             "turn's prompt, which begins this one's: the most a prefix cache can serve from "
+             "the conversation (null on a first turn, or uncounted)", presence="added",
+             since=4, source="extra.history_tokens"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

@@ -357,6 +357,22 @@ def _extra_problem(d: dict[str, Any]) -> str | None:
     waited = (d.get("extra") or {}).get("waited_for_user", False)
     if not isinstance(waited, bool):
         return f"extra.waited_for_user must be true or false, got {show(waited)}"
+    return _conversation_problem(d.get("extra") or {})
+
+
+def _conversation_problem(x: dict[str, Any]) -> str | None:
+    """A conversation's turn (`extra.conversation`, `turn`, `history_tokens`): whole
+    numbers, the turn from 1, the history null on a first turn or when not counted."""
+    if "conversation" not in x:
+        return None
+    for key, least, nullable in (("conversation", 0, False), ("turn", 1, False),
+                                 ("history_tokens", 0, True)):
+        v = x.get(key)
+        if v is None and nullable:
+            continue
+        if not _is_int(v) or not least <= v < COUNT_LIMIT:
+            return (f"extra.{key} must be a whole number from {least}"
+                    f"{' or null' if nullable else ''}, got {show(v)}")
     return None
 
 

@@ -57,6 +57,9 @@ def _records() -> list[Any]:
     for i in range(1, 11):
         start = ANCHOR + i * GAP
         extra: dict[str, Any] = {"start_delay_ns": 100_000 * i, "waited_for_user": i == 4}
+        # conversations of two turns: requests 1 and 2 are conversation 1, 3 and 4 are 3, …
+        extra.update(conversation=i - 1 + i % 2, turn=2 - i % 2, turns=2,
+                     history_tokens=None if i % 2 else 130)
         if i == 6:
             recs.append(failed(i, start_ns=start, extra=extra))
         elif i == 8:
@@ -84,6 +87,9 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
         "prompt_calibration": {"method": "tokenize"},
         "goodput": ["ttft_ms<=3", "e2e_ms<=10"],
         "load": {"mode": "duration", "arrivals": plan.to_dict(), "duration_s": 0.2},
+        "conversation": {"turns": 2, "turn_tokens": 64, "system_prompt_tokens": 0,
+                         "prefix_tokens": 0, "think_time": 0, "history": "server",
+                         "session_header": "X-Session-ID", "seed": 0},
         "server": {"metrics_url": "http://127.0.0.1:1/metrics", "version": "0.11.0",
                    "max_model_len": 4096}}
     lines: list[dict[str, Any]] = [{**HEADER, "params": params, "type": "run"},

@@ -132,6 +132,7 @@ class WorkerSession:
                                 words=setup.words, prefix_words=setup.prefix_words)
         self.bodies = BodyBuilder(setup.scenario, setup.model, prompts)
         self.bodies.prepare(setup.sizes)
+        self.conversations = None  # the master refuses a [conversation] (plugin.py)
         self.worker = worker_identity()
         self._send = send
         self.budget = RemoteBudget(send, setup.run_id)

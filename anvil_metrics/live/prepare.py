@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.body import BodyBuilder, body_fields
+from anvil_metrics.load.body import BodyBuilder, ConversationBodies, body_fields
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.prep import calcache
@@ -29,6 +29,7 @@ from anvil_metrics.prep.prompts import (
     messages_for,
     request_prefix,
 )
+from anvil_metrics.prep.turns import ConversationPrompts, TurnSizes, size_turn_texts
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.client import ChatClient
 
@@ -38,12 +39,15 @@ log = logging.getLogger("anvil")
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """The run's requests, ready: the model named in every body, the sized prompts, what
-    the raw header records of their sizing (`prepare_prompts`), and the bodies."""
+    the raw header records of their sizing (`prepare_prompts`), and the bodies; with a
+    `[conversation]`, its sized turns too (`conversations`; the single-turn bodies then
+    serve only warm-up requests)."""
 
     model: str
     prompts: PromptFactory
     sizing: dict[str, Any]
     bodies: BodyBuilder
+    conversations: ConversationBodies | None = None
 
 
 def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: list[int],
@@ -67,9 +71,32 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
                                           shared)
         bodies = BodyBuilder(sc, model, prompts)
         bodies.prepare(sizes)
+        conversations = None
+        if sc.conversation is not None:
+            conversations = prepare_conversations(opts, counter, prompts.calibration, model,
+                                                  nonce, sizing)
     finally:
         client.close()
-    return Prepared(model, prompts, sizing, bodies)
+    return Prepared(model, prompts, sizing, bodies, conversations)
+
+
+def prepare_conversations(opts: RunOptions, counter: Counter, calibration: Calibration,
+                          model: str, nonce: str, sizing: dict[str, Any]) -> ConversationBodies:
+    """Size a conversation's pieces with the server's count (`prep/turns.py`; the
+    calibration's estimate where there is no counter) and record what was counted in
+    `sizing["conversation"]`."""
+    sc = opts.scenario
+    plan = sc.conversation
+    assert plan is not None
+    count = counter.count if calibration.method != "none" else None
+    sizes = TurnSizes(plan.turn_tokens, plan.prefix_tokens, plan.system_prompt_tokens)
+    try:
+        texts = size_turn_texts(sizes, calibration, sc.context_seed, nonce, count)
+    except Exception as e:  # a count failed: the estimate, said so
+        log.warning("anvil: conversation sizing failed (%s); sizing by estimate", e)
+        texts = size_turn_texts(sizes, calibration, sc.context_seed, nonce)
+    sizing["conversation"] = {"counted": texts.counted}
+    return ConversationBodies(sc, model, ConversationPrompts(texts, nonce))
 
 
 def check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from anvil_metrics.live.control import Ticket
-    from anvil_metrics.load.body import BodyBuilder
+    from anvil_metrics.load.body import BodyBuilder, ConversationBodies
     from anvil_metrics.load.scenario import Scenario
     from anvil_metrics.urls import Endpoint
 
@@ -46,7 +46,9 @@ class RunContext(Protocol):
     - `scenario`: its `timeouts` configure the user's HTTP client;
     - `budget`: which request to send next, and when (see `TicketSource`);
     - `bodies`: the prebuilt request body for a ticket's planned size and index;
-    - `worker`: `host:pid`, stamped on every record this process measures.
+    - `worker`: `host:pid`, stamped on every record this process measures;
+    - `conversations`: with a `[conversation]`, each conversation's turns (None: every
+      request is one prompt from `bodies`).
     """
 
     @property
@@ -66,6 +68,9 @@ class RunContext(Protocol):
 
     @property
     def worker(self) -> str: ...
+
+    @property
+    def conversations(self) -> ConversationBodies | None: ...
 
 
 def run_in_progress(environment: Any) -> RunContext | None:

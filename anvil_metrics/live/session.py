@@ -30,7 +30,7 @@ from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.load.arrivals import Schedule
-from anvil_metrics.load.body import BodyBuilder
+from anvil_metrics.load.body import BodyBuilder, ConversationBodies
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.post.loadblock import behind
@@ -52,7 +52,8 @@ class RunSession:
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
                  bodies: BodyBuilder, budget: RequestBudget, header: dict[str, Any],
                  prompts: PromptFactory | None = None, controls: Controls = NO_CONTROLS,
-                 on_end: Callable[[], None] | None = None) -> None:
+                 on_end: Callable[[], None] | None = None,
+                 conversations: ConversationBodies | None = None) -> None:
         self.opts = opts
         self.scenario = opts.scenario
         self.endpoint = endpoint
@@ -63,6 +64,7 @@ class RunSession:
         self.run_dir = run_dir
         self.writer = writer
         self.bodies = bodies
+        self.conversations = conversations
         self.prompts = prompts
         self.sizes = opts.scenario.planned_sizes()
         self.budget = budget
@@ -181,7 +183,8 @@ class RunSession:
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
-                      controls=controls, on_end=ended("duration"))
+                      controls=controls, on_end=ended("duration"),
+                      conversations=ready.conversations)
         holder.append(session)
         session._start_telemetry(params["server"])
         return session
@@ -296,8 +299,8 @@ def _run_folder(opts: RunOptions) -> tuple[str, Path]:
 
 def _context_distribution(sc: Scenario, budget: RequestBudget) -> dict[str, int] | None:
     """How many measured requests plan each prompt size; None without a request budget
-    (counted at the end)."""
-    if sc.requests is None:
+    (counted at the end), and in a conversation run (a turn's size is its history's)."""
+    if sc.requests is None or sc.conversation is not None:
         return None
     distribution: dict[str, int] = {}
     for i in range(sc.requests):
@@ -348,5 +351,7 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
     }
     if shared_doc is not None:
         params["shared_prefix"] = shared_doc
+    if sc.conversation is not None:  # multi-turn: the plan as checked (`conversation.py`)
+        params["conversation"] = sc.conversation.to_table()
     params["server"] = _server_params(opts, endpoint, identity)
     return params

@@ -32,7 +32,8 @@ from greenlet import GreenletExit
 from locust import User, task
 
 from anvil_metrics.events import anvil_events
-from anvil_metrics.live.runctx import run_in_progress
+from anvil_metrics.live.runctx import RunContext, run_in_progress
+from anvil_metrics.load.body import Conversation
 from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.observe import StreamObserver
 
@@ -85,9 +86,11 @@ class ChatStreamUser(User):
     _idle = False  # nothing left to send: wait (killable) until the run stops
     _backoff_s = 0.0  # closed loop: the wait after a failed request (`backoff_s`)
     _failed_in_row = 0
+    _talk: Conversation | None = None  # the conversation this user is in, if any
+    _think_s = 0.0  # a conversation's think time before its next turn
 
     def wait_time(self) -> float:
-        return 3600.0 if self._idle else self._backoff_s
+        return 3600.0 if self._idle else self._backoff_s + self._think_s
 
     def _idle_until_stopped(self) -> None:
         """Wait the way Locust can stop at once (its `wait`), not inside a running task,
@@ -123,25 +126,35 @@ class ChatStreamUser(User):
         if run is None:
             self._idle_until_stopped()
             return
+        self._think_s = 0.0  # waited (Locust's wait) before this task
         take0 = time.perf_counter_ns()
         ticket = run.budget.take()
         if ticket is None:
             # The budget is spent: this user idles until the run is stopped.
             self._idle_until_stopped()
             return
+        self._next_index = ticket.request_index  # a new conversation's number
         if ticket.due_ns is not None:  # open loop: the schedule's due time
             due_ns = ticket.due_ns
         else:  # the previous request's end, moved by the wait for this ticket (a planned
             # wait: a burst barrier, or the master's reply); the client's own delay is the rest
             due_ns = getattr(self, "_free_ns", take0) + (time.perf_counter_ns() - take0)
-        body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
-                                      ticket.warmup)
+        talk = None if ticket.warmup else self._turn_of(run)
+        if talk is None:
+            body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
+                                          ticket.warmup)
+            headers = b""
+        else:  # the conversation's history and its next message
+            body, headers = talk.next_body(), talk.header
         now = time.perf_counter_ns()
         obs = StreamObserver(
             ticket.request_index, now, warmup=ticket.warmup,
-            planned_context_tokens=ticket.planned_context_tokens, worker=run.worker,
-            on_first_output=_fire_first_output, on_first_content=_fire_first_content,
+            planned_context_tokens=ticket.planned_context_tokens if talk is None else None,
+            worker=run.worker, on_first_output=_fire_first_output,
+            on_first_content=_fire_first_content, keep_text=talk is not None,
         )
+        if talk is not None:
+            obs.conversation = talk.extra()
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)
@@ -151,7 +164,7 @@ class ChatStreamUser(User):
         # `client_error` (with its traceback in the log), a stream already finished keeps
         # its result even if the stop lands during the bookkeeping below.
         try:
-            nbytes = self.client.stream_chat(body, obs)
+            nbytes = self.client.stream_chat(body, obs, headers)
             # Yield once before the bookkeeping: streams of one server batch end together,
             # and every other stream whose end is already readable gets to stamp it first,
             # rather than after this one's record, Locust event and next request.
@@ -170,13 +183,41 @@ class ChatStreamUser(User):
             try:
                 self._report(obs, nbytes)
             finally:
+                if talk is not None:
+                    self._answered(talk, obs)
                 self._after(obs, closed_loop=ticket.due_ns is None)
                 run.budget.give_back(ticket)
 
+    def _turn_of(self, run: RunContext) -> Conversation | None:
+        """The conversation whose turn this request is (None: single-turn requests): this
+        user's, or a new one when it has none or its last is over. A conversation's number
+        is the request index of its first turn, unique in the run, so its draws (turns,
+        think times) are the same whichever user runs it."""
+        if run.conversations is None:
+            return None
+        if self._talk is None or self._talk.over:
+            self._talk = run.conversations.start(self._next_index)
+        return self._talk
+
+    def _answered(self, talk: Conversation, obs: StreamObserver) -> None:
+        """An answered turn joins the history and the next one waits its think time; a
+        failed or stopped one ends the conversation (its later turns are never sent)."""
+        if obs.failure is None and obs.text is not None:
+            usage = obs.usage if isinstance(obs.usage, dict) else {}
+            prompt = usage.get("prompt_tokens")
+            talk.answered("".join(obs.text), prompt if type(prompt) is int else None)
+            self._think_s = talk.think_s()
+        else:
+            talk.turn = talk.draws.turns  # over: the next request opens a new conversation
+            self._think_s = 0.0
+        if talk.over:
+            self._talk = None
+
     def _after(self, obs: StreamObserver, *, closed_loop: bool) -> None:
         """When this user may send again: at once after an answer; in a closed loop, after
-        `backoff_s` of its failures in a row (waited in Locust's `wait`, so a stop ends it at
-        once; the next request's start delay is counted from its end)."""
+        `backoff_s` of its failures in a row, and in a conversation after its think time
+        (both waited in Locust's `wait`, so a stop ends them at once; the next request's
+        start delay is counted from their end)."""
         failure = obs.failure
         if failure is None or failure.kind == "cancelled" or not closed_loop:
             self._failed_in_row = 0
@@ -184,7 +225,7 @@ class ChatStreamUser(User):
             self._failed_in_row += 1
         self._backoff_s = backoff_s(self._failed_in_row)
         end = obs.end_ns if obs.end_ns is not None else time.perf_counter_ns()
-        self._free_ns = end + int(self._backoff_s * 1e9)
+        self._free_ns = end + int((self._backoff_s + self._think_s) * 1e9)
 
     def _report(self, obs: StreamObserver, nbytes: int) -> None:
         record = obs.finish()

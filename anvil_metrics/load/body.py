@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from anvil_metrics.load.conversation import ConversationDraws
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.prep.turns import ConversationPrompts
@@ -88,6 +89,8 @@ class ConversationBodies:
     turn k's body is k joins of bytes, not the whole history re-serialised."""
 
     def __init__(self, sc: Scenario, model: str, prompts: ConversationPrompts) -> None:
+        assert sc.conversation is not None
+        self.plan = sc.conversation
         raw = orjson.dumps({**body_fields(sc, model), "messages": []})
         # the last occurrence: the key is added last (extra_body may nest a "messages")
         self._head, self._tail = raw.rsplit(b'"messages":[]', 1)
@@ -95,20 +98,39 @@ class ConversationBodies:
         self._opening = [orjson.dumps(m) for m in prompts.opening()]
 
     def start(self, conversation: int) -> Conversation:
-        """A new conversation's history: the shared opening only."""
-        return Conversation(self, conversation, list(self._opening))
+        """Conversation `conversation`'s history (the shared opening only), its draws and
+        its session header line (`{header}: {run nonce}-{conversation}`)."""
+        name = self.plan.session_header
+        header = (b"" if name is None else
+                  f"{name}: {self._prompts.run_nonce}-{conversation}\r\n".encode("ascii"))
+        return Conversation(self, conversation, list(self._opening),
+                            self.plan.draws(conversation), header)
 
 
 class Conversation:
-    """One conversation's messages as serialised, and its next turn."""
+    """One conversation's messages as serialised, its next turn, and what its records
+    carry (`extra`: conversation, turn, turns, history_tokens)."""
 
-    __slots__ = ("_bodies", "index", "turn", "_messages")
+    __slots__ = ("_bodies", "index", "turn", "_messages", "draws", "header",
+                 "history_tokens")
 
-    def __init__(self, bodies: ConversationBodies, index: int, messages: list[bytes]) -> None:
+    def __init__(self, bodies: ConversationBodies, index: int, messages: list[bytes],
+                 draws: ConversationDraws, header: bytes = b"") -> None:
         self._bodies = bodies
         self.index = index
         self.turn = 0  # user turns sent so far
         self._messages = messages
+        self.draws = draws
+        self.header = header  # this conversation's session header line(s), CRLF-ended
+        # the server's count of the previous turn's prompt (usage.prompt_tokens): the
+        # tokens this turn's prompt begins with by construction; None before turn 2 or
+        # when the server did not say
+        self.history_tokens: int | None = None
+
+    @property
+    def over(self) -> bool:
+        """Every drawn turn has been sent."""
+        return self.turn >= self.draws.turns
 
     def next_body(self) -> tuple[bytes, ...]:
         """The body of the next turn (its new user message joins the history), as pieces
@@ -118,6 +140,17 @@ class Conversation:
         self._messages.append(orjson.dumps(b._prompts.user_message(self.index, self.turn)))
         return (b._head, b'"messages":[', b",".join(self._messages), b"]", b._tail)
 
-    def answered(self, content: str) -> None:
-        """The server's answer to the last turn (its `content`; reasoning is not history)."""
+    def extra(self) -> dict[str, int | None]:
+        """What the current turn's record carries in `extra`."""
+        return {"conversation": self.index, "turn": self.turn, "turns": self.draws.turns,
+                "history_tokens": self.history_tokens}
+
+    def answered(self, content: str, prompt_tokens: int | None) -> None:
+        """The server's answer to the last turn (its `content`; reasoning is not history)
+        and its count of that turn's prompt."""
         self._messages.append(orjson.dumps({"role": "assistant", "content": content}))
+        self.history_tokens = prompt_tokens
+
+    def think_s(self) -> float:
+        """The think time before the next turn (0 when the conversation is over)."""
+        return 0.0 if self.over else self.draws.think_s[self.turn - 1]

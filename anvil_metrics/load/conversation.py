@@ -112,7 +112,6 @@ class Draw:
 
 def parse_draw(key: str, v: Any, whole: bool, src: str | None) -> Draw:
     """`v` as the scenario gives it (a number, or a table with `dist`), checked."""
-    what = "turns" if whole else "seconds"
     allowed_dists = _WHOLE_DISTS if whole else _SECONDS_DISTS
     if _number(v):
         if (whole and (not isinstance(v, int) or v < 1)) or v < 0:
@@ -120,7 +119,8 @@ def parse_draw(key: str, v: Any, whole: bool, src: str | None) -> Draw:
                        else "seconds >= 0 or a distribution table", src)
         return Draw("constant", (("value", float(v)),))
     if not isinstance(v, dict):
-        raise _err(key, v, f"a number of {what} or a table such as "
+        first = "a whole number >= 1" if whole else "seconds >= 0"
+        raise _err(key, v, f"{first} or a distribution table such as "
                    f"{{dist = \"{allowed_dists[1]}\", ...}}", src)
     dist = v.get("dist")
     if dist not in allowed_dists:
@@ -198,19 +198,12 @@ class ConversationPlan:
                 + self.max_turns * (self.turn_tokens + max_tokens))
 
     def to_table(self) -> dict[str, Any]:
-        """The `[conversation]` table `parse_conversation` reads back into an equal plan."""
+        """The `[conversation]` table `parse_conversation` reads back into an equal plan:
+        also the raw header's `params.conversation` and the benchmark block's `plan`."""
         return {"turns": self.turns.to_json(), "turn_tokens": self.turn_tokens,
                 "system_prompt_tokens": self.system_prompt_tokens,
                 "prefix_tokens": self.prefix_tokens, "think_time": self.think_time.to_json(),
                 "history": self.history, "session_header": self.session_header or "",
-                "seed": self.seed}
-
-    def to_json(self) -> dict[str, Any]:
-        """The benchmark's `conversation` block's plan: the table as checked."""
-        return {"turns": self.turns.to_json(), "turn_tokens": self.turn_tokens,
-                "system_prompt_tokens": self.system_prompt_tokens,
-                "prefix_tokens": self.prefix_tokens, "think_time_s": self.think_time.to_json(),
-                "history": self.history, "session_header": self.session_header,
                 "seed": self.seed}
 
 

@@ -27,6 +27,7 @@ from anvil_metrics.errors import VerifyError
 from anvil_metrics.jsonio import JsonFileError, atomic_write_bytes, read_json
 from anvil_metrics.load.criteria import parse_criteria
 from anvil_metrics.post import rowjson, saturation, schema, stats
+from anvil_metrics.post.conversations import build_conversation
 from anvil_metrics.post.derive import RowColumns, durations_ms, rows_from_raw
 from anvil_metrics.post.goodput import goodput
 from anvil_metrics.post.loadblock import build_load
@@ -108,7 +109,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     params = raw.header.get("params") or {}
     load = params.get("load")
     if isinstance(load, dict) and load.get("mode") != "budget" and (
-            doc["context_distribution"] is None):
+            doc["context_distribution"] is None) and not params.get("conversation"):
         doc["context_distribution"] = _issued_sizes(col["planned_context_tokens"][order])
     criteria = None
     if params.get("goodput"):  # criteria the run was given (checked when it started)
@@ -125,6 +126,8 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
             int(last[order].max()) if len(order) else None)
         doc["steps"] = build_steps(raw.steps, end, raw.steps[0]["t_ns"] if anchor is None
                                    else anchor, rows, [f["step"] for f in failures], criteria)
+    if isinstance(params.get("conversation"), dict):  # a multi-turn run
+        doc["conversation"] = build_conversation(params["conversation"], rows)
     if isinstance(load, dict):  # a raw file from before the block has none
         doc["load"] = build_load(
             load, start[order], last[order], col["waited"][order] != 0, anchor, rows,

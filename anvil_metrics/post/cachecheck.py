@@ -8,8 +8,9 @@ skipped, so its TTFT and prefill rate do not measure what the run claims, e.g. a
 that reused a nonce by accident, or a server that caches across something we did not
 expect. The run still stands; it says so.
 
-Expected hits are not flagged: shared-prefix mode (the point of it) and a reused nonce
-(`--run-nonce`, on purpose).
+Expected hits are not flagged: shared-prefix mode (the point of it), a reused nonce
+(`--run-nonce`, on purpose) and conversations (each turn's history; the benchmark's
+`conversation` block compares what was cached with what could be).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def rows_above(rows: Sequence[Mapping[str, Any]], cached_limit: int) -> list[Map
 def expected_shared(params: Mapping[str, Any]) -> int | None:
     """How many tokens the run's prompts may share (`expected_shared_tokens`), or None
     when hits are expected (shared-prefix mode, a reused nonce) or were never counted."""
-    if params.get("nonce_reused") or params.get("shared_prefix"):
-        return None
+    if params.get("nonce_reused") or params.get("shared_prefix") or params.get("conversation"):
+        return None  # (a conversation's turns share their history: the per-turn block's)
     sizing = params.get("prompt_sizing") or {}
     expected = sizing.get("expected_shared_tokens")
     return expected if isinstance(expected, int) else None

@@ -91,6 +91,8 @@ RUN: Text = {
               "belongs to the step in force when it started; absent without steps"),
     "server": ("", "what the server's metrics endpoint said about itself over the measured "
                "window; absent in files from before the block"),
+    "conversation": ("", "a multi-turn run's conversations and each turn's figures; absent "
+                     "without a [conversation]"),
 }
 
 FAILURE: Text = {
@@ -185,6 +187,35 @@ SCHEDULE_LAG: Text = {
 OUTSIDE_WINDOW: Text = {
     "warmup": ("", "measured requests that started in the warm-up window"),
     "cooldown": ("", "measured requests that started in the cool-down window"),
+}
+
+CONVERSATION: Text = {
+    "plan": ("", "the [conversation] table as checked: turns, turn_tokens, "
+             "system_prompt_tokens, prefix_tokens, think_time, history, session_header, seed"),
+    "conversations": ("", "conversations with at least one answered turn"),
+    "completed": ("", "of those, the conversations whose every drawn turn was answered"),
+    "cut": ("", "the others: the run ended, or a turn failed, before their last turn"),
+    "expected_reuse": ("", "Σ history_tokens / Σ prompt_tokens over the rows with both (a "
+                       "first turn's history is 0): the share of prompt tokens a prefix "
+                       "cache could serve from the conversation's own earlier turns"),
+    "reported_reuse": ("", "Σ cached_tokens / Σ prompt_tokens over the rows reporting "
+                       "cached_tokens: the share the server says it served from its cache; "
+                       "null when no row reports it"),
+    "turns": ("", "one block per turn number, from 1"),
+}
+
+CONVERSATION_TURN: Text = {
+    "turn": ("", "the user turn, from 1"),
+    "requests": ("", "completed requests of this turn"),
+    "ttft_p50_ms": ("ms", "nearest-rank p50 of the turn's ttft_ms"),
+    "ttft_p95_ms": ("ms", "nearest-rank p95 of the turn's ttft_ms"),
+    "e2e_p50_ms": ("ms", "nearest-rank p50 of the turn's e2e_ms"),
+    "e2e_p95_ms": ("ms", "nearest-rank p95 of the turn's e2e_ms"),
+    "prompt_tokens_mean": ("tok", "mean usage.prompt_tokens of the turn's rows that have it"),
+    "history_tokens_mean": ("tok", "mean history_tokens of the turn's rows that have it"),
+    "cached_tokens_mean": ("tok", "mean cached_tokens of the turn's rows that report it"),
+    "expected_reuse": ("", "expected_reuse over the turn's rows"),
+    "reported_reuse": ("", "reported_reuse over the turn's rows"),
 }
 
 STEP: Text = {

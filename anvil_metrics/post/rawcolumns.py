@@ -54,6 +54,9 @@ RAW_COLUMNS = (
     "failed",  # 0 / 1: the record has a failure (its details are in RawColumns.failures)
     "waited",  # 0 / 1: extra.waited_for_user (open loop: no user was free when it fell due)
     "first_chunk_ns",  # extra.first_chunk_ns: the first chunk of any kind, role-only included
+    "conversation_id",  # extra.conversation: a conversation's number (its first request index)
+    "turn",  # extra.turn: the request's user turn in its conversation, from 1
+    "history_tokens",  # extra.history_tokens: the previous turn's usage.prompt_tokens
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -157,6 +160,23 @@ _PLAIN_KEYS = itemgetter("type", "request_index", "start_ns", "end_ns", "first_o
 _FLUSH_VALUES = 4096 * len(RAW_COLUMNS)  # values converted to int64 at a time
 
 
+_NO_TURN = (NULL, NULL, NULL)  # a request that is no conversation's turn
+
+
+def _turn_columns(x: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(conversation, turn, history_tokens or NULL) of a record's `extra`, or None when one
+    is not what `records._conversation_problem` accepts."""
+    conv, turn, history = x["conversation"], x.get("turn"), x.get("history_tokens")
+    if not (type(conv) is int and 0 <= conv < COUNT_LIMIT and type(turn) is int
+            and 1 <= turn < COUNT_LIMIT):
+        return None
+    if history is None:
+        return conv, turn, NULL
+    if not (type(history) is int and 0 <= history < COUNT_LIMIT):
+        return None
+    return conv, turn, history
+
+
 class ColumnBuilder:
     """Rows of `RAW_COLUMNS`, appended one record at a time, held as int64.
 
@@ -212,7 +232,7 @@ class ColumnBuilder:
         last = first if fc is None else fc
         if first < s or last < first or (e is not None and e < last):
             return False
-        delay, waited, chunk = NULL, False, NULL
+        delay, waited, chunk, turn_of = NULL, False, NULL, _NO_TURN
         if x:
             chunk = x.get("first_chunk_ns", NULL)
             if chunk is not NULL:
@@ -227,7 +247,8 @@ class ColumnBuilder:
             elif not 0 <= delay < hi:
                 return False
             waited = x.get("waited_for_user", False)
-            if type(waited) is not bool:
+            turn_of = _turn_columns(x) if "conversation" in x else _NO_TURN
+            if type(waited) is not bool or turn_of is None:
                 return False
         out, from_usage, prompt, cached, reasoning = usage_counts(u, rc, cc)
         if out >= c:
@@ -245,7 +266,7 @@ class ColumnBuilder:
         pending += (n, wu, ri, s, NULL if e is None else e, NULL if fo is None else fo,
                     NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
                     from_usage, prompt, cached, reasoning, code, delay, f is not None,
-                    waited, chunk)
+                    waited, chunk, *turn_of)
         self.n_records += 1
         if len(pending) >= _FLUSH_VALUES:
             self.flush()

@@ -27,6 +27,7 @@ import numpy as np
 from anvil_metrics import catalog
 from anvil_metrics.jsonio import strict_json_problems
 from anvil_metrics.post import schema, stats
+from anvil_metrics.post.conversations import check_conversation
 from anvil_metrics.post.derive import RowColumns, derive_columns
 from anvil_metrics.post.goodput import check_goodput
 from anvil_metrics.post.loadblock import check_load
@@ -106,6 +107,7 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
     check_server(doc, problems)
     check_load(doc, rows if all_typed else None, problems)
     check_steps(doc, rows if all_typed else None, problems)
+    check_conversation(doc, rows if all_typed else None, problems)
     _check_counts(doc, problems, n_rows)
     _check_indices(doc, rows if all_typed else None, problems)
     if row_at is not None:

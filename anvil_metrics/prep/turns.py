@@ -49,7 +49,9 @@ SIZING_ANSWER = "Understood."  # the sizing conversation's first answer
 def conversation_head(run_nonce: str, conversation: int, turn: int,
                       sizing: bool = False) -> str:
     """The opening of conversation `conversation`'s user message at `turn` (1-based)."""
-    kind = "Sizing conversation" if sizing else "Conversation"
+    # the sizing head has one word of the same length and syllables in place of
+    # "Conversation", so it counts as a real head does and is never a real prompt's
+    kind = "Calibration" if sizing else "Conversation"
     return f"{kind} {_index(conversation)} turn {_index(turn)} of run {run_nonce}. "
 
 

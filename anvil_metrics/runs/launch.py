@@ -30,7 +30,7 @@ from anvil_metrics.live.recorder import create_run_dir
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import locust_args
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.post import loadblock
+from anvil_metrics.post import conversations, loadblock
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
 from anvil_metrics.runs.simproc import stop_process
 from anvil_metrics.telemetry import servermetrics
@@ -210,6 +210,7 @@ def summary_lines(doc: dict) -> list[str]:
             + (f"; shared prefix {shared.get('prefix_tokens')} tokens in groups of "
                f"{shared.get('group_size')}" if shared else "")
             + f"; run nonce {doc.get('run_nonce')}")
+    lines += conversations.summary_lines(doc)
     lines += loadblock.summary_lines(doc)
     lines += servermetrics.summary_lines(doc)
     client = doc.get("client") or {}

@@ -66,6 +66,7 @@ class StreamObserver:
         "due_ns",
         "waited_for_user",
         "text",
+        "conversation",
     )
 
     def __init__(
@@ -107,6 +108,9 @@ class StreamObserver:
         # `keep_text`: the content deltas as received (a conversation's next turn sends
         # the answer back as history); None otherwise, and nothing is kept
         self.text: list[str] | None = [] if keep_text else None
+        # a conversation's turn: what its record carries in `extra` (conversation, turn,
+        # turns, history_tokens); None for a single-turn request
+        self.conversation: dict[str, int | None] | None = None
 
     def begin(self, t_ns: int, due_ns: int | None = None, *,
               waited_for_user: bool | None = None) -> None:
@@ -256,6 +260,8 @@ class StreamObserver:
             extra["start_delay_ns"] = max(0, self.start_ns - self.due_ns)
         if self.waited_for_user:
             extra["waited_for_user"] = True
+        if self.conversation is not None:
+            extra.update(self.conversation)
         if self.truth is not None:
             extra["server"] = self.truth.stamps
         return extra

@@ -82,11 +82,32 @@ def test_a_conversations_bodies_carry_its_whole_history_in_order() -> None:
         assert doc["messages"] == expected and conv.turn == k
         assert {k: v for k, v in doc.items() if k != "messages"} == {
             **body_fields(sc, "m"), "metadata": {"messages": []}, "note": '"messages":[]'}
-        conv.answered(answer)
+        assert conv.extra() == {"conversation": 7, "turn": k, "turns": 3,
+                                "history_tokens": None if k == 1 else 100 + k - 1}
+        conv.answered(answer, 100 + k)
         expected = [*expected, {"role": "assistant", "content": answer}]
     assert orjson.loads(b"".join(other.next_body()))["messages"] == [
         *prompts.opening(), prompts.user_message(8, 1)]
     assert "ignore_eos" not in body_fields(sc, "m")
+    # one session header value per conversation: the run nonce and its number
+    assert (conv.header, other.header) == (b"X-Session-ID: n0nce123-7\r\n",
+                                           b"X-Session-ID: n0nce123-8\r\n")
+    assert not conv.over and conv.think_s() == 0.0
+    conv.next_body()
+    assert conv.over  # 3 turns drawn, 3 sent
+
+
+def test_no_session_header_when_the_scenario_says_none() -> None:
+    from anvil_metrics.load.body import ConversationBodies
+    from anvil_metrics.load.scenario import scenario_from_dict
+    from anvil_metrics.prep.turns import ConversationPrompts, TurnSizes, size_turn_texts
+
+    sc = scenario_from_dict({
+        "measurement_protocol": "p", "max_tokens": 32, "max_context_tokens": 8192,
+        "conversation": {"turns": 2, "turn_tokens": 40, "session_header": ""}})
+    texts = size_turn_texts(TurnSizes(40), CAL, 0, "n0nce123")
+    bodies = ConversationBodies(sc, "m", ConversationPrompts(texts, "n0nce123"))
+    assert bodies.start(0).header == b""
 
 
 def test_fixed_history_asks_for_answers_of_exactly_max_tokens() -> None:

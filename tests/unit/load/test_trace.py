@@ -84,7 +84,8 @@ BAD = [
      "a whole number >= 1"),
     ((GOOD, {**GOOD, "hash_ids": [1]}), None, ":2: hash_ids = '1 ids'",
      "one id per 512-token block of input_length 600 (2 ids"),
-    ((GOOD, {**GOOD, "hash_ids": [1, True]}), None, ":2: hash_ids", "a list of whole numbers"),
+    ((GOOD, {**GOOD, "hash_ids": [1, True]}), None, ":2: hash_ids = [1, True]",
+     "a list of whole numbers"),
     ((GOOD, {**GOOD, "timestamp": -1}), None, ":2: timestamp = -1", "a number >= 0"),
     (({**GOOD, "timestamp": 9}, GOOD), None, ":2: timestamp = 0.0", "a time at or after"),
     ((GOOD, {**GOOD, "output_length": 0}), None, ":2: output_length = 0", ">= 1"),
@@ -116,7 +117,7 @@ def test_bad_burstgpt_rows_and_unknown_files(tmp_path: Path) -> None:
     path.write_text("Time,Model\n1,m\n")
     with pytest.raises(UsageError, match="cannot tell the trace's format"):
         read_trace(path)
-    with pytest.raises(TraceError, match=r"b.csv:1: header = 'Time,Model' .* missing: "
+    with pytest.raises(TraceError, match=r"b.csv:1: header = 'Time,Model' .* \(missing: "
                                          r"Timestamp, Request tokens, Response tokens"):
         read_trace(path, "burstgpt")
     with pytest.raises(UsageError, match="--trace-format 'csv': use one of"):

@@ -16,7 +16,7 @@ from fullbench import full_benchmark
 
 from anvil_metrics import catalog
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.post import fields, loadblock, schema, steps
+from anvil_metrics.post import conversations, fields, loadblock, schema, steps
 from anvil_metrics.telemetry import servermetrics
 from anvil_metrics.telemetry.servermetrics import ClientFigures, server_block
 
@@ -42,6 +42,9 @@ def test_the_blocks_tables_are_their_writers_keys(doc: dict[str, Any]) -> None:
     assert set(fields.SERVE_FLAGS) == set(Scenario("p").serve_flags()) == set(doc["serve_flags"])
     assert tuple(fields.LOAD) == (*loadblock.KEYS, *loadblock.OPTIONAL_KEYS) == tuple(
         doc["load"])
+    assert tuple(fields.CONVERSATION) == conversations.BLOCK_KEYS == tuple(doc["conversation"])
+    assert tuple(fields.CONVERSATION_TURN) == conversations.TURN_KEYS == tuple(
+        doc["conversation"]["turns"][0])
     assert set(fields.SCHEDULE_LAG) == set(doc["load"]["schedule_lag_ms"])
     assert set(fields.OUTSIDE_WINDOW) == set(doc["load"]["outside_window"])
     assert set(fields.STEP) == {*steps.STEP_KEYS, "users", "rate"}

@@ -31,7 +31,8 @@ def conversation(prompts: ConversationPrompts, c: int, turns: int, answers: list
     for k in range(1, turns + 1):
         history = [*history, prompts.user_message(c, k)]
         out.append(history)
-        history = [*history, {"role": "assistant", "content": answers[k - 1]}]
+        if k < turns:
+            history = [*history, {"role": "assistant", "content": answers[k - 1]}]
     return out
 
 
@@ -42,7 +43,7 @@ def test_each_piece_grows_the_count_by_its_size(rule: str, sizes: TurnSizes) -> 
     count, calls = make_count(rule)
     texts = size_turn_texts(sizes, CALIBRATION, seed=3, run_nonce="n0nce123", count=count)
     assert calls, "sized by counting"
-    assert all("Sizing conversation" in str(m) for m in calls)  # never a real prompt early
+    assert all("Calibration 0" in str(m) for m in calls)  # never a real prompt early
     prompts = ConversationPrompts(texts, "n0nce123")
     answers = ["Sure, here it is.", "Done: the second answer is longer than the first.",
                "Ok."]

@@ -1,0 +1,158 @@
+"""Multi-turn conversations end to end: `anvil run scenarios/conversation.toml` at 8 users
+against the simulator, which logs what each request carried (`--log-requests`).
+
+What the server received is the truth here: every turn holds all earlier messages of its
+conversation in order (the shared system prompt, each user message, each answer as the
+server gave it) and one new user message; the session header is one value per
+conversation and differs between them; each row's `history_tokens` is the server's count of
+its conversation's previous prompt; per-turn TTFT rises with history when the simulator's
+prefill grows with the prompt; and `anvil verify` recomputes the `conversation` block (and
+names a tampered per-turn figure).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import REPO, anvil
+
+from anvil_metrics.runs.simproc import start_simulator
+
+pytestmark = pytest.mark.e2e
+
+TURNS, USERS = 4, 8
+PER_TOKEN_MS = 0.25  # prefill: 5 ms + 0.25 ms per prompt token (~200 ms more at turn 4)
+THINK_S = 0.05  # between an answer and the next turn
+REQUESTS = 30  # turns: fewer than 8 users x 4, so some conversations are cut by the end
+
+
+def ok(proc) -> None:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("conv")
+    log = tmp / "requests.log"
+    # the shipped example, with a think time and a budget that cuts conversations
+    text = (REPO / "scenarios" / "conversation.toml").read_text()
+    for old, new in (("think_time = 0 ", f"think_time = {THINK_S} "),
+                     ("requests = 32 ", f"requests = {REQUESTS} ")):
+        assert old in text
+        text = text.replace(old, new)
+    scenario = tmp / "conversation.toml"
+    scenario.write_text(text)
+    with start_simulator(["--prefill-ms", "5", "--prefill-ms-per-token", str(PER_TOKEN_MS),
+                          "--interval-ms", "1", "--reasoning-tokens", "0",
+                          "--content-tokens", "24", "--max-context", "8192",
+                          "--log-requests", str(log)]) as sim:
+        proc = anvil("run", str(scenario), "-H", sim.url, "-u", str(USERS),
+                     "--results-dir", str(tmp / "res"))
+    ok(proc)
+    (bench,) = (tmp / "res").glob("benchmark-*/benchmark.json")
+    return {"doc": orjson.loads(bench.read_bytes()), "path": bench, "stdout": proc.stdout,
+            "log": [orjson.loads(line) for line in log.read_bytes().splitlines()]}
+
+
+def measured(run: dict) -> list[dict]:
+    """The log's lines of conversation turns (sizing and probes carry no session)."""
+    return [x for x in run["log"] if x["session"] is not None]
+
+
+def test_every_turn_carries_its_whole_history_in_order(run: dict) -> None:
+    by_session: dict[str, list[list]] = defaultdict(list)
+    for line in measured(run):
+        by_session[line["session"]].append(line["messages"])
+    assert len(by_session) == run["doc"]["conversation"]["conversations"]
+    systems = set()
+    for session, turns in by_session.items():
+        for k, messages in enumerate(turns, start=1):
+            roles = [m[0] for m in messages]
+            assert roles == ["system"] + ["user", "assistant"] * (k - 1) + ["user"], session
+            systems.add(tuple(messages[0]))
+            if k > 1:  # the previous turn's messages, then its answer, then a new question
+                previous = turns[k - 2]
+                assert messages[:len(previous)] == previous, (session, k)
+                assert messages[-2][1] > 0  # the answer, as the server gave it
+                assert messages[-1] != previous[-1]  # each turn's question is its own
+        assert len(turns) <= TURNS
+    assert len(systems) == 1  # one system prompt every conversation shares
+
+
+def test_the_session_header_is_one_per_conversation(run: dict) -> None:
+    rows = run["doc"]["request_timings"]
+    sessions = [x["session"] for x in measured(run)]
+    assert len(sessions) == len(rows) == run["doc"]["requests"]
+    conversations = {r["conversation_id"] for r in rows}
+    assert len(set(sessions)) == len(conversations) >= USERS
+    # the value names the run and the conversation: `{run nonce}-{conversation_id}`
+    assert {s.rsplit("-", 1)[1] for s in sessions} == {str(c) for c in conversations}
+
+
+def test_rows_name_their_turn_and_history(run: dict) -> None:
+    rows = run["doc"]["request_timings"]
+    by_conv: dict[int, dict[int, dict]] = defaultdict(dict)
+    for r in rows:
+        by_conv[r["conversation_id"]][r["turn"]] = r
+    for turns in by_conv.values():
+        assert sorted(turns) == list(range(1, len(turns) + 1))
+        assert turns[1]["history_tokens"] is None
+        for k in range(2, len(turns) + 1):  # the server's count of the previous prompt
+            assert turns[k]["history_tokens"] == turns[k - 1]["prompt_tokens"]
+            assert turns[k]["prompt_tokens"] > turns[k - 1]["prompt_tokens"] + 256
+    block = run["doc"]["conversation"]
+    full = sum(1 for t in by_conv.values() if len(t) == TURNS)
+    assert (block["conversations"], block["completed"]) == (len(by_conv), full)
+    assert block["cut"] == len(by_conv) - full >= 1  # 30 turns cannot finish 8 x 4
+    assert len(rows) == REQUESTS and block["plan"]["think_time"] == THINK_S
+
+
+def test_each_turn_waits_its_think_time_after_the_answer(run: dict) -> None:
+    """From the raw stamps: turn k starts at least THINK_S after turn k - 1 ended, and the
+    closed loop's due time is that end plus the think time (the start delay is small)."""
+    raw = run["path"].with_name("requests.jsonl")
+    recs = [x for x in map(orjson.loads, raw.read_bytes().splitlines())
+            if x.get("type") == "request" and "conversation" in (x.get("extra") or {})]
+    ends = {(x["extra"]["conversation"], x["extra"]["turn"]): x["end_ns"] for x in recs}
+    later = [x for x in recs if x["extra"]["turn"] > 1]
+    assert later
+    for x in later:
+        key = (x["extra"]["conversation"], x["extra"]["turn"] - 1)
+        gap_s = (x["start_ns"] - ends[key]) / 1e9
+        assert gap_s >= THINK_S, (key, gap_s)
+        assert gap_s - x["extra"]["start_delay_ns"] / 1e9 == pytest.approx(THINK_S, abs=2e-3)
+
+
+def test_the_cli_prints_each_turn(run: dict) -> None:
+    block = run["doc"]["conversation"]
+    assert (f"conversations: {block['conversations']} ({block['completed']} completed, "
+            f"{block['cut']} cut)") in run["stdout"]
+    for t in block["turns"]:
+        assert f"{t['turn']:>6}{t['requests']:>10}{t['ttft_p50_ms']:>11,.1f}" in run["stdout"]
+
+
+def test_ttft_rises_with_history(run: dict) -> None:
+    turns = run["doc"]["conversation"]["turns"]
+    assert [t["turn"] for t in turns] == list(range(1, TURNS + 1))
+    prompts = [t["prompt_tokens_mean"] for t in turns]
+    assert prompts == sorted(prompts) and prompts[-1] > prompts[0] + 3 * 256
+    # the simulator's prefill alone grows by PER_TOKEN_MS per token: turn 4 over turn 1 by
+    # at least 3 x 256 x 0.25 = 192 ms; the medians must show at least half of it
+    first, last = turns[0]["ttft_p50_ms"], turns[-1]["ttft_p50_ms"]
+    assert last - first > 0.5 * PER_TOKEN_MS * (prompts[-1] - prompts[0]), turns
+
+
+def test_verify_recomputes_the_conversation_block(run: dict, tmp_path: Path) -> None:
+    ok(anvil("verify", str(run["path"])))
+    doc = orjson.loads(run["path"].read_bytes())
+    doc["conversation"]["turns"][1]["ttft_p50_ms"] += 1.0
+    doc["conversation"]["completed"] += 1
+    tampered = tmp_path / "benchmark.json"
+    tampered.write_bytes(orjson.dumps(doc))
+    proc = anvil("verify", str(tampered))
+    assert proc.returncode == 1
+    assert "conversation.turns[1].ttft_p50_ms" in proc.stdout + proc.stderr
+    assert "conversation.completed" in proc.stdout + proc.stderr
