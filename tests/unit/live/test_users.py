@@ -66,7 +66,7 @@ class _Client:
     def connect(self) -> None:
         pass
 
-    def stream_chat(self, body: Any, obs: StreamObserver) -> int:
+    def stream_chat(self, body: Any, obs: StreamObserver, headers: bytes = b"") -> int:
         return type(self).play(obs)
 
     def close(self) -> None:
@@ -108,14 +108,16 @@ def heard() -> Iterator[dict[str, list]]:
 
 
 def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int],
-          ticket: Ticket) -> tuple[users.ChatUser, _Budget, list[dict]]:
+          ticket: Ticket, conversations: Any = None
+          ) -> tuple[users.ChatUser, _Budget, list[dict]]:
     monkeypatch.setattr(users, "ChatClient", _Client)
     monkeypatch.setattr(_Client, "play", staticmethod(play))
     env = Environment(user_classes=[users.ChatUser])
     budget = _Budget(ticket)
     set_run(env, SimpleNamespace(endpoint=Endpoint.parse("http://127.0.0.1:9"), api_key=None,
                                  scenario=Scenario(measurement_protocol="p"), budget=budget,
-                                 bodies=_Bodies(), worker="h:1"))
+                                 bodies=_Bodies(), worker="h:1",
+                                 conversations=conversations))
     fired: list[dict] = []
     env.events.request.add_listener(lambda **kw: fired.append(kw))
     user = users.ChatUser(env)
@@ -219,3 +221,61 @@ def test_every_consumer_reads_the_clients_one_start_stamp(monkeypatch, heard) ->
     (event,) = fired
     assert event["response_time"] == 5.0  # from the client's stamp, not the provisional one
     assert event["start_time"] == pytest.approx(wall_s + 0.030, abs=1e-9)  # the same instant
+
+
+class _Turns:
+    """A budget that hands out tickets 10, 11, 12, … (a conversation takes several)."""
+
+    def __init__(self) -> None:
+        self.next = 10
+
+    def take(self) -> Ticket:
+        self.next += 1
+        return Ticket(request_index=self.next - 1, warmup=False, planned_context_tokens=64)
+
+    def give_back(self, ticket: Ticket) -> None:
+        pass
+
+
+def test_a_conversation_sends_its_history_its_header_and_waits_its_think_time(
+        monkeypatch, heard) -> None:
+    """Two conversations of two turns (think 0.5 s): turn 2 sends turn 1's messages and the
+    answer the stream gave ("ab"), the same session header, and waits the think time first;
+    the records carry the conversation, the turn and the previous prompt's count (9)."""
+    import orjson
+
+    from anvil_metrics.load.body import ConversationBodies
+    from anvil_metrics.load.scenario import scenario_from_dict
+    from anvil_metrics.prep.prompts import Calibration
+    from anvil_metrics.prep.turns import ConversationPrompts, TurnSizes, size_turn_texts
+
+    sc = scenario_from_dict({"measurement_protocol": "p", "max_tokens": 8,
+                             "max_context_tokens": 4096,
+                             "conversation": {"turns": 2, "turn_tokens": 20,
+                                              "think_time": 0.5}})
+    texts = size_turn_texts(TurnSizes(20), Calibration("none", 0.0, 1.3), 0, "nonce")
+    sent: list[tuple[dict, bytes]] = []
+
+    class Client(_Client):
+        def stream_chat(self, body: Any, obs: StreamObserver, headers: bytes = b"") -> int:
+            sent.append((orjson.loads(b"".join(body)), headers))
+            return _completes(obs)
+
+    convs = ConversationBodies(sc, "m", ConversationPrompts(texts, "nonce"))
+    user, _, _ = _user(monkeypatch, _completes, None, convs)  # type: ignore[arg-type]
+    user.run.budget = _Turns()
+    monkeypatch.setattr(user, "client", Client())
+    waits = []
+    for _ in range(4):
+        user.chat()
+        waits.append(user.wait_time())
+    assert waits == [0.5, 0.0, 0.5, 0.0]  # the think time, before turn 2 only
+    (b1, h1), (b2, h2), (b3, h3), _ = sent
+    assert h1 == h2 == b"X-Session-ID: nonce-10\r\n" and h3 == b"X-Session-ID: nonce-12\r\n"
+    assert b2["messages"][:len(b1["messages"])] == b1["messages"]
+    assert b2["messages"][len(b1["messages"])] == {"role": "assistant", "content": "ab"}
+    assert len(b2["messages"]) == len(b1["messages"]) + 2
+    assert [(r.extra["conversation"], r.extra["turn"], r.extra["history_tokens"])
+            for r in heard["records"]] == [(10, 1, None), (10, 2, 9), (12, 1, None),
+                                           (12, 2, 9)]
+    assert all(r.planned_context_tokens is None for r in heard["records"])

@@ -147,3 +147,29 @@ def test_init_brings_the_loops_clock_up_to_now() -> None:
     assert loop.now() == before  # cached
     plugin.fresh_loop_clock()
     assert loop.now() - before >= 0.05
+
+
+@pytest.mark.parametrize("master,rate,refused", [
+    (False, None, None),
+    (True, None, "drop --processes"),
+    (False, 2.0, "drop --rate"),
+])  # fmt: skip
+def test_a_conversation_runs_closed_loop_in_one_process_for_now(master: bool,
+                                                                rate: float | None,
+                                                                refused: str | None) -> None:
+    from anvil_metrics.errors import UsageError
+    from anvil_metrics.load.scenario import scenario_from_dict
+
+    doc: dict[str, Any] = {"measurement_protocol": "p", "max_tokens": 8,
+                           "conversation": {"turns": 2, "turn_tokens": 20}}
+    if rate is not None:
+        doc["rate"] = rate
+    opts = SimpleNamespace(scenario=scenario_from_dict(doc, source="c.toml"))
+    if refused is None:
+        plugin._check_conversation(opts, master)
+        return
+    with pytest.raises(UsageError, match=refused) as e:
+        plugin._check_conversation(opts, master)
+    assert str(e.value).startswith("c.toml has a [conversation]") and e.value.exit_code == 2
+    plugin._check_conversation(SimpleNamespace(scenario=scenario_from_dict(
+        {"measurement_protocol": "p", "rate": 2.0})), True)  # no conversation: nothing
