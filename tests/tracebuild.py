@@ -18,7 +18,8 @@ BLOCK = 512
 
 
 def mooncake_trace(path: Path, n: int, *, groups: int = 20, seed: int = 0,
-                   rate_rps: float = 50.0, block: int = BLOCK) -> tuple[int, int]:
+                   rate_rps: float = 50.0, block: int = BLOCK, max_output: int = 300
+                   ) -> tuple[int, int]:
     """Write the trace; return (expected cached tokens, total input tokens)."""
     rng = random.Random(seed)
     prefix_blocks = [rng.randint(1, 6) for _ in range(groups)]
@@ -41,7 +42,7 @@ def mooncake_trace(path: Path, n: int, *, groups: int = 20, seed: int = 0,
         seen_group.add(g)
         total += size
         lines.append({"timestamp": round(t_ms), "input_length": size,
-                      "output_length": rng.randint(1, 300), "hash_ids": ids})
+                      "output_length": rng.randint(1, max_output), "hash_ids": ids})
         t_ms += rng.expovariate(rate_rps) * 1000
     path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
     return cached, total

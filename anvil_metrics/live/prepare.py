@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.body import BodyBuilder, ConversationBodies, body_fields
+from anvil_metrics.load.body import BodyBuilder, ConversationBodies, TraceBodies, body_fields
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.prep import calcache
 from anvil_metrics.prep.counting import Counter, server_counter
 from anvil_metrics.prep.model import check_model_served, discover_model
@@ -29,6 +30,7 @@ from anvil_metrics.prep.prompts import (
     messages_for,
     request_prefix,
 )
+from anvil_metrics.prep.traceprompts import WORDS, TracePrompts
 from anvil_metrics.prep.turns import ConversationPrompts, TurnSizes, size_turn_texts
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.client import ChatClient
@@ -46,12 +48,13 @@ class Prepared:
     model: str
     prompts: PromptFactory
     sizing: dict[str, Any]
-    bodies: BodyBuilder
+    bodies: BodyBuilder | TraceBodies
     conversations: ConversationBodies | None = None
 
 
 def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: list[int],
-                     shared: SharedPrefix | None) -> Prepared:
+                     shared: SharedPrefix | None,
+                     trace: list[TraceRequest] | None = None) -> Prepared:
     """Resolve the model (the scenario's, checked against the server's list, or the
     server's first), find how the server counts tokens, refuse a plan beyond its context
     limit, size every prompt and build every body; one probe client, closed at the end."""
@@ -67,6 +70,8 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
         fields = body_fields(sc, model)
         counter = server_counter(client, fields, opts.tokenizer_path)
         check_server_limit(counter.max_model_len, sizes, sc)
+        if trace is not None:  # a replay: the trace's own prompts, no calibration
+            return prepare_trace(opts, counter, model, nonce, trace)
         prompts, sizing = prepare_prompts(opts, client, counter, fields, model, nonce, sizes,
                                           shared)
         bodies = BodyBuilder(sc, model, prompts)
@@ -97,6 +102,33 @@ def prepare_conversations(opts: RunOptions, counter: Counter, calibration: Calib
         texts = size_turn_texts(sizes, calibration, sc.context_seed, nonce)
     sizing["conversation"] = {"counted": texts.counted}
     return ConversationBodies(sc, model, ConversationPrompts(texts, nonce))
+
+
+def prepare_trace(opts: RunOptions, counter: Counter, model: str, nonce: str,
+                  trace: list[TraceRequest]) -> Prepared:
+    """A replay's bodies (`prep/traceprompts.py`): the chat template's tokens counted once
+    (a one-token message less its word), then the first request's whole prompt counted to
+    check its size; without a count, no template tokens are assumed (said so)."""
+    sc = opts.scenario
+    assert sc.trace is not None
+    overhead, checked = 0, None
+    try:
+        overhead = counter.count([{"role": "user", "content": WORDS[0]}]) - 1
+    except Exception as e:  # counting is best effort: the sizes are then estimates
+        log.warning("anvil: could not count the chat template's tokens (%s); trace prompts "
+                    "are sized without them", e)
+    bodies = TraceBodies(sc, model, trace, TracePrompts(nonce, sc.trace.block_tokens,
+                                                        overhead))
+    try:
+        checked = counter.count(bodies.messages(0))
+    except Exception as e:
+        log.warning("anvil: could not count the trace's first prompt (%s)", e)
+    sizing = {"counter": counter.source, "cache": "off",
+              "counted": {str(trace[0].input_tokens): checked},
+              "expected_shared_tokens": None, "template_tokens": overhead}
+    calibration = Calibration(counter.method, float(overhead), 1.0)  # a word is a token
+    prompts = PromptFactory(calibration, sc.context_seed, nonce, None, None)
+    return Prepared(model, prompts, sizing, bodies)
 
 
 def check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:

@@ -30,9 +30,11 @@ from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.load.arrivals import Schedule
-from anvil_metrics.load.body import BodyBuilder, ConversationBodies
+from anvil_metrics.load.body import BodyBuilder, ConversationBodies, TraceBodies
 from anvil_metrics.load.options import RunOptions
+from anvil_metrics.load.replay import TraceSchedule
 from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.post.loadblock import behind
 from anvil_metrics.post.schema import RUN_ID
 from anvil_metrics.prep.prompts import Calibration, PromptFactory, SharedPrefix
@@ -50,7 +52,7 @@ log = logging.getLogger("anvil")
 class RunSession:
     def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
-                 bodies: BodyBuilder, budget: RequestBudget, header: dict[str, Any],
+                 bodies: BodyBuilder | TraceBodies, budget: RequestBudget, header: dict[str, Any],
                  prompts: PromptFactory | None = None, controls: Controls = NO_CONTROLS,
                  on_end: Callable[[], None] | None = None,
                  conversations: ConversationBodies | None = None) -> None:
@@ -149,7 +151,8 @@ class RunSession:
         sc = opts.scenario
         endpoint = Endpoint.parse(opts.host)
         nonce = opts.run_nonce or secrets.token_hex(4)
-        sizes = sc.planned_sizes()
+        trace = sc.trace.read() if sc.trace is not None else None  # a replay (replay.py)
+        sizes = [r.input_tokens for r in trace] if trace else sc.planned_sizes()
         shared_doc = sc.shared_prefix(users=opts.users)
         shared = SharedPrefix(**shared_doc) if shared_doc else None
         # bursts hold the load to one group at a time: that many streams at most; a sweep
@@ -157,7 +160,7 @@ class RunSession:
         concurrency = min(opts.users, shared.group_size) if shared else opts.users
         if sc.step_users is not None:
             concurrency = max(sc.step_users)
-        ready = prepare_requests(opts, endpoint, nonce, sizes, shared)
+        ready = prepare_requests(opts, endpoint, nonce, sizes, shared, trace)
         # who the server is (bounded probes; the flags and [meta] win): provenance.py
         identity = merge(discover(endpoint.base_url, headers=_auth(opts.api_key),
                                   model=ready.model), {"engine": sc.meta.get("engine")})
@@ -175,11 +178,11 @@ class RunSession:
 
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
-                               schedule=Schedule(sc.arrivals) if sc.arrivals else None)
+                               schedule=_schedule(sc, trace))
         run_id, run_dir = _run_folder(opts)
         writer = RawWriter(run_dir / "requests.jsonl")
         params = _header_params(opts, endpoint, identity, ready, nonce, concurrency, shared_doc,
-                                _context_distribution(sc, budget))
+                                _context_distribution(sc, budget), trace)
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
@@ -309,10 +312,17 @@ def _context_distribution(sc: Scenario, budget: RequestBudget) -> dict[str, int]
     return distribution
 
 
+def _schedule(sc: Scenario, trace: list[TraceRequest] | None) -> Any:
+    """An open loop's due times: the trace's (a replay), the `--rate` plan's, or None."""
+    if trace is not None and sc.trace is not None:
+        return TraceSchedule(trace, sc.trace.speed)
+    return Schedule(sc.arrivals) if sc.arrivals else None
+
+
 def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
                    ready: Prepared, nonce: str, concurrency: int,
-                   shared_doc: dict[str, Any] | None, distribution: dict[str, int] | None
-                   ) -> dict[str, Any]:
+                   shared_doc: dict[str, Any] | None, distribution: dict[str, int] | None,
+                   trace: list[TraceRequest] | None = None) -> dict[str, Any]:
     """The raw header's `params`: the run as planned, in the order the file has them."""
     sc = opts.scenario
     params = {
@@ -341,7 +351,8 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         # how load was offered (the benchmark's `load` block is made from it and the
         # records): mode, the open-loop plan, the duration and the stop timeout
         "load": {"mode": sc.load_mode,
-                 "arrivals": sc.arrivals.to_dict() if sc.arrivals else None,
+                 "arrivals": (sc.trace.arrivals(trace) if sc.trace and trace
+                              else sc.arrivals.to_dict() if sc.arrivals else None),
                  "duration_s": sc.duration_s, "stop_timeout_s": opts.stop_timeout_s,
                  "warmup_s": sc.warmup_s, "cooldown_s": sc.cooldown_s,
                  "steps": None if sc.step_duration_s is None else {
@@ -353,5 +364,7 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         params["shared_prefix"] = shared_doc
     if sc.conversation is not None:  # multi-turn: the plan as checked (`conversation.py`)
         params["conversation"] = sc.conversation.to_table()
+    if sc.trace is not None and trace:  # a replay: the flags and the trace's own reuse
+        params["trace"] = sc.trace.to_params(trace)
     params["server"] = _server_params(opts, endpoint, identity)
     return params

@@ -16,7 +16,9 @@ import orjson
 
 from anvil_metrics.load.conversation import ConversationDraws
 from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.prep.prompts import PromptFactory
+from anvil_metrics.prep.traceprompts import TracePrompts
 from anvil_metrics.prep.turns import ConversationPrompts
 
 # invisible separators; never produced by the text generator
@@ -154,3 +156,27 @@ class Conversation:
     def think_s(self) -> float:
         """The think time before the next turn (0 when the conversation is over)."""
         return 0.0 if self.over else self.draws.think_s[self.turn - 1]
+
+
+class TraceBodies:
+    """Request bodies of a trace replay (`load/replay.py`): request k's blocks
+    (`prep/traceprompts.py`) and exactly its `output_tokens` out; the same interface as
+    `BodyBuilder` (`build_parts(size, index, warmup)`, `size` being the trace's own)."""
+
+    def __init__(self, sc: Scenario, model: str, reqs: list[TraceRequest],
+                 prompts: TracePrompts) -> None:
+        self._fields = {k: v for k, v in body_fields(sc, model).items()
+                        if k not in ("max_tokens", "ignore_eos", "min_tokens")}
+        self._reqs = reqs
+        self.prompts = prompts
+
+    def messages(self, index: int) -> list[dict[str, str]]:
+        r = self._reqs[index]
+        return [{"role": "user", "content": self.prompts.text(
+            r.input_tokens, r.hash_ids, r.line, r.prefix_id, r.prefix_tokens)}]
+
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+        """Request `index` of the trace (a replay has no warm-ups)."""
+        out = self._reqs[index].output_tokens
+        return (orjson.dumps({**self._fields, "max_tokens": out, "ignore_eos": True,
+                              "min_tokens": out, "messages": self.messages(index)}),)

@@ -253,6 +253,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("--burstiness", "open loop: gamma shape of the gaps, as vLLM's bench: 1 = Poisson, "
            "< 1 burstier, > 1 more regular (implies --arrival gamma)", positive),
     Option("--arrival-seed", "open loop: the schedule's seed (default 0)", whole(0)),
+    Option("--trace", "replay this recorded trace as the load (Mooncake JSONL, BurstGPT CSV "
+           "or anvil's JSONL; its timestamps are the due times): see load/replay.py"),
+    Option("--trace-format", "the trace's format: mooncake, burstgpt or jsonl (default: "
+           "told by the file)"),
+    Option("--trace-speed", "replay the trace this many times faster (default 1)", positive),
+    Option("--trace-limit", "replay only the trace's first N requests", whole(1)),
+    Option("--trace-block", "tokens per hash id block of a Mooncake trace (default 512)",
+           whole(1)),
+    Option("--trace-model", "a BurstGPT trace: only this model's rows"),
     Option("--steps", "a sweep of users: one step per count, e.g. 1,4,16,64, each "
            "--step-duration long (steps[] in benchmark.json)", counts),
     Option("--rates", "a sweep of open-loop rates (requests/s), e.g. 1,2,4,8, each "
@@ -454,6 +463,10 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         # time limit on the scenario's budget)
         sc = replace(sc, requests=None)
     sc = _windows(sc, v["warmup"], v["cooldown"])
+    if v["trace"] is not None:
+        from anvil_metrics.load.replay import replay_scenario
+
+        sc = replay_scenario(sc, v)
     given = {key: v[key] for key in PROVENANCE if v[key] is not None}
     if given:  # the flags override the scenario's [meta]
         sc = replace(sc, meta={**sc.meta, **given})

@@ -73,6 +73,7 @@ from anvil_metrics.errors import UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.load.conversation import ConversationPlan
 from anvil_metrics.load.scenariofields import Timeouts, scenario_fields
+from anvil_metrics.load.trace import TracePlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ class Scenario:
     warmup_s: float | None = None  # with a duration: the first/last stretch left out of
     cooldown_s: float | None = None  # the figures (`--warmup`/`--cooldown`)
     conversation: ConversationPlan | None = None  # multi-turn (`conversation.py`)
+    trace: TracePlan | None = None  # a replayed trace (`replay.py`; set by --trace)
     source: str | None = None
 
     @property

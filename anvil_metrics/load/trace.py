@@ -290,3 +290,37 @@ def trace_stats(reqs: list[TraceRequest], block_tokens: int = MOONCAKE_BLOCK_TOK
         output_tokens=_percentiles(np.array([r.output_tokens for r in reqs])),
         cached_tokens=cached, total_input_tokens=total,
         sessions=len(sessions) if sessions else None)
+
+
+@dataclass(frozen=True, slots=True)
+class TracePlan:
+    """What the `--trace*` flags ask: the file, its format (None: detected), the speed-up,
+    how many of its requests, the token block its `hash_ids` stand for, and a model filter
+    (BurstGPT)."""
+
+    path: str
+    fmt: str | None = None
+    speed: float = 1.0
+    limit: int | None = None
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    model: str | None = None
+
+    def read(self) -> list[TraceRequest]:
+        """The requests replayed, checked (`TraceError` names a bad line)."""
+        return read_trace(self.path, self.fmt, block_tokens=self.block_tokens,
+                          model=self.model, limit=self.limit)
+
+    def arrivals(self, reqs: list[TraceRequest]) -> dict[str, Any]:
+        """The raw header's `params.load.arrivals` of the replay: the rate it offers on
+        average ((n − 1) over the scaled span; the `load` block's `offered_rate_rps`)."""
+        span_s = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) / 1000 / self.speed
+        rate = (len(reqs) - 1) / span_s if span_s > 0 and len(reqs) > 1 else None
+        return {"arrival": "trace", "rate_rps": rate, "burstiness": None, "seed": None}
+
+    def to_params(self, reqs: list[TraceRequest]) -> dict[str, Any]:
+        """The raw header's `params.trace`: the flags, the requests replayed and the prefix
+        reuse the trace's own sharing allows (`trace.expected_reuse`)."""
+        cached, total = expected_reuse(reqs, self.block_tokens)
+        return {"file": Path(self.path).name, "format": self.fmt, "speed": self.speed,
+                "limit": self.limit, "block_tokens": self.block_tokens, "model": self.model,
+                "requests": len(reqs), "expected_reuse": cached / total}

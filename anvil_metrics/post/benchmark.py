@@ -34,6 +34,7 @@ from anvil_metrics.post.loadblock import build_load
 from anvil_metrics.post.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.post.rawread import RawRun
 from anvil_metrics.post.steps import attribute, build_steps
+from anvil_metrics.post.traceblock import build_trace
 from anvil_metrics.post.verify import columns_are_clean, verify_benchmark
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, build_server
 
@@ -126,8 +127,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
             int(last[order].max()) if len(order) else None)
         doc["steps"] = build_steps(raw.steps, end, raw.steps[0]["t_ns"] if anchor is None
                                    else anchor, rows, [f["step"] for f in failures], criteria)
-    if isinstance(params.get("conversation"), dict):  # a multi-turn run
-        doc["conversation"] = build_conversation(params["conversation"], rows)
+    _workload_blocks(doc, params, rows)
     if isinstance(load, dict):  # a raw file from before the block has none
         doc["load"] = build_load(
             load, start[order], last[order], col["waited"][order] != 0, anchor, rows,
@@ -161,6 +161,16 @@ class MeasuredOrder:
     order: Any
     offset_ns: Any
     outside: dict[str, int] | None
+
+
+def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowColumns
+                     ) -> None:
+    """The blocks of a load that is more than single prompts: a multi-turn run's
+    `conversation`, a replay's `trace`."""
+    if isinstance(params.get("conversation"), dict):
+        doc["conversation"] = build_conversation(params["conversation"], rows)
+    if isinstance(params.get("trace"), dict):
+        doc["trace"] = build_trace(params["trace"], rows)
 
 
 def measured_order(raw: RawColumns) -> MeasuredOrder:

@@ -38,8 +38,9 @@ def rows_above(rows: Sequence[Mapping[str, Any]], cached_limit: int) -> list[Map
 def expected_shared(params: Mapping[str, Any]) -> int | None:
     """How many tokens the run's prompts may share (`expected_shared_tokens`), or None
     when hits are expected (shared-prefix mode, a reused nonce) or were never counted."""
-    if params.get("nonce_reused") or params.get("shared_prefix") or params.get("conversation"):
-        return None  # (a conversation's turns share their history: the per-turn block's)
+    if (params.get("nonce_reused") or params.get("shared_prefix")
+            or params.get("conversation") or params.get("trace")):
+        return None  # (a conversation's history, a trace's blocks: their blocks compare)
     sizing = params.get("prompt_sizing") or {}
     expected = sizing.get("expected_shared_tokens")
     return expected if isinstance(expected, int) else None

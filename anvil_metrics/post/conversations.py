@@ -57,7 +57,7 @@ def _mean(rows: RowColumns, name: str) -> float | None:
     return float(v.mean()) if len(v) else None
 
 
-def _ratio(rows: RowColumns, part: str) -> float | None:
+def reuse_ratio(rows: RowColumns, part: str) -> float | None:
     """Σ part / Σ prompt_tokens over the rows that have both (history_tokens: a first
     turn's null counts as 0, it has no history of its own)."""
     prompt = rows.values("prompt_tokens")
@@ -80,8 +80,8 @@ def _turn(rows: RowColumns, k: int) -> dict[str, Any]:
             "prompt_tokens_mean": _mean(mine, "prompt_tokens"),
             "history_tokens_mean": _mean(mine, "history_tokens"),
             "cached_tokens_mean": _mean(mine, "cached_tokens"),
-            "expected_reuse": _ratio(mine, "history_tokens"),
-            "reported_reuse": _ratio(mine, "cached_tokens")}
+            "expected_reuse": reuse_ratio(mine, "history_tokens"),
+            "reported_reuse": reuse_ratio(mine, "cached_tokens")}
 
 
 def plan_of(table: Any) -> ConversationPlan:
@@ -107,8 +107,8 @@ def build_conversation(table: Mapping[str, Any], rows: RowColumns) -> dict[str, 
     top = int(turns.max()) if len(turns) else 0
     return {"plan": plan.to_table(), "conversations": len(answered), "completed": completed,
             "cut": len(answered) - completed,
-            "expected_reuse": _ratio(rows, "history_tokens"),
-            "reported_reuse": _ratio(rows, "cached_tokens"),
+            "expected_reuse": reuse_ratio(rows, "history_tokens"),
+            "reported_reuse": reuse_ratio(rows, "cached_tokens"),
             "turns": [_turn(rows, k) for k in range(1, top + 1)]}
 
 

@@ -93,6 +93,8 @@ RUN: Text = {
                "window; absent in files from before the block"),
     "conversation": ("", "a multi-turn run's conversations and each turn's figures; absent "
                      "without a [conversation]"),
+    "trace": ("", "a replayed trace: what was replayed, and the prefix reuse it allows beside "
+              "the server's; absent without --trace"),
 }
 
 FAILURE: Text = {
@@ -202,6 +204,20 @@ CONVERSATION: Text = {
                        "cached_tokens: the share the server says it served from its cache; "
                        "null when no row reports it"),
     "turns": ("", "one block per turn number, from 1"),
+}
+
+TRACE: Text = {
+    "file": ("", "the trace file's name (its folder is not recorded)"),
+    "format": ("", "mooncake, burstgpt or jsonl as --trace-format gave it; null: detected"),
+    "speed": ("", "--trace-speed: the trace replayed this many times faster"),
+    "limit": ("", "--trace-limit: only this many of its first requests; null: all"),
+    "block_tokens": ("tok", "tokens per hash id block (--trace-block)"),
+    "model": ("", "--trace-model: the BurstGPT rows kept; null: all"),
+    "requests": ("", "the trace's requests replayed"),
+    "expected_reuse": ("", "the share of the replayed input tokens a cache keeping every "
+                       "block could serve, from the trace's own sharing"),
+    "reported_reuse": ("", "Σ cached_tokens / Σ prompt_tokens over the rows reporting "
+                       "cached_tokens; null when none does"),
 }
 
 CONVERSATION_TURN: Text = {

@@ -10,7 +10,8 @@ found no free user when they fell due. Members (null where they do not apply):
 
 - `mode`: "budget" (a request count ended the run; a duration, if any, was a time limit),
   "duration", or "until_stopped";
-- `arrival`: "closed" (users back to back), "poisson", "gamma" or "constant";
+- `arrival`: "closed" (users back to back), "poisson", "gamma", "constant" or "trace" (a
+  replayed trace's own timestamps, `load/replay.py`);
 - `offered_rate_rps`, `burstiness`: the open-loop plan (`arrivals.ArrivalPlan`);
 - `achieved_rate_rps`: `(n − 1) / ((last start − first start) / 1e9)` over the measured
   requests (completed and failed): the rate they were actually written at;
@@ -44,7 +45,7 @@ from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import fmt, same
 
 MODES = ("budget", "duration", "until_stopped")
-ARRIVAL_KINDS = ("closed", "poisson", "gamma", "constant")
+ARRIVAL_KINDS = ("closed", "poisson", "gamma", "constant", "trace")
 KEYS = ("mode", "arrival", "offered_rate_rps", "achieved_rate_rps", "burstiness",
         "duration_s", "window_s", "schedule_lag_ms", "waited_for_user", "cancelled")
 OPTIONAL_KEYS = ("outside_window",)  # anvil's, beyond the spec's list
@@ -190,7 +191,7 @@ def check_load(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[s
         if (load.get(key) is None) != closed:
             problems.append(f"load.{key}: {'null' if closed else 'set'} exactly in a closed "
                             f"loop (arrival {fmt(arrival)}), file has {fmt(load.get(key))}")
-    want_burst = {"closed": None, "constant": None, "poisson": 1.0}.get(arrival)
+    want_burst = {"closed": None, "constant": None, "trace": None, "poisson": 1.0}.get(arrival)
     burst = load.get("burstiness")
     if (arrival == "gamma" and burst is None) or (arrival != "gamma" and not same(
             burst, want_burst)):

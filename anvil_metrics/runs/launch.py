@@ -30,7 +30,7 @@ from anvil_metrics.live.recorder import create_run_dir
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import locust_args
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.post import conversations, loadblock
+from anvil_metrics.post import conversations, loadblock, traceblock
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
 from anvil_metrics.runs.simproc import stop_process
 from anvil_metrics.telemetry import servermetrics
@@ -165,6 +165,9 @@ def plan_text(sc: Scenario, users: int) -> str:
         load = (f"{sc.arrivals.arrival} arrivals in steps of "
                 f"{', '.join(f'{r:g}' for r in sc.step_rates)} requests/s, "
                 f"{sc.step_duration_s:g} s each, at most {users} in flight")
+    elif sc.trace is not None:
+        load = (f"the trace {Path(sc.trace.path).name} at {sc.trace.speed:g}x, at most "
+                f"{users} in flight")
     elif sc.arrivals is not None:
         load = (f"{sc.arrivals.arrival} arrivals at {sc.arrivals.rate_rps:g} requests/s, at "
                 f"most {users} in flight")
@@ -211,6 +214,7 @@ def summary_lines(doc: dict) -> list[str]:
                f"{shared.get('group_size')}" if shared else "")
             + f"; run nonce {doc.get('run_nonce')}")
     lines += conversations.summary_lines(doc)
+    lines += traceblock.summary_lines(doc)
     lines += loadblock.summary_lines(doc)
     lines += servermetrics.summary_lines(doc)
     client = doc.get("client") or {}

@@ -16,7 +16,7 @@ from fullbench import full_benchmark
 
 from anvil_metrics import catalog
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.post import conversations, fields, loadblock, schema, steps
+from anvil_metrics.post import conversations, fields, loadblock, schema, steps, traceblock
 from anvil_metrics.telemetry import servermetrics
 from anvil_metrics.telemetry.servermetrics import ClientFigures, server_block
 
@@ -43,6 +43,7 @@ def test_the_blocks_tables_are_their_writers_keys(doc: dict[str, Any]) -> None:
     assert tuple(fields.LOAD) == (*loadblock.KEYS, *loadblock.OPTIONAL_KEYS) == tuple(
         doc["load"])
     assert tuple(fields.CONVERSATION) == conversations.BLOCK_KEYS == tuple(doc["conversation"])
+    assert tuple(fields.TRACE) == traceblock.KEYS == tuple(doc["trace"])
     assert tuple(fields.CONVERSATION_TURN) == conversations.TURN_KEYS == tuple(
         doc["conversation"]["turns"][0])
     assert set(fields.SCHEDULE_LAG) == set(doc["load"]["schedule_lag_ms"])

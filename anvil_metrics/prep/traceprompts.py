@@ -1,0 +1,70 @@
+"""A trace request's prompt: one text per hash id, so a server's prefix cache sees exactly the
+sharing the trace describes.
+
+Why words of one token: a Mooncake request's `hash_ids` name its blocks of `block_tokens`
+input tokens; two requests share a prefix exactly as far as their ids agree. So each id
+becomes a text of exactly `block_tokens` tokens, the same text wherever the id appears, and
+a request's prompt is its blocks' texts one after another. Exact sizes without counting
+every block: each block is `block_tokens` words drawn from `WORDS`, two-letter words that
+are one token each (with the space before them) in the BPE tokenizers of today's chat
+models and under both of the simulator's rules (`words4`, `syllable3`). The chat template's
+own tokens (`overhead_tokens`, counted once before the load) come off the last block, which
+holds the remainder as Mooncake's does, so the templated prompt is `input_tokens` long;
+`prepare` counts one whole prompt to check it.
+
+Each block's words come from its own generator, `PCG64([seed, id])`, with the seed taken
+from the run's nonce: a rerun's blocks differ (no cache carries over), `--run-nonce` repeats
+them. Requests without `hash_ids` (BurstGPT, plain JSONL) get text of their own (an id past
+any hash id, from their line), after their `prefix_id`'s shared text if they have one.
+"""
+
+from __future__ import annotations
+
+import zlib
+from functools import lru_cache
+
+import numpy as np
+
+WORDS = ("an", "as", "at", "be", "by", "do", "go", "he", "if", "in", "is", "it", "me", "my",
+         "no", "of", "on", "or", "so", "to", "up", "us", "we")
+_WORDS = np.array(WORDS)
+_LINE_IDS = 1 << 62  # a request's own text: ids past any hash id
+_PREFIX_IDS = 1 << 61  # a plain trace's shared prefix
+
+
+def nonce_seed(run_nonce: str) -> int:
+    """The blocks' seed of a run: the CRC-32 of its nonce."""
+    return zlib.crc32(run_nonce.encode())
+
+
+@lru_cache(maxsize=8192)
+def block_text(seed: int, block_id: int, words: int) -> str:
+    """`words` words of block `block_id` (a shorter block is the start of the longer)."""
+    rng = np.random.Generator(np.random.PCG64([seed, block_id]))
+    return " ".join(_WORDS[rng.integers(0, len(WORDS), size=words)].tolist())
+
+
+class TracePrompts:
+    """The prompt text of each trace request (module docstring)."""
+
+    def __init__(self, run_nonce: str, block_tokens: int, overhead_tokens: int) -> None:
+        self.seed = nonce_seed(run_nonce)
+        self.block_tokens = block_tokens
+        self.overhead_tokens = overhead_tokens
+
+    def text(self, input_tokens: int, hash_ids: tuple[int, ...] = (), line: int = 0,
+             prefix_id: str | None = None, prefix_tokens: int = 0) -> str:
+        """A trace request's message (`load.trace.TraceRequest`'s fields): `input_tokens`
+        less the template's tokens, as blocks of words."""
+        body = max(1, input_tokens - self.overhead_tokens)
+        if hash_ids:
+            head = [block_text(self.seed, h, self.block_tokens) for h in hash_ids[:-1]]
+            last = max(1, body - self.block_tokens * len(head))
+            return " ".join([*head, block_text(self.seed, hash_ids[-1], last)])
+        parts = []
+        if prefix_id is not None and 0 < prefix_tokens < body:
+            parts.append(block_text(self.seed, _PREFIX_IDS + zlib.crc32(prefix_id.encode()),
+                                    prefix_tokens))
+            body -= prefix_tokens
+        parts.append(block_text(self.seed, _LINE_IDS + line, body))
+        return " ".join(parts)

@@ -1,0 +1,119 @@
+"""A Mooncake trace replayed end to end: `anvil run --trace` against the simulator with its
+prefix cache on, 1,000 requests whose `hash_ids` share prefixes (`tracebuild.py`).
+
+The truth each figure is held to: the trace file itself. Each request fell due at its
+timestamp ÷ `--trace-speed` after the first (from the raw stamps: start − start delay, to
+the nanosecond of the millisecond stamps); the server counted each prompt at the trace's
+`input_length` (within 0.5 %; by construction exactly); the simulator's prefix cache served
+the share of input tokens the trace's own sharing allows, within 2 points; the `load` block
+reports the schedule's lag and the rate offered; `anvil verify` recomputes the document.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import anvil
+from tracebuild import mooncake_trace
+
+from anvil_metrics.runs.simproc import start_simulator
+
+pytestmark = pytest.mark.e2e
+
+N, SPEED, USERS = 1000, 2.0, 32
+
+
+def ok(proc) -> None:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("trace")
+    trace = tmp / "mooncake.jsonl"
+    cached, total = mooncake_trace(trace, N, groups=20, rate_rps=50.0, max_output=4)
+    with start_simulator(["--prefill-ms", "1", "--prefill-ms-per-token", "0.0005",
+                          "--interval-ms", "1", "--reasoning-tokens", "0",
+                          "--max-context", "16384", "--prefix-cache",
+                          "--prefix-cache-block", "512"]) as sim:
+        proc = anvil("run", "scenarios/smoke.toml", "--trace", str(trace), "--trace-speed",
+                     str(SPEED), "-H",
+                     sim.url, "-u", str(USERS), "--results-dir", str(tmp / "res"))
+    ok(proc)
+    (bench,) = (tmp / "res").glob("benchmark-*/benchmark.json")
+    lines = [orjson.loads(x) for x in trace.read_bytes().splitlines()]
+    return {"doc": orjson.loads(bench.read_bytes()), "path": bench, "stdout": proc.stdout,
+            "trace": lines, "file": trace, "expected": cached / total}
+
+
+def test_due_times_are_the_timestamps_over_the_speed(replay: dict) -> None:
+    raw = replay["path"].with_name("requests.jsonl")
+    recs = sorted((x for x in map(orjson.loads, raw.read_bytes().splitlines())
+                   if x.get("type") == "request"), key=lambda x: x["request_index"])
+    assert [x["request_index"] for x in recs] == list(range(N))
+    due = [x["start_ns"] - x["extra"]["start_delay_ns"] for x in recs]
+    ts = [x["timestamp"] for x in replay["trace"]]
+    want = [round((t - ts[0]) * 1e6 / SPEED) for t in ts]
+    assert [d - due[0] for d in due] == want  # to the ns, so to the millisecond
+    load = replay["doc"]["load"]
+    assert load["arrival"] == "trace" and load["waited_for_user"] is not None
+    assert load["offered_rate_rps"] == pytest.approx((N - 1) / ((ts[-1] - ts[0]) / 1000 / SPEED))
+    lag = load["schedule_lag_ms"]
+    assert lag["p99"] is not None and 0 <= lag["p50"] <= lag["p99"] <= lag["max"]
+    assert f"schedule lag p50 {lag['p50']:.2f}" in replay["stdout"] or "lag" in replay["stdout"]
+
+
+def test_each_prompt_is_the_traces_size(replay: dict) -> None:
+    rows = replay["doc"]["request_timings"]
+    assert len(rows) == N and replay["doc"]["failed"] == 0
+    sizes = [x["input_length"] for x in replay["trace"]]
+    errors = [abs(r["prompt_tokens"] - sizes[r["request_index"]]) / sizes[r["request_index"]]
+              for r in rows]
+    assert max(errors) <= 0.005, max(errors)
+    assert replay["doc"]["prompt_calibration"]["planned_vs_counted_error_pct_max"] <= 0.5
+    outs = [x["output_length"] for x in replay["trace"]]
+    assert all(r["output_tokens"] == outs[r["request_index"]] for r in rows)
+
+
+def test_the_servers_cache_serves_what_the_trace_shares(replay: dict) -> None:
+    block = replay["doc"]["trace"]
+    assert block["requests"] == N and block["speed"] == SPEED and block["block_tokens"] == 512
+    assert block["expected_reuse"] == pytest.approx(replay["expected"])
+    assert abs(block["reported_reuse"] - block["expected_reuse"]) <= 0.02, block
+    assert (f"prefix reuse the trace allows {block['expected_reuse']:.3f}, reported by the "
+            f"server {block['reported_reuse']:.3f}") in replay["stdout"]
+    stats = anvil("trace", "stats", str(replay["file"]), "--json")
+    ok(stats)
+    assert orjson.loads(stats.stdout)["expected_hit_ratio"] == pytest.approx(
+        block["expected_reuse"])
+
+
+def test_verify_recomputes_the_replay(replay: dict, tmp_path: Path) -> None:
+    ok(anvil("verify", str(replay["path"])))
+    doc = dict(replay["doc"])
+    doc["trace"] = {**doc["trace"], "reported_reuse": doc["trace"]["reported_reuse"] + 0.01}
+    bad = tmp_path / "benchmark.json"
+    bad.write_bytes(orjson.dumps(doc))
+    proc = anvil("verify", str(bad))
+    assert proc.returncode == 1 and "trace.reported_reuse" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("line,flags,named", [
+    (b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+     b'{"timestamp": -1, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
+     [], ":2: timestamp"),
+    (b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
+     ["--rate", "2"], "--rate is not allowed with --trace"),
+])  # fmt: skip
+def test_a_bad_trace_or_flag_is_one_line_and_exit_2(tmp_path: Path, line: bytes,
+                                                     flags: list[str], named: str) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(line)
+    proc = anvil("run", "scenarios/smoke.toml", "--trace", str(trace), *flags, "-H",
+                 "http://127.0.0.1:9",
+                 "--results-dir", str(tmp_path / "res"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip()
+    assert named in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
