@@ -29,13 +29,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from anvil_metrics.errors import MISSING, ScenarioError, WireError
 from anvil_metrics.prep.prompts import Calibration, SharedPrefix
 from anvil_metrics.load.scenario import Scenario, scenario_from_dict, scenario_to_dict
+from anvil_metrics.load.trace import TracePlan
 from anvil_metrics.post.schema import CALIBRATION_METHODS
 
 log = logging.getLogger("anvil")
@@ -206,7 +207,25 @@ class WorkerSetup:
 
 
 def scenario_to_wire(sc: Scenario) -> dict[str, Any]:
-    return {"source": sc.source, "document": scenario_to_dict(sc)}
+    """The scenario's file form, and a replay's `--trace` flags (`trace`: each worker reads
+    the same file, so it must be at that path on every worker's host)."""
+    trace = None
+    if sc.trace is not None:
+        trace = {f: getattr(sc.trace, f) for f in TracePlan.__dataclass_fields__}
+    return {"source": sc.source, "document": scenario_to_dict(sc), "trace": trace}
+
+
+def _trace_from_wire(d: Any) -> TracePlan:
+    """The `--trace` flags as `scenario_to_wire` sent them, each field checked."""
+    if not isinstance(d, dict) or set(d) != set(TracePlan.__dataclass_fields__):
+        raise WireError(SETUP, "scenario.trace", d, "the --trace flags as a dict")
+    positive: Check = (lambda v: isinstance(v, int | float) and not isinstance(v, bool)
+                       and math.isfinite(v) and v > 0, "a number > 0")
+    for key, check in (("path", TEXT), ("fmt", optional(STR)), ("speed", positive),
+                       ("limit", optional(at_least(1))), ("block_tokens", at_least(1)),
+                       ("model", optional(STR))):
+        need(d, key, check, SETUP, "scenario.trace.")
+    return TracePlan(**d)
 
 
 def scenario_from_wire(d: dict[str, Any]) -> Scenario:
@@ -220,9 +239,13 @@ def scenario_from_wire(d: dict[str, Any]) -> Scenario:
                 raise WireError(SETUP, "scenario.document.context_distribution", k,
                                 "keys that are token counts written as strings")
     try:
-        return scenario_from_dict(doc, source=source)
+        sc = scenario_from_dict(doc, source=source)
     except ScenarioError as e:
         raise WireError(SETUP, f"scenario.document.{e.field}", e.value, e.allowed) from None
+    if d.get("trace") is not None:  # a replay: the requests are the trace's (replay.py)
+        sc = replace(sc, trace=_trace_from_wire(d["trace"]), warmup_requests=0,
+                     arrivals=None, duration_s=None)
+    return sc
 
 
 def calibration_to_wire(c: Calibration) -> dict[str, Any]:

@@ -23,12 +23,13 @@ import orjson
 from greenlet import GreenletExit
 
 from anvil_metrics.post import saturation
-from anvil_metrics.load.body import BodyBuilder
+from anvil_metrics.load.body import BodyBuilder, TraceBodies
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
+from anvil_metrics.prep.traceprompts import TracePrompts
 from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.live.recorder import Recorder
 from anvil_metrics.records import Failure, RequestRecord, worker_identity
@@ -130,8 +131,15 @@ class WorkerSession:
         prompts = PromptFactory(setup.calibration, setup.scenario.context_seed,
                                 setup.run_nonce, setup.scenario.system_prompt, setup.shared,
                                 words=setup.words, prefix_words=setup.prefix_words)
-        self.bodies = BodyBuilder(setup.scenario, setup.model, prompts)
-        self.bodies.prepare(setup.sizes)
+        self.bodies: BodyBuilder | TraceBodies
+        if setup.scenario.trace is not None:  # a replay: the same trace file, read here
+            self.bodies = TraceBodies(setup.scenario, setup.model, setup.scenario.trace.read(),
+                                      TracePrompts(setup.run_nonce,
+                                                   setup.scenario.trace.block_tokens,
+                                                   round(setup.calibration.overhead_tokens)))
+        else:
+            self.bodies = BodyBuilder(setup.scenario, setup.model, prompts)
+            self.bodies.prepare(setup.sizes)
         self.conversations = None  # the master refuses a [conversation] (plugin.py)
         self.worker = worker_identity()
         self._send = send

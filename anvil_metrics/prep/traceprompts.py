@@ -9,8 +9,9 @@ every block: each block is `block_tokens` words drawn from `WORDS`, two-letter w
 are one token each (with the space before them) in the BPE tokenizers of today's chat
 models and under both of the simulator's rules (`words4`, `syllable3`). The chat template's
 own tokens (`overhead_tokens`, counted once before the load) come off the last block, which
-holds the remainder as Mooncake's does, so the templated prompt is `input_tokens` long;
-`prepare` counts one whole prompt to check it.
+holds the remainder as Mooncake's does, so the templated prompt is `input_tokens` long (a
+remainder shorter than the template's tokens takes words from the block before it, whose
+text stays the start of its id's); `prepare` counts one whole prompt to check it.
 
 Each block's words come from its own generator, `PCG64([seed, id])`, with the seed taken
 from the run's nonce: a rerun's blocks differ (no cache carries over), `--run-nonce` repeats
@@ -58,9 +59,18 @@ class TracePrompts:
         less the template's tokens, as blocks of words."""
         body = max(1, input_tokens - self.overhead_tokens)
         if hash_ids:
-            head = [block_text(self.seed, h, self.block_tokens) for h in hash_ids[:-1]]
-            last = max(1, body - self.block_tokens * len(head))
-            return " ".join([*head, block_text(self.seed, hash_ids[-1], last)])
+            n = len(hash_ids)
+            words = [self.block_tokens] * (n - 1) + [body - self.block_tokens * (n - 1)]
+            # a remainder shorter than the template's tokens takes words from the blocks
+            # before it (their texts stay the start of their ids'): the size is kept
+            for k in range(n - 1, 0, -1):
+                if words[k] >= 1:
+                    break
+                words[k - 1] += words[k] - 1
+                words[k] = 1
+            words[0] = max(1, words[0])
+            return " ".join(block_text(self.seed, h, w)
+                            for h, w in zip(hash_ids, words, strict=True))
         parts = []
         if prefix_id is not None and 0 < prefix_tokens < body:
             parts.append(block_text(self.seed, _PREFIX_IDS + zlib.crc32(prefix_id.encode()),

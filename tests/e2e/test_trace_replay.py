@@ -1,5 +1,6 @@
 """A Mooncake trace replayed end to end: `anvil run --trace` against the simulator with its
-prefix cache on, 1,000 requests whose `hash_ids` share prefixes (`tracebuild.py`).
+prefix cache on, 1,000 requests whose `hash_ids` share prefixes (`tracebuild.py`), by one
+Locust process and by a master with two workers.
 
 The truth each figure is held to: the trace file itself. Each request fell due at its
 timestamp ÷ `--trace-speed` after the first (from the raw stamps: start − start delay, to
@@ -22,30 +23,35 @@ from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 
-N, SPEED, USERS = 1000, 2.0, 32
+N, SPEED, USERS = 1000, 4.0, 32
+BLOCK = 128  # tokens per hash id (Mooncake's are 512; --trace-block sets it): smaller prompts
 
 
 def ok(proc) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-@pytest.fixture(scope="module")
-def replay(tmp_path_factory: pytest.TempPathFactory) -> dict:
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-process", "processes-2"])
+def replay(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The replay by one Locust process, and by a master with two workers (the master owns
+    the schedule; each worker reads the same trace file)."""
     tmp = tmp_path_factory.mktemp("trace")
     trace = tmp / "mooncake.jsonl"
-    cached, total = mooncake_trace(trace, N, groups=20, rate_rps=50.0, max_output=4)
-    with start_simulator(["--prefill-ms", "1", "--prefill-ms-per-token", "0.0005",
+    cached, total = mooncake_trace(trace, N, groups=20, rate_rps=100.0, max_output=4,
+                                   block=BLOCK)
+    with start_simulator(["--prefill-ms", "1", "--prefill-ms-per-token", "0.001",
                           "--interval-ms", "1", "--reasoning-tokens", "0",
                           "--max-context", "16384", "--prefix-cache",
-                          "--prefix-cache-block", "512"]) as sim:
+                          "--prefix-cache-block", str(BLOCK)]) as sim:
         proc = anvil("run", "scenarios/smoke.toml", "--trace", str(trace), "--trace-speed",
-                     str(SPEED), "-H",
-                     sim.url, "-u", str(USERS), "--results-dir", str(tmp / "res"))
+                     str(SPEED), "--trace-block", str(BLOCK), "-H", sim.url, "-u", str(USERS),
+                     "--processes", str(request.param), "--results-dir", str(tmp / "res"))
     ok(proc)
     (bench,) = (tmp / "res").glob("benchmark-*/benchmark.json")
     lines = [orjson.loads(x) for x in trace.read_bytes().splitlines()]
     return {"doc": orjson.loads(bench.read_bytes()), "path": bench, "stdout": proc.stdout,
-            "trace": lines, "file": trace, "expected": cached / total}
+            "trace": lines, "file": trace, "expected": cached / total,
+            "processes": request.param}
 
 
 def test_due_times_are_the_timestamps_over_the_speed(replay: dict) -> None:
@@ -56,7 +62,11 @@ def test_due_times_are_the_timestamps_over_the_speed(replay: dict) -> None:
     due = [x["start_ns"] - x["extra"]["start_delay_ns"] for x in recs]
     ts = [x["timestamp"] for x in replay["trace"]]
     want = [round((t - ts[0]) * 1e6 / SPEED) for t in ts]
-    assert [d - due[0] for d in due] == want  # to the ns, so to the millisecond
+    if replay["processes"] == 1:
+        assert [d - due[0] for d in due] == want  # to the ns, so to the millisecond
+    else:  # the master's due times on each worker's clock: to the millisecond
+        assert max(abs(d - due[0] - w) for d, w in zip(due, want, strict=True)) < 1_000_000
+        assert len({x["worker"] for x in recs}) == 2
     load = replay["doc"]["load"]
     assert load["arrival"] == "trace" and load["waited_for_user"] is not None
     assert load["offered_rate_rps"] == pytest.approx((N - 1) / ((ts[-1] - ts[0]) / 1000 / SPEED))
@@ -79,12 +89,12 @@ def test_each_prompt_is_the_traces_size(replay: dict) -> None:
 
 def test_the_servers_cache_serves_what_the_trace_shares(replay: dict) -> None:
     block = replay["doc"]["trace"]
-    assert block["requests"] == N and block["speed"] == SPEED and block["block_tokens"] == 512
+    assert block["requests"] == N and block["speed"] == SPEED and block["block_tokens"] == BLOCK
     assert block["expected_reuse"] == pytest.approx(replay["expected"])
     assert abs(block["reported_reuse"] - block["expected_reuse"]) <= 0.02, block
     assert (f"prefix reuse the trace allows {block['expected_reuse']:.3f}, reported by the "
             f"server {block['reported_reuse']:.3f}") in replay["stdout"]
-    stats = anvil("trace", "stats", str(replay["file"]), "--json")
+    stats = anvil("trace", "stats", str(replay["file"]), "--trace-block", str(BLOCK), "--json")
     ok(stats)
     assert orjson.loads(stats.stdout)["expected_hit_ratio"] == pytest.approx(
         block["expected_reuse"])

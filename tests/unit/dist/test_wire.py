@@ -405,3 +405,32 @@ def test_the_master_refuses_the_run_when_its_only_worker_refuses_the_setup(
     assert c.workers["W"].info["error"].startswith("anvil_setup: version = 0 is not allowed")
     assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
     assert "could not set up the run: anvil_setup: version = 0" in caplog.records[1].getMessage()
+
+
+def test_a_replays_setup_carries_its_trace_and_builds_the_same_bodies(tmp_path: Path) -> None:
+    """A worker of a replay reads the same trace file and builds byte-identical bodies
+    (the template's tokens travel as the calibration's overhead); a damaged trace field is
+    one WireError naming it."""
+    from tracebuild import mooncake_trace
+
+    from anvil_metrics.load.body import TraceBodies
+    from anvil_metrics.load.trace import TracePlan
+    from anvil_metrics.prep.traceprompts import TracePrompts
+
+    path = tmp_path / "m.jsonl"
+    mooncake_trace(path, 30)
+    plan = TracePlan(str(path), "mooncake", 2.0, 20, 512, None)
+    sc = replace(scenario_from_dict({"measurement_protocol": "wire", "requests": 20}),
+                 trace=plan, warmup_requests=0)
+    cal = Calibration("tokenize", 9.0, 1.0)
+    master = TraceBodies(sc, "the-model", plan.read(), TracePrompts("nonce-1", 512, 9))
+    setup = WorkerSetup("run-1", sc, "http://127.0.0.1:9", None, "the-model", cal, "nonce-1",
+                        None, {}, None, [100])
+    got = WorkerSetup.from_wire(over_locust("anvil_setup", setup.to_wire()))
+    assert got.scenario.trace == plan and got.scenario.requests == 20
+    session = WorkerSession(got, lambda *a: None)
+    assert all(session.bodies.build_parts(0, i) == master.build_parts(0, i) for i in range(20))
+    wire = setup.to_wire()
+    wire["scenario"]["trace"]["speed"] = 0
+    with pytest.raises(WireError, match="scenario.trace.speed"):
+        WorkerSetup.from_wire(wire)

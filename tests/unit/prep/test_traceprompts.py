@@ -24,7 +24,7 @@ def test_every_word_is_one_token_and_a_prompt_is_its_size(rule: str) -> None:
     overhead = count_chat_tokens(user(WORDS[0]), rule) - 1
     p = TracePrompts("abcd1234", 512, overhead)
     for size, ids in ((1500, (1, 2, 3)), (1024 + overhead + 1, (1, 2, 3)), (600, (1, 9)),
-                      (40, (7,)), (900, ())):
+                      (1024 + 2, (1, 2, 3)), (512 + 1, (4, 5)), (40, (7,)), (900, ())):
         assert count_chat_tokens(user(p.text(size, ids, line=3)), rule) == size, (size, ids)
 
 
