@@ -13,12 +13,12 @@ names a tampered per-turn figure).
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import orjson
 import pytest
 from conftest import REPO, anvil
 
+from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
@@ -145,14 +145,11 @@ def test_ttft_rises_with_history(run: dict) -> None:
     assert last - first > 0.5 * PER_TOKEN_MS * (prompts[-1] - prompts[0]), turns
 
 
-def test_verify_recomputes_the_conversation_block(run: dict, tmp_path: Path) -> None:
+def test_verify_recomputes_the_conversation_block(run: dict) -> None:
     ok(anvil("verify", str(run["path"])))
     doc = orjson.loads(run["path"].read_bytes())
     doc["conversation"]["turns"][1]["ttft_p50_ms"] += 1.0
     doc["conversation"]["completed"] += 1
-    tampered = tmp_path / "benchmark.json"
-    tampered.write_bytes(orjson.dumps(doc))
-    proc = anvil("verify", str(tampered))
-    assert proc.returncode == 1
-    assert "conversation.turns[1].ttft_p50_ms" in proc.stdout + proc.stderr
-    assert "conversation.completed" in proc.stdout + proc.stderr
+    problems = verify_benchmark(doc)  # what `anvil verify` prints, in this process
+    assert any(p.startswith("conversation.turns[1].ttft_p50_ms") for p in problems)
+    assert any(p.startswith("conversation.completed") for p in problems)
