@@ -25,7 +25,7 @@ from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 
-N, SPEED, USERS = 1000, 4.0, 32
+N, SPEED, USERS = 1000, 2.0, 32  # 50 requests/s in the trace: 100/s replayed, ~10 s
 BLOCK = 128  # tokens per hash id (Mooncake's are 512; --trace-block sets it): smaller prompts
 
 
@@ -39,7 +39,7 @@ def replay(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     the schedule; each worker reads the same trace file)."""
     tmp = tmp_path_factory.mktemp("trace")
     trace = tmp / "mooncake.jsonl"
-    cached, total = mooncake_trace(trace, N, groups=20, rate_rps=100.0, max_output=4,
+    cached, total = mooncake_trace(trace, N, groups=20, rate_rps=50.0, max_output=4,
                                    block=BLOCK)
     with start_simulator(["--prefill-ms", "1", "--prefill-ms-per-token", "0.001",
                           "--interval-ms", "1", "--reasoning-tokens", "0",
