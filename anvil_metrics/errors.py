@@ -12,6 +12,10 @@ attempted, why it failed, and how to fix it, so that line is enough on its own.
     │                          transport reads (names the version, the attribute, the range)
     │   └── JsonFileError      (in `jsonio`) a JSON file a user named is missing, unreadable
     │                          or not strict JSON (names the file, the fault, what was expected)
+    │   └── InputEntryError    an entry of an input file that cannot be used (names the file,
+    │       │                  the line or index, the field, the value, what is allowed)
+    │       ├── TraceError     (in `load.trace`) a trace's line
+    │       └── DatasetError   (in `load.dataset`) a dataset's entry
     ├── RawFileError           `requests.jsonl` unreadable or invalid (names the file and line)
     ├── WireError              a message between a distributed master and worker with a bad
     │                          field: names the message, the field, the value and what is allowed
@@ -74,6 +78,21 @@ class ScenarioError(UsageError):
         self.source = source
         where = f"{source}: " if source else "scenario: "
         super().__init__(f"{where}{field} = {value!r} is not allowed; use {allowed}")
+
+
+class InputEntryError(UsageError):
+    """An entry of a file the user named (a trace's line, a dataset's entry) that cannot be
+    used: `path:where: field = value is not allowed; use allowed` (long values cut).
+
+    >>> str(InputEntryError("t.jsonl", 2, "timestamp", -1, "a number >= 0"))
+    't.jsonl:2: timestamp = -1 is not allowed; use a number >= 0'
+    """
+
+    def __init__(self, path: str, where: int | str, field: str, value: Any,
+                 allowed: str) -> None:
+        shown = repr(value) if not isinstance(value, str) or len(value) < 60 else (
+            repr(value[:57]) + "...")
+        super().__init__(f"{path}:{where}: {field} = {shown} is not allowed; use {allowed}")
 
 
 class TransportUnsupported(UsageError):

@@ -25,7 +25,7 @@ import queue
 import reprlib
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -220,3 +220,22 @@ def show(value: Any) -> str:
 _SHOW = reprlib.Repr()
 _SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 3, 60, 60, 60
 _SHOW.maxlist = _SHOW.maxtuple = _SHOW.maxdict = 6
+
+
+def object_lines(path: Path, error: Callable[[str, int, str, Any, str], Exception]
+                 ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each non-blank line of a JSONL file the user named, as (line number, object); a line
+    that is not one JSON object raises `error(path, line, "line", text, allowed)` (an
+    `errors.InputEntryError`: a trace's, a dataset's)."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                raise error(str(path), n, "line", raw.decode(errors="replace").strip(),
+                            f"one JSON object a line ({e})") from None
+            if not isinstance(obj, dict):
+                raise error(str(path), n, "line", obj, "one JSON object a line")
+            yield n, obj

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.body import BodyBuilder, ConversationBodies, TraceBodies, body_fields
+from anvil_metrics.load.body import (
+    BodyBuilder,
+    ConversationBodies,
+    DatasetBodies,
+    TraceBodies,
+    body_fields,
+)
+from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
@@ -48,13 +55,14 @@ class Prepared:
     model: str
     prompts: PromptFactory
     sizing: dict[str, Any]
-    bodies: BodyBuilder | TraceBodies
+    bodies: BodyBuilder | TraceBodies | DatasetBodies
     conversations: ConversationBodies | None = None
 
 
 def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: list[int],
                      shared: SharedPrefix | None,
-                     trace: list[TraceRequest] | None = None) -> Prepared:
+                     trace: list[TraceRequest] | None = None,
+                     dataset: list[DatasetEntry] | None = None) -> Prepared:
     """Resolve the model (the scenario's, checked against the server's list, or the
     server's first), find how the server counts tokens, refuse a plan beyond its context
     limit, size every prompt and build every body; one probe client, closed at the end."""
@@ -72,12 +80,19 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
         check_server_limit(counter.max_model_len, sizes, sc)
         if trace is not None:  # a replay: the trace's own prompts, no calibration
             return prepare_trace(opts, counter, model, nonce, trace)
+        if dataset is not None and sc.conversation is None:  # a dataset's single prompts
+            sizing = {"counter": counter.source, "cache": "off", "counted": {},
+                      "expected_shared_tokens": None}
+            prompts = PromptFactory(NO_CALIBRATION, sc.context_seed, nonce, None, None)
+            return Prepared(model, prompts, sizing, DatasetBodies(sc, model, dataset))
         prompts, sizing = prepare_prompts(opts, client, counter, fields, model, nonce, sizes,
                                           shared)
         bodies = BodyBuilder(sc, model, prompts)
         bodies.prepare(sizes)
         conversations = None
-        if sc.conversation is not None:
+        if sc.conversation is not None and dataset is not None:  # a dataset's conversations
+            conversations = ConversationBodies(sc, model, DatasetTurns(dataset, nonce))
+        elif sc.conversation is not None:
             conversations = prepare_conversations(opts, counter, prompts.calibration, model,
                                                   nonce, sizing)
     finally:

@@ -30,7 +30,7 @@ from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.load.arrivals import Schedule
-from anvil_metrics.load.body import BodyBuilder, ConversationBodies, TraceBodies
+from anvil_metrics.load.body import BodyBuilder, ConversationBodies, DatasetBodies, TraceBodies
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.replay import TraceSchedule
 from anvil_metrics.load.scenario import Scenario
@@ -52,7 +52,8 @@ log = logging.getLogger("anvil")
 class RunSession:
     def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
-                 bodies: BodyBuilder | TraceBodies, budget: RequestBudget, header: dict[str, Any],
+                 bodies: BodyBuilder | TraceBodies | DatasetBodies, budget: RequestBudget,
+                 header: dict[str, Any],
                  prompts: PromptFactory | None = None, controls: Controls = NO_CONTROLS,
                  on_end: Callable[[], None] | None = None,
                  conversations: ConversationBodies | None = None) -> None:
@@ -160,7 +161,8 @@ class RunSession:
         concurrency = min(opts.users, shared.group_size) if shared else opts.users
         if sc.step_users is not None:
             concurrency = max(sc.step_users)
-        ready = prepare_requests(opts, endpoint, nonce, sizes, shared, trace)
+        dataset = sc.dataset.read() if sc.dataset is not None else None
+        ready = prepare_requests(opts, endpoint, nonce, sizes, shared, trace, dataset)
         # who the server is (bounded probes; the flags and [meta] win): provenance.py
         identity = merge(discover(endpoint.base_url, headers=_auth(opts.api_key),
                                   model=ready.model), {"engine": sc.meta.get("engine")})
@@ -303,7 +305,7 @@ def _run_folder(opts: RunOptions) -> tuple[str, Path]:
 def _context_distribution(sc: Scenario, budget: RequestBudget) -> dict[str, int] | None:
     """How many measured requests plan each prompt size; None without a request budget
     (counted at the end), and in a conversation run (a turn's size is its history's)."""
-    if sc.requests is None or sc.conversation is not None:
+    if sc.requests is None or sc.conversation is not None or sc.dataset is not None:
         return None
     distribution: dict[str, int] = {}
     for i in range(sc.requests):
@@ -366,5 +368,7 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         params["conversation"] = sc.conversation.to_table()
     if sc.trace is not None and trace:  # a replay: the flags and the trace's own reuse
         params["trace"] = sc.trace.to_params(trace)
+    if sc.dataset is not None:  # prompts from a file: which, and how many entries
+        params["dataset"] = sc.dataset.to_params()
     params["server"] = _server_params(opts, endpoint, identity)
     return params

@@ -149,7 +149,8 @@ class ChatStreamUser(User):
         now = time.perf_counter_ns()
         obs = StreamObserver(
             ticket.request_index, now, warmup=ticket.warmup,
-            planned_context_tokens=ticket.planned_context_tokens if talk is None else None,
+            planned_context_tokens=(ticket.planned_context_tokens if talk is None
+                                    and getattr(run.bodies, "sized", True) else None),
             worker=run.worker, on_first_output=_fire_first_output,
             on_first_content=_fire_first_content, keep_text=talk is not None,
         )

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics.load.conversation import ConversationDraws
+from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.prep.prompts import PromptFactory
@@ -90,14 +91,14 @@ class ConversationBodies:
     messages so far. Each message is serialised once, when it joins the conversation, so
     turn k's body is k joins of bytes, not the whole history re-serialised."""
 
-    def __init__(self, sc: Scenario, model: str, prompts: ConversationPrompts) -> None:
+    def __init__(self, sc: Scenario, model: str,
+                 prompts: ConversationPrompts | DatasetTurns) -> None:
         assert sc.conversation is not None
         self.plan = sc.conversation
         raw = orjson.dumps({**body_fields(sc, model), "messages": []})
         # the last occurrence: the key is added last (extra_body may nest a "messages")
         self._head, self._tail = raw.rsplit(b'"messages":[]', 1)
         self._prompts = prompts
-        self._opening = [orjson.dumps(m) for m in prompts.opening()]
 
     def start(self, conversation: int) -> Conversation:
         """Conversation `conversation`'s history (the shared opening only), its draws and
@@ -105,8 +106,12 @@ class ConversationBodies:
         name = self.plan.session_header
         header = (b"" if name is None else
                   f"{name}: {self._prompts.run_nonce}-{conversation}\r\n".encode("ascii"))
-        return Conversation(self, conversation, list(self._opening),
-                            self.plan.draws(conversation), header)
+        p = self._prompts
+        opening = [orjson.dumps(m) for m in p.opening(conversation)]
+        fixed = p.turns(conversation)  # a dataset's conversation: its own, at most the plan's
+        fixed = None if fixed is None else min(fixed, self.plan.max_turns)
+        return Conversation(self, conversation, opening, self.plan.draws(conversation, fixed),
+                            header)
 
 
 class Conversation:
@@ -180,3 +185,21 @@ class TraceBodies:
         out = self._reqs[index].output_tokens
         return (orjson.dumps({**self._fields, "max_tokens": out, "ignore_eos": True,
                               "min_tokens": out, "messages": self.messages(index)}),)
+
+
+class DatasetBodies:
+    """Single-turn request bodies from a dataset (`load/dataset.py`): request k sends entry
+    k mod n's first user turn (after its system prompt, if any). No planned size
+    (`sized`): its count is the server's."""
+
+    sized = False
+
+    def __init__(self, sc: Scenario, model: str, entries: list[DatasetEntry]) -> None:
+        self._fields = body_fields(sc, model)
+        self._entries = entries
+
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+        e = self._entries[index % len(self._entries)]
+        messages = ([] if e.system is None else [{"role": "system", "content": e.system}])
+        messages.append({"role": "user", "content": e.turns[0]})
+        return (orjson.dumps({**self._fields, "messages": messages}),)

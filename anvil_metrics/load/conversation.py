@@ -178,10 +178,12 @@ class ConversationPlan:
     session_header: str | None = DEFAULT_SESSION_HEADER
     seed: int = 0
 
-    def draws(self, index: int) -> ConversationDraws:
-        """Conversation `index`'s turns and think times, from its own generator."""
+    def draws(self, index: int, turns: int | None = None) -> ConversationDraws:
+        """Conversation `index`'s turns (`turns` when its source fixes them: a dataset's
+        conversation) and think times, from its own generator."""
         rng = np.random.Generator(np.random.PCG64([self.seed, index]))
-        turns = int(self.turns.sample(rng, whole=True))
+        drawn = int(self.turns.sample(rng, whole=True))
+        turns = drawn if turns is None else turns
         think = tuple(self.think_time.sample(rng, whole=False) for _ in range(turns - 1))
         return ConversationDraws(index, turns, think)
 

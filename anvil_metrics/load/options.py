@@ -262,6 +262,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--trace-block", "tokens per hash id block of a Mooncake trace (default 512)",
            whole(1)),
     Option("--trace-model", "a BurstGPT trace: only this model's rows"),
+    Option("--dataset", "send prompts from this file (ShareGPT JSON, JSONL of prompt or "
+           "messages, or plain text paragraphs): see load/dataset.py"),
+    Option("--dataset-format", "the dataset's format: sharegpt, jsonl or text (default: told "
+           "by the file)"),
     Option("--steps", "a sweep of users: one step per count, e.g. 1,4,16,64, each "
            "--step-duration long (steps[] in benchmark.json)", counts),
     Option("--rates", "a sweep of open-loop rates (requests/s), e.g. 1,2,4,8, each "
@@ -467,6 +471,10 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         from anvil_metrics.load.replay import replay_scenario
 
         sc = replay_scenario(sc, v)
+    if v["dataset"] is not None:
+        from anvil_metrics.load.replay import dataset_scenario
+
+        sc = dataset_scenario(sc, v)
     given = {key: v[key] for key in PROVENANCE if v[key] is not None}
     if given:  # the flags override the scenario's [meta]
         sc = replace(sc, meta={**sc.meta, **given})

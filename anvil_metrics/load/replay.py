@@ -1,4 +1,5 @@
-"""A trace replayed as load: `--trace FILE` and its flags, and the schedule its timestamps give.
+"""A trace replayed as load: `--trace FILE` and its flags, and the schedule its timestamps give
+(and `--dataset`'s place in the scenario, checked the same way before any load).
 
 Why apart from `trace.py` (which reads and checks a file, and `anvil trace stats` uses
 alone): a replay is an open-loop run whose arrivals are the trace's own. Request k of the
@@ -18,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.load.dataset import DatasetPlan
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import MOONCAKE_BLOCK_TOKENS, TracePlan, TraceRequest
 
@@ -62,3 +64,14 @@ def replay_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
     reqs = plan.read()
     return replace(sc, trace=plan, requests=len(reqs), warmup_requests=0, arrivals=None,
                    duration_s=None)
+
+
+def dataset_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
+    """`sc` sending `--dataset`'s prompts (`v`: the typed options), read and checked here so
+    a bad entry stops the run before any load."""
+    if sc.trace is not None or sc.shared_prefix_burst:
+        raise UsageError("--dataset is not allowed with --trace or shared-prefix bursts: "
+                         "those make their own prompts")
+    plan = DatasetPlan(v["dataset"], v.get("dataset_format"))
+    plan.read()
+    return replace(sc, dataset=plan)

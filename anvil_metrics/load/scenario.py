@@ -72,6 +72,7 @@ import orjson
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.load.conversation import ConversationPlan
+from anvil_metrics.load.dataset import DatasetPlan
 from anvil_metrics.load.scenariofields import Timeouts, scenario_fields
 from anvil_metrics.load.trace import TracePlan
 
@@ -111,6 +112,7 @@ class Scenario:
     cooldown_s: float | None = None  # the figures (`--warmup`/`--cooldown`)
     conversation: ConversationPlan | None = None  # multi-turn (`conversation.py`)
     trace: TracePlan | None = None  # a replayed trace (`replay.py`; set by --trace)
+    dataset: DatasetPlan | None = None  # prompts from a file (`dataset.py`; --dataset)
     source: str | None = None
 
     @property

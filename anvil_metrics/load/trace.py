@@ -36,20 +36,16 @@ from typing import Any
 import numpy as np
 import orjson
 
-from anvil_metrics.errors import UsageError
+from anvil_metrics.errors import InputEntryError, UsageError
+from anvil_metrics.jsonio import object_lines
 
 FORMATS = ("mooncake", "burstgpt", "jsonl")
 MOONCAKE_BLOCK_TOKENS = 512
 _BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 
 
-class TraceError(UsageError):
+class TraceError(InputEntryError):
     """A trace line that cannot be replayed: where, which field, what it must be."""
-
-    def __init__(self, path: str, line: int, field: str, value: Any, allowed: str) -> None:
-        shown = repr(value) if not isinstance(value, str) or len(value) < 60 else (
-            repr(value[:57]) + "...")
-        super().__init__(f"{path}:{line}: {field} = {shown} is not allowed; use {allowed}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,18 +106,7 @@ def _ms(path: str, line: int, obj: dict, key: str, scale: float = 1.0) -> float:
 
 
 def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    with path.open("rb") as f:
-        for n, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError as e:
-                raise TraceError(str(path), n, "line", raw.decode(errors="replace").strip(),
-                                 f"one JSON object a line ({e})") from None
-            if not isinstance(obj, dict):
-                raise TraceError(str(path), n, "line", obj, "one JSON object a line")
-            yield n, obj
+    return object_lines(path, TraceError)
 
 
 def _mooncake(path: Path, block_tokens: int) -> Iterator[TraceRequest]:

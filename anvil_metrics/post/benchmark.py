@@ -110,7 +110,8 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     params = raw.header.get("params") or {}
     load = params.get("load")
     if isinstance(load, dict) and load.get("mode") != "budget" and (
-            doc["context_distribution"] is None) and not params.get("conversation"):
+            doc["context_distribution"] is None) and not (
+            params.get("conversation") or params.get("dataset")):
         doc["context_distribution"] = _issued_sizes(col["planned_context_tokens"][order])
     criteria = None
     if params.get("goodput"):  # criteria the run was given (checked when it started)
@@ -171,6 +172,8 @@ def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowCo
         doc["conversation"] = build_conversation(params["conversation"], rows)
     if isinstance(params.get("trace"), dict):
         doc["trace"] = build_trace(params["trace"], rows)
+    if isinstance(params.get("dataset"), dict):  # as the header says: no figure of its own
+        doc["dataset"] = {k: params["dataset"].get(k) for k in ("file", "format", "entries")}
 
 
 def measured_order(raw: RawColumns) -> MeasuredOrder:

@@ -39,7 +39,7 @@ def expected_shared(params: Mapping[str, Any]) -> int | None:
     """How many tokens the run's prompts may share (`expected_shared_tokens`), or None
     when hits are expected (shared-prefix mode, a reused nonce) or were never counted."""
     if (params.get("nonce_reused") or params.get("shared_prefix")
-            or params.get("conversation") or params.get("trace")):
+            or params.get("conversation") or params.get("trace") or params.get("dataset")):
         return None  # (a conversation's history, a trace's blocks: their blocks compare)
     sizing = params.get("prompt_sizing") or {}
     expected = sizing.get("expected_shared_tokens")

@@ -95,6 +95,9 @@ RUN: Text = {
                      "without a [conversation]"),
     "trace": ("", "a replayed trace: what was replayed, and the prefix reuse it allows beside "
               "the server's; absent without --trace"),
+    "dataset": ("", "{file, format, entries}: the prompts came from this dataset file (their "
+                "sizes are the server's counts, planned_context_tokens null); absent without "
+                "--dataset"),
 }
 
 FAILURE: Text = {
@@ -204,6 +207,13 @@ CONVERSATION: Text = {
                        "cached_tokens: the share the server says it served from its cache; "
                        "null when no row reports it"),
     "turns": ("", "one block per turn number, from 1"),
+}
+
+DATASET: Text = {
+    "file": ("", "the dataset file's name (its folder is not recorded)"),
+    "format": ("", "sharegpt, jsonl or text as --dataset-format gave it; null: told by the "
+               "file"),
+    "entries": ("", "the usable entries it holds (request k sends entry k mod entries)"),
 }
 
 TRACE: Text = {

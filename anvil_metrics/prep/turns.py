@@ -132,7 +132,11 @@ class ConversationPrompts:
         self.texts = texts
         self.run_nonce = run_nonce
 
-    def opening(self) -> list[dict[str, str]]:
+    def turns(self, conversation: int) -> int | None:
+        """None: the plan draws each conversation's turns."""
+        return None
+
+    def opening(self, conversation: int = 0) -> list[dict[str, str]]:
         """The messages every conversation starts with (the shared system prompt)."""
         system = self.texts.system
         return [] if system is None else [{"role": "system", "content": system}]

@@ -225,6 +225,8 @@ def benchmark_schema() -> dict[str, Any]:
         "steps": nullable({"type": "array", "items": _step()}),
         "server": _server(),
         "conversation": _conversation(),
+        "dataset": nullable(obj({"file": STRING, "format": nullable(STRING),
+                                 "entries": COUNT}, text=fields.DATASET)),
         "trace": nullable(obj({"file": STRING, "format": nullable(STRING),
                                "speed": FIGURE, "limit": nullable(COUNT),
                                "block_tokens": COUNT, "model": nullable(STRING),

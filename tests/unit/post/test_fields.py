@@ -44,6 +44,7 @@ def test_the_blocks_tables_are_their_writers_keys(doc: dict[str, Any]) -> None:
         doc["load"])
     assert tuple(fields.CONVERSATION) == conversations.BLOCK_KEYS == tuple(doc["conversation"])
     assert tuple(fields.TRACE) == traceblock.KEYS == tuple(doc["trace"])
+    assert tuple(fields.DATASET) == tuple(doc["dataset"])
     assert tuple(fields.CONVERSATION_TURN) == conversations.TURN_KEYS == tuple(
         doc["conversation"]["turns"][0])
     assert set(fields.SCHEDULE_LAG) == set(doc["load"]["schedule_lag_ms"])
