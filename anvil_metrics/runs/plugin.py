@@ -259,9 +259,13 @@ def _start_workers(environment: Any, session: RunSession) -> None:
 
 
 def _check_conversation(opts: Any, master: bool) -> None:
-    """What conversations do not do yet: several processes, and an open loop (where the
-    schedule would give conversation starts and think time the later turns)."""
+    """What conversations and datasets do not do yet: several processes; for conversations,
+    an open loop (where the schedule would give conversation starts and think time the
+    later turns)."""
     sc = opts.scenario
+    if sc.dataset is not None and master:
+        raise UsageError("--dataset runs in one process for now; drop --processes (or "
+                         "--master)")
     if sc.conversation is None:
         return
     where = sc.source or "the scenario"

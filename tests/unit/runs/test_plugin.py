@@ -173,3 +173,17 @@ def test_a_conversation_runs_closed_loop_in_one_process_for_now(master: bool,
     assert str(e.value).startswith("c.toml has a [conversation]") and e.value.exit_code == 2
     plugin._check_conversation(SimpleNamespace(scenario=scenario_from_dict(
         {"measurement_protocol": "p", "rate": 2.0})), True)  # no conversation: nothing
+
+
+def test_a_dataset_runs_in_one_process_for_now(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from anvil_metrics.errors import UsageError
+    from anvil_metrics.load.dataset import DatasetPlan
+    from anvil_metrics.load.scenario import scenario_from_dict
+
+    sc = replace(scenario_from_dict({"measurement_protocol": "p"}),
+                 dataset=DatasetPlan(str(tmp_path / "d.jsonl")))
+    plugin._check_conversation(SimpleNamespace(scenario=sc), False)
+    with pytest.raises(UsageError, match="--dataset runs in one process for now"):
+        plugin._check_conversation(SimpleNamespace(scenario=sc), True)
