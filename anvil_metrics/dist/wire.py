@@ -36,13 +36,14 @@ from typing import Any
 from anvil_metrics.errors import MISSING, ScenarioError, WireError
 from anvil_metrics.prep.prompts import Calibration, SharedPrefix
 from anvil_metrics.load.scenario import Scenario, scenario_from_dict, scenario_to_dict
+from anvil_metrics.load.dataset import DatasetPlan
 from anvil_metrics.load.trace import TracePlan
 from anvil_metrics.post.schema import CALIBRATION_METHODS
 
 log = logging.getLogger("anvil")
 
 SETUP = "anvil_setup"
-SETUP_VERSION = 1  # bump when the set-up's shape changes: an older worker then refuses it
+SETUP_VERSION = 2  # bump when the set-up's shape changes: an older worker then refuses it
 
 
 def boot_id() -> str | None:
@@ -162,6 +163,9 @@ class WorkerSetup:
     words: dict[int, int]
     prefix_words: int | None
     sizes: list[int]
+    # a conversation run's sized texts (`prep.turns.TurnTexts`: turn, prefix, system), so a
+    # worker's conversations are the master's byte for byte; None otherwise
+    turn_texts: dict[str, str | None] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The set-up as plain data (see the module docstring)."""
@@ -178,6 +182,7 @@ class WorkerSetup:
             "words": [[size, n] for size, n in self.words.items()],
             "prefix_words": self.prefix_words,
             "sizes": list(self.sizes),
+            "turn_texts": self.turn_texts,
         }
 
     @classmethod
@@ -203,16 +208,28 @@ class WorkerSetup:
                                        SETUP), "words"),
             prefix_words=need(data, "prefix_words", optional(at_least(1)), SETUP),
             sizes=list(need(data, "sizes", SIZES, SETUP)),
+            turn_texts=_turn_texts_from_wire(need(data, "turn_texts", optional(DICT), SETUP)),
         )
 
 
+def _turn_texts_from_wire(d: dict[str, Any] | None) -> dict[str, str | None] | None:
+    if d is None:
+        return None
+    for key, check in (("turn", TEXT), ("prefix", STR), ("system", optional(STR))):
+        need(d, key, check, SETUP, "turn_texts.")
+    return {k: d[k] for k in ("turn", "prefix", "system")}
+
+
 def scenario_to_wire(sc: Scenario) -> dict[str, Any]:
-    """The scenario's file form, and a replay's `--trace` flags (`trace`: each worker reads
-    the same file, so it must be at that path on every worker's host)."""
-    trace = None
+    """The scenario's file form, and a replay's `--trace` and a `--dataset` flags (each
+    worker reads the same file, so it must be at that path on every worker's host)."""
+    trace = dataset = None
     if sc.trace is not None:
         trace = {f: getattr(sc.trace, f) for f in TracePlan.__dataclass_fields__}
-    return {"source": sc.source, "document": scenario_to_dict(sc), "trace": trace}
+    if sc.dataset is not None:
+        dataset = {"path": sc.dataset.path, "fmt": sc.dataset.fmt}
+    return {"source": sc.source, "document": scenario_to_dict(sc), "trace": trace,
+            "dataset": dataset}
 
 
 def _trace_from_wire(d: Any) -> TracePlan:
@@ -245,6 +262,11 @@ def scenario_from_wire(d: dict[str, Any]) -> Scenario:
     if d.get("trace") is not None:  # a replay: the requests are the trace's (replay.py)
         sc = replace(sc, trace=_trace_from_wire(d["trace"]), warmup_requests=0,
                      arrivals=None, duration_s=None)
+    dataset = need(d, "dataset", optional(DICT), SETUP, "scenario.")
+    if dataset is not None:  # prompts from a file (load/dataset.py)
+        path = need(dataset, "path", TEXT, SETUP, "scenario.dataset.")
+        fmt = need(dataset, "fmt", optional(STR), SETUP, "scenario.dataset.")
+        sc = replace(sc, dataset=DatasetPlan(path, fmt))
     return sc
 
 

@@ -23,7 +23,9 @@ import orjson
 from greenlet import GreenletExit
 
 from anvil_metrics.post import saturation
-from anvil_metrics.load.body import BodyBuilder, TraceBodies
+from anvil_metrics.load.body import BodyBuilder, ConversationBodies, DatasetBodies, TraceBodies
+from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
+from anvil_metrics.prep.turns import ConversationPrompts, TurnTexts
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
@@ -117,6 +119,20 @@ class RecordShipper:
             self.sent += len(batch)
 
 
+def _conversations(setup: WorkerSetup, dataset: list[DatasetEntry] | None
+                   ) -> ConversationBodies | None:
+    """A conversation run's turns as the master sized them (its `turn_texts`), or a
+    dataset's; None without a [conversation]."""
+    sc = setup.scenario
+    if sc.conversation is None:
+        return None
+    if dataset is not None:
+        return ConversationBodies(sc, setup.model, DatasetTurns(dataset, setup.run_nonce))
+    t = setup.turn_texts or {}
+    texts = TurnTexts(t.get("turn") or "", t.get("prefix") or "", t.get("system"), {})
+    return ConversationBodies(sc, setup.model, ConversationPrompts(texts, setup.run_nonce))
+
+
 class WorkerSession:
     """A worker's share of a run: what `ChatStreamUser` borrows (endpoint, key, scenario,
     bodies, budget), the shipping of its records, and its generator-health figures."""
@@ -131,16 +147,19 @@ class WorkerSession:
         prompts = PromptFactory(setup.calibration, setup.scenario.context_seed,
                                 setup.run_nonce, setup.scenario.system_prompt, setup.shared,
                                 words=setup.words, prefix_words=setup.prefix_words)
-        self.bodies: BodyBuilder | TraceBodies
-        if setup.scenario.trace is not None:  # a replay: the same trace file, read here
-            self.bodies = TraceBodies(setup.scenario, setup.model, setup.scenario.trace.read(),
-                                      TracePrompts(setup.run_nonce,
-                                                   setup.scenario.trace.block_tokens,
+        sc = setup.scenario
+        dataset = sc.dataset.read() if sc.dataset is not None else None  # the same file
+        self.bodies: BodyBuilder | TraceBodies | DatasetBodies
+        if sc.trace is not None:  # a replay: the same trace file, read here
+            self.bodies = TraceBodies(sc, setup.model, sc.trace.read(),
+                                      TracePrompts(setup.run_nonce, sc.trace.block_tokens,
                                                    round(setup.calibration.overhead_tokens)))
+        elif dataset is not None and sc.conversation is None:
+            self.bodies = DatasetBodies(sc, setup.model, dataset)
         else:
-            self.bodies = BodyBuilder(setup.scenario, setup.model, prompts)
+            self.bodies = BodyBuilder(sc, setup.model, prompts)
             self.bodies.prepare(setup.sizes)
-        self.conversations = None  # the master refuses a [conversation] (plugin.py)
+        self.conversations = _conversations(setup, dataset)
         self.worker = worker_identity()
         self._send = send
         self.budget = RemoteBudget(send, setup.run_id)

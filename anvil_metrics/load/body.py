@@ -53,19 +53,19 @@ class BodyBuilder:
 
     def __init__(self, sc: Scenario, model: str, prompts: PromptFactory) -> None:
         self._fields = body_fields(sc, model)
-        self._prompts = prompts
+        self.prompts = prompts
         self._split: dict[int, tuple[bytes, bytes, bytes]] = {}
 
     def prepare(self, sizes: list[int]) -> None:
-        self._prompts.prepare(sizes)
+        self.prompts.prepare(sizes)
         for size in set(sizes):
             self._template(size)
 
     def _template(self, size: int) -> tuple[bytes, bytes, bytes]:
         t = self._split.get(size)
         if t is None:
-            parts = self._prompts.parts(size, 0)
-            msgs = self._prompts.messages(size, 0)
+            parts = self.prompts.parts(size, 0)
+            msgs = self.prompts.messages(size, 0)
             msgs[-1]["content"] = _MARK_HEAD + parts.prefix + _MARK_TAG + parts.body
             raw = orjson.dumps({**self._fields, "messages": msgs})
             a, rest = raw.split(orjson.dumps(_MARK_HEAD)[1:-1], 1)
@@ -78,7 +78,7 @@ class BodyBuilder:
         """The request body as pieces to send one after another (their concatenation is
         the JSON body): no per-request copy of the prompt."""
         a, b, c = self._template(size)
-        parts = self._prompts.parts(size, request_index, warmup)
+        parts = self.prompts.parts(size, request_index, warmup)
         return (a, orjson.dumps(parts.head)[1:-1], b, orjson.dumps(parts.tag)[1:-1], c)
 
     def build(self, size: int, request_index: int, warmup: bool = False) -> bytes:
@@ -98,15 +98,15 @@ class ConversationBodies:
         raw = orjson.dumps({**body_fields(sc, model), "messages": []})
         # the last occurrence: the key is added last (extra_body may nest a "messages")
         self._head, self._tail = raw.rsplit(b'"messages":[]', 1)
-        self._prompts = prompts
+        self.prompts = prompts
 
     def start(self, conversation: int) -> Conversation:
         """Conversation `conversation`'s history (the shared opening only), its draws and
         its session header line (`{header}: {run nonce}-{conversation}`)."""
         name = self.plan.session_header
         header = (b"" if name is None else
-                  f"{name}: {self._prompts.run_nonce}-{conversation}\r\n".encode("ascii"))
-        p = self._prompts
+                  f"{name}: {self.prompts.run_nonce}-{conversation}\r\n".encode("ascii"))
+        p = self.prompts
         opening = [orjson.dumps(m) for m in p.opening(conversation)]
         fixed = p.turns(conversation)  # a dataset's conversation: its own, at most the plan's
         fixed = None if fixed is None else min(fixed, self.plan.max_turns)
@@ -144,7 +144,7 @@ class Conversation:
         to send one after another."""
         self.turn += 1
         b = self._bodies
-        self._messages.append(orjson.dumps(b._prompts.user_message(self.index, self.turn)))
+        self._messages.append(orjson.dumps(b.prompts.user_message(self.index, self.turn)))
         return (b._head, b'"messages":[', b",".join(self._messages), b"]", b._tail)
 
     def extra(self) -> dict[str, int | None]:

@@ -237,6 +237,15 @@ def _user_controls(environment: Any) -> Controls:
                     shaped=environment.shape_class is not None)
 
 
+def _turn_texts(session: RunSession) -> dict[str, str | None] | None:
+    """A conversation run's sized texts, for its workers (None: not one, or a dataset's)."""
+    convs = session.conversations
+    texts = getattr(convs.prompts, "texts", None) if convs is not None else None
+    if texts is None:
+        return None
+    return {"turn": texts.turn, "prefix": texts.prefix, "system": texts.system}
+
+
 def _start_workers(environment: Any, session: RunSession) -> None:
     """On a master: give every connected worker the run's set-up (bodies are built there
     from it), measure its clock, and route its messages to this run."""
@@ -247,7 +256,8 @@ def _start_workers(environment: Any, session: RunSession) -> None:
         run_id=session.run_id, scenario=session.scenario, host=session.opts.host,
         api_key=session.api_key, model=session.model, calibration=prompts.calibration,
         run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),
-        prefix_words=prompts.prefix_words, sizes=session.sizes)
+        prefix_words=prompts.prefix_words, sizes=session.sizes,
+        turn_texts=_turn_texts(session))
     coordinator = dist.MasterCoordinator(environment, session, setup)
     master.coordinator = coordinator
     runner = environment.runner
@@ -258,20 +268,13 @@ def _start_workers(environment: Any, session: RunSession) -> None:
         raise AnvilError(str(e)) from None
 
 
-def _check_conversation(opts: Any, master: bool) -> None:
-    """What conversations and datasets do not do yet: several processes; for conversations,
-    an open loop (where the schedule would give conversation starts and think time the
-    later turns)."""
+def _check_conversation(opts: Any) -> None:
+    """What conversations do not do yet: an open loop (where the schedule would give
+    conversation starts and think time the later turns)."""
     sc = opts.scenario
-    if sc.dataset is not None and master:
-        raise UsageError("--dataset runs in one process for now; drop --processes (or "
-                         "--master)")
     if sc.conversation is None:
         return
     where = sc.source or "the scenario"
-    if master:
-        raise UsageError(f"{where} has a [conversation]: conversations run in one process "
-                         "for now; drop --processes (or --master)")
     if sc.arrivals is not None:
         raise UsageError(f"{where} has a [conversation]: conversations run closed-loop (-u "
                          "users, each its conversations back to back) for now; drop --rate")
@@ -290,7 +293,7 @@ def on_test_start(environment: Any, **_: Any) -> None:
     set_run(environment, None)  # until this run has started, users have nothing to send
     try:
         opts = options_from_locust(environment)
-        _check_conversation(opts, isinstance(environment.runner, MasterRunner))
+        _check_conversation(opts)
         session = RunSession.start(opts, lambda: _end_run(environment),
                                    _user_controls(environment))
         set_run(environment, session)

@@ -13,6 +13,7 @@ names a tampered per-turn figure).
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import orjson
 import pytest
@@ -153,3 +154,32 @@ def test_verify_recomputes_the_conversation_block(run: dict) -> None:
     problems = verify_benchmark(doc)  # what `anvil verify` prints, in this process
     assert any(p.startswith("conversation.turns[1].ttft_p50_ms") for p in problems)
     assert any(p.startswith("conversation.completed") for p in problems)
+
+
+def test_conversations_across_a_master_and_two_workers(tmp_path: Path) -> None:
+    """`--processes 2`: each worker's users hold their conversations (numbered by the
+    master's request indices, so unique), their turns carry the whole history in order,
+    and the master's document has the conversation block verify recomputes."""
+    log = tmp_path / "received.jsonl"
+    with start_simulator(["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens",
+                          "0", "--content-tokens", "8", "--max-context", "8192",
+                          "--log-requests", str(log)]) as sim:
+        proc = anvil("run", "scenarios/conversation.toml", "-H", sim.url, "-u", "4",
+                     "--requests", "16", "--processes", "2", "--no-server-metrics",
+                     "--results-dir", str(tmp_path / "res"))
+    ok(proc)
+    (bench,) = (tmp_path / "res").glob("benchmark-*/benchmark.json")
+    doc = orjson.loads(bench.read_bytes())
+    assert verify_benchmark(doc) == []
+    raw = map(orjson.loads, bench.with_name("requests.jsonl").read_bytes().splitlines())
+    workers = {x.get("worker") for x in raw if x.get("type") == "request"}
+    assert len(workers) == 2
+    by_session: dict[str, list[list]] = defaultdict(list)
+    for line in map(orjson.loads, log.read_bytes().splitlines()):
+        if line["session"] is not None:
+            by_session[line["session"]].append(line["messages"])
+    assert len(by_session) == doc["conversation"]["conversations"] >= 4
+    for turns in by_session.values():
+        for k in range(1, len(turns)):
+            assert turns[k][:len(turns[k - 1])] == turns[k - 1]
+            assert [m[0] for m in turns[k][len(turns[k - 1]):]] == ["assistant", "user"]

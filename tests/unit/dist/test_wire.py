@@ -178,7 +178,7 @@ DAMAGED = [
     pytest.param(None, "data = None", id="none"),
     pytest.param(_without("run_id"), "run_id is missing", id="missing-run-id"),
     pytest.param(_without("version"), "version is missing", id="missing-version"),
-    pytest.param(_with("version", 2), "version = 2", id="other-version"),
+    pytest.param(_with("version", 1), "version = 1", id="other-version"),
     pytest.param(_with("sizes", "4096"), "sizes = '4096'", id="sizes-a-string"),
     pytest.param(_with("sizes", [4096, True]), "sizes = [4096, True]", id="sizes-a-bool"),
     pytest.param(_with("words", {"4096": 10}), "words = <a dict", id="words-a-dict"),
@@ -434,3 +434,43 @@ def test_a_replays_setup_carries_its_trace_and_builds_the_same_bodies(tmp_path: 
     wire["scenario"]["trace"]["speed"] = 0
     with pytest.raises(WireError, match="scenario.trace.speed"):
         WorkerSetup.from_wire(wire)
+
+
+def test_a_conversation_or_dataset_setup_gives_the_workers_the_same_bodies(tmp_path: Path
+                                                                          ) -> None:
+    """A conversation run's sized texts travel in the set-up, a dataset's path with the
+    scenario: a worker's conversations and single prompts are the master's byte for byte."""
+    from anvil_metrics.load.body import ConversationBodies, DatasetBodies
+    from anvil_metrics.load.dataset import DatasetPlan
+    from anvil_metrics.prep.turns import ConversationPrompts, TurnSizes, size_turn_texts
+
+    sc = scenario_from_dict({"measurement_protocol": "wire", "max_tokens": 8,
+                             "conversation": {"turns": 3, "turn_tokens": 30,
+                                              "system_prompt_tokens": 10}})
+    texts = size_turn_texts(TurnSizes(30, 0, 10), NO_CALIBRATION, 0, "nonce-1")
+    master = ConversationBodies(sc, "the-model", ConversationPrompts(texts, "nonce-1"))
+    setup = WorkerSetup("run-1", sc, "http://127.0.0.1:9", None, "the-model", NO_CALIBRATION,
+                        "nonce-1", None, {}, None, [100],
+                        {"turn": texts.turn, "prefix": texts.prefix, "system": texts.system})
+    got = WorkerSetup.from_wire(over_locust("anvil_setup", setup.to_wire()))
+    worker = WorkerSession(got, lambda *a: None).conversations
+    assert worker is not None
+    a, b = master.start(5), worker.start(5)
+    assert a.header == b.header
+    for _ in range(3):
+        assert a.next_body() == b.next_body()
+        a.answered("fine", 40)
+        b.answered("fine", 40)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "one"}\n{"prompt": "two"}\n')
+    plain = replace(scenario_from_dict({"measurement_protocol": "wire"}),
+                    dataset=DatasetPlan(str(data)))
+    setup = WorkerSetup("run-1", plain, "http://127.0.0.1:9", None, "m", NO_CALIBRATION,
+                        "nonce-1", None, {}, None, [100])
+    got = WorkerSetup.from_wire(over_locust("anvil_setup", setup.to_wire()))
+    assert got.scenario.dataset == DatasetPlan(str(data))
+    bodies = WorkerSession(got, lambda *a: None).bodies
+    assert isinstance(bodies, DatasetBodies)
+    mine = DatasetBodies(plain, "m", DatasetPlan(str(data)).read())
+    assert [bodies.build_parts(0, i) for i in range(3)] == [mine.build_parts(0, i)
+                                                            for i in range(3)]

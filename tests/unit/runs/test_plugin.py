@@ -149,14 +149,9 @@ def test_init_brings_the_loops_clock_up_to_now() -> None:
     assert loop.now() - before >= 0.05
 
 
-@pytest.mark.parametrize("master,rate,refused", [
-    (False, None, None),
-    (True, None, "drop --processes"),
-    (False, 2.0, "drop --rate"),
-])  # fmt: skip
-def test_a_conversation_runs_closed_loop_in_one_process_for_now(master: bool,
-                                                                rate: float | None,
-                                                                refused: str | None) -> None:
+@pytest.mark.parametrize("rate,refused", [(None, None), (2.0, "drop --rate")])
+def test_a_conversation_runs_closed_loop_for_now(rate: float | None,
+                                                 refused: str | None) -> None:
     from anvil_metrics.errors import UsageError
     from anvil_metrics.load.scenario import scenario_from_dict
 
@@ -166,24 +161,10 @@ def test_a_conversation_runs_closed_loop_in_one_process_for_now(master: bool,
         doc["rate"] = rate
     opts = SimpleNamespace(scenario=scenario_from_dict(doc, source="c.toml"))
     if refused is None:
-        plugin._check_conversation(opts, master)
+        plugin._check_conversation(opts)
         return
     with pytest.raises(UsageError, match=refused) as e:
-        plugin._check_conversation(opts, master)
+        plugin._check_conversation(opts)
     assert str(e.value).startswith("c.toml has a [conversation]") and e.value.exit_code == 2
     plugin._check_conversation(SimpleNamespace(scenario=scenario_from_dict(
-        {"measurement_protocol": "p", "rate": 2.0})), True)  # no conversation: nothing
-
-
-def test_a_dataset_runs_in_one_process_for_now(tmp_path: Path) -> None:
-    from dataclasses import replace
-
-    from anvil_metrics.errors import UsageError
-    from anvil_metrics.load.dataset import DatasetPlan
-    from anvil_metrics.load.scenario import scenario_from_dict
-
-    sc = replace(scenario_from_dict({"measurement_protocol": "p"}),
-                 dataset=DatasetPlan(str(tmp_path / "d.jsonl")))
-    plugin._check_conversation(SimpleNamespace(scenario=sc), False)
-    with pytest.raises(UsageError, match="--dataset runs in one process for now"):
-        plugin._check_conversation(SimpleNamespace(scenario=sc), True)
+        {"measurement_protocol": "p", "rate": 2.0})))  # no conversation: nothing
