@@ -31,6 +31,7 @@ from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import BodyBuilder, ConversationBodies, DatasetBodies, TraceBodies
+from anvil_metrics.load.dataset import DatasetEntry
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.replay import TraceSchedule
 from anvil_metrics.load.scenario import Scenario
@@ -184,7 +185,7 @@ class RunSession:
         run_id, run_dir = _run_folder(opts)
         writer = RawWriter(run_dir / "requests.jsonl")
         params = _header_params(opts, endpoint, identity, ready, nonce, concurrency, shared_doc,
-                                _context_distribution(sc, budget), trace)
+                                _context_distribution(sc, budget), trace, dataset)
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
@@ -324,7 +325,8 @@ def _schedule(sc: Scenario, trace: list[TraceRequest] | None) -> Any:
 def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
                    ready: Prepared, nonce: str, concurrency: int,
                    shared_doc: dict[str, Any] | None, distribution: dict[str, int] | None,
-                   trace: list[TraceRequest] | None = None) -> dict[str, Any]:
+                   trace: list[TraceRequest] | None = None,
+                   dataset: list[DatasetEntry] | None = None) -> dict[str, Any]:
     """The raw header's `params`: the run as planned, in the order the file has them."""
     sc = opts.scenario
     params = {
@@ -368,7 +370,7 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         params["conversation"] = sc.conversation.to_table()
     if sc.trace is not None and trace:  # a replay: the flags and the trace's own reuse
         params["trace"] = sc.trace.to_params(trace)
-    if sc.dataset is not None:  # prompts from a file: which, and how many entries
-        params["dataset"] = sc.dataset.to_params()
+    if sc.dataset is not None and dataset is not None:  # prompts from a file: which, how many
+        params["dataset"] = sc.dataset.to_params(dataset)
     params["server"] = _server_params(opts, endpoint, identity)
     return params

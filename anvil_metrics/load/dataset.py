@@ -153,10 +153,11 @@ class DatasetPlan:
     def read(self) -> list[DatasetEntry]:
         return read_dataset(self.path, self.fmt)
 
-    def to_params(self) -> dict[str, Any]:
+    def to_params(self, entries: list[DatasetEntry]) -> dict[str, Any]:
         """The raw header's `params.dataset` (the benchmark's `dataset`): the file's name, its
-        format as given (null: told by the file) and how many entries it holds."""
-        return {"file": Path(self.path).name, "format": self.fmt, "entries": len(self.read())}
+        format as given (null: told by the file) and how many entries it holds (`entries`,
+        as read once by the run)."""
+        return {"file": Path(self.path).name, "format": self.fmt, "entries": len(entries)}
 
 
 class DatasetTurns:

@@ -39,7 +39,8 @@ def test_sharegpt_keeps_every_human_turn_in_order(tmp_path: Path) -> None:
     assert (turns.turns(0), turns.turns(1), turns.turns(2)) == (2, 1, 2)  # k mod n
     assert turns.opening(0) == [{"role": "system", "content": "Be brief."}]
     assert turns.user_message(2, 2) == {"role": "user", "content": "And then?"}
-    assert DatasetPlan(str(path)).to_params() == {"file": "sg.json", "format": None,
+    plan = DatasetPlan(str(path))
+    assert plan.to_params(plan.read()) == {"file": "sg.json", "format": None,
                                                   "entries": 2}
 
 
