@@ -133,13 +133,12 @@ class ChatStreamUser(User):
             # The budget is spent: this user idles until the run is stopped.
             self._idle_until_stopped()
             return
-        self._next_index = ticket.request_index  # a new conversation's number
         if ticket.due_ns is not None:  # open loop: the schedule's due time
             due_ns = ticket.due_ns
         else:  # the previous request's end, moved by the wait for this ticket (a planned
             # wait: a burst barrier, or the master's reply); the client's own delay is the rest
             due_ns = getattr(self, "_free_ns", take0) + (time.perf_counter_ns() - take0)
-        talk = None if ticket.warmup else self._turn_of(run)
+        talk = None if ticket.warmup else self._turn_of(run, ticket.request_index)
         if talk is None:
             body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
                                           ticket.warmup)
@@ -189,15 +188,15 @@ class ChatStreamUser(User):
                 self._after(obs, closed_loop=ticket.due_ns is None)
                 run.budget.give_back(ticket)
 
-    def _turn_of(self, run: RunContext) -> Conversation | None:
-        """The conversation whose turn this request is (None: single-turn requests): this
-        user's, or a new one when it has none or its last is over. A conversation's number
-        is the request index of its first turn, unique in the run, so its draws (turns,
-        think times) are the same whichever user runs it."""
+    def _turn_of(self, run: RunContext, request_index: int) -> Conversation | None:
+        """The conversation whose turn request `request_index` is (None: single-turn
+        requests): this user's, or a new one when it has none or its last is over. A
+        conversation's number is the request index of its first turn, unique in the run,
+        so its draws (turns, think times) are the same whichever user runs it."""
         if run.conversations is None:
             return None
         if self._talk is None or self._talk.over:
-            self._talk = run.conversations.start(self._next_index)
+            self._talk = run.conversations.start(request_index)
         return self._talk
 
     def _answered(self, talk: Conversation, obs: StreamObserver) -> None:
@@ -209,7 +208,7 @@ class ChatStreamUser(User):
             talk.answered("".join(obs.text), prompt if type(prompt) is int else None)
             self._think_s = talk.think_s()
         else:
-            talk.turn = talk.draws.turns  # over: the next request opens a new conversation
+            talk.end()  # the next request opens a new conversation
             self._think_s = 0.0
         if talk.over:
             self._talk = None

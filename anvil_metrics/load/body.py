@@ -158,6 +158,10 @@ class Conversation:
         self._messages.append(orjson.dumps({"role": "assistant", "content": content}))
         self.history_tokens = prompt_tokens
 
+    def end(self) -> None:
+        """Over now: its later turns are never sent (a turn failed, or was stopped)."""
+        self.turn = self.draws.turns
+
     def think_s(self) -> float:
         """The think time before the next turn (0 when the conversation is over)."""
         return 0.0 if self.over else self.draws.think_s[self.turn - 1]
