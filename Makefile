@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+WARM := $(VENV)/.warm
 
 .PHONY: demo test fuzz test-real lint clean
 
@@ -12,13 +13,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# the tests' bytecode cache, filled once per venv (tests/shards.py --warm says why)
+$(WARM): $(STAMP)
+	$(BIN)/python tests/shards.py --warm
+	touch $(WARM)
+
 demo: $(STAMP)
 	$(BIN)/python -m anvil_metrics demo
 
 # every test, in JOBS pytest processes at once (tests/shards.py says why not pytest-xdist);
 # `$(BIN)/python -m pytest` runs them in one process
 JOBS ?= 4
-test: $(STAMP)
+test: $(WARM)
 	$(BIN)/python tests/shards.py --jobs $(JOBS)
 
 # the property tests at their full example counts (`make test` tries a quarter: tests/fuzzing.py)

@@ -10,12 +10,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import claims
+
 # Locust first: its import-time gevent monkey-patching must happen before any test starts a
 # thread or takes an import lock, as in a Locust process. Imported later, from inside a test
 # (a module that imports Locust lazily), the patching can deadlock the import system.
 import locust  # noqa: F401, I001
 import orjson
 import pytest
+import shards
 
 from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
@@ -23,27 +26,34 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The processes the tests start (simulator, `anvil`, Locust, workers: hundreds of them)
-    share one bytecode cache for the session, in a temporary folder removed at the end.
+    """Two settings for the session: the test files this process runs, when `shards.py`
+    shares them out (`claims.py`); and, where `PYTHONDONTWRITEBYTECODE` is set (this VM sets
+    it), one bytecode cache for the processes the tests start (simulator, `anvil`, Locust,
+    workers: hundreds of them), outside the source tree (`shards.bytecode_folder`: in the
+    venv, kept; elsewhere a temporary folder removed at the end).
 
-    Why: where `PYTHONDONTWRITEBYTECODE` is set (this VM sets it), every child recompiled each
-    anvil module it imported from source, ~0.1-0.2 s of CPU a process. The children's
-    behaviour is unchanged; nothing is written into the source tree."""
+    Why the cache: without it every child recompiled each anvil module it imported from
+    source, ~0.1-0.2 s of CPU a process. The children's behaviour is unchanged."""
+    claims.register(config)
     if sys.flags.dont_write_bytecode and "PYTHONPYCACHEPREFIX" not in os.environ:
         import tempfile
 
-        config._anvil_pycache = tempfile.mkdtemp(prefix="anvil-test-pycache-")
+        folder = shards.bytecode_folder()
+        if folder is None:
+            folder = config._anvil_pycache = Path(tempfile.mkdtemp(prefix="anvil-test-pycache-"))
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-        os.environ["PYTHONPYCACHEPREFIX"] = config._anvil_pycache
+        os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+        config._anvil_bytecode_env = True
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if getattr(config, "_anvil_bytecode_env", False):
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     folder = getattr(config, "_anvil_pycache", None)
     if folder is not None:
         import shutil
 
-        os.environ.pop("PYTHONPYCACHEPREFIX", None)
-        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -1,27 +1,41 @@
-"""`tests/shards.py`, the runner `make test` uses: how files are dealt, the shards'
-environment, and that a run with no tests fails."""
+"""`tests/shards.py`, the runner `make test` uses, and `tests/claims.py`, how its shards share
+the files out: the order, the claim, every test run once, the shards' environment, and that a
+run with no tests fails."""
 
 from __future__ import annotations
 
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import claims  # noqa: E402
 import shards  # noqa: E402
 
 
-def test_files_are_dealt_longest_first_to_the_least_loaded_shard() -> None:
-    weights = {"a": 10.0, "b": 7.0, "c": 5.0, "d": 4.0, "e": 3.0}
-    dealt = shards.deal(list(weights), weights, 2)
-    assert sorted(f for s in dealt for f in s.files) == sorted(weights)  # each once
-    # a->0, b->1, c->1 (7 < 10), d->0 (12 > 10), e->1 (12 < 14)
-    assert [s.files for s in dealt] == [["a", "d"], ["b", "c", "e"]]
-    assert [s.weight_s for s in dealt] == [14.0, 15.0]
+def test_files_are_ordered_longest_first_and_an_unrecorded_one_first_of_all() -> None:
+    weights = {"a": 10.0, "b": 7.0, "c": 5.0, "d": 4.0}
+    assert shards.order(["d", "new", "b", "a", "c"], weights) == ["new", "a", "b", "c", "d"]
 
 
-def test_a_file_without_a_recorded_time_weighs_the_median() -> None:
-    dealt = shards.deal(["new", "x", "y", "z"], {"x": 1.0, "y": 2.0, "z": 9.0}, 1)
-    assert dealt[0].weight_s == 1.0 + 2.0 + 9.0 + 2.0
+def test_a_file_is_claimed_by_one_caller_only(tmp_path: Path) -> None:
+    assert claims.claim(tmp_path, "tests/unit/test_x.py") is True
+    assert claims.claim(tmp_path, "tests/unit/test_x.py") is False
+    assert claims.claim(tmp_path, "tests/unit/test_y.py") is True
+
+
+def test_every_test_runs_once_in_one_of_the_shards(tmp_path: Path, monkeypatch,
+                                                     capsys) -> None:
+    files = ["tests/unit/test_jsonio.py", "tests/unit/post/test_stats.py"]
+    monkeypatch.setattr(shards, "test_files", lambda: files)
+    assert shards.main(["--jobs", "2", "--keep", str(tmp_path)]) == 0
+    ran = [case.get("classname") + "::" + case.get("name")
+           for i in (0, 1) for case in ET.parse(tmp_path / f"shard-{i}.xml").iter("testcase")]
+    assert len(ran) == len(set(ran)) > 0  # nothing twice
+    assert {shards._file_of(name.split("::")[0]) for name in ran} == set(files)  # each file
+    by_shard = [shards.read_junit(tmp_path / f"shard-{i}.xml").by_file_s for i in (0, 1)]
+    assert not set(by_shard[0]) & set(by_shard[1])  # a file is run whole, in one shard
+    assert f"{len(ran)} tests: 0 failed" in capsys.readouterr().out
 
 
 def test_one_bytecode_cache_for_every_shard_where_python_writes_none(
@@ -30,7 +44,9 @@ def test_one_bytecode_cache_for_every_shard_where_python_writes_none(
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
     env = shards.shard_env(tmp_path)
     assert "PYTHONDONTWRITEBYTECODE" not in env
-    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache")
+    kept = Path(sys.prefix) / "anvil-pycache"  # in the venv, kept between runs
+    assert env["PYTHONPYCACHEPREFIX"] == str(kept if sys.prefix != sys.base_prefix
+                                             else tmp_path / "pycache")
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
     assert "PYTHONPYCACHEPREFIX" not in shards.shard_env(tmp_path)  # left as it is
 
