@@ -30,10 +30,6 @@ pytestmark = pytest.mark.e2e
 
 PREFILL_MS, N_REASON, N_CONTENT, STEP_MS = 150.0, 20, 50, 8.0
 GEN_MS = (N_REASON + N_CONTENT - 1) * STEP_MS
-# the lag monitor's wake-up interval: a stall shows in its figure as at least its length
-# less one interval (`live/lagmon.py`); and room for the kernel's loopback delivery and the
-# parse of the event, tens of µs on an idle machine
-TRANSIT_SANITY_MS = PREFILL_MS  # a sanity bound: seen 71.8 ms with the machine busy
 
 SCENARIO = """
 measurement_protocol = "truth"
@@ -135,12 +131,13 @@ def check_against_the_send_stamps(doc: dict, raw: dict[int, dict], planned_ms
     # the transit also waits for the simulator to read the request: a wake-up of its process
     # (bounded by the worst lateness of its own writes in the run) and, when many requests
     # arrive at once (aligned16), its reading of the others first, which nothing records; so
-    # the lower quartile is bounded as above, and every request only loosely: a start stamp
-    # taken before some wait as long as a prefill would be caught; a stall of the simulator's
-    # process before it reads a request (seen: 72 ms beside a busy loop) leaves no record
+    # only the lower quartile is bounded, as above: a start stamp taken early (before some
+    # wait) moves every request's transit, the least too. Its largest is printed, not
+    # judged: a stall of the simulator's process before it reads a request leaves no record
+    # to judge it by (seen: 72 ms beside a busy loop, and 2 of 4 requests 275 ms late, read
+    # together, while the whole suite ran on the 2 cores)
     transit = parts["transit"]
     assert _quantile(transit, 0.25) <= at_median + worst_late, (at_median, sorted(transit))
-    assert max(transit) <= TRANSIT_SANITY_MS, sorted(transit)
     return parts
 
 
