@@ -37,7 +37,8 @@ receipt, and a damaged one is refused with one log line and not acted on: `dist_
                                      worker could not read the set-up; `error` says why)
     master -> worker  anvil_ping     {seq, t_master_ns}           (clock offset, 8 rounds)
     worker -> master  anvil_pong     {seq, t_master_ns, t_worker_ns}
-    worker -> master  anvil_take     {seq}                        (a user wants a ticket)
+    worker -> master  anvil_take     {seq, followup}              (a user wants a ticket; a
+                                                                   conversation's next turn)
     master -> worker  anvil_ticket   {seq, ticket: [index, warmup, size, due_ns, waited]
                                      | None}      (open loop: the master's schedule, its
                                                   due time placed on the worker's clock)
@@ -210,10 +211,12 @@ class MasterCoordinator:
         w = self._worker_for(msg)
         if w is None:
             return
-        gevent.spawn(self._grant, w, int(msg.data["seq"]))
+        gevent.spawn(self._grant, w, int(msg.data["seq"]), msg.data["followup"])
 
-    def _grant(self, w: _Worker, seq: int) -> None:
-        ticket = None if (self.closing or w.lost) else self.session.budget.take()
+    def _grant(self, w: _Worker, seq: int, followup: bool) -> None:
+        budget = self.session.budget
+        ticket = None if (self.closing or w.lost) else (
+            budget.take_followup() if followup else budget.take())
         if ticket is not None:
             self.outstanding[(ticket.warmup, ticket.request_index)] = _Grant(
                 w.client_id, ticket, time.perf_counter_ns())

@@ -43,7 +43,7 @@ from anvil_metrics.post.schema import CALIBRATION_METHODS
 log = logging.getLogger("anvil")
 
 SETUP = "anvil_setup"
-SETUP_VERSION = 2  # bump when the set-up's shape changes: an older worker then refuses it
+SETUP_VERSION = 3  # bump when the set-up's shape changes: an older worker then refuses it
 
 
 def boot_id() -> str | None:
@@ -78,6 +78,7 @@ INT: Check = (_is_int, "a whole number")
 STR: Check = (lambda v: isinstance(v, str), "a string")
 TEXT: Check = (lambda v: isinstance(v, str) and bool(v), "a non-empty string")
 DICT: Check = (lambda v: isinstance(v, dict), "a dict")
+BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 NUMBER: Check = (lambda v: _is_int(v) or (isinstance(v, float) and math.isfinite(v)),
                  "a finite number")
 TICKET: Check = (lambda v: v is None or (
@@ -112,7 +113,7 @@ MESSAGES: dict[str, dict[str, Check]] = {
                     "pid": at_least(0), "boot_id": optional(STR), "error": optional(STR)},
     "anvil_ping": {"run_id": TEXT, "seq": at_least(0), "t_master_ns": INT},
     "anvil_pong": {"run_id": TEXT, "seq": at_least(0), "t_worker_ns": INT},
-    "anvil_take": {"run_id": TEXT, "seq": at_least(1)},
+    "anvil_take": {"run_id": TEXT, "seq": at_least(1), "followup": BOOL},
     "anvil_ticket": {"run_id": TEXT, "seq": at_least(1), "ticket": TICKET},
     "anvil_records": {"run_id": TEXT, "lines": LINES},
     "anvil_stop": {"run_id": TEXT},

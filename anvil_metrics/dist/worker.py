@@ -43,8 +43,9 @@ BATCH_RECORDS = 256
 
 
 class RemoteBudget:
-    """The worker's view of the master's request budget: `take()` asks the master for a
-    ticket and waits for it; `give_back` is a no-op (the record returns the ticket)."""
+    """The worker's view of the master's request budget: `take()` (`take_followup()`) asks
+    the master for a ticket (a conversation's next turn) and waits for it; `give_back` is a
+    no-op (the record returns the ticket)."""
 
     def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str) -> None:
         self._send = send
@@ -56,13 +57,20 @@ class RemoteBudget:
         self.on_orphan: Callable[[Ticket], None] | None = None
 
     def take(self) -> Ticket | None:
+        return self._ask(followup=False)
+
+    def take_followup(self) -> Ticket | None:
+        """A conversation's next turn: the master's budget hands it out at once."""
+        return self._ask(followup=True)
+
+    def _ask(self, *, followup: bool) -> Ticket | None:
         if self._closed:
             return None
         self._seq += 1
         seq = self._seq
         result = gevent.event.AsyncResult()
         self._waiting[seq] = result
-        self._send("anvil_take", {"run_id": self._run_id, "seq": seq})
+        self._send("anvil_take", {"run_id": self._run_id, "seq": seq, "followup": followup})
         try:
             ticket = result.get()
         except GreenletExit:  # the user is being stopped; a ticket may still come

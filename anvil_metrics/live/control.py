@@ -25,6 +25,12 @@ time and whether it waited for a user (no user was free when it fell due: the re
 out late, and its lateness is recorded, never hidden). An arrival whose due time the run's
 stop comes before is never issued: indices stay dense.
 
+Conversations in an open loop: the schedule's arrivals are conversation starts; a later
+turn is a follow-up (`take_followup`), handed out at once with the next index and no due
+time of the schedule's (the user's due time for it is the previous answer's end plus the
+think time). So request indices count every request, arrivals only the schedule's: the
+schedule's offset of arrival k stays k's, however many turns lie between two arrivals.
+
 In flight (`in_flight`, `read_in_flight`): measured tickets handed out and not yet given
 back, i.e. measured requests started and not yet recorded; with its integral over time and
 its peak since the last reading, so the live page's series (`live.py`) shows the mean in
@@ -90,7 +96,8 @@ class RequestBudget:
         self.origin_ns: int | None = None  # open loop: when arrival 0 fell due
         self._turn = gevent.lock.Semaphore(1)
         self._changed = gevent.event.Event()  # set on close or a new schedule
-        self._first = 0  # the index of the current schedule's arrival 0
+        self._arrival = 0  # arrivals of the schedules handed out so far
+        self._first = 0  # the arrival number of the current schedule's arrival 0
         self._progress = gevent.event.Event()
         self.requests = requests
         self.warmup = warmup
@@ -166,27 +173,42 @@ class RequestBudget:
                 if self._closed or (self.requests is not None
                                     and self._next >= self.requests):
                     return None
-                i = self._next
                 if self.origin_ns is None:
                     self.origin_ns = time.perf_counter_ns()
                 assert self.schedule is not None
-                due = self.origin_ns + self.schedule.offset_ns(i - self._first)
+                due = self.origin_ns + self.schedule.offset_ns(self._arrival - self._first)
                 wait_ns = due - time.perf_counter_ns()
                 if wait_ns > 0:
                     changed = self._changed
                     if changed.wait(wait_ns / 1e9):
                         continue  # stopped (the loop's first test), or a new schedule
-                if self._closed:
-                    return None
+                if self._closed or (self.requests is not None
+                                    and self._next >= self.requests):
+                    return None  # stopped, or follow-ups took the last requests meanwhile
+                i = self._next
                 self._next += 1
+                self._arrival += 1
                 self._count_out(1)
                 return Ticket(i, False, self.size_for(i), due_ns=due, waited=asked_ns > due)
 
+    def take_followup(self) -> Ticket | None:
+        """A conversation's next turn in an open loop: the next index at once, without a
+        due time (see the module docstring); None when the budget is spent or closed. In a
+        closed loop every request is `take`n the same way, so this is `take`."""
+        if self.schedule is None:
+            return self.take()
+        if self._closed or (self.requests is not None and self._next >= self.requests):
+            return None
+        i = self._next
+        self._next += 1
+        self._count_out(1)
+        return Ticket(i, False, self.size_for(i))
+
     def replan(self, schedule: Schedule, origin_ns: int) -> None:
         """From now on, arrivals follow `schedule` from `origin_ns` (a rate sweep's next
-        step): the next index is its arrival 0; a taker waiting for an arrival of the old
+        step): the next arrival is its arrival 0; a taker waiting for an arrival of the old
         schedule takes the new one's instead."""
-        self.schedule, self.origin_ns, self._first = schedule, origin_ns, self._next
+        self.schedule, self.origin_ns, self._first = schedule, origin_ns, self._arrival
         changed, self._changed = self._changed, gevent.event.Event()
         changed.set()
 

@@ -30,10 +30,13 @@ LATEST_ATTR = "anvil_latest"
 @runtime_checkable
 class TicketSource(Protocol):
     """The run's request budget: `take` blocks until the next request may be sent and
-    returns its ticket (None: the budget is spent or the run is stopping); every ticket
-    taken is given back once its request is recorded."""
+    returns its ticket (None: the budget is spent or the run is stopping); `take_followup`
+    returns a conversation's next turn at once (an open loop's arrivals are conversation
+    starts); every ticket taken is given back once its request is recorded."""
 
     def take(self) -> Ticket | None: ...
+
+    def take_followup(self) -> Ticket | None: ...
 
     def give_back(self, ticket: Ticket) -> None: ...
 

@@ -88,6 +88,7 @@ class ChatStreamUser(User):
     _failed_in_row = 0
     _talk: Conversation | None = None  # the conversation this user is in, if any
     _think_s = 0.0  # a conversation's think time before its next turn
+    _open_loop = False  # the last request the schedule gave was due at a time of its own
 
     def wait_time(self) -> float:
         return 3600.0 if self._idle else self._backoff_s + self._think_s
@@ -128,15 +129,21 @@ class ChatStreamUser(User):
             return
         self._think_s = 0.0  # waited (Locust's wait) before this task
         take0 = time.perf_counter_ns()
-        ticket = run.budget.take()
+        # a conversation going on sends its next turn now: in an open loop the schedule's
+        # arrivals are conversation starts, so its later turns are follow-ups
+        going_on = self._talk is not None and not self._talk.over
+        ticket = run.budget.take_followup() if going_on else run.budget.take()
         if ticket is None:
             # The budget is spent: this user idles until the run is stopped.
             self._idle_until_stopped()
             return
+        if not going_on:  # a follow-up keeps its conversation's start's kind of loop
+            self._open_loop = ticket.due_ns is not None
         if ticket.due_ns is not None:  # open loop: the schedule's due time
             due_ns = ticket.due_ns
-        else:  # the previous request's end, moved by the wait for this ticket (a planned
-            # wait: a burst barrier, or the master's reply); the client's own delay is the rest
+        else:  # the previous request's end (and think time), moved by the wait for this
+            # ticket (a planned wait: a burst barrier, or the master's reply); the client's
+            # own delay is the rest
             due_ns = getattr(self, "_free_ns", take0) + (time.perf_counter_ns() - take0)
         talk = None if ticket.warmup else self._turn_of(run, ticket.request_index)
         if talk is None:
@@ -185,7 +192,7 @@ class ChatStreamUser(User):
             finally:
                 if talk is not None:
                     self._answered(talk, obs)
-                self._after(obs, closed_loop=ticket.due_ns is None)
+                self._after(obs, closed_loop=not self._open_loop)
                 run.budget.give_back(ticket)
 
     def _turn_of(self, run: RunContext, request_index: int) -> Conversation | None:

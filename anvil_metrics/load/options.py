@@ -245,9 +245,10 @@ OPTIONS: tuple[Option, ...] = (
            timespan),
     Option("--cooldown", "with a duration: likewise for requests started in its last this "
            "long (e.g. 10s)", timespan),
-    Option("--rate", "open loop: offer this many requests per second on one seeded "
-           "schedule (users are the pool that sends them; -u caps requests in flight); "
-           "default: closed loop, -u streams back to back", positive),
+    Option("--rate", "open loop: offer this many requests (with a [conversation]: "
+           "conversation starts) per second on one seeded schedule (users are the pool that "
+           "sends them; -u caps requests in flight); default: closed loop, -u streams back "
+           "to back", positive),
     Option("--arrival", "open loop: gaps between arrivals: poisson (default), gamma (with "
            "--burstiness) or constant", arrival),
     Option("--burstiness", "open loop: gamma shape of the gaps, as vLLM's bench: 1 = Poisson, "

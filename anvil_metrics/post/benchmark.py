@@ -132,7 +132,8 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     if isinstance(load, dict):  # a raw file from before the block has none
         doc["load"] = build_load(
             load, start[order], last[order], col["waited"][order] != 0, anchor, rows,
-            sum(1 for f in failures if f["kind"] == "cancelled"), raw.window_ns, outside)
+            sum(1 for f in failures if f["kind"] == "cancelled"), raw.window_ns, outside,
+            turn=col["turn"][order] if params.get("conversation") else None)
     server = params.get("server")
     if isinstance(server, dict):  # a raw file from before the block has none
         doc["server"] = build_server(server, doc["engine"], Path(raw.path).with_name(

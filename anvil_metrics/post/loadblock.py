@@ -14,7 +14,10 @@ found no free user when they fell due. Members (null where they do not apply):
   replayed trace's own timestamps, `load/replay.py`);
 - `offered_rate_rps`, `burstiness`: the open-loop plan (`arrivals.ArrivalPlan`);
 - `achieved_rate_rps`: `(n − 1) / ((last start − first start) / 1e9)` over the measured
-  requests (completed and failed): the rate they were actually written at;
+  requests (completed and failed): the rate they were actually written at; in a
+  conversation run over its first turns only, the conversation starts an open loop's
+  schedule gives (a later turn follows its think time, not the schedule), so offered and
+  achieved count the same thing;
 - `duration_s`: the duration asked for; `window_s`: `[first start, last end]` of the
   measured requests, in seconds after the run's header (its `perf_anchor_ns`) — or, with
   `--warmup`/`--cooldown`, the measured window itself: only requests that started in it
@@ -42,6 +45,7 @@ import numpy as np
 
 from anvil_metrics.post import stats
 from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.rawcolumns import NULL
 from anvil_metrics.post.schema import fmt, same
 
 MODES = ("budget", "duration", "until_stopped")
@@ -54,17 +58,19 @@ OPTIONAL_KEYS = ("outside_window",)  # anvil's, beyond the spec's list
 def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: Any,
                anchor_ns: int | None, rows: RowColumns, cancelled: int,
                window_ns: tuple[int, int] | None = None,
-               outside: Mapping[str, int] | None = None) -> dict[str, Any]:
+               outside: Mapping[str, int] | None = None, turn: Any = None) -> dict[str, Any]:
     """The block from the raw header's `params.load` and the measured records (their
-    `start_ns`, `last_ns` — end, or start without one — on the master's clock, and
-    `waited` flags, numpy columns) and the rows; `window_ns`/`outside`: a run with
-    `--warmup`/`--cooldown` windows, and how many requests started outside them."""
+    `start_ns`, `last_ns` — end, or start without one — on the master's clock, `waited`
+    flags and, in a conversation run, `turn`s (`NULL` for none), numpy columns) and the
+    rows; `window_ns`/`outside`: a run with `--warmup`/`--cooldown` windows, and how many
+    requests started outside them."""
     plan = params.get("arrivals") if isinstance(params.get("arrivals"), dict) else None
     n = len(start_ns)
+    arrivals = start_ns if turn is None else start_ns[(turn == NULL) | (turn <= 1)]
     achieved = None
-    if n >= 2:
-        span_s = int(start_ns.max() - start_ns.min()) / 1e9
-        achieved = (n - 1) / span_s if span_s > 0 else None
+    if len(arrivals) >= 2:
+        span_s = int(arrivals.max() - arrivals.min()) / 1e9
+        achieved = (len(arrivals) - 1) / span_s if span_s > 0 else None
     window = None
     if window_ns is not None and isinstance(anchor_ns, int):
         window = [(window_ns[0] - anchor_ns) / 1e9, (window_ns[1] - anchor_ns) / 1e9]

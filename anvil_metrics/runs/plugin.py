@@ -45,7 +45,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from anvil_metrics.dist import master as dist
 from anvil_metrics.dist import wire as dist_wire
 from anvil_metrics.dist import worker as dist_worker
-from anvil_metrics.errors import AnvilError, ExitCode, UsageError
+from anvil_metrics.errors import AnvilError, ExitCode
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile
@@ -268,18 +268,6 @@ def _start_workers(environment: Any, session: RunSession) -> None:
         raise AnvilError(str(e)) from None
 
 
-def _check_conversation(opts: Any) -> None:
-    """What conversations do not do yet: an open loop (where the schedule would give
-    conversation starts and think time the later turns)."""
-    sc = opts.scenario
-    if sc.conversation is None:
-        return
-    where = sc.source or "the scenario"
-    if sc.arrivals is not None:
-        raise UsageError(f"{where} has a [conversation]: conversations run closed-loop (-u "
-                         "users, each its conversations back to back) for now; drop --rate")
-
-
 @events.test_start.add_listener
 def on_test_start(environment: Any, **_: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):  # the set-up came from the master
@@ -293,7 +281,6 @@ def on_test_start(environment: Any, **_: Any) -> None:
     set_run(environment, None)  # until this run has started, users have nothing to send
     try:
         opts = options_from_locust(environment)
-        _check_conversation(opts)
         session = RunSession.start(opts, lambda: _end_run(environment),
                                    _user_controls(environment))
         set_run(environment, session)

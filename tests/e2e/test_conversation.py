@@ -156,24 +156,86 @@ def test_verify_recomputes_the_conversation_block(run: dict) -> None:
     assert any(p.startswith("conversation.completed") for p in problems)
 
 
+def _raw_turns(bench: Path) -> list[dict]:
+    raw = map(orjson.loads, bench.with_name("requests.jsonl").read_bytes().splitlines())
+    return [x for x in raw if x.get("type") == "request" and not x.get("warmup")]
+
+
+def _check_open_loop(recs: list[dict], rate: float, think_s: float) -> None:
+    """Conversation c's first turn falls due at the constant schedule's offset of its
+    arrival (its rank among first turns) to the nanosecond, on the schedule's origin; each
+    later turn falls due `think_s` after its previous turn's end, moved by the wait for its
+    ticket (the master's reply across processes; tens of µs in one), and is sent after."""
+    key = [(x["extra"]["conversation"], x["extra"]["turn"]) for x in recs]
+    due = {k: x["start_ns"] - x["extra"]["start_delay_ns"] for k, x in zip(key, recs, strict=True)}
+    starts = {k: x["start_ns"] for k, x in zip(key, recs, strict=True)}
+    ends = {k: x["end_ns"] for k, x in zip(key, recs, strict=True)}
+    firsts = sorted(due[k] for k in due if k[1] == 1)
+    gap_ns = round(1e9 / rate)
+    assert len(firsts) >= 3
+    assert [d - firsts[0] for d in firsts] == [k * gap_ns for k in range(len(firsts))]
+    later = [k for k in due if k[1] > 1]
+    assert later
+    waits = []
+    for c, t in later:
+        waits.append(due[(c, t)] - ends[(c, t - 1)] - round(think_s * 1e9))
+        assert waits[-1] >= 0 and starts[(c, t)] >= due[(c, t)], ((c, t), waits[-1])
+    print(f"\nfollow-ups: ticket wait max {max(waits) / 1e6:.3f} ms over {len(waits)}")
+
+
+def test_an_open_loop_schedules_conversation_starts(tmp_path: Path) -> None:
+    """`--rate` with a `[conversation]`: the schedule's arrivals are conversation starts,
+    each later turn follows its think time after the previous answer; the load block's
+    achieved rate counts first turns, as the offered rate counts conversations; verify
+    recomputes the document."""
+    rate, think_s = 20.0, 0.03
+    text = (REPO / "scenarios" / "conversation.toml").read_text()
+    assert "think_time = 0 " in text
+    scenario = tmp_path / "open.toml"
+    scenario.write_text(text.replace("think_time = 0 ", f"think_time = {think_s} "))
+    with start_simulator(["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens",
+                          "0", "--content-tokens", "8", "--max-context", "8192"]) as sim:
+        proc = anvil("run", str(scenario), "-H", sim.url, "-u", "16",
+                     "--rate", str(rate), "--arrival", "constant", "--requests", "24",
+                     "--no-server-metrics", "--results-dir", str(tmp_path / "res"))
+    ok(proc)
+    (bench,) = (tmp_path / "res").glob("benchmark-*/benchmark.json")
+    doc = orjson.loads(bench.read_bytes())
+    assert verify_benchmark(doc) == []
+    recs = _raw_turns(bench)
+    assert len(recs) == 24
+    _check_open_loop(recs, rate, think_s)
+    load = doc["load"]
+    firsts = sorted(x["start_ns"] for x in recs if x["extra"]["turn"] == 1)
+    assert load["offered_rate_rps"] == rate and load["arrival"] == "constant"
+    assert load["achieved_rate_rps"] == pytest.approx(
+        (len(firsts) - 1) / ((firsts[-1] - firsts[0]) / 1e9), rel=1e-9)
+    assert load["schedule_lag_ms"]["p50"] is not None
+
+
 def test_conversations_across_a_master_and_two_workers(tmp_path: Path) -> None:
-    """`--processes 2`: each worker's users hold their conversations (numbered by the
-    master's request indices, so unique), their turns carry the whole history in order,
-    and the master's document has the conversation block verify recomputes."""
+    """`--processes 2` in an open loop: each worker's users hold their conversations
+    (numbered by the master's request indices, so unique), the master's schedule gives
+    their starts and its budget their later turns, their turns carry the whole history in
+    order, and the master's document has the conversation block verify recomputes."""
     log = tmp_path / "received.jsonl"
     with start_simulator(["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens",
                           "0", "--content-tokens", "8", "--max-context", "8192",
                           "--log-requests", str(log)]) as sim:
-        proc = anvil("run", "scenarios/conversation.toml", "-H", sim.url, "-u", "4",
-                     "--requests", "16", "--processes", "2", "--no-server-metrics",
+        # 12 conversations of 4 turns: each worker's 4 users ask for the first arrivals
+        proc = anvil("run", "scenarios/conversation.toml", "-H", sim.url, "-u", "8",
+                     "--requests", "48", "--processes", "2", "--no-server-metrics",
+                     "--rate", "20", "--arrival", "constant",
                      "--results-dir", str(tmp_path / "res"))
     ok(proc)
     (bench,) = (tmp_path / "res").glob("benchmark-*/benchmark.json")
     doc = orjson.loads(bench.read_bytes())
     assert verify_benchmark(doc) == []
-    raw = map(orjson.loads, bench.with_name("requests.jsonl").read_bytes().splitlines())
-    workers = {x.get("worker") for x in raw if x.get("type") == "request"}
-    assert len(workers) == 2
+    recs = _raw_turns(bench)
+    assert len({x.get("worker") for x in recs}) == 2
+    # first turns on the master's schedule (each worker's stamps on its own clock: one
+    # kernel here, so the same); later turns after the master's reply to a follow-up
+    _check_open_loop(recs, 20.0, 0.0)
     by_session: dict[str, list[list]] = defaultdict(list)
     for line in map(orjson.loads, log.read_bytes().splitlines()):
         if line["session"] is not None:

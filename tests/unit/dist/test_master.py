@@ -90,9 +90,25 @@ def _grant_two(c: MasterCoordinator, runner: FakeRunner) -> None:
         c.add_worker(cid)
         runner.clients[cid] = SimpleNamespace(state="running")
         c.on_hello(_msg(cid, worker=f"host:{cid}", error=None))
-        c.on_take(_msg(cid, seq=1))
+        c.on_take(_msg(cid, seq=1, followup=False))
     gevent.sleep(0)
     gevent.sleep(0)
+
+
+def test_a_follow_up_is_granted_from_the_budgets_follow_ups(fired: list) -> None:
+    """A conversation's next turn in an open loop: the master's budget hands it out at once
+    (`take_followup`), not at the schedule's next due time."""
+    c, runner, budget = _coordinator()
+    asked: list[str] = []
+    budget.take = lambda: asked.append("take")  # type: ignore[method-assign]
+    budget.take_followup = lambda: asked.append("followup")  # type: ignore[method-assign]
+    c.add_worker("A")
+    runner.clients["A"] = SimpleNamespace(state="running")
+    c.on_hello(_msg("A", worker="host:A", error=None))
+    c.on_take(_msg("A", seq=1, followup=True))
+    c.on_take(_msg("A", seq=2, followup=False))
+    gevent.sleep(0)
+    assert asked == ["followup", "take"]
 
 
 def test_each_granted_ticket_is_recorded_exactly_once(fired: list) -> None:

@@ -320,8 +320,10 @@ BAD_TO_MASTER = [
     ("anvil_hello", {**HELLO, "worker": 7}, "worker"),
     ("anvil_hello", b"\x80\x04", "data"),
     ("anvil_pong", {"run_id": "run-1", "seq": 0, "t_master_ns": 1}, "t_worker_ns"),
-    ("anvil_take", {"run_id": "run-1", "seq": "1"}, "seq"),
-    ("anvil_take", {"seq": 1}, "run_id"),
+    ("anvil_take", {"run_id": "run-1", "seq": "1", "followup": False}, "seq"),
+    ("anvil_take", {"seq": 1, "followup": False}, "run_id"),
+    ("anvil_take", {"run_id": "run-1", "seq": 1}, "followup"),
+    ("anvil_take", {"run_id": "run-1", "seq": 1, "followup": 1}, "followup"),
     ("anvil_records", {"run_id": "run-1", "lines": [b"{}", "{}"]}, "lines"),
     ("anvil_records", {"run_id": "run-1", "lines": b"{}"}, "lines"),
     ("anvil_done", {"run_id": "run-1", "sent": -1, "health": None}, "sent"),
@@ -350,7 +352,7 @@ def test_every_message_type_is_checked() -> None:
                              "anvil_ticket", "anvil_records", "anvil_stop", "anvil_done"}
     c, runner = _master()
     runner.receive("anvil_hello", HELLO, node="A")
-    runner.receive("anvil_take", {"run_id": "run-1", "seq": 1}, node="A")
+    runner.receive("anvil_take", {"run_id": "run-1", "seq": 1, "followup": False}, node="A")
     gevent.sleep(0)
     assert c.workers["A"].hello.is_set()
     assert [m[0] for m in runner.sent] == ["anvil_ticket"]

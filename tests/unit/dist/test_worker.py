@@ -38,10 +38,17 @@ def test_remote_budget_waits_for_the_masters_ticket() -> None:
     got: list[Ticket | None] = []
     g = gevent.spawn(lambda: got.append(budget.take()))
     gevent.sleep(0)
-    assert sent == [("anvil_take", {"run_id": "run-1", "seq": 1})] and not got
+    assert sent == [("anvil_take", {"run_id": "run-1", "seq": 1, "followup": False})]
+    assert not got
     budget.deliver(1, Ticket(7, False, 4096))
     g.join(1)
     assert got == [Ticket(7, False, 4096)]
+    g = gevent.spawn(lambda: got.append(budget.take_followup()))  # a conversation's turn
+    gevent.sleep(0)
+    assert sent[-1] == ("anvil_take", {"run_id": "run-1", "seq": 2, "followup": True})
+    budget.deliver(2, Ticket(8, False, 4096))
+    g.join(1)
+    assert got[-1] == Ticket(8, False, 4096)
 
 
 def test_remote_budget_stops_asking_once_the_budget_is_spent() -> None:

@@ -173,3 +173,30 @@ def test_warmups_come_first_without_due_times_and_the_origin_follows_them() -> N
     assert origin is not None and origin >= released
     assert [t.due_ns - origin for _, t in got] == [0, 20_000_000, 40_000_000]
     assert all(not t.warmup for _, t in got)
+
+
+def test_follow_ups_take_the_next_index_at_once_and_leave_the_arrivals_offsets(late_ns
+                                                                               ) -> None:
+    """Conversations in an open loop: arrival k stays due at the schedule's offset of k
+    however many follow-ups (later turns) took indices between two arrivals; a follow-up
+    comes at once, without a due time; the request budget counts both."""
+    gap_ns = 50_000_000  # constant 20/s
+    budget = RequestBudget(6, 0, [10], schedule=Schedule(ArrivalPlan(20.0, "constant")))
+    a0 = budget.take()
+    asked = time.perf_counter_ns()
+    f1, f2 = budget.take_followup(), budget.take_followup()
+    assert time.perf_counter_ns() - asked <= late_ns()  # not at an arrival's due time
+    a1 = budget.take()
+    f3 = budget.take_followup()
+    a2 = budget.take()
+    assert [t.request_index for t in (a0, f1, f2, a1, f3, a2)] == [0, 1, 2, 3, 4, 5]
+    assert f1.due_ns is f2.due_ns is f3.due_ns is None and not f1.waited
+    assert (a1.due_ns - a0.due_ns, a2.due_ns - a0.due_ns) == (gap_ns, 2 * gap_ns)
+    assert budget.take() is None and budget.take_followup() is None  # 6 requests in all
+    assert budget.in_flight == 6
+
+
+def test_a_closed_loops_follow_up_is_an_ordinary_ticket() -> None:
+    budget = RequestBudget(2, 0, [10])
+    assert [budget.take().request_index, budget.take_followup().request_index] == [0, 1]
+    assert budget.take_followup() is None

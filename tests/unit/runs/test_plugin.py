@@ -147,24 +147,3 @@ def test_init_brings_the_loops_clock_up_to_now() -> None:
     assert loop.now() == before  # cached
     plugin.fresh_loop_clock()
     assert loop.now() - before >= 0.05
-
-
-@pytest.mark.parametrize("rate,refused", [(None, None), (2.0, "drop --rate")])
-def test_a_conversation_runs_closed_loop_for_now(rate: float | None,
-                                                 refused: str | None) -> None:
-    from anvil_metrics.errors import UsageError
-    from anvil_metrics.load.scenario import scenario_from_dict
-
-    doc: dict[str, Any] = {"measurement_protocol": "p", "max_tokens": 8,
-                           "conversation": {"turns": 2, "turn_tokens": 20}}
-    if rate is not None:
-        doc["rate"] = rate
-    opts = SimpleNamespace(scenario=scenario_from_dict(doc, source="c.toml"))
-    if refused is None:
-        plugin._check_conversation(opts)
-        return
-    with pytest.raises(UsageError, match=refused) as e:
-        plugin._check_conversation(opts)
-    assert str(e.value).startswith("c.toml has a [conversation]") and e.value.exit_code == 2
-    plugin._check_conversation(SimpleNamespace(scenario=scenario_from_dict(
-        {"measurement_protocol": "p", "rate": 2.0})))  # no conversation: nothing
