@@ -13,7 +13,7 @@ import os
 import sys
 
 from anvil_metrics.cli.parsing import Commands, Parser, argtype
-from anvil_metrics.load.options import timespan
+from anvil_metrics.load.optionvalues import timespan
 
 
 def add_campaign(sub: Commands) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from anvil_metrics.cli.parsing import Commands, argtype
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.options import timespan, whole
+from anvil_metrics.load.optionvalues import timespan, whole
 from anvil_metrics.urls import api_key_from_env
 
 

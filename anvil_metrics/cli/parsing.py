@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.options import Parse
+from anvil_metrics.load.optionvalues import Parse
 
 # what `add_subparsers` returns: each command group adds its commands to it
 Commands = argparse._SubParsersAction

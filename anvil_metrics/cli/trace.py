@@ -14,7 +14,7 @@ from dataclasses import asdict
 import orjson
 
 from anvil_metrics.cli.parsing import Commands, argtype
-from anvil_metrics.load.options import whole
+from anvil_metrics.load.optionvalues import whole
 from anvil_metrics.load.trace import FORMATS, MOONCAKE_BLOCK_TOKENS, read_trace, trace_stats
 
 

@@ -82,6 +82,17 @@ LOST_POLL_S = 0.5
 # --- master side ---------------------------------------------------------------------------
 
 
+def conversation_over(record: RequestRecord) -> bool:
+    """No later turn of the record's conversation will be asked for: it failed, it was its
+    conversation's last drawn turn, or it is no conversation's (what the worker's user
+    decided, read back from the record for the master's budget)."""
+    extra = record.extra or {}
+    if record.failure is not None or "conversation" not in extra:
+        return True
+    turn, turns = extra.get("turn"), extra.get("turns")
+    return not (isinstance(turn, int) and isinstance(turns, int) and turn < turns)
+
+
 @dataclass(slots=True)
 class _Grant:
     client_id: str
@@ -264,7 +275,7 @@ class MasterCoordinator:
         else:
             record = RequestRecord.from_json_dict(d)
         anvil_events.request_record.fire(record=record)
-        self.session.budget.give_back(grant.ticket)
+        self.session.budget.give_back(grant.ticket, conversation_over(record))
 
     def on_done(self, msg: Any) -> None:
         w = self._worker_for(msg)

@@ -45,18 +45,25 @@ BATCH_RECORDS = 256
 class RemoteBudget:
     """The worker's view of the master's request budget: `take()` (`take_followup()`) asks
     the master for a ticket (a conversation's next turn) and waits for it; `give_back` is a
-    no-op (the record returns the ticket)."""
+    no-op (the record returns the ticket). A None ends the asking, but for a budget of
+    `conversations` a start's None ends only the starts: later turns are still asked for."""
 
-    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str) -> None:
+    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str,
+                 conversations: bool = False) -> None:
         self._send = send
         self._run_id = run_id
         self._seq = 0
         self._waiting: dict[int, gevent.event.AsyncResult] = {}
         self._abandoned: set[int] = set()
         self._closed = False
+        self._starts: set[int] = set()  # asks (seq) for a new conversation or request
+        self._no_starts = False
+        self._conversations = conversations  # the master's budget counts conversations
         self.on_orphan: Callable[[Ticket], None] | None = None
 
     def take(self) -> Ticket | None:
+        if self._no_starts:
+            return None
         return self._ask(followup=False)
 
     def take_followup(self) -> Ticket | None:
@@ -70,6 +77,8 @@ class RemoteBudget:
         seq = self._seq
         result = gevent.event.AsyncResult()
         self._waiting[seq] = result
+        if not followup:
+            self._starts.add(seq)
         self._send("anvil_take", {"run_id": self._run_id, "seq": seq, "followup": followup})
         try:
             ticket = result.get()
@@ -81,17 +90,24 @@ class RemoteBudget:
 
     def deliver(self, seq: int, ticket: Ticket | None) -> None:
         result = self._waiting.pop(seq, None)
+        start = seq in self._starts
+        self._starts.discard(seq)
         if result is not None:
             result.set(ticket)
-            if ticket is None:  # the master's budget is spent: stop asking
+            if ticket is None and start and self._conversations:
+                # a budget of conversations: none starts any more, but those going on
+                # still take their later turns
+                self._no_starts = True
+            elif ticket is None:  # the master's budget is spent: stop asking
                 self._closed = True
         elif ticket is not None and (seq in self._abandoned or self._closed):
             self._abandoned.discard(seq)
             if self.on_orphan is not None:
                 self.on_orphan(ticket)
 
-    def give_back(self, ticket: Ticket) -> None:
-        """Nothing to do: the master returns a ticket when its record arrives."""
+    def give_back(self, ticket: Ticket, conversation_over: bool = True) -> None:
+        """Nothing to do: the master returns a ticket when its record arrives (and reads
+        from it whether its conversation is over)."""
 
     def close(self) -> None:
         self._closed = True
@@ -104,7 +120,8 @@ class RecordShipper:
     """Sends finished records to the master in bounded batches, as they finish: records
     finishing in the same moment share a message; none waits for a timer."""
 
-    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str) -> None:
+    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str,
+                 conversations: bool = False) -> None:
         self._send = send
         self._run_id = run_id
         self._pending: list[bytes] = []
@@ -170,7 +187,8 @@ class WorkerSession:
         self.conversations = _conversations(setup, dataset)
         self.worker = worker_identity()
         self._send = send
-        self.budget = RemoteBudget(send, setup.run_id)
+        self.budget = RemoteBudget(send, setup.run_id, conversations=bool(
+            sc.conversation is not None and sc.conversation.conversations is not None))
         self.budget.on_orphan = self._orphan
         self.shipper = RecordShipper(send, setup.run_id)
         self.finished = False

@@ -86,13 +86,17 @@ class RequestBudget:
 
     def __init__(self, requests: int | None, warmup: int, sizes: list[int],
                  on_exhausted: Callable[[], None] | None = None,
-                 group_size: int | None = None, schedule: Schedule | None = None) -> None:
+                 group_size: int | None = None, schedule: Schedule | None = None,
+                 conversations: int | None = None) -> None:
         if not sizes:
             raise ValueError("sizes must not be empty")
         if schedule is not None and group_size:
             raise ValueError("an arrival schedule and shared-prefix bursts exclude each other")
         self.group_size = group_size
         self.schedule = schedule
+        self.conversations = conversations  # a budget of conversations (starts), not requests
+        self._started = 0  # conversations started (measured takes that were not follow-ups)
+        self._going = 0  # of those, not over yet
         self.origin_ns: int | None = None  # open loop: when arrival 0 fell due
         self._turn = gevent.lock.Semaphore(1)
         self._changed = gevent.event.Event()  # set on close or a new schedule
@@ -137,6 +141,8 @@ class RequestBudget:
         self._warm.wait()
         if not self._opened.is_set():
             self._open()
+        if self._all_started():
+            return None  # every conversation has started: only follow-ups are left
         if self.schedule is not None:
             return self._take_arrival()
         if self._closed or (self.requests is not None and self._next >= self.requests):
@@ -151,7 +157,16 @@ class RequestBudget:
                 self._next = min(self._next, i)
                 return None
         self._count_out(1)
-        return Ticket(i, False, self.size_for(i))
+        return self._count_start(Ticket(i, False, self.size_for(i)))
+
+    def _all_started(self) -> bool:
+        return self.conversations is not None and self._started >= self.conversations
+
+    def _count_start(self, ticket: Ticket | None) -> Ticket | None:
+        if ticket is not None and self.conversations is not None:
+            self._started += 1
+            self._going += 1
+        return ticket
 
     def _open(self) -> None:
         """Run `before_measured` once; other takers wait until it has run."""
@@ -171,7 +186,7 @@ class RequestBudget:
         with self._turn:
             while True:
                 if self._closed or (self.requests is not None
-                                    and self._next >= self.requests):
+                                    and self._next >= self.requests) or self._all_started():
                     return None
                 if self.origin_ns is None:
                     self.origin_ns = time.perf_counter_ns()
@@ -183,20 +198,18 @@ class RequestBudget:
                     if changed.wait(wait_ns / 1e9):
                         continue  # stopped (the loop's first test), or a new schedule
                 if self._closed or (self.requests is not None
-                                    and self._next >= self.requests):
+                                    and self._next >= self.requests) or self._all_started():
                     return None  # stopped, or follow-ups took the last requests meanwhile
                 i = self._next
                 self._next += 1
                 self._arrival += 1
                 self._count_out(1)
-                return Ticket(i, False, self.size_for(i), due_ns=due, waited=asked_ns > due)
+                return self._count_start(Ticket(i, False, self.size_for(i), due_ns=due,
+                                                waited=asked_ns > due))
 
     def take_followup(self) -> Ticket | None:
-        """A conversation's next turn in an open loop: the next index at once, without a
-        due time (see the module docstring); None when the budget is spent or closed. In a
-        closed loop every request is `take`n the same way, so this is `take`."""
-        if self.schedule is None:
-            return self.take()
+        """A conversation's next turn: the next index at once, without a due time (see the
+        module docstring); None when the budget is spent or closed."""
         if self._closed or (self.requests is not None and self._next >= self.requests):
             return None
         i = self._next
@@ -212,8 +225,10 @@ class RequestBudget:
         changed, self._changed = self._changed, gevent.event.Event()
         changed.set()
 
-    def give_back(self, ticket: Ticket) -> None:
-        """A ticket's request has finished (success or failure)."""
+    def give_back(self, ticket: Ticket, conversation_over: bool = True) -> None:
+        """A ticket's request has finished (success or failure); `conversation_over`: no
+        later turn of its conversation will be taken (its last, a failed one, or a request
+        outside any conversation)."""
         if ticket.warmup:
             self._warmup_done += 1
             if self._warmup_done >= self.warmup:
@@ -223,7 +238,10 @@ class RequestBudget:
         self._count_out(-1)
         progress, self._progress = self._progress, gevent.event.Event()
         progress.set()
-        if self.requests is not None and self._done >= self.requests:
+        if self.conversations is not None and conversation_over:
+            self._going -= 1
+        if (self.requests is not None and self._done >= self.requests) or (
+                self._all_started() and self._going <= 0 and self._out == 0):
             self.close()
             if self._on_exhausted is not None:
                 cb, self._on_exhausted = self._on_exhausted, None

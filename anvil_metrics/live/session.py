@@ -181,7 +181,8 @@ class RunSession:
 
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
-                               schedule=_schedule(sc, trace))
+                               schedule=_schedule(sc, trace),
+                               conversations=sc.conversation and sc.conversation.conversations)
         run_id, run_dir = _run_folder(opts)
         writer = RawWriter(run_dir / "requests.jsonl")
         params = _header_params(opts, endpoint, identity, ready, nonce, concurrency, shared_doc,

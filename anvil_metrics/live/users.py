@@ -193,7 +193,7 @@ class ChatStreamUser(User):
                 if talk is not None:
                     self._answered(talk, obs)
                 self._after(obs, closed_loop=not self._open_loop)
-                run.budget.give_back(ticket)
+                run.budget.give_back(ticket, talk is None or talk.over)
 
     def _turn_of(self, run: RunContext, request_index: int) -> Conversation | None:
         """The conversation whose turn request `request_index` is (None: single-turn

@@ -23,6 +23,9 @@ this table takes them under anvil's names:
     session_header = "X-Session-ID"  # sent with each turn, one value per conversation;
                                 # "" sends none
     seed = 0                    # the draws' seed
+    conversations = 8           # optional: the run's budget is this many conversations,
+                                # each with all its turns (instead of `requests`, which
+                                # counts turns)
 
 A drawn value's definition: `uniform` is every whole number from min to max equally
 likely; `lognormal`'s `mean` is the mean of the values (not of their logarithm), so the
@@ -58,7 +61,7 @@ _DISTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _WHOLE_DISTS = ("constant", "uniform", "lognormal", "zipf")  # for a count of turns
 _SECONDS_DISTS = ("constant", "uniform", "lognormal", "exponential")  # for a think time
 _KEYS = ("turns", "turn_tokens", "system_prompt_tokens", "prefix_tokens", "think_time",
-         "history", "session_header", "seed")
+         "history", "session_header", "seed", "conversations")
 
 
 def _err(key: str, value: Any, allowed: str, src: str | None) -> ScenarioError:
@@ -177,6 +180,7 @@ class ConversationPlan:
     history: str = "server"
     session_header: str | None = DEFAULT_SESSION_HEADER
     seed: int = 0
+    conversations: int | None = None  # a budget of conversations (None: of requests)
 
     def draws(self, index: int, turns: int | None = None) -> ConversationDraws:
         """Conversation `index`'s turns (`turns` when its source fixes them: a dataset's
@@ -206,7 +210,8 @@ class ConversationPlan:
                 "system_prompt_tokens": self.system_prompt_tokens,
                 "prefix_tokens": self.prefix_tokens, "think_time": self.think_time.to_json(),
                 "history": self.history, "session_header": self.session_header or "",
-                "seed": self.seed}
+                "seed": self.seed,
+                **({} if self.conversations is None else {"conversations": self.conversations})}
 
 
 def _whole(key: str, v: Any, least: int, src: str | None) -> int:
@@ -245,4 +250,6 @@ def parse_conversation(table: Any, src: str | None) -> ConversationPlan | None:
         prefix_tokens=_whole("prefix_tokens", table.get("prefix_tokens", 0), 0, src),
         think_time=parse_draw("think_time", table.get("think_time", 0), False, src),
         history=history, session_header=header or None,
-        seed=_whole("seed", table.get("seed", 0), 0, src))
+        seed=_whole("seed", table.get("seed", 0), 0, src),
+        conversations=(None if table.get("conversations") is None
+                       else _whole("conversations", table["conversations"], 1, src)))

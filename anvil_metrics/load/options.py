@@ -16,14 +16,28 @@ allowed — the same words argparse prints for `anvil run`.
 
 from __future__ import annotations
 
-import math
-import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.load.optionvalues import (
+    Parse,
+    arrival,
+    counts,
+    criteria,
+    http_url,
+    nonce,
+    pairs,
+    positive,
+    rates,
+    ratio,
+    seconds,
+    text,
+    timespan,
+    tokenizer_file,
+    whole,
+)
 
 if TYPE_CHECKING:  # the scenario module (and numpy) only when a run is actually made
     from anvil_metrics.load.arrivals import ArrivalPlan
@@ -35,137 +49,6 @@ if TYPE_CHECKING:  # the scenario module (and numpy) only when a run is actually
 # be the ones lost (a bias towards short ones); AIPerf's grace period after its
 # --benchmark-duration is 30 s by default too. Set --stop-timeout to change it.
 STOP_TIMEOUT_S = 30
-
-# `parse(flag, text)`: the typed value, or UsageError naming the flag, the text and what is
-# allowed. It never sees an empty text on Locust's side (empty means "not set").
-Parse = Callable[[str, str], Any]
-
-NONCE = re.compile(r"[A-Za-z0-9_-]{1,32}")
-
-
-def _refuse(flag: str, text: str, allowed: str) -> UsageError:
-    return UsageError(f"{flag} {text!r} is not allowed; expected {allowed}")
-
-
-def text(_flag: str, value: str) -> str | None:
-    """Free text; blank is "not set"."""
-    return value.strip() or None
-
-
-def whole(minimum: int) -> Parse:
-    """A whole number >= `minimum`."""
-    def parse(flag: str, value: str) -> int:
-        try:
-            n = int(value)
-        except ValueError:
-            n = None
-        if n is None or n < minimum:
-            raise _refuse(flag, value, f"a whole number >= {minimum}")
-        return n
-    return parse
-
-
-def above_zero(allowed: str) -> Parse:
-    """A finite number > 0 (`allowed` says so in the message)."""
-    def parse(flag: str, value: str) -> float:
-        try:
-            x = float(value)
-        except ValueError:
-            x = math.nan
-        if not (math.isfinite(x) and x > 0):
-            raise _refuse(flag, value, allowed)
-        return x
-    return parse
-
-
-seconds = above_zero("a number of seconds > 0")
-positive = above_zero("a number > 0")
-
-
-def timespan(flag: str, value: str) -> float:
-    """A time > 0 as Locust writes one: seconds, or "90s", "5m", "1h30m"."""
-    from anvil_metrics.load.loadspec import parse_duration
-
-    seconds = parse_duration(value)
-    if seconds is None:
-        raise _refuse(flag, value, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"')
-    return seconds
-
-
-def arrival(flag: str, value: str) -> str:
-    """One of `arrivals.ARRIVALS`."""
-    from anvil_metrics.load.arrivals import ARRIVALS
-
-    if value not in ARRIVALS:
-        raise _refuse(flag, value, f"one of {', '.join(ARRIVALS)}")
-    return value
-
-
-def counts(flag: str, value: str) -> tuple[int, ...]:
-    """Comma-separated whole numbers >= 1, e.g. 1,4,16,64."""
-    try:
-        out = tuple(int(x) for x in value.split(","))
-    except ValueError:
-        out = ()
-    if not out or min(out) < 1:
-        raise _refuse(flag, value, "whole numbers >= 1, comma-separated, e.g. 1,4,16,64")
-    return out
-
-
-def rates(flag: str, value: str) -> tuple[float, ...]:
-    """Comma-separated numbers > 0, e.g. 1,2,4,8."""
-    try:
-        out = tuple(float(x) for x in value.split(","))
-    except ValueError:
-        out = ()
-    if not out or not all(math.isfinite(x) and x > 0 for x in out):
-        raise _refuse(flag, value, "numbers > 0 (requests/s), comma-separated, e.g. 1,2,4,8")
-    return out
-
-
-def ratio(flag: str, value: str) -> float:
-    """A fraction 0 < r <= 1 (of requests that failed)."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and 0 < x <= 1):
-        raise _refuse(flag, value, "a fraction > 0 and <= 1, e.g. 0.5 (1: every request)")
-    return x
-
-
-def criteria(flag: str, value: str) -> str:
-    """Goodput criteria, e.g. "ttft_ms<=2000,mean_inter_token_latency_ms<=50"."""
-    from anvil_metrics.load.criteria import parse_criteria
-
-    return ",".join(c.text() for c in parse_criteria(value, flag))
-
-
-def nonce(flag: str, value: str) -> str:
-    """A previous run's `run_nonce`."""
-    if not NONCE.fullmatch(value):
-        raise _refuse(flag, value, "1-32 letters, digits, '-' or '_' (copy run_nonce from a "
-                      "previous benchmark.json)")
-    return value
-
-
-def http_url(flag: str, value: str) -> str:
-    """An http(s) URL with a host."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _refuse(flag, value, "an http:// or https:// URL, e.g. "
-                      "http://127.0.0.1:8000/metrics")
-    return value
-
-
-def tokenizer_file(flag: str, value: str) -> str:
-    """An existing file (the served model's tokenizer.json)."""
-    if not os.path.isfile(value):
-        raise UsageError(f"{flag} {value!r} is not a file; pass the served model's "
-                         "tokenizer.json")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +150,9 @@ OPTIONS: tuple[Option, ...] = (
            "messages, or plain text paragraphs): see load/dataset.py"),
     Option("--dataset-format", "the dataset's format: sharegpt, jsonl or text (default: told "
            "by the file)"),
+    Option("--conversation", "multi-turn conversations: the [conversation] table's keys as "
+           "key=value pairs over the scenario's, e.g. turns=4,turn_tokens=256,think_time=2 "
+           "(conversations=N: a budget of N conversations): see load/conversation.py", pairs),
     Option("--steps", "a sweep of users: one step per count, e.g. 1,4,16,64, each "
            "--step-duration long (steps[] in benchmark.json)", counts),
     Option("--rates", "a sweep of open-loop rates (requests/s), e.g. 1,2,4,8, each "
@@ -342,6 +228,8 @@ def locust_args(values: Mapping[str, Any]) -> list[str]:
             out.append(o.flag)
         elif isinstance(v, tuple):  # --steps, --rates: as typed, comma-separated
             out += [o.flag, ",".join(map(str, v))]
+        elif isinstance(v, dict):  # --conversation: key=value pairs, as typed
+            out += [o.flag, ",".join(f"{k}={x}" for k, x in v.items())]
         else:
             out += [o.flag, str(v)]
     return out
@@ -448,13 +336,20 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
     concurrency; `run_time_s` (Locust's own -t) is the duration when --duration is not
     given. `api_key` is resolved by the caller (it never travels in `values`). Raises
     UsageError naming the bad option."""
-    from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, with_overrides
+    from anvil_metrics.load.scenario import (
+        load_scenario,
+        scenario_from_dict,
+        with_conversation,
+        with_overrides,
+    )
 
     v = {o.dest: o.value(values.get(o.dest)) for o in LOCUST_OPTIONS if not o.secret}
     if v["scenario"]:
         sc = load_scenario(v["scenario"])
     else:
         sc = scenario_from_dict({"measurement_protocol": "adhoc"}, source="built-in defaults")
+    if v["conversation"]:
+        sc = with_conversation(sc, v["conversation"])
     sc = with_overrides(sc, requests=v["requests"], concurrency=users,
                         max_tokens=v["max_tokens"], model=v["model"],
                         warmup_requests=v["warmup_requests"],
@@ -466,7 +361,8 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         # --duration asks for a duration run: the scenario's request count does not end it
         # (give --requests too for a budget with a time limit; Locust's own -t stays a
         # time limit on the scenario's budget)
-        sc = replace(sc, requests=None)
+        sc = replace(sc, requests=None, conversation=sc.conversation and replace(
+            sc.conversation, conversations=None))
     sc = _windows(sc, v["warmup"], v["cooldown"])
     if v["trace"] is not None:
         from anvil_metrics.load.replay import replay_scenario

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import random
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +117,11 @@ class Scenario:
 
     @property
     def load_mode(self) -> str:
-        """"budget" (a request count ends the run; a duration, if any, is a time limit),
+        """"budget" (a count of requests, or of conversations, ends the run; a duration, if
+        any, is a time limit),
         "duration", or "until_stopped" (the web UI's Stop, Ctrl-C)."""
-        if self.requests is not None:
+        if self.requests is not None or (self.conversation is not None
+                                         and self.conversation.conversations is not None):
             return "budget"
         return "duration" if self.duration_s is not None else "until_stopped"
 
@@ -250,7 +252,6 @@ def with_overrides(
 ) -> Scenario:
     """Apply command-line overrides (None: keep the scenario's), re-checking what they can
     break."""
-    from dataclasses import replace
 
     meta = dict(sc.meta)
     if model:
@@ -266,6 +267,8 @@ def with_overrides(
         goodput=sc.goodput if goodput is None else goodput,
         meta=meta,
     )
+    if requests is not None and new.conversation is not None:  # --requests counts turns
+        new = replace(new, conversation=replace(new.conversation, conversations=None))
     if new.arrivals is not None and new.shared_prefix_burst:
         raise UsageError(f"--rate is not allowed with {sc.source or 'the scenario'}: its "
                          "shared-prefix bursts send groups back to back, not at a rate")
@@ -285,3 +288,17 @@ def with_overrides(
                     f"{new.max_context_tokens}; use at most {new.max_context_tokens - size}"
                 )
     return new
+
+
+def with_conversation(sc: Scenario, given: dict[str, Any]) -> Scenario:
+    """`--conversation key=value,...` over the scenario's `[conversation]` table (none: a
+    new one), checked as the file's own table is; `conversations=N` (a budget of
+    conversations) replaces the scenario's request count."""
+    doc = scenario_to_dict(sc)
+    doc["conversation"] = {**(doc.get("conversation") or {}), **given}
+    doc.pop("context_distribution", None)  # a turn's size is its history and turn_tokens
+    if given.get("conversations") is not None:
+        doc.pop("requests", None)
+    flag = "--conversation " + ",".join(f"{k}={v}" for k, v in given.items())
+    # checked under the flag's name: a bad value names the flag, not the file
+    return replace(scenario_from_dict(doc, source=flag), source=sc.source)

@@ -262,6 +262,9 @@ def _conversation(data: dict[str, Any], v: dict[str, Any], src: str | None) -> N
         raise _err("serve_flags.shared_prefix_burst", True, "false with [conversation] "
                    "(conversations share their own history; system_prompt_tokens is "
                    "the prefix all of them share)", src)
+    if plan.conversations is not None and v["requests"] is not None:
+        raise _err("conversation.conversations", plan.conversations, "no budget of "
+                   f"conversations beside one of requests ({v['requests']}): give one", src)
     longest = plan.longest_tokens(v["max_tokens"])
     if longest > v["max_context_tokens"]:
         raise _err("conversation.turn_tokens", plan.turn_tokens,

@@ -79,7 +79,6 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
       are not counted as issued).
     - `client` (generator-health figures from the raw `run_end` line), if given, supplies
       the `client` block, with `achieved_concurrency` and `start_delay_ms` from the records.
-
     Raises VerifyError if the document does not verify (a bug, or raw data that breaks an
     invariant): anvil does not hand out numbers it cannot reproduce.
     """

@@ -154,7 +154,9 @@ def wait_passing_signals(proc: subprocess.Popen) -> str | None:
 def plan_text(sc: Scenario, users: int) -> str:
     """What a run will do, in words: its end and its load."""
     mode = sc.load_mode
-    end = (f"{sc.requests} requests" if mode == "budget" else
+    talks = sc.conversation.conversations if sc.conversation is not None else None
+    end = (f"{talks} conversations" if talks is not None else
+           f"{sc.requests} requests" if mode == "budget" else
            f"for {sc.duration_s:g} s" if mode == "duration" else "until stopped (Ctrl-C)")
     if mode == "budget" and sc.duration_s is not None:
         end += f" (at most {sc.duration_s:g} s)"
@@ -169,7 +171,8 @@ def plan_text(sc: Scenario, users: int) -> str:
         load = (f"the trace {Path(sc.trace.path).name} at {sc.trace.speed:g}x, at most "
                 f"{users} in flight")
     elif sc.arrivals is not None:
-        load = (f"{sc.arrivals.arrival} arrivals at {sc.arrivals.rate_rps:g} requests/s, at "
+        what = "conversation starts" if sc.conversation is not None else "requests"
+        load = (f"{sc.arrivals.arrival} arrivals at {sc.arrivals.rate_rps:g} {what}/s, at "
                 f"most {users} in flight")
     else:
         load = f"{users} users back to back"

@@ -222,10 +222,11 @@ def test_conversations_across_a_master_and_two_workers(tmp_path: Path) -> None:
     with start_simulator(["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens",
                           "0", "--content-tokens", "8", "--max-context", "8192",
                           "--log-requests", str(log)]) as sim:
-        # 12 conversations of 4 turns: each worker's 4 users ask for the first arrivals
+        # a budget of 12 conversations of 4 turns (the master reads from each record
+        # whether its conversation is over): each worker's 4 users ask for the first ones
         proc = anvil("run", "scenarios/conversation.toml", "-H", sim.url, "-u", "8",
-                     "--requests", "48", "--processes", "2", "--no-server-metrics",
-                     "--rate", "20", "--arrival", "constant",
+                     "--conversation", "conversations=12", "--processes", "2",
+                     "--no-server-metrics", "--rate", "20", "--arrival", "constant",
                      "--results-dir", str(tmp_path / "res"))
     ok(proc)
     (bench,) = (tmp_path / "res").glob("benchmark-*/benchmark.json")
@@ -233,6 +234,9 @@ def test_conversations_across_a_master_and_two_workers(tmp_path: Path) -> None:
     assert verify_benchmark(doc) == []
     recs = _raw_turns(bench)
     assert len({x.get("worker") for x in recs}) == 2
+    block = doc["conversation"]
+    assert (block["conversations"], block["completed"], doc["requests"]) == (12, 12, 48)
+    assert block["plan"]["conversations"] == 12 and doc["load"]["mode"] == "budget"
     # first turns on the master's schedule (each worker's stamps on its own clock: one
     # kernel here, so the same); later turns after the master's reply to a follow-up
     _check_open_loop(recs, 20.0, 0.0)
@@ -245,3 +249,24 @@ def test_conversations_across_a_master_and_two_workers(tmp_path: Path) -> None:
         for k in range(1, len(turns)):
             assert turns[k][:len(turns[k - 1])] == turns[k - 1]
             assert [m[0] for m in turns[k][len(turns[k - 1]):]] == ["assistant", "user"]
+
+
+def test_a_budget_of_conversations_from_the_flag_alone(tmp_path: Path) -> None:
+    """A single-turn scenario made multi-turn by `--conversation turns=3,turn_tokens=64,
+    conversations=5` at 2 users, closed loop: the run ends after 5 conversations, each with
+    its 3 turns (15 requests, none cut; the flag's budget replaces the scenario's request
+    count), and verify recomputes the document."""
+    with start_simulator(["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens",
+                          "0", "--content-tokens", "8", "--max-context", "8192"]) as sim:
+        proc = anvil("run", "scenarios/smoke.toml", "-H", sim.url, "-u", "2", "--max-tokens", "16",
+                     "--conversation", "turns=3,turn_tokens=64,conversations=5",
+                     "--no-server-metrics", "--results-dir", str(tmp_path / "res"))
+    ok(proc)
+    (bench,) = (tmp_path / "res").glob("benchmark-*/benchmark.json")
+    doc = orjson.loads(bench.read_bytes())
+    assert verify_benchmark(doc) == []
+    block = doc["conversation"]
+    assert (block["conversations"], block["completed"], block["cut"]) == (5, 5, 0)
+    assert doc["requests"] == doc["completed"] == 15
+    assert [t["requests"] for t in block["turns"]] == [5, 5, 5]
+    assert "conversations: 5 (5 completed, 0 cut)" in proc.stdout

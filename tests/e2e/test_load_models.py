@@ -34,6 +34,7 @@ from conftest import (
 )
 
 from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
+from anvil_metrics.post.loadblock import behind
 from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.runs.simproc import SimProcess, start_simulator
@@ -196,10 +197,19 @@ def test_open_loop_below_capacity_follows_the_schedule(sim: SimProcess, tmp_path
     # whole seconds
     loop = doc["client"]["loop_lag_ms"]
     assert lag["p99"] <= loop["max"] + START_WORK_MS, (lag, loop)
-    assert load["waited_for_user"] == 0
+    # ~2 of 16 users are busy at a time, so a request finds none free only when a stall (of
+    # the machine, the simulator or this process: seen 4 of 400 beside a CPU hog) holds
+    # most of them at once: each one that waited is judged by the records, which show at
+    # least half the users with a request in flight when it fell due
+    for x in raw:
+        if x["extra"].get("waited_for_user"):
+            due = x["start_ns"] - x["extra"]["start_delay_ns"]
+            busy = sum(1 for y in raw if y["start_ns"] <= due < y["end_ns"])
+            assert busy >= 8, (x["request_index"], busy)
     sched = Schedule(ArrivalPlan(40.0, seed=seed))
     assert offsets == [sched.offset_ns(k) for k in range(len(offsets))]
-    assert not any("WARNING" in line for line in proc.stdout.splitlines())
+    warned = [line for line in proc.stdout.splitlines() if "WARNING" in line]
+    assert len(warned) == (behind(load, doc["requests"]) is not None), warned
 
 
 def test_processes_2_follow_the_same_schedule_as_one(sim: SimProcess, tmp_path: Path) -> None:

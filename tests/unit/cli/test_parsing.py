@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from anvil_metrics.cli.parsing import Parser, argtype
-from anvil_metrics.load.options import timespan, whole
+from anvil_metrics.load.optionvalues import timespan, whole
 
 
 def test_a_parse_error_is_one_line_naming_the_command(capsys) -> None:

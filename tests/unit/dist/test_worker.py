@@ -120,3 +120,20 @@ def test_a_sessions_done_message_counts_what_it_sent() -> None:
     (done,) = [d for t, d in wire.sent if t == "anvil_done"]
     assert (done["run_id"], done["sent"], done["worker"]) == ("run-1", 1, session.worker)
     assert {"loop_lag_ms", "cpu_pct", "saturated"} <= done["health"].keys()
+
+
+def test_with_a_budget_of_conversations_no_start_ends_only_the_starts() -> None:
+    """The master's None for a new conversation: no more starts are asked for, but a
+    conversation going on still asks for (and gets) its next turn."""
+    sent: list[tuple[str, dict]] = []
+    budget = RemoteBudget(lambda t, d: sent.append((t, d)), "r", conversations=True)
+    g = gevent.spawn(budget.take)
+    gevent.sleep(0)
+    budget.deliver(1, None)  # every conversation has started
+    assert g.get(timeout=1) is None
+    assert budget.take() is None and len(sent) == 1  # no second ask for a start
+    g = gevent.spawn(budget.take_followup)
+    gevent.sleep(0)
+    assert sent[-1][1] == {"run_id": "r", "seq": 2, "followup": True}
+    budget.deliver(2, Ticket(9, False, 10))
+    assert g.get(timeout=1) == Ticket(9, False, 10)

@@ -175,3 +175,23 @@ def test_in_flight_counts_measured_tickets_with_their_integral_and_peak() -> Non
     assert (got.now, got.area_ns, got.peak) == (0, 70, 2)
     clock[0] = 70
     assert b.read_in_flight().peak == 0 and b.read_in_flight().area_ns == 70
+
+
+def test_a_budget_of_conversations_counts_starts_and_ends_when_the_last_is_over() -> None:
+    """Two conversations: `take` starts them (none after the second), follow-ups go on, and
+    the budget is spent once both are over and every ticket is back."""
+    exhausted: list[int] = []
+    b = RequestBudget(None, 0, [10], on_exhausted=lambda: exhausted.append(1),
+                      conversations=2)
+    a, c = b.take(), b.take()  # two starts
+    assert b.take() is None  # no third conversation
+    a2 = b.take_followup()
+    assert [t.request_index for t in (a, c, a2)] == [0, 1, 2]
+    b.give_back(a, conversation_over=False)
+    b.give_back(c, conversation_over=True)  # the second conversation ends (say, it failed)
+    assert exhausted == []
+    a3 = b.take_followup()
+    b.give_back(a2, conversation_over=False)
+    assert exhausted == [] and a3 is not None
+    b.give_back(a3, conversation_over=True)
+    assert exhausted == [1] and b.take_followup() is None

@@ -200,3 +200,15 @@ def test_a_closed_loops_follow_up_is_an_ordinary_ticket() -> None:
     budget = RequestBudget(2, 0, [10])
     assert [budget.take().request_index, budget.take_followup().request_index] == [0, 1]
     assert budget.take_followup() is None
+
+
+def test_takers_waiting_together_start_no_more_conversations_than_the_budget() -> None:
+    """Four takers wait for arrivals at once under a budget of two conversations: two get
+    one, two get None (the cap is checked where the arrival is handed out, not before the
+    wait)."""
+    budget = RequestBudget(None, 0, [10], schedule=Schedule(ArrivalPlan(100.0, "constant")),
+                           conversations=2)
+    got = [g.get(timeout=2) for g in [gevent.spawn(budget.take) for _ in range(4)]]
+    assert sorted(t.request_index for t in got if t is not None) == [0, 1]
+    assert got.count(None) == 2
+    budget.close()

@@ -41,7 +41,10 @@ def test_the_protocols_say_what_a_user_may_read() -> None:
         def take(self) -> None:
             return None
 
-        def give_back(self, ticket: object) -> None:
+        def take_followup(self) -> None:
+            return None
+
+        def give_back(self, ticket: object, conversation_over: bool = True) -> None:
             pass
 
     run = SimpleNamespace(endpoint=None, api_key=None, scenario=None, budget=Budget(),

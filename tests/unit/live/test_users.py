@@ -81,7 +81,7 @@ class _Budget:
     def take(self) -> Ticket | None:
         return self.ticket
 
-    def give_back(self, ticket: Ticket) -> None:
+    def give_back(self, ticket: Ticket, conversation_over: bool = True) -> None:
         self.returned.append(ticket)
 
 
@@ -224,17 +224,28 @@ def test_every_consumer_reads_the_clients_one_start_stamp(monkeypatch, heard) ->
 
 
 class _Turns:
-    """A budget that hands out tickets 10, 11, 12, … (a conversation takes several)."""
+    """A budget that hands out tickets 10, 11, 12, … (a conversation takes several: its
+    first by `take`, its later turns by `take_followup`), and keeps what it was told."""
 
     def __init__(self) -> None:
         self.next = 10
+        self.asked: list[str] = []
+        self.over: list[bool] = []
 
     def take(self) -> Ticket:
+        self.asked.append("take")
+        return self._ticket()
+
+    def take_followup(self) -> Ticket:
+        self.asked.append("followup")
+        return self._ticket()
+
+    def _ticket(self) -> Ticket:
         self.next += 1
         return Ticket(request_index=self.next - 1, warmup=False, planned_context_tokens=64)
 
-    def give_back(self, ticket: Ticket) -> None:
-        pass
+    def give_back(self, ticket: Ticket, conversation_over: bool = True) -> None:
+        self.over.append(conversation_over)
 
 
 def test_a_conversation_sends_its_history_its_header_and_waits_its_think_time(
@@ -270,6 +281,9 @@ def test_a_conversation_sends_its_history_its_header_and_waits_its_think_time(
         user.chat()
         waits.append(user.wait_time())
     assert waits == [0.5, 0.0, 0.5, 0.0]  # the think time, before turn 2 only
+    # a conversation's first turn starts it, its second is a follow-up and ends it
+    assert user.run.budget.asked == ["take", "followup", "take", "followup"]
+    assert user.run.budget.over == [False, True, False, True]
     (b1, h1), (b2, h2), (b3, h3), _ = sent
     assert h1 == h2 == b"X-Session-ID: nonce-10\r\n" and h3 == b"X-Session-ID: nonce-12\r\n"
     assert b2["messages"][:len(b1["messages"])] == b1["messages"]

@@ -79,3 +79,24 @@ def test_shared_prefix_table() -> None:
             scenario_from_dict({**base, **extra})
         assert e.value.field == field, (extra, e.value.field)
         assert "\n" not in str(e.value)
+
+
+def test_the_conversation_flag_goes_over_the_scenarios_table_and_is_checked() -> None:
+    from anvil_metrics.load.scenario import load_scenario, with_conversation
+
+    sc = load_scenario("scenarios/conversation.toml")
+    new = with_conversation(sc, {"turns": 3, "think_time": 0.5})
+    assert new.conversation.turns.to_json() == 3 and new.conversation.turn_tokens == 256
+    assert new.conversation.think_time.to_json() == 0.5 and new.requests == sc.requests
+    counted = with_conversation(sc, {"conversations": 6})  # a budget of conversations
+    assert (counted.requests, counted.conversation.conversations) == (None, 6)
+    assert counted.load_mode == "budget"
+    from anvil_metrics.load.scenario import scenario_from_dict
+
+    plain = with_conversation(scenario_from_dict({"measurement_protocol": "p"}),
+                              {"turns": 2, "turn_tokens": 64})  # a new table
+    assert plain.conversation.max_turns == 2
+    with pytest.raises(UsageError) as e:
+        with_conversation(sc, {"turns": 0})
+    assert str(e.value).startswith("--conversation turns=0: conversation.turns = 0 is not "
+                                   "allowed") and e.value.exit_code == 2
