@@ -239,11 +239,15 @@ def _trace_from_wire(d: Any) -> TracePlan:
         raise WireError(SETUP, "scenario.trace", d, "the --trace flags as a dict")
     positive: Check = (lambda v: isinstance(v, int | float) and not isinstance(v, bool)
                        and math.isfinite(v) and v > 0, "a number > 0")
+    window: Check = (lambda v: v is None or (
+        isinstance(v, list | tuple) and len(v) == 2 and positive[0](v[0] + 1)
+        and (v[1] is None or positive[0](v[1]))), "null or [start, end or null] in seconds")
     for key, check in (("path", TEXT), ("fmt", optional(STR)), ("speed", positive),
                        ("limit", optional(at_least(1))), ("block_tokens", at_least(1)),
-                       ("model", optional(STR))):
+                       ("model", optional(STR)), ("window_s", window)):
         need(d, key, check, SETUP, "scenario.trace.")
-    return TracePlan(**d)
+    return TracePlan(**{**d, "window_s": None if d["window_s"] is None
+                        else tuple(d["window_s"])})
 
 
 def scenario_from_wire(d: dict[str, Any]) -> Scenario:

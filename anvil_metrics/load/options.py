@@ -37,6 +37,7 @@ from anvil_metrics.load.optionvalues import (
     timespan,
     tokenizer_file,
     whole,
+    window,
 )
 
 if TYPE_CHECKING:  # the scenario module (and numpy) only when a run is actually made
@@ -143,6 +144,9 @@ OPTIONS: tuple[Option, ...] = (
            "told by the file)"),
     Option("--trace-speed", "replay the trace this many times faster (default 1)", positive),
     Option("--trace-limit", "replay only the trace's first N requests", whole(1)),
+    Option("--trace-window", "replay only the requests in this time window of the trace, "
+           "START:END seconds after its first (60:120; 60: to the end); the first is due "
+           "at once", window),
     Option("--trace-block", "tokens per hash id block of a Mooncake trace (default 512)",
            whole(1)),
     Option("--trace-model", "a BurstGPT trace: only this model's rows"),

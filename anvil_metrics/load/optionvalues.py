@@ -103,6 +103,21 @@ def rates(flag: str, value: str) -> tuple[float, ...]:
     return out
 
 
+def window(flag: str, value: str) -> tuple[float, float | None]:
+    """`START:END` seconds (END may be left out: to the end), 0 <= START < END."""
+    start_text, colon, end_text = value.partition(":")
+    try:
+        start = float(start_text)
+        end = float(end_text) if end_text.strip() else None
+    except ValueError:
+        start, end = math.nan, None
+    if not colon or not (math.isfinite(start) and start >= 0) or (
+            end is not None and not (math.isfinite(end) and end > start)):
+        raise _refuse(flag, value, "START:END in seconds with 0 <= START < END, e.g. 60:120 "
+                      "(or 60: to the end)")
+    return start, end
+
+
 def ratio(flag: str, value: str) -> float:
     """A fraction 0 < r <= 1 (of requests that failed)."""
     try:

@@ -60,7 +60,7 @@ def replay_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
     plan = TracePlan(v["trace"], v.get("trace_format"), v.get("trace_speed") or 1.0,
                      min(limits) if limits else None,
                      v.get("trace_block") or MOONCAKE_BLOCK_TOKENS,
-                     v.get("trace_model"))
+                     v.get("trace_model"), v.get("trace_window"))
     reqs = plan.read()
     return replace(sc, trace=plan, requests=len(reqs), warmup_requests=0, arrivals=None,
                    duration_s=None)

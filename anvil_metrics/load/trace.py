@@ -179,9 +179,11 @@ def _burstgpt(path: Path, model: str | None) -> Iterator[TraceRequest]:
 
 
 def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int =
-               MOONCAKE_BLOCK_TOKENS, model: str | None = None, limit: int | None = None
-               ) -> list[TraceRequest]:
-    """Every request of the trace, in file order (its first `limit`), checked."""
+               MOONCAKE_BLOCK_TOKENS, model: str | None = None, limit: int | None = None,
+               window_s: tuple[float, float | None] | None = None) -> list[TraceRequest]:
+    """Every request of the trace, in file order, checked: those whose timestamp lies in
+    `window_s` (`[start, end)` seconds after the trace's first request; None: all), of
+    those the first `limit`."""
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"--trace {str(p)!r}: no such file; pass a trace file")
@@ -191,17 +193,28 @@ def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int =
     lines = (_mooncake(p, block_tokens) if fmt == "mooncake" else _plain(p)
              if fmt == "jsonl" else _burstgpt(p, model))
     out: list[TraceRequest] = []
+    first = last = None  # the trace's first timestamp, the line before's (ms)
     for r in lines:
-        if out and r.timestamp_ms < out[-1].timestamp_ms:
+        if last is not None and r.timestamp_ms < last:
             raise TraceError(str(p), r.line, "timestamp", r.timestamp_ms,
-                             f"a time at or after the line before's ({out[-1].timestamp_ms:g} "
-                             "ms): a trace is in time order")
+                             f"a time at or after the line before's ({last:g} ms): a trace "
+                             "is in time order")
+        first = r.timestamp_ms if first is None else first
+        last = r.timestamp_ms
+        at_s = (r.timestamp_ms - first) / 1000
+        if window_s is not None and at_s < window_s[0]:
+            continue
+        if window_s is not None and window_s[1] is not None and at_s >= window_s[1]:
+            break
         out.append(r)
         if limit is not None and len(out) >= limit:
             break
     if not out:
         raise UsageError(f"{p}: the trace holds no request to replay"
-                         + (f" for model {model!r}" if model else ""))
+                         + (f" for model {model!r}" if model else "")
+                         + (" in --trace-window " + ":".join(f"{x:g}" for x in window_s
+                                                             if x is not None)
+                            if window_s else ""))
     return out
 
 
@@ -280,8 +293,8 @@ def trace_stats(reqs: list[TraceRequest], block_tokens: int = MOONCAKE_BLOCK_TOK
 @dataclass(frozen=True, slots=True)
 class TracePlan:
     """What the `--trace*` flags ask: the file, its format (None: detected), the speed-up,
-    how many of its requests, the token block its `hash_ids` stand for, and a model filter
-    (BurstGPT)."""
+    how many of its requests, the token block its `hash_ids` stand for, a model filter
+    (BurstGPT) and a time window."""
 
     path: str
     fmt: str | None = None
@@ -289,11 +302,12 @@ class TracePlan:
     limit: int | None = None
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
     model: str | None = None
+    window_s: tuple[float, float | None] | None = None  # [start, end) of the trace's time
 
     def read(self) -> list[TraceRequest]:
         """The requests replayed, checked (`TraceError` names a bad line)."""
         return read_trace(self.path, self.fmt, block_tokens=self.block_tokens,
-                          model=self.model, limit=self.limit)
+                          model=self.model, limit=self.limit, window_s=self.window_s)
 
     def arrivals(self, reqs: list[TraceRequest]) -> dict[str, Any]:
         """The raw header's `params.load.arrivals` of the replay: the rate it offers on
@@ -308,4 +322,5 @@ class TracePlan:
         cached, total = expected_reuse(reqs, self.block_tokens)
         return {"file": Path(self.path).name, "format": self.fmt, "speed": self.speed,
                 "limit": self.limit, "block_tokens": self.block_tokens, "model": self.model,
+                "window_s": None if self.window_s is None else list(self.window_s),
                 "requests": len(reqs), "expected_reuse": cached / total}

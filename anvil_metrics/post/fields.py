@@ -223,6 +223,8 @@ TRACE: Text = {
     "limit": ("", "--trace-limit: only this many of its first requests; null: all"),
     "block_tokens": ("tok", "tokens per hash id block (--trace-block)"),
     "model": ("", "--trace-model: the BurstGPT rows kept; null: all"),
+    "window_s": ("s", "--trace-window: [start, end] seconds after the trace's first request "
+                 "(end null: to its end); null: all"),
     "requests": ("", "the trace's requests replayed"),
     "expected_reuse": ("", "the share of the replayed input tokens a cache keeping every "
                        "block could serve, from the trace's own sharing"),

@@ -2,7 +2,7 @@
 what the server says it served.
 
     "trace": {"file": "mooncake.jsonl", "format": "mooncake", "speed": 4.0, "limit": null,
-              "block_tokens": 512, "model": null, "requests": 1000,
+              "block_tokens": 512, "model": null, "window_s": null, "requests": 1000,
               "expected_reuse": 0.62,   # the trace's own: its hash_ids replayed in order
               "reported_reuse": 0.61}   # Σ cached_tokens / Σ prompt_tokens of the rows
                                         # reporting cached_tokens (null when none does)
@@ -23,9 +23,10 @@ from anvil_metrics.post.conversations import reuse_ratio
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import fmt, same
 
-PLAN_KEYS = ("file", "format", "speed", "limit", "block_tokens", "model", "requests",
-             "expected_reuse")
+PLAN_KEYS = ("file", "format", "speed", "limit", "block_tokens", "model", "window_s",
+             "requests", "expected_reuse")
 KEYS = (*PLAN_KEYS, "reported_reuse")
+NEWER_KEYS = ("window_s",)  # a file written before them has none: it still verifies
 
 
 def build_trace(params: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
@@ -39,7 +40,8 @@ def check_trace(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[
     block = doc.get("trace")
     if block is None:
         return
-    if not isinstance(block, dict) or tuple(sorted(block)) != tuple(sorted(KEYS)):
+    if not isinstance(block, dict) or not (
+            set(KEYS) - set(NEWER_KEYS) <= set(block) <= set(KEYS)):
         problems.append(f"trace: expected an object with keys {list(KEYS)}, file has "
                         f"{fmt(sorted(block) if isinstance(block, dict) else block)}")
         return

@@ -230,6 +230,8 @@ def benchmark_schema() -> dict[str, Any]:
         "trace": nullable(obj({"file": STRING, "format": nullable(STRING),
                                "speed": FIGURE, "limit": nullable(COUNT),
                                "block_tokens": COUNT, "model": nullable(STRING),
+                               "window_s": nullable({"type": "array", "items": nullable(
+                                   NUMBER), "minItems": 2, "maxItems": 2}),
                                "requests": COUNT, "expected_reuse": NUMBER,
                                "reported_reuse": nullable(NUMBER)}, text=fields.TRACE)),
     }

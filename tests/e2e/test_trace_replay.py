@@ -117,6 +117,8 @@ def test_verify_recomputes_the_replay(replay: dict) -> None:
      [], ":2: timestamp"),
     (b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
      ["--rate", "2"], "--rate is not allowed with --trace"),
+    (b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
+     ["--trace-window", "5:"], "holds no request to replay in --trace-window 5"),
 ])  # fmt: skip
 def test_a_bad_trace_or_flag_is_one_line_and_exit_2(tmp_path: Path, line: bytes,
                                                      flags: list[str], named: str) -> None:

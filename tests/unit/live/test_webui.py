@@ -282,6 +282,15 @@ def test_ui_run_figures_options_downloads(simulator, tmp_path: Path) -> None:
         assert raw_lines(ui_dir / live3["run_id"])[0]["params"]["prompt_sizing"]["cache"] \
             == "hit"
 
+        # a conversation run typed into the form: --conversation's field over the scenario
+        ui.swarm(_form(host=sim.url, results_dir=str(ui_dir),
+                       conversation="turns=2,turn_tokens=64,conversations=3"))
+        live4 = ui.wait_run_finished(live3["run_id"])
+        doc4 = load_json(ui_dir / live4["run_id"] / "benchmark.json")
+        assert verify_benchmark(doc4) == [] and doc4["requests"] == 6
+        block = doc4["conversation"]
+        assert (block["conversations"], block["completed"], block["plan"]["turns"]) == (3, 3, 2)
+
         # user mistakes typed into the form: one line each in the log, no traceback
         for bad, needle in (({"requests": "abc"}, "--requests 'abc' is not allowed"),
                             ({"tokenizer": str(tmp_path / "missing.json")},
@@ -292,7 +301,7 @@ def test_ui_run_figures_options_downloads(simulator, tmp_path: Path) -> None:
         log = ui.log()
         assert "Traceback" not in log, log[-3000:]
         runs = [p for p in ui_dir.iterdir() if p.name.startswith("benchmark-")]
-        assert len(runs) == 3  # the refused starts made no run folder
+        assert len(runs) == 4  # the refused starts made no run folder
 
         # the key typed into the form is never served, logged or written
         served = [ui.get(p) for p in ("/", "/stats/requests", "/anvil/", "/anvil/live.json",

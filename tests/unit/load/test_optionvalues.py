@@ -23,3 +23,14 @@ def test_a_malformed_pair_is_one_line_naming_the_flag(text: str) -> None:
     assert str(e.value) == (f"--conversation {text!r} is not allowed; expected key=value pairs "
                             "separated by commas, each key once, e.g. turns=4,turn_tokens=256")
     assert e.value.exit_code == 2
+
+
+def test_a_window_is_start_colon_end_seconds() -> None:
+    from anvil_metrics.load.optionvalues import window
+
+    assert window("--trace-window", "60:120") == (60.0, 120.0)
+    assert window("--trace-window", "0.5:") == (0.5, None)
+    for bad in ("60", "120:60", "-1:5", "a:b", "5:5"):
+        with pytest.raises(UsageError, match=r"^--trace-window .* is not allowed; expected "
+                                             r"START:END in seconds"):
+            window("--trace-window", bad)

@@ -137,3 +137,21 @@ def test_a_partial_last_block_is_never_counted_cached(tmp_path: Path) -> None:
     reqs = read_trace(_lines(tmp_path / "w.jsonl", whole, whole))
     assert expected_reuse(reqs) == (1023, 2048)  # at least one token is computed
     assert math.isclose(trace_stats(reqs).expected_hit_ratio, 1023 / 2048)
+
+
+def test_a_time_window_replays_the_requests_inside_it(tmp_path: Path) -> None:
+    """`--trace-window START:END`: the requests at [START, END) seconds after the trace's
+    first, then `--trace-limit` of those; a window with none is one clear line."""
+    path = tmp_path / "mooncake.jsonl"
+    mooncake_trace(path, 400, seed=2)
+    reqs = read_trace(path)
+    at_s = [(r.timestamp_ms - reqs[0].timestamp_ms) / 1000 for r in reqs]
+    mid = at_s[len(at_s) // 2]
+    inside = [r for r, t in zip(reqs, at_s, strict=True) if 1.0 <= t < mid]
+    assert 0 < len(inside) < len(reqs)
+    assert read_trace(path, window_s=(1.0, mid)) == inside
+    assert read_trace(path, window_s=(mid, None)) == [
+        r for r, t in zip(reqs, at_s, strict=True) if t >= mid]
+    assert read_trace(path, window_s=(1.0, mid), limit=3) == inside[:3]
+    with pytest.raises(UsageError, match=r"holds no request to replay in --trace-window 9e\+06"):
+        read_trace(path, window_s=(9e6, None))
