@@ -178,7 +178,8 @@ class WorkerSession:
         if sc.trace is not None:  # a replay: the same trace file, read here
             self.bodies = TraceBodies(sc, setup.model, sc.trace.read(),
                                       TracePrompts(setup.run_nonce, sc.trace.block_tokens,
-                                                   round(setup.calibration.overhead_tokens)))
+                                                   round(setup.calibration.overhead_tokens)),
+                                      setup.run_nonce)
         elif dataset is not None and sc.conversation is None:
             self.bodies = DatasetBodies(sc, setup.model, dataset)
         else:

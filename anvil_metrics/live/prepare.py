@@ -133,7 +133,7 @@ def prepare_trace(opts: RunOptions, counter: Counter, model: str, nonce: str,
         log.warning("anvil: could not count the chat template's tokens (%s); trace prompts "
                     "are sized without them", e)
     bodies = TraceBodies(sc, model, trace, TracePrompts(nonce, sc.trace.block_tokens,
-                                                        overhead))
+                                                        overhead), nonce)
     try:
         checked = counter.count(bodies.messages(0))
     except Exception as e:

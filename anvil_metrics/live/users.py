@@ -149,7 +149,9 @@ class ChatStreamUser(User):
         if talk is None:
             body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
                                           ticket.warmup)
-            headers = b""
+            header_for = getattr(run.bodies, "header_for", None)  # a trace's sessions
+            headers = b"" if header_for is None or ticket.warmup else header_for(
+                ticket.request_index)
         else:  # the conversation's history and its next message
             body, headers = talk.next_body(), talk.header
         now = time.perf_counter_ns()

@@ -10,11 +10,13 @@ So each size's body is serialised once, split at two markers, and each request's
 
 from __future__ import annotations
 
+import re
+import zlib
 from typing import Any
 
 import orjson
 
-from anvil_metrics.load.conversation import ConversationDraws
+from anvil_metrics.load.conversation import DEFAULT_SESSION_HEADER, ConversationDraws
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
@@ -23,6 +25,7 @@ from anvil_metrics.prep.traceprompts import TracePrompts
 from anvil_metrics.prep.turns import ConversationPrompts
 
 # invisible separators; never produced by the text generator
+SAFE_SESSION = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a session id sent as it is
 _MARK_HEAD = "\u2063anvil-head\u2063"
 _MARK_TAG = "\u2063anvil-tag\u2063"
 
@@ -173,16 +176,50 @@ class TraceBodies:
     `BodyBuilder` (`build_parts(size, index, warmup)`, `size` being the trace's own)."""
 
     def __init__(self, sc: Scenario, model: str, reqs: list[TraceRequest],
-                 prompts: TracePrompts) -> None:
+                 prompts: TracePrompts, run_nonce: str = "") -> None:
         self._fields = {k: v for k, v in body_fields(sc, model).items()
                         if k not in ("max_tokens", "ignore_eos", "min_tokens")}
         self._reqs = reqs
         self.prompts = prompts
+        self._nonce = run_nonce
+        # each session's requests in order, each request's place in its session, and the
+        # words of the last one built (requests are mostly built in order)
+        self._sessions: dict[str, list[int]] = {}
+        self._place: dict[int, int] = {}
+        for k, r in enumerate(reqs):
+            if r.session_id is not None and not r.hash_ids:
+                turns = self._sessions.setdefault(r.session_id, [])
+                self._place[k] = len(turns)
+                turns.append(k)
+        self._last: dict[str, tuple[int, list[str]]] = {}
 
     def messages(self, index: int) -> list[dict[str, str]]:
         r = self._reqs[index]
-        return [{"role": "user", "content": self.prompts.text(
-            r.input_tokens, r.hash_ids, r.line, r.prefix_id, r.prefix_tokens)}]
+        if index not in self._place:
+            return [{"role": "user", "content": self.prompts.text(
+                r.input_tokens, r.hash_ids, r.line, r.prefix_id, r.prefix_tokens)}]
+        assert r.session_id is not None
+        turns, place = self._sessions[r.session_id], self._place[index]
+        at, words = self._last.get(r.session_id, (-1, None))
+        if at > place:  # built out of order: from the session's start
+            at, words = -1, None
+        for k in turns[at + 1:place + 1]:
+            q = self._reqs[k]
+            words = self.prompts.session_words(words, q.input_tokens, q.line, q.prefix_id,
+                                               q.prefix_tokens)
+        assert words is not None
+        self._last[r.session_id] = (place, words)
+        return [{"role": "user", "content": " ".join(words)}]
+
+    def header_for(self, index: int) -> bytes:
+        """The session header of a request of a trace's session (`X-Session-ID:
+        {run nonce}-{session}`, the session's id when it is plain, else its CRC-32), for
+        KV-aware routers as a conversation's; b"" for the others."""
+        session = self._reqs[index].session_id
+        if session is None:
+            return b""
+        name = session if SAFE_SESSION.fullmatch(session) else f"{zlib.crc32(session.encode()):08x}"
+        return f"{DEFAULT_SESSION_HEADER}: {self._nonce}-{name}\r\n".encode()
 
     def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
         """Request `index` of the trace (a replay has no warm-ups)."""

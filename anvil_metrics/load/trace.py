@@ -221,13 +221,22 @@ def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int =
 def expected_reuse(reqs: list[TraceRequest], block_tokens: int = MOONCAKE_BLOCK_TOKENS
                    ) -> tuple[int, int]:
     """(cached tokens, input tokens) over the trace replayed in order with a cache that
-    keeps everything (see the module docstring); `prefix_id`s count as shared prefixes."""
+    keeps everything (see the module docstring); `prefix_id`s count as shared prefixes, and
+    a session's request shares the session's request before it, as far as the shorter of
+    the two (`prep/traceprompts.py` builds it so)."""
     seen_chains: set[tuple[int, int]] = set()  # (position, id): ids are prefix-chained
     seen_prefixes: set[str] = set()
+    session_last: dict[str, int] = {}  # a session's request before: its input tokens
     cached = total = 0
     for r in reqs:
         total += r.input_tokens
         hit = 0
+        if r.session_id is not None and not r.hash_ids:
+            before = session_last.get(r.session_id)
+            session_last[r.session_id] = r.input_tokens
+            if before is not None:
+                cached += min(before, r.input_tokens - 1)
+                continue
         if r.hash_ids:
             full = r.input_tokens // block_tokens  # a partial last block is never cached
             for k, h in enumerate(r.hash_ids[:full]):

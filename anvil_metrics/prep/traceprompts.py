@@ -13,6 +13,11 @@ holds the remainder as Mooncake's does, so the templated prompt is `input_tokens
 remainder shorter than the template's tokens takes words from the block before it, whose
 text stays the start of its id's); `prepare` counts one whole prompt to check it.
 
+A plain trace's `session_id` makes its requests one conversation's turns, as far as the
+prefix cache sees them: a session's request begins with the whole message of the session's
+request before it (cut to its own size if it is shorter) and goes on with words of its own
+(`session_words`), so each turn's prompt holds the history the session has so far.
+
 Each block's words come from its own generator, `PCG64([seed, id])`, with the seed taken
 from the run's nonce: a rerun's blocks differ (no cache carries over), `--run-nonce` repeats
 them. Requests without `hash_ids` (BurstGPT, plain JSONL) get text of their own (an id past
@@ -78,3 +83,15 @@ class TracePrompts:
             body -= prefix_tokens
         parts.append(block_text(self.seed, _LINE_IDS + line, body))
         return " ".join(parts)
+
+    def session_words(self, before: list[str] | None, input_tokens: int, line: int,
+                      prefix_id: str | None = None, prefix_tokens: int = 0) -> list[str]:
+        """The words of a session's request, from the words of the session's request before
+        it (`before`; None for the session's first, whose text is its own): those (its
+        first words when this one is shorter), then new words of its own line."""
+        if before is None:
+            return self.text(input_tokens, (), line, prefix_id, prefix_tokens).split(" ")
+        body = max(1, input_tokens - self.overhead_tokens)
+        if body <= len(before):
+            return before[:body]
+        return before + block_text(self.seed, _LINE_IDS + line, body - len(before)).split(" ")

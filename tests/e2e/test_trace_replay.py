@@ -130,3 +130,41 @@ def test_a_bad_trace_or_flag_is_one_line_and_exit_2(tmp_path: Path, line: bytes,
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err = proc.stderr.strip()
     assert named in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_plain_traces_sessions_replay_as_conversations(tmp_path: Path) -> None:
+    """A plain JSONL trace of 10 sessions of 3 requests (1,000, 2,000 and 3,000 tokens, the
+    sessions interleaved): one session header per session (the simulator logs each), each
+    turn longer, and the simulator's prefix cache serves what each session's request shares
+    with the one before it (its whole message: `prep/traceprompts.py`, tested to the word
+    in tests/unit/load/test_body.py) as the trace's expected reuse says, within 2 points."""
+    trace, log = tmp_path / "sessions.jsonl", tmp_path / "received.jsonl"
+    lines = [{"timestamp": (turn * 10 + s) * 40, "input_tokens": 1000 * (turn + 1) + 7 * s,
+              "output_tokens": 2, "session_id": f"s{s}"}
+             for turn in range(3) for s in range(10)]
+    trace.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    with start_simulator(["--prefill-ms", "1", "--prefill-ms-per-token", "0.001",
+                          "--interval-ms", "1", "--reasoning-tokens", "0",
+                          "--max-context", "16384", "--prefix-cache", "--prefix-cache-block",
+                          "16", "--log-requests", str(log)]) as sim:
+        proc = anvil("run", "scenarios/smoke.toml", "--trace", str(trace), "-H", sim.url,
+                     "-u", "8", "--no-server-metrics", "--results-dir", str(tmp_path / "res"))
+    ok(proc)
+    (bench,) = (tmp_path / "res").glob("benchmark-*/benchmark.json")
+    doc = orjson.loads(bench.read_bytes())
+    assert verify_benchmark(doc) == [] and doc["completed"] == 30
+    received = [x for x in map(orjson.loads, log.read_bytes().splitlines())
+                if x["session"] is not None]
+    by_session: dict[str, list[str]] = {}
+    for x in sorted(received, key=lambda x: x["t_ns"]):
+        (message,) = [m for m in x["messages"] if m[0] == "user"]
+        by_session.setdefault(x["session"], []).append(message)
+    assert len(by_session) == 10 and {len(v) for v in by_session.values()} == {3}
+    assert {s.rsplit("-", 1)[1] for s in by_session} == {f"s{k}" for k in range(10)}
+    for turns in by_session.values():  # (role, characters, crc32): each turn longer
+        assert turns[0][1] < turns[1][1] < turns[2][1]
+    block = doc["trace"]
+    assert block["expected_reuse"] == pytest.approx(
+        sum(min(a["input_tokens"], b["input_tokens"] - 1) for a, b in zip(
+            lines[:20], lines[10:], strict=True)) / sum(x["input_tokens"] for x in lines))
+    assert abs(block["reported_reuse"] - block["expected_reuse"]) <= 0.02, block

@@ -113,3 +113,35 @@ def test_no_session_header_when_the_scenario_says_none() -> None:
 def test_fixed_history_asks_for_answers_of_exactly_max_tokens() -> None:
     fields = body_fields(_conversation_scenario("fixed"), "m")
     assert fields["ignore_eos"] is True and fields["min_tokens"] == 32 == fields["max_tokens"]
+
+
+def test_a_plain_traces_session_request_begins_with_the_one_before() -> None:
+    """Session turns: each message is the session's previous message (its first words when
+    shorter) and new words; built out of order (another worker built the turn before) it
+    is the same; one session header per session, none outside a session."""
+    from anvil_metrics.load.body import TraceBodies
+    from anvil_metrics.load.trace import TraceRequest
+    from anvil_metrics.prep.traceprompts import TracePrompts
+
+    reqs = [TraceRequest(1, 0, 30, 2, session_id="a"), TraceRequest(2, 1, 20, 2),
+            TraceRequest(3, 2, 50, 2, session_id="a"), TraceRequest(4, 3, 40, 2,
+                                                                   session_id="a"),
+            TraceRequest(5, 4, 60, 2, session_id="b\r\nX: y")]
+    sc = Scenario(measurement_protocol="t")
+
+    def bodies() -> TraceBodies:
+        return TraceBodies(sc, "m", reqs, TracePrompts("n1", 16, 5), "n1")
+
+    def words(b: TraceBodies, k: int) -> list[str]:
+        return b.messages(k)[0]["content"].split(" ")
+
+    b = bodies()
+    w0, w2, w3 = words(b, 0), words(b, 2), words(b, 3)
+    assert (len(w0), len(w2), len(w3)) == (25, 45, 35)  # input less the template's 5
+    assert w2[:25] == w0 and w3 == w2[:35]  # the one before, whole or cut
+    out_of_order = bodies()
+    assert words(out_of_order, 3) == w3 and words(out_of_order, 0) == w0
+    assert b.header_for(0) == b.header_for(2) == b"X-Session-ID: n1-a\r\n"
+    assert b.header_for(1) == b""
+    odd = b.header_for(4)  # not sent as given: its CRC-32
+    assert odd.startswith(b"X-Session-ID: n1-") and b"\r\nX" not in odd and odd.endswith(b"\r\n")

@@ -155,3 +155,13 @@ def test_a_time_window_replays_the_requests_inside_it(tmp_path: Path) -> None:
     assert read_trace(path, window_s=(1.0, mid), limit=3) == inside[:3]
     with pytest.raises(UsageError, match=r"holds no request to replay in --trace-window 9e\+06"):
         read_trace(path, window_s=(9e6, None))
+
+
+def test_a_sessions_requests_share_the_one_before_in_the_expected_reuse() -> None:
+    from anvil_metrics.load.trace import TraceRequest
+
+    reqs = [TraceRequest(1, 0, 100, 1, session_id="a"), TraceRequest(2, 1, 300, 1,
+                                                                    session_id="a"),
+            TraceRequest(3, 2, 200, 1, session_id="a"), TraceRequest(4, 3, 50, 1)]
+    # turn 2 shares turn 1's 100, turn 3 the first 199 of turn 2's 300 (at most input - 1)
+    assert expected_reuse(reqs) == (100 + 199, 650)
