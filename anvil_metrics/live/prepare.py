@@ -84,7 +84,12 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
             sizing = {"counter": counter.source, "cache": "off", "counted": {},
                       "expected_shared_tokens": None}
             prompts = PromptFactory(NO_CALIBRATION, sc.context_seed, nonce, None, None)
-            return Prepared(model, prompts, sizing, DatasetBodies(sc, model, dataset))
+            bodies = DatasetBodies(sc, model, dataset)
+            if opts.tokenizer_path:  # a local count of each entry the run sends: its plan
+                used = len(dataset) if sc.requests is None else min(len(dataset), sc.requests)
+                bodies = DatasetBodies(sc, model, dataset,
+                                       [counter.count(bodies.messages(j)) for j in range(used)])
+            return Prepared(model, prompts, sizing, bodies)
         prompts, sizing = prepare_prompts(opts, client, counter, fields, model, nonce, sizes,
                                           shared)
         bodies = BodyBuilder(sc, model, prompts)

@@ -32,6 +32,7 @@ from greenlet import GreenletExit
 from locust import User, task
 
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import RunContext, run_in_progress
 from anvil_metrics.load.body import Conversation
 from anvil_metrics.wire.client import ChatClient
@@ -157,8 +158,7 @@ class ChatStreamUser(User):
         now = time.perf_counter_ns()
         obs = StreamObserver(
             ticket.request_index, now, warmup=ticket.warmup,
-            planned_context_tokens=(ticket.planned_context_tokens if talk is None
-                                    and getattr(run.bodies, "sized", True) else None),
+            planned_context_tokens=self._planned(run, ticket, talk),
             worker=run.worker, on_first_output=_fire_first_output,
             on_first_content=_fire_first_content, keep_text=talk is not None,
         )
@@ -196,6 +196,17 @@ class ChatStreamUser(User):
                     self._answered(talk, obs)
                 self._after(obs, closed_loop=not self._open_loop)
                 run.budget.give_back(ticket, talk is None or talk.over)
+
+    @staticmethod
+    def _planned(run: RunContext, ticket: Ticket, talk: Conversation | None) -> int | None:
+        """The request's planned prompt size: the ticket's, a dataset entry's as counted
+        before the load (none when uncounted), none for a conversation's turn (its history
+        is the server's answers: `history_tokens` says what it was)."""
+        if talk is not None:
+            return None
+        planned = getattr(run.bodies, "planned", None)
+        return ticket.planned_context_tokens if planned is None else planned(
+            ticket.request_index)
 
     def _turn_of(self, run: RunContext, request_index: int) -> Conversation | None:
         """The conversation whose turn request `request_index` is (None: single-turn

@@ -230,17 +230,26 @@ class TraceBodies:
 
 class DatasetBodies:
     """Single-turn request bodies from a dataset (`load/dataset.py`): request k sends entry
-    k mod n's first user turn (after its system prompt, if any). No planned size
-    (`sized`): its count is the server's."""
+    k mod n's first user turn (after its system prompt, if any). Its planned size
+    (`planned`) is its count by the local tokenizer (`--tokenizer`) where one counted the
+    entries before the load (`counted[j]`: entry j's, templated), else none: its count is
+    the server's."""
 
-    sized = False
-
-    def __init__(self, sc: Scenario, model: str, entries: list[DatasetEntry]) -> None:
+    def __init__(self, sc: Scenario, model: str, entries: list[DatasetEntry],
+                 counted: list[int] | None = None) -> None:
         self._fields = body_fields(sc, model)
         self._entries = entries
+        self._counted = counted or []
 
-    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+    def messages(self, index: int) -> list[dict[str, str]]:
         e = self._entries[index % len(self._entries)]
         messages = ([] if e.system is None else [{"role": "system", "content": e.system}])
         messages.append({"role": "user", "content": e.turns[0]})
-        return (orjson.dumps({**self._fields, "messages": messages}),)
+        return messages
+
+    def planned(self, index: int) -> int | None:
+        j = index % len(self._entries)
+        return self._counted[j] if j < len(self._counted) else None
+
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+        return (orjson.dumps({**self._fields, "messages": self.messages(index)}),)

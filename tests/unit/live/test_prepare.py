@@ -108,3 +108,33 @@ def test_the_shared_tokens_allowed_are_counted_else_estimated() -> None:
     assert expected_shared_tokens(prompts, broken, "Be brief.") == 28  # the estimate
     shared = PromptFactory(cal, 0, "abcd", None, SharedPrefix(prefix_tokens=900, group_size=4))
     assert expected_shared_tokens(shared, broken, None) == 900  # the group's whole prefix
+
+
+def test_a_datasets_entries_are_counted_before_the_load_with_a_local_tokenizer(
+        simulator: Callable[..., SimProcess], tmp_path: Path, monkeypatch) -> None:
+    """`--tokenizer` with a dataset: the local tokenizer counts each entry the run sends
+    (its templated messages) before the load, and that count is the request's planned size;
+    without one, a dataset prompt has none (the server's count is its size)."""
+    from types import SimpleNamespace
+
+    from anvil_metrics.live import prepare
+    from anvil_metrics.load.dataset import DatasetEntry
+
+    sim = simulator(*SIM)
+    entries = [DatasetEntry(None, (f"question {k} " * (k + 1),)) for k in range(5)]
+    counted: list[list[dict]] = []
+
+    def count(messages: list[dict]) -> int:
+        counted.append(messages)
+        return 10 + len(messages[-1]["content"])
+
+    local = SimpleNamespace(source="tokenizer t.json", max_model_len=None, count=count)
+    monkeypatch.setattr(prepare, "server_counter", lambda client, fields, path: local)
+    o = opts(sim, tmp_path, tokenizer_path="t.json", scenario=scenario(requests=3))
+    ready = prepare_requests(o, Endpoint.parse(o.host), "n", [128], None, dataset=entries)
+    want = [10 + len(e.turns[0]) for e in entries[:3]]  # the 3 entries 3 requests send
+    assert [ready.bodies.planned(k) for k in range(6)] == [*want, None, None, want[0]]
+    assert counted == [ready.bodies.messages(k) for k in range(3)]
+    plain = prepare_requests(replace(o, tokenizer_path=None), Endpoint.parse(o.host), "n",
+                             [128], None, dataset=entries)
+    assert plain.bodies.planned(0) is None
