@@ -42,6 +42,8 @@ receipt, and a damaged one is refused with one log line and not acted on: `dist_
     master -> worker  anvil_ticket   {seq, ticket: [index, warmup, size, due_ns, waited]
                                      | None}      (open loop: the master's schedule, its
                                                   due time placed on the worker's clock)
+    worker -> master  anvil_drop     {}                           (a user stopped between two
+                                                                   turns of a conversation)
     worker -> master  anvil_records  {lines: [orjson bytes, ...]} (<= 256 per message)
     master -> worker  anvil_stop     {}                           (stop users, flush)
     worker -> master  anvil_done     {sent, worker, health}       (after the last record)
@@ -110,6 +112,7 @@ class _Worker:
     lost: bool = False
     offset_ns: int | None = None
     uncertainty_ns: int | None = None
+    going: int = 0  # a budget of conversations: those started here and not yet over
 
 
 class MasterCoordinator:
@@ -228,6 +231,9 @@ class MasterCoordinator:
         budget = self.session.budget
         ticket = None if (self.closing or w.lost) else (
             budget.take_followup() if followup else budget.take())
+        if ticket is not None and not followup and not ticket.warmup and (
+                budget.conversations is not None):
+            w.going += 1
         if ticket is not None:
             self.outstanding[(ticket.warmup, ticket.request_index)] = _Grant(
                 w.client_id, ticket, time.perf_counter_ns())
@@ -275,7 +281,17 @@ class MasterCoordinator:
         else:
             record = RequestRecord.from_json_dict(d)
         anvil_events.request_record.fire(record=record)
-        self.session.budget.give_back(grant.ticket, conversation_over(record))
+        over = conversation_over(record)
+        if over and not grant.ticket.warmup and w.going > 0:
+            w.going -= 1
+        self.session.budget.give_back(grant.ticket, over)
+
+    def on_drop(self, msg: Any) -> None:
+        """A worker's user was stopped between two turns of its conversation."""
+        w = self._worker_for(msg)
+        if w is not None and w.going > 0:
+            w.going -= 1
+            self.session.budget.conversation_dropped()
 
     def on_done(self, msg: Any) -> None:
         w = self._worker_for(msg)
@@ -312,7 +328,13 @@ class MasterCoordinator:
                                           f"worker {name} ({client_id}) {why}; this request "
                                           "was in flight there and its outcome is unknown")
             anvil_events.request_record.fire(record=record)
+            if not grant.ticket.warmup and w is not None and w.going > 0:
+                w.going -= 1
             self.session.budget.give_back(grant.ticket)
+        # its conversations between two turns take no more either
+        while w is not None and w.going > 0:
+            w.going -= 1
+            self.session.budget.conversation_dropped()
         if lost:
             log.error("anvil: worker %s %s: %d in-flight request(s) recorded as worker_lost",
                       name, why, len(lost))
@@ -325,7 +347,8 @@ class MasterCoordinator:
     def _watch_lost(self) -> None:
         while True:
             gevent.sleep(LOST_POLL_S)
-            for cid in {g.client_id for g in self.outstanding.values()}:
+            for cid in {g.client_id for g in self.outstanding.values()} | {
+                    c for c, w in self.workers.items() if w.going > 0}:
                 w = self.workers.get(cid)
                 if self._gone(cid) and not (w is not None and w.done is not None):
                     self.fail_outstanding(cid, "was lost (no heartbeat, or it quit)")
@@ -415,6 +438,7 @@ class MasterAgent:
             "anvil_hello": lambda c, m: c.on_hello(m),
             "anvil_pong": lambda c, m: c.on_pong(m),
             "anvil_take": lambda c, m: c.on_take(m),
+            "anvil_drop": lambda c, m: c.on_drop(m),
             "anvil_records": lambda c, m: c.on_records(m),
             "anvil_done": lambda c, m: c.on_done(m),
         }

@@ -114,6 +114,7 @@ MESSAGES: dict[str, dict[str, Check]] = {
     "anvil_ping": {"run_id": TEXT, "seq": at_least(0), "t_master_ns": INT},
     "anvil_pong": {"run_id": TEXT, "seq": at_least(0), "t_worker_ns": INT},
     "anvil_take": {"run_id": TEXT, "seq": at_least(1), "followup": BOOL},
+    "anvil_drop": {"run_id": TEXT},
     "anvil_ticket": {"run_id": TEXT, "seq": at_least(1), "ticket": TICKET},
     "anvil_records": {"run_id": TEXT, "lines": LINES},
     "anvil_stop": {"run_id": TEXT},

@@ -105,6 +105,12 @@ class RemoteBudget:
             if self.on_orphan is not None:
                 self.on_orphan(ticket)
 
+    def conversation_dropped(self) -> None:
+        """A user stopped between two turns: the master's budget counts its conversation
+        over."""
+        if not self._closed:
+            self._send("anvil_drop", {"run_id": self._run_id})
+
     def give_back(self, ticket: Ticket, conversation_over: bool = True) -> None:
         """Nothing to do: the master returns a ticket when its record arrives (and reads
         from it whether its conversation is over)."""

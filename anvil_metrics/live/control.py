@@ -240,6 +240,17 @@ class RequestBudget:
         progress.set()
         if self.conversations is not None and conversation_over:
             self._going -= 1
+        self._end_if_spent()
+
+    def conversation_dropped(self) -> None:
+        """A conversation will take no more turns though its last was not over: its user
+        was stopped between two turns (a smaller user count, a sweep's step), or the
+        worker holding it was lost. A budget of conversations counts it over."""
+        if self.conversations is not None:
+            self._going -= 1
+            self._end_if_spent()
+
+    def _end_if_spent(self) -> None:
         if (self.requests is not None and self._done >= self.requests) or (
                 self._all_started() and self._going <= 0 and self._out == 0):
             self.close()

@@ -40,6 +40,8 @@ class TicketSource(Protocol):
 
     def give_back(self, ticket: Ticket, conversation_over: bool = True) -> None: ...
 
+    def conversation_dropped(self) -> None: ...
+
 
 @runtime_checkable
 class RunContext(Protocol):

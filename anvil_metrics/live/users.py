@@ -121,6 +121,11 @@ class ChatStreamUser(User):
         client = getattr(self, "client", None)
         if client is not None:
             client.close()
+        run = getattr(self, "run", None)
+        if self._talk is not None and not self._talk.over and run is not None:
+            # stopped between two turns: the conversation takes no more
+            self._talk.end()
+            run.budget.conversation_dropped()
 
     @task
     def chat(self) -> None:

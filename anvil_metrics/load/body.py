@@ -25,7 +25,7 @@ from anvil_metrics.prep.traceprompts import TracePrompts
 from anvil_metrics.prep.turns import ConversationPrompts
 
 # invisible separators; never produced by the text generator
-SAFE_SESSION = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a session id sent as it is
+SAFE_SESSION = re.compile(r"(?!h-)[A-Za-z0-9._:-]{1,64}")  # a session id sent as it is
 _MARK_HEAD = "\u2063anvil-head\u2063"
 _MARK_TAG = "\u2063anvil-tag\u2063"
 
@@ -218,7 +218,8 @@ class TraceBodies:
         session = self._reqs[index].session_id
         if session is None:
             return b""
-        name = session if SAFE_SESSION.fullmatch(session) else f"{zlib.crc32(session.encode()):08x}"
+        name = (session if SAFE_SESSION.fullmatch(session)
+                else f"h-{zlib.crc32(session.encode()):08x}")  # "h-": never a plain id
         return f"{DEFAULT_SESSION_HEADER}: {self._nonce}-{name}\r\n".encode()
 
     def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:

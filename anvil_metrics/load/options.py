@@ -292,13 +292,19 @@ def _windows(sc: Scenario, warmup: float | None, cooldown: float | None) -> Scen
     if not warm and not cool:
         return sc
     flag = "--warmup" if warm else "--cooldown"
-    if sc.duration_s is None or sc.requests is not None:
+    if sc.duration_s is None or sc.load_mode == "budget":
         raise UsageError(f"{flag} needs a duration run (--duration, or --steps/--rates): "
                          "the windows lie inside it")
     if (warm or 0) + (cool or 0) >= sc.duration_s:
         raise UsageError(f"--warmup {warm or 0:g} s + --cooldown {cool or 0:g} s leave nothing "
                          f"of the {sc.duration_s:g} s duration; shorten them")
     return replace(sc, warmup_s=warm, cooldown_s=cool)
+
+
+def _no_budget(plan: Any) -> Any:
+    """A `[conversation]` without its budget of conversations (a duration or a sweep ends
+    the run instead)."""
+    return plan if plan is None else replace(plan, conversations=None)
 
 
 def _sweep(v: Mapping[str, Any], sc: Scenario) -> Scenario:
@@ -328,7 +334,8 @@ def _sweep(v: Mapping[str, Any], sc: Scenario) -> Scenario:
         mean = sum(step_rates) / len(step_rates)
         arrivals = _arrivals({**v, "rate": mean}, sc.arrivals)
     return replace(sc, step_users=users, step_rates=step_rates, step_duration_s=step_s,
-                   requests=None, duration_s=step_s * n, arrivals=arrivals)
+                   requests=None, duration_s=step_s * n, arrivals=arrivals,
+                   conversation=_no_budget(sc.conversation))
 
 
 def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
@@ -361,12 +368,12 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
                         arrivals=_arrivals(v, sc.arrivals) if v["rates"] is None else None,
                         goodput=v["goodput"])
     sc = _sweep(v, sc)
-    if v["duration"] is not None and v["requests"] is None and sc.requests is not None:
+    if v["duration"] is not None and v["requests"] is None and sc.load_mode == "budget" and (
+            (v["conversation"] or {}).get("conversations") is None):
         # --duration asks for a duration run: the scenario's request count does not end it
         # (give --requests too for a budget with a time limit; Locust's own -t stays a
         # time limit on the scenario's budget)
-        sc = replace(sc, requests=None, conversation=sc.conversation and replace(
-            sc.conversation, conversations=None))
+        sc = replace(sc, requests=None, conversation=_no_budget(sc.conversation))
     sc = _windows(sc, v["warmup"], v["cooldown"])
     if v["trace"] is not None:
         from anvil_metrics.load.replay import replay_scenario

@@ -73,10 +73,9 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
       `base_url` loses any credentials.
     - Warm-up records are left out of rows, failures and counts; `warmup_requests` is how
       many the raw file holds.
-    - `request_index` is renumbered densely from 0 in the order of the raw indices of the
-      measured records (identical to the raw index when warm-ups have their own counter;
-      shifted down when they share it; in a partial run, requests that never got a record
-      are not counted as issued).
+    - `request_index` is renumbered densely from 0 in the order of the measured records'
+      raw indices (the raw index when warm-ups have their own counter, shifted down when
+      they share it; a partial run's requests that never got a record are not issued).
     - `client` (generator-health figures from the raw `run_end` line), if given, supplies
       the `client` block, with `achieved_concurrency` and `start_delay_ms` from the records.
     Raises VerifyError if the document does not verify (a bug, or raw data that breaks an

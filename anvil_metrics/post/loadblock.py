@@ -14,10 +14,10 @@ found no free user when they fell due. Members (null where they do not apply):
   replayed trace's own timestamps, `load/replay.py`);
 - `offered_rate_rps`, `burstiness`: the open-loop plan (`arrivals.ArrivalPlan`);
 - `achieved_rate_rps`: `(n − 1) / ((last start − first start) / 1e9)` over the measured
-  requests (completed and failed): the rate they were actually written at; in a
-  conversation run over its first turns only, the conversation starts an open loop's
-  schedule gives (a later turn follows its think time, not the schedule), so offered and
-  achieved count the same thing;
+  requests (completed and failed): the rate they were actually written at; in an open
+  loop of conversations over their first turns only, the conversation starts the schedule
+  gives (a later turn follows its think time, not the schedule), so offered and achieved
+  count the same thing;
 - `duration_s`: the duration asked for; `window_s`: `[first start, last end]` of the
   measured requests, in seconds after the run's header (its `perf_anchor_ns`) — or, with
   `--warmup`/`--cooldown`, the measured window itself: only requests that started in it
@@ -66,7 +66,9 @@ def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: A
     requests started outside them."""
     plan = params.get("arrivals") if isinstance(params.get("arrivals"), dict) else None
     n = len(start_ns)
-    arrivals = start_ns if turn is None else start_ns[(turn == NULL) | (turn <= 1)]
+    # an open loop's conversations: the schedule's arrivals are their first turns
+    arrivals = (start_ns if turn is None or plan is None
+                else start_ns[(turn == NULL) | (turn <= 1)])
     achieved = None
     if len(arrivals) >= 2:
         span_s = int(arrivals.max() - arrivals.min()) / 1e9

@@ -259,3 +259,29 @@ def test_on_the_master_in_flight_is_granted_and_not_yet_back(fired: list) -> Non
     assert budget.in_flight == 1
     c.fail_outstanding("B", "was lost")
     assert budget.in_flight == 0 and len(fired) == 2
+
+
+def test_a_workers_conversations_between_turns_end_with_it(fired: list) -> None:
+    """A budget of conversations on the master: a worker's dropped conversation (a user
+    stopped between turns) counts over, and so does each one a lost worker held between
+    turns, so the budget still ends."""
+    c, runner, budget = _coordinator()
+    budget.conversations, budget.requests = 3, None
+    exhausted: list[int] = []
+    budget._on_exhausted = lambda: exhausted.append(1)
+    c.add_worker("A")
+    runner.clients["A"] = SimpleNamespace(state="running")
+    c.on_hello(_msg("A", worker="host:A", error=None))
+    for seq in (1, 2, 3):  # three conversations start on A
+        c.on_take(_msg("A", seq=seq, followup=False))
+    gevent.sleep(0)
+    assert c.workers["A"].going == 3
+    done = [RequestRecord(request_index=k, start_ns=1, end_ns=2, worker="host:A",
+                          extra={"conversation": k, "turn": 1, "turns": 2})
+            for k in range(3)]
+    c.on_records(_msg("A", lines=[orjson.dumps(r.to_json_dict()) for r in done]))
+    assert c.workers["A"].going == 3 and budget.in_flight == 0  # all between two turns
+    c.on_drop(_msg("A"))  # one user stopped in its think time
+    assert c.workers["A"].going == 2 and exhausted == []
+    c.fail_outstanding("A", "was lost")  # the other two go with the worker
+    assert c.workers["A"].going == 0 and exhausted == [1]

@@ -348,7 +348,7 @@ def test_a_damaged_message_to_the_master_is_refused(msg_type: str, data: Any, fi
 
 
 def test_every_message_type_is_checked() -> None:
-    assert set(MESSAGES) == {"anvil_hello", "anvil_ping", "anvil_pong", "anvil_take",
+    assert set(MESSAGES) == {"anvil_hello", "anvil_ping", "anvil_pong", "anvil_take", "anvil_drop",
                              "anvil_ticket", "anvil_records", "anvil_stop", "anvil_done"}
     c, runner = _master()
     runner.receive("anvil_hello", HELLO, node="A")

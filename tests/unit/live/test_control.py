@@ -195,3 +195,18 @@ def test_a_budget_of_conversations_counts_starts_and_ends_when_the_last_is_over(
     assert exhausted == [] and a3 is not None
     b.give_back(a3, conversation_over=True)
     assert exhausted == [1] and b.take_followup() is None
+
+
+def test_a_conversation_dropped_between_turns_counts_over() -> None:
+    """A user stopped in its think time gives no ticket back: `conversation_dropped` counts
+    its conversation over, and the budget ends once the others are."""
+    exhausted: list[int] = []
+    b = RequestBudget(None, 0, [10], on_exhausted=lambda: exhausted.append(1),
+                      conversations=2)
+    a, c = b.take(), b.take()
+    b.give_back(a, conversation_over=False)  # a's user thinks ... and is stopped
+    b.give_back(c, conversation_over=True)
+    assert exhausted == []
+    b.conversation_dropped()
+    assert exhausted == [1]
+    RequestBudget(3, 0, [10]).conversation_dropped()  # a budget of requests: nothing to do

@@ -247,6 +247,9 @@ class _Turns:
     def give_back(self, ticket: Ticket, conversation_over: bool = True) -> None:
         self.over.append(conversation_over)
 
+    def conversation_dropped(self) -> None:
+        self.asked.append("dropped")
+
 
 def test_a_conversation_sends_its_history_its_header_and_waits_its_think_time(
         monkeypatch, heard) -> None:
@@ -293,3 +296,9 @@ def test_a_conversation_sends_its_history_its_header_and_waits_its_think_time(
             for r in heard["records"]] == [(10, 1, None), (10, 2, 9), (12, 1, None),
                                            (12, 2, 9)]
     assert all(r.planned_context_tokens is None for r in heard["records"])
+    # stopped in the think time after a first turn: the conversation takes no more
+    user.chat()
+    user.on_stop()
+    assert user.run.budget.asked[-2:] == ["take", "dropped"] and user._talk.over
+    user.on_stop()  # once only
+    assert user.run.budget.asked.count("dropped") == 1
