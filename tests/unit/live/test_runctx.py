@@ -47,6 +47,9 @@ def test_the_protocols_say_what_a_user_may_read() -> None:
         def give_back(self, ticket: object, conversation_over: bool = True) -> None:
             pass
 
+        def conversation_dropped(self) -> None:
+            pass
+
     run = SimpleNamespace(endpoint=None, api_key=None, scenario=None, budget=Budget(),
                           bodies=None, worker="h:1", conversations=None)
     assert isinstance(Budget(), TicketSource) and isinstance(run, RunContext)
