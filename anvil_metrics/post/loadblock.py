@@ -143,12 +143,14 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     how = {"budget": f"{doc.get('requests')} requests",
            "duration": f"duration {_num(load.get('duration_s'))} s",
            "until_stopped": "until stopped"}.get(str(load.get("mode")), str(load.get("mode")))
+    unit = "req/s"
     if load.get("arrival") == "closed":
         offered = f"closed loop, {doc.get('concurrency')} users"
-    else:
+    else:  # an open loop of conversations offers (and counts) conversation starts
+        unit = "conversations/s" if isinstance(doc.get("conversation"), dict) else unit
         offered = (f"open loop {load.get('arrival')} at {_num(load.get('offered_rate_rps'))} "
-                   f"req/s offered (burstiness {load.get('burstiness')})")
-    lines = [f"load: {how}; {offered}; achieved {_num(load.get('achieved_rate_rps'))} req/s; "
+                   f"{unit} offered (burstiness {load.get('burstiness')})")
+    lines = [f"load: {how}; {offered}; achieved {_num(load.get('achieved_rate_rps'))} {unit}; "
              f"measured window {_num(window[0])}-{_num(window[1])} s; cancelled by the end "
              f"{load.get('cancelled')}" + _outside(load.get("outside_window"))]
     if load.get("arrival") != "closed":
