@@ -14,6 +14,7 @@ each): none reads the server's state, only its own run's records and figures.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -191,12 +192,19 @@ def test_open_loop_below_capacity_follows_the_schedule(sim: SimProcess, tmp_path
     span_s = offsets[-1] / 1e9
     assert abs(load["achieved_rate_rps"] - drawn) / drawn <= (
         lag["max"] / 1e3 / (span_s - lag["max"] / 1e3)), (load, drawn)
-    # kept up: a request waits for its due time on the event loop, so it starts as late as
-    # the loop woke (the run's own lag monitor, `client.loop_lag_ms`, waking every 1 ms)
-    # plus its body's building and writing; a schedule that fell behind would be late by
-    # whole seconds
+    # kept up: a request a free user waited for starts as late as the loop woke for its due
+    # time (the run's own lag monitor, `client.loop_lag_ms`, waking every 1 ms) plus its
+    # body's building and writing; a schedule that fell behind would be late by whole
+    # seconds. One that fell due with every user busy (`waited_for_user`, judged below)
+    # is late by the wait for a user, which the loop's lag does not bound (seen: 35 of 402
+    # late by up to 364 ms beside a CPU hog, the loop's worst 225 ms)
     loop = doc["client"]["loop_lag_ms"]
-    assert lag["p99"] <= loop["max"] + START_WORK_MS, (lag, loop)
+    waited_for_one = sorted(x["extra"]["start_delay_ns"] / 1e6 for x in raw
+                            if not x["extra"].get("waited_for_user"))
+    p99 = waited_for_one[math.ceil(0.99 * len(waited_for_one)) - 1]  # nearest rank
+    assert p99 <= loop["max"] + START_WORK_MS, (p99, lag, loop)
+    if not load["waited_for_user"]:  # then the block's own p99 is that one
+        assert lag["p99"] == pytest.approx(p99, abs=1e-6), (lag, p99)
     # ~2 of 16 users are busy at a time, so a request finds none free only when a stall (of
     # the machine, the simulator or this process: seen 4 of 400 beside a CPU hog) holds
     # most of them at once: each one that waited is judged by the records, which show at
