@@ -141,12 +141,10 @@ class RequestBudget:
         self._warm.wait()
         if not self._opened.is_set():
             self._open()
-        if self._all_started():
-            return None  # every conversation has started: only follow-ups are left
+        if self._no_start():  # (every conversation started: only follow-ups are left)
+            return None
         if self.schedule is not None:
             return self._take_arrival()
-        if self._closed or (self.requests is not None and self._next >= self.requests):
-            return None
         i = self._next
         self._next += 1
         if self.group_size:
@@ -162,8 +160,14 @@ class RequestBudget:
     def _all_started(self) -> bool:
         return self.conversations is not None and self._started >= self.conversations
 
-    def _count_start(self, ticket: Ticket | None) -> Ticket | None:
-        if ticket is not None and self.conversations is not None:
+    def _no_start(self) -> bool:
+        """No new request or conversation may start: stopped, every request issued, or
+        every conversation started."""
+        return self._closed or (self.requests is not None
+                                and self._next >= self.requests) or self._all_started()
+
+    def _count_start(self, ticket: Ticket) -> Ticket:
+        if self.conversations is not None:
             self._started += 1
             self._going += 1
         return ticket
@@ -185,8 +189,7 @@ class RequestBudget:
         asked_ns = time.perf_counter_ns()
         with self._turn:
             while True:
-                if self._closed or (self.requests is not None
-                                    and self._next >= self.requests) or self._all_started():
+                if self._no_start():
                     return None
                 if self.origin_ns is None:
                     self.origin_ns = time.perf_counter_ns()
@@ -197,9 +200,8 @@ class RequestBudget:
                     changed = self._changed
                     if changed.wait(wait_ns / 1e9):
                         continue  # stopped (the loop's first test), or a new schedule
-                if self._closed or (self.requests is not None
-                                    and self._next >= self.requests) or self._all_started():
-                    return None  # stopped, or follow-ups took the last requests meanwhile
+                if self._no_start():  # stopped, or follow-ups took the last requests
+                    return None
                 i = self._next
                 self._next += 1
                 self._arrival += 1
