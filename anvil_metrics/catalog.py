@@ -2,14 +2,12 @@
 
 Why one place: a figure users promote a model on must mean the same thing in the file, in
 `anvil verify`'s recomputation, in the CLI summary and in the web UI. So each per-request
-field (`ROW`) and each aggregate (`AGGREGATES`) is one entry here — name, unit, JSON type,
-inputs, the formula as code and as text, the label — and everything else is generated from
-the entries: the row layout and type rules (`schema.py`, `derive.RowColumns`), row
-derivation and verification (`derive.py`, `verify.py`), the `metrics` block (`stats.py`),
-the CLI summary and the live tables (`live.py`, `/anvil/`), the live charts' fields
-(`series`), the report's colours and axis labels, the public summary's figures, decimals,
-labels and gates (`SUMMARY_FIGURES`, `IMPROVEMENT_GATES`), and `anvil metrics`, which prints
-the catalogue.
+field (`ROW`) and each aggregate (`AGGREGATES`) is one entry here (name, unit, JSON type,
+inputs, formula as code and text, label) and all else is generated from them: the row
+layout and type rules, row derivation and verification, the `metrics` block, the CLI
+summary, live tables and charts, the report's colours and labels, the public summary's
+figures, decimals, labels and gates (`SUMMARY_FIGURES`, `IMPROVEMENT_GATES`), and
+`anvil metrics`, which prints the catalogue.
 
 Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the
 only implementation: a single row is a column of one. Each returns NaN — written as null —
@@ -18,8 +16,8 @@ Infinity"), and follows the spec's evaluation order literally so that any implem
 the definitions gets the same bits (`(output_tokens − 1) / (generation_ms / 1000)`, never
 `… * 1000 / …`).
 
-Adding a per-request metric is one `RowField` in `ROW`; a percentile of it is its
-`percentiles` pattern. Fields marked `added` may be absent from files written before them.
+Adding a per-request metric is one `RowField` in `ROW` (a percentile: its `percentiles`
+pattern). Fields marked `added` may be absent from files written before them.
 """
 
 from __future__ import annotations
@@ -303,6 +301,10 @@ ROW: tuple[RowField, ...] = (
              "turn's prompt, which begins this one's: the most a prefix cache can serve from "
              "the conversation (null on a first turn, or uncounted)", presence="added",
              since=4, source="extra.history_tokens"),
+    RowField("start_offset_ms", "ms", "float", True, "the request's start after the run's "
+             "header, on the master's clock: the steady-state verdict's time line (null "
+             "without the header's anchor)", presence="added", since=5,
+             source="(start_ns − header.perf_anchor_ns) / 1e6"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}
@@ -322,9 +324,8 @@ OUTPUT_TOKEN_SOURCES = ("usage", "chunks")
 
 
 def absent_given(keys: Any) -> frozenset[str] | None:
-    """The added fields rows with these `keys` lack — every generation from some point on, as
-    in a file written before it — or None when the keys are no such cut (fields are missing
-    that an older file would have had)."""
+    """The added fields rows with these `keys` lack (every generation from some point on, as
+    in an older file), or None when the keys are no such cut."""
     missing = ADDED - set(keys)
     for g in range(len(ADDED_GENERATIONS) + 1):
         if missing == frozenset().union(*ADDED_GENERATIONS[g:]):

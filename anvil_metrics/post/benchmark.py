@@ -33,6 +33,7 @@ from anvil_metrics.post.goodput import goodput
 from anvil_metrics.post.loadblock import build_load
 from anvil_metrics.post.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.post.rawread import RawRun
+from anvil_metrics.post.steady import steady_of
 from anvil_metrics.post.steps import attribute, build_steps
 from anvil_metrics.post.traceblock import build_trace
 from anvil_metrics.post.verify import columns_are_clean, verify_benchmark
@@ -99,7 +100,9 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
                          "message": message, "phase": phase})
         if raw.steps:
             failures[-1]["step"] = in_step
-    rows = rows_from_raw(t[order[~failed]], np.flatnonzero(~failed), step[~failed])
+    anchor = _anchor(raw.header)
+    done = order[~failed]
+    rows = rows_from_raw(t[done], np.flatnonzero(~failed), step[~failed], start[done], anchor)
     last = np.where(col["end_ns"] != NULL, col["end_ns"], col["start_ns"]) + offset
     wall = wall_clock_ms(start[order], last[order])
     doc = _document(raw, finished=_finished_at(raw, last), wall=wall, requests=len(order),
@@ -116,8 +119,6 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
         criteria = parse_criteria(params["goodput"], flag="params.goodput")
         doc["goodput"], doc["metrics"]["goodput_rps"] = goodput(rows, len(order), wall,
                                                                 criteria)
-    anchor = raw.header.get("perf_anchor_ns")
-    anchor = anchor if type(anchor) is int else None
     if raw.steps:
         users = [s["users"] for s in raw.steps if s.get("users") is not None]
         if users and isinstance(doc["concurrency"], int):  # the most streams the load held
@@ -132,6 +133,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
             load, start[order], last[order], col["waited"][order] != 0, anchor, rows,
             sum(1 for f in failures if f["kind"] == "cancelled"), raw.window_ns, outside,
             turn=col["turn"][order] if params.get("conversation") else None)
+    doc["steady_state"] = steady_of(doc, rows)
     server = params.get("server")
     if isinstance(server, dict):  # a raw file from before the block has none
         doc["server"] = build_server(server, doc["engine"], Path(raw.path).with_name(
@@ -161,6 +163,12 @@ class MeasuredOrder:
     order: Any
     offset_ns: Any
     outside: dict[str, int] | None
+
+
+def _anchor(header: Mapping[str, Any]) -> int | None:
+    """The header's `perf_anchor_ns` (None in a raw file without one)."""
+    anchor = header.get("perf_anchor_ns")
+    return anchor if type(anchor) is int else None
 
 
 def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowColumns

@@ -234,11 +234,13 @@ def derive_columns(rows: RowColumns) -> dict[str, Any]:
     return {f.name: derived[f.name] for f in catalog.DERIVED if f.name not in rows.absent}
 
 
-def rows_from_raw(t: Any, new_index: Any, step: Any = None) -> RowColumns:
+def rows_from_raw(t: Any, new_index: Any, step: Any = None, start_ns: Any = None,
+                  anchor_ns: int | None = None) -> RowColumns:
     """The rows of the completed records `t` (rows of a raw table, `rawcolumns.RAW_COLUMNS`,
     in row order), numbered `new_index`, in steps `step` (int64, NULL for none; None: a
-    run without steps): the measured fields from the raw stamps and counts, the derived
-    ones from the catalogue."""
+    run without steps), started at `start_ns` on the run's one clock (None: the records'
+    own) after the header's `anchor_ns` (None: no start offsets): the measured fields from
+    the raw stamps and counts, the derived ones from the catalogue."""
     c = {name: t[:, i] for name, i in COL.items()}
     c["step"] = np.full(len(t), NULL, dtype=np.int64) if step is None else step
     start = c["start_ns"]
@@ -249,6 +251,11 @@ def rows_from_raw(t: Any, new_index: Any, step: Any = None) -> RowColumns:
     floats["schedule_lag_ms"] = durations_ms(np.zeros_like(lag), lag, lag != NULL)
     chunk = c["first_chunk_ns"]
     floats["time_to_first_chunk_ms"] = durations_ms(start, chunk, chunk != NULL)
+    if anchor_ns is None:
+        floats["start_offset_ms"] = np.full(len(t), np.nan)
+    else:  # the integer difference is exact, one division rounds it (module docstring)
+        floats["start_offset_ms"] = ((start if start_ns is None else start_ns) - anchor_ns
+                                     ).astype(np.float64) / 1e6
     assert tuple(floats) == _MEASURED_FLOATS
     present = {name: c[name] != NULL for name in OPTIONAL_COUNT_FIELDS}
     counts = {name: np.where(present[name], c[name], 0) for name in OPTIONAL_COUNT_FIELDS}

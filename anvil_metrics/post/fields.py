@@ -95,6 +95,9 @@ RUN: Text = {
                      "without a [conversation]"),
     "trace": ("", "a replayed trace: what was replayed, and the prefix reuse it allows beside "
               "the server's; absent without --trace"),
+    "steady_state": ("", "did the run reach a steady state: the plateau of its load and whether "
+                     "its latencies held there (post/steady.py); null in a stepped run; "
+                     "absent in a file written before anvil had it"),
     "dataset": ("", "{file, format, entries}: the prompts came from this dataset file (their "
                 "sizes are the server's counts, planned_context_tokens null); absent without "
                 "--dataset"),
@@ -230,6 +233,31 @@ TRACE: Text = {
                        "block could serve, from the trace's own sharing"),
     "reported_reuse": ("", "Σ cached_tokens / Σ prompt_tokens over the rows reporting "
                        "cached_tokens; null when none does"),
+}
+
+STEADY_STATE: Text = {
+    "verdict": ("", "steady (the load held its level over at least half the run and no "
+                "latency moved), drifting (it held, but a latency moved) or no_plateau"),
+    "reason": ("", "what the verdict rests on, in one sentence"),
+    "level_kind": ("", "in_flight (a closed loop: requests in flight, time-averaged per bin) "
+                   "or arrival_rate_rps (an open loop: requests started per second)"),
+    "level": ("", "the plateau's level: the median of the 20 bins' loads"),
+    "window_s": ("s", "[start, end] of the plateau, seconds after the run's header"),
+    "share": ("", "the plateau's fraction of the run's span"),
+    "requests": ("", "completed requests that started in the plateau"),
+    "metrics": ("", "per latency (ttft_ms, mean_inter_token_latency_ms, e2e_ms) over the "
+                "plateau's requests; null with fewer than 8 values"),
+}
+
+STEADY_METRIC: Text = {
+    "p50": ("ms", "nearest-rank p50 over the plateau's requests"),
+    "p95": ("ms", "nearest-rank p95 over the plateau's requests"),
+    "p99": ("ms", "nearest-rank p99 over the plateau's requests"),
+    "quarters_p50": ("ms", "nearest-rank p50 of each quarter of the plateau's requests, in "
+                     "start order"),
+    "shift_pct": ("%", "the quarter p50 furthest from the plateau's p50, relative to it"),
+    "p_value": ("", "Mann-Whitney U p of that quarter's values against the other quarters'"),
+    "moved": ("", "some quarter's p50 is more than 10 % from the plateau's with p < 0.001"),
 }
 
 CONVERSATION_TURN: Text = {

@@ -165,7 +165,7 @@ class ChatStream:
         )
         self._t0 = t0_ns
         self._start = start = t0_ns if start_ns is None else start_ns  # admission
-        self._prefill_end = start + cfg.prefill_ns(request.computed_tokens)
+        self._prefill_end = start + cfg.prefill_ns(request.computed_tokens, start)
         self._interval = cfg.interval_ns
         self._next = 0
         self._last = plan.total - 1  # index of the token that carries finish_reason
@@ -381,7 +381,7 @@ def answer_chat(
         first = None if cache is None else PrefillDone(conn, cache, keys, stream)
         sched.at(t0_ns, Deferred(conn, functools.partial(stream.start, first)))
         return
-    prefill_end = t0_ns + cfg.prefill_ns(request.computed_tokens)
+    prefill_end = t0_ns + cfg.prefill_ns(request.computed_tokens, t0_ns)
     end = prefill_end + max(plan.total - 1, 0) * cfg.interval_ns
     body = completion_body(request, plan, cfg)
     completion = DelayedCompletion(conn, body, t0_header(cfg, t0_ns))

@@ -27,6 +27,8 @@ class SimConfig:
     aliases: tuple[str, ...] = ()  # more names served as `model` (a router's aliases)
     prefill_ms: float = 300.0
     prefill_ms_per_token: float = 0.0
+    prefill_drift_ms_per_s: float = 0.0  # prefill grows this much per second of uptime
+    origin_ns: int = 0  # the server's start (monotonic_ns), where the drift begins
     reasoning_tokens: int = 20
     content_tokens: int = 50
     interval_ms: float = 8.0
@@ -55,9 +57,16 @@ class SimConfig:
     log_requests: str | None = None  # a JSON line per chat request (`requestlog.py`)
     session_header: str = "X-Session-ID"  # the header `log_requests` records
 
-    def prefill_ns(self, prompt_tokens: int) -> int:
-        """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds."""
-        return round((self.prefill_ms + self.prefill_ms_per_token * prompt_tokens) * 1e6)
+    def prefill_ns(self, prompt_tokens: int, start_ns: int | None = None) -> int:
+        """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds;
+        with `--prefill-drift-ms-per-s`, plus that drift per second from the server's
+        start (`origin_ns`) to the request's `start_ns` (a server that slows as it runs:
+        the steady-state verdict's `drifting` case)."""
+        drift = 0.0
+        if self.prefill_drift_ms_per_s and start_ns is not None:
+            drift = self.prefill_drift_ms_per_s * max(0, start_ns - self.origin_ns) / 1e9
+        return round((self.prefill_ms + self.prefill_ms_per_token * prompt_tokens + drift)
+                     * 1e6)
 
     @property
     def kv_capacity(self) -> int:

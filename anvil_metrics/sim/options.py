@@ -10,6 +10,7 @@ Every value is checked here: a bad one exits 2 with argparse's one line naming t
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -116,6 +117,9 @@ OPTIONS: tuple[SimOption, ...] = (
     SimOption("--prefill-ms", "fixed prefill time", _non_negative_float, 300.0),
     SimOption("--prefill-ms-per-token", "extra prefill time per prompt token",
               _non_negative_float, 0.0),
+    SimOption("--prefill-drift-ms-per-s", "prefill grows by this many ms for every second "
+              "the server has been up (a server that slows as it runs; the steady-state "
+              "verdict's drifting case); 0: none", _non_negative_float, 0.0),
     SimOption("--reasoning-tokens", "reasoning tokens per answer", _int_at_least(0), 20),
     SimOption("--content-tokens", "content tokens per answer", _int_at_least(0), 50),
     SimOption("--interval-ms", "time between successive generated tokens",
@@ -224,4 +228,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(**{field.name: getattr(args, field.name) for field in fields(SimConfig)})
+    """The config of these options; its drift (if any) counts from now."""
+    values = {f.name: getattr(args, f.name) for f in fields(SimConfig) if f.name != "origin_ns"}
+    return SimConfig(**values, origin_ns=time.monotonic_ns())

@@ -8,6 +8,9 @@ naming the flag, the value and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
 
 from anvil_metrics.sim.config import SimConfig
@@ -58,7 +61,10 @@ def test_cross_checks_exit_2_with_one_line(argv: list[str], words: list[str],
 
 
 def test_the_table_defaults_are_the_config_defaults() -> None:
-    assert config_from_args(parse_args([])) == SimConfig()
+    before = time.monotonic_ns()
+    cfg = config_from_args(parse_args([]))
+    assert before <= cfg.origin_ns <= time.monotonic_ns()  # the drift counts from now
+    assert dataclasses.replace(cfg, origin_ns=0) == SimConfig()
 
 
 def test_flags_reach_the_config() -> None:

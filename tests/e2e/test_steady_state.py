@@ -1,0 +1,45 @@
+"""The steady-state verdict of real runs: `anvil run` at 8 users against a simulator whose
+prefill is fixed, and against one whose prefill grows 100 ms for every second it is up
+(`--prefill-drift-ms-per-s`).
+
+The truth is the simulator's: a fixed prefill gives TTFTs that do not move (the run is
+`steady`), a growing one gives TTFTs that climb by ~250 ms over a ~2.5 s run, far beyond the
+verdict's 10 % (the run is `drifting`, and the reason names ttft_ms). Latencies of 200 ms
+and more keep a busy machine's stalls well under 10 % of a quarter's median. The CLI prints
+the verdict and `anvil verify` recomputes the block.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import anvil, load_json, result_path
+
+from anvil_metrics.post.verify import verify_benchmark
+from anvil_metrics.runs.simproc import start_simulator
+
+pytestmark = pytest.mark.e2e
+
+SIM = ["--prefill-ms", "200", "--interval-ms", "10", "--reasoning-tokens", "0",
+       "--content-tokens", "10", "--max-context", "8192"]
+
+
+@pytest.mark.parametrize(("drift", "verdict"), [(0, "steady"), (100, "drifting")])
+def test_a_steady_simulator_is_steady_and_a_drifting_one_drifts(tmp_path, drift: int,
+                                                                 verdict: str) -> None:
+    with start_simulator([*SIM, "--prefill-drift-ms-per-s", str(drift)]) as sim:
+        proc = anvil("run", "scenarios/smoke.toml", "-H", sim.url, "-u", "8", "--requests",
+                     "64", "--results-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = load_json(result_path(proc))
+    block = doc["steady_state"]
+    print(f"\n[steady state, drift {drift} ms/s] {block['verdict']}: {block['reason']}")
+    assert block["verdict"] == verdict, block
+    assert block["level_kind"] == "in_flight" and block["share"] >= 0.5
+    ttft = block["metrics"]["ttft_ms"]
+    assert ttft["moved"] is (drift > 0)
+    if drift:
+        assert block["reason"].startswith("ttft_ms: quarter ")
+        q = ttft["quarters_p50"]
+        assert q[-1] - q[0] > 100  # ms: the prefill grew ~250 ms over the run
+    assert f"steady state: {verdict} (plateau " in proc.stdout
+    assert verify_benchmark(doc) == []
