@@ -34,7 +34,7 @@ Definitions (one implementation: `build_steady`, which `anvil verify` runs again
    of equal size (numpy's `array_split`), the nearest-rank p50 of each beside the window's
    (`quarters_p50`, `p50`). A quarter moved when its p50 is more than `DRIFT_LIMIT` from
    the window's (relative) and a Mann-Whitney U test of its values against the other
-   quarters' gives p < `P_LIMIT` (normal approximation with the tie correction): both a
+   quarters' gives p < `P_LIMIT` (`significance.mann_whitney`): both a
    change worth reporting and one beyond noise. `shift_pct` and `p_value` are the quarter
    that moved most (by |shift|). A trend shows in the first and last quarters, a level
    shift in those on either side of it.
@@ -53,6 +53,7 @@ import numpy as np
 
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import fmt, same
+from anvil_metrics.post.significance import mann_whitney
 from anvil_metrics.post.stats import nearest_rank_columns
 
 VERDICTS = ("steady", "drifting", "no_plateau")
@@ -111,32 +112,6 @@ def _plateau(load: Any, level: float, closed: bool, width_ms: float) -> tuple[in
     return best
 
 
-def _ranks(v: Any) -> Any:
-    """Ranks from 1 of `v`, ties given their mean rank."""
-    order = np.argsort(v, kind="stable")
-    _, first, inverse, counts = np.unique(v[order], return_index=True, return_inverse=True,
-                                          return_counts=True)
-    mean_rank = first + (counts + 1) / 2.0
-    out = np.empty(len(v))
-    out[order] = mean_rank[inverse]
-    return out
-
-
-def mann_whitney_p(a: Any, b: Any) -> float:
-    """Two-sided p of a Mann-Whitney U test of `a` against `b` (normal approximation with the
-    tie correction); 1.0 where every value is the same."""
-    n1, n2 = len(a), len(b)
-    both = np.concatenate([a, b])
-    n = n1 + n2
-    u = float(_ranks(both)[:n1].sum()) - n1 * (n1 + 1) / 2.0
-    _, counts = np.unique(both, return_counts=True)
-    ties = float((counts.astype(np.float64) ** 3 - counts).sum())
-    var = n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    return math.erfc(abs(u - n1 * n2 / 2.0) / math.sqrt(var) / math.sqrt(2.0))
-
-
 def _metric(v: Any) -> dict[str, Any] | None:
     """A latency's figures over the plateau (values in start order, NaN dropped); None
     with too few values for a quarter of 2."""
@@ -150,7 +125,8 @@ def _metric(v: Any) -> dict[str, Any] | None:
     moved = False
     for k, q in enumerate(parts):
         shift = (quarters[k] - p50) / p50 if p50 else 0.0
-        p = mann_whitney_p(q, np.concatenate(parts[:k] + parts[k + 1:]))
+        test = mann_whitney(q, np.concatenate(parts[:k] + parts[k + 1:]))
+        p = 1.0 if test is None else test.p_two_sided
         moved = moved or (abs(shift) > DRIFT_LIMIT and p < P_LIMIT)
         if worst is None or abs(shift) > abs(worst[0]):
             worst = (shift, p)

@@ -50,7 +50,7 @@ from anvil_metrics.summary.folder import (
     read_campaign_folder,
     summary_document,
 )
-from anvil_metrics.summary.stats import RESAMPLES, bootstrap_mean_ci
+from anvil_metrics.post.significance import RESAMPLES, bootstrap_mean_ci
 from anvil_metrics.summary.verify import is_summary, read_small_json, verify_summary
 
 SUMMARY_FILE = "summary.json"

@@ -63,7 +63,7 @@ from typing import Any
 
 from anvil_metrics.catalog import DELTA_DECIMALS, IMPROVEMENT_GATES, KNOWN_GATES, SUMMARY_FIGURES
 from anvil_metrics.errors import UsageError
-from anvil_metrics.summary.stats import (
+from anvil_metrics.post.significance import (
     CONFIDENCE,
     RESAMPLES,
     Interval,

@@ -41,7 +41,7 @@ from anvil_metrics.summary.checks import (
     multimodal_block,
 )
 from anvil_metrics.summary.decide import VariantRuns, summarize
-from anvil_metrics.summary.stats import RESAMPLES
+from anvil_metrics.post.significance import RESAMPLES
 
 SCHEMA = "anvil-serving.public-benchmark-summary/v1"
 CAMPAIGN_SCHEMA = "anvil-campaign/v1"

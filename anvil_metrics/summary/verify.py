@@ -37,7 +37,7 @@ from anvil_metrics.summary.folder import (
     read_campaign_folder,
     summary_document,
 )
-from anvil_metrics.summary.stats import RESAMPLES
+from anvil_metrics.post.significance import RESAMPLES
 
 # A summary is a few kilobytes; a file bigger than this is not parsed whole to find out
 # whether it is one (a benchmark of a million rows is ~540 MB: `docscan` reads it in blocks).

@@ -27,7 +27,7 @@ from anvil_metrics.summary.decide import (
     summarize,
     telemetry_row,
 )
-from anvil_metrics.summary.stats import (
+from anvil_metrics.post.significance import (
     _u_counts,
     bootstrap_delta_ci,
     delta_percent,

@@ -1,10 +1,11 @@
-"""The statistics of a campaign summary: deltas of means, their bootstrap intervals, and the
-Mann–Whitney U test — over a handful of runs per variant, without scipy.
+"""Is a difference beyond noise? Deltas of means, their bootstrap intervals, and the
+Mann–Whitney U test, without scipy.
 
-Why a module of its own: `summary.py` decides what is compared with what; this module only
-knows arrays of per-run values, so each formula is tested here against hand-computed cases.
-Why these statistics: a campaign has few runs (five per variant in the example), so no
-normality is assumed: the interval is a percentile bootstrap and the test is rank-based.
+Why a module of its own, in `post/`: three places ask it. A campaign summary compares a
+handful of runs per variant (`summary/decide.py`), `anvil compare` compares two runs' rows
+(`compare/`), and the steady-state verdict compares a quarter of a run's requests with the
+rest (`post/steady.py`). Each formula is here once, tested against hand-computed cases.
+No normality is assumed: the intervals are percentile bootstraps, the test is rank-based.
 
 Definitions:
 
@@ -22,7 +23,9 @@ Definitions:
   resampled with replacement, `resamples` times, from a generator seeded with `seed`): the
   error bars of a report's bars (`report/campaignfigs.py`); not a member of the summary.
 - `mann_whitney(x, y)`: U of `x` is the number of pairs (x_i, y_j) with x_i > y_j, ties
-  counting one half (= rank sum of x − n_x(n_x + 1)/2). The p-value is two-sided:
+  counting one half, computed as the rank sum of x − n_x(n_x + 1)/2 over the pooled values
+  (mid-ranks for ties: halves, so exact in float64 below 2**52 values; O(n log n), so a
+  run's thousands of rows cost what sorting them costs). The p-value is two-sided:
   * exact when no value is tied and n_x·n_y ≤ 900: the distribution of U under the null
     hypothesis (every ordering of the pooled values equally likely) is counted in integers,
     and p = min(1, 2 × min(P(U ≤ u), P(U ≥ u))) — 5 runs against 5, completely separated,
@@ -163,10 +166,12 @@ def mann_whitney(x: Sequence[float], y: Sequence[float]) -> MannWhitney | None:
     if not m or not n:
         return None
     pooled = np.concatenate([np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)])
-    # U by pairs (exact in halves): count x_i > y_j, ties one half
-    xs, ys = pooled[:m, None], pooled[None, m:]
-    u = float(np.sum(xs > ys) + 0.5 * np.sum(xs == ys))
-    _, tie_sizes = np.unique(pooled, return_counts=True)
+    order = np.argsort(pooled, kind="stable")
+    _, first, inverse, tie_sizes = np.unique(pooled[order], return_index=True,
+                                             return_inverse=True, return_counts=True)
+    ranks = np.empty(len(pooled))
+    ranks[order] = (first + (tie_sizes + 1) / 2.0)[inverse]  # from 1, mid-ranks for ties
+    u = float(ranks[:m].sum()) - m * (m + 1) / 2.0
     tied = bool(np.any(tie_sizes > 1))
     if not tied and m * n <= EXACT_MAX_PAIRS:
         counts = _u_counts(m, n)
