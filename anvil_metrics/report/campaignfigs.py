@@ -30,6 +30,7 @@ from anvil_metrics.campaign.checks import checks_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import read_json
 from anvil_metrics.post.docscan import verify_file
+from anvil_metrics.post.significance import RESAMPLES, bootstrap_mean_ci
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import PALETTE
 from anvil_metrics.report.page import Figure, Section, Table
@@ -50,7 +51,6 @@ from anvil_metrics.summary.folder import (
     read_campaign_folder,
     summary_document,
 )
-from anvil_metrics.post.significance import RESAMPLES, bootstrap_mean_ci
 from anvil_metrics.summary.verify import is_summary, read_small_json, verify_summary
 
 SUMMARY_FILE = "summary.json"

@@ -33,6 +33,7 @@ from anvil_metrics.campaign.spec import Campaign, CampaignError, campaign_from_d
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_bytes, dumps_strict, read_json
 from anvil_metrics.post.docscan import scan_benchmark, verify_file
+from anvil_metrics.post.significance import RESAMPLES
 from anvil_metrics.summary.checks import (
     VariantChecks,
     check_words,
@@ -41,7 +42,6 @@ from anvil_metrics.summary.checks import (
     multimodal_block,
 )
 from anvil_metrics.summary.decide import VariantRuns, summarize
-from anvil_metrics.post.significance import RESAMPLES
 
 SCHEMA = "anvil-serving.public-benchmark-summary/v1"
 CAMPAIGN_SCHEMA = "anvil-campaign/v1"

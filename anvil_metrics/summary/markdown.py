@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from anvil_metrics.catalog import IMPROVEMENT_GATES, SUMMARY_FIGURES
-from anvil_metrics.summary.decide import DELTAS, DISPLAY_DECIMALS, OFF, rounded
 from anvil_metrics.post.significance import smallest_p
+from anvil_metrics.summary.decide import DELTAS, DISPLAY_DECIMALS, OFF, rounded
 
 # the performance table's columns: the catalogue's figures under their labels, then the runs
 COLUMNS = (*((f.name, f.label) for f in SUMMARY_FIGURES), ("runs", "runs"))

@@ -30,6 +30,7 @@ from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import JsonFileError, read_json
 from anvil_metrics.post.docscan import verify_file
 from anvil_metrics.post.schema import fmt, is_count, same
+from anvil_metrics.post.significance import RESAMPLES
 from anvil_metrics.summary.decide import DELTAS, ROW_METRICS
 from anvil_metrics.summary.folder import (
     CAMPAIGN_FILE,
@@ -37,7 +38,6 @@ from anvil_metrics.summary.folder import (
     read_campaign_folder,
     summary_document,
 )
-from anvil_metrics.post.significance import RESAMPLES
 
 # A summary is a few kilobytes; a file bigger than this is not parsed whole to find out
 # whether it is one (a benchmark of a million rows is ~540 MB: `docscan` reads it in blocks).

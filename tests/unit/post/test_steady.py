@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from rawbuild import HEADER, completed, write_raw
 
 from anvil_metrics import catalog

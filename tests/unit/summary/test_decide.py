@@ -19,6 +19,12 @@ from summarybuild import BENCHMARK, DATA, OFFSETS, SHARED, SUMMARY_NAME, run, ru
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import strict_json_problems
+from anvil_metrics.post.significance import (
+    _u_counts,
+    bootstrap_delta_ci,
+    delta_percent,
+    mann_whitney,
+)
 from anvil_metrics.summary.decide import (
     DISPLAY_DECIMALS,
     VariantRuns,
@@ -26,12 +32,6 @@ from anvil_metrics.summary.decide import (
     run_failures,
     summarize,
     telemetry_row,
-)
-from anvil_metrics.post.significance import (
-    _u_counts,
-    bootstrap_delta_ci,
-    delta_percent,
-    mann_whitney,
 )
 
 EXAMPLE_GATES = {"e2e_p50_improvement_percent": 10, "no_saturated_runs": True,
