@@ -7,6 +7,8 @@
     anvil postprocess RUN_DIR         raw records -> benchmark.json
     anvil verify FILE.json            recompute every derived value; exit 1 on a mismatch
                                       (a benchmark, or a summary: from its campaign's runs)
+    anvil compare A B [C ...]         runs side by side: each change from A, its bootstrap
+                                      interval, beyond noise or not [--json] [--report DIR]
     anvil sim [options]               the built-in OpenAI-compatible simulator
     anvil demo                        simulator + smoke scenario, end to end
     anvil campaign run CAMPAIGN.toml [--results-dir D] [--dry-run] [--before-run-timeout S]
@@ -18,7 +20,8 @@
 Library code raises `AnvilError`s; here a `UsageError` becomes one line on stderr and exit
 code 2, any other `AnvilError` one line and exit 1. A user mistake never shows a traceback.
 Each command group's flags and lines are a module of its own beside this one (`run`,
-`verify`, `campaign`, `check`, `demo`); here they are put together and dispatched.
+`verify`, `compare`, `campaign`, `check`, `demo`, `trace`); here they are put together and
+dispatched.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from anvil_metrics.cli import campaign, check, demo, run, trace, verify
+from anvil_metrics.cli import campaign, check, compare, demo, run, trace, verify
 from anvil_metrics.cli.parsing import Commands, Parser
 from anvil_metrics.errors import AnvilError, ExitCode, Terminated
 
 # every command's parser, in the order `anvil --help` lists them
 _PARSERS: tuple[Callable[[Commands], None], ...] = (
-    run.add_run, run.add_postprocess, verify.add_verify, verify.add_report, demo.add_sim,
+    run.add_run, run.add_postprocess, verify.add_verify, compare.add_compare,
+    verify.add_report, demo.add_sim,
     run.add_prompts, trace.add_trace, verify.add_metrics, check.add_check, run.add_capacity,
     campaign.add_campaign, campaign.add_summarize, demo.add_demo)
 # what runs each (`sim` is handed its command line before parsing: `main`)
@@ -44,7 +48,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "verify": verify.cmd_verify, "demo": demo.cmd_demo, "prompts": run.cmd_prompts,
     "metrics": verify.cmd_metrics, "campaign": campaign.cmd_campaign,
     "summarize": campaign.cmd_summarize, "check": check.cmd_check, "report": verify.cmd_report,
-    "trace": trace.cmd_trace}
+    "trace": trace.cmd_trace, "compare": compare.cmd_compare}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -103,7 +103,7 @@ def bootstrap_delta_ci(values: Sequence[float], reference: Sequence[float], *,
     r_means = _resampled_means(rng, reference, resamples)
     if np.any(r_means == 0):
         return Interval(None, None, "a resampled reference mean is zero")
-    low, high = _percentile_interval(100.0 * (x_means / r_means - 1.0), confidence)
+    low, high = percentile_interval(100.0 * (x_means / r_means - 1.0), confidence)
     return Interval(low, high)
 
 
@@ -114,7 +114,7 @@ def bootstrap_mean_ci(values: Sequence[float], *, seed: int, resamples: int = RE
     if len(values) < 2:
         return None
     means = _resampled_means(np.random.default_rng(seed), values, resamples)
-    return _percentile_interval(means, confidence)
+    return percentile_interval(means, confidence)
 
 
 def _resampled_means(rng: Any, values: Sequence[float], resamples: int) -> Any:
@@ -124,7 +124,7 @@ def _resampled_means(rng: Any, values: Sequence[float], resamples: int) -> Any:
     return x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
 
 
-def _percentile_interval(samples: Any, confidence: float) -> tuple[float, float]:
+def percentile_interval(samples: Any, confidence: float) -> tuple[float, float]:
     """The central `confidence` interval of `samples` (their percentiles at the tails)."""
     tail = 100.0 * (1.0 - confidence) / 2.0
     low, high = np.percentile(samples, [tail, 100.0 - tail])

@@ -5,6 +5,8 @@ A folder is, by what it holds (the first that matches):
 - a capacity search: `capacity.json` (`anvil capacity`);
 - a run: `requests.jsonl` (`anvil run`, `locust`); a run with `steps[]` is a sweep.
 
+`anvil compare --report DIR` draws a comparison of runs (`make_compare_report`) into DIR.
+
 `make_report` writes `report.html` (self-contained) and each figure's PNG beside it, into
 the folder itself unless `out_dir` is given, each file atomically; it returns what it
 wrote and how long it took. matplotlib is imported here, on demand: without the
@@ -20,12 +22,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
+from anvil_metrics.compare.runs import ComparedRun
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_bytes
 from anvil_metrics.report.page import Page, Source, render
 
-KINDS = ("run", "sweep", "capacity", "campaign")
+KINDS = ("run", "sweep", "capacity", "campaign", "compare")
 HTML_FILE = "report.html"
 
 
@@ -90,11 +94,7 @@ def make_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
     out = Path(out_dir) if out_dir is not None else folder
     if out.exists() and not out.is_dir():
         raise UsageError(f"report: --out {str(out)!r} is a file; give a folder")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("report: the pictures need matplotlib: "
-                         "pip install 'anvil-metrics[report]'") from None
+    _need_matplotlib()
     if kind == "campaign":
         from anvil_metrics.report.campaignfigs import campaign_page
 
@@ -110,6 +110,11 @@ def make_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
     page = Page(kind, title, tuple(lines), tuple(sections),
                 tuple(source(folder, s) for s in sources), made_by(),
                 datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _write(page, folder, out, started)
+
+
+def _write(page: Page, folder: Path, out: Path, started: float) -> Report:
+    """The page's PNGs and report.html into `out`, each atomically."""
     out.mkdir(parents=True, exist_ok=True)
     pngs = []
     for fig in page.figures():
@@ -117,4 +122,31 @@ def make_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
         pngs.append(out / fig.name)
     html_path = out / HTML_FILE
     atomic_write_bytes(html_path, [render(page).encode("utf-8")])
-    return Report(kind, folder, html_path, tuple(pngs), time.perf_counter() - started)
+    return Report(page.kind, folder, html_path, tuple(pngs), time.perf_counter() - started)
+
+
+def make_compare_report(result: dict[str, Any], runs: list[ComparedRun],
+                        out_dir: str | Path) -> Report:
+    """The page of a comparison (`compare.runs.compare_runs` of `runs`) into `out_dir`;
+    its sources are the runs' files, named relative to it."""
+    started = time.perf_counter()
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"compare: --report {str(out)!r} is a file; give a folder")
+    _need_matplotlib()
+    from anvil_metrics.report.comparefigs import compare_page
+
+    out.mkdir(parents=True, exist_ok=True)
+    title, lines, sections, sources = compare_page(result, runs, out)
+    page = Page("compare", title, tuple(lines), tuple(sections),
+                tuple(source(out, s) for s in sources), made_by(),
+                datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _write(page, out, out, started)
+
+
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("report: the pictures need matplotlib: "
+                         "pip install 'anvil-metrics[report]'") from None

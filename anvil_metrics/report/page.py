@@ -78,7 +78,7 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    kind: str  # "run", "sweep", "capacity", "campaign"
+    kind: str  # "run", "sweep", "capacity", "campaign", "compare"
     title: str
     lines: tuple[str, ...]  # under the title: what was measured, against what
     sections: tuple[Section, ...]

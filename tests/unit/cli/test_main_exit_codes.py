@@ -52,6 +52,8 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("summarize", ["summarize", "{campaign}"], ExitCode.OK, ""),
     ("summarize", ["summarize", "{empty}"], ExitCode.USAGE, "empty"),
     ("demo", ["demo", "--no-such-flag"], ExitCode.USAGE, "--no-such-flag"),
+    ("compare", ["compare", "{run}", "{run}/benchmark.json"], ExitCode.OK, ""),
+    ("compare", ["compare", "{run}", "{missing}"], ExitCode.USAGE, "no benchmark.json there"),
     ("trace", ["trace", "stats", "{trace}"], ExitCode.OK, ""),
     ("trace", ["trace", "stats", "{bad_trace}"], ExitCode.USAGE, "bad.jsonl:2: input_tokens = 0"),
 ]

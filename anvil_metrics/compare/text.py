@@ -1,0 +1,74 @@
+"""The lines `anvil compare` prints: the runs, then one line per figure with each run's value
+and each later run's change from the first, its interval and a marker beyond noise.
+
+Kept apart from `runs.py` so the comparison is computed once and told twice (text here, the
+report's page in `report/comparefigs.py`), and only the CLI prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anvil_metrics import catalog
+from anvil_metrics.compare.runs import PERCENTILE_FIGURES
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_FIELD_OF = {name: (field, p) for name, field, p in PERCENTILE_FIGURES}
+
+
+def figure_label(name: str) -> str:
+    """A figure's label with its unit: "TTFT p50 (ms)", "throughput (tok/s)"."""
+    if name in _FIELD_OF:
+        field, p = _FIELD_OF[name]
+        f = catalog.BY_NAME[field]
+        return f"{f.label or f.name} p{p} ({f.unit})" if f.unit else f"{f.label} p{p}"
+    agg = catalog.AGGREGATES_BY_NAME[name]
+    return f"{name.removesuffix('_tok_s').removesuffix('_rps')} ({agg.unit})"
+
+
+def _num(v: float | None) -> str:
+    return "null" if v is None else f"{v:,.1f}"
+
+
+def _versus(v: dict[str, Any] | None) -> str:
+    if v is None or v["delta"] is None:
+        return "n/a"
+    pct = "" if v["delta_pct"] is None else f" {v['delta_pct']:+.1f} %"
+    ci = "" if v["ci"] is None else f" [{v['ci'][0]:+,.1f}, {v['ci'][1]:+,.1f}]"
+    if v["ci"] is None:
+        return f"{v['delta']:+,.1f}{pct} (no interval)"
+    beyond = f" * {v['change']}" if v["beyond_noise"] and v["change"] else (
+        " *" if v["beyond_noise"] else "")
+    return f"{v['delta']:+,.1f}{pct}{ci}{beyond}"
+
+
+def compare_lines(result: dict[str, Any]) -> list[str]:
+    """The text of a comparison (`runs.compare_runs`'s document)."""
+    runs = result["runs"]
+    lines = []
+    for letter, r in zip(LETTERS, runs, strict=False):
+        lines.append(f"{letter}  {r['path']}: {r['run_id']}, model {r['model']}, concurrency "
+                     f"{r['concurrency']}, {r['requests']} requests ({r['failed']} failed), "
+                     f"steady state {r['steady_state'] or 'not judged'}"
+                     + ("  [baseline]" if letter == "A" else ""))
+    others = LETTERS[1:len(runs)]
+    width = 2 + max([len("figure")] + [len(figure_label(f["name"])) for f in result["figures"]])
+    head = f"{'figure':<{width}}" + "".join(f"{x:>12}" for x in LETTERS[:len(runs)])
+    lines.append(head + "".join(f"   change {x} (Δ, Δ%, {100 * result['confidence']:g} % "
+                                f"interval of Δ)" for x in others))
+    for f in result["figures"]:
+        row = f"{figure_label(f['name']):<{width}}" + "".join(f"{_num(v):>12}"
+                                                              for v in f["values"])
+        row += "".join(f"   {_versus(v)}" for v in f["vs_baseline"][1:])
+        lines.append(row)
+    lines.append(f"* beyond noise: the interval of the change excludes 0 "
+                 f"({result['resamples']:,} bootstrap resamples of each run's rows, at most "
+                 f"{result['max_values']:,} values a run: the noise within a run, not between "
+                 "runs; repeat runs in a campaign for that); better/worse by the figure's "
+                 "direction")
+    for letter, r in zip(LETTERS, runs, strict=False):
+        if r["steady_state"] in ("drifting", "no_plateau"):
+            lines.append(f"WARNING: run {letter}'s steady state is {r['steady_state']}: its "
+                         "percentiles mix loads or times that differ (see its steady_state "
+                         "block); compare steady runs")
+    return lines
