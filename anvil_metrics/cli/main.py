@@ -9,6 +9,8 @@
                                       (a benchmark, or a summary: from its campaign's runs)
     anvil compare A B [C ...]         runs side by side: each change from A, its bootstrap
                                       interval, beyond noise or not [--json] [--report DIR]
+    anvil export RUN [--parquet F] [--vllm-json F]
+                                      the rows as Parquet; the run as vllm bench's JSON
     anvil sim [options]               the built-in OpenAI-compatible simulator
     anvil demo                        simulator + smoke scenario, end to end
     anvil campaign run CAMPAIGN.toml [--results-dir D] [--dry-run] [--before-run-timeout S]
@@ -20,7 +22,7 @@
 Library code raises `AnvilError`s; here a `UsageError` becomes one line on stderr and exit
 code 2, any other `AnvilError` one line and exit 1. A user mistake never shows a traceback.
 Each command group's flags and lines are a module of its own beside this one (`run`,
-`verify`, `compare`, `campaign`, `check`, `demo`, `trace`); here they are put together and
+`verify`, `compare`, `export`, `campaign`, `check`, `demo`, `trace`); here they are put together and
 dispatched.
 """
 
@@ -32,14 +34,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from anvil_metrics.cli import campaign, check, compare, demo, run, trace, verify
+from anvil_metrics.cli import campaign, check, compare, demo, export, run, trace, verify
 from anvil_metrics.cli.parsing import Commands, Parser
 from anvil_metrics.errors import AnvilError, ExitCode, Terminated
 
 # every command's parser, in the order `anvil --help` lists them
 _PARSERS: tuple[Callable[[Commands], None], ...] = (
     run.add_run, run.add_postprocess, verify.add_verify, compare.add_compare,
-    verify.add_report, demo.add_sim,
+    export.add_export, verify.add_report, demo.add_sim,
     run.add_prompts, trace.add_trace, verify.add_metrics, check.add_check, run.add_capacity,
     campaign.add_campaign, campaign.add_summarize, demo.add_demo)
 # what runs each (`sim` is handed its command line before parsing: `main`)
@@ -48,7 +50,8 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "verify": verify.cmd_verify, "demo": demo.cmd_demo, "prompts": run.cmd_prompts,
     "metrics": verify.cmd_metrics, "campaign": campaign.cmd_campaign,
     "summarize": campaign.cmd_summarize, "check": check.cmd_check, "report": verify.cmd_report,
-    "trace": trace.cmd_trace, "compare": compare.cmd_compare}
+    "trace": trace.cmd_trace, "compare": compare.cmd_compare,
+    "export": export.cmd_export}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -54,6 +54,8 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("demo", ["demo", "--no-such-flag"], ExitCode.USAGE, "--no-such-flag"),
     ("compare", ["compare", "{run}", "{run}/benchmark.json"], ExitCode.OK, ""),
     ("compare", ["compare", "{run}", "{missing}"], ExitCode.USAGE, "no benchmark.json there"),
+    ("export", ["export", "{run}", "--vllm-json", "{dir}/v.json"], ExitCode.OK, ""),
+    ("export", ["export", "{run}"], ExitCode.USAGE, "nothing to write"),
     ("trace", ["trace", "stats", "{trace}"], ExitCode.OK, ""),
     ("trace", ["trace", "stats", "{bad_trace}"], ExitCode.USAGE, "bad.jsonl:2: input_tokens = 0"),
 ]
