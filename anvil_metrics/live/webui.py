@@ -21,6 +21,8 @@ serves the rest itself:
   and the output tok/s per second, and TTFT p50 and decode tok/s p50 over time (`live.py`
   says how each is bounded); the same table, and the download links once the run has
   ended;
+- `/anvil/metrics`: the same snapshot in Prometheus's text exposition format, for a
+  scraper (`promtext.py` names each metric);
 - `/anvil/download/benchmark.json` and `/anvil/download/requests.jsonl`: the latest run's
   files, only once it has ended; any other name is a 404 (no path ever comes from the URL).
   The "Download Data" tab links them and the page.
@@ -41,6 +43,7 @@ import orjson
 from flask import Blueprint, Response, redirect, request, send_file
 from locust import events
 
+from anvil_metrics.live import promtext
 from anvil_metrics.live.runctx import latest_run
 from anvil_metrics.live.webui_page import PAGE_HTML
 from anvil_metrics.telemetry.livegauges import live_gauges, newest_samples
@@ -197,6 +200,16 @@ def make_blueprint(web_ui: Any, base_path: str) -> Blueprint:
     @guard
     def live_json() -> Response:
         return _json(live_payload(latest_run(environment)))
+
+    @bp.route("/metrics")
+    @guard
+    def metrics() -> Response:
+        sess = latest_run(environment)
+        body = promtext.exposition(None if sess is None else sess.live.snapshot(),
+                                   getattr(sess, "model", None))
+        resp = Response(body, status=200, content_type=promtext.CONTENT_TYPE)
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
 
     @bp.route("/download/<path:name>")
     @guard
