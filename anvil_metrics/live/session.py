@@ -26,6 +26,7 @@ from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.loadwindow import LoadWindow
+from anvil_metrics.live.overload import OverloadWatch
 from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
@@ -90,7 +91,12 @@ class RunSession:
         pace = 1 if sc.arrivals is not None else max(sc.step_users or (opts.users,))
         self.watch = FailureWatch(opts.abort, pace, endpoint.root_url, self._abort,
                                   began_ns=lambda: self.began_ns)
-        self.recorder = Recorder(anvil_events.request_record, writer, self.live, self.watch)
+        sinks: list[Any] = [writer, self.live, self.watch]
+        if opts.abort.overload_window_s:  # --stop-overloaded: the server over capacity
+            sinks.append(OverloadWatch(opts.abort.overload_window_s, endpoint.root_url,
+                                       lambda: budget.in_flight, self._abort,
+                                       began_ns=lambda: self.began_ns))
+        self.recorder = Recorder(anvil_events.request_record, *sinks)
         self.recorder.start()
         self.load = LoadWindow()
         self._health: dict[str, Any] | None = None

@@ -99,11 +99,13 @@ class AbortRule:
     """When a run ends itself because the server is not answering (`live/abort.py` applies
     it): `after_failures` requests per user in a row (per arrival in an open loop) failed to
     reach the server (0: never); or `failure_ratio` of the requests that ended in the last
-    `window_s` failed, any kind, once at least `ABORT_MIN_WINDOW_REQUESTS` did."""
+    `window_s` failed, any kind, once at least `ABORT_MIN_WINDOW_REQUESTS` did; or, when
+    `overload_window_s` is set, the server is over capacity (`live/overload.py`)."""
 
     after_failures: int = 10
     failure_ratio: float = 1.0
     window_s: float = 30.0
+    overload_window_s: float | None = None  # --stop-overloaded (`live/overload.py`); None: off
 
 
 DEFAULT_ABORT = AbortRule()
@@ -204,6 +206,10 @@ OPTIONS: tuple[Option, ...] = (
            default=DEFAULT_ABORT.failure_ratio),
     Option("--abort-window", "the window of --abort-failure-ratio, e.g. 30s (default 30s)",
            timespan, default=DEFAULT_ABORT.window_s),
+    Option("--stop-overloaded", "end the run (exit 3) when the server is over capacity: "
+           "over this window (e.g. 10s) the median TTFT of the requests that ended doubled "
+           "beyond noise while the requests in flight grew, at two checks in a row (off by "
+           "default; see live/overload.py)", timespan),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
            "this many workers, one exact result); default 1", whole(1), default=1,
            locust=False),
@@ -396,4 +402,4 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         server_metrics_url=v["server_metrics_url"],
         server_metrics_interval_s=v["server_metrics_interval"] or 1.0,
         abort=AbortRule(v["abort_after_failures"], v["abort_failure_ratio"],
-                        v["abort_window"]))
+                        v["abort_window"], v["stop_overloaded"]))
