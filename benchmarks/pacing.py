@@ -40,6 +40,12 @@ from anvil_metrics.runs.simproc import start_simulator, stop_process  # noqa: E4
 SIM = ["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens", "0",
        "--content-tokens", "4", "--max-context", "8192", "--model", "tiny-qwen3"]
 CONFIGS = {"1 process": [], "--processes 2": ["--processes", "2"]}
+# `vllm bench serve` by its module (the CPU build's distribution is not named "vllm", which
+# the `vllm` command's version lookup needs)
+VLLM_BENCH = (
+              "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+              "from vllm.benchmarks.serve import add_cli_args, main\n"
+              "p = FlexibleArgumentParser()\nadd_cli_args(p)\nmain(p.parse_args())")
 
 
 def run_anvil(url: str, rate: float, seconds: float, extra: list[str], work: Path
@@ -79,12 +85,13 @@ def run_vllm(python: str, tokenizer: str, url: str, rate: float, n: int, work: P
     """`vllm bench serve --request-rate` (its Poisson default made constant with
     burstiness = 1e9) for `n` prompts; its achieved rate from its own start times."""
     work.mkdir(parents=True, exist_ok=True)
-    cmd = [python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend",
+    cmd = [python, "-c", VLLM_BENCH, "--backend",
            "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", url,
            "--model", "tiny-qwen3", "--tokenizer", tokenizer, "--dataset-name", "random",
            "--random-input-len", "64", "--random-output-len", "4", "--num-prompts", str(n),
            "--request-rate", f"{rate:g}", "--burstiness", "1e9", "--ignore-eos",
-           "--save-result", "--result-dir", str(work), "--result-filename", "v.json",
+           "--save-result", "--save-detailed", "--result-dir", str(work),
+           "--result-filename", "v.json",
            "--disable-tqdm"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env={"HF_HUB_OFFLINE": "1",
@@ -98,10 +105,14 @@ def run_vllm(python: str, tokenizer: str, url: str, rate: float, n: int, work: P
     if proc.returncode != 0 or not path.exists():
         return {"error": out.decode(errors="replace")[-600:]}
     doc = orjson.loads(path.read_bytes())
-    starts = sorted(t for t in doc.get("start_times") or [] if t)
+    starts = np.sort([t for t in doc.get("start_times") or [] if t])
     achieved = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 else None
+    # its schedule is not saved; with burstiness 1e9 it is a grid of 1/rate from its first
+    # request (gaps within 1/sqrt(1e9) of it), so the lag is each start's distance past that
+    lag = (starts - starts[0] - np.arange(len(starts)) / rate) * 1000 if len(starts) else starts
     return {"requests": doc["completed"] + doc.get("failed", 0), "achieved": achieved,
-            "duration": doc["duration"]}
+            "duration": doc["duration"], "p50": np.percentile(lag, 50) if len(lag) else None,
+            "p99": np.percentile(lag, 99) if len(lag) else None}
 
 
 def main() -> int:
@@ -141,8 +152,12 @@ def main() -> int:
                 if "error" in v:
                     print(f"{rate:7g} failed: {v['error']}")
                     continue
+                if v["achieved"] is None:
+                    print(f"{rate:7g} {v['requests']:6d} no start times saved")
+                    continue
                 print(f"{rate:7g} {v['requests']:6d} achieved {v['achieved']:9.2f} req/s "
-                      f"({100 * (v['achieved'] / rate - 1):+.2f} %)")
+                      f"({100 * (v['achieved'] / rate - 1):+.2f} %); start − its grid p50 "
+                      f"{v['p50']:.3f} ms, p99 {v['p99']:.3f} ms")
     for name, rate in held.items():
         print(f"highest rate held within 1 % with lag p99 < 1 ms, {name}: "
               f"{'none of those tried' if rate is None else f'{rate:g} req/s'}")
