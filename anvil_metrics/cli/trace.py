@@ -14,13 +14,13 @@ from dataclasses import asdict
 import orjson
 
 from anvil_metrics.cli.parsing import Commands, argtype
-from anvil_metrics.load.optionvalues import whole
+from anvil_metrics.load.optionvalues import whole, window
 from anvil_metrics.load.trace import FORMATS, MOONCAKE_BLOCK_TOKENS, read_trace, trace_stats
 
 
 def add_trace(sub: Commands) -> None:
     """`anvil trace stats FILE [--trace-format F] [--trace-block N] [--trace-model M]
-    [--trace-limit N] [--json]`."""
+    [--trace-window START:END] [--trace-limit N] [--json]`."""
     t = sub.add_parser("trace", help="a recorded trace: 'anvil trace stats FILE'")
     verbs = t.add_subparsers(dest="trace_command", required=True, parser_class=type(t))
     s = verbs.add_parser("stats", help="requests, span, rates, sizes and expected prefix "
@@ -33,14 +33,17 @@ def add_trace(sub: Commands) -> None:
                    help=f"tokens per hash_ids block (default {MOONCAKE_BLOCK_TOKENS}, "
                         "Mooncake's)")
     s.add_argument("--trace-model", default=None, help="BurstGPT: only this model's rows")
+    s.add_argument("--trace-window", type=argtype(window, "--trace-window"), default=None,
+                   metavar="START:END", help="only the requests in this time window, seconds "
+                   "after the trace's first request (END may be left out), as a replay's")
     s.add_argument("--trace-limit", type=argtype(whole(1), "--trace-limit"), default=None,
-                   help="only the first N requests")
+                   help="only the first N requests (of the window, if one is given)")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
 def cmd_trace(a: argparse.Namespace) -> int:
     reqs = read_trace(a.file, a.trace_format, block_tokens=a.trace_block,
-                      model=a.trace_model, limit=a.trace_limit)
+                      model=a.trace_model, limit=a.trace_limit, window_s=a.trace_window)
     st = trace_stats(reqs, a.trace_block)
     if a.json:
         print(orjson.dumps({**asdict(st), "expected_hit_ratio": st.expected_hit_ratio},

@@ -50,3 +50,17 @@ def test_a_wrong_block_size_names_the_line_and_the_flag(tmp_path: Path, capsys) 
     err = capsys.readouterr().err
     assert err.startswith(f"anvil: {path}:1: hash_ids = ") and "--trace-block" in err
     assert err.count("\n") == 1
+
+
+def test_stats_of_a_window_are_those_of_the_requests_a_replay_of_it_sends(tmp_path: Path,
+                                                                         capsys) -> None:
+    path = tmp_path / "m.jsonl"
+    mooncake_trace(path, 300, seed=2)
+    assert main(["trace", "stats", str(path), "--json", "--trace-window", "1:3"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    want = trace_stats(read_trace(path, window_s=(1.0, 3.0)))
+    assert doc["requests"] == want.requests and doc["duration_s"] == want.duration_s
+    assert 0 < doc["requests"] < 300
+    with pytest.raises(SystemExit) as exc:
+        main(["trace", "stats", str(path), "--trace-window", "3:1"])
+    assert exc.value.code == 2
