@@ -45,7 +45,6 @@ import numpy as np
 
 from anvil_metrics.post import stats
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.rawcolumns import NULL
 from anvil_metrics.post.schema import fmt, same
 
 MODES = ("budget", "duration", "until_stopped")
@@ -66,9 +65,9 @@ def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: A
     requests started outside them."""
     plan = params.get("arrivals") if isinstance(params.get("arrivals"), dict) else None
     n = len(start_ns)
-    # an open loop's conversations: the schedule's arrivals are their first turns
-    arrivals = (start_ns if turn is None or plan is None
-                else start_ns[(turn == NULL) | (turn <= 1)])
+    # an open loop's conversations: the schedule's arrivals are their first turns (a record
+    # without a turn is none: one the master wrote for a lost worker's request)
+    arrivals = (start_ns if turn is None or plan is None else start_ns[turn == 1])
     achieved = None
     if len(arrivals) >= 2:
         span_s = int(arrivals.max() - arrivals.min()) / 1e9

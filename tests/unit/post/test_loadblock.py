@@ -212,3 +212,24 @@ def test_a_duration_run_names_its_duration(tmp_path: Path) -> None:
     doc = _build(tmp_path, open_loop=False)
     problems = verify_benchmark(_tamper(doc, mode="duration", duration_s=None))
     assert problems == ['load.duration_s: null, but mode is "duration"'], problems
+
+
+def test_an_open_loop_of_conversations_counts_first_turns_only_as_arrivals() -> None:
+    """Arrivals are the conversation starts the schedule gave: first turns, 1 s apart here;
+    later turns, and a record without a turn (the master's for a lost worker's request),
+    are not arrivals."""
+    import numpy as np
+
+    from anvil_metrics.post.derive import RowColumns
+    from anvil_metrics.post.loadblock import build_load
+    from anvil_metrics.post.rawcolumns import NULL
+
+    s = 1_000_000_000
+    start = np.array([0, s // 2, s, 3 * s // 2, 2 * s, 2 * s + 1], dtype=np.int64)
+    turn = np.array([1, 2, 1, 2, 1, NULL], dtype=np.int64)
+    params = {"mode": "budget", "arrivals": {"arrival": "constant", "rate_rps": 1.0}}
+    empty = RowColumns.from_rows([])
+    assert empty is not None
+    block = build_load(params, start, start + 10, np.zeros(6, dtype=bool), 0, empty, 0,
+                       turn=turn)
+    assert block["achieved_rate_rps"] == 1.0  # (3 - 1) / 2 s: the NULL one would make it 1.5
