@@ -47,10 +47,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import gevent
 import gevent.event
 import gevent.lock
 
+from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.load.arrivals import Schedule
 
 
@@ -79,23 +79,20 @@ class Ticket:
     waited: bool = False
 
 
-# The last stretch before a due time is spun, not slept: gevent's loop (libev on epoll) wakes
-# its timers in whole milliseconds, rounded up, so a sleep to the due time went out ~1 ms late
-# (p50 0.98 ms at 20 req/s, benchmarks/pacing.py). Spinning yields (`gevent.sleep(0)`), so
-# the streams' greenlets run meanwhile; it costs at most SPIN_NS of CPU per arrival.
+# A due time is slept to until this much before it (gevent's loop wakes in whole ms, rounded
+# up), then waited for exactly (`duetimer.DueTimer`: a timerfd; a spin where there is none)
 SPIN_NS = 1_500_000
 
 
-def _until(due_ns: int, changed: gevent.event.Event) -> bool:
-    """Wait until `due_ns` (perf_counter_ns): sleep to SPIN_NS before it, then yield until
-    it; True as soon as `changed` is set (stopped, or a new schedule)."""
+def _until(due_ns: int, changed: gevent.event.Event, timer: DueTimer) -> bool:
+    """Wait until `due_ns` (perf_counter_ns), never returning before it; True as soon as
+    `changed` is set (stopped, or a new schedule) before the last SPIN_NS."""
     wait_ns = due_ns - time.perf_counter_ns()
     if wait_ns > SPIN_NS and changed.wait((wait_ns - SPIN_NS) / 1e9):
         return True
-    while time.perf_counter_ns() < due_ns:
-        if changed.is_set():
-            return True
-        gevent.sleep(0)
+    if changed.is_set():
+        return True
+    timer.wait_until(due_ns)
     return False
 
 
@@ -121,6 +118,7 @@ class RequestBudget:
         self.origin_ns: int | None = None  # open loop: when arrival 0 fell due
         self._turn = gevent.lock.Semaphore(1)
         self._changed = gevent.event.Event()  # set on close or a new schedule
+        self._timer: DueTimer | None = None  # waits for a due time exactly (duetimer.py)
         self._arrival = 0  # arrivals of the schedules handed out so far
         self._first = 0  # the arrival number of the current schedule's arrival 0
         self._progress = gevent.event.Event()
@@ -216,7 +214,9 @@ class RequestBudget:
                     self.origin_ns = time.perf_counter_ns()
                 assert self.schedule is not None
                 due = self.origin_ns + self.schedule.offset_ns(self._arrival - self._first)
-                if _until(due, self._changed):
+                if self._timer is None:  # made here: in the process that waits
+                    self._timer = DueTimer()
+                if _until(due, self._changed, self._timer):
                     continue  # stopped (the loop's first test), or a new schedule
                 if self._no_start():  # stopped, or follow-ups took the last requests
                     return None

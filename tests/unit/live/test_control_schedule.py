@@ -214,33 +214,32 @@ def test_takers_waiting_together_start_no_more_conversations_than_the_budget() -
     budget.close()
 
 
-def test_the_wait_for_a_due_time_never_ends_before_it_and_spins_only_its_last_stretch(
-        monkeypatch) -> None:
-    """`_until` sleeps to SPIN_NS before the due time and yields from there: it never returns
-    early, and it yields (`gevent.sleep(0)`, the streams run meanwhile) only in that last
-    stretch. A set event ends the wait at once."""
-    import gevent
+def test_the_wait_for_a_due_time_never_ends_before_it_and_sleeps_through_it() -> None:
+    """`_until` sleeps to SPIN_NS before the due time, then waits on the timerfd: it never
+    returns early, and on Linux it costs no CPU while it waits (a spin would cost the whole
+    wait). A set event ends the wait at once."""
+    import resource
+
     import gevent.event
 
     from anvil_metrics.live import control
+    from anvil_metrics.live.duetimer import DueTimer
 
-    yields: list[int] = []
-    real_sleep = gevent.sleep
-
-    def sleep(seconds: float = 0) -> None:
-        if seconds == 0:
-            yields.append(time.perf_counter_ns())
-        real_sleep(seconds)
-
-    monkeypatch.setattr(control.gevent, "sleep", sleep)
-    for ahead_ms in (0.2, 5.0, 20.0):
-        yields.clear()
-        due = time.perf_counter_ns() + int(ahead_ms * 1e6)
-        assert control._until(due, gevent.event.Event()) is False
-        assert time.perf_counter_ns() >= due
-        # every yield came within the spin stretch (the event loop's timer may wake it up to
-        # ~1 ms late, and a busy machine later still: the bound is on the early side only)
-        assert all(y >= due - control.SPIN_NS - 2_000_000 for y in yields), (ahead_ms, yields)
+    timer = DueTimer()
+    assert timer.precise  # Linux: a timerfd
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    waited_ns = 0
+    for ahead_ms in (0.2, 1.0, 5.0, 20.0) * 5:
+        start = time.perf_counter_ns()
+        due = start + int(ahead_ms * 1e6)
+        assert control._until(due, gevent.event.Event(), timer) is False
+        end = time.perf_counter_ns()
+        assert end >= due
+        waited_ns += end - start
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_ns = (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) * 1e9
+    assert cpu_ns < 0.5 * waited_ns, (cpu_ns, waited_ns)  # a spin would be ~all of it
     changed = gevent.event.Event()
     changed.set()
-    assert control._until(time.perf_counter_ns() + 10**9, changed) is True
+    assert control._until(time.perf_counter_ns() + 10**9, changed, timer) is True
+    timer.close()
