@@ -80,3 +80,6 @@ class DueTimer:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def __del__(self) -> None:  # a budget's timer goes with it (one per run, not closed)
+        self.close()
