@@ -43,7 +43,7 @@ from anvil_metrics.post.schema import CALIBRATION_METHODS
 log = logging.getLogger("anvil")
 
 SETUP = "anvil_setup"
-SETUP_VERSION = 3  # bump when the set-up's shape changes: an older worker then refuses it
+SETUP_VERSION = 4  # bump when the set-up's shape changes: an older worker then refuses it
 
 
 def boot_id() -> str | None:
@@ -87,6 +87,8 @@ TICKET: Check = (lambda v: v is None or (
     and (v[3] is None or _is_int(v[3])) and isinstance(v[4], bool)),
     "null or [request_index >= 0, warmup true/false, planned_context_tokens >= 1, "
     "due_ns (an integer on the worker's clock) or null, waited true/false]")
+COUNTS: Check = (lambda v: isinstance(v, list) and all(_is_int(n) and n >= 0 for n in v),
+                 "a list of token counts")
 SIZES: Check = (lambda v: isinstance(v, list) and len(v) > 0 and all(
     _is_int(x) and x >= 1 for x in v), "a non-empty list of planned sizes (whole numbers >= 1)")
 LINES: Check = (lambda v: isinstance(v, list) and all(isinstance(x, bytes) for x in v),
@@ -168,6 +170,9 @@ class WorkerSetup:
     # a conversation run's sized texts (`prep.turns.TurnTexts`: turn, prefix, system), so a
     # worker's conversations are the master's byte for byte; None otherwise
     turn_texts: dict[str, str | None] | None = None
+    # a dataset's entries as the master's --tokenizer counted them (`DatasetBodies.counted`):
+    # a worker's rows get the same planned sizes; None: not counted
+    dataset_counted: list[int] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The set-up as plain data (see the module docstring)."""
@@ -185,6 +190,7 @@ class WorkerSetup:
             "prefix_words": self.prefix_words,
             "sizes": list(self.sizes),
             "turn_texts": self.turn_texts,
+            "dataset_counted": self.dataset_counted,
         }
 
     @classmethod
@@ -211,6 +217,7 @@ class WorkerSetup:
             prefix_words=need(data, "prefix_words", optional(at_least(1)), SETUP),
             sizes=list(need(data, "sizes", SIZES, SETUP)),
             turn_texts=_turn_texts_from_wire(need(data, "turn_texts", optional(DICT), SETUP)),
+            dataset_counted=need(data, "dataset_counted", optional(COUNTS), SETUP),
         )
 
 

@@ -187,7 +187,7 @@ class WorkerSession:
                                                    round(setup.calibration.overhead_tokens)),
                                       setup.run_nonce)
         elif dataset is not None and sc.conversation is None:
-            self.bodies = DatasetBodies(sc, setup.model, dataset)
+            self.bodies = DatasetBodies(sc, setup.model, dataset, setup.dataset_counted)
         else:
             self.bodies = BodyBuilder(sc, setup.model, prompts)
             self.bodies.prepare(setup.sizes)

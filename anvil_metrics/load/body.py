@@ -248,6 +248,11 @@ class DatasetBodies:
         messages.append({"role": "user", "content": e.turns[0]})
         return messages
 
+    @property
+    def counted(self) -> list[int] | None:
+        """The entries' counts by the local tokenizer (None: not counted)."""
+        return list(self._counted) if self._counted else None
+
     def planned(self, index: int) -> int | None:
         j = index % len(self._entries)
         return self._counted[j] if j < len(self._counted) else None

@@ -476,3 +476,30 @@ def test_a_conversation_or_dataset_setup_gives_the_workers_the_same_bodies(tmp_p
     mine = DatasetBodies(plain, "m", DatasetPlan(str(data)).read())
     assert [bodies.build_parts(0, i) for i in range(3)] == [mine.build_parts(0, i)
                                                             for i in range(3)]
+
+
+def test_a_datasets_counts_cross_to_the_workers_as_their_planned_sizes(tmp_path: Path
+                                                                       ) -> None:
+    """The master's --tokenizer counts of a dataset's entries travel in the set-up: a
+    worker's requests have the same planned sizes as the master's; a damaged list is
+    refused naming the field."""
+    from anvil_metrics.load.body import DatasetBodies
+    from anvil_metrics.load.dataset import DatasetPlan
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "one"}\n{"prompt": "two two"}\n{"prompt": "three"}\n')
+    plain = replace(scenario_from_dict({"measurement_protocol": "wire"}),
+                    dataset=DatasetPlan(str(data)))
+    master = DatasetBodies(plain, "m", DatasetPlan(str(data)).read(), [11, 12, 13])
+    setup = WorkerSetup("run-1", plain, "http://127.0.0.1:9", None, "m", NO_CALIBRATION,
+                        "nonce-1", None, {}, None, [100], dataset_counted=master.counted)
+    got = WorkerSetup.from_wire(over_locust("anvil_setup", setup.to_wire()))
+    bodies = WorkerSession(got, lambda *a: None).bodies
+    assert isinstance(bodies, DatasetBodies)
+    assert [bodies.planned(i) for i in range(5)] == [master.planned(i) for i in range(5)] \
+        == [11, 12, 13, 11, 12]
+    uncounted = WorkerSetup.from_wire(over_locust("anvil_setup", replace(
+        setup, dataset_counted=None).to_wire()))
+    assert WorkerSession(uncounted, lambda *a: None).bodies.planned(0) is None
+    with pytest.raises(WireError, match="dataset_counted"):
+        WorkerSetup.from_wire({**setup.to_wire(), "dataset_counted": [3, "x"]})
