@@ -72,6 +72,29 @@ def _number(v: Any) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
 
 
+
+def dist_from_text(text: str) -> dict[str, Any] | str:
+    """A distribution as a flag writes it, `name:p1:p2[:max]` (its parameters in the table's
+    order: `uniform:2:6`, `lognormal:4:0.5:12`, `exponential:2`), as the table the file
+    would hold; text that names no distribution is returned as it is (the table's own check
+    then names it)."""
+    name, _, rest = text.partition(":")
+    if name not in _DISTS or not rest:
+        return text
+    required, optional = _DISTS[name]
+    values: list[Any] = []
+    for raw in rest.split(":"):
+        try:
+            values.append(int(raw))
+        except ValueError:
+            try:
+                values.append(float(raw))
+            except ValueError:
+                values.append(raw)
+    if not len(required) <= len(values) <= len(required) + len(optional):
+        return text
+    return {"dist": name, **dict(zip(required + optional, values, strict=False))}
+
 @dataclass(frozen=True, slots=True)
 class Draw:
     """One quantity of a conversation: a constant, or a distribution with its parameters

@@ -157,7 +157,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--dataset-format", "the dataset's format: sharegpt, jsonl or text (default: told "
            "by the file)"),
     Option("--conversation", "multi-turn conversations: the [conversation] table's keys as "
-           "key=value pairs over the scenario's, e.g. turns=4,turn_tokens=256,think_time=2 "
+           "key=value pairs over the scenario's, e.g. turns=4,turn_tokens=256,think_time=2, "
+           "a distribution as name:params (turns=uniform:2:6, think_time=exponential:2) "
            "(conversations=N: a budget of N conversations): see load/conversation.py", pairs),
     Option("--steps", "a sweep of users: one step per count, e.g. 1,4,16,64, each "
            "--step-duration long (steps[] in benchmark.json)", counts),

@@ -71,7 +71,7 @@ import orjson
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
-from anvil_metrics.load.conversation import ConversationPlan
+from anvil_metrics.load.conversation import ConversationPlan, dist_from_text
 from anvil_metrics.load.dataset import DatasetPlan
 from anvil_metrics.load.scenariofields import Timeouts, scenario_fields
 from anvil_metrics.load.trace import TracePlan
@@ -292,10 +292,12 @@ def with_overrides(
 
 def with_conversation(sc: Scenario, given: dict[str, Any]) -> Scenario:
     """`--conversation key=value,...` over the scenario's `[conversation]` table (none: a
-    new one), checked as the file's own table is; `conversations=N` (a budget of
-    conversations) replaces the scenario's request count."""
+    new one), checked as the file's own table is; a value `name:p1:p2` is a distribution
+    (`conversation.dist_from_text`); `conversations=N` (a budget of conversations) replaces
+    the scenario's request count."""
     doc = scenario_to_dict(sc)
-    doc["conversation"] = {**(doc.get("conversation") or {}), **given}
+    tables = {k: dist_from_text(v) if isinstance(v, str) else v for k, v in given.items()}
+    doc["conversation"] = {**(doc.get("conversation") or {}), **tables}
     doc.pop("context_distribution", None)  # a turn's size is its history and turn_tokens
     if given.get("conversations") is not None:
         doc.pop("requests", None)

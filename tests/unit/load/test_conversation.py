@@ -161,3 +161,25 @@ def test_the_longest_conversation_must_fit_the_context() -> None:
         scenario_from_dict({**BASE, "conversation": {**table, "turn_tokens": 950}})
     with pytest.raises(UsageError, match="--max-tokens 200 .* 8900 tokens"):
         with_overrides(sc, max_tokens=200)
+
+
+def test_a_distribution_in_the_flag_is_the_table_the_file_would_hold() -> None:
+    from anvil_metrics.load.conversation import dist_from_text
+    from anvil_metrics.load.optionvalues import pairs
+    from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, with_conversation
+
+    assert dist_from_text("uniform:2:6") == {"dist": "uniform", "min": 2, "max": 6}
+    assert dist_from_text("lognormal:4:0.5:12") == {"dist": "lognormal", "mean": 4,
+                                                    "sigma": 0.5, "max": 12}
+    assert dist_from_text("exponential:2.5") == {"dist": "exponential", "mean": 2.5}
+    for left_as_is in ("uniform:2", "zipf:1:2:3", "bogus:1", "server", "uniform"):
+        assert dist_from_text(left_as_is) == left_as_is
+    sc = load_scenario("scenarios/smoke.toml")
+    flagged = with_conversation(sc, pairs("--conversation", "turns=uniform:2:6,turn_tokens=64,"
+                                          "think_time=exponential:0.5"))
+    table = scenario_from_dict({"measurement_protocol": "x", "max_tokens": 8, "conversation": {
+        "turns": {"dist": "uniform", "min": 2, "max": 6}, "turn_tokens": 64,
+        "think_time": {"dist": "exponential", "mean": 0.5}}})
+    assert flagged.conversation is not None and table.conversation is not None
+    assert [flagged.conversation.draws(k) for k in range(20)] == [
+        table.conversation.draws(k) for k in range(20)]
