@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import REPO, anvil, write_scenario
+
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -25,6 +28,15 @@ max_context_tokens = 2048
 """
 
 
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    """One simulator for both tests: each judges only its own run folder and output (a
+    simulator ~0.4 CPU-s and ~0.5 s to start)."""
+    with start_simulator(["--prefill-ms", "5", "--content-tokens", "8", "--interval-ms", "1"]
+                         ) as started:
+        yield started
+
+
 def _leaks(root: Path, texts: list[str], secrets: list[str]) -> list[str]:
     found = []
     for f in root.rglob("*"):
@@ -36,9 +48,8 @@ def _leaks(root: Path, texts: list[str], secrets: list[str]) -> list[str]:
     return found
 
 
-def test_anvil_run_keeps_keys_and_url_credentials_out_of_everything(simulator,
+def test_anvil_run_keeps_keys_and_url_credentials_out_of_everything(sim: SimProcess,
                                                                     tmp_path: Path) -> None:
-    sim = simulator("--prefill-ms", "5", "--content-tokens", "8", "--interval-ms", "1")
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
     port = sim.url.rsplit(":", 1)[1]
     flag_key, url_user, url_pass, env_key = ("sk-flag-1234567890abcdefXYZ", "alice",
@@ -57,8 +68,8 @@ def test_anvil_run_keeps_keys_and_url_credentials_out_of_everything(simulator,
     assert _leaks(tmp_path / "res", outputs, [flag_key, url_pass, env_key]) == []
 
 
-def test_plain_locust_reports_and_logs_keep_the_key_out(simulator, tmp_path: Path) -> None:
-    sim = simulator("--prefill-ms", "5", "--content-tokens", "8", "--interval-ms", "1")
+def test_plain_locust_reports_and_logs_keep_the_key_out(sim: SimProcess, tmp_path: Path
+                                                        ) -> None:
     sc = write_scenario(tmp_path / "s.toml", SCENARIO)
     key = "sk-locust-flag-5555555555abcdef"
     proc = subprocess.run(
