@@ -20,7 +20,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.prep import counting
-from anvil_metrics.runs.simproc import SimProcess
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 from anvil_metrics.sim import prefixcache, tokenizer
 from anvil_metrics.sim.config import TOKENIZE_APIS
 from anvil_metrics.sim.tokenapi import APIS
@@ -116,8 +116,26 @@ def client_for(sim: SimProcess) -> Iterator[RecordingClient]:
         client.close()
 
 
-def start(simulator: Callable[..., SimProcess], api: str, rule: str = "words4") -> SimProcess:
-    return simulator(*QUICK, "--tokenizer", rule, "--tokenize-api", api)
+Start = Callable[..., SimProcess]
+
+
+@pytest.fixture(scope="module")
+def start() -> Iterator[Start]:
+    """`start(api, rule)`: the simulator of that shape and tokenizer rule, started once for
+    the module and shared by every test that asks for the same pair (8 pairs for 15 asks:
+    a simulator costs ~0.4 CPU-s and ~0.5 s to start). Sharing changes no test: each one
+    reads only what its own requests are answered, and no shape keeps state between them
+    (no prefix cache here)."""
+    with ExitStack() as stack:
+        started: dict[tuple[str, str], SimProcess] = {}
+
+        def get(api: str, rule: str = "words4") -> SimProcess:
+            if (api, rule) not in started:
+                started[api, rule] = stack.enter_context(start_simulator(
+                    [*QUICK, "--tokenizer", rule, "--tokenize-api", api]))
+            return started[api, rule]
+
+        yield get
 
 
 def usage_prompt_tokens(client: ChatClient, messages: list[dict[str, Any]]) -> int:
@@ -175,8 +193,8 @@ def test_template_markers_outside_turns_are_single_tokens() -> None:
 
 
 @pytest.mark.e2e
-def test_vllm_shape(simulator: Callable[..., SimProcess]) -> None:
-    with client_for(start(simulator, "vllm")) as client:
+def test_vllm_shape(start: Start) -> None:
+    with client_for(start("vllm")) as client:
         status, body = client.post_json("/tokenize", {"model": MODEL, "messages": SYSTEM_USER},
                                         absolute=True)
         assert status == 200 and body["count"] == count_chat_tokens(SYSTEM_USER)
@@ -187,8 +205,8 @@ def test_vllm_shape(simulator: Callable[..., SimProcess]) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("rule", RULES)
-def test_llamacpp_shape(simulator: Callable[..., SimProcess], rule: str) -> None:
-    with client_for(start(simulator, "llamacpp", rule)) as client:
+def test_llamacpp_shape(start: Start, rule: str) -> None:
+    with client_for(start("llamacpp", rule)) as client:
         status, body = client.post_json("/apply-template", {"messages": MULTI_TURN},
                                         absolute=True)
         assert status == 200 and body == {"prompt": render_chat(MULTI_TURN)}
@@ -206,8 +224,8 @@ def test_llamacpp_shape(simulator: Callable[..., SimProcess], rule: str) -> None
 
 
 @pytest.mark.e2e
-def test_sglang_shape(simulator: Callable[..., SimProcess]) -> None:
-    with client_for(start(simulator, "sglang", "syllable3")) as client:
+def test_sglang_shape(start: Start) -> None:
+    with client_for(start("sglang", "syllable3")) as client:
         text = "internationalization, twice\n"
         want = count_text_tokens(text, "syllable3")
         for path in ("/v1/tokenize", "/tokenize"):
@@ -250,13 +268,12 @@ def test_unknown_tokenize_api_exits_2() -> None:
 @pytest.mark.e2e
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("api", TOKENIZE_APIS)
-def test_server_counter_equals_usage(simulator: Callable[..., SimProcess], api: str,
-                                     rule: str) -> None:
+def test_server_counter_equals_usage(start: Start, api: str, rule: str) -> None:
     """The way picked names the server's shape, and counts exactly as the server charges.
 
     Only SGLang's text endpoint needs probes: one per role layout, for the template's tokens.
     """
-    sim = start(simulator, api, rule)
+    sim = start(api, rule)
     with client_for(sim) as client, client_for(sim) as reference:
         counter = counting.server_counter(client, {"model": MODEL})
         method, name = EXPECTED_COUNTER[api]
@@ -271,11 +288,11 @@ def test_server_counter_equals_usage(simulator: Callable[..., SimProcess], api: 
 
 
 @pytest.mark.e2e
-def test_rules_give_different_counts(simulator: Callable[..., SimProcess]) -> None:
+def test_rules_give_different_counts(start: Start) -> None:
     """The check above is not vacuous: the long prompt costs differently under each rule."""
     counts = set()
     for rule in RULES:
-        with client_for(start(simulator, "llamacpp", rule)) as client:
+        with client_for(start("llamacpp", rule)) as client:
             counts.add(counting.server_counter(client, {"model": MODEL}).count(LONG))
     assert len(counts) == 2
 
@@ -390,12 +407,10 @@ def test_tokenizer_path_that_is_not_a_tokenizer(tmp_path: Path, content: str | N
 
 
 @pytest.mark.e2e
-def test_cli_bad_tokenizer_is_one_line_not_a_traceback(
-    simulator: Callable[..., SimProcess], tmp_path: Path
-) -> None:
+def test_cli_bad_tokenizer_is_one_line_not_a_traceback(start: Start, tmp_path: Path) -> None:
     bad = tmp_path / "tokenizer.json"
     bad.write_text("not a tokenizer")
-    sim = start(simulator, "vllm")
+    sim = start("vllm")
     result = anvil("prompts", "--host", sim.url, "--tokens", "64", "--tokenizer", str(bad),
                    timeout=60)
     assert result.returncode == 2, result.stderr
@@ -414,11 +429,10 @@ def test_a_local_tokenizer_that_is_not_the_servers_is_refused() -> None:
     assert "--tokenizer 'other.json' does not match the server" in msg and "\n" not in msg
 
 
-def test_cli_mismatched_tokenizer_exits_2(simulator: Callable[..., SimProcess],
-                                          tmp_path: Path) -> None:
+def test_cli_mismatched_tokenizer_exits_2(start: Start, tmp_path: Path) -> None:
     path = tmp_path / "tokenizer.json"  # `tokenizers` is in the [dev] extra: runs in CI
     write_word_level_tokenizer(path)
-    sim = start(simulator, "vllm")
+    sim = start("vllm")
     proc = subprocess.run(
         [sys.executable, "-m", "anvil_metrics", "prompts", "--host", sim.url, "--tokens",
          "4096", "--tokenizer", str(path)],
