@@ -9,7 +9,7 @@ skews every figure of the run without failing a request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,11 +25,19 @@ from anvil_metrics.live.prepare import (
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.prep.prompts import Calibration, PromptFactory, SharedPrefix, request_prefix
-from anvil_metrics.runs.simproc import SimProcess
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 from anvil_metrics.urls import Endpoint
 
 SIM = ("--prefill-ms", "1", "--reasoning-tokens", "1", "--content-tokens", "2",
        "--interval-ms", "1", "--max-context", "2048")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    """One simulator (SIM) for every test here: none reads its state, and each keeps its
+    calibration cache in its own results folder (a simulator ~0.4 CPU-s and ~0.5 s to start)."""
+    with start_simulator(list(SIM)) as started:
+        yield started
 
 
 def scenario(**over: object) -> Scenario:
@@ -45,8 +53,7 @@ def opts(sim: SimProcess, tmp_path: Path, **over: object) -> RunOptions:
 
 
 def test_prompts_are_sized_by_the_server_and_the_calibration_is_found_again(
-        simulator: Callable[..., SimProcess], tmp_path: Path) -> None:
-    sim = simulator(*SIM)
+        sim: SimProcess, tmp_path: Path) -> None:
     o = opts(sim, tmp_path)
     endpoint = Endpoint.parse(o.host)
     sizes = o.scenario.planned_sizes()
@@ -67,8 +74,7 @@ def test_prompts_are_sized_by_the_server_and_the_calibration_is_found_again(
 
 
 def test_a_plan_past_the_servers_context_or_another_model_is_refused(
-        simulator: Callable[..., SimProcess], tmp_path: Path) -> None:
-    sim = simulator(*SIM)
+        sim: SimProcess, tmp_path: Path) -> None:
     big = scenario(context_tokens=2040, max_context_tokens=2040, max_tokens=16,
                    context_distribution={2040: 1})
     o = opts(sim, tmp_path, scenario=big)
@@ -111,7 +117,7 @@ def test_the_shared_tokens_allowed_are_counted_else_estimated() -> None:
 
 
 def test_a_datasets_entries_are_counted_before_the_load_with_a_local_tokenizer(
-        simulator: Callable[..., SimProcess], tmp_path: Path, monkeypatch) -> None:
+        sim: SimProcess, tmp_path: Path, monkeypatch) -> None:
     """`--tokenizer` with a dataset: the local tokenizer counts each entry the run sends
     (its templated messages) before the load, and that count is the request's planned size;
     without one, a dataset prompt has none (the server's count is its size)."""
@@ -120,7 +126,6 @@ def test_a_datasets_entries_are_counted_before_the_load_with_a_local_tokenizer(
     from anvil_metrics.live import prepare
     from anvil_metrics.load.dataset import DatasetEntry
 
-    sim = simulator(*SIM)
     entries = [DatasetEntry(None, (f"question {k} " * (k + 1),)) for k in range(5)]
     counted: list[list[dict]] = []
 
