@@ -73,6 +73,11 @@ from anvil_metrics.events import anvil_events
 from anvil_metrics.records import Failure, RequestRecord, record_problem
 
 log = logging.getLogger("anvil")
+# An open loop's ticket goes to its worker this long before it falls due, and the worker
+# waits out the rest on its own clock (`worker.RemoteBudget`): the message's way (~1-4 ms,
+# more on a busy master) is then not in the request's lag. A stop in that time still lets
+# the request go (at most this late in the run's end).
+TICKET_LEAD_NS = 10_000_000
 
 PING_ROUNDS = 8
 HELLO_TIMEOUT_S = 120.0  # a worker builds every planned body (a 393k-token one: ~0.1 s)
@@ -230,7 +235,7 @@ class MasterCoordinator:
     def _grant(self, w: _Worker, seq: int, followup: bool) -> None:
         budget = self.session.budget
         ticket = None if (self.closing or w.lost) else (
-            budget.take_followup() if followup else budget.take())
+            budget.take_followup() if followup else budget.take(lead_ns=TICKET_LEAD_NS))
         if ticket is not None and not followup and not ticket.warmup and (
                 budget.conversations is not None):
             w.going += 1

@@ -28,6 +28,7 @@ from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
 from anvil_metrics.prep.turns import ConversationPrompts, TurnTexts
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.control import Ticket
+from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
@@ -44,8 +45,9 @@ BATCH_RECORDS = 256
 
 class RemoteBudget:
     """The worker's view of the master's request budget: `take()` (`take_followup()`) asks
-    the master for a ticket (a conversation's next turn) and waits for it; `give_back` is a
-    no-op (the record returns the ticket). A None ends the asking, but for a budget of
+    the master for a ticket (a conversation's next turn) and waits for it, and for its due
+    time (an open loop's ticket comes `master.TICKET_LEAD_NS` early, its due time on this
+    worker's clock); `give_back` is a no-op (the record returns the ticket). A None ends the asking, but for a budget of
     `conversations` a start's None ends only the starts: later turns are still asked for."""
 
     def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str,
@@ -60,6 +62,7 @@ class RemoteBudget:
         self._no_starts = False
         self._conversations = conversations  # the master's budget counts conversations
         self.on_orphan: Callable[[Ticket], None] | None = None
+        self._timers: list[DueTimer] = []  # one per user waiting for a due time at once
 
     def take(self) -> Ticket | None:
         if self._no_starts:
@@ -86,6 +89,12 @@ class RemoteBudget:
             if self._waiting.pop(seq, None) is not None:
                 self._abandoned.add(seq)
             raise
+        if ticket is not None and ticket.due_ns is not None:  # sent ahead: wait out the rest
+            timer = self._timers.pop() if self._timers else DueTimer()
+            try:
+                timer.wait_until(ticket.due_ns)
+            finally:
+                self._timers.append(timer)
         return ticket
 
     def deliver(self, seq: int, ticket: Ticket | None) -> None:

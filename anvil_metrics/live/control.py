@@ -150,7 +150,9 @@ class RequestBudget:
     def size_for(self, index: int) -> int:
         return self._sizes[index % len(self._sizes)]
 
-    def take(self) -> Ticket | None:
+    def take(self, lead_ns: int = 0) -> Ticket | None:
+        """The next ticket; an open loop's at its due time, or `lead_ns` before it (a
+        distributed master: the worker waits the rest, `dist.worker.RemoteBudget`)."""
         if self._closed:
             return None
         if self._next_warmup < self.warmup:
@@ -163,7 +165,7 @@ class RequestBudget:
         if self._no_start():  # (every conversation started: only follow-ups are left)
             return None
         if self.schedule is not None:
-            return self._take_arrival()
+            return self._take_arrival(lead_ns)
         i = self._next
         self._next += 1
         if self.group_size:
@@ -203,8 +205,9 @@ class RequestBudget:
         finally:
             self._opened.set()
 
-    def _take_arrival(self) -> Ticket | None:
-        """The next arrival of the schedule, at its due time (see the module docstring)."""
+    def _take_arrival(self, lead_ns: int = 0) -> Ticket | None:
+        """The next arrival of the schedule, at its due time less `lead_ns` (see the module
+        docstring)."""
         asked_ns = time.perf_counter_ns()
         with self._turn:
             while True:
@@ -216,7 +219,7 @@ class RequestBudget:
                 due = self.origin_ns + self.schedule.offset_ns(self._arrival - self._first)
                 if self._timer is None:  # made here: in the process that waits
                     self._timer = DueTimer()
-                if _until(due, self._changed, self._timer):
+                if _until(due - lead_ns, self._changed, self._timer):
                     continue  # stopped (the loop's first test), or a new schedule
                 if self._no_start():  # stopped, or follow-ups took the last requests
                     return None

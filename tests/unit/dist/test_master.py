@@ -100,7 +100,7 @@ def test_a_follow_up_is_granted_from_the_budgets_follow_ups(fired: list) -> None
     (`take_followup`), not at the schedule's next due time."""
     c, runner, budget = _coordinator()
     asked: list[str] = []
-    budget.take = lambda: asked.append("take")  # type: ignore[method-assign]
+    budget.take = lambda lead_ns=0: asked.append("take")  # type: ignore[method-assign]
     budget.take_followup = lambda: asked.append("followup")  # type: ignore[method-assign]
     c.add_worker("A")
     runner.clients["A"] = SimpleNamespace(state="running")

@@ -137,3 +137,30 @@ def test_with_a_budget_of_conversations_no_start_ends_only_the_starts() -> None:
     assert sent[-1][1] == {"run_id": "r", "seq": 2, "followup": True}
     budget.deliver(2, Ticket(9, False, 10))
     assert g.get(timeout=1) == Ticket(9, False, 10)
+
+
+def test_a_ticket_sent_ahead_is_handed_to_its_user_at_its_due_time() -> None:
+    """The master sends an open loop's ticket `TICKET_LEAD_NS` early; the worker's user gets
+    it at its due time on the worker's clock, never before, and several users wait at once
+    (a timer each); a ticket already due, or without a due time, is handed over at once."""
+    import time
+
+    from anvil_metrics.dist.master import TICKET_LEAD_NS
+
+    assert TICKET_LEAD_NS > 0
+    budget = RemoteBudget(lambda t, d: None, "r")
+    now = time.perf_counter_ns()
+    dues = [now + 30_000_000, now + 20_000_000, now - 5_000_000, None]
+    got: dict[int, int] = {}
+
+    def user(seq: int) -> None:
+        budget.take()
+        got[seq] = time.perf_counter_ns()
+
+    users = [gevent.spawn(user, seq) for seq in range(1, 5)]
+    gevent.sleep(0)
+    for seq, due in enumerate(dues, start=1):
+        budget.deliver(seq, Ticket(seq, False, 64, due_ns=due))
+    gevent.joinall(users, timeout=2)
+    assert got[1] >= dues[0] and got[2] >= dues[1]
+    assert got[3] < dues[1] and got[4] < dues[1]  # at once, not after the others' waits
