@@ -84,3 +84,16 @@ def stamps(parts: dict[str, Any], start: int) -> tuple[int, int, int | None, int
         first_content = first_output + parts["to_content"]
     end = (first_content or first_output or start) + parts["to_end"]
     return reasoning, content, first_output, first_content, end
+
+
+def rows_of(records: Iterable[RequestRecord]) -> Any:
+    """The completed `records` as benchmark rows (`RowColumns`), built as post-processing
+    builds them (each its own request_index)."""
+    from anvil_metrics.post.derive import rows_from_raw
+    from anvil_metrics.post.rawcolumns import COL, ColumnBuilder
+
+    cols = ColumnBuilder()
+    for r in records:
+        cols.add_record(0, r)
+    table = cols.table()
+    return rows_from_raw(table, table[:, COL["request_index"]])

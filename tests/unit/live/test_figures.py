@@ -16,14 +16,13 @@ import tracemalloc
 
 import gevent
 import numpy as np
+from rawbuild import rows_of
 
 from anvil_metrics.live import series as series_module
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import CDF_PERCENTILES, LIVE_METRICS, LIVE_PERCENTILES, LiveStats
 from anvil_metrics.live.sketch import SKETCH_REL_ERROR
 from anvil_metrics.post import stats
-from anvil_metrics.post.derive import RowColumns, rows_from_raw
-from anvil_metrics.post.rawcolumns import COL, ColumnBuilder
 from anvil_metrics.records import RequestRecord
 
 
@@ -43,14 +42,6 @@ def _record(i: int) -> RequestRecord:
         chunk_deltas_ns=(first - start - 5_000_000, 5_000_000, 50_000_000, 50_000_000,
                          50_000_000 + (i * 104729) % 50_000_000),
         usage={"prompt_tokens": 500, "completion_tokens": 21})
-
-
-def _rows(records: list[RequestRecord]) -> RowColumns:
-    cols = ColumnBuilder()
-    for r in records:
-        cols.add_record(0, r)
-    table = cols.table()
-    return rows_from_raw(table, table[:, COL["request_index"]])
 
 
 def test_live_stats_memory_does_not_grow_with_requests_and_ends_exact() -> None:
@@ -80,7 +71,7 @@ def test_live_stats_memory_does_not_grow_with_requests_and_ends_exact() -> None:
     assert grew < 56 * 15_000 / 10, grew
     assert live.bins() < 400 * len(LIVE_METRICS)
     assert snap["accuracy"].startswith("table and charts: nearest-rank percentiles within 1 %")
-    rows = _rows(records)
+    rows = rows_of(records)
     for m in snap["metrics"]:
         col = rows.values(m["field"])
         col = col[~np.isnan(col)]
@@ -131,7 +122,7 @@ def test_ttft_cdf_is_the_nearest_rank_percentiles_0_to_100() -> None:
     assert running["value"][0] == 107.0 and running["value"][100] == 431.0  # exact ends
     assert all(_within(got, want) for got, want in zip(running["value"], by_hand,
                                                        strict=True)), running["value"]
-    rows = _rows(records)
+    rows = rows_of(records)
     live.finish(rows)
     final = live.snapshot()
     assert final["ttft_cdf"]["value"] == by_hand

@@ -24,14 +24,13 @@ from conftest import load_json
 from locust.env import Environment
 from locust_ui import BENCHMARK_KEY, locust_ui
 from prometheus_client.parser import text_string_to_metric_families
+from rawbuild import rows_of
 
 from anvil_metrics import catalog
 from anvil_metrics.live import promtext, webui
 from anvil_metrics.live.figures import LIVE_METRICS, LiveMetric, LiveStats
 from anvil_metrics.live.runctx import LATEST_ATTR
 from anvil_metrics.live.users import ChatUser
-from anvil_metrics.post.derive import RowColumns, rows_from_raw
-from anvil_metrics.post.rawcolumns import COL, ColumnBuilder
 from anvil_metrics.records import Failure, RequestRecord
 
 # every live figure's Prometheus name and what its value is divided by (ms → s)
@@ -119,14 +118,6 @@ def _record(i: int, ttft_ms: int, reasoning: bool = True, warmup: bool = False,
         usage={"prompt_tokens": 500, "completion_tokens": 21}, warmup=warmup)
 
 
-def _rows(records: list[RequestRecord]) -> RowColumns:
-    cols = ColumnBuilder()
-    for r in records:
-        cols.add_record(0, r)
-    table = cols.table()
-    return rows_from_raw(table, table[:, COL["request_index"]])
-
-
 def _running(ttfts: list[int]) -> LiveStats:
     """A run in progress: a warm-up, `ttfts` completed, a timeout and two refusals, and one
     flow tick (2.5 requests in flight on average over its second, 3 at most)."""
@@ -180,7 +171,7 @@ def test_the_exposition_is_the_running_snapshot_exactly() -> None:
 def test_the_finished_runs_exposition_is_the_exact_table() -> None:
     ttfts = [431, 107, 389, 212, 250, 333, 120]
     live = _running(ttfts)
-    live.finish(_rows([_record(i, ms) for i, ms in enumerate(ttfts)]))
+    live.finish(rows_of([_record(i, ms) for i, ms in enumerate(ttfts)]))
     snap = live.snapshot()
     assert snap["exact"] and snap["finished"]
     text = promtext.exposition(snap, None)
