@@ -43,7 +43,6 @@ import orjson
 from flask import Blueprint, Response, redirect, request, send_file
 from locust import events
 
-from anvil_metrics.live import promtext
 from anvil_metrics.live.runctx import latest_run
 from anvil_metrics.live.webui_page import PAGE_HTML
 from anvil_metrics.telemetry.livegauges import live_gauges, newest_samples
@@ -204,6 +203,10 @@ def make_blueprint(web_ui: Any, base_path: str) -> Blueprint:
     @bp.route("/metrics")
     @guard
     def metrics() -> Response:
+        # here, not at the top: prometheus_client costs every Locust process ~0.1 s to
+        # import, and only a scraper asks for this page
+        from anvil_metrics.live import promtext
+
         sess = latest_run(environment)
         body = promtext.exposition(None if sess is None else sess.live.snapshot(),
                                    getattr(sess, "model", None))
