@@ -81,14 +81,14 @@ class Ticket:
 
 # A due time is slept to until this much before it (gevent's loop wakes in whole ms, rounded
 # up), then waited for exactly (`duetimer.DueTimer`: a timerfd; a spin where there is none)
-SPIN_NS = 1_500_000
+SLEEP_MARGIN_NS = 1_500_000
 
 
 def _until(due_ns: int, changed: gevent.event.Event, timer: DueTimer) -> bool:
     """Wait until `due_ns` (perf_counter_ns), never returning before it; True as soon as
-    `changed` is set (stopped, or a new schedule) before the last SPIN_NS."""
+    `changed` is set (stopped, or a new schedule) before the last SLEEP_MARGIN_NS."""
     wait_ns = due_ns - time.perf_counter_ns()
-    if wait_ns > SPIN_NS and changed.wait((wait_ns - SPIN_NS) / 1e9):
+    if wait_ns > SLEEP_MARGIN_NS and changed.wait((wait_ns - SLEEP_MARGIN_NS) / 1e9):
         return True
     if changed.is_set():
         return True

@@ -215,7 +215,7 @@ def test_takers_waiting_together_start_no_more_conversations_than_the_budget() -
 
 
 def test_the_wait_for_a_due_time_never_ends_before_it_and_sleeps_through_it() -> None:
-    """`_until` sleeps to SPIN_NS before the due time, then waits on the timerfd: it never
+    """`_until` sleeps to SLEEP_MARGIN_NS before the due time, then waits on the timerfd: it never
     returns early, and on Linux it costs no CPU while it waits (a spin would cost the whole
     wait). A set event ends the wait at once."""
     import resource
