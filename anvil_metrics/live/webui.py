@@ -2,7 +2,8 @@
 
 Why this shape: Locust 2.47's React UI takes extensions only as data. `extended_tabs` and
 `extended_tables` in the page's template args declare a tab and its columns, the rows come
-as `extended_stats` in the JSON the page polls (`/stats/requests`, while a run is going),
+as `extended_stats` in the JSON the page polls (`/stats/requests`, while a run is going;
+held while a stopped run is being written, so the page's last poll has its final figures),
 and `extended_csv_files` adds links to its "Download Data" tab. A tab shows one table of
 plain-text cells: no chart, no link. So anvil uses that mechanism for what it can carry and
 serves the rest itself:
@@ -39,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 import orjson
 from flask import Blueprint, Response, redirect, request, send_file
 from locust import events
@@ -53,6 +55,9 @@ TAB_KEY = "llm"
 DOWNLOADS = ("benchmark.json", "requests.jsonl")
 PERCENTILE_COLUMNS = ("p50", "p90", "p95", "p99", "min", "max")
 MISSING = "–"
+ENDING_STATES = ("stopping", "stopped")  # Locust's runners.STATE_STOPPING / STATE_STOPPED
+HOLD_EXTRA_S = 30.0  # beyond the stop timeout: the post-processing of a long run
+HOLD_POLL_S = 0.05
 
 # Locust's table sorts rows by a `name` key until a header is clicked: each row's `name`
 # is its position (not shown), the label is in `metric`.
@@ -256,12 +261,41 @@ def _add_tab_rows(response: Response, stats_path: str, environment: Any) -> Resp
     return response
 
 
+def _ending(environment: Any) -> bool:
+    """True while Locust has stopped (or is stopping) a run anvil has not yet written."""
+    runner = environment.runner
+    sess = latest_run(environment)
+    return (runner is not None and runner.state in ENDING_STATES
+            and sess is not None and not sess.live.finished)
+
+
+def _hold_until_written(stats_path: str, environment: Any) -> None:
+    """Before Locust's `/stats/requests`: while a run is ending, answer only once anvil has
+    written it (at most `stop_timeout` + `HOLD_EXTRA_S`).
+
+    Why: Locust's page polls only while it last saw "spawning" or "running", so its first
+    answer saying "stopping" or "stopped" is its last. Locust sets "stopped" before its
+    `test_stop`, where anvil writes the run, so that answer carried the sketched, in-progress
+    figures and the LLM tab kept them. Held, it carries the state and the exact figures of
+    the moment it is sent; the page shows the previous answer meanwhile."""
+    if request.path != stats_path:
+        return
+    try:
+        stop_timeout_s = float(getattr(environment, "stop_timeout", None) or 0)
+        deadline = time.monotonic() + stop_timeout_s + HOLD_EXTRA_S
+        while _ending(environment) and time.monotonic() < deadline:
+            gevent.sleep(HOLD_POLL_S)
+    except Exception:  # never break Locust's own page over the LLM tab
+        log.exception("anvil: could not wait for the run's final figures")
+
+
 def install(web_ui: Any, base_path: str = "") -> None:
     """Add the LLM tab, the `/anvil` routes and the links to a Locust `WebUI`."""
     base_path = (base_path or "").rstrip("/")
     web_ui.template_args.update(template_extensions())
     web_ui.app.register_blueprint(make_blueprint(web_ui, base_path))
     stats_path = f"{base_path}/stats/requests"
+    web_ui.app.before_request(lambda: _hold_until_written(stats_path, web_ui.environment))
     web_ui.app.after_request(
         lambda response: _add_tab_rows(response, stats_path, web_ui.environment))
 

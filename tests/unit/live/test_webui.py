@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import gevent
 import orjson
 import pytest
 from conftest import REPO, load_json, raw_lines
@@ -226,6 +227,45 @@ def test_a_failing_snapshot_never_breaks_locusts_page(ui, caplog) -> None:
     resp = ui.client.get("/stats/requests")
     assert resp.status_code == 200 and "stats" in resp.get_json()
     assert "could not add the LLM tab" in caplog.text
+
+
+def test_a_poll_while_the_run_ends_waits_for_its_final_figures(ui) -> None:
+    # Locust's page stops polling at its first answer that is not "running": that answer
+    # must carry the finished run, not the sketch (Locust says "stopped" before anvil writes)
+    sess = _stand_in_run(ui.run_dir, [400, 100, 300, 200])
+    ui.show(sess)
+    ui.web_ui.environment.runner.state = "stopping"
+    ended = []
+
+    def write_the_run() -> None:
+        gevent.sleep(0.3)
+        ui.web_ui.environment.runner.state = "stopped"
+        sess.live.finish()
+        ended.append(time.monotonic())
+
+    gevent.spawn(write_the_run)
+    body = ui.client.get("/stats/requests").get_json()
+    answered = time.monotonic()
+    assert ended and answered >= ended[0]  # not before the run was written
+    assert body["state"] == "stopped"  # Locust's state when it answered
+    metrics = [r["metric"] for r in body["extended_stats"][0]["data"]]
+    assert "run benchmark-20260101T000000Z (finished)" in metrics
+
+
+def test_a_run_never_written_holds_a_poll_only_so_long(ui, monkeypatch) -> None:
+    monkeypatch.setattr(webui, "HOLD_EXTRA_S", 0.2)
+    ui.web_ui.environment.stop_timeout = 0.1
+    ui.show(_stand_in_run(ui.run_dir, [400, 100]))
+    ui.web_ui.environment.runner.state = "stopped"
+    t0 = time.monotonic()
+    body = ui.client.get("/stats/requests").get_json()
+    assert 0.3 <= time.monotonic() - t0 < 10  # the stop timeout + HOLD_EXTRA_S, then answered
+    metrics = [r["metric"] for r in body["extended_stats"][0]["data"]]
+    assert "run benchmark-20260101T000000Z (in progress)" in metrics
+    ui.web_ui.environment.runner.state = "running"  # a running run is never held
+    t0 = time.monotonic()
+    assert ui.client.get("/stats/requests").status_code == 200
+    assert time.monotonic() - t0 < 0.3
 
 
 # --- a real Locust process -----------------------------------------------------------------
