@@ -10,9 +10,7 @@ import argparse
 import orjson
 
 from anvil_metrics.cli.parsing import Commands, argtype
-from anvil_metrics.compare.runs import RESAMPLES, compare_runs, read_run
-from anvil_metrics.compare.text import compare_lines
-from anvil_metrics.jsonio import atomic_write_json
+from anvil_metrics.compare import RESAMPLES
 from anvil_metrics.load.optionvalues import whole
 
 
@@ -36,6 +34,12 @@ def add_compare(sub: Commands) -> None:
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
+    # here, not at the top: numpy and the post-processing modules cost every `anvil`
+    # command ~0.2 s to import, and `anvil sim`, `run` or `verify` need none of this
+    from anvil_metrics.compare.runs import compare_runs, read_run
+    from anvil_metrics.compare.text import compare_lines
+    from anvil_metrics.jsonio import atomic_write_json
+
     runs = [read_run(r) for r in a.runs]
     result = compare_runs(runs, seed=a.seed, resamples=a.resamples)
     if a.output:

@@ -8,7 +8,6 @@ import argparse
 from pathlib import Path
 
 from anvil_metrics.cli.parsing import Commands
-from anvil_metrics.compare.runs import read_run
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_json
 
@@ -29,6 +28,8 @@ def cmd_export(a: argparse.Namespace) -> int:
     if not (a.parquet or a.vllm_json):
         raise UsageError("export: nothing to write; give --parquet FILE and/or "
                          "--vllm-json FILE")
+    from anvil_metrics.compare.runs import read_run  # numpy: only when a run is exported
+
     run = read_run(a.run)
     if a.parquet:
         from anvil_metrics.export.parquet import write_parquet

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from anvil_metrics import catalog
+from anvil_metrics.compare import RESAMPLES
 from anvil_metrics.errors import UsageError, VerifyError
 from anvil_metrics.post.benchmark import load_benchmark
 from anvil_metrics.post.derive import RowColumns
@@ -48,7 +49,6 @@ from anvil_metrics.post.significance import CONFIDENCE, percentile_interval
 from anvil_metrics.post.stats import nearest_rank_index
 
 SCHEMA = "anvil-serving.compare/v1"
-RESAMPLES = 1_000
 MAX_VALUES = 10_000
 RUN_FIGURES = ("throughput_tok_s", "goodput_rps")
 # (metrics key, row field, percentile) of every percentile aggregate, in the catalogue's order

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
 from anvil_metrics.errors import InputEntryError, UsageError
@@ -272,9 +271,9 @@ class TraceStats:
         return self.cached_tokens / self.total_input_tokens
 
 
-def _percentiles(values: np.ndarray) -> dict[str, int]:
-    s = np.sort(values)
-    n = s.size
+def _percentiles(values: list[int]) -> dict[str, int]:
+    s = sorted(values)
+    n = len(s)
 
     def rank(p: float) -> int:
         return int(s[max(0, math.ceil(p / 100 * n) - 1)])
@@ -284,6 +283,8 @@ def _percentiles(values: np.ndarray) -> dict[str, int]:
 
 def trace_stats(reqs: list[TraceRequest], block_tokens: int = MOONCAKE_BLOCK_TOKENS
                 ) -> TraceStats:
+    import numpy as np  # here: `anvil trace stats` alone needs it, not every `anvil` command
+
     t = np.array([r.timestamp_ms for r in reqs]) / 1000.0
     span = float(t[-1] - t[0])
     in_window = np.searchsorted(t, t + 1.0, side="left") - np.arange(t.size)
@@ -293,8 +294,8 @@ def trace_stats(reqs: list[TraceRequest], block_tokens: int = MOONCAKE_BLOCK_TOK
         requests=len(reqs), duration_s=span,
         mean_rate_rps=(len(reqs) - 1) / span if span > 0 else None,
         peak_rate_rps=float(in_window.max()),
-        input_tokens=_percentiles(np.array([r.input_tokens for r in reqs])),
-        output_tokens=_percentiles(np.array([r.output_tokens for r in reqs])),
+        input_tokens=_percentiles([r.input_tokens for r in reqs]),
+        output_tokens=_percentiles([r.output_tokens for r in reqs]),
         cached_tokens=cached, total_input_tokens=total,
         sessions=len(sessions) if sessions else None)
 
