@@ -6,9 +6,14 @@ p50 0.98 ms at 20 req/s, `benchmarks/pacing.py`), and at hundreds of requests a 
 is most of a gap. A Linux timerfd armed at the due time (CLOCK_MONOTONIC, the clock of
 `time.perf_counter_ns`) becomes readable at that instant, and a readable descriptor ends
 `epoll_wait` at once, whatever its timeout: so the last stretch before a due time is a
-wait for the timerfd (`gevent.socket.wait_read`), which costs no CPU while it waits. Where
+wait for the timerfd (a wait on its gevent watcher), which costs no CPU while it waits. Where
 there is no timerfd (not Linux), that stretch is spun with `gevent.sleep(0)` instead, which
 is as exact but busy. (AIPerf fixed its under-delivery at high rates the same way.)
+
+The timerfd's watcher has libev's highest priority (`WAKE_PRIORITY`): when it fires in the
+same loop iteration as many sockets (a busy client reading hundreds of streams), libev
+calls the due request's greenlet before any stream's, so a request waits for at most the
+greenlet running when its time came, not for every stream that had bytes at that moment.
 
 One `DueTimer` per waiter: `RequestBudget` waits for one arrival at a time, under its lock.
 """
@@ -18,14 +23,16 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from typing import Any
 
 import gevent
-import gevent.socket
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
 _TFD_CLOEXEC = os.O_CLOEXEC
 _TFD_TIMER_ABSTIME = 1
+_READ = 1  # libev's EV_READ
+WAKE_PRIORITY = 2  # libev's EV_MAXPRI: called first among the watchers ready at once
 
 
 class _Timespec(ctypes.Structure):
@@ -51,9 +58,12 @@ class DueTimer:
     def __init__(self) -> None:
         self._libc = _libc()
         self._fd = -1
+        self._watcher: Any = None
         if self._libc is not None:
             fd = self._libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
             self._fd = fd if fd >= 0 else -1
+        if self._fd >= 0:
+            self._watcher = gevent.get_hub().loop.io(self._fd, _READ, priority=WAKE_PRIORITY)
 
     @property
     def precise(self) -> bool:
@@ -69,8 +79,9 @@ class DueTimer:
         if self._libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME,  # type: ignore[union-attr]
                                       ctypes.byref(spec), None) != 0:
             raise OSError(ctypes.get_errno(), "timerfd_settime")
+        hub = gevent.get_hub()
         while time.perf_counter_ns() < due_ns:
-            gevent.socket.wait_read(self._fd)
+            hub.wait(self._watcher)
         try:
             os.read(self._fd, 8)  # the expiry count: disarmed until set again
         except BlockingIOError:
@@ -78,6 +89,7 @@ class DueTimer:
 
     def close(self) -> None:
         if self._fd >= 0:
+            self._watcher.close()
             os.close(self._fd)
             self._fd = -1
 
