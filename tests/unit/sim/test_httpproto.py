@@ -169,7 +169,12 @@ def test_the_intake_handles_each_connection_on_the_next_loop_turn() -> None:
             conn.data_received(b"GET /%d HTTP/1.1\r\n\r\n" % k)
         assert intake.waiting() and rec.requests == []  # read now, handled after
         await asyncio.sleep(0)
-        assert not intake.waiting()
+        assert rec.requests  # the next turn handles them, for one slice (at least one)
+        turns = 1
+        while intake.waiting():  # a stalled machine can end a slice early: one per turn
+            await asyncio.sleep(0)
+            turns += 1
+        assert turns <= len(conns)
         return [r.path for r in rec.requests]
 
     assert asyncio.run(main()) == ["/0", "/1", "/2"]
