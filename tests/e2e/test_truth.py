@@ -19,12 +19,17 @@ it, against a bare asyncio client.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import NamedTuple
+
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from sendstamps import lag_bounds_ms, readable_ns
 
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import pinned_apart
+from anvil_metrics.runs.simproc import SimProcess, pinned_apart, start_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -51,14 +56,37 @@ STAMPS = (("first_output_ns", "first_output_sent_ns", "time_to_first_output_ms")
           ("end_ns", "last_sent_ns", "e2e_ms"))
 
 
-def _run(simulator, tmp_path, users: int, requests: int, usage: bool = True,
-         reasoning_field: str = "reasoning_content", per_token_ms: float = 0.0,
-         sizes: tuple[int, ...] = (1024,)) -> dict:
-    sim = simulator("--prefill-ms", str(PREFILL_MS), "--prefill-ms-per-token",
+class Run(NamedTuple):
+    doc: dict  # benchmark.json
+    dir: Path  # the run folder (requests.jsonl beside it)
+
+
+@pytest.fixture(scope="module")
+def sims() -> Iterator[Callable[[float, str], SimProcess]]:
+    """Factory: the simulator of the plan with a per-token prefill and a reasoning field,
+    one per distinct pair for the module (two runs here ask for the same one: ~0.5 CPU-s a
+    start saved). Sharing one changes no figure judged here: each request's truth is the
+    simulator's own stamps of that request, carried in its response (`--stamp-send`), and
+    the runs of this module run one after another."""
+    with ExitStack() as stack:
+        running: dict[tuple[float, str], SimProcess] = {}
+
+        def get(per_token_ms: float, reasoning_field: str) -> SimProcess:
+            key = (per_token_ms, reasoning_field)
+            if key not in running:
+                running[key] = stack.enter_context(start_simulator([
+                    "--prefill-ms", str(PREFILL_MS), "--prefill-ms-per-token",
                     str(per_token_ms), "--reasoning-tokens", str(N_REASON),
                     "--content-tokens", str(N_CONTENT), "--interval-ms", str(STEP_MS),
                     "--max-context", "8192", "--stamp-send", "--reasoning-field",
-                    reasoning_field)
+                    reasoning_field]))
+            return running[key]
+
+        yield get
+
+
+def _run(sim: SimProcess, tmp_path: Path, users: int, requests: int, usage: bool = True,
+         sizes: tuple[int, ...] = (1024,)) -> Run:
     sc = write_scenario(tmp_path / "truth.toml", SCENARIO.format(
         users=users, requests=requests, usage=str(usage).lower(),
         sizes="\n".join(f"{n} = 1" for n in sizes)))
@@ -70,12 +98,12 @@ def _run(simulator, tmp_path, users: int, requests: int, usage: bool = True,
         proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path / "res"),
                      "--no-server-metrics")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return load_json(result_path(proc))
+    path = result_path(proc)
+    return Run(load_json(path), path.parent)
 
 
-def _raw_requests(doc: dict, tmp_path) -> dict[int, dict]:
-    run_dir = tmp_path / "res" / doc["run_id"]
-    return {x["request_index"]: x for x in raw_lines(run_dir)
+def _raw_requests(run: Run) -> dict[int, dict]:
+    return {x["request_index"]: x for x in raw_lines(run.dir)
             if x["type"] == "request" and not x["warmup"]}
 
 
@@ -159,16 +187,38 @@ CASES = [
     ("spread16", 16, 64, 0.01, SPREAD_SIZES),
     ("aligned16", 16, 32, 0.0, (1024,)),
 ]
+# the runs, by name: CASES's, then `no_usage` (2 users, 4 requests, without usage); the
+# single stream's simulator names its reasoning `reasoning` (the others `reasoning_content`)
+RUNS = {name: (users, requests, per_token_ms, sizes, True)
+        for name, users, requests, per_token_ms, sizes in CASES}
+RUNS["no_usage"] = (2, 4, 0.0, (1024,), False)
+
+
+@pytest.fixture(scope="module")
+def runs(sims, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Run]:
+    """Factory: the run of RUNS[name], made once for the module and read by every test that
+    asks for it (the single stream's run by its timing test and the raw chunk test: one
+    Locust process fewer, ~2 CPU-s). No test writes into a run's folder."""
+    made: dict[str, Run] = {}
+
+    def get(name: str) -> Run:
+        if name not in made:
+            users, requests, per_token_ms, sizes, usage = RUNS[name]
+            sim = sims(per_token_ms, "reasoning" if users == 1 else "reasoning_content")
+            made[name] = _run(sim, tmp_path_factory.mktemp(name), users, requests,
+                              usage=usage, sizes=sizes)
+        return made[name]
+
+    return get
 
 
 @pytest.mark.parametrize("name,users,requests,per_token_ms,sizes", CASES,
                          ids=[c[0] for c in CASES])
-def test_timings_match_truth(simulator, tmp_path, name, users, requests, per_token_ms,
-                             sizes) -> None:
+def test_timings_match_truth(runs, name, users, requests, per_token_ms, sizes) -> None:
     """Two truths: the plan (what the simulator was told), and the simulator's own stamps
     (when it read each request and wrote each event's bytes; same host, same clock)."""
-    doc = _run(simulator, tmp_path, users, requests, per_token_ms=per_token_ms, sizes=sizes,
-               reasoning_field="reasoning" if users == 1 else "reasoning_content")
+    run = runs(name)
+    doc = run.doc
     assert doc["requests"] == requests and doc["completed"] == requests
     assert doc["failed"] == 0 and doc["concurrency"] == users
     rows = doc["request_timings"]
@@ -184,37 +234,43 @@ def test_timings_match_truth(simulator, tmp_path, name, users, requests, per_tok
         prefill = PREFILL_MS + per_token_ms * r["prompt_tokens"]
         return prefill, prefill + N_REASON * STEP_MS, prefill + GEN_MS
 
-    parts = check_against_the_send_stamps(doc, _raw_requests(doc, tmp_path), planned)
+    parts = check_against_the_send_stamps(doc, _raw_requests(run), planned)
     _print(name, doc, parts)
     assert verify_benchmark(doc) == []
 
 
-def test_without_usage_counts_chunks(simulator, tmp_path) -> None:
-    doc = _run(simulator, tmp_path, 2, 4, usage=False)
+def test_without_usage_counts_chunks(runs) -> None:
+    run = runs("no_usage")
+    doc = run.doc
+    assert doc["requests"] == doc["completed"] == 4
     for r in doc["request_timings"]:
         assert r["output_token_source"] == "chunks"
         assert r["output_tokens"] == N_REASON + N_CONTENT
         assert r["prompt_tokens"] is None
     # timing: as above, against the simulator's own stamps
-    check_against_the_send_stamps(doc, _raw_requests(doc, tmp_path), lambda r: (
+    check_against_the_send_stamps(doc, _raw_requests(run), lambda r: (
         PREFILL_MS, PREFILL_MS + N_REASON * STEP_MS, PREFILL_MS + GEN_MS))
     assert doc["metrics"]["output_token_sources"] == {"chunks": 4}
     assert doc["metrics"]["prompt_token_samples"] == 0
     assert verify_benchmark(doc) == []
 
 
-def test_raw_chunk_arrivals_match_the_plan(simulator, tmp_path) -> None:
+def test_raw_chunk_arrivals_match_the_plan(runs) -> None:
     """Each chunk is stamped on its own arrival, judged against the simulator's stamp of
     that chunk's write (`extra.server.chunks_sent_ns`): never before it, the typical chunk
     within the loop's p99 wake-up, every one within two of its worst (`_bounds`). A client
     that stamped two chunks at once would stamp the first a whole step (8 ms) after its
     write; one that stamped a chunk twice would lose the count. Why not the gaps between
     arrivals: a stall of either process bunches the chunks that came during it into one read
-    (seen beside a busy loop: more than half the gaps 0), which is the truth, not a fault."""
-    doc = _run(simulator, tmp_path, 1, 2)
+    (seen beside a busy loop: more than half the gaps 0), which is the truth, not a fault.
+
+    Judged on the single stream's run (1 user, 16 requests, shared with its timing test):
+    every chunk of every request."""
+    run = runs("single")
+    doc = run.doc
     at_median, at_most = _bounds(doc)
-    reqs = list(_raw_requests(doc, tmp_path).values())
-    assert len(reqs) == 2
+    reqs = list(_raw_requests(run).values())
+    assert len(reqs) == doc["requests"] == 16
     for rec in reqs:
         deltas = rec["chunk_deltas_ns"]
         assert len(deltas) == N_REASON + N_CONTENT
