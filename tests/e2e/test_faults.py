@@ -12,12 +12,18 @@ is reset before the next fault and no run aborts (`--abort-after-failures`, afte
 unanswered in a row). Each fault keeps its own test, which names it when it fails and reads
 its own request out of the shared run; the good requests on either side of it must have
 been answered. The checks of the whole run (a valid benchmark, every request once) are made
-in the fixture; the last two tests need other simulator settings and keep runs of their own.
+in the fixture; the last two tests need other simulator settings (one simulator for both)
+and keep runs of their own.
+
+No run here scrapes the server's metrics (`--no-server-metrics`): no test reads the server
+block, and the sampler is a process of its own beside each run (~0.3 CPU-s); the faults
+count chat requests only, and every run is at concurrency 1.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +31,7 @@ import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 
 from anvil_metrics.post.benchmark import verify_benchmark
-from anvil_metrics.runs.simproc import start_simulator
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +90,7 @@ def _shared_run(tmp_path: Path, faults: tuple[str, ...], *, first_byte: float,
                         SCENARIO.format(requests=n, first_byte=first_byte, idle=idle))
     with start_simulator([*SIM, *specs]) as sim:
         proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path / "res"),
-                     "--run-time", "120")
+                     "--run-time", "120", "--no-server-metrics")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     path = result_path(proc)
     doc = load_json(path)
@@ -222,14 +228,27 @@ def test_slow_headers_within_timeouts_are_waited_for(patient: SharedRun) -> None
     assert good["time_to_first_output_ms"] < 200
 
 
-def test_headers_then_a_prefill_past_the_first_byte_timeout(simulator, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def slow_prefill() -> Iterator[SimProcess]:
+    """A simulator whose every prefill lasts 3 s, for the last two tests: neither reads its
+    state, only its own run's records (one simulator start fewer, ~0.5 CPU-s). Without
+    `--max-running` each request is served on its own, so the requests a run left to it
+    (cut by a timeout, their prefill still counting) hold nothing of the next run's."""
+    with start_simulator(["--prefill-ms", "3000", "--content-tokens", "4",
+                          "--max-context", "2048"]) as sim:
+        yield sim
+
+
+def test_headers_then_a_prefill_past_the_first_byte_timeout(slow_prefill: SimProcess,
+                                                            tmp_path: Path) -> None:
     """The usual shape on real servers (vLLM, the simulator): headers at once, then a
-    prefill longer than `first_byte_s`: a timeout in phase prefill, for every request."""
-    sim = simulator("--prefill-ms", "2000", "--content-tokens", "4", "--max-context", "2048")
+    prefill longer than `first_byte_s` (3 s against 0.5 s): a timeout in phase prefill, for
+    every request."""
+    sim = slow_prefill
     sc = write_scenario(tmp_path / "s.toml",
                         SCENARIO.format(requests=2, first_byte=0.5, idle=30))
     proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path / "res"),
-                 "--run-time", "60")
+                 "--run-time", "60", "--no-server-metrics")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load_json(result_path(proc))
     assert (doc["requests"], doc["completed"], doc["failed"]) == (2, 0, 2)
@@ -238,16 +257,17 @@ def test_headers_then_a_prefill_past_the_first_byte_timeout(simulator, tmp_path:
         assert "first-byte timeout (0.5 s)" in f["message"]
 
 
-def test_total_timeout_bounds_the_whole_request(simulator, tmp_path: Path) -> None:
+def test_total_timeout_bounds_the_whole_request(slow_prefill: SimProcess, tmp_path: Path
+                                                ) -> None:
     """`total_s` ends a request whatever it is waiting for: here a 3 s prefill against a
     0.8 s total (the first-byte timeout alone would wait 20 s)."""
-    sim = simulator("--prefill-ms", "3000", "--content-tokens", "4", "--max-context", "2048")
+    sim = slow_prefill
     sc = write_scenario(tmp_path / "s.toml",
                         SCENARIO.format(requests=2, first_byte=20, idle=20)
                         + "total_s = 0.8\n")
     t0 = time.monotonic()
     proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path / "res"),
-                 "--run-time", "60")
+                 "--run-time", "60", "--no-server-metrics")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert time.monotonic() - t0 < 20  # two requests, each cut at ~0.8 s, plus start-up
     doc = load_json(result_path(proc))
