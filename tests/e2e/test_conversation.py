@@ -13,6 +13,7 @@ names a tampered per-turn figure).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -20,7 +21,7 @@ import pytest
 from conftest import REPO, anvil
 
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import start_simulator
+from anvil_metrics.runs.simproc import SimProcess, start_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -50,8 +51,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
                           "--interval-ms", "1", "--reasoning-tokens", "0",
                           "--content-tokens", "24", "--max-context", "8192",
                           "--log-requests", str(log)]) as sim:
+        # --no-server-metrics: no test reads the server block, and the sampler is a
+        # process of its own beside the run (~0.3 CPU-s)
         proc = anvil("run", str(scenario), "-H", sim.url, "-u", str(USERS),
-                     "--results-dir", str(tmp / "res"))
+                     "--no-server-metrics", "--results-dir", str(tmp / "res"))
     ok(proc)
     (bench,) = (tmp / "res").glob("benchmark-*/benchmark.json")
     return {"doc": orjson.loads(bench.read_bytes()), "path": bench, "stdout": proc.stdout,
@@ -156,6 +159,17 @@ def test_verify_recomputes_the_conversation_block(run: dict) -> None:
     assert any(p.startswith("conversation.completed") for p in problems)
 
 
+@pytest.fixture(scope="module")
+def quick_sim() -> Iterator[SimProcess]:
+    """A fast simulator without a request log, for the open loop and the flag's budget
+    below: neither reads the server's state, only its own run's records and figures (one
+    simulator start fewer, ~0.5 CPU-s). The run across workers reads what the server
+    received, so it keeps a simulator (and a log) of its own."""
+    with start_simulator(["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens",
+                          "0", "--content-tokens", "8", "--max-context", "8192"]) as sim:
+        yield sim
+
+
 def _raw_turns(bench: Path) -> list[dict]:
     raw = map(orjson.loads, bench.with_name("requests.jsonl").read_bytes().splitlines())
     return [x for x in raw if x.get("type") == "request" and not x.get("warmup")]
@@ -183,7 +197,8 @@ def _check_open_loop(recs: list[dict], rate: float, think_s: float) -> None:
     print(f"\nfollow-ups: ticket wait max {max(waits) / 1e6:.3f} ms over {len(waits)}")
 
 
-def test_an_open_loop_schedules_conversation_starts(tmp_path: Path) -> None:
+def test_an_open_loop_schedules_conversation_starts(quick_sim: SimProcess, tmp_path: Path
+                                                    ) -> None:
     """`--rate` with a `[conversation]`: the schedule's arrivals are conversation starts,
     each later turn follows its think time after the previous answer; the load block's
     achieved rate counts first turns, as the offered rate counts conversations; verify
@@ -193,11 +208,9 @@ def test_an_open_loop_schedules_conversation_starts(tmp_path: Path) -> None:
     assert "think_time = 0 " in text
     scenario = tmp_path / "open.toml"
     scenario.write_text(text.replace("think_time = 0 ", f"think_time = {think_s} "))
-    with start_simulator(["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens",
-                          "0", "--content-tokens", "8", "--max-context", "8192"]) as sim:
-        proc = anvil("run", str(scenario), "-H", sim.url, "-u", "16",
-                     "--rate", str(rate), "--arrival", "constant", "--requests", "24",
-                     "--no-server-metrics", "--results-dir", str(tmp_path / "res"))
+    proc = anvil("run", str(scenario), "-H", quick_sim.url, "-u", "16",
+                 "--rate", str(rate), "--arrival", "constant", "--requests", "24",
+                 "--no-server-metrics", "--results-dir", str(tmp_path / "res"))
     ok(proc)
     (bench,) = (tmp_path / "res").glob("benchmark-*/benchmark.json")
     doc = orjson.loads(bench.read_bytes())
@@ -251,16 +264,15 @@ def test_conversations_across_a_master_and_two_workers(tmp_path: Path) -> None:
             assert [m[0] for m in turns[k][len(turns[k - 1]):]] == ["assistant", "user"]
 
 
-def test_a_budget_of_conversations_from_the_flag_alone(tmp_path: Path) -> None:
+def test_a_budget_of_conversations_from_the_flag_alone(quick_sim: SimProcess,
+                                                       tmp_path: Path) -> None:
     """A single-turn scenario made multi-turn by `--conversation turns=3,turn_tokens=64,
     conversations=5` at 2 users, closed loop: the run ends after 5 conversations, each with
     its 3 turns (15 requests, none cut; the flag's budget replaces the scenario's request
     count), and verify recomputes the document."""
-    with start_simulator(["--prefill-ms", "2", "--interval-ms", "1", "--reasoning-tokens",
-                          "0", "--content-tokens", "8", "--max-context", "8192"]) as sim:
-        proc = anvil("run", "scenarios/smoke.toml", "-H", sim.url, "-u", "2", "--max-tokens", "16",
-                     "--conversation", "turns=3,turn_tokens=64,conversations=5",
-                     "--no-server-metrics", "--results-dir", str(tmp_path / "res"))
+    proc = anvil("run", "scenarios/smoke.toml", "-H", quick_sim.url, "-u", "2", "--max-tokens",
+                 "16", "--conversation", "turns=3,turn_tokens=64,conversations=5",
+                 "--no-server-metrics", "--results-dir", str(tmp_path / "res"))
     ok(proc)
     (bench,) = (tmp_path / "res").glob("benchmark-*/benchmark.json")
     doc = orjson.loads(bench.read_bytes())
