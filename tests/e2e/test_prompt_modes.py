@@ -223,16 +223,18 @@ def test_plan_past_the_context_limit_is_refused_before_any_load(sim: SimProcess,
     assert not list((tmp_path / "res").glob("benchmark-*"))  # no run folder, no load
 
 
-def test_plan_past_the_servers_own_limit_is_refused(simulator, tmp_path: Path) -> None:
-    """The scenario allows 8192 tokens but the server's /tokenize says max_model_len 3000:
-    one line naming the limit, exit 2, no request sent."""
-    sim = simulator("--max-context", "3000")
-    sc = write_scenario(tmp_path / "s.toml", NORMAL)
+def test_plan_past_the_servers_own_limit_is_refused(sim: SimProcess, tmp_path: Path) -> None:
+    """The scenario allows 16384 tokens but the server's /tokenize says max_model_len 9000
+    (the module's simulator: no simulator of its own, ~0.5 CPU-s): one line naming the
+    limit, exit 2, no request sent."""
+    text = NORMAL.replace("context_tokens = 8192\nmax_context_tokens = 8192",
+                          "context_tokens = 16384\nmax_context_tokens = 16384")
+    sc = write_scenario(tmp_path / "s.toml", text.replace("4096 = 6", "12000 = 6"))
     proc = anvil("run", str(sc), "--host", sim.url, "--results-dir", str(tmp_path / "res"))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "max_model_len" in lines[0] and "3000" in lines[0], lines
-    assert "4096 + max_tokens 16" in lines[0]
+    assert len(lines) == 1 and "max_model_len" in lines[0] and "9000" in lines[0], lines
+    assert "12000 + max_tokens 16" in lines[0]
 
 
 LARGE = """
