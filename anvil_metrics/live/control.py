@@ -119,6 +119,7 @@ class RequestBudget:
         self._turn = gevent.lock.Semaphore(1)
         self._changed = gevent.event.Event()  # set on close or a new schedule
         self._timer: DueTimer | None = None  # waits for a due time exactly (duetimer.py)
+        self._waiting_due_ns: int | None = None  # the due time an arrival waits for now
         self._arrival = 0  # arrivals of the schedules handed out so far
         self._first = 0  # the arrival number of the current schedule's arrival 0
         self._progress = gevent.event.Event()
@@ -193,6 +194,12 @@ class RequestBudget:
             self._going += 1
         return ticket
 
+    def next_due_ns(self) -> int | None:
+        """When the next open-loop request falls due (perf_counter_ns), while one waits for
+        it; None otherwise (a closed loop, or nobody waiting). Work that can wait (the live
+        figures) fits itself before it."""
+        return self._waiting_due_ns
+
     def _open(self) -> None:
         """Run `before_measured` once; other takers wait until it has run."""
         if self._opening:
@@ -219,8 +226,12 @@ class RequestBudget:
                 due = self.origin_ns + self.schedule.offset_ns(self._arrival - self._first)
                 if self._timer is None:  # made here: in the process that waits
                     self._timer = DueTimer()
-                if _until(due - lead_ns, self._changed, self._timer):
-                    continue  # stopped (the loop's first test), or a new schedule
+                self._waiting_due_ns = due - lead_ns
+                try:
+                    if _until(due - lead_ns, self._changed, self._timer):
+                        continue  # stopped (the loop's first test), or a new schedule
+                finally:
+                    self._waiting_due_ns = None
                 if self._no_start():  # stopped, or follow-ups took the last requests
                     return None
                 i = self._next

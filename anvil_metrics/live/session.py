@@ -129,7 +129,8 @@ class RunSession:
         SendStats.max_chunk_ns = SendStats.chunks = 0
         self.began_ns = time.perf_counter_ns()
         self.load.begin()
-        self.live.start_flow(self.budget.read_in_flight)  # the live page's in-flight series
+        # the live page's in-flight series; its derivation keeps clear of due requests
+        self.live.start_flow(self.budget.read_in_flight, self.budget.next_due_ns)
         self.clock.start()  # the duration, a sweep's steps, or the user count watched
 
     def end_load(self) -> None:

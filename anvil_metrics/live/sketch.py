@@ -21,6 +21,7 @@ from anvil_metrics.post import stats
 
 SKETCH_GAMMA = 1.02  # a sketch bin holds values within a factor 1.02 of each other
 SKETCH_REL_ERROR = (SKETCH_GAMMA - 1) / (SKETCH_GAMMA + 1)  # < 0.01
+SMALL_ARRAY = 32  # `extend` adds arrays this short value by value
 
 
 class Sketch:
@@ -42,8 +43,12 @@ class Sketch:
         self.lo, self.hi = min(self.lo, v), max(self.hi, v)
 
     def extend(self, values: Any) -> None:
-        """Add a float64 array (no NaN: the caller drops missing values)."""
-        if not len(values):
+        """Add a float64 array (no NaN: the caller drops missing values). A short one value
+        by value: numpy's fixed cost (~85 µs a call here) is more than `add`'s ~1 µs a
+        value below SMALL_ARRAY, and the live figures extend 7 sketches per slice of rows."""
+        if len(values) <= SMALL_ARRAY:
+            for v in values.tolist():
+                self.add(v)
             return
         with np.errstate(divide="ignore"):
             keys = np.where(values > 0, np.ceil(np.log(np.where(values > 0, values, 1.0))

@@ -20,7 +20,15 @@ from rawbuild import rows_of
 
 from anvil_metrics.live import series as series_module
 from anvil_metrics.live.control import RequestBudget
-from anvil_metrics.live.figures import CDF_PERCENTILES, LIVE_METRICS, LIVE_PERCENTILES, LiveStats
+from anvil_metrics.live.figures import (
+    CDF_PERCENTILES,
+    DRAIN_BATCH,
+    DRAIN_SLICE,
+    FORCE_PENDING,
+    LIVE_METRICS,
+    LIVE_PERCENTILES,
+    LiveStats,
+)
 from anvil_metrics.live.sketch import SKETCH_REL_ERROR
 from anvil_metrics.post import stats
 from anvil_metrics.records import RequestRecord
@@ -173,3 +181,39 @@ def test_in_flight_is_read_from_the_budget_on_each_tick(monkeypatch) -> None:
     sampled = live.flow.sampled_to_s
     gevent.sleep(0.25)
     assert live.flow.sampled_to_s == sampled  # the sampler stopped at end_flow
+
+
+def _waiting(live: LiveStats, n: int) -> None:
+    for i in range(n):
+        live.take(_record(i))
+
+
+def test_pending_records_are_derived_when_the_loop_is_idle_without_a_due_request() -> None:
+    live = LiveStats("r", None)
+    live.start_flow(RequestBudget(None, 0, [512]).read_in_flight, lambda: None)
+    _waiting(live, DRAIN_BATCH)
+    assert live.completed == 0  # queued, not derived where the stream ended
+    gevent.sleep(0.01)
+    assert live.completed == DRAIN_BATCH and not live._pending
+    live.end_flow()
+
+
+def test_the_derivation_keeps_clear_of_a_due_request() -> None:
+    """The next request is always 0.1 ms from due (a fast open loop without room): nothing
+    is derived until FORCE_PENDING records wait, then one slice at a time; with room,
+    slices run until none waits."""
+    live = LiveStats("r", None)
+    due = {"in_ns": 100_000}
+    live.start_flow(RequestBudget(None, 0, [512]).read_in_flight,
+                    lambda: time.perf_counter_ns() + due["in_ns"])
+    _waiting(live, DRAIN_BATCH)
+    gevent.sleep(0.02)
+    assert live.completed == 0 and len(live._pending) == DRAIN_BATCH
+    _waiting(live, FORCE_PENDING - DRAIN_BATCH)
+    gevent.sleep(0.02)
+    assert live.completed == DRAIN_SLICE  # one slice: then fewer than FORCE_PENDING wait
+    assert len(live._pending) == FORCE_PENDING - DRAIN_SLICE
+    due["in_ns"] = 10_000_000_000  # room: every slice runs
+    gevent.sleep(0.1)
+    assert live.completed == FORCE_PENDING and not live._pending
+    live.end_flow()

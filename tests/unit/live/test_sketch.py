@@ -58,7 +58,9 @@ def test_one_value_at_a_time_and_whole_arrays_give_the_same_sketch() -> None:
     for v in values:
         one.add(v)
     many.extend(np.array(values[:1000]))
-    many.extend(np.array(values[1000:]))
+    many.extend(np.array(values[1000:2990]))
+    many.extend(np.array(values[2990:]))  # short: value by value (SMALL_ARRAY)
+    many.extend(np.array([]))
     assert one.bins == many.bins and one.n == many.n == 3000
     ps = (0, 1, 33, 50, 77, 100)
     assert one.percentiles(ps) == many.percentiles(ps)
