@@ -73,28 +73,6 @@ def simulator() -> Iterator[Callable[..., SimProcess]]:
         cm.__exit__(None, None, None)
 
 
-@pytest.fixture(scope="session")
-def shared_simulator() -> Iterator[Callable[..., SimProcess]]:
-    """Factory like `simulator`, but one process per distinct argument list for the whole
-    session (this pytest process), stopped at its end.
-
-    Only for tests that send load and read nothing of the simulator's own state: not its
-    /metrics counters, request log (`--log-requests`), prefix cache, or faults set at run
-    time. Why: a simulator costs ~0.5 CPU-s to start, and the suite started 134 of them,
-    many with the same arguments."""
-    running: dict[tuple[str, ...], tuple[Any, SimProcess]] = {}
-
-    def get(*args: str) -> SimProcess:
-        if args not in running or running[args][1].proc.poll() is not None:
-            cm = start_simulator(list(args))
-            running[args] = (cm, cm.__enter__())
-        return running[args][1]
-
-    yield get
-    for cm, _ in reversed(list(running.values())):
-        cm.__exit__(None, None, None)
-
-
 class DoneCallbacks:
     """The `when_done` part of `HttpConnection`'s contract, for fake connections: callbacks
     run once, last registered first, when the response ends (`settle`)."""
