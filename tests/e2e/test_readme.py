@@ -151,3 +151,30 @@ def test_every_readme_command_parses() -> None:
     assert len(found) >= 40, len(found)  # the reader still finds the README's commands
     problems = [p for words in found for p in problems_of(words)]
     assert problems == []
+
+
+def fence_problems(text: str) -> list[str]:
+    """Code fences that Markdown would not read as meant: a closing fence with text after
+    it is no fence at all, and the block then runs on over the prose that follows."""
+    problems = []
+    block = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("```"):
+            continue
+        rest = line[3:].strip()
+        if block and rest:  # Markdown reads it as a line of the block
+            problems.append(f"line {number}: a closing fence with text after it: {line!r}")
+            continue
+        if not block and not re.fullmatch(r"[\w+-]*", rest):
+            problems.append(f"line {number}: a fence's language is one word: {line!r}")
+        block = not block
+    if block:
+        problems.append("the last code block is never closed")
+    return problems
+
+
+def test_every_code_block_of_the_readme_is_closed_by_a_bare_fence() -> None:
+    assert fence_problems("```sh\nanvil demo\n``` Rows carry\n```\n") == [
+        "line 3: a closing fence with text after it: '``` Rows carry'"]
+    assert fence_problems("```sh\nanvil demo\n") == ["the last code block is never closed"]
+    assert fence_problems(README.read_text(encoding="utf-8")) == []
