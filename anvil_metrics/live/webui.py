@@ -44,6 +44,7 @@ import gevent
 import orjson
 from flask import Blueprint, Response, redirect, request, send_file
 from locust import events
+from locust.runners import STATE_CLEANUP, STATE_STOPPED, STATE_STOPPING
 
 from anvil_metrics.live.runctx import latest_run
 from anvil_metrics.live.webui_page import PAGE_HTML
@@ -55,7 +56,9 @@ TAB_KEY = "llm"
 DOWNLOADS = ("benchmark.json", "requests.jsonl")
 PERCENTILE_COLUMNS = ("p50", "p90", "p95", "p99", "min", "max")
 MISSING = "–"
-ENDING_STATES = ("stopping", "stopped")  # Locust's runners.STATE_STOPPING / STATE_STOPPED
+# Locust's runner states from a stop to the end: a local runner's `stop` passes "cleanup"
+# while its users finish, a master "stopping" while its workers do; both end "stopped"
+ENDING_STATES = (STATE_CLEANUP, STATE_STOPPING, STATE_STOPPED)
 HOLD_EXTRA_S = 30.0  # beyond the stop timeout: the post-processing of a long run
 HOLD_POLL_S = 0.05
 
@@ -274,7 +277,7 @@ def _hold_until_written(stats_path: str, environment: Any) -> None:
     written it (at most `stop_timeout` + `HOLD_EXTRA_S`).
 
     Why: Locust's page polls only while it last saw "spawning" or "running", so its first
-    answer saying "stopping" or "stopped" is its last. Locust sets "stopped" before its
+    answer saying "cleanup", "stopping" or "stopped" is its last. Locust sets "stopped" before its
     `test_stop`, where anvil writes the run, so that answer carried the sketched, in-progress
     figures and the LLM tab kept them. Held, it carries the state and the exact figures of
     the moment it is sent; the page shows the previous answer meanwhile."""

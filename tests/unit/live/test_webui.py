@@ -229,12 +229,14 @@ def test_a_failing_snapshot_never_breaks_locusts_page(ui, caplog) -> None:
     assert "could not add the LLM tab" in caplog.text
 
 
-def test_a_poll_while_the_run_ends_waits_for_its_final_figures(ui) -> None:
+@pytest.mark.parametrize("ending", ["cleanup", "stopping"])
+def test_a_poll_while_the_run_ends_waits_for_its_final_figures(ui, ending: str) -> None:
     # Locust's page stops polling at its first answer that is not "running": that answer
-    # must carry the finished run, not the sketch (Locust says "stopped" before anvil writes)
+    # must carry the finished run, not the sketch (Locust says "stopped" before anvil writes;
+    # a local runner says "cleanup" while its users finish, a master "stopping")
     sess = _stand_in_run(ui.run_dir, [400, 100, 300, 200])
     ui.show(sess)
-    ui.web_ui.environment.runner.state = "stopping"
+    ui.web_ui.environment.runner.state = ending
     ended = []
 
     def write_the_run() -> None:
