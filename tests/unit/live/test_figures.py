@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import tracemalloc
+from collections.abc import Callable
 
 import gevent
 import numpy as np
@@ -183,6 +184,15 @@ def test_in_flight_is_read_from_the_budget_on_each_tick(monkeypatch) -> None:
     assert live.flow.sampled_to_s == sampled  # the sampler stopped at end_flow
 
 
+def _until(done: Callable[[], bool], limit_s: float = 30.0) -> None:
+    """Yield to the hub until `done()` (a busy machine derives slower: wait for the event,
+    not for a time), at most `limit_s`."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline, "not done in time"
+        gevent.sleep(0.005)
+
+
 def _waiting(live: LiveStats, n: int) -> None:
     for i in range(n):
         live.take(_record(i))
@@ -193,8 +203,8 @@ def test_pending_records_are_derived_when_the_loop_is_idle_without_a_due_request
     live.start_flow(RequestBudget(None, 0, [512]).read_in_flight, lambda: None)
     _waiting(live, DRAIN_BATCH)
     assert live.completed == 0  # queued, not derived where the stream ended
-    gevent.sleep(0.01)
-    assert live.completed == DRAIN_BATCH and not live._pending
+    _until(lambda: not live._pending)
+    assert live.completed == DRAIN_BATCH
     live.end_flow()
 
 
@@ -210,10 +220,11 @@ def test_the_derivation_keeps_clear_of_a_due_request() -> None:
     gevent.sleep(0.02)
     assert live.completed == 0 and len(live._pending) == DRAIN_BATCH
     _waiting(live, FORCE_PENDING - DRAIN_BATCH)
+    _until(lambda: live.completed > 0)
     gevent.sleep(0.02)
     assert live.completed == DRAIN_SLICE  # one slice: then fewer than FORCE_PENDING wait
     assert len(live._pending) == FORCE_PENDING - DRAIN_SLICE
     due["in_ns"] = 10_000_000_000  # room: every slice runs
-    gevent.sleep(0.1)
-    assert live.completed == FORCE_PENDING and not live._pending
+    _until(lambda: not live._pending)
+    assert live.completed == FORCE_PENDING
     live.end_flow()
