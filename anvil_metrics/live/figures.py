@@ -4,10 +4,11 @@ it runs, the file's exact figures once it is over.
 Why its own module: Locust's own percentiles come from response-time buckets rounded to
 about two significant digits, and an LLM stream has several moments Locust does not know.
 `LiveStats` is fed every finished raw record (on the process that writes `requests.jsonl`:
-the single Locust process, or the master of a distributed run) and derives the rows of the
-records that arrived together with the same functions as `benchmark.json`
-(`derive.rows_from_raw`, the catalogue's formulas). Which figures it shows, and their
-labels, are the catalogue's (`catalog.LIVE_FIELDS`).
+the single Locust process, or the master of a distributed run) when a web UI shows them
+(`RunOptions.live_figures`: a headless run, which nobody watches, spends nothing on them)
+and derives the rows of the records that arrived together with the same functions as
+`benchmark.json` (`derive.rows_from_raw`, the catalogue's formulas). Which figures it shows,
+and their labels, are the catalogue's (`catalog.LIVE_FIELDS`).
 
 Memory, now that runs last hours or days: nothing it keeps grows with the number of
 requests. Each metric's values go into a log-binned sketch (`sketch.Sketch`): a percentile

@@ -91,7 +91,10 @@ class RunSession:
         pace = 1 if sc.arrivals is not None else max(sc.step_users or (opts.users,))
         self.watch = FailureWatch(opts.abort, pace, endpoint.root_url, self._abort,
                                   began_ns=lambda: self.began_ns)
-        sinks: list[Any] = [writer, self.live, self.watch]
+        # the running figures only where a web UI shows them (`RunOptions.live_figures`);
+        # `finish` gives the table the file's exact figures either way
+        sinks: list[Any] = [writer, self.live, self.watch] if opts.live_figures else [
+            writer, self.watch]
         if opts.abort.overload_window_s:  # --stop-overloaded: the server over capacity
             sinks.append(OverloadWatch(opts.abort.overload_window_s, endpoint.root_url,
                                        lambda: budget.in_flight, self._abort,
@@ -129,8 +132,9 @@ class RunSession:
         SendStats.max_chunk_ns = SendStats.chunks = 0
         self.began_ns = time.perf_counter_ns()
         self.load.begin()
-        # the live page's in-flight series; its derivation keeps clear of due requests
-        self.live.start_flow(self.budget.read_in_flight, self.budget.next_due_ns)
+        if self.opts.live_figures:  # the live page's in-flight series; the derivation of
+            # the pending records keeps clear of due requests
+            self.live.start_flow(self.budget.read_in_flight, self.budget.next_due_ns)
         self.clock.start()  # the duration, a sweep's steps, or the user count watched
 
     def end_load(self) -> None:

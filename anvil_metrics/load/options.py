@@ -265,6 +265,10 @@ class RunOptions:
     server_metrics_url: str | None = None  # None: <host>/metrics
     server_metrics_interval_s: float = 1.0
     abort: AbortRule = DEFAULT_ABORT  # when the run ends itself: the server is not answering
+    # derive the running figures of the web UI's LLM tab and /anvil/metrics as records come
+    # in (`live.figures`): only a process with a web UI shows them, and at high open-loop
+    # rates their derivation competes with due requests for the event loop
+    live_figures: bool = True
 
 
 def _arrivals(v: Mapping[str, Any], plan: ArrivalPlan | None) -> ArrivalPlan | None:

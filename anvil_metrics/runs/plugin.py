@@ -33,7 +33,7 @@ import gc
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -207,10 +207,12 @@ def options_from_locust(environment: Any) -> RunOptions:
     users = getattr(runner, "target_user_count", None) or getattr(o, "num_users", None) or 1
     values = {opt.dest: getattr(o, opt.dest, None) for opt in LOCUST_OPTIONS}
     run_time = getattr(o, "run_time", None)  # Locust's -t (its own timer stops the run)
-    return run_options(values, host=environment.host or "", users=int(users),
+    opts = run_options(values, host=environment.host or "", users=int(users),
                        api_key=state.api_key or api_key_from_env(),
                        run_time_s=float(run_time) if run_time else None,
                        stop_timeout_s=float(environment.stop_timeout or 0))
+    # --headless: no web UI, so nobody reads the running figures; the file has them all
+    return replace(opts, live_figures=environment.web_ui is not None)
 
 
 def _end_run(environment: Any) -> None:

@@ -84,6 +84,23 @@ def test_a_run_from_start_to_benchmark(sim: SimProcess, tmp_path: Path) -> None:
     assert doc["run_id"] == session.run_id and doc["partial"] is False
     assert [r["output_tokens"] for r in doc["request_timings"]] == [3, 3, 3]
     assert session.finish() == path  # idempotent
+    assert session.live.completed == 3  # the running figures took every measured record
+
+
+def test_without_a_web_ui_the_records_reach_the_file_but_not_the_running_figures(
+        sim: SimProcess, tmp_path: Path) -> None:
+    """`RunOptions.live_figures` off (a headless run): the records are written and counted
+    in `benchmark.json` as ever, the running figures derive none of them, and the table
+    still ends with the file's exact figures."""
+    opts = replace(_opts(sim, tmp_path), live_figures=False)
+    session = RunSession.start(opts, lambda: None)
+    session.begin_load()
+    assert _send_all(session) == 4
+    assert session.live.completed == 0 and not session.live._pending
+    doc = orjson.loads(session.finish().read_bytes())
+    assert doc["completed"] == 3
+    ttft = next(m for m in session.live.snapshot()["metrics"] if m["field"] == "ttft_ms")
+    assert ttft["count"] == 3 and ttft["p50"] is not None, ttft
 
 
 def test_a_plan_past_the_servers_context_is_refused_before_any_load(

@@ -57,9 +57,10 @@ def test_the_key_leaves_the_options_and_argv(monkeypatch: pytest.MonkeyPatch) ->
     assert sys.argv == ["locust", "--api-key", "", "--api-key=", "-u", "3"]
 
 
-def _environment(parsed: Any, host: str = "http://127.0.0.1:9") -> SimpleNamespace:
+def _environment(parsed: Any, host: str = "http://127.0.0.1:9",
+                 web_ui: Any = None) -> SimpleNamespace:
     return SimpleNamespace(parsed_options=parsed, runner=SimpleNamespace(target_user_count=5),
-                           host=host, stop_timeout=12, shape_class=None)
+                           host=host, stop_timeout=12, shape_class=None, web_ui=web_ui)
 
 
 def test_options_from_locust_types_the_form() -> None:
@@ -69,6 +70,14 @@ def test_options_from_locust_types_the_form() -> None:
     assert (opts.users, opts.host, opts.stop_timeout_s) == (5, "http://127.0.0.1:9", 12.0)
     assert (opts.scenario.requests, opts.scenario.meta["model"]) == (7, "m")
     assert opts.api_key == "sk-typed" and parsed.api_key == ""  # typed in the form: moved
+    assert opts.live_figures is False  # --headless: no web UI shows the running figures
+
+
+def test_the_running_figures_are_derived_only_under_a_web_ui() -> None:
+    parsed = _parsed("--requests", "7")
+    parsed.num_users, parsed.run_time = 1, None
+    assert plugin.options_from_locust(_environment(parsed, web_ui=object())).live_figures
+    assert not plugin.options_from_locust(_environment(parsed, web_ui=None)).live_figures
 
 
 def test_the_first_error_goes_to_the_run_folder(tmp_path: Path) -> None:
