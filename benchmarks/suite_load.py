@@ -9,7 +9,8 @@ one command.
 How: `git clone` of this checkout's HEAD into a temporary folder (what is committed, nothing
 else), `make test` there `--runs` times in a row (the clone's venv and the tests' bytecode
 cache are built first, timed apart), each beside `--hogs` busy Python loops
-(`while True: pass`, one process each, started before the run and stopped by PID after it).
+(`while True: pass`, one process each, started before the run and stopped by PID after it,
+also when the script itself is stopped).
 Each run's last line of shards.py (tests, failed, errors, seconds) and the names of failed
 tests are printed; the clone is removed at the end unless `--keep`.
 
@@ -19,8 +20,10 @@ tests are printed; the clone is removed at the end unless `--keep`.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,8 +47,16 @@ def run_once(clone: Path, jobs: int, log: Path) -> tuple[int, float, str, list[s
     """`make test` in the clone: (exit code, wall seconds, summary line, failed tests)."""
     started = time.monotonic()
     with log.open("wb") as out:
-        code = subprocess.run(["make", "test", f"JOBS={jobs}"], cwd=clone, stdout=out,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        # its own process group, so that an interrupted proof stops the shards too
+        proc = subprocess.Popen(["make", "test", f"JOBS={jobs}"], cwd=clone, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            code = proc.wait()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     wall = time.monotonic() - started
     text = log.read_text(errors="replace")
     summary = next((ln for ln in text.splitlines() if SUMMARY.match(ln)), "(no summary line)")
@@ -60,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=4, help="make test's JOBS (4)")
     parser.add_argument("--keep", action="store_true", help="keep the clone and its logs")
     args = parser.parse_args(argv)
+    # stopped by `kill PID`: leave by the `finally`s, which stop the hogs and the shards
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.runs < 1 or args.hogs < 0 or args.jobs < 1:
         parser.error("--runs and --jobs must be >= 1, --hogs >= 0")
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
