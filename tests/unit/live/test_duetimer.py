@@ -9,6 +9,7 @@ import time
 
 import gevent
 import gevent.socket
+import greenlet
 import numpy as np
 
 from anvil_metrics.live.duetimer import DueTimer
@@ -70,3 +71,65 @@ def test_a_due_request_runs_before_the_streams_ready_with_it() -> None:
         a.close()
         b.close()
     timer.close()
+
+
+def busy_iteration(dues_ms: tuple[float, ...]) -> list[str]:
+    """20 sockets readable in one loop iteration, each reader busy 2 ms; a `DueTimer`
+    waiter per due time (ms after the sockets were written). The order things ran in."""
+    pairs = [socket.socketpair() for _ in range(20)]
+    order: list[str] = []
+
+    def reader(i: int, sock: socket.socket) -> None:
+        gevent.socket.wait_read(sock.fileno())
+        until = time.perf_counter_ns() + 2_000_000
+        while time.perf_counter_ns() < until:  # work on the loop, no switch
+            pass
+        order.append(f"stream {i}")
+
+    def waiter(k: int, due: int) -> None:
+        timer = DueTimer()
+        timer.wait_until(due)
+        order.append(f"due {k}")
+        timer.close()
+
+    readers = [gevent.spawn(reader, i, b) for i, (_, b) in enumerate(pairs)]
+    gevent.sleep(0.005)  # every reader waits on the loop now
+    for a, _ in pairs:
+        a.send(b"x")  # all readable at the loop's next poll
+    now = time.perf_counter_ns()
+    waiters = [gevent.spawn(waiter, k, now + round(ms * 1e6)) for k, ms in enumerate(dues_ms)]
+    gevent.joinall([*waiters, *readers], timeout=10)
+    for a, b in pairs:
+        a.close()
+        b.close()
+    assert len(order) == 20 + len(dues_ms), order
+    return order
+
+
+def test_a_due_time_that_falls_inside_a_busy_iteration_goes_next() -> None:
+    """The timer expires ~1 ms into the first reader's 2 ms, so libev's poll has not seen
+    it: the waiter runs after the reader that was running when its time came (the first
+    switch back to the hub feeds its watcher), not after all 20 (~40 ms late). On a stalled
+    machine the timer may already be readable at that poll: it then goes first."""
+    order = busy_iteration((1.0,))
+    assert order.index("due 0") <= 1, order
+    assert greenlet.gettrace() is None  # the switch trace goes with the last waiter
+
+
+def test_waiters_at_once_each_go_next_and_an_earlier_trace_is_kept() -> None:
+    """A distributed worker's users wait at once, each on its own timer: each goes after the
+    reader running at its due time (1 ms and 5 ms: inside the first and the third reader's
+    work). A switch trace installed before is called throughout and put back after."""
+    seen: list[str] = []
+    greenlet.settrace(lambda event, args: seen.append(event))
+    try:
+        order = busy_iteration((1.0, 5.0))
+        assert greenlet.gettrace() is not None and seen
+    finally:
+        mine = greenlet.settrace(None)
+    # (on a stalled machine both may be past due at one switch: fed together, either first)
+    assert order.index("due 0") <= 2 and order.index("due 1") <= 4, order
+    assert mine is not None and mine.__class__.__name__ == "function"  # the earlier one
+    n = len(seen)
+    gevent.sleep(0)
+    assert len(seen) == n  # removed above, and not re-installed by anything
