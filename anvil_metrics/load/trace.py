@@ -111,8 +111,10 @@ def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
 def _mooncake(path: Path, block_tokens: int) -> Iterator[TraceRequest]:
     p = str(path)
     for n, obj in _json_lines(path):
+        at_ms = _ms(p, n, obj, "timestamp")  # the fields in a line's order
         size = _count(p, n, obj, "input_length", 1)
-        ids = obj.get("hash_ids", [])
+        out = _count(p, n, obj, "output_length", 1)
+        ids = obj.get("hash_ids")  # missing: None, named as such
         if not isinstance(ids, list) or not all(
                 isinstance(x, int) and not isinstance(x, bool) for x in ids):
             raise TraceError(p, n, "hash_ids", ids, "a list of whole numbers")
@@ -120,8 +122,7 @@ def _mooncake(path: Path, block_tokens: int) -> Iterator[TraceRequest]:
             raise TraceError(p, n, "hash_ids", f"{len(ids)} ids",
                              f"one id per {block_tokens}-token block of input_length {size} "
                              f"({-(-size // block_tokens)} ids; --trace-block sets the size)")
-        yield TraceRequest(n, _ms(p, n, obj, "timestamp"), size,
-                           _count(p, n, obj, "output_length", 1), tuple(ids))
+        yield TraceRequest(n, at_ms, size, out, tuple(ids))
 
 
 def _plain(path: Path) -> Iterator[TraceRequest]:

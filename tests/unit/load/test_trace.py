@@ -89,6 +89,11 @@ BAD = [
     ((GOOD, {**GOOD, "timestamp": -1}), None, ":2: timestamp = -1", "a number >= 0"),
     (({**GOOD, "timestamp": 9}, GOOD), None, ":2: timestamp = 0.0", "a time at or after"),
     ((GOOD, {**GOOD, "output_length": 0}), None, ":2: output_length = 0", ">= 1"),
+    # a field missing is named as missing (None), in the line's order: output_length first
+    ((GOOD, {k: v for k, v in GOOD.items() if k not in ("hash_ids", "output_length")}),
+     None, ":2: output_length = None", ">= 1"),
+    ((GOOD, {k: v for k, v in GOOD.items() if k != "hash_ids"}), None,
+     ":2: hash_ids = None", "a list of whole numbers"),
     (({"timestamp": 0, "input_tokens": 9, "output_tokens": 1, "prefix_id": "x"},), "jsonl",
      ":1: prefix_tokens = None", "a whole number >= 1"),
     (({"timestamp": 0, "input_tokens": 9, "output_tokens": 1, "prefix_id": "x",
