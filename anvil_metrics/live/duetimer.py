@@ -19,10 +19,11 @@ That priority orders only the watchers libev collected in one poll. A timerfd th
 while the loop is working through an iteration's watchers (at 800 req/s a dozen streams'
 reads, each ~0.1 ms of Python) is seen only at the next poll, after all of them: schedule
 lag p99 1.3-1.4 ms at 800 req/s (`benchmarks/pacing.py`). So while a request waits, every
-greenlet switch back to the hub is watched (`greenlet.settrace`, ~1 µs a switch): the first
-switch after the due time feeds the timer's watcher (libev's `ev_feed_event`), which makes it
-pending at once at its priority, and libev, which goes back to its highest pending priority
-after every callback, calls the due request next, after the greenlet that was running.
+greenlet switch back to the hub is watched (`greenlet.settrace`: 1.5 µs a switch in a slow
+hour of this VM): the first switch after the due time feeds the timer's watcher (libev's
+`ev_feed_event`), which makes it pending at once at its priority, and libev, which goes back
+to its highest pending priority after every callback, calls the due request next, after the
+greenlet that was running.
 
 One `DueTimer` per waiter: `RequestBudget` waits for one arrival at a time, under its lock.
 """

@@ -129,9 +129,10 @@ def test_a_steady_simulator_is_steady_and_a_drifting_one_drifts(runs: dict[int, 
         assert q[-1] - q[0] > 100  # ms: the prefill grew ~250 ms over the run
     else:
         # steady, unless the server was late by its own send stamps, or the client was, by
-        # its own stamps and loop lag (module docstring); a client that says it was
-        # saturated may read a quarter's streams in bursts (seen beside the whole suite: a
-        # mean ITL quarter at -54 %), which moves every latency but its TTFT
+        # its own figures off them (module docstring; its loop lag is only printed); a
+        # client that says it was saturated may read a quarter's streams in bursts (seen
+        # beside the whole suite: a mean ITL quarter at -54 %), which moves every latency
+        # but its TTFT
         saturated = doc["client"]["saturated"]
         why = {k: truth[k] or client_late_for(k, late)
                or (saturated and k != "ttft_ms")
