@@ -11,6 +11,15 @@ schedule is exactly the offered rate), how many fell due with every user busy, a
 load process's CPU and verdict. For each configuration the last line gives the highest rate
 held within 1 % of offered with a lag p99 under 1 ms.
 
+The floor: beside each anvil run, a bare Python process (`FLOOR`: no event loop, no HTTP, no
+other work) sleeps to a grid of due times at the same rate and records how late it woke. Its
+figures over the seconds anvil's measured requests fell due are this machine's own wake-up
+lateness in those seconds (a VM whose vCPUs stall shows it there too), and each anvil request
+later than 1 ms is checked against it: "at a stall" counts those whose due time falls within
+a floor wake-up later than 0.5 ms (from 2 ms before its due time to its start), which the
+machine, not the pacing, explains. The steal column is the VM's steal time over the run
+(/proc/stat), in ms summed over the CPUs.
+
     .venv/bin/python benchmarks/pacing.py [--rates 20,100,500,1000] [--seconds 6]
         [--vllm ~/.cache/anvil-realserver/venv-vllm/bin/python --vllm-tokenizer DIR]
 
@@ -20,6 +29,8 @@ Prints; asserts nothing. Every process is stopped by its PID.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,11 +59,68 @@ VLLM_BENCH = (
               "p = FlexibleArgumentParser()\nadd_cli_args(p)\nmain(p.parse_args())")
 
 
+# the floor: sleep to each due time of a constant grid, record (due, woke) until SIGTERM
+FLOOR = """
+import signal, sys, time
+from array import array
+rate, out = float(sys.argv[1]), sys.argv[2]
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+step = int(1e9 / rate)
+due = time.perf_counter_ns() + step
+stamps = array("q")
+while not stop:
+    now = time.perf_counter_ns()
+    if due > now:
+        time.sleep((due - now) / 1e9)
+    stamps.append(due)
+    stamps.append(time.perf_counter_ns())
+    due += step
+with open(out, "wb") as f:
+    stamps.tofile(f)
+"""
+
+
+def steal_ms() -> float:
+    """The VM's steal time so far, ms summed over its CPUs (/proc/stat's `cpu` line)."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def against_floor(run_dir: Path, floor_file: Path) -> dict[str, Any]:
+    """The floor's wake-up lateness over the seconds anvil's measured requests fell due, and
+    how many of anvil's requests later than 1 ms fell due in a floor wake-up later than
+    0.5 ms (from 2 ms before their due time to their start)."""
+    due, start = [], []
+    with open(run_dir / "requests.jsonl", "rb") as f:
+        for line in f:
+            d = orjson.loads(line)
+            delay = (d.get("extra") or {}).get("start_delay_ns")
+            if d.get("type") == "request" and not d.get("warmup") and delay is not None:
+                start.append(d["start_ns"])
+                due.append(d["start_ns"] - delay)
+    a_due, a_start = np.array(due), np.array(start)
+    fl = np.fromfile(floor_file, dtype=np.int64).reshape(-1, 2)
+    fl = fl[(fl[:, 0] >= a_due.min()) & (fl[:, 0] <= a_due.max())]
+    late_ms = (fl[:, 1] - fl[:, 0]) / 1e6
+    stalls = fl[late_ms > 0.5]
+    late = (a_start - a_due) > 1_000_000
+    explained = sum(bool(np.any((stalls[:, 1] >= d - 2_000_000) & (stalls[:, 0] <= s)))
+                    for d, s in zip(a_due[late], a_start[late], strict=True))
+    return {"floor_p99": float(np.percentile(late_ms, 99)) if len(late_ms) else None,
+            "floor_max": float(late_ms.max()) if len(late_ms) else None,
+            "late": int(late.sum()), "at_stall": explained}
+
+
 def run_anvil(url: str, rate: float, seconds: float, extra: list[str], work: Path
               ) -> dict[str, Any]:
-    """One `anvil run` at `rate` (constant arrivals) for `seconds`; the figures of its
-    benchmark.json."""
+    """One `anvil run` at `rate` (constant arrivals) for `seconds`, with the floor beside it;
+    the figures of its benchmark.json and of the floor."""
     work.mkdir(parents=True, exist_ok=True)
+    floor_file = work / "floor.bin"
+    floor = subprocess.Popen([sys.executable, "-c", FLOOR, f"{rate:g}", str(floor_file)],
+                             stdin=subprocess.DEVNULL)
+    steal0 = steal_ms()
     sc = write_scenario(work / "pacing.toml", 1, 64, 4)
     cmd = [sys.executable, "-m", "anvil_metrics", "run", str(sc), "-H", url, "--rate",
            f"{rate:g}", "--arrival", "constant", "--duration", f"{seconds:g}s", "-u", "128",
@@ -65,7 +133,14 @@ def run_anvil(url: str, rate: float, seconds: float, extra: list[str], work: Pat
     except subprocess.TimeoutExpired:
         stop_process(proc)
         raise
+    finally:
+        floor.send_signal(signal.SIGTERM)
+        try:
+            floor.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            stop_process(floor)
     took = time.monotonic() - t0
+    steal = steal_ms() - steal0
     found = sorted((work / "r").glob("benchmark-*/benchmark.json"))
     if proc.returncode != 0 or not found:
         raise RuntimeError(f"anvil run exited {proc.returncode}:\n{out.decode()[-2000:]}")
@@ -77,7 +152,8 @@ def run_anvil(url: str, rate: float, seconds: float, extra: list[str], work: Pat
             "achieved": load["achieved_rate_rps"], "waited": load["waited_for_user"],
             "p50": np.percentile(lag, 50), "p99": np.percentile(lag, 99),
             "p999": np.percentile(lag, 99.9), "max": lag.max(),
-            "cpu": client.get("cpu_pct"), "verdict": client.get("verdict"), "took": took}
+            "cpu": client.get("cpu_pct"), "verdict": client.get("verdict"), "took": took,
+            "steal": steal, **against_floor(found[-1].parent, floor_file)}
 
 
 def run_vllm(python: str, tokenizer: str, url: str, rate: float, n: int, work: Path
@@ -115,6 +191,10 @@ def run_vllm(python: str, tokenizer: str, url: str, rate: float, n: int, work: P
             "p99": np.percentile(lag, 99) if len(lag) else None}
 
 
+def fmt(v: float | None, places: int = 3) -> str:
+    return "-" if v is None else f"{v:.{places}f}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rates", default="20,100,500,1000")
@@ -134,14 +214,17 @@ def main() -> int:
             held[name] = None
             print(f"\n{name}\n{'rate':>7} {'sent':>6} {'achieved':>9} {'Δ %':>7} "
                   f"{'lag p50':>8} {'p99':>7} {'p99.9':>7} {'max':>7} {'waited':>6} "
-                  f"{'CPU %':>6}  verdict")
+                  f"{'CPU %':>6} {'floor p99':>9} {'max':>7} {'>1 ms':>5} {'at stall':>8} "
+                  f"{'steal':>5}  verdict")
             for rate in rates:
                 r = run_anvil(sim.url, rate, a.seconds, CONFIGS[name],
                               Path(tmp) / f"{name}-{rate:g}".replace(" ", ""))
                 off = 100 * (r["achieved"] / rate - 1)
                 print(f"{rate:7g} {r['requests']:6d} {r['achieved']:9.2f} {off:+7.2f} "
                       f"{r['p50']:8.3f} {r['p99']:7.3f} {r['p999']:7.3f} {r['max']:7.2f} "
-                      f"{r['waited']:6d} {r['cpu'] or 0:6.1f}  {r['verdict']}")
+                      f"{r['waited']:6d} {r['cpu'] or 0:6.1f} {fmt(r['floor_p99']):>9} "
+                      f"{fmt(r['floor_max'], 2):>7} {r['late']:5d} {r['at_stall']:8d} "
+                      f"{r['steal']:5.0f}  {r['verdict']}")
                 if abs(off) <= 1 and r["p99"] < 1.0:
                     held[name] = rate
         if a.vllm:

@@ -124,6 +124,10 @@ class RemoteBudget:
         """Nothing to do: the master returns a ticket when its record arrives (and reads
         from it whether its conversation is over)."""
 
+    def user_ready(self) -> None:
+        """Nothing to do: the master's arrivals begin at its `spawning_complete`, which
+        follows every worker's spawning (`control.RequestBudget.all_spawned`)."""
+
     def close(self) -> None:
         self._closed = True
         waiting, self._waiting = self._waiting, {}

@@ -19,11 +19,24 @@ once, after the warm-ups and before the first measured ticket is handed out; eve
 waits for it (it is bounded by its own timeout), so it lies between the two.
 
 Open loop (`schedule`, `arrivals.Schedule`): measured ticket k is handed out at its due time
-(the schedule's origin is the first measured take, after the warm-ups) to the user that
+(the schedule's origin is the first measured take, after the warm-ups and once the users
+are ready, see below) to the user that
 asks for it, one taker waiting for the next arrival at a time; the ticket carries its due
 time and whether it waited for a user (no user was free when it fell due: the request goes
 out late, and its lateness is recorded, never hidden). An arrival whose due time the run's
 stop comes before is never issued: indices stay dense.
+
+The users first (`hold_arrivals`, set by the plugin for an open loop it runs): Locust spawns
+the users (`-r` = users: all in one batch here) and each opens its connection as it starts
+(a `GET /models`; 128 users: the first ~100 ms of the loop's work). That work shared the
+event loop with the first arrivals and sent them late (measured at 20 and 100 req/s: the
+first arrivals 1-10 ms late, against ~0.3 ms after it).
+So an open loop's schedule, and its duration (`wait_ready`), begin once every user has been
+spawned (`all_spawned`: Locust's `spawning_complete`) and has finished its start
+(`user_ready`, from `on_start`, counted in the users' own process; a distributed master
+opens at its `spawning_complete`, which follows its workers' spawning). The warm-ups, a
+closed loop and a run stopped meanwhile do not wait; no open loop waits longer than the
+users' connect timeout (`hold_arrivals`).
 
 Conversations in an open loop: the schedule's arrivals are conversation starts; a later
 turn is a follow-up (`take_followup`), handed out at once with the next index and no due
@@ -43,6 +56,7 @@ series needs no other source.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +66,8 @@ import gevent.lock
 
 from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.load.arrivals import Schedule
+
+log = logging.getLogger("anvil")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +157,57 @@ class RequestBudget:
         self._closed = False
         self._on_exhausted = on_exhausted
         self.before_measured: Callable[[], None] | None = None
+        self._ready = gevent.event.Event()  # an open loop's users are ready (module doc)
+        self._ready.set()
+        self._users_expected: int | None = None
+        self._users_ready = 0
         self._opening = False
         self._opened = gevent.event.Event()  # before_measured has run
 
     def wait_warm(self) -> None:
         """Until every warm-up request has finished (or the budget closed)."""
         self._warm.wait()
+
+    def hold_arrivals(self, at_most_s: float) -> None:
+        """An open loop's arrivals wait until the users are ready (module docstring), but
+        no longer than `at_most_s` (a user whose start never ends: its connect timeout)."""
+        if self.schedule is not None and not self._closed:
+            self._ready.clear()
+            self._users_expected = None
+            gevent.spawn_later(at_most_s, self._not_ready, at_most_s)
+
+    def _not_ready(self, waited_s: float) -> None:
+        if not self._ready.is_set():
+            log.warning("anvil: %d of %s users had started after %g s; the arrivals begin "
+                        "anyway", self._users_ready, self._users_expected, waited_s)
+            self._ready.set()
+
+    def user_ready(self) -> None:
+        """One user of this process has finished its start (its connection is open)."""
+        self._users_ready += 1
+        self._open_if_ready()
+
+    def all_spawned(self, users: int, started_here: bool = True) -> None:
+        """Every user is spawned: arrivals begin once `users` of them are ready, or at once
+        when they start elsewhere (`started_here` False: a distributed master's users start
+        in its workers)."""
+        self._users_expected = users if started_here else 0
+        if not started_here and not self._ready.is_set():
+            log.info("anvil: the arrivals begin: %d users spawned in the workers", users)
+            self._ready.set()
+        self._open_if_ready()
+
+    def _open_if_ready(self) -> None:
+        if (not self._ready.is_set() and self._users_expected is not None
+                and self._users_ready >= self._users_expected):
+            log.info("anvil: the arrivals begin: %d users spawned, %d ready",
+                     self._users_expected, self._users_ready)
+            self._ready.set()
+
+    def wait_ready(self) -> None:
+        """Until the warm-ups are done and an open loop's users are ready (or closed)."""
+        self._warm.wait()
+        self._ready.wait()
 
     def size_for(self, index: int) -> int:
         return self._sizes[index % len(self._sizes)]
@@ -161,6 +222,8 @@ class RequestBudget:
             self._next_warmup += 1
             return Ticket(i, True, self.size_for(i))
         self._warm.wait()
+        if not self._ready.is_set():
+            self._ready.wait()
         if not self._opened.is_set():
             self._open()
         if self._no_start():  # (every conversation started: only follow-ups are left)
@@ -294,6 +357,7 @@ class RequestBudget:
 
     def close(self) -> None:
         self._closed = True
+        self._ready.set()
         self._opened.set()
         self._changed.set()
         self._warm.set()

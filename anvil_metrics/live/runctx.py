@@ -32,7 +32,9 @@ class TicketSource(Protocol):
     """The run's request budget: `take` blocks until the next request may be sent and
     returns its ticket (None: the budget is spent or the run is stopping); `take_followup`
     returns a conversation's next turn at once (an open loop's arrivals are conversation
-    starts); every ticket taken is given back once its request is recorded."""
+    starts); every ticket taken is given back once its request is recorded; `user_ready`
+    says one user of this process has finished its start (an open loop's arrivals wait for
+    every user: `control.RequestBudget`)."""
 
     def take(self) -> Ticket | None: ...
 
@@ -41,6 +43,8 @@ class TicketSource(Protocol):
     def give_back(self, ticket: Ticket, conversation_over: bool = True) -> None: ...
 
     def conversation_dropped(self) -> None: ...
+
+    def user_ready(self) -> None: ...
 
 
 @runtime_checkable

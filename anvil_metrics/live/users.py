@@ -109,12 +109,15 @@ class ChatStreamUser(User):
         self.client = None
         if run is None:  # the run failed to start (logged); the plugin is ending it
             return
-        self.client = ChatClient(run.endpoint, run.api_key,
-                                 connect_timeout_s=run.scenario.timeouts.connect_s,
-                                 network_timeout_s=run.scenario.timeouts.first_byte_s,
-                                 idle_timeout_s=run.scenario.timeouts.idle_s,
-                                 total_timeout_s=run.scenario.timeouts.total_s)
-        self.client.connect()
+        try:
+            self.client = ChatClient(run.endpoint, run.api_key,
+                                     connect_timeout_s=run.scenario.timeouts.connect_s,
+                                     network_timeout_s=run.scenario.timeouts.first_byte_s,
+                                     idle_timeout_s=run.scenario.timeouts.idle_s,
+                                     total_timeout_s=run.scenario.timeouts.total_s)
+            self.client.connect()
+        finally:  # an open loop's arrivals begin when every user is ready (control.py)
+            run.budget.user_ready()
         self._free_ns = time.perf_counter_ns()  # when this user could send its next request
 
     def on_stop(self) -> None:

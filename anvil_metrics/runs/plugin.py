@@ -46,6 +46,7 @@ from anvil_metrics.dist import master as dist
 from anvil_metrics.dist import wire as dist_wire
 from anvil_metrics.dist import worker as dist_worker
 from anvil_metrics.errors import AnvilError, ExitCode
+from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile
@@ -120,6 +121,23 @@ def take_secrets(environment: Any, **_: Any) -> None:
         state.api_key = o.api_key.strip() or None
         o.api_key = ""
     sys.argv[:] = _scrub_argv(sys.argv)
+
+
+@events.init.add_listener
+def watch_spawning(environment: Any, **_: Any) -> None:
+    """Locust's `spawning_complete` (which carries no environment) opens an open loop's
+    arrivals once this process's users have started; a master's users start in its
+    workers, so it opens them at once (`control.RequestBudget.all_spawned`)."""
+    if isinstance(environment.runner, WorkerRunner):
+        return
+
+    def spawned(user_count: int = 0, **_: Any) -> None:
+        budget = getattr(run_in_progress(environment), "budget", None)
+        if isinstance(budget, RequestBudget):
+            budget.all_spawned(int(user_count),
+                               started_here=not isinstance(environment.runner, MasterRunner))
+
+    environment.events.spawning_complete.add_listener(spawned)
 
 
 @events.init.add_listener
@@ -285,6 +303,8 @@ def on_test_start(environment: Any, **_: Any) -> None:
         opts = options_from_locust(environment)
         session = RunSession.start(opts, lambda: _end_run(environment),
                                    _user_controls(environment))
+        # an open loop's arrivals: once the users are ready, or their connect timeout
+        session.budget.hold_arrivals(opts.scenario.timeouts.connect_s + 5.0)
         set_run(environment, session)
         if isinstance(environment.runner, MasterRunner):
             _start_workers(environment, session)

@@ -218,6 +218,11 @@ def test_open_loop_below_capacity_follows_the_schedule(sim: SimProcess, tmp_path
     assert offsets == [sched.offset_ns(k) for k in range(len(offsets))]
     warned = [line for line in proc.stdout.splitlines() if "WARNING" in line]
     assert len(warned) == (behind(load, doc["requests"]) is not None), warned
+    # the schedule began once the 16 users had started (their connections open), not
+    # while Locust was still starting them, nor at the wait's time limit
+    log = (path.parent / "locust.log").read_text()
+    assert "the arrivals begin: 16 users spawned, 16 ready" in log, log[-3000:]
+    assert "the arrivals begin anyway" not in log
 
 
 def test_processes_2_follow_the_same_schedule_as_one(sim: SimProcess, tmp_path: Path) -> None:

@@ -243,3 +243,71 @@ def test_the_wait_for_a_due_time_never_ends_before_it_and_sleeps_through_it() ->
     changed.set()
     assert control._until(time.perf_counter_ns() + 10**9, changed, timer) is True
     timer.close()
+
+
+def test_held_arrivals_begin_when_every_spawned_user_is_ready() -> None:
+    """An open loop's origin is the moment the last of its users is ready, not the first
+    take: a taker asking while users are still starting waits, and its ticket is arrival
+    0 due at that moment."""
+    budget = RequestBudget(None, 0, [10], schedule=Schedule(ArrivalPlan(100.0, "constant")))
+    budget.hold_arrivals(30.0)
+    got: list[tuple[int, Ticket | None]] = []
+
+    def take() -> None:
+        ticket = budget.take()
+        got.append((time.perf_counter_ns(), ticket))
+
+    taker = gevent.spawn(take)
+    budget.user_ready()  # users start before and after Locust says all are spawned
+    gevent.sleep(0.02)
+    budget.all_spawned(3)
+    budget.user_ready()
+    gevent.sleep(0.02)
+    assert got == [] and budget.origin_ns is None  # 2 of 3 users ready
+    last_ready = time.perf_counter_ns()
+    budget.user_ready()
+    taker.join(timeout=5)
+    assert len(got) == 1
+    now, ticket = got[0]
+    assert ticket is not None and ticket.request_index == 0 and not ticket.waited
+    assert budget.origin_ns is not None and last_ready <= budget.origin_ns <= now
+    assert ticket.due_ns == budget.origin_ns
+    budget.close()
+
+
+def test_held_arrivals_open_for_a_master_a_stop_or_the_time_limit() -> None:
+    """A distributed master's `all_spawned` (its users start in its workers) opens at once;
+    a close releases a waiting taker with None; a user that never gets ready holds arrivals
+    no longer than the limit."""
+    plan = ArrivalPlan(100.0, "constant")
+    master = RequestBudget(None, 0, [10], schedule=Schedule(plan))
+    master.hold_arrivals(30.0)
+    master.all_spawned(4, started_here=False)
+    assert master.take() is not None
+    master.close()
+
+    stopped = RequestBudget(None, 0, [10], schedule=Schedule(plan))
+    stopped.hold_arrivals(30.0)
+    got: list[Ticket | None] = []
+    waiter = gevent.spawn(lambda: got.append(stopped.take()))
+    gevent.sleep(0.02)
+    stopped.close()
+    waiter.join(timeout=5)
+    assert got == [None] and stopped.issued == 0
+
+    limited = RequestBudget(None, 0, [10], schedule=Schedule(plan))
+    limited.hold_arrivals(0.05)
+    limited.all_spawned(2)  # no user ever says it is ready
+    asked = time.perf_counter_ns()
+    ticket = limited.take()
+    assert ticket is not None and ticket.request_index == 0
+    assert limited.origin_ns is not None and limited.origin_ns - asked >= 50_000_000
+    limited.close()
+
+
+def test_a_closed_loop_is_never_held() -> None:
+    budget = RequestBudget(None, 0, [10])
+    budget.hold_arrivals(30.0)  # no schedule: nothing to hold
+    ticket = budget.take()
+    assert ticket is not None and ticket.request_index == 0
+    budget.close()

@@ -20,14 +20,19 @@ S = 10**9
 
 
 class Budget:
-    """What the clock asks of a request budget; warm from the start."""
+    """What the clock asks of a request budget; warm (and its users ready) from the
+    start."""
 
     def __init__(self) -> None:
         self.closed = 0
         self.replans: list[Any] = []
+        self.waited_ready = 0
 
     def wait_warm(self) -> None:
         pass
+
+    def wait_ready(self) -> None:
+        self.waited_ready += 1
 
     def close(self) -> None:
         self.closed += 1
@@ -70,6 +75,7 @@ def test_a_sweep_of_users_writes_each_step_changes_the_users_and_ends_the_run() 
     assert [(s0["step"], s0["users"]), (s1["step"], s1["users"])] == [(0, 1), (1, 3)]
     assert s0["t_ns"] < s1["t_ns"] < end["t_ns"] and s0["rate"] is None
     assert users == [1, 3] and ended == [True] and budget.closed == 1
+    assert budget.waited_ready == 1  # the duration began once the users were ready
 
 
 def test_a_changing_user_count_is_steps_from_its_first_change(monkeypatch: Any) -> None:

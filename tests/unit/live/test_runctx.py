@@ -50,6 +50,9 @@ def test_the_protocols_say_what_a_user_may_read() -> None:
         def conversation_dropped(self) -> None:
             pass
 
+        def user_ready(self) -> None:
+            pass
+
     run = SimpleNamespace(endpoint=None, api_key=None, scenario=None, budget=Budget(),
                           bodies=None, worker="h:1", conversations=None)
     assert isinstance(Budget(), TicketSource) and isinstance(run, RunContext)

@@ -77,6 +77,10 @@ class _Budget:
     def __init__(self, ticket: Ticket | None) -> None:
         self.ticket = ticket
         self.returned: list[Ticket] = []
+        self.users_ready = 0
+
+    def user_ready(self) -> None:
+        self.users_ready += 1
 
     def take(self) -> Ticket | None:
         return self.ticket
@@ -122,6 +126,7 @@ def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int]
     env.events.request.add_listener(lambda **kw: fired.append(kw))
     user = users.ChatUser(env)
     user.on_start()
+    assert budget.users_ready == 1  # its start said so (an open loop's arrivals wait for it)
     return user, budget, fired
 
 
