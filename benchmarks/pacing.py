@@ -9,7 +9,8 @@ due, on the sending process's clock), so the figures here are the run's own: p50
 and max of the lag, the achieved rate against the offered (constant arrivals, so the drawn
 schedule is exactly the offered rate), how many fell due with every user busy, and the
 load process's CPU and verdict. For each configuration the last line gives the highest rate
-held within 1 % of offered with a lag p99 under 1 ms.
+held within 1 % of offered with a lag p99 under 1 ms. A rate runs `--seconds`, or longer to
+send `--min-requests` (a p99 of 120 requests is its second-worst value: one stall decides it).
 
 The floor: beside each anvil run, a bare Python process (`FLOOR`: no event loop, no HTTP, no
 other work) sleeps to a grid of due times at the same rate and records how late it woke. Its
@@ -21,6 +22,7 @@ machine, not the pacing, explains. The steal column is the VM's steal time over 
 (/proc/stat), in ms summed over the CPUs.
 
     .venv/bin/python benchmarks/pacing.py [--rates 20,100,500,1000] [--seconds 6]
+        [--min-requests 600]
         [--vllm ~/.cache/anvil-realserver/venv-vllm/bin/python --vllm-tokenizer DIR]
 
 Prints; asserts nothing. Every process is stopped by its PID.
@@ -199,14 +201,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rates", default="20,100,500,1000")
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--min-requests", type=int, default=600)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--vllm", default=None, metavar="PY", help="a Python with vllm installed")
     ap.add_argument("--vllm-tokenizer", default=str(Path.home() / ".cache"
                                                     / "anvil-realserver" / "tiny-qwen3"))
     a = ap.parse_args()
     rates = [float(r) for r in a.rates.split(",")]
-    print(f"pacing: {code_state()}; load average {loadavg()}; {a.seconds:g} s a run, "
-          "constant arrivals, 64-token prompts, 4 output tokens, 128 users")
+    print(f"pacing: {code_state()}; {loadavg()}; {a.seconds:g} s a run or "
+          f"{a.min_requests} requests, constant arrivals, 64-token prompts, 4 output tokens, "
+          "128 users")
     held: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory(prefix="anvil-pacing-") as tmp, \
             start_simulator(SIM) as sim:
@@ -217,7 +221,7 @@ def main() -> int:
                   f"{'CPU %':>6} {'floor p99':>9} {'max':>7} {'>1 ms':>5} {'at stall':>8} "
                   f"{'steal':>5}  verdict")
             for rate in rates:
-                r = run_anvil(sim.url, rate, a.seconds, CONFIGS[name],
+                r = run_anvil(sim.url, rate, max(a.seconds, a.min_requests / rate), CONFIGS[name],
                               Path(tmp) / f"{name}-{rate:g}".replace(" ", ""))
                 off = 100 * (r["achieved"] / rate - 1)
                 print(f"{rate:7g} {r['requests']:6d} {r['achieved']:9.2f} {off:+7.2f} "
@@ -231,7 +235,8 @@ def main() -> int:
             print("\nvllm bench serve --request-rate (same simulator)")
             for rate in rates:
                 v = run_vllm(a.vllm, a.vllm_tokenizer, sim.url, rate,
-                             int(rate * a.seconds), Path(tmp) / f"vllm-{rate:g}")
+                             max(int(rate * a.seconds), a.min_requests),
+                             Path(tmp) / f"vllm-{rate:g}")
                 if "error" in v:
                     print(f"{rate:7g} failed: {v['error']}")
                     continue

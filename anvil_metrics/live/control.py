@@ -205,9 +205,11 @@ class RequestBudget:
             self._ready.set()
 
     def wait_ready(self) -> None:
-        """Until the warm-ups are done and an open loop's users are ready (or closed)."""
+        """Until the measured load begins: the warm-ups are done, an open loop's users are
+        ready, and `before_measured` has run (or the budget is closed)."""
         self._warm.wait()
         self._ready.wait()
+        self._opened.wait()
 
     def size_for(self, index: int) -> int:
         return self._sizes[index % len(self._sizes)]

@@ -88,8 +88,9 @@ class RunClock:
         """The run's duration: measured load time, counted once the warm-ups are done; then
         no new request starts (the budget closes) and the run ends (Locust stops the users:
         requests in flight get --stop-timeout to finish). A sweep's steps are timed here
-        too, each written to the raw file as it begins (`steps.py`). An open loop's duration
-        begins with its arrivals, once its users are ready (`RequestBudget.wait_ready`)."""
+        too, each written to the raw file as it begins (`steps.py`). The duration begins
+        with the measured load (`RequestBudget.wait_ready`): after the scrape before it,
+        and for an open loop once its users are ready."""
         self.budget.wait_ready()
         sc = self.scenario
         if sc.warmup_s or sc.cooldown_s:  # the measured window, inside the duration
