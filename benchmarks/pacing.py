@@ -19,8 +19,8 @@ lateness in those seconds (a VM whose vCPUs stall shows it there too), and each 
 later than 1 ms is checked against it: "at a stall" counts those whose due time falls within
 a floor wake-up later than 0.5 ms (from 2 ms before its due time to its start), which the
 machine, not the pacing, explains (a lower bound: at 20 req/s the floor wakes only every
-50 ms, so it samples a short stall as rarely as the load does). The steal column is the VM's steal time over the run
-(/proc/stat), in ms summed over the CPUs.
+50 ms, so it samples a short stall as rarely as the load does). The steal column is the
+VM's steal time over the run (/proc/stat), in ms summed over the CPUs.
 
     .venv/bin/python benchmarks/pacing.py [--rates 20,100,500,1000] [--seconds 6]
         [--min-requests 600]

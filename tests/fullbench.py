@@ -88,6 +88,7 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
         "goodput": ["ttft_ms<=3", "e2e_ms<=10"],
         "load": {"mode": "duration", "arrivals": plan.to_dict(), "duration_s": 0.2},
         "dataset": {"file": "d.jsonl", "format": None, "entries": 3},
+        "request_headers": {"X-Tenant": "a", "X-Api-Key": "[redacted]"},
         "trace": {"file": "t.jsonl", "format": "mooncake", "speed": 2.0, "limit": None,
                   "block_tokens": 512, "model": None, "requests": 10, "expected_reuse": 0.5},
         "conversation": {"turns": 2, "turn_tokens": 64, "system_prompt_tokens": 0,

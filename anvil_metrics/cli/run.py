@@ -53,6 +53,9 @@ def _add_run_options(r: argparse.ArgumentParser) -> None:
         names = [o.flag, *([o.short] if o.short else [])]
         if o.switch:
             r.add_argument(*names, action="store_true", default=o.default, help=o.help)
+        elif o.repeat:
+            r.add_argument(*names, action="append", type=argtype(o.parse, o.flag),
+                           default=None, help=o.help)
         elif o.parse is text:
             r.add_argument(*names, default=o.default, required=o.required, help=o.help)
         else:
@@ -125,7 +128,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     values = {o.dest: getattr(a, o.dest) for o in RUN_OPTIONS}
     values["scenario"] = a.scenario
-    opts = run_options(values, host=a.host, users=a.users, api_key=a.api_key)
+    opts = run_options(values, host=a.host, users=a.users, api_key=a.api_key,
+                       headers=a.header or ())
     sc = opts.scenario
     # the run's machinery (numpy, gevent, the document builder: ~0.25 s) only once the
     # options hold: a mistake is answered at once
@@ -143,7 +147,7 @@ def cmd_run(a: argparse.Namespace) -> int:
           f"Locust log: {run_dir / 'locust.log'}", flush=True)
     result = run_scenario(sc, a.scenario, a.host, users=opts.users, run_dir=run_dir,
                           values=values, api_key=a.api_key, run_time_s=a.run_time,
-                          processes=a.processes)
+                          processes=a.processes, headers=dict(a.header or ()))
     signalled = _signal_exit(result.stopped_by_signal)
     if result.benchmark_path is None:
         if signalled is not None:

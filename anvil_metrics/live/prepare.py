@@ -68,7 +68,7 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
     limit, size every prompt and build every body; one probe client, closed at the end."""
     sc = opts.scenario
     client = ChatClient(endpoint, opts.api_key, connect_timeout_s=sc.timeouts.connect_s,
-                        network_timeout_s=sc.timeouts.first_byte_s)
+                        network_timeout_s=sc.timeouts.first_byte_s, extra_headers=sc.headers)
     try:
         model = sc.meta.get("model")
         if model:  # the user's name: check it against the server's list

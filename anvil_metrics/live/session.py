@@ -22,6 +22,7 @@ from typing import Any
 
 from anvil_metrics.errors import AnvilError
 from anvil_metrics.events import anvil_events
+from anvil_metrics.headers import shown
 from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
@@ -176,7 +177,8 @@ class RunSession:
         dataset = sc.dataset.read() if sc.dataset is not None else None
         ready = prepare_requests(opts, endpoint, nonce, sizes, shared, trace, dataset)
         # who the server is (bounded probes; the flags and [meta] win): provenance.py
-        identity = merge(discover(endpoint.base_url, headers=_auth(opts.api_key),
+        identity = merge(discover(endpoint.base_url, headers={**_auth(opts.api_key),
+                                                              **sc.headers},
                                   model=ready.model), {"engine": sc.meta.get("engine")})
         holder: list[RunSession] = []
 
@@ -384,5 +386,7 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         params["trace"] = sc.trace.to_params(trace)
     if sc.dataset is not None and dataset is not None:  # prompts from a file: which, how many
         params["dataset"] = sc.dataset.to_params(dataset)
+    if sc.headers:  # sent with every request; a credential's value never written
+        params["request_headers"] = shown(sc.headers)
     params["server"] = _server_params(opts, endpoint, identity)
     return params

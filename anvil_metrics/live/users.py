@@ -114,7 +114,8 @@ class ChatStreamUser(User):
                                      connect_timeout_s=run.scenario.timeouts.connect_s,
                                      network_timeout_s=run.scenario.timeouts.first_byte_s,
                                      idle_timeout_s=run.scenario.timeouts.idle_s,
-                                     total_timeout_s=run.scenario.timeouts.total_s)
+                                     total_timeout_s=run.scenario.timeouts.total_s,
+                                     extra_headers=run.scenario.headers)
             self.client.connect()
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()

@@ -16,11 +16,13 @@ allowed — the same words argparse prints for `anvil run`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.headers import merged, with_api_key
+from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.load.optionvalues import (
     Parse,
     arrival,
@@ -57,7 +59,8 @@ class Option:
     """One option. `run`: `anvil run` has it; `locust`: the plugin adds it to Locust's
     parser (False for options Locust has itself, e.g. -u, which `anvil run` translates);
     `web_ui`: shown in Locust's start form; `secret`: masked there, and never passed on a
-    command line; `env_var`: read by Locust's parser when the flag is absent."""
+    command line; `env_var`: read by Locust's parser when the flag is absent; `repeat`: the
+    flag may be given many times (a list of values, each checked by `parse`)."""
 
     flag: str
     help: str
@@ -71,6 +74,7 @@ class Option:
     web_ui: bool = True
     secret: bool = False
     env_var: str | None = None
+    repeat: bool = False
 
     @property
     def dest(self) -> str:
@@ -179,6 +183,10 @@ OPTIONS: tuple[Option, ...] = (
            seconds, locust=False),
     Option("--api-key", "API key (default: $ANVIL_API_KEY or $OPENAI_API_KEY); never stored "
            "or shown", secret=True),
+    Option("--header", "an HTTP header sent with every request, KEY=VALUE (repeatable; over "
+           "the scenario's [headers]); a credential's value (Authorization, *key*, *token*, "
+           "*secret*) is never stored or shown", parse_header, secret=True, repeat=True,
+           web_ui=False),
     Option("--run-nonce", "reuse a previous run's run_nonce: its prompts then hit the "
            "server's prefix cache on purpose (default: a new random nonce)", nonce),
     Option("--recalibrate", "ignore the cached prompt calibration for this endpoint and model "
@@ -351,12 +359,14 @@ def _sweep(v: Mapping[str, Any], sc: Scenario) -> Scenario:
 
 def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
                 api_key: str | None, run_time_s: float | None = None,
-                stop_timeout_s: float | None = None) -> RunOptions:
+                stop_timeout_s: float | None = None,
+                headers: Sequence[tuple[str, str]] = ()) -> RunOptions:
     """The one conversion, for `anvil run` and for Locust (CLI or web form): check every
     plugin option in `values` (dest -> raw or typed value), load the scenario (none: the
     built-in defaults) and apply the overrides; `users` (None: the scenario's) becomes its
     concurrency; `run_time_s` (Locust's own -t) is the duration when --duration is not
-    given. `api_key` is resolved by the caller (it never travels in `values`). Raises
+    given. `api_key` and `headers` (each `--header`, checked) are resolved by the caller
+    (they never travel in `values`); the headers go over the scenario's `[headers]`. Raises
     UsageError naming the bad option."""
     from anvil_metrics.load.scenario import (
         load_scenario,
@@ -394,6 +404,8 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         from anvil_metrics.load.replay import dataset_scenario
 
         sc = dataset_scenario(sc, v)
+    if headers or sc.headers:
+        sc = replace(sc, headers=with_api_key(merged(sc.headers, headers), api_key))
     given = {key: v[key] for key in PROVENANCE if v[key] is not None}
     if given:  # the flags override the scenario's [meta]
         sc = replace(sc, meta={**sc.meta, **given})

@@ -57,6 +57,9 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
 
     [meta]                                # what was measured; unknown stays null
     model = "..."                         # else --model, else the server's /v1/models
+
+    [headers]                             # sent with every request (headers.py); --header
+    X-Tenant = "team-a"                   # KEY=VALUE wins; credentials are never shown
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ class Scenario:
     extra_body: dict[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every request
     timeouts: Timeouts = field(default_factory=Timeouts)
     duration_s: float | None = None  # measured load time, after the warm-ups
     arrivals: ArrivalPlan | None = None  # open loop; None: closed loop
@@ -188,6 +192,7 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
         "serve_flags": flags,
         "request": request,
         "meta": dict(sc.meta),
+        "headers": dict(sc.headers),
         "timeouts": {f.name: getattr(sc.timeouts, f.name) for f in fields(Timeouts)},
     }
     if sc.duration_s is not None:

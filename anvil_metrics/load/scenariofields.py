@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics.errors import ScenarioError, UsageError
+from anvil_metrics.headers import REDACTED, is_credential, problem
 from anvil_metrics.load.conversation import parse_conversation
 from anvil_metrics.load.loadspec import arrivals_of, duration_of, steps_of
 from anvil_metrics.prep.prompts import MAX_GROUP_SIZE, MIN_UNIQUE_TOKENS
@@ -39,6 +40,7 @@ _TOP_KEYS = {
     "serve_flags",
     "request",
     "meta",
+    "headers",
     "timeouts",
     "shared_prefix",
     "duration",
@@ -83,6 +85,7 @@ _TABLE_KEYS: dict[str, set[str] | None] = {
     "shared_prefix": {"prefix_tokens", "group_size"},
     "request": {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"},
     "meta": set(META_KEYS),
+    "headers": None,
     "timeouts": {f.name for f in fields(Timeouts)},
 }
 
@@ -300,6 +303,16 @@ def _meta(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
     v["meta"] = dict(meta)
 
 
+def _headers(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
+    """[headers]: extra HTTP headers sent with every request (`headers.py`), name = text."""
+    table = _table(data, "headers", None, src)
+    for k, value in table.items():
+        wrong = problem(k, value)
+        if wrong is not None:
+            raise _err(f"headers.{k}", REDACTED if is_credential(k) else value, wrong, src)
+    v["headers"] = {k: value.strip() for k, value in table.items()}
+
+
 def _timeouts(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
     """[timeouts]: the four limits, in seconds (a whole number too)."""
     v["timeouts"] = Timeouts(**{f.name: float(v.pop(f.name)) for f in fields(Timeouts)})
@@ -338,6 +351,7 @@ _RULES: tuple[_Field | _Check, ...] = (
     _extra_body,
     _Field("request.system_prompt", "text"),
     _meta,
+    _headers,
     *(_Field(f"timeouts.{f.name}", "seconds", f.default) for f in fields(Timeouts)),
     _timeouts,
     _windows,

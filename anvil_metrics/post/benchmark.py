@@ -24,6 +24,7 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.errors import VerifyError
+from anvil_metrics.headers import shown
 from anvil_metrics.jsonio import JsonFileError, atomic_write_bytes, read_json
 from anvil_metrics.load.criteria import parse_criteria
 from anvil_metrics.post import rowjson, saturation, schema, stats
@@ -181,6 +182,8 @@ def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowCo
         doc["trace"] = build_trace(params["trace"], rows)
     if isinstance(params.get("dataset"), dict):  # as the header says: no figure of its own
         doc["dataset"] = {k: params["dataset"].get(k) for k in ("file", "format", "entries")}
+    if isinstance(params.get("request_headers"), dict):  # redacted before the raw file
+        doc["request_headers"] = shown(params["request_headers"])
 
 
 def measured_order(raw: RawColumns) -> MeasuredOrder:

@@ -101,6 +101,10 @@ RUN: Text = {
     "dataset": ("", "{file, format, entries}: the prompts came from this dataset file (their "
                 "sizes are the server's counts, planned_context_tokens null); absent without "
                 "--dataset"),
+    "request_headers": ("", "the extra HTTP headers sent with every request (--header, the "
+                        "scenario's [headers]), name → value, a credential's value (a name "
+                        "holding auth, key, token, secret, passw, cookie or credential) "
+                        "\"[redacted]\"; absent without any"),
 }
 
 FAILURE: Text = {

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics import catalog
+from anvil_metrics.headers import REDACTED, is_credential
 from anvil_metrics.jsonio import show
 from anvil_metrics.post import saturation
 from anvil_metrics.records import COUNT_LIMIT, ENDED_BY, PARTIAL_ENDS, failure_field_problems
@@ -73,6 +74,18 @@ CLIENT_SPEC_KEYS = CLIENT_KEYS[:4]  # the spec's `client` fields; the other two 
 # start in the same second, to keep run ids unique as the spec also requires.
 RUN_ID = re.compile(r"benchmark-\d{8}T\d{6}Z(-[1-9]\d*)?")
 _STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+
+
+def header_problems(headers: Any) -> list[str]:
+    """`request_headers` (absent: fine): name → text, and every credential's value redacted
+    (the value itself is never shown: it may be the secret)."""
+    if headers is None:
+        return []
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        return ["request_headers: expected an object of header names and text values"]
+    return [f"request_headers.{k}: a credential's value is stored, which a benchmark never "
+            f"does (it must be {REDACTED!r})" for k, v in headers.items()
+            if is_credential(k) and v != REDACTED]
 
 
 def redact_url(url: Any) -> Any:
@@ -209,6 +222,7 @@ def check_run_fields(doc: dict[str, Any], problems: list[str], *, whole: bool = 
         # the value itself is not shown: it is the secret
         problems.append("base_url: holds credentials (a user:password@ part), which a "
                         "benchmark never stores; `anvil postprocess` removes them")
+    problems += header_problems(doc.get("request_headers"))
     if "partial" in doc and not isinstance(doc["partial"], bool):
         problems.append(f"partial: expected true or false, file has {fmt(doc['partial'])}")
     problems += end_problems(doc)

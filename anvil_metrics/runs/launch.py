@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from anvil_metrics import catalog
 from anvil_metrics.errors import Terminated, UsageError
+from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
 from anvil_metrics.live.recorder import create_run_dir
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import locust_args
@@ -94,17 +97,19 @@ def prepare_run(host: str, results_dir: str) -> Path:
 def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
                  run_dir: Path, values: Mapping[str, Any] | None = None,
                  api_key: str | None = None, run_time_s: float | None = None,
-                 processes: int = 1) -> RunResult:
+                 processes: int = 1, headers: Mapping[str, str] | None = None) -> RunResult:
     """Run Locust headless until `sc.requests` measured requests have finished, its duration
     is over, or it is interrupted. `values`: the user's anvil options (`--model`,
     `--run-nonce`, `--recalibrate`, `--duration`, `--rate`, ...)."""
     argv = locust_argv(sc, scenario_path, users, run_dir, values=values,
                        run_time_s=run_time_s, processes=processes)
-    # The host (it may carry credentials) and the key go by environment, never on a
-    # command line that `ps` shows.
+    # The host (it may carry credentials), the key and the --header flags (one may be a
+    # credential) go by environment, never on a command line that `ps` shows.
     env = dict(os.environ, LOCUST_HOST=host)
     if api_key:
         env["ANVIL_API_KEY"] = api_key
+    if headers:
+        env[HEADERS_ENV] = orjson.dumps(dict(headers)).decode()
     log_path = run_dir / "locust.log"
     with open(log_path, "wb") as log:
         # in this process's group: whoever stops the group (a terminal's Ctrl-C, a campaign

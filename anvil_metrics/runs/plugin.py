@@ -31,21 +31,26 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.event
+import orjson
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from anvil_metrics.dist import master as dist
 from anvil_metrics.dist import wire as dist_wire
 from anvil_metrics.dist import worker as dist_worker
-from anvil_metrics.errors import AnvilError, ExitCode
+from anvil_metrics.errors import AnvilError, ExitCode, UsageError
+from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
+from anvil_metrics.headers import checked
+from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
@@ -73,6 +78,7 @@ class PluginState:
     - `api_key`: a key given with --api-key (or typed in the form) lives here, not in
       Locust's options: Locust's web UI re-parses sys.argv to fill its start form, so a
       value left there would be served in the page;
+    - `header_flags`: `locust --header K=V`, as typed, kept here for the same reason;
     - `master` / `worker`: the master's or a worker's message handlers (`dist`);
     - `error_file`: where the first error anvil logs goes (`runerror`), given a run folder;
     - `finishing`: set once the ending run's `benchmark.json` is written (`on_quitting`);
@@ -80,6 +86,7 @@ class PluginState:
     """
 
     api_key: str | None = None
+    header_flags: list[str] = field(default_factory=list)
     master: dist.MasterAgent | None = None
     worker: dist_worker.WorkerAgent | None = None
     error_file: ErrorFile | None = None
@@ -96,17 +103,20 @@ def plugin_state(environment: Any) -> PluginState:
     return state
 
 
+_SECRET_FLAGS = ("--api-key", "--header")  # their values leave argv (a header may be a key)
+
+
 def _scrub_argv(argv: list[str]) -> list[str]:
     out, skip = [], False
     for arg in argv:
         if skip:
             out.append("")
             skip = False
-        elif arg == "--api-key":
+        elif arg in _SECRET_FLAGS:
             out.append(arg)
             skip = True
-        elif arg.startswith("--api-key="):
-            out.append("--api-key=")
+        elif arg.startswith(tuple(f"{flag}=" for flag in _SECRET_FLAGS)):
+            out.append(arg.partition("=")[0] + "=")
         else:
             out.append(arg)
     return out
@@ -120,6 +130,8 @@ def take_secrets(environment: Any, **_: Any) -> None:
     if o is not None and getattr(o, "api_key", ""):
         state.api_key = o.api_key.strip() or None
         o.api_key = ""
+    if o is not None and getattr(o, "header", None):  # checked when the run starts
+        state.header_flags, o.header = list(o.header), []
     sys.argv[:] = _scrub_argv(sys.argv)
 
 
@@ -208,6 +220,9 @@ def add_options(parser: Any, **_: Any) -> None:
         if o.switch:
             parser.add_argument(o.flag, action="store_true", default=o.default, help=o.help,
                                 **extra)
+        elif o.repeat:
+            parser.add_argument(o.flag, action="append", type=str, default=[], help=o.help,
+                                **extra)
         else:
             parser.add_argument(o.flag, type=str, default=o.locust_default, help=o.help,
                                 **extra)
@@ -228,9 +243,27 @@ def options_from_locust(environment: Any) -> RunOptions:
     opts = run_options(values, host=environment.host or "", users=int(users),
                        api_key=state.api_key or api_key_from_env(),
                        run_time_s=float(run_time) if run_time else None,
-                       stop_timeout_s=float(environment.stop_timeout or 0))
+                       stop_timeout_s=float(environment.stop_timeout or 0),
+                       headers=_header_flags(state))
     # --headless: no web UI, so nobody reads the running figures; the file has them all
     return replace(opts, live_figures=environment.web_ui is not None)
+
+
+def _header_flags(state: PluginState) -> list[tuple[str, str]]:
+    """The `--header` flags: `anvil run`'s (by the environment, already checked there) and
+    Locust's own (`locust --header K=V`), each checked here."""
+    found: list[tuple[str, str]] = []
+    passed = os.environ.get(HEADERS_ENV)
+    if passed:
+        try:
+            table = orjson.loads(passed)
+        except orjson.JSONDecodeError:
+            table = None
+        if not isinstance(table, dict):
+            raise UsageError(f"${HEADERS_ENV} is not allowed as set; use a JSON object of "
+                             "header names and values (anvil run sets it from --header)")
+        found += [checked(f"${HEADERS_ENV}", k, v) for k, v in table.items()]
+    return found + [parse_header("--header", raw) for raw in state.header_flags]
 
 
 def _end_run(environment: Any) -> None:

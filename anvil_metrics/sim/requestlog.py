@@ -6,7 +6,12 @@ sees what was actually sent, so with this option it appends, for every
 `POST /v1/chat/completions` it receives, a line a test can compare turn by turn:
 
     {"t_ns": <perf_counter_ns at arrival>, "session": <the session header's value or null>,
-     "model": ..., "messages": [[role, characters, crc32 of the content], ...]}
+     "model": ..., "messages": [[role, characters, crc32 of the content], ...],
+     "headers": {<every header received, its name in lower case>: <its value>}}
+
+The headers are kept whole, an Authorization too: the file is a test's view of the wire (a
+run's `--header` flags arrive, and a credential's value reached the server while the run's
+own files keep it out).
 
 A message's content is summarised, not kept (a 393k-token prompt is ~1.5 MB): its length
 in characters and the CRC-32 of its UTF-8 bytes (of its JSON when the content is a list of
@@ -48,7 +53,8 @@ class RequestLog:
         line = {"t_ns": t_ns, "session": headers.get(self._header),
                 "model": data.get("model") if isinstance(data, dict) else None,
                 "messages": ([message_digest(m) for m in messages]
-                             if isinstance(messages, list) else None)}
+                             if isinstance(messages, list) else None),
+                "headers": dict(headers)}
         self._file.write(orjson.dumps(line) + b"\n")
         self._file.flush()
 

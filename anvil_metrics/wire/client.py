@@ -16,12 +16,13 @@ geventhttpclient's internals); which failure an exception is, `failures.py`'s ta
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import gevent
 import orjson
 
+from anvil_metrics.headers import head_lines
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire import truth
 from anvil_metrics.wire.failures import CAUGHT, classify
@@ -81,11 +82,12 @@ class ChatClient:
 
     def __init__(self, endpoint: Endpoint, api_key: str | None = None,
                  connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0,
-                 idle_timeout_s: float | None = None, total_timeout_s: float | None = None
-                 ) -> None:
+                 idle_timeout_s: float | None = None, total_timeout_s: float | None = None,
+                 extra_headers: Mapping[str, str] | None = None) -> None:
         """`network_timeout_s` bounds each wait until a stream's first output (headers and
         prefill, per read); once it has begun, `idle_timeout_s` bounds each silence;
-        `total_timeout_s` the whole request (checked per event)."""
+        `total_timeout_s` the whole request (checked per event); `extra_headers` (checked:
+        `anvil_metrics.headers`) go with every request, probes too."""
         self.endpoint = endpoint
         self.first_byte_s = network_timeout_s
         self.idle_s = idle_timeout_s or network_timeout_s
@@ -94,6 +96,7 @@ class ChatClient:
         key = api_key or endpoint.userinfo_key
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        headers.update(extra_headers or {})
         self.transport = Transport(endpoint.host, endpoint.port,
                                    tls=endpoint.scheme == "https", headers=headers,
                                    connect_timeout_s=connect_timeout_s,
@@ -104,9 +107,10 @@ class ChatClient:
                 "Content-Type: application/json", "Accept: text/event-stream"]
         if key:
             head.append(f"Authorization: Bearer {key}")
-        # the streamed request is written by hand (see stream_chat): these lines, a
-        # request's own header lines, then its Content-Length
-        self._head = ("\r\n".join(head) + "\r\n").encode("latin-1")
+        # the streamed request is written by hand (see stream_chat): these lines, the extra
+        # headers, a request's own header lines, then its Content-Length
+        self._head = ("\r\n".join(head) + "\r\n").encode("latin-1") + head_lines(
+            extra_headers or {})
 
     def close(self) -> None:
         self.transport.close()

@@ -157,6 +157,7 @@ def test_typed_and_text_values_give_the_same_run_options(tmp_path: Path) -> None
     again = run_options(vars(parsed), host="http://h:1", users=3, api_key=None)
     assert again == typed
     assert "--api-key" not in locust_args({"api_key": "sk-x", "warmup_requests": 0})
+    assert "--header" not in locust_args({"header": [("X-Api-Key", "sk-x")]})
     assert locust_args({"warmup_requests": 0, "recalibrate": False}) == [
         "--warmup-requests", "0"]
 
@@ -268,3 +269,18 @@ def test_a_budget_of_conversations_is_a_budget_for_windows_sweeps_and_duration()
     file_budget = run_options({"scenario": "scenarios/conversation.toml", "duration": "9s"},
                               host="http://h", users=2, api_key=None).scenario
     assert file_budget.load_mode == "duration" and file_budget.requests is None
+
+
+def test_header_flags_go_over_the_scenarios_table(tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO + '\n[headers]\nX-Tenant = "file"\n'
+                        'X-Team = "blue"\n')
+    a = cli.build_parser().parse_args(["run", str(sc), "-H", "http://h:1", "--header",
+                                       "x-tenant=flag", "--header", "X-Api-Key=sk-1"])
+    assert a.header == [("x-tenant", "flag"), ("X-Api-Key", "sk-1")]
+    opts = run_options({o.dest: getattr(a, o.dest) for o in OPTIONS if o.run} |
+                       {"scenario": a.scenario}, host=a.host, users=None, api_key=None,
+                       headers=a.header)
+    assert opts.scenario.headers == {"x-tenant": "flag", "X-Team": "blue", "X-Api-Key": "sk-1"}
+    with pytest.raises(UsageError, match="both given; use one"):
+        run_options({"scenario": str(sc)}, host="http://h:1", users=None, api_key="sk",
+                    headers=[("Authorization", "Basic x")])

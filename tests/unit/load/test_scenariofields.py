@@ -118,3 +118,15 @@ def test_every_key_a_table_allows_is_checked() -> None:
     for table, keys in tables.items():
         for key in sorted(keys) if table != "shared_prefix" else ():
             assert refused({**BASE, table: {key: []}}).field == f"{table}.{key}"
+
+
+def test_the_headers_table_is_checked_and_a_credential_never_shown() -> None:
+    v = scenario_fields({**BASE, "headers": {"X-Tenant": " a ", "X-Api-Key": "sk-9"}})
+    assert v["headers"] == {"X-Tenant": "a", "X-Api-Key": "sk-9"}
+    assert scenario_fields(BASE)["headers"] == {}
+    e = refused({**BASE, "headers": {"Host": "h"}})
+    assert e.field == "headers.Host" and "anvil writes itself" in str(e)
+    e = refused({**BASE, "headers": {"X-Api-Key": "sk-9\nX-B: 1"}})
+    assert e.field == "headers.X-Api-Key" and "sk-9" not in str(e), str(e)
+    assert refused({**BASE, "headers": {"X-N": 3}}).field == "headers.X-N"
+    assert refused({**BASE, "headers": "X-N=3"}).field == "headers"

@@ -80,6 +80,24 @@ def test_a_whole_document_names_what_is_missing_a_part_does_not() -> None:
     assert wrong[1].startswith("base_url: holds credentials") and "a:b" not in wrong[1]
 
 
+def test_request_headers_must_keep_every_credential_redacted() -> None:
+    ok: list[str] = []
+    check_run_fields({"schema": SCHEMA, "request_headers": {"X-Tenant": "a",
+                                                            "X-Api-Key": "[redacted]"}},
+                     ok, whole=False)
+    assert ok == []
+    leaked: list[str] = []
+    check_run_fields({"schema": SCHEMA, "request_headers": {"X-Tenant": "a",
+                                                            "Authorization": "Bearer sk-7"}},
+                     leaked, whole=False)
+    assert len(leaked) == 1 and leaked[0].startswith("request_headers.Authorization: a "
+                                                     "credential's value is stored")
+    assert "sk-7" not in leaked[0]
+    bad: list[str] = []
+    check_run_fields({"schema": SCHEMA, "request_headers": {"X-N": 3}}, bad, whole=False)
+    assert bad == ["request_headers: expected an object of header names and text values"]
+
+
 def test_finished_at_may_be_null_only_in_a_partial_run() -> None:
     for partial, count in ((True, 0), (False, 1)):
         problems: list[str] = []

@@ -19,6 +19,7 @@ import gevent
 import pytest
 from locust.argument_parser import get_empty_argument_parser
 
+from anvil_metrics.errors import UsageError
 from anvil_metrics.live.runctx import run_in_progress
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S
@@ -55,6 +56,29 @@ def test_the_key_leaves_the_options_and_argv(monkeypatch: pytest.MonkeyPatch) ->
     plugin.take_secrets(env)
     assert env.parsed_options.api_key == "" and plugin.plugin_state(env).api_key == "sk-1"
     assert sys.argv == ["locust", "--api-key", "", "--api-key=", "-u", "3"]
+
+
+def test_header_flags_leave_the_options_and_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`locust --header`: a header may be a credential, so every value leaves argv (Locust's
+    web UI re-parses it) and the options; they are checked when the run starts."""
+    monkeypatch.setattr(sys, "argv", ["locust", "--header", "X-Api-Key=sk-1",
+                                      "--header=X-Tenant=a", "-u", "3"])
+    env = SimpleNamespace(parsed_options=SimpleNamespace(header=["X-Api-Key=sk-1",
+                                                                 "X-Tenant=a"]))
+    plugin.take_secrets(env)
+    assert env.parsed_options.header == []
+    state = plugin.plugin_state(env)
+    assert state.header_flags == ["X-Api-Key=sk-1", "X-Tenant=a"]
+    assert sys.argv == ["locust", "--header", "", "--header=", "-u", "3"]
+    monkeypatch.setenv("ANVIL_HEADERS", '{"X-Team": "blue"}')  # `anvil run`'s flags
+    assert plugin._header_flags(state) == [("X-Team", "blue"), ("X-Api-Key", "sk-1"),
+                                           ("X-Tenant", "a")]
+    state.header_flags = ["X-Tenant"]
+    with pytest.raises(UsageError, match="'X-Tenant' is not allowed; use KEY=VALUE"):
+        plugin._header_flags(state)
+    monkeypatch.setenv("ANVIL_HEADERS", "[1]")
+    with pytest.raises(UsageError, match=r"\$ANVIL_HEADERS is not allowed as set"):
+        plugin._header_flags(state)
 
 
 def _environment(parsed: Any, host: str = "http://127.0.0.1:9",
