@@ -82,7 +82,10 @@ class Option:
 
     @property
     def locust_default(self) -> Any:
-        """The default on Locust's side: a form has no None, an empty field is "not set"."""
+        """The default on Locust's side: a form has no None, an empty field is "not set";
+        a repeated flag's is no value yet."""
+        if self.repeat:
+            return []
         return "" if self.default is None else self.default
 
     def value(self, raw: Any) -> Any:

@@ -88,9 +88,12 @@ def test_locust_parser_is_the_table() -> None:
             continue
         a = actions[o.flag]
         assert (a.dest, a.default, a.help) == (o.dest, o.locust_default, o.help), o.flag
-        assert (o.dest in web) == o.web_ui and (o.dest in secret) == o.secret, o.flag
+        assert (o.dest in web) == o.web_ui, o.flag
+        assert (o.dest in secret) == (o.secret and o.web_ui), o.flag
+        assert getattr(a, "is_secret", False) == o.secret, o.flag
         assert getattr(a, "env_var", None) == o.env_var, o.flag
         assert (a.nargs == 0) == o.switch, o.flag
+        assert (type(a).__name__ == "_AppendAction") == o.repeat, o.flag
     anvil_dests = {o.dest for o in OPTIONS if o.locust}
     assert set(web) & anvil_dests == {o.dest for o in OPTIONS if o.locust and o.web_ui}
     assert set(secret) == {"api_key"}
