@@ -61,6 +61,7 @@ RICH = {
                                "chat_template_kwargs": {"custom": [1, {"deep": None}]},
                                "logit_bias": {"50256": -100}}},
     "meta": {"engine": "vllm", "gpu": None, "model": "m"},
+    "headers": {"X-Tenant": "a", "X-Api-Key": "sk-h"},  # the workers send them too
     "timeouts": {"connect_s": 2, "first_byte_s": 12.5, "idle_s": 3.25, "total_s": 99},
 }
 SHARED = {"context_distribution": {"1024": 4, "2048": 4},
@@ -85,6 +86,7 @@ def test_the_setup_round_trips_and_builds_the_same_bodies(doc: dict, calibration
     wire = over_locust("anvil_setup", setup.to_wire())
     back = WorkerSetup.from_wire(wire)
     assert back == setup
+    assert back.scenario.headers == doc.get("headers", {})
     assert list(back.scenario.context_distribution) == list(setup.scenario.context_distribution)
     assert back.scenario.planned_sizes() == setup.scenario.planned_sizes()
     worker = WorkerSession(back, lambda t, d: None)
