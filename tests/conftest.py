@@ -57,6 +57,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of every child it has waited for (their children's,
+    when they waited for them: an `anvil run` counts its Locust process)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With `$ANVIL_TEST_CPU=FILE`, append `{"test", "cpu_s"}` per test: the CPU it cost,
+    its set-up and teardown included (a module's simulator is counted where it is reaped).
+    Where the suite's CPU goes, to cut it (`make test` must stay under 5 minutes)."""
+    path = os.environ.get("ANVIL_TEST_CPU")
+    if not path:
+        yield
+        return
+    before = _cpu_s()
+    yield
+    with open(path, "ab") as f:
+        f.write(orjson.dumps({"test": item.nodeid, "cpu_s": round(_cpu_s() - before, 3)})
+                + b"\n")
+
+
 @pytest.fixture
 def simulator() -> Iterator[Callable[..., SimProcess]]:
     """Factory: `simulator("--prefill-ms", "300", ...)` starts one; all stop at teardown."""
