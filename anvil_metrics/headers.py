@@ -5,8 +5,8 @@ a routing key, an API version). vLLM's, SGLang's and GuideLLM's benchmark tools 
 `--header KEY=VALUE`; anvil does too (repeatable, over a scenario's `[headers]` table: a
 flag wins over the table's header of the same name, names compared without case).
 
-A header whose name looks like a credential (`is_credential`: Authorization, Cookie, or a
-name holding "key", "token", "secret", "password" or "auth") is sent as given and never
+A header whose name looks like a credential (`is_credential`: a name holding "auth",
+"key", "token", "secret", "passw", "cookie" or "credential") is sent as given and never
 shown: the raw file, `benchmark.json`, logs and the web UI keep its name with its value
 `REDACTED`, as the API key is kept out. Its value reaches Locust by the environment, never
 on a command line (`ENV_VAR`).
