@@ -71,3 +71,40 @@ def test_a_csv_writer_whose_files_were_closed_ends_quietly(tmp_path, monkeypatch
     env.runner.quit()
     assert outcomes["repaired"] is None
     assert isinstance(outcomes["locust"], ValueError)
+
+
+def test_a_stop_logs_the_caller_locust_names_without_reading_any_source(monkeypatch,
+                                                                         caplog) -> None:
+    """`Runner.stop`'s debug line names the same caller as with Locust's own `inspect`
+    (`LocalRunner.stop`, which calls it), and no module's source is looked up for it
+    (`inspect.getmodule` mapped every loaded module's file)."""
+    import inspect
+    import logging
+
+    from locust import User, constant, runners
+    from locust.env import Environment
+
+    class Idle(User):
+        wait_time = constant(1)
+
+    def stop_line() -> str:
+        runner = Environment(user_classes=[Idle]).create_local_runner()
+        runner.state = "running"  # `stop` returns at once from "stopped"
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="locust.runners"):
+            runner.stop()
+        (line,) = [r.getMessage() for r in caplog.records if "called from" in r.getMessage()]
+        return line
+
+    assert runners.inspect is locustfix.CallerOnly
+    repaired = stop_line()
+    monkeypatch.setattr(runners, "inspect", inspect)
+    assert stop_line() == repaired
+    assert "locust/runners.py:" in repaired
+
+    monkeypatch.setattr(runners, "inspect", locustfix.CallerOnly)
+    looked_up = []
+    monkeypatch.setattr(inspect, "getmodule", lambda *a, **k: looked_up.append(a))
+    monkeypatch.setattr(inspect, "findsource", lambda *a, **k: looked_up.append(a))
+    assert stop_line() == repaired
+    assert looked_up == []
