@@ -17,8 +17,7 @@ the definitions gets the same bits (`(output_tokens − 1) / (generation_ms / 10
 `… * 1000 / …`).
 
 Adding a per-request metric is one `RowField` in `ROW` (a percentile: its `percentiles`
-pattern). Fields marked `added` may be absent from files written before them.
-"""
+pattern); an `added` one may be absent from files written before it."""
 
 from __future__ import annotations
 
@@ -30,9 +29,7 @@ import numpy as np
 
 Columns = Mapping[str, Any]  # field name -> float64 column, NaN for null
 PERCENTILES = (50, 95)
-
-# the `timing_methodology` entry that is not one field's: where every duration comes from
-CLOCK_METHODOLOGY = "client time.perf_counter"
+CLOCK_METHODOLOGY = "client time.perf_counter"  # where every duration comes from
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +302,10 @@ ROW: tuple[RowField, ...] = (
              "header, on the master's clock: the steady-state verdict's time line (null "
              "without the header's anchor)", presence="added", since=5,
              source="(start_ns − header.perf_anchor_ns) / 1e6"),
+    *(RowField(f"{k}_index", "", "count", True, f"the request's {k} in a mix: its position "
+               f"in mix.{ks}, which names it (null: {none})", presence="added", since=6,
+               source=f"extra.{k}_index") for k, ks, none in (("class", "classes", "no "
+               "request classes"), ("model", "models", "the run's own model"))),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}
@@ -442,7 +443,6 @@ def describe() -> list[tuple[str, str, str, str]]:
 
 
 # --- the public summary's figures and gates -------------------------------------------------
-
 
 @dataclass(frozen=True, slots=True)
 class SummaryFigure:

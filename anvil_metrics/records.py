@@ -357,7 +357,16 @@ def _extra_problem(d: dict[str, Any]) -> str | None:
     waited = (d.get("extra") or {}).get("waited_for_user", False)
     if not isinstance(waited, bool):
         return f"extra.waited_for_user must be true or false, got {show(waited)}"
-    return _conversation_problem(d.get("extra") or {})
+    return _conversation_problem(d.get("extra") or {}) or _mix_problem(d.get("extra") or {})
+
+
+def _mix_problem(x: dict[str, Any]) -> str | None:
+    """A mix's request (`extra.class_index`, `model_index`): positions, whole numbers."""
+    for key in ("class_index", "model_index"):
+        v = x.get(key)
+        if v is not None and (not _is_int(v) or not 0 <= v < COUNT_LIMIT):
+            return f"extra.{key} must be a whole number from 0, got {show(v)}"
+    return None
 
 
 def _conversation_problem(x: dict[str, Any]) -> str | None:

@@ -59,7 +59,8 @@ def _records() -> list[Any]:
         extra: dict[str, Any] = {"start_delay_ns": 100_000 * i, "waited_for_user": i == 4}
         # conversations of two turns: requests 1 and 2 are conversation 1, 3 and 4 are 3, …
         extra.update(conversation=i - 1 + i % 2, turn=2 - i % 2, turns=2,
-                     history_tokens=None if i % 2 else 130)
+                     history_tokens=None if i % 2 else 130,
+                     class_index=i % 2, model_index=i % 3)  # a mix's: 2 classes, 3 models
         if i == 6:
             recs.append(failed(i, start_ns=start, extra=extra))
         elif i == 8:
@@ -91,6 +92,9 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
         "request_headers": {"X-Tenant": "a", "X-Api-Key": "[redacted]"},
         "trace": {"file": "t.jsonl", "format": "mooncake", "speed": 2.0, "limit": None,
                   "block_tokens": 512, "model": None, "requests": 10, "expected_reuse": 0.5},
+        "mix": {"request_class": [{"name": "a", "weight": 1.0},
+                                  {"name": "b", "weight": 3.0, "model": "c"}],
+                "models": {"names": ["m", "lora"], "assignment": "round-robin"}, "seed": 0},
         "conversation": {"turns": 2, "turn_tokens": 64, "system_prompt_tokens": 0,
                          "prefix_tokens": 0, "think_time": 0, "history": "server",
                          "session_header": "X-Session-ID", "seed": 0},

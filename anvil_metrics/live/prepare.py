@@ -18,6 +18,7 @@ from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
     DatasetBodies,
+    MixBodies,
     TraceBodies,
     body_fields,
 )
@@ -55,7 +56,7 @@ class Prepared:
     model: str
     prompts: PromptFactory
     sizing: dict[str, Any]
-    bodies: BodyBuilder | TraceBodies | DatasetBodies
+    bodies: BodyBuilder | MixBodies | TraceBodies | DatasetBodies
     conversations: ConversationBodies | None = None
 
 
@@ -75,8 +76,14 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
             check_model_served(client, model)
         else:  # the server's own first model: nothing to check
             model = discover_model(client)
+        for name in sc.mix.model_names if sc.mix is not None else ():
+            check_model_served(client, name)  # a mix's models and adapters: each served
         fields = body_fields(sc, model)
         counter = server_counter(client, fields, opts.tokenizer_path)
+        mixed = sc.mix is not None and sc.conversation is None
+        planned = sizes  # request k's size is planned[k % len], or its class's own
+        if mixed:
+            sizes = sorted({*sizes, *sc.mix.class_sizes()})
         check_server_limit(counter.max_model_len, sizes, sc)
         if trace is not None:  # a replay: the trace's own prompts, no calibration
             return prepare_trace(opts, counter, model, nonce, trace)
@@ -92,8 +99,12 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
             return Prepared(model, prompts, sizing, bodies)
         prompts, sizing = prepare_prompts(opts, client, counter, fields, model, nonce, sizes,
                                           shared)
-        bodies = BodyBuilder(sc, model, prompts)
-        bodies.prepare(sizes)
+        if mixed:
+            bodies = MixBodies(sc, model, prompts, planned)
+            bodies.prepare()
+        else:
+            bodies = BodyBuilder(sc, model, prompts)
+            bodies.prepare(sizes)
         conversations = None
         if sc.conversation is not None and dataset is not None:  # a dataset's conversations
             conversations = ConversationBodies(sc, model, DatasetTurns(dataset, nonce))

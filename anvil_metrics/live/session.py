@@ -199,7 +199,9 @@ class RunSession:
         run_id, run_dir = _run_folder(opts)
         writer = RawWriter(run_dir / "requests.jsonl")
         params = _header_params(opts, endpoint, identity, ready, nonce, concurrency, shared_doc,
-                                _context_distribution(sc, budget), trace, dataset)
+                                _context_distribution(sc, getattr(ready.bodies, "planned",
+                                                                  budget.size_for)),
+                                trace, dataset)
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
@@ -317,14 +319,16 @@ def _run_folder(opts: RunOptions) -> tuple[str, Path]:
     return create_run_dir(opts.results_dir)
 
 
-def _context_distribution(sc: Scenario, budget: RequestBudget) -> dict[str, int] | None:
-    """How many measured requests plan each prompt size; None without a request budget
-    (counted at the end), and in a conversation run (a turn's size is its history's)."""
+def _context_distribution(sc: Scenario, size_for: Callable[[int], int | None]
+                          ) -> dict[str, int] | None:
+    """How many measured requests plan each prompt size (`size_for`: request k's, a mix's
+    class's own or the budget's); None without a request budget (counted at the end), and
+    in a conversation run (a turn's size is its history's)."""
     if sc.requests is None or sc.conversation is not None or sc.dataset is not None:
         return None
     distribution: dict[str, int] = {}
     for i in range(sc.requests):
-        key = str(budget.size_for(i))
+        key = str(size_for(i))
         distribution[key] = distribution.get(key, 0) + 1
     return distribution
 
@@ -386,6 +390,8 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         params["trace"] = sc.trace.to_params(trace)
     if sc.dataset is not None and dataset is not None:  # prompts from a file: which, how many
         params["dataset"] = sc.dataset.to_params(dataset)
+    if sc.mix is not None:  # request classes and models: the plan as checked (`mix.py`)
+        params["mix"] = sc.mix.to_table()
     if sc.headers:  # sent with every request; a credential's value never written
         params["request_headers"] = shown(sc.headers)
     params["server"] = _server_params(opts, endpoint, identity)

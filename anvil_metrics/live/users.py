@@ -173,6 +173,8 @@ class ChatStreamUser(User):
         )
         if talk is not None:
             obs.conversation = talk.extra()
+        elif (mix_extra := getattr(run.bodies, "extra", None)) is not None:
+            obs.mix = mix_extra(ticket.request_index)  # its class and model (a mix's)
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -89,6 +90,74 @@ class BodyBuilder:
         return b"".join(self.build_parts(size, request_index, warmup))
 
 
+class MixBodies:
+    """Single-turn bodies of a request mix (`mix.py`): request k's class and model choose
+    its fields (model, max_tokens, reasoning switches) and its planned size (the class's,
+    else the scenario's `sizes[k % len]`). One `BodyBuilder` per (class, model) pair, all
+    on one set of prompts, each made before the load (`prepare`)."""
+
+    def __init__(self, sc: Scenario, model: str, prompts: PromptFactory,
+                 sizes: list[int]) -> None:
+        assert sc.mix is not None
+        self.mix = sc.mix
+        self._sc, self._model, self.prompts, self._sizes = sc, model, prompts, sizes
+        self._builders: dict[tuple[int | None, int | None], BodyBuilder] = {}
+
+    def draw(self, index: int) -> tuple[int | None, int | None]:
+        """Request `index`'s (class, model) positions (`Mix.class_of`, `model_of`)."""
+        klass = self.mix.class_of(index)
+        return klass, self.mix.model_of(index, klass)
+
+    def planned(self, index: int) -> int:
+        klass = self.mix.class_of(index)
+        own = None if klass is None else self.mix.classes[klass].context_tokens
+        return own if own is not None else self._sizes[index % len(self._sizes)]
+
+    def all_sizes(self) -> list[int]:
+        """Every planned size a request of the run may have."""
+        return sorted({*self._sizes, *self.mix.class_sizes()})
+
+    def _builder(self, klass: int | None, model: int | None) -> BodyBuilder:
+        b = self._builders.get((klass, model))
+        if b is None:
+            sc = self._sc
+            if klass is not None:
+                c = self.mix.classes[klass]
+                sc = replace(sc, max_tokens=c.max_tokens or sc.max_tokens,
+                             reasoning_effort=c.reasoning_effort or sc.reasoning_effort,
+                             thinking_mode=c.thinking_mode or sc.thinking_mode)
+            name = self._model if model is None else self.mix.model_names[model]
+            b = self._builders[(klass, model)] = BodyBuilder(sc, name, self.prompts)
+        return b
+
+    def prepare(self) -> None:
+        """Size every prompt and serialise each pair's templates before the load."""
+        self.prompts.prepare(self.all_sizes())
+        pairs = [(k, m) for k in (range(len(self.mix.classes)) if self.mix.classes else [None])
+                 for m in self._models_of(k)]
+        for k, m in pairs:
+            own = None if k is None else self.mix.classes[k].context_tokens
+            for size in ([own] if own is not None else set(self._sizes)):
+                self._builder(k, m)._template(size)
+
+    def _models_of(self, klass: int | None) -> list[int | None]:
+        own = None if klass is None else self.mix.classes[klass].model
+        if own is not None:
+            return [self.mix.model_names.index(own)]
+        return list(range(len(self.mix.models.names))) if self.mix.models else [None]
+
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+        """Request `index`'s body (its class's size: `size`, the budget's, is not used)."""
+        klass, model = self.draw(index)
+        return self._builder(klass, model).build_parts(self.planned(index), index, warmup)
+
+    def extra(self, index: int) -> dict[str, int]:
+        """What request `index`'s record carries in `extra`: its class and model."""
+        klass, model = self.draw(index)
+        return {k: v for k, v in (("class_index", klass), ("model_index", model))
+                if v is not None}
+
+
 class ConversationBodies:
     """Request bodies of conversations: the scenario's fields around a conversation's
     messages so far. Each message is serialised once, when it joins the conversation, so
@@ -98,9 +167,12 @@ class ConversationBodies:
                  prompts: ConversationPrompts | DatasetTurns) -> None:
         assert sc.conversation is not None
         self.plan = sc.conversation
-        raw = orjson.dumps({**body_fields(sc, model), "messages": []})
-        # the last occurrence: the key is added last (extra_body may nest a "messages")
-        self._head, self._tail = raw.rsplit(b'"messages":[]', 1)
+        self.mix = sc.mix if sc.mix is not None and sc.mix.models is not None else None
+        names = [model] if self.mix is None else list(self.mix.model_names)
+        # each model's body around the messages; the last occurrence: the key is added
+        # last (extra_body may nest a "messages")
+        self._ends = [tuple(orjson.dumps({**body_fields(sc, name), "messages": []}).rsplit(
+            b'"messages":[]', 1)) for name in names]
         self.prompts = prompts
 
     def start(self, conversation: int) -> Conversation:
@@ -113,8 +185,10 @@ class ConversationBodies:
         opening = [orjson.dumps(m) for m in p.opening(conversation)]
         fixed = p.turns(conversation)  # a dataset's conversation: its own, at most the plan's
         fixed = None if fixed is None else min(fixed, self.plan.max_turns)
+        # a conversation keeps one model: its number's draw (`mix.py`)
+        model = None if self.mix is None else self.mix.model_of(conversation, None)
         return Conversation(self, conversation, opening, self.plan.draws(conversation, fixed),
-                            header)
+                            header, model)
 
 
 class Conversation:
@@ -122,11 +196,14 @@ class Conversation:
     carry (`extra`: conversation, turn, turns, history_tokens)."""
 
     __slots__ = ("_bodies", "index", "turn", "_messages", "draws", "header",
-                 "history_tokens")
+                 "history_tokens", "model", "_ends")
 
     def __init__(self, bodies: ConversationBodies, index: int, messages: list[bytes],
-                 draws: ConversationDraws, header: bytes = b"") -> None:
+                 draws: ConversationDraws, header: bytes = b"",
+                 model: int | None = None) -> None:
         self._bodies = bodies
+        self.model = model  # its model's position in the mix's `model_names` (None: the run's)
+        self._ends = bodies._ends[model or 0]
         self.index = index
         self.turn = 0  # user turns sent so far
         self._messages = messages
@@ -148,12 +225,17 @@ class Conversation:
         self.turn += 1
         b = self._bodies
         self._messages.append(orjson.dumps(b.prompts.user_message(self.index, self.turn)))
-        return (b._head, b'"messages":[', b",".join(self._messages), b"]", b._tail)
+        head, tail = self._ends
+        return (head, b'"messages":[', b",".join(self._messages), b"]", tail)
 
     def extra(self) -> dict[str, int | None]:
-        """What the current turn's record carries in `extra`."""
-        return {"conversation": self.index, "turn": self.turn, "turns": self.draws.turns,
-                "history_tokens": self.history_tokens}
+        """What the current turn's record carries in `extra` (`model_index` with a mix's
+        models)."""
+        out = {"conversation": self.index, "turn": self.turn, "turns": self.draws.turns,
+               "history_tokens": self.history_tokens}
+        if self.model is not None:
+            out["model_index"] = self.model
+        return out
 
     def answered(self, content: str, prompt_tokens: int | None) -> None:
         """The server's answer to the last turn (its `content`; reasoning is not history)

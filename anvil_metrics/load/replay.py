@@ -56,6 +56,9 @@ def replay_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
     if sc.conversation is not None or sc.shared_prefix_burst:
         raise UsageError(f"--trace is not allowed with {sc.source or 'the scenario'}: its "
                          "[conversation] or shared-prefix bursts make the load itself")
+    if sc.mix is not None:
+        raise UsageError(f"--trace is not allowed with {sc.source or 'the scenario'}: its "
+                         "[[request_class]] or [models] shape each request, as the trace does")
     limits = [n for n in (v.get("trace_limit"), v.get("requests")) if n is not None]
     plan = TracePlan(v["trace"], v.get("trace_format"), v.get("trace_speed") or 1.0,
                      min(limits) if limits else None,
@@ -72,6 +75,10 @@ def dataset_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
     if sc.trace is not None or sc.shared_prefix_burst:
         raise UsageError("--dataset is not allowed with --trace or shared-prefix bursts: "
                          "those make their own prompts")
+    if sc.mix is not None:
+        raise UsageError(f"--dataset is not allowed with {sc.source or 'the scenario'}: its "
+                         "[[request_class]] or [models] shape each request, as the dataset "
+                         "does")
     plan = DatasetPlan(v["dataset"], v.get("dataset_format"))
     plan.read()
     return replace(sc, dataset=plan)

@@ -76,6 +76,7 @@ from anvil_metrics.errors import UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.load.conversation import ConversationPlan, dist_from_text
 from anvil_metrics.load.dataset import DatasetPlan
+from anvil_metrics.load.mix import Mix
 from anvil_metrics.load.scenariofields import Timeouts, scenario_fields
 from anvil_metrics.load.trace import TracePlan
 
@@ -117,6 +118,7 @@ class Scenario:
     conversation: ConversationPlan | None = None  # multi-turn (`conversation.py`)
     trace: TracePlan | None = None  # a replayed trace (`replay.py`; set by --trace)
     dataset: DatasetPlan | None = None  # prompts from a file (`dataset.py`; --dataset)
+    mix: Mix | None = None  # request classes and models (`mix.py`)
     source: str | None = None
 
     @property
@@ -218,6 +220,11 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     if sc.conversation is not None:
         doc["conversation"] = sc.conversation.to_table()
         del doc["context_distribution"]  # the default one, which a conversation ignores
+    if sc.mix is not None:  # its seed is context_seed's
+        if sc.mix.classes:
+            doc["request_class"] = [c.to_table() for c in sc.mix.classes]
+        if sc.mix.models is not None:
+            doc["models"] = sc.mix.models.to_table()
     if sc.shared_prefix_burst:
         sp: dict[str, Any] = {"prefix_tokens": sc.shared_prefix_tokens}
         if sc.shared_group_size is not None:

@@ -21,10 +21,9 @@ from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.headers import REDACTED, is_credential, problem
 from anvil_metrics.load.conversation import parse_conversation
 from anvil_metrics.load.loadspec import arrivals_of, duration_of, steps_of
+from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, parse_mix
 from anvil_metrics.prep.prompts import MAX_GROUP_SIZE, MIN_UNIQUE_TOKENS
 
-THINKING_MODES = ("default", "on", "off")
-REASONING_EFFORTS = ("low", "medium", "high")
 META_KEYS = ("model", "engine", "gpu", "tier", "manifest", "source_recipe")
 
 _TOP_KEYS = {
@@ -55,6 +54,8 @@ _TOP_KEYS = {
     "warmup",
     "cooldown",
     "conversation",
+    "request_class",
+    "models",
 }
 # the chat header and the group's head line alone are ~10-20 tokens: a shared prefix
 # shorter than this would not be what the run reports
@@ -277,6 +278,32 @@ def _conversation(data: dict[str, Any], v: dict[str, Any], src: str | None) -> N
                    f"= {longest}", src)
 
 
+def _mix(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
+    """[[request_class]] and [models] (`mix.py`): each class's size and answer fit the
+    context; classes shape single-turn requests, so none beside a conversation or bursts."""
+    mix = parse_mix(data.get("request_class"), data.get("models"), v["context_seed"], src)
+    v["mix"] = mix
+    if mix is None or not mix.classes:
+        return
+    if v["conversation"] is not None:
+        raise _err("request_class", data["request_class"], "no request classes with "
+                   "[conversation] (a conversation's turns have one shape; [models] does "
+                   "assign each conversation a model)", src)
+    if v["shared_prefix_burst"]:
+        raise _err("serve_flags.shared_prefix_burst", True, "false with request classes",
+                   src)
+    largest = max(v["context_distribution"])
+    for i, c in enumerate(mix.classes):
+        size = c.context_tokens or largest
+        answer = c.max_tokens or v["max_tokens"]
+        if size + answer > v["max_context_tokens"]:
+            key = "context_tokens" if c.context_tokens else "max_tokens"
+            raise _err(f"request_class[{i}].{key}", getattr(c, key) or answer,
+                       f"a size whose prompt + max_tokens fits max_context_tokens "
+                       f"({v['max_context_tokens']}): {size} + {answer} = {size + answer}",
+                       src)
+
+
 def _extra_body(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
     """`request.extra_body`: JSON fields merged into every body, none that anvil sets."""
     extra = _table(data, "request", _TABLE_KEYS["request"], src).get("extra_body", {})
@@ -346,6 +373,7 @@ _RULES: tuple[_Field | _Check, ...] = (
     _Field("serve_flags.shared_prefix_burst", "flag", False),
     _shared_prefix,
     _conversation,
+    _mix,
     _Field("request.include_usage", "flag", True),
     _Field("request.fixed_output_tokens", "flag", False),
     _extra_body,

@@ -32,6 +32,7 @@ from anvil_metrics.post.conversations import build_conversation
 from anvil_metrics.post.derive import RowColumns, durations_ms, rows_from_raw
 from anvil_metrics.post.goodput import goodput
 from anvil_metrics.post.loadblock import build_load
+from anvil_metrics.post.mixblock import build_mix
 from anvil_metrics.post.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.post.rawread import RawRun
 from anvil_metrics.post.steady import steady_of
@@ -175,11 +176,13 @@ def _anchor(header: Mapping[str, Any]) -> int | None:
 def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowColumns
                      ) -> None:
     """The blocks of a load that is more than single prompts: a multi-turn run's
-    `conversation`, a replay's `trace`."""
+    `conversation`, a replay's `trace`, a request mix's `mix`."""
     if isinstance(params.get("conversation"), dict):
         doc["conversation"] = build_conversation(params["conversation"], rows)
     if isinstance(params.get("trace"), dict):
         doc["trace"] = build_trace(params["trace"], rows)
+    if isinstance(params.get("mix"), dict):
+        doc["mix"] = build_mix(params["mix"], rows)
     if isinstance(params.get("dataset"), dict):  # as the header says: no figure of its own
         doc["dataset"] = {k: params["dataset"].get(k) for k in ("file", "format", "entries")}
     if isinstance(params.get("request_headers"), dict):  # redacted before the raw file

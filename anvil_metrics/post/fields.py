@@ -93,6 +93,9 @@ RUN: Text = {
                "window; absent in files from before the block"),
     "conversation": ("", "a multi-turn run's conversations and each turn's figures; absent "
                      "without a [conversation]"),
+    "mix": ("", "a request mix's classes and models: each one's share beside its planned "
+            "share, and its own latencies (post/mixblock.py); absent without "
+            "[[request_class]] or [models]"),
     "trace": ("", "a replayed trace: what was replayed, and the prefix reuse it allows beside "
               "the server's; absent without --trace"),
     "steady_state": ("", "did the run reach a steady state: the plateau of its load and whether "
@@ -262,6 +265,30 @@ STEADY_METRIC: Text = {
     "shift_pct": ("%", "the quarter p50 furthest from the plateau's p50, relative to it"),
     "p_value": ("", "Mann-Whitney U p of that quarter's values against the other quarters'"),
     "moved": ("", "some quarter's p50 is more than 10 % from the plateau's with p < 0.001"),
+}
+
+MIX: Text = {
+    "plan": ("", "the [[request_class]] tables (as request_class), the [models] table and the "
+             "draws' seed (the scenario's context_seed), as checked (load/mix.py)"),
+    "classes": ("", "one block per request class, in the plan's order; [] without classes"),
+    "models": ("", "one block per model a request may name ([models]' names, then the "
+               "classes' own); [] without models"),
+}
+
+MIX_GROUP: Text = {
+    "name": ("", "the class's (model's) name"),
+    "expected_share": ("", "its planned probability for one request: weight / Σ weights for a "
+                       "class; for a model, its assignment's probability, a class's own model "
+                       "counted in that class's share"),
+    "requests": ("", "completed requests of it"),
+    "share": ("", "requests / the completed requests that have a class (a model); null when "
+              "none has"),
+    "ttft_p50_ms": ("ms", "nearest-rank p50 of its rows' ttft_ms"),
+    "ttft_p95_ms": ("ms", "nearest-rank p95 of its rows' ttft_ms"),
+    "e2e_p50_ms": ("ms", "nearest-rank p50 of its rows' e2e_ms"),
+    "e2e_p95_ms": ("ms", "nearest-rank p95 of its rows' e2e_ms"),
+    "prompt_tokens_mean": ("tok", "mean prompt_tokens of its rows that have it"),
+    "output_tokens_mean": ("tok", "mean output_tokens of its rows"),
 }
 
 CONVERSATION_TURN: Text = {

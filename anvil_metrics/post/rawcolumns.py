@@ -57,6 +57,8 @@ RAW_COLUMNS = (
     "conversation_id",  # extra.conversation: a conversation's number (its first request index)
     "turn",  # extra.turn: the request's user turn in its conversation, from 1
     "history_tokens",  # extra.history_tokens: the previous turn's usage.prompt_tokens
+    "class_index",  # extra.class_index: a mix's request class (a position in its plan)
+    "model_index",  # extra.model_index: a mix's model (a position in its model names)
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -177,6 +179,25 @@ def _turn_columns(x: dict[str, Any]) -> tuple[int, int, int] | None:
     return conv, turn, history
 
 
+def _position(v: Any) -> bool:
+    """A mix's `extra.class_index` / `model_index` as `records._mix_problem` accepts it
+    (NULL: the record has none)."""
+    return v is NULL or (type(v) is int and 0 <= v < COUNT_LIMIT)
+
+
+_NO_WORKLOAD = (NULL, NULL, NULL, NULL, NULL)  # no conversation's turn, no mix's request
+
+
+def _workload_columns(x: dict[str, Any]) -> tuple[int, ...] | None:
+    """(conversation, turn, history_tokens, class_index, model_index) of a record's
+    `extra`, NULL where it has none; None when one is not what `records` accepts."""
+    turn_of = _turn_columns(x) if "conversation" in x else _NO_TURN
+    klass, model = x.get("class_index", NULL), x.get("model_index", NULL)
+    if turn_of is None or not (_position(klass) and _position(model)):
+        return None
+    return (*turn_of, klass, model)
+
+
 class ColumnBuilder:
     """Rows of `RAW_COLUMNS`, appended one record at a time, held as int64.
 
@@ -232,7 +253,7 @@ class ColumnBuilder:
         last = first if fc is None else fc
         if first < s or last < first or (e is not None and e < last):
             return False
-        delay, waited, chunk, turn_of = NULL, False, NULL, _NO_TURN
+        delay, waited, chunk, turn_of = NULL, False, NULL, _NO_WORKLOAD
         if x:
             chunk = x.get("first_chunk_ns", NULL)
             if chunk is not NULL:
@@ -247,7 +268,7 @@ class ColumnBuilder:
             elif not 0 <= delay < hi:
                 return False
             waited = x.get("waited_for_user", False)
-            turn_of = _turn_columns(x) if "conversation" in x else _NO_TURN
+            turn_of = _workload_columns(x)
             if type(waited) is not bool or turn_of is None:
                 return False
         out, from_usage, prompt, cached, reasoning = usage_counts(u, rc, cc)

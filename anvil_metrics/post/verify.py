@@ -31,6 +31,7 @@ from anvil_metrics.post.conversations import check_conversation
 from anvil_metrics.post.derive import RowColumns, derive_columns
 from anvil_metrics.post.goodput import check_goodput
 from anvil_metrics.post.loadblock import check_load
+from anvil_metrics.post.mixblock import check_mix
 from anvil_metrics.post.schema import fmt, same
 from anvil_metrics.post.steady import check_steady
 from anvil_metrics.post.steps import check_steps
@@ -110,6 +111,7 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
     check_load(doc, rows if all_typed else None, problems)
     check_steps(doc, rows if all_typed else None, problems)
     check_conversation(doc, rows if all_typed else None, problems)
+    check_mix(doc, rows if all_typed else None, problems)
     check_trace(doc, rows if all_typed else None, problems)
     check_steady(doc, rows if all_typed else None, problems)
     _check_counts(doc, problems, n_rows)

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics import catalog
-from anvil_metrics.post import conversations, fields, loadblock, schema, steady, steps
+from anvil_metrics.post import conversations, fields, loadblock, mixblock, schema, steady, steps
 from anvil_metrics.records import COUNT_LIMIT, ENDED_BY, FAILURE_KINDS, PHASES
 from anvil_metrics.schemas import fieldsdoc, verdicts
 from anvil_metrics.schemas.parts import (
@@ -160,6 +160,18 @@ def _conversation() -> dict[str, Any]:
     return nullable(obj(props, text=fields.CONVERSATION))
 
 
+def _mix() -> dict[str, Any]:
+    """The `mix` block (`post/mixblock.py`)."""
+    mean = nullable(NUMBER)
+    group = {"name": STRING, "expected_share": NUMBER, "requests": COUNT, "share": mean,
+             **{k: mean for k in mixblock.GROUP_KEYS[4:]}}
+    groups = {"type": "array", "items": obj(group, text=fields.MIX_GROUP)}
+    props = {"plan": {"type": "object"}, "classes": groups, "models": groups}
+    assert tuple(props) == mixblock.BLOCK_KEYS
+    assert tuple(group) == mixblock.GROUP_KEYS
+    return nullable(obj(props, text=fields.MIX))
+
+
 def _steady() -> dict[str, Any]:
     """The `steady_state` block (`post/steady.py`)."""
     metric = {"p50": NUMBER, "p95": NUMBER, "p99": NUMBER,
@@ -243,6 +255,7 @@ def benchmark_schema() -> dict[str, Any]:
         "steps": nullable({"type": "array", "items": _step()}),
         "server": _server(),
         "conversation": _conversation(),
+        "mix": _mix(),
         "dataset": nullable(obj({"file": STRING, "format": nullable(STRING),
                                  "entries": COUNT}, text=fields.DATASET)),
         "trace": nullable(obj({"file": STRING, "format": nullable(STRING),

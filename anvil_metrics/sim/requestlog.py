@@ -6,7 +6,7 @@ sees what was actually sent, so with this option it appends, for every
 `POST /v1/chat/completions` it receives, a line a test can compare turn by turn:
 
     {"t_ns": <perf_counter_ns at arrival>, "session": <the session header's value or null>,
-     "model": ..., "messages": [[role, characters, crc32 of the content], ...],
+     "model": ..., "max_tokens": ..., "messages": [[role, characters, crc32 of the content], ...],
      "headers": {<every header received, its name in lower case>: <its value>}}
 
 The headers are kept whole, an Authorization too: the file is a test's view of the wire (a
@@ -52,6 +52,7 @@ class RequestLog:
         messages = data.get("messages") if isinstance(data, dict) else None
         line = {"t_ns": t_ns, "session": headers.get(self._header),
                 "model": data.get("model") if isinstance(data, dict) else None,
+                "max_tokens": data.get("max_tokens") if isinstance(data, dict) else None,
                 "messages": ([message_digest(m) for m in messages]
                              if isinstance(messages, list) else None),
                 "headers": dict(headers)}

@@ -67,6 +67,7 @@ class StreamObserver:
         "waited_for_user",
         "text",
         "conversation",
+        "mix",
     )
 
     def __init__(
@@ -111,6 +112,8 @@ class StreamObserver:
         # a conversation's turn: what its record carries in `extra` (conversation, turn,
         # turns, history_tokens); None for a single-turn request
         self.conversation: dict[str, int | None] | None = None
+        # a request of a mix (`load/mix.py`): its class_index and model_index for `extra`
+        self.mix: dict[str, int] | None = None
 
     def begin(self, t_ns: int, due_ns: int | None = None, *,
               waited_for_user: bool | None = None) -> None:
@@ -262,6 +265,8 @@ class StreamObserver:
             extra["waited_for_user"] = True
         if self.conversation is not None:
             extra.update(self.conversation)
+        if self.mix is not None:
+            extra.update(self.mix)
         if self.truth is not None:
             extra["server"] = self.truth.stamps
         return extra

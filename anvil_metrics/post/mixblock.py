@@ -1,0 +1,152 @@
+"""A request mix's `mix` block: each class's and each model's share and figures.
+
+Why a block of its own: a run of short chat turns and long summaries, or of one base
+model and its LoRA adapters, answers "how did each fare?", which the run-wide `metrics`
+cannot: they pool every class. So each class and each model gets its share beside the
+share it was planned to have, and its own latencies.
+
+    "mix": {
+      "plan": {...},                    # the [[request_class]] / [models] tables and the
+                                        # seed of the draws, as checked (load/mix.py)
+      "classes": [{"name": "chat", "expected_share": 0.75, "requests": 1497,
+                   "share": 0.7485, "ttft_p50_ms": …, "ttft_p95_ms": …,
+                   "e2e_p50_ms": …, "e2e_p95_ms": …, "prompt_tokens_mean": …,
+                   "output_tokens_mean": …}, …],      # [] without classes
+      "models": [{"name": "lora-a", …same keys}, …]   # [] without models
+    }
+
+Definitions: a group's rows are the completed requests whose `class_index` (or
+`model_index`) is its position; `requests` counts them; `share` is that count over the
+completed rows that have a class (a model), null when none has; `expected_share` is the
+plan's probability (`Mix.class_shares`, `model_shares`); percentiles are nearest-rank
+(`stats`); a mean is over the group's rows that have the value, null when none has.
+`anvil verify` recomputes the whole block from the rows and the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from anvil_metrics.errors import ScenarioError
+from anvil_metrics.load.mix import Mix, mix_from_table
+from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.schema import fmt, same
+from anvil_metrics.post.stats import nearest_rank_columns
+
+BLOCK_KEYS = ("plan", "classes", "models")
+GROUP_KEYS = ("name", "expected_share", "requests", "share", "ttft_p50_ms", "ttft_p95_ms",
+              "e2e_p50_ms", "e2e_p95_ms", "prompt_tokens_mean", "output_tokens_mean")
+_COLUMNS = {"classes": "class_index", "models": "model_index"}
+
+
+def _mean(values: Any) -> float | None:
+    v = values[~np.isnan(values)]
+    return float(v.mean()) if len(v) else None
+
+
+def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
+            expected: tuple[float, ...]) -> list[dict[str, Any]]:
+    present = rows.present[column]
+    index = rows.counts[column]
+    total = int(present.sum())
+    out = []
+    for i, (name, share) in enumerate(zip(names, expected, strict=True)):
+        mine = rows.select(present & (index == i))
+        ttft, e2e = mine.values("ttft_ms"), mine.values("e2e_ms")
+        t50, t95 = nearest_rank_columns(ttft[~np.isnan(ttft)], (50, 95))
+        e50, e95 = nearest_rank_columns(e2e[~np.isnan(e2e)], (50, 95))
+        out.append({"name": name, "expected_share": share, "requests": len(mine),
+                    "share": len(mine) / total if total else None,
+                    "ttft_p50_ms": t50, "ttft_p95_ms": t95, "e2e_p50_ms": e50,
+                    "e2e_p95_ms": e95, "prompt_tokens_mean": _mean(mine.values("prompt_tokens")),
+                    "output_tokens_mean": _mean(mine.values("output_tokens"))})
+    return out
+
+
+def build_mix(table: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
+    """The block (module docstring) of a run whose `params.mix` is `table`, from its rows."""
+    mix = mix_from_table(table, "params.mix")
+    return {"plan": mix.to_table(),
+            "classes": _groups(rows, "class_index", tuple(c.name for c in mix.classes),
+                               mix.class_shares()) if mix.classes else [],
+            "models": _groups(rows, "model_index", mix.model_names, mix.model_shares())}
+
+
+def _plan(block: Mapping[str, Any], problems: list[str]) -> Mix | None:
+    try:
+        return mix_from_table(block["plan"], "mix.plan")
+    except ScenarioError as e:
+        problems.append(f"mix.plan: {e}")
+        return None
+
+
+def check_mix(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+    """The `mix` block recomputed from the rows (when they are well-typed), and rows that
+    name a class or model only in a run that has a mix."""
+    block = doc.get("mix")
+    if block is None:
+        for column in _COLUMNS.values():
+            if rows is not None and column not in rows.absent and rows.present[column].any():
+                problems.append(f"request_timings[].{column}: set, but the file has no mix "
+                                "block")
+        return
+    if not isinstance(block, dict) or set(block) != set(BLOCK_KEYS):
+        problems.append(f"mix: expected an object with keys {list(BLOCK_KEYS)}, file has "
+                        f"{fmt(block if not isinstance(block, dict) else sorted(block))}")
+        return
+    mix = _plan(block, problems)
+    if mix is None or rows is None:
+        return
+    for key, column in _COLUMNS.items():
+        if column in rows.absent:
+            problems.append(f"request_timings[]: a run with a mix has {column} in every row")
+            return
+        size = len(mix.classes) if key == "classes" else len(mix.model_names)
+        if (rows.counts[column][rows.present[column]] >= size).any():
+            problems.append(f"request_timings[].{column}: a position past the plan's "
+                            f"{size} {key}")
+            return
+    want = build_mix(block["plan"], rows)
+    for key in ("classes", "models"):
+        got = block[key]
+        if not isinstance(got, list) or len(got) != len(want[key]):
+            problems.append(f"mix.{key}: expected {len(want[key])} entries, file has "
+                            f"{fmt(got)}")
+            continue
+        for i, (g, w) in enumerate(zip(got, want[key], strict=True)):
+            if not isinstance(g, dict) or set(g) != set(GROUP_KEYS):
+                problems.append(f"mix.{key}[{i}]: expected keys {list(GROUP_KEYS)}")
+                continue
+            for k in GROUP_KEYS:
+                if not same(g[k], w[k]):
+                    problems.append(f"mix.{key}[{i}].{k}: file has {fmt(g[k])}, recomputed "
+                                    f"{fmt(w[k])} from the rows")
+
+
+def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The CLI's lines for the `mix` block (none without one): a row per class and model."""
+    b = doc.get("mix")
+    if not isinstance(b, dict):
+        return []
+
+    def num(v: Any, spec: str) -> str:
+        return "null" if v is None else format(v, spec)
+
+    lines = []
+    for key, title in (("classes", "class"), ("models", "model")):
+        groups = b.get(key) or []
+        if not groups:
+            continue
+        lines.append(f"{title:<16}{'requests':>10}{'share':>8}{'planned':>9}{'ttft p50':>11}"
+                     f"{'ttft p95':>11}{'e2e p50':>11}  (ms)")
+        for g in groups:
+            lines.append(f"{str(g.get('name'))[:15]:<16}{g.get('requests'):>10}"
+                         f"{num(g.get('share'), '.3f'):>8}"
+                         f"{num(g.get('expected_share'), '.3f'):>9}"
+                         f"{num(g.get('ttft_p50_ms'), ',.1f'):>11}"
+                         f"{num(g.get('ttft_p95_ms'), ',.1f'):>11}"
+                         f"{num(g.get('e2e_p50_ms'), ',.1f'):>11}")
+    return lines
