@@ -66,10 +66,10 @@ import gevent.event
 import orjson
 from locust.runners import STATE_MISSING
 
-from anvil_metrics.post import saturation
-from anvil_metrics.live.control import Ticket
 from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.control import Ticket
+from anvil_metrics.post import saturation
 from anvil_metrics.records import Failure, RequestRecord, record_problem
 
 log = logging.getLogger("anvil")

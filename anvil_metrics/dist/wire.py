@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics.errors import MISSING, ScenarioError, WireError
-from anvil_metrics.prep.prompts import Calibration, SharedPrefix
-from anvil_metrics.load.scenario import Scenario, scenario_from_dict, scenario_to_dict
 from anvil_metrics.load.dataset import DatasetPlan
+from anvil_metrics.load.scenario import Scenario, scenario_from_dict, scenario_to_dict
 from anvil_metrics.load.trace import TracePlan
 from anvil_metrics.post.schema import CALIBRATION_METHODS
+from anvil_metrics.prep.prompts import Calibration, SharedPrefix
 
 log = logging.getLogger("anvil")
 

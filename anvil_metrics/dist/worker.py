@@ -22,19 +22,24 @@ import gevent.event
 import orjson
 from greenlet import GreenletExit
 
-from anvil_metrics.post import saturation
-from anvil_metrics.load.body import BodyBuilder, ConversationBodies, DatasetBodies, TraceBodies
-from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
-from anvil_metrics.prep.turns import ConversationPrompts, TurnTexts
-from anvil_metrics.live.loadwindow import LoadWindow
-from anvil_metrics.live.control import Ticket
-from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
-from anvil_metrics.prep.traceprompts import TracePrompts
-from anvil_metrics.prep.prompts import PromptFactory
+from anvil_metrics.live.control import Ticket
+from anvil_metrics.live.duetimer import DueTimer
+from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.recorder import Recorder
+from anvil_metrics.load.body import (
+    BodyBuilder,
+    ConversationBodies,
+    DatasetBodies,
+    MixBodies,
+    TraceBodies,
+)
+from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
+from anvil_metrics.prep.prompts import PromptFactory
+from anvil_metrics.prep.traceprompts import TracePrompts
+from anvil_metrics.prep.turns import ConversationPrompts, TurnTexts
 from anvil_metrics.records import Failure, RequestRecord, worker_identity
 from anvil_metrics.urls import Endpoint, api_key_from_env
 
@@ -47,8 +52,9 @@ class RemoteBudget:
     """The worker's view of the master's request budget: `take()` (`take_followup()`) asks
     the master for a ticket (a conversation's next turn) and waits for it, and for its due
     time (an open loop's ticket comes `master.TICKET_LEAD_NS` early, its due time on this
-    worker's clock); `give_back` is a no-op (the record returns the ticket). A None ends the asking, but for a budget of
-    `conversations` a start's None ends only the starts: later turns are still asked for."""
+    worker's clock); `give_back` is a no-op (the record returns the ticket). A None ends
+    the asking, but for a budget of `conversations` a start's None ends only the starts:
+    later turns are still asked for."""
 
     def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str,
                  conversations: bool = False) -> None:
@@ -193,7 +199,7 @@ class WorkerSession:
                                 words=setup.words, prefix_words=setup.prefix_words)
         sc = setup.scenario
         dataset = sc.dataset.read() if sc.dataset is not None else None  # the same file
-        self.bodies: BodyBuilder | TraceBodies | DatasetBodies
+        self.bodies: BodyBuilder | MixBodies | TraceBodies | DatasetBodies
         if sc.trace is not None:  # a replay: the same trace file, read here
             self.bodies = TraceBodies(sc, setup.model, sc.trace.read(),
                                       TracePrompts(setup.run_nonce, sc.trace.block_tokens,
@@ -201,6 +207,9 @@ class WorkerSession:
                                       setup.run_nonce)
         elif dataset is not None and sc.conversation is None:
             self.bodies = DatasetBodies(sc, setup.model, dataset, setup.dataset_counted)
+        elif sc.mix is not None and sc.conversation is None:  # each request's class, model
+            self.bodies = MixBodies(sc, setup.model, prompts, setup.sizes)
+            self.bodies.prepare()  # the master sized its classes' prompts too (`words`)
         else:
             self.bodies = BodyBuilder(sc, setup.model, prompts)
             self.bodies.prepare(setup.sizes)

@@ -32,7 +32,13 @@ from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.load.arrivals import Schedule
-from anvil_metrics.load.body import BodyBuilder, ConversationBodies, DatasetBodies, TraceBodies
+from anvil_metrics.load.body import (
+    BodyBuilder,
+    ConversationBodies,
+    DatasetBodies,
+    MixBodies,
+    TraceBodies,
+)
 from anvil_metrics.load.dataset import DatasetEntry
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.replay import TraceSchedule
@@ -55,7 +61,8 @@ log = logging.getLogger("anvil")
 class RunSession:
     def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
-                 bodies: BodyBuilder | TraceBodies | DatasetBodies, budget: RequestBudget,
+                 bodies: BodyBuilder | MixBodies | TraceBodies | DatasetBodies,
+                 budget: RequestBudget,
                  header: dict[str, Any],
                  prompts: PromptFactory | None = None, controls: Controls = NO_CONTROLS,
                  on_end: Callable[[], None] | None = None,

@@ -189,3 +189,33 @@ def test_a_conversation_keeps_its_model(tmp_path: Path) -> None:
     doc = load_json(result_path(proc))
     assert sum(m["requests"] for m in doc["mix"]["models"]) == 24
     assert doc["mix"]["classes"] == []
+
+
+def test_workers_send_the_same_draws(tmp_path: Path) -> None:
+    """With `--processes 2` each worker builds its requests' bodies from the scenario it
+    was sent: every record's class and model are the plan's draw for its index, and each
+    request the simulator received carries its class's max_tokens and model."""
+    log = tmp_path / "requests.log"
+    scenario = write_scenario(tmp_path / "mix.toml", SCENARIO.replace(
+        f"requests = {REQUESTS}", "requests = 120"))
+    with start_simulator(["--alias", "lora-a", "--alias", "lora-b", "--prefill-ms", "0",
+                          "--interval-ms", "0", "--reasoning-tokens", "0",
+                          "--log-requests", str(log)]) as sim:
+        proc = anvil("run", str(scenario), "-H", sim.url, "--results-dir",
+                     str(tmp_path / "r"), "--no-server-metrics", "--processes", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mix = load_scenario(scenario).mix
+    assert mix is not None
+    measured = [r for r in raw_lines(result_path(proc).parent)
+                if r.get("type") == "request" and not r["warmup"]]
+    assert len(measured) == 120 and len({r["worker"] for r in measured}) == 2
+    want: Counter = Counter()
+    for r in measured:
+        klass = mix.class_of(r["request_index"])
+        model = mix.model_of(r["request_index"], klass)
+        assert (r["extra"]["class_index"], r["extra"]["model_index"]) == (klass, model)
+        want[(mix.model_names[model], 5 if klass == 1 else 2)] += 1
+    received = Counter((r["model"], r["max_tokens"])
+                       for r in map(orjson.loads, log.read_bytes().splitlines()))
+    # every measured request as its record says, and the two warm-ups beside them
+    assert not want - received and sum((received - want).values()) == 2
