@@ -63,6 +63,7 @@ FAILURE_KINDS = (
     "client_error",
     "cancelled",
     "worker_lost",  # a distributed worker vanished with this request in flight
+    "aborted",  # closed by the client on purpose (--cancel-rate, `load/cancel.py`)
 )
 PHASES = ("connect", "headers", "prefill", "decode")
 

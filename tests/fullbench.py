@@ -63,6 +63,11 @@ def _records() -> list[Any]:
                      class_index=i % 2, model_index=i % 3)  # a mix's: 2 classes, 3 models
         if i == 6:
             recs.append(failed(i, start_ns=start, extra=extra))
+        elif i == 9:  # closed on purpose at its first output (--cancel-after decode)
+            recs.append(failed(i, start_ns=start, end_ns=start + 2 * MS, extra=extra,
+                               http_status=200, failure=Failure(
+                                   kind="aborted", message="cancelled on purpose",
+                                   phase="decode")))
         elif i == 8:
             recs.append(failed(i, start_ns=start, end_ns=start + 3 * MS, extra=extra,
                                http_status=200, failure=Failure(
@@ -92,6 +97,7 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
         "request_headers": {"X-Tenant": "a", "X-Api-Key": "[redacted]"},
         "trace": {"file": "t.jsonl", "format": "mooncake", "speed": 2.0, "limit": None,
                   "block_tokens": 512, "model": None, "requests": 10, "expected_reuse": 0.5},
+        "cancel": {"rate": 0.1, "after": "decode", "seed": 0},
         "mix": {"request_class": [{"name": "a", "weight": 1.0},
                                   {"name": "b", "weight": 3.0, "model": "c"}],
                 "models": {"names": ["m", "lora"], "assignment": "round-robin"}, "seed": 0},

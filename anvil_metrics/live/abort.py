@@ -69,8 +69,8 @@ class FailureWatch:
         if self._on_abort is None:
             return
         failure = record.failure
-        if failure is not None and failure.kind == "cancelled":
-            return
+        if failure is not None and failure.kind in ("cancelled", "aborted"):
+            return  # the client's own: the run's end, or on purpose (`load/cancel.py`)
         now = self._clock_ns()
         if failure is not None and failure.kind in UNANSWERED:
             if self.streak == 0:

@@ -399,6 +399,8 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         params["dataset"] = sc.dataset.to_params(dataset)
     if sc.mix is not None:  # request classes and models: the plan as checked (`mix.py`)
         params["mix"] = sc.mix.to_table()
+    if sc.cancel is not None:  # requests closed on purpose (`cancel.py`)
+        params["cancel"] = {**sc.cancel.to_table(), "seed": sc.cancel.seed}
     if sc.headers:  # sent with every request; a credential's value never written
         params["request_headers"] = shown(sc.headers)
     params["server"] = _server_params(opts, endpoint, identity)

@@ -51,6 +51,8 @@ def _wall_s(perf_ns: int) -> float:
 
 
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 1.0
+# failures the client made itself: the run's end (`cancelled`), on purpose (`aborted`)
+NOT_THE_SERVERS = ("cancelled", "aborted")
 
 
 def backoff_s(failed_in_row: int) -> float:
@@ -183,8 +185,11 @@ class ChatStreamUser(User):
         # stopped mid-stream records it as `cancelled`, an unforeseen error as
         # `client_error` (with its traceback in the log), a stream already finished keeps
         # its result even if the stop lands during the bookkeeping below.
+        cancel = run.scenario.cancel  # a planned cancellation (`load/cancel.py`)
+        cancel_after = (cancel.after if cancel is not None and not ticket.warmup
+                        and cancel.cancels(ticket.request_index) else None)
         try:
-            nbytes = self.client.stream_chat(body, obs, headers)
+            nbytes = self.client.stream_chat(body, obs, headers, cancel_after)
             # Yield once before the bookkeeping: streams of one server batch end together,
             # and every other stream whose end is already readable gets to stamp it first,
             # rather than after this one's record, Locust event and next request.
@@ -250,7 +255,7 @@ class ChatStreamUser(User):
         (both waited in Locust's `wait`, so a stop ends them at once; the next request's
         start delay is counted from their end)."""
         failure = obs.failure
-        if failure is None or failure.kind == "cancelled" or not closed_loop:
+        if failure is None or failure.kind in NOT_THE_SERVERS or not closed_loop:
             self._failed_in_row = 0
         else:
             self._failed_in_row += 1
@@ -262,9 +267,10 @@ class ChatStreamUser(User):
         record = obs.finish()
         anvil_events.stream_end.fire(record=record)
         anvil_events.request_record.fire(record=record)
-        if record.failure is not None and record.failure.kind == "cancelled":
-            # stopped by the run's end, not answered badly: counted in anvil's
-            # load.cancelled, and kept out of Locust's figures (and its exit code)
+        if record.failure is not None and record.failure.kind in NOT_THE_SERVERS:
+            # stopped by the run's end or cancelled on purpose, not answered badly: counted
+            # in anvil's load.cancelled or cancel block, and kept out of Locust's figures
+            # (and its exit code)
             return
         end = record.end_ns if record.end_ns is not None else time.perf_counter_ns()
         exc = None

@@ -176,6 +176,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--goodput", "per-request criteria, e.g. \"ttft_ms<=2000,mean_inter_token_"
            "latency_ms<=50\": benchmark.json then has goodput (met, fraction) and "
            "metrics.goodput_rps", criteria),
+    Option("--cancel-rate", "close this fraction of the measured requests on purpose, e.g. "
+           "0.1 (with --cancel-after; over the scenario's [cancel]): see load/cancel.py",
+           ratio),
+    Option("--cancel-after", "when --cancel-rate closes a request: prefill (once written), "
+           "decode (at its first output) or a number of milliseconds after its start"),
     Option("--max-tokens", "completion cap per request (default: scenario's)", whole(1)),
     Option("--warmup-requests", "warm-up requests before measuring (default: scenario's)",
            whole(0)),
@@ -407,6 +412,11 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         from anvil_metrics.load.replay import dataset_scenario
 
         sc = dataset_scenario(sc, v)
+    if v["cancel_rate"] is not None or v["cancel_after"] is not None:
+        from anvil_metrics.load.cancel import cancel_from_flags
+
+        sc = replace(sc, cancel=cancel_from_flags(sc.cancel, v["cancel_rate"],
+                                                  v["cancel_after"], sc.context_seed))
     if headers or sc.headers:
         sc = replace(sc, headers=with_api_key(merged(sc.headers, headers), api_key))
     given = {key: v[key] for key in PROVENANCE if v[key] is not None}

@@ -74,6 +74,7 @@ import orjson
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
+from anvil_metrics.load.cancel import CancelPlan
 from anvil_metrics.load.conversation import ConversationPlan, dist_from_text
 from anvil_metrics.load.dataset import DatasetPlan
 from anvil_metrics.load.mix import Mix
@@ -119,6 +120,7 @@ class Scenario:
     trace: TracePlan | None = None  # a replayed trace (`replay.py`; set by --trace)
     dataset: DatasetPlan | None = None  # prompts from a file (`dataset.py`; --dataset)
     mix: Mix | None = None  # request classes and models (`mix.py`)
+    cancel: CancelPlan | None = None  # requests closed on purpose (`cancel.py`)
     source: str | None = None
 
     @property
@@ -225,6 +227,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
             doc["request_class"] = [c.to_table() for c in sc.mix.classes]
         if sc.mix.models is not None:
             doc["models"] = sc.mix.models.to_table()
+    if sc.cancel is not None:  # its seed is context_seed's
+        doc["cancel"] = sc.cancel.to_table()
     if sc.shared_prefix_burst:
         sp: dict[str, Any] = {"prefix_tokens": sc.shared_prefix_tokens}
         if sc.shared_group_size is not None:

@@ -19,6 +19,7 @@ import orjson
 
 from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.headers import REDACTED, is_credential, problem
+from anvil_metrics.load.cancel import parse_cancel
 from anvil_metrics.load.conversation import parse_conversation
 from anvil_metrics.load.loadspec import arrivals_of, duration_of, steps_of
 from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, parse_mix
@@ -56,6 +57,7 @@ _TOP_KEYS = {
     "conversation",
     "request_class",
     "models",
+    "cancel",
 }
 # the chat header and the group's head line alone are ~10-20 tokens: a shared prefix
 # shorter than this would not be what the run reports
@@ -304,6 +306,11 @@ def _mix(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
                        src)
 
 
+def _cancel(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
+    """[cancel] (`cancel.py`): the fraction of requests closed on purpose, and when."""
+    v["cancel"] = parse_cancel(data.get("cancel"), v["context_seed"], src)
+
+
 def _extra_body(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
     """`request.extra_body`: JSON fields merged into every body, none that anvil sets."""
     extra = _table(data, "request", _TABLE_KEYS["request"], src).get("extra_body", {})
@@ -374,6 +381,7 @@ _RULES: tuple[_Field | _Check, ...] = (
     _shared_prefix,
     _conversation,
     _mix,
+    _cancel,
     _Field("request.include_usage", "flag", True),
     _Field("request.fixed_output_tokens", "flag", False),
     _extra_body,

@@ -28,6 +28,7 @@ from anvil_metrics.headers import shown
 from anvil_metrics.jsonio import JsonFileError, atomic_write_bytes, read_json
 from anvil_metrics.load.criteria import parse_criteria
 from anvil_metrics.post import rowjson, saturation, schema, stats
+from anvil_metrics.post.cancelblock import build_cancel
 from anvil_metrics.post.conversations import build_conversation
 from anvil_metrics.post.derive import RowColumns, durations_ms, rows_from_raw
 from anvil_metrics.post.goodput import goodput
@@ -176,13 +177,16 @@ def _anchor(header: Mapping[str, Any]) -> int | None:
 def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowColumns
                      ) -> None:
     """The blocks of a load that is more than single prompts: a multi-turn run's
-    `conversation`, a replay's `trace`, a request mix's `mix`."""
+    `conversation`, a replay's `trace`, a request mix's `mix`, planned cancellations'
+    `cancel`."""
     if isinstance(params.get("conversation"), dict):
         doc["conversation"] = build_conversation(params["conversation"], rows)
     if isinstance(params.get("trace"), dict):
         doc["trace"] = build_trace(params["trace"], rows)
     if isinstance(params.get("mix"), dict):
         doc["mix"] = build_mix(params["mix"], rows)
+    if isinstance(params.get("cancel"), dict):  # requests closed on purpose
+        doc["cancel"] = build_cancel(params["cancel"], doc["failures"], doc["requests"])
     if isinstance(params.get("dataset"), dict):  # as the header says: no figure of its own
         doc["dataset"] = {k: params["dataset"].get(k) for k in ("file", "format", "entries")}
     if isinstance(params.get("request_headers"), dict):  # redacted before the raw file

@@ -93,6 +93,8 @@ RUN: Text = {
                "window; absent in files from before the block"),
     "conversation": ("", "a multi-turn run's conversations and each turn's figures; absent "
                      "without a [conversation]"),
+    "cancel": ("", "the requests closed on purpose (--cancel-rate, [cancel]): how many and "
+               "where (post/cancelblock.py); absent without cancellation"),
     "mix": ("", "a request mix's classes and models: each one's share beside its planned "
             "share, and its own latencies (post/mixblock.py); absent without "
             "[[request_class]] or [models]"),
@@ -273,6 +275,21 @@ MIX: Text = {
     "classes": ("", "one block per request class, in the plan's order; [] without classes"),
     "models": ("", "one block per model a request may name ([models]' names, then the "
                "classes' own); [] without models"),
+}
+
+CANCEL: Text = {
+    "plan": ("", "{rate, after, seed}: the fraction of measured requests closed on purpose, "
+             "when (prefill, decode, or ms after the start) and the draw's seed "
+             "(load/cancel.py)"),
+    "aborted": ("", "measured requests closed on purpose: failures[] of kind aborted"),
+    "share": ("", "aborted / requests; null without requests"),
+    "phases": ("", "aborted by the phase each was in when closed: headers, prefill, decode"),
+}
+
+CANCEL_PHASES: Text = {
+    "headers": ("", "closed before the response head arrived (a delay in ms)"),
+    "prefill": ("", "closed before the first output: written and not yet answered"),
+    "decode": ("", "closed after the first output"),
 }
 
 MIX_GROUP: Text = {

@@ -27,6 +27,7 @@ import numpy as np
 from anvil_metrics import catalog
 from anvil_metrics.jsonio import strict_json_problems
 from anvil_metrics.post import schema, stats
+from anvil_metrics.post.cancelblock import check_cancel
 from anvil_metrics.post.conversations import check_conversation
 from anvil_metrics.post.derive import RowColumns, derive_columns
 from anvil_metrics.post.goodput import check_goodput
@@ -112,6 +113,7 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
     check_steps(doc, rows if all_typed else None, problems)
     check_conversation(doc, rows if all_typed else None, problems)
     check_mix(doc, rows if all_typed else None, problems)
+    check_cancel(doc, problems)
     check_trace(doc, rows if all_typed else None, problems)
     check_steady(doc, rows if all_typed else None, problems)
     _check_counts(doc, problems, n_rows)

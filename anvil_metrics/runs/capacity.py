@@ -83,7 +83,8 @@ def slo_value(slo: Slo, doc: Mapping[str, Any]) -> float | None:
     """The step's measured value of `slo`'s key (None when it has none)."""
     if slo.key == "error_rate":
         requests = doc.get("requests") or 0
-        failed = sum(1 for f in doc.get("failures") or [] if f.get("kind") != "cancelled")
+        failed = sum(1 for f in doc.get("failures") or []
+                     if f.get("kind") not in ("cancelled", "aborted"))
         return failed / requests if requests else None
     if slo.field is None:
         v = (doc.get("metrics") or {}).get(slo.key)

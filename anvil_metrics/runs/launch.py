@@ -33,7 +33,14 @@ from anvil_metrics.live.recorder import create_run_dir
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import locust_args
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.post import conversations, loadblock, mixblock, steady, traceblock
+from anvil_metrics.post import (
+    cancelblock,
+    conversations,
+    loadblock,
+    mixblock,
+    steady,
+    traceblock,
+)
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
 from anvil_metrics.runs.simproc import stop_process
 from anvil_metrics.telemetry import servermetrics
@@ -223,6 +230,7 @@ def summary_lines(doc: dict) -> list[str]:
             + f"; run nonce {doc.get('run_nonce')}")
     lines += conversations.summary_lines(doc)
     lines += mixblock.summary_lines(doc)
+    lines += cancelblock.summary_lines(doc)
     lines += traceblock.summary_lines(doc)
     lines += loadblock.summary_lines(doc)
     lines += steady.summary_lines(doc)

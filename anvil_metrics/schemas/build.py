@@ -28,7 +28,16 @@ from typing import Any
 import orjson
 
 from anvil_metrics import catalog
-from anvil_metrics.post import conversations, fields, loadblock, mixblock, schema, steady, steps
+from anvil_metrics.post import (
+    cancelblock,
+    conversations,
+    fields,
+    loadblock,
+    mixblock,
+    schema,
+    steady,
+    steps,
+)
 from anvil_metrics.records import COUNT_LIMIT, ENDED_BY, FAILURE_KINDS, PHASES
 from anvil_metrics.schemas import fieldsdoc, verdicts
 from anvil_metrics.schemas.parts import (
@@ -256,6 +265,11 @@ def benchmark_schema() -> dict[str, Any]:
         "server": _server(),
         "conversation": _conversation(),
         "mix": _mix(),
+        "cancel": nullable(obj({"plan": {"type": "object"}, "aborted": COUNT,
+                                "share": nullable(FIGURE),
+                                "phases": obj({p: COUNT for p in cancelblock.PHASE_KEYS},
+                                              text=fields.CANCEL_PHASES)},
+                               text=fields.CANCEL)),
         "dataset": nullable(obj({"file": STRING, "format": nullable(STRING),
                                  "entries": COUNT}, text=fields.DATASET)),
         "trace": nullable(obj({"file": STRING, "format": nullable(STRING),

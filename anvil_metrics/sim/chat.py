@@ -247,6 +247,7 @@ class ChatStream:
             events.append(DONE_EVENT)
         for event in events[:-1]:
             self._conn.write(event)
+        LEDGER.ending(self)  # its response's end is no abort
         self._conn.stream_end(events[-1])
         LEDGER.completed(self)
 

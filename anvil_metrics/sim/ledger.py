@@ -126,6 +126,7 @@ class StreamView(Protocol):
     _start: int  # admission, monotonic ns
     _usage: dict[str, Any]  # prompt_tokens, completion_tokens, prompt_tokens_details
     _next: int  # tokens written so far
+    _plan: Any  # OutputPlan: finish_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +154,12 @@ class Snapshot:
     spec_k: int  # 0: no speculative decoding, and no spec series
     spec: SpecCounts
     recent_spec: SpecCounts  # over the last RECENT_REQUESTS completed requests that drafted
+    # requests that ended with their client gone before the last chunk: before the first
+    # token was written (queued or prefilling: "prefill") or after it ("decode"); and the
+    # completed ones by finish_reason (vLLM's vllm:request_success_total labels)
+    aborted_prefill: int = 0
+    aborted_decode: int = 0
+    finished: tuple[tuple[str, int], ...] = ()
 
     @property
     def kv_cache_usage(self) -> float:
@@ -212,6 +219,8 @@ class Snapshot:
             "accepted_per_pos": list(spec.accepted_per_pos) if on else None,
             "spec_accept_length": self.spec_accept_length if on else None,
             "spec_accept_rate": self.spec_accept_rate if on else None,
+            "aborted_prefill": self.aborted_prefill,
+            "aborted_decode": self.aborted_decode,
         }
 
 
@@ -221,6 +230,7 @@ class _Live:
 
     prompt_tokens: int
     first_seen: bool = False
+    completed: bool = False
 
 
 class Ledger:
@@ -239,6 +249,8 @@ class Ledger:
         self.queue_time = Histogram(LATENCY_BUCKETS_S)
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.e2e = Histogram(LATENCY_BUCKETS_S)
+        self.aborted = {"prefill": 0, "decode": 0}
+        self.finished: dict[str, int] = {}
         self.set_max_context(max_context)
 
     def set_max_context(self, max_context: int) -> None:
@@ -262,11 +274,18 @@ class Ledger:
         else:
             self._recent_cache.append((0, 0))
         conn = stream._conn
-        if conn.closed:  # nothing would ever end it
+        if conn.closed:  # its client has gone already (cancelled once written)
+            self.aborted["prefill"] += 1
             return
         self._live[stream] = _Live(prompt)
         self.running_max = max(self.running_max, len(self._live))
-        conn.when_done(lambda: self._live.pop(stream, None))
+        conn.when_done(lambda: self._done(stream))
+
+    def _done(self, stream: StreamView) -> None:
+        """The stream's response ended: completed, or its client gone (an abort)."""
+        live = self._live.pop(stream, None)
+        if live is not None and not live.completed:
+            self.aborted["decode" if live.first_seen else "prefill"] += 1
 
     def first_token(self, stream: StreamView) -> None:
         """The chunk carrying generated token 0 is being written: TTFT (once per stream)."""
@@ -276,9 +295,17 @@ class Ledger:
         live.first_seen = True
         self.ttft.observe((time.monotonic_ns() - stream._t0) / 1e9)
 
+    def ending(self, stream: StreamView) -> None:
+        """Its last chunk is about to be written: when its response ends it completed."""
+        live = self._live.get(stream)
+        if live is not None:
+            live.completed = True
+
     def completed(self, stream: StreamView) -> None:
         """The last chunk was written: e2e, tokens, drafts."""
         STREAM_COUNTS["completed"] += 1
+        reason = stream._plan.finish_reason
+        self.finished[reason] = self.finished.get(reason, 0) + 1
         self.e2e.observe((time.monotonic_ns() - stream._t0) / 1e9)
         usage = stream._usage
         prompt, generated = usage["prompt_tokens"], usage["completion_tokens"]
@@ -325,6 +352,9 @@ class Ledger:
             spec_k=spec_k,
             spec=self.spec + zero if spec_k else zero,
             recent_spec=recent_spec,
+            aborted_prefill=self.aborted["prefill"],
+            aborted_decode=self.aborted["decode"],
+            finished=tuple(sorted(self.finished.items())),
         )
 
 

@@ -25,10 +25,11 @@ import orjson
 from anvil_metrics.headers import head_lines
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire import truth
-from anvil_metrics.wire.failures import CAUGHT, classify
+from anvil_metrics.wire.failures import CANCELLED_MESSAGE, CAUGHT, classify
 from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.sse import EventSplitter
 from anvil_metrics.wire.transport import (
+    Cancelled,
     Silence,
     TotalTimeout,
     Transport,
@@ -136,10 +137,12 @@ class ChatClient:
 
     # -- the measured path ----------------------------------------------------------------
     def stream_chat(self, body: bytes | Sequence[bytes], obs: StreamObserver,
-                    headers: bytes = b"") -> int:
+                    headers: bytes = b"", cancel_after: str | float | None = None) -> int:
         """Send one streaming chat completion; feed `obs` until the stream ends. `headers`:
         this request's own header lines, each ending in CRLF (a conversation's session
-        header), checked by whoever made them.
+        header), checked by whoever made them. `cancel_after`: close it on purpose at that
+        point (`load/cancel.py`: "prefill", "decode", or ms after the start), an `aborted`
+        failure in the phase it was in.
 
         The start is stamped (`obs.begin`, keeping the `due_ns` the caller gave) just
         before the request bytes are written to the socket, as the spec defines `start`;
@@ -156,17 +159,20 @@ class ChatClient:
                 return 0
         sock.settimeout(self.first_byte_s)  # an idle stream's socket may come back
         obs.begin(_perf_ns(), obs.due_ns)
-        timer = gevent.Timeout(self.total_s, TotalTimeout()) if self.total_s else None
-        if timer is not None:
+        timers = [gevent.Timeout(s, e) for s, e in (
+            (self.total_s, TotalTimeout()),
+            (cancel_after / 1000 if isinstance(cancel_after, float) else None, Cancelled()))
+            if s]
+        for timer in timers:
             timer.start()
         try:
-            return self._exchange(sock, head, parts, obs)
-        except TotalTimeout as e:  # fired outside the places that record it with their phase
+            return self._exchange(sock, head, parts, obs, cancel_after)
+        except (TotalTimeout, Cancelled) as e:  # fired outside the places that record it
             if obs.failure is None:
                 self._fail(obs, "headers" if obs.http_status is None else "body", e)
             return 0
         finally:
-            if timer is not None:
+            for timer in timers:
                 timer.cancel()
 
     def _fail(self, obs: StreamObserver, stage: str, exc: BaseException,
@@ -177,7 +183,7 @@ class ChatClient:
         obs.fail(kind, msg, _perf_ns(), phase=obs.phase if phase is None else phase)
 
     def _exchange(self, sock: Any, head: bytes, parts: tuple[bytes, ...],
-                  obs: StreamObserver) -> int:
+                  obs: StreamObserver, cancel_after: str | float | None = None) -> int:
         """Write the request, read the answer into `obs`; every error a typed failure."""
         try:
             send_cooperatively(sock, (head, *parts))
@@ -188,6 +194,10 @@ class ChatClient:
         except BaseException:  # GreenletExit, KeyboardInterrupt, gevent.Timeout
             self.transport.discard(sock)
             raise
+        if cancel_after == "prefill":  # written: the server has it, and it is closed now
+            self.transport.discard(sock)
+            obs.fail("aborted", CANCELLED_MESSAGE, _perf_ns(), phase="prefill")
+            return 0
         try:
             resp = self.transport.read_head(sock)  # on a failure it released the socket
         except CAUGHT["headers"] as e:
@@ -205,6 +215,8 @@ class ChatClient:
             # on each silence between reads is bounded by the idle timeout
             first[0] = False
             silence.set_limit(self.idle_s)
+            if cancel_after == "decode":  # decoding: closed now, its first output stamped
+                raise Cancelled()
 
         nbytes = 0
         try:

@@ -20,7 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from anvil_metrics.wire.sse import LineTooLong
-from anvil_metrics.wire.transport import CONNECTION_ERRORS, TIMEOUT_ERRORS, TotalTimeout
+from anvil_metrics.wire.transport import (
+    CONNECTION_ERRORS,
+    TIMEOUT_ERRORS,
+    Cancelled,
+    TotalTimeout,
+)
 
 STAGES = ("connect", "send", "headers", "body", "events")
 
@@ -37,12 +42,14 @@ class FailureRule:
 
 
 _TOTAL = "the request ran past the total timeout ({total_s:g} s)"
+CANCELLED_MESSAGE = "cancelled on purpose by the client (--cancel-after)"
 
 FAILURE_KINDS_BY_EXCEPTION: tuple[FailureRule, ...] = (
     FailureRule("connect", TIMEOUT_ERRORS, "timeout", "connect",
                 "could not connect within the connect timeout ({text})"),
     FailureRule("connect", (ConnectionError, OSError), "connection", "connect",
                 "could not connect: {error}"),
+    FailureRule("send", (Cancelled,), "aborted", "headers", CANCELLED_MESSAGE),
     FailureRule("send", (TotalTimeout,), "timeout", "headers", _TOTAL),
     # an Exception only: a gevent.Timeout (a BaseException) raised while writing is not
     # caught here, as GreenletExit is not
@@ -50,11 +57,13 @@ FAILURE_KINDS_BY_EXCEPTION: tuple[FailureRule, ...] = (
                 "could not send the request: {error}"),
     FailureRule("send", (Exception,), "connection", "headers",
                 "could not send the request: {error}"),
+    FailureRule("headers", (Cancelled,), "aborted", "headers", CANCELLED_MESSAGE),
     FailureRule("headers", (TotalTimeout,), "timeout", "headers", _TOTAL),
     FailureRule("headers", TIMEOUT_ERRORS, "timeout", "headers",
                 "no response headers within the first-byte timeout ({first_byte_s:g} s)"),
     FailureRule("headers", CONNECTION_ERRORS, "connection", "headers",
                 "no valid response headers: {error}"),
+    FailureRule("body", (Cancelled,), "aborted", None, CANCELLED_MESSAGE),
     FailureRule("body", (TotalTimeout,), "timeout", None, _TOTAL),
     FailureRule("body", TIMEOUT_ERRORS, "timeout", None, "no data within the {which}"),
     FailureRule("body", CONNECTION_ERRORS, "truncated", None,

@@ -136,6 +136,10 @@ class TotalTimeout(Exception):
     """Raised into a request's greenlet when its total timeout expires."""
 
 
+class Cancelled(Exception):
+    """Raised into a request's greenlet at its planned cancellation (`load/cancel.py`)."""
+
+
 class SilenceTimeout(TimeoutError):
     """Raised into a stream's greenlet by its `Silence` watchdog."""
 

@@ -66,7 +66,8 @@ class _Client:
     def connect(self) -> None:
         pass
 
-    def stream_chat(self, body: Any, obs: StreamObserver, headers: bytes = b"") -> int:
+    def stream_chat(self, body: Any, obs: StreamObserver, headers: bytes = b"",
+                    cancel_after: Any = None) -> int:
         return type(self).play(obs)
 
     def close(self) -> None:
@@ -276,7 +277,8 @@ def test_a_conversation_sends_its_history_its_header_and_waits_its_think_time(
     sent: list[tuple[dict, bytes]] = []
 
     class Client(_Client):
-        def stream_chat(self, body: Any, obs: StreamObserver, headers: bytes = b"") -> int:
+        def stream_chat(self, body: Any, obs: StreamObserver, headers: bytes = b"",
+                        cancel_after: Any = None) -> int:
             sent.append((orjson.loads(b"".join(body)), headers))
             return _completes(obs)
 

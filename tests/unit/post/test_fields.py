@@ -16,7 +16,16 @@ from fullbench import full_benchmark
 
 from anvil_metrics import catalog
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.post import conversations, fields, loadblock, mixblock, schema, steps, traceblock
+from anvil_metrics.post import (
+    cancelblock,
+    conversations,
+    fields,
+    loadblock,
+    mixblock,
+    schema,
+    steps,
+    traceblock,
+)
 from anvil_metrics.telemetry import servermetrics
 from anvil_metrics.telemetry.servermetrics import ClientFigures, server_block
 
@@ -45,6 +54,8 @@ def test_the_blocks_tables_are_their_writers_keys(doc: dict[str, Any]) -> None:
     assert tuple(fields.CONVERSATION) == conversations.BLOCK_KEYS == tuple(doc["conversation"])
     assert tuple(fields.TRACE) == traceblock.KEYS == tuple(doc["trace"])
     assert tuple(fields.MIX) == mixblock.BLOCK_KEYS == tuple(doc["mix"])
+    assert tuple(fields.CANCEL) == cancelblock.BLOCK_KEYS == tuple(doc["cancel"])
+    assert doc["cancel"]["phases"] == {"headers": 0, "prefill": 0, "decode": 1}
     assert tuple(fields.MIX_GROUP) == mixblock.GROUP_KEYS == tuple(doc["mix"]["classes"][0])
     assert [m["name"] for m in doc["mix"]["models"]] == ["m", "lora", "c"]
     assert tuple(fields.DATASET) == tuple(doc["dataset"])

@@ -13,6 +13,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -46,6 +47,7 @@ class FakeStream:
     _cfg: SimConfig = field(default_factory=SimConfig)
     _conn: FakeConn = field(default_factory=FakeConn)
     _next: int = 0
+    _plan: Any = field(default_factory=lambda: SimpleNamespace(finish_reason="length"))
 
 
 MS = 1_000_000

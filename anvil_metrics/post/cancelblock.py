@@ -1,0 +1,84 @@
+"""A run with planned cancellations: its `cancel` block, the requests closed on purpose.
+
+Why a block: a cancelled request is the client's doing, not the server's failure, so it is
+neither a row nor an error of the run; the question it answers is "did the server take the
+aborts?" (its slots and KV cache freed: see the load's other figures, and the server's own
+abort counter where it is scraped). The block says how many were closed, and where.
+
+    "cancel": {
+      "plan": {"rate": 0.1, "after": "decode", "seed": 0},   # load/cancel.py, as checked
+      "aborted": 41,               # measured requests closed on purpose
+      "share": 0.1025,             # aborted / the run's measured requests (null: none)
+      "phases": {"headers": 0, "prefill": 0, "decode": 41}   # where each was when closed
+    }
+
+Definitions: `aborted` counts the document's `failures[]` of kind `aborted` (every one is
+a cancellation: nothing else makes that kind); `phases` splits them by the failure's phase
+(a delay in ms may close a request before its response head: `headers`). A request the
+plan drew that completed first is a completed request with its row. `anvil verify`
+recomputes the block from `failures[]` and `requests`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from anvil_metrics.errors import ScenarioError
+from anvil_metrics.load.cancel import KIND, parse_cancel
+from anvil_metrics.post.schema import fmt, same
+
+BLOCK_KEYS = ("plan", "aborted", "share", "phases")
+PHASE_KEYS = ("headers", "prefill", "decode")
+
+
+def build_cancel(plan: Mapping[str, Any], failures: Sequence[Any], requests: int
+                 ) -> dict[str, Any]:
+    """The block (module docstring) of a run whose `params.cancel` is `plan`."""
+    mine = [f for f in failures if isinstance(f, Mapping) and f.get("kind") == KIND]
+    return {"plan": dict(plan), "aborted": len(mine),
+            "share": len(mine) / requests if requests else None,
+            "phases": {p: sum(1 for f in mine if f.get("phase") == p) for p in PHASE_KEYS}}
+
+
+def check_cancel(doc: Mapping[str, Any], problems: list[str]) -> None:
+    """The `cancel` block recomputed from `failures[]`; aborted failures only with one."""
+    block = doc.get("cancel")
+    failures = doc.get("failures") if isinstance(doc.get("failures"), list) else []
+    if block is None:
+        if any(isinstance(f, dict) and f.get("kind") == KIND for f in failures):
+            problems.append(f"failures[]: kind {KIND!r} in a file with no cancel block")
+        return
+    if not isinstance(block, dict) or set(block) != set(BLOCK_KEYS):
+        problems.append(f"cancel: expected an object with keys {list(BLOCK_KEYS)}, file has "
+                        f"{fmt(block if not isinstance(block, dict) else sorted(block))}")
+        return
+    plan = block["plan"]
+    try:
+        if not isinstance(plan, dict) or set(plan) != {"rate", "after", "seed"}:
+            raise ScenarioError("cancel.plan", plan, "{rate, after, seed}")
+        parse_cancel({"rate": plan["rate"], "after": plan["after"]}, 0, "cancel.plan")
+    except ScenarioError as e:
+        problems.append(f"cancel.plan: {e}")
+        return
+    requests = doc.get("requests")
+    want = build_cancel(plan, failures, requests if isinstance(requests, int) else 0)
+    for key in BLOCK_KEYS[1:]:
+        if not same(block[key], want[key]):
+            problems.append(f"cancel.{key}: file has {fmt(block[key])}, recomputed "
+                            f"{fmt(want[key])} from failures[]")
+
+
+def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The CLI's line for the block (none without one)."""
+    b = doc.get("cancel")
+    if not isinstance(b, dict):
+        return []
+    plan, phases = b.get("plan") or {}, b.get("phases") or {}
+    after = plan.get("after")
+    when = f"{after} ms after the start" if isinstance(after, int | float) else f"at {after}"
+    share = b.get("share")
+    return [f"cancelled on purpose: {b.get('aborted')} requests "
+            f"({'null' if share is None else format(share, '.3f')} of the run; planned "
+            f"{plan.get('rate')}) {when}; when closed: "
+            + ", ".join(f"{p} {phases.get(p)}" for p in PHASE_KEYS)]
