@@ -78,7 +78,9 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     after = plan.get("after")
     when = f"{after} ms after the start" if isinstance(after, int | float) else f"at {after}"
     share = b.get("share")
+    seen = (doc.get("server") or {}).get("aborted_requests")
     return [f"cancelled on purpose: {b.get('aborted')} requests "
             f"({'null' if share is None else format(share, '.3f')} of the run; planned "
             f"{plan.get('rate')}) {when}; when closed: "
-            + ", ".join(f"{p} {phases.get(p)}" for p in PHASE_KEYS)]
+            + ", ".join(f"{p} {phases.get(p)}" for p in PHASE_KEYS)
+            + ("" if seen is None else f"; the server counted {seen} aborted")]

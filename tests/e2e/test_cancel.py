@@ -65,7 +65,7 @@ def received(log: Path) -> int:
 def run(sim: SimProcess, tmp_path: Path, n: int, *flags: str) -> tuple[Path, str]:
     scenario = write_scenario(tmp_path / "c.toml", SCENARIO.format(n=n))
     proc = anvil("run", str(scenario), "-H", sim.url, "--results-dir", str(tmp_path / "r"),
-                 "--no-server-metrics", *flags)
+                 *flags)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return result_path(proc), proc.stdout
 
@@ -79,7 +79,7 @@ def test_decode_cancels_the_planned_fraction_at_the_first_output(
         sim: tuple[SimProcess, Path], tmp_path: Path) -> None:
     server, _ = sim
     before = sim_stats(server)
-    bench, out = run(server, tmp_path, 400)
+    bench, out = run(server, tmp_path, 400)  # its /metrics scraped
     after = sim_stats(server)
     plan = CancelPlan(RATE, "decode", 5)
     closed = aborted_records(bench)
@@ -99,6 +99,8 @@ def test_decode_cancels_the_planned_fraction_at_the_first_output(
                              "aborted": len(closed), "share": len(closed) / 400,
                              "phases": {"headers": 0, "prefill": 0, "decode": len(closed)}}
     assert len(doc["request_timings"]) == 400 - len(closed)
+    # the server's own counter, as vLLM's: vllm:request_success_total{finished_reason=abort}
+    assert doc["server"]["aborted_requests"] == len(closed)
     assert f"cancelled on purpose: {len(closed)} requests" in out
     with open(bench.parent / "locust_stats.csv") as f:
         total = [row for row in csv.DictReader(f) if row["Name"] == "Aggregated"][0]
@@ -115,7 +117,7 @@ def test_prefill_and_a_delay_close_where_they_say(sim: tuple[SimProcess, Path],
     30 ms lands in the decode of these 465 ms streams."""
     server, log = sim
     before, got_before = sim_stats(server), received(log)
-    bench, _ = run(server, tmp_path, 120, "--cancel-after", after)
+    bench, _ = run(server, tmp_path, 120, "--cancel-after", after, "--no-server-metrics")
     after_stats, reached = sim_stats(server), received(log) - got_before
     plan = CancelPlan(RATE, "prefill" if after == "prefill" else float(after), 5)
     closed = aborted_records(bench)
