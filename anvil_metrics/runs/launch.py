@@ -202,11 +202,14 @@ def summary_lines(doc: dict) -> list[str]:
     def fmt(v: object) -> str:
         return "null" if v is None else f"{v:,.1f}" if isinstance(v, float) else str(v)
 
+    aborted = (doc.get("cancel") or {}).get("aborted") or 0  # on purpose: not the server's
     lines = [
         f"run {doc.get('run_id')}  model {doc.get('model')}  "
         f"protocol {doc.get('measurement_protocol')}  concurrency {doc.get('concurrency')}",
         f"requests {doc.get('requests')}  completed {doc.get('completed')}  "
-        f"failed {doc.get('failed')}  wall clock {fmt(doc.get('wall_clock_ms'))} ms  "
+        f"failed {doc.get('failed')}"
+        + (f" ({aborted} of them cancelled on purpose)" if aborted else "")
+        + f"  wall clock {fmt(doc.get('wall_clock_ms'))} ms  "
         f"throughput {fmt(m.get('throughput_tok_s'))} tok/s"
         + ("  [PARTIAL]" if doc.get("partial") else ""),
         f"{'metric':<22}{'p50':>12}{'p95':>12}  unit",
@@ -246,7 +249,7 @@ def summary_lines(doc: dict) -> list[str]:
         lines.append("WARNING: the load generator was saturated; these figures may include "
                      "its own delays, not only the server's (use --processes N or fewer "
                      "users per process)")
-    for f in (doc.get("failures") or [])[:5]:
+    for f in [f for f in doc.get("failures") or [] if f.get("kind") != "aborted"][:5]:
         lines.append(f"failure #{f.get('request_index')}: {f.get('kind')} "
                      f"{f.get('http_status') or ''} {f.get('message')}")
     return lines

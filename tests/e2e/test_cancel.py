@@ -102,6 +102,8 @@ def test_decode_cancels_the_planned_fraction_at_the_first_output(
     # the server's own counter, as vLLM's: vllm:request_success_total{finished_reason=abort}
     assert doc["server"]["aborted_requests"] == len(closed)
     assert f"cancelled on purpose: {len(closed)} requests" in out
+    assert f"failed {len(closed)} ({len(closed)} of them cancelled on purpose)" in out
+    assert "failure #" not in out  # listed as the cancel block's, not as failures
     with open(bench.parent / "locust_stats.csv") as f:
         total = [row for row in csv.DictReader(f) if row["Name"] == "Aggregated"][0]
     assert total["Failure Count"] == "0"  # not the server's failures
