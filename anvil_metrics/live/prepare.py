@@ -27,7 +27,7 @@ from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.prep import calcache
-from anvil_metrics.prep.counting import Counter, server_counter
+from anvil_metrics.prep.counting import Counter, completions_counter, server_counter
 from anvil_metrics.prep.model import check_model_served, discover_model
 from anvil_metrics.prep.prompts import (
     NO_CALIBRATION,
@@ -79,7 +79,8 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
         for name in sc.mix.model_names if sc.mix is not None else ():
             check_model_served(client, name)  # a mix's models and adapters: each served
         fields = body_fields(sc, model)
-        counter = server_counter(client, fields, opts.tokenizer_path)
+        counter = (completions_counter(client, fields) if sc.endpoint == "completions"
+                   else server_counter(client, fields, opts.tokenizer_path))
         mixed = sc.mix is not None and sc.conversation is None
         planned = sizes  # request k's size is planned[k % len], or its class's own
         if mixed:

@@ -397,6 +397,7 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         params["trace"] = sc.trace.to_params(trace)
     if sc.dataset is not None and dataset is not None:  # prompts from a file: which, how many
         params["dataset"] = sc.dataset.to_params(dataset)
+    params["endpoint"] = sc.endpoint  # what the requests were posted to
     if sc.mix is not None:  # request classes and models: the plan as checked (`mix.py`)
         params["mix"] = sc.mix.to_table()
     if sc.cancel is not None:  # requests closed on purpose (`cancel.py`)

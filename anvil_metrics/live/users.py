@@ -35,13 +35,14 @@ from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import RunContext, run_in_progress
 from anvil_metrics.load.body import Conversation
+from anvil_metrics.load.scenariofields import ENDPOINT_PATHS
 from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.observe import StreamObserver
 
 log = logging.getLogger("anvil")
 
-REQUEST_NAME = "chat.completions"
-WARMUP_NAME = "chat.completions [warm-up]"
+REQUEST_NAME = "chat.completions"  # Locust's name of a request (a completions run's:
+WARMUP_NAME = "chat.completions [warm-up]"  # "completions", "completions [warm-up]")
 
 
 def _wall_s(perf_ns: int) -> float:
@@ -117,11 +118,15 @@ class ChatStreamUser(User):
                                      network_timeout_s=run.scenario.timeouts.first_byte_s,
                                      idle_timeout_s=run.scenario.timeouts.idle_s,
                                      total_timeout_s=run.scenario.timeouts.total_s,
-                                     extra_headers=run.scenario.headers)
+                                     extra_headers=run.scenario.headers,
+                                     path=ENDPOINT_PATHS[run.scenario.endpoint])
             self.client.connect()
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()
         self._free_ns = time.perf_counter_ns()  # when this user could send its next request
+        chat = run.scenario.endpoint == "chat"
+        self._names = {False: REQUEST_NAME if chat else "completions",
+                       True: WARMUP_NAME if chat else "completions [warm-up]"}
 
     def on_stop(self) -> None:
         client = getattr(self, "client", None)
@@ -280,7 +285,7 @@ class ChatStreamUser(User):
             exc = StreamFailure(f"{f.kind}{status} ({f.phase or 'unknown phase'})")
         self.environment.events.request.fire(
             request_type="POST",
-            name=WARMUP_NAME if record.warmup else REQUEST_NAME,
+            name=self._names[record.warmup],
             response_time=(end - record.start_ns) / 1e6,
             response_length=nbytes,
             response=None,

@@ -32,7 +32,8 @@ _MARK_TAG = "\u2063anvil-tag\u2063"
 
 
 def body_fields(sc: Scenario, model: str) -> dict[str, Any]:
-    """Everything but `messages`, per the scenario (see SERVERS.md for the switches)."""
+    """Everything but `messages` (a completions body's `prompt`), per the scenario (see
+    SERVERS.md for the switches; a completions scenario has no chat-template ones)."""
     body: dict[str, Any] = {"model": model, "max_tokens": sc.max_tokens, "stream": True}
     if sc.include_usage:
         body["stream_options"] = {"include_usage": True}
@@ -57,6 +58,7 @@ class BodyBuilder:
 
     def __init__(self, sc: Scenario, model: str, prompts: PromptFactory) -> None:
         self._fields = body_fields(sc, model)
+        self._text = sc.endpoint == "completions"  # the user message's text is the prompt
         self.prompts = prompts
         self._split: dict[int, tuple[bytes, bytes, bytes]] = {}
 
@@ -71,7 +73,8 @@ class BodyBuilder:
             parts = self.prompts.parts(size, 0)
             msgs = self.prompts.messages(size, 0)
             msgs[-1]["content"] = _MARK_HEAD + parts.prefix + _MARK_TAG + parts.body
-            raw = orjson.dumps({**self._fields, "messages": msgs})
+            raw = orjson.dumps({**self._fields, "messages": msgs} if not self._text else
+                               {**self._fields, "prompt": msgs[-1]["content"]})
             a, rest = raw.split(orjson.dumps(_MARK_HEAD)[1:-1], 1)
             b, c = rest.split(orjson.dumps(_MARK_TAG)[1:-1], 1)
             t = self._split[size] = (a, b, c)

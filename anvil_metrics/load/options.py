@@ -26,6 +26,7 @@ from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.load.optionvalues import (
     Parse,
     arrival,
+    choice,
     counts,
     criteria,
     http_url,
@@ -176,6 +177,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--goodput", "per-request criteria, e.g. \"ttft_ms<=2000,mean_inter_token_"
            "latency_ms<=50\": benchmark.json then has goodput (met, fraction) and "
            "metrics.goodput_rps", criteria),
+    Option("--endpoint", "what the requests are posted to: chat (/v1/chat/completions, "
+           "the default) or completions (/v1/completions, a text prompt)",
+           choice("chat", "completions")),
     Option("--cancel-rate", "close this fraction of the measured requests on purpose, e.g. "
            "0.1 (with --cancel-after; over the scenario's [cancel]): see load/cancel.py",
            ratio),
@@ -412,6 +416,13 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         from anvil_metrics.load.replay import dataset_scenario
 
         sc = dataset_scenario(sc, v)
+    if v["endpoint"] is not None and v["endpoint"] != sc.endpoint:
+        from anvil_metrics.load.scenario import scenario_to_dict
+
+        doc = scenario_to_dict(sc)
+        doc["request"]["endpoint"] = v["endpoint"]
+        checked = scenario_from_dict(doc, source=f"--endpoint {v['endpoint']}")
+        sc = replace(sc, endpoint=checked.endpoint)
     if v["cancel_rate"] is not None or v["cancel_after"] is not None:
         from anvil_metrics.load.cancel import cancel_from_flags
 

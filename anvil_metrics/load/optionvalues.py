@@ -45,6 +45,15 @@ def whole(minimum: int) -> Parse:
     return parse
 
 
+def choice(*allowed: str) -> Parse:
+    """One of `allowed`, as written."""
+    def parse(flag: str, value: str) -> str:
+        if value not in allowed:
+            raise _refuse(flag, value, f"one of {', '.join(allowed)}")
+        return value
+    return parse
+
+
 def above_zero(allowed: str) -> Parse:
     """A finite number > 0 (`allowed` says so in the message)."""
     def parse(flag: str, value: str) -> float:

@@ -56,6 +56,9 @@ def replay_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
     if sc.conversation is not None or sc.shared_prefix_burst:
         raise UsageError(f"--trace is not allowed with {sc.source or 'the scenario'}: its "
                          "[conversation] or shared-prefix bursts make the load itself")
+    if sc.endpoint != "chat":
+        raise UsageError("--trace is not allowed with --endpoint completions: a trace's "
+                         "prompts are chat messages")
     if sc.mix is not None:
         raise UsageError(f"--trace is not allowed with {sc.source or 'the scenario'}: its "
                          "[[request_class]] or [models] shape each request, as the trace does")
@@ -75,6 +78,9 @@ def dataset_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
     if sc.trace is not None or sc.shared_prefix_burst:
         raise UsageError("--dataset is not allowed with --trace or shared-prefix bursts: "
                          "those make their own prompts")
+    if sc.endpoint != "chat":
+        raise UsageError("--dataset is not allowed with --endpoint completions: a dataset's "
+                         "prompts are chat messages")
     if sc.mix is not None:
         raise UsageError(f"--dataset is not allowed with {sc.source or 'the scenario'}: its "
                          "[[request_class]] or [models] shape each request, as the dataset "

@@ -105,6 +105,7 @@ class Scenario:
     fixed_output_tokens: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
+    endpoint: str = "chat"  # "chat": /v1/chat/completions; "completions": /v1/completions
     meta: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # sent with every request
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -178,7 +179,7 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
                              "shared_prefix_burst": sc.shared_prefix_burst}
     if sc.reasoning_effort is not None:
         flags["reasoning_effort"] = sc.reasoning_effort
-    request: dict[str, Any] = {"include_usage": sc.include_usage,
+    request: dict[str, Any] = {"include_usage": sc.include_usage, "endpoint": sc.endpoint,
                                "fixed_output_tokens": sc.fixed_output_tokens,
                                "extra_body": orjson.loads(orjson.dumps(sc.extra_body))}
     if sc.system_prompt is not None:

@@ -25,6 +25,10 @@ from anvil_metrics.load.loadspec import arrivals_of, duration_of, steps_of
 from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, parse_mix
 from anvil_metrics.prep.prompts import MAX_GROUP_SIZE, MIN_UNIQUE_TOKENS
 
+# what a run's requests are posted to (`body.py`), under the API path
+ENDPOINT_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+ENDPOINTS = tuple(ENDPOINT_PATHS)
+
 META_KEYS = ("model", "engine", "gpu", "tier", "manifest", "source_recipe")
 
 _TOP_KEYS = {
@@ -86,7 +90,8 @@ _TABLE_KEYS: dict[str, set[str] | None] = {
     "context_distribution": None,
     "serve_flags": {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"},
     "shared_prefix": {"prefix_tokens", "group_size"},
-    "request": {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt"},
+    "request": {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt",
+                "endpoint"},
     "meta": set(META_KEYS),
     "headers": None,
     "timeouts": {f.name for f in fields(Timeouts)},
@@ -311,6 +316,26 @@ def _cancel(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
     v["cancel"] = parse_cancel(data.get("cancel"), v["context_seed"], src)
 
 
+def _endpoint(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
+    """`request.endpoint`: "completions" posts a text prompt to /v1/completions, so nothing
+    of a chat template: no system prompt, thinking switch, reasoning effort, conversation
+    or request class that sets them."""
+    if v["endpoint"] != "completions":
+        return
+    chat_only = [("request.system_prompt", v["system_prompt"]),
+                 ("serve_flags.reasoning_effort", v["reasoning_effort"]),
+                 ("serve_flags.thinking_mode", None if v["thinking_mode"] == "default"
+                  else v["thinking_mode"]),
+                 ("conversation", v["conversation"] and data.get("conversation"))]
+    if v["mix"] is not None:
+        chat_only += [(f"request_class[{i}].{k}", getattr(c, k)) for i, c in
+                      enumerate(v["mix"].classes) for k in ("reasoning_effort", "thinking_mode")]
+    for key, value in chat_only:
+        if value is not None:
+            raise _err(key, value, "none with request.endpoint = \"completions\" (a text "
+                       "prompt has no chat template)", src)
+
+
 def _extra_body(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
     """`request.extra_body`: JSON fields merged into every body, none that anvil sets."""
     extra = _table(data, "request", _TABLE_KEYS["request"], src).get("extra_body", {})
@@ -386,6 +411,8 @@ _RULES: tuple[_Field | _Check, ...] = (
     _Field("request.fixed_output_tokens", "flag", False),
     _extra_body,
     _Field("request.system_prompt", "text"),
+    _Field("request.endpoint", "choice", "chat", choices=ENDPOINTS),
+    _endpoint,
     _meta,
     _headers,
     *(_Field(f"timeouts.{f.name}", "seconds", f.default) for f in fields(Timeouts)),

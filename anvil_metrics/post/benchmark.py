@@ -183,6 +183,8 @@ def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowCo
         doc["conversation"] = build_conversation(params["conversation"], rows)
     if isinstance(params.get("trace"), dict):
         doc["trace"] = build_trace(params["trace"], rows)
+    if isinstance(params.get("endpoint"), str):  # absent in files from before it
+        doc["endpoint"] = params["endpoint"]
     if isinstance(params.get("mix"), dict):
         doc["mix"] = build_mix(params["mix"], rows)
     if isinstance(params.get("cancel"), dict):  # requests closed on purpose

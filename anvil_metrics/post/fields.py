@@ -93,6 +93,9 @@ RUN: Text = {
                "window; absent in files from before the block"),
     "conversation": ("", "a multi-turn run's conversations and each turn's figures; absent "
                      "without a [conversation]"),
+    "endpoint": ("", "what the requests were posted to: chat (/v1/chat/completions) or "
+                 "completions (/v1/completions, a text prompt sized without a chat "
+                 "template); absent in files from before it (chat)"),
     "cancel": ("", "the requests closed on purpose (--cancel-rate, [cancel]): how many and "
                "where (post/cancelblock.py); absent without cancellation"),
     "mix": ("", "a request mix's classes and models: each one's share beside its planned "

@@ -214,6 +214,39 @@ def _check_local_tokenizer(count: CountTokens, probe: CountTokens, path: str) ->
             "tokenizer.json, or leave --tokenizer out to count with the server")
 
 
+def completions_counter(client: ChatClient, fields: dict[str, Any]) -> Counter:
+    """How the server counts a `/v1/completions` prompt: the last message's text, raw, with
+    the special tokens the endpoint adds. vLLM's `/tokenize {"prompt"}` (which adds them
+    too), when it agrees with one `max_tokens=1` completions probe; else such probes."""
+    model = fields.get("model")
+    seen: dict[str, Any] = {}
+
+    def probe(messages: list[dict]) -> int:
+        status, body = client.post_json("/completions", {
+            "model": model, "prompt": messages[-1]["content"], "max_tokens": 1})
+        usage = body.get("usage") if isinstance(body, dict) else None
+        n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if status != 200 or not isinstance(n, int):
+            raise AnvilError(f"/v1/completions answered HTTP {status}: {str(body)[:200]}")
+        return n
+
+    def tokenize(messages: list[dict]) -> int:
+        status, body = client.post_json(_root(client) + "/tokenize", {
+            "model": model, "prompt": messages[-1]["content"]}, absolute=True)
+        n = body.get("count") if isinstance(body, dict) else None
+        if status != 200 or not isinstance(n, int):
+            raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
+        seen["max_model_len"] = body.get("max_model_len")
+        return n
+
+    if _works(tokenize, _HELLO) and tokenize(_HELLO) == probe(_HELLO):
+        limit = seen.get("max_model_len")
+        ok = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+        return Counter(tokenize, "tokenize", "/tokenize of the prompt (vLLM), as "
+                       "/v1/completions counts it", limit if ok else None)
+    return Counter(probe, "probe", "max_tokens=1 /v1/completions probes (usage.prompt_tokens)")
+
+
 def server_counter(client: ChatClient, fields: dict[str, Any],
                    tokenizer_path: str | None = None) -> Counter:
     """The cheapest exact way to count this server's chat prompts (see the module doc)."""

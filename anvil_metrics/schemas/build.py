@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from anvil_metrics import catalog
+from anvil_metrics.load.scenariofields import ENDPOINTS
 from anvil_metrics.post import (
     cancelblock,
     conversations,
@@ -265,6 +266,7 @@ def benchmark_schema() -> dict[str, Any]:
         "steps": nullable({"type": "array", "items": _step()}),
         "server": _server(),
         "conversation": _conversation(),
+        "endpoint": {"enum": list(ENDPOINTS)},
         "mix": _mix(),
         "cancel": nullable(obj({"plan": {"type": "object"}, "aborted": COUNT,
                                 "share": nullable(FIGURE),

@@ -94,9 +94,11 @@ class ChunkEncoder:
 
     __slots__ = ("head", "stamp")
 
-    def __init__(self, completion_id: str, created: int, model: str, stamp: bool) -> None:
-        self.head = b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,' % (
+    def __init__(self, completion_id: str, created: int, model: str, stamp: bool,
+                 obj: bytes = b"chat.completion.chunk") -> None:
+        self.head = b'{"id":"%s","object":"%s","created":%d,"model":%s,' % (
             completion_id.encode(),
+            obj,
             created,
             orjson.dumps(model),
         )
@@ -144,6 +146,11 @@ class ChatStream:
         "_t0", "_prefill_end", "_interval", "_next", "_last", "_reasoning", "_head_sent",
         "_bodies_r", "_bodies_c", "_usage_in_finish", "_send_done", "_start",
     )  # fmt: skip
+    # what a chunk says it is, its id's prefix, the role chunk before the first token
+    # (None: none); `completions.CompletionStream` changes them
+    OBJECT = b"chat.completion.chunk"
+    ID_PREFIX = "chatcmpl"
+    ROLE: bytes | None = ROLE_TAIL
 
     def __init__(
         self,
@@ -161,7 +168,8 @@ class ChatStream:
         self._usage = usage_of(request, plan)
         self._include_usage = request.include_usage
         self._enc = ChunkEncoder(
-            f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), cfg.model, cfg.stamp_send
+            f"{self.ID_PREFIX}-{uuid.uuid4().hex}", int(time.time()), cfg.model, cfg.stamp_send,
+            self.OBJECT,
         )
         self._t0 = t0_ns
         self._start = start = t0_ns if start_ns is None else start_ns  # admission
@@ -189,7 +197,7 @@ class ChatStream:
 
     def _send_head(self) -> None:
         head = self._conn.stream_head(extra=t0_header(self._cfg, self._t0, self._start))
-        self._conn.write(head + self._enc.event(ROLE_TAIL))
+        self._conn.write(head if self.ROLE is None else head + self._enc.event(self.ROLE))
         self._head_sent = True
 
     def fire(self) -> None:
@@ -339,6 +347,7 @@ def answer_chat(
     make_stream: Callable[..., ChatStream] = ChatStream,
     delay_ns: int = 0,
     admit: Admit | None = None,
+    parse: Callable[[dict[str, Any], SimConfig], ChatRequest] = parse_chat_request,
 ) -> None:
     """Handle ``POST /v1/chat/completions``: refuse, stream, or answer whole at the end.
 
@@ -351,7 +360,7 @@ def answer_chat(
     """
     try:
         data = load_json_object(body)
-        request = parse_chat_request(data, cfg)
+        request = parse(data, cfg)
     except RequestError as exc:
         if delay_ns:
             reply = functools.partial(conn.respond_json, exc.status, exc.body)

@@ -103,6 +103,12 @@ class App:
             else:
                 answer_with_fault(conn, self.sched, self.cfg, request.body, t0_ns,
                                   self.prefix_cache, fault, self._admit)  # fmt: skip
+        elif route == ("POST", "/v1/completions"):  # `--endpoint completions`
+            if self.request_log is not None:
+                self.request_log.write(request.headers, request.body, t0_ns, request.path)
+            from anvil_metrics.sim.completions import answer_completions
+
+            answer_completions(conn, self.sched, self.cfg, request.body, t0_ns, self._admit)
         elif route == ("POST", "/v1/responses"):  # streamed only; scripted with --script
             # imported on the first such request: it brings the checks' suite (0.1 s of
             # the simulator's start, which most tests never ask for)

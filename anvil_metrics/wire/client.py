@@ -84,11 +84,14 @@ class ChatClient:
     def __init__(self, endpoint: Endpoint, api_key: str | None = None,
                  connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0,
                  idle_timeout_s: float | None = None, total_timeout_s: float | None = None,
-                 extra_headers: Mapping[str, str] | None = None) -> None:
+                 extra_headers: Mapping[str, str] | None = None,
+                 path: str = "/chat/completions") -> None:
         """`network_timeout_s` bounds each wait until a stream's first output (headers and
         prefill, per read); once it has begun, `idle_timeout_s` bounds each silence;
         `total_timeout_s` the whole request (checked per event); `extra_headers` (checked:
-        `anvil_metrics.headers`) go with every request, probes too."""
+        `anvil_metrics.headers`) go with every request, probes too; `path`: what the
+        streamed requests are posted to, under the API path (`/completions` for
+        `--endpoint completions`)."""
         self.endpoint = endpoint
         self.first_byte_s = network_timeout_s
         self.idle_s = idle_timeout_s or network_timeout_s
@@ -103,7 +106,7 @@ class ChatClient:
                                    connect_timeout_s=connect_timeout_s,
                                    network_timeout_s=network_timeout_s)
         host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
-        head = [f"POST {endpoint.api_path}/chat/completions HTTP/1.1",
+        head = [f"POST {endpoint.api_path}{path} HTTP/1.1",
                 f"Host: {host}:{endpoint.port}", "User-Agent: anvil",
                 "Content-Type: application/json", "Accept: text/event-stream"]
         if key:

@@ -176,6 +176,8 @@ class StreamObserver:
             self.first_chunk_ns = t_ns
         choice = choices[0]
         delta = choice.get("delta")
+        if delta is None and "text" in choice:  # /v1/completions: its text is the output
+            delta = {"content": choice["text"]}
         if delta:
             reasoning = delta.get("reasoning") or delta.get("reasoning_content")
             content = delta.get("content")

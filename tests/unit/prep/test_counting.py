@@ -439,3 +439,22 @@ def test_cli_mismatched_tokenizer_exits_2(start: Start, tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "does not match the server" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("api,method", [("vllm", "tokenize"), ("sglang", "tokenize"),
+                                        ("llamacpp", "probe")])
+def test_completions_counter_counts_the_prompt_as_the_endpoint_does(start: Start, api: str,
+                                                                    method: str) -> None:
+    """`--endpoint completions`: the prompt's raw count (no chat template), from vLLM's
+    `/tokenize {"prompt"}` where it agrees with a completions probe, else from probes; each
+    equal to what `/v1/completions` says it counted."""
+    text = long_text(300)
+    with client_for(start(api)) as client:
+        counter = counting.completions_counter(client, {"model": MODEL})
+        assert counter.method == method
+        n = counter.count([{"role": "user", "content": text}])
+        status, body = client.post_json("/completions", {"model": MODEL, "prompt": text,
+                                                         "max_tokens": 1})
+        assert status == 200 and body["usage"]["prompt_tokens"] == n
+        assert n < counting.server_counter(client, {"model": MODEL}).count(
+            [{"role": "user", "content": text}])  # the chat template's tokens are not in it
