@@ -2,8 +2,11 @@
 
 Why a block: a cancelled request is the client's doing, not the server's failure, so it is
 neither a row nor an error of the run; the question it answers is "did the server take the
-aborts?" (its slots and KV cache freed: see the load's other figures, and the server's own
-abort counter where it is scraped). The block says how many were closed, and where.
+aborts?" (its slots and KV cache freed). The block says how many were closed, and where;
+the server block's `requests` (the requests the server finished in the window, by its own
+count) equal to the run's `completed` says it finished none of them. vLLM 0.32 counts a
+request its client abandoned under no finish reason (`vllm:request_success_total`'s
+"abort" stayed 0 after 4 disconnects on its CPU build), so that is the confirmation.
 
     "cancel": {
       "plan": {"rate": 0.1, "after": "decode", "seed": 0},   # load/cancel.py, as checked
@@ -78,9 +81,10 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     after = plan.get("after")
     when = f"{after} ms after the start" if isinstance(after, int | float) else f"at {after}"
     share = b.get("share")
-    seen = (doc.get("server") or {}).get("aborted_requests")
+    finished = (doc.get("server") or {}).get("requests")  # the server's own count
     return [f"cancelled on purpose: {b.get('aborted')} requests "
             f"({'null' if share is None else format(share, '.3f')} of the run; planned "
             f"{plan.get('rate')}) {when}; when closed: "
             + ", ".join(f"{p} {phases.get(p)}" for p in PHASE_KEYS)
-            + ("" if seen is None else f"; the server counted {seen} aborted")]
+            + ("" if finished is None else f"; the server finished {finished} requests in "
+               f"the window, the client completed {doc.get('completed')}")]

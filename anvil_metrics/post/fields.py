@@ -359,10 +359,6 @@ SERVER: Text = {
     "samples": ("", "successful scrapes from the first mark to the last, inclusive"),
     "requests": ("", "Δ end-to-end histogram count: requests the server finished in the "
                  "window (other clients' included)"),
-    "aborted_requests": ("", "Δ vllm:request_success_total{finished_reason=\"abort\"}: "
-                         "requests the server saw aborted by their client in the window "
-                         "(--cancel-rate's, other clients' too); null where the engine has "
-                         "no such counter; absent in files from before it"),
     "spec_decode": ("", "speculative decoding over the window; null when the server reported "
                     "none (speculation off)"),
     "requests_running": ("", "the running-requests gauge over the window's samples"),

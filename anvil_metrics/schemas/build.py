@@ -211,7 +211,6 @@ def _server() -> dict[str, Any]:
     props = {"engine": nullable(STRING), "version": nullable(STRING),
              "max_model_len": nullable(COUNT), "metrics_url": nullable(STRING),
              "samples": COUNT, "requests": nullable(COUNT),
-             "aborted_requests": nullable(COUNT),
              "spec_decode": nullable(obj(spec, text=fields.SPEC_DECODE)),
              "requests_running": gauge, "requests_waiting": gauge, "kv_cache_usage": gauge,
              "prefix_cache_hit_rate": mean, "ttft_ms_mean": mean, "e2e_ms_mean": mean,

@@ -31,7 +31,6 @@ ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
         "queue": ("vllm:request_queue_time_seconds",),
         "prompt_hist": ("vllm:request_prompt_tokens",),
         "generation_hist": ("vllm:request_generation_tokens",),
-        "aborted": ('vllm:request_success_total{finished_reason="abort"}',),
     },
     "sglang": {
         "running": ("sglang:num_running_reqs",),
@@ -70,12 +69,10 @@ def engine_of(samples: Iterable[Mapping[str, Any]]) -> str | None:
 def value_of(series: Mapping[str, float], names: tuple[str, ...], suffix: str = "",
              mean: bool = False) -> float | None:
     """The first of `names` (+ `suffix`) present in `series`: summed over its label sets
-    (averaged when `mean`), or over those holding the name's own label (`name{label="v"}`);
-    None when none is present."""
+    (averaged when `mean`); None when none is present."""
     for name in names:
-        base, _, label = name.partition("{")
-        want, label = base + suffix, label.rstrip("}")
-        vals = [v for k, v in series.items() if split_key(k) == want and label in k]
+        want = name + suffix
+        vals = [v for k, v in series.items() if split_key(k) == want]
         if vals:
             total = sum(vals)
             return total / len(vals) if mean else total

@@ -64,15 +64,12 @@ from anvil_metrics.telemetry.engines import (
 
 SAMPLES_FILE = "server_metrics.jsonl"  # beside requests.jsonl and benchmark.json
 SERVER_KEYS = (
-    "engine", "version", "max_model_len", "metrics_url", "samples", "requests",
-    "aborted_requests", "spec_decode",
+    "engine", "version", "max_model_len", "metrics_url", "samples", "requests", "spec_decode",
     "requests_running", "requests_waiting", "kv_cache_usage", "prefix_cache_hit_rate",
     "ttft_ms_mean", "e2e_ms_mean", "queue_time_ms_mean", "prompt_tokens_mean",
     "generation_tokens_mean", "client_minus_server_ms", "effective_prefill_excl_queue_tok_s",
     "null_reasons")
 IDENTITY_KEYS = ("engine", "version", "max_model_len", "metrics_url")
-# keys added after the block: a file from before one lacks it (verify accepts that)
-ADDED_KEYS = frozenset({"aborted_requests"})
 FIGURE_KEYS = tuple(k for k in SERVER_KEYS if k not in IDENTITY_KEYS and k != "null_reasons")
 
 @dataclass(frozen=True, slots=True)
@@ -221,10 +218,6 @@ def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
     out["requests"] = None if finished is None else int(finished)
     if why:
         reasons["requests"] = why
-    aborted, why = delta_of(names, "aborted", a, b)  # the client went away (vLLM's label)
-    out["aborted_requests"] = None if aborted is None else int(aborted)
-    if why:
-        reasons["aborted_requests"] = why
     for key, hist, total in (("prompt_tokens_mean", "prompt_hist", "prompt_total"),
                              ("generation_tokens_mean", "generation_hist", "generation_total")):
         if hist in names:
@@ -349,8 +342,7 @@ def check_server(doc: Mapping[str, Any], problems: list[str]) -> None:
     block = doc.get("server")
     if block is None:
         return
-    if not isinstance(block, dict) or not (
-            set(SERVER_KEYS) - ADDED_KEYS <= set(block) <= set(SERVER_KEYS)):
+    if not isinstance(block, dict) or set(block) != set(SERVER_KEYS):
         problems.append(f"server: expected an object with the keys {', '.join(SERVER_KEYS)}")
         return
     reasons = block["null_reasons"]
@@ -374,8 +366,6 @@ def check_server_file(doc: Mapping[str, Any], rows: Any, samples_path: Path,
     want = server_block({k: block.get(k) for k in IDENTITY_KEYS}, samples,
                         client_figures(rows), identity_reasons, reasons.get("metrics"))
     for key in FIGURE_KEYS:
-        if key in ADDED_KEYS and key not in block:
-            continue  # a file from before the key
         if _differs(block.get(key), want[key]):
             problems.append(f"server.{key}: file has {block.get(key)!r}, recomputed "
                             f"{want[key]!r} from {samples_path.name} and the rows")

@@ -41,8 +41,8 @@ EARLY_CHUNK = ClientFigures(first_chunk_ms_mean=110.0, e2e_ms_mean=520.0,
 def vllm(running: float, waiting: float, kv: float, drafts: float, draft_tokens: float,
          accepted: float, ttft: tuple[float, float], e2e: tuple[float, float],
          queue: tuple[float, float], prompt: tuple[float, float],
-         gen: tuple[float, float], hits: float = 0.0, queries: float = 0.0,
-         aborted: float = 0.0) -> dict[str, float]:
+         gen: tuple[float, float], hits: float = 0.0, queries: float = 0.0
+         ) -> dict[str, float]:
     lab = '{engine="0",model_name="m"}'
     s = {f"vllm:num_requests_running{lab}": running,
          f"vllm:num_requests_waiting{lab}": waiting, f"vllm:kv_cache_usage_perc{lab}": kv,
@@ -50,12 +50,7 @@ def vllm(running: float, waiting: float, kv: float, drafts: float, draft_tokens:
          f"vllm:spec_decode_num_draft_tokens_total{lab}": draft_tokens,
          f"vllm:spec_decode_num_accepted_tokens_total{lab}": accepted,
          f"vllm:prefix_cache_hits_total{lab}": hits,
-         f"vllm:prefix_cache_queries_total{lab}": queries,
-         # the finish reasons' counter: only the "abort" label set is the client's going away
-         'vllm:request_success_total{finished_reason="abort",engine="0",model_name="m"}':
-             aborted,
-         'vllm:request_success_total{finished_reason="length",engine="0",model_name="m"}':
-             1000 + aborted}
+         f"vllm:prefix_cache_queries_total{lab}": queries}
     for name, (total, count) in (("time_to_first_token_seconds", ttft),
                                  ("e2e_request_latency_seconds", e2e),
                                  ("request_queue_time_seconds", queue),
@@ -77,13 +72,13 @@ def sample(seq: int, series: dict[str, float] | None, mark: str | None = None,
 
 def vllm_window() -> list[dict]:
     before = vllm(0, 0, 0.0, 100, 300, 150, (5.0, 10), (20.0, 10), (1.0, 10), (9000, 10),
-                  (900, 10), hits=100, queries=1000, aborted=2)
+                  (900, 10), hits=100, queries=1000)
     mid1 = vllm(4, 2, 0.25, 110, 330, 170, (5.2, 11), (20.5, 11), (1.01, 11), (10000, 11),
                 (990, 11), hits=150, queries=2000)
     mid2 = vllm(3, 0, 0.10, 120, 360, 195, (5.4, 12), (21.0, 12), (1.02, 12), (11000, 12),
                 (1080, 12), hits=200, queries=3000)
     after = vllm(0, 0, 0.0, 140, 420, 234, (5.8, 14), (22.0, 14), (1.04, 14), (13000, 14),
-                 (1260, 14), hits=300, queries=5000, aborted=7)
+                 (1260, 14), hits=300, queries=5000)
     outside = vllm(9, 9, 0.9, 999, 999, 999, (99, 99), (99, 99), (99, 99), (99, 99), (99, 99))
     return [sample(0, outside), sample(1, before, "first"), sample(2, mid1), sample(3, mid2),
             sample(4, after, "last"), sample(5, outside)]
@@ -94,7 +89,7 @@ def test_vllm_counters_gauges_and_means_over_the_window() -> None:
                 "metrics_url": "http://127.0.0.1:1/metrics"}
     b = server_block(identity, vllm_window(), CLIENT)
     assert set(b) == set(servermetrics.SERVER_KEYS)
-    assert b["samples"] == 4 and b["requests"] == 4 and b["aborted_requests"] == 5
+    assert b["samples"] == 4 and b["requests"] == 4
     spec = b["spec_decode"]
     # drafts 40, draft tokens 120, accepted 84: rate 84/120, length 1 + 84/40
     assert spec == {"acceptance_rate": 84 / 120, "accepted_length": 1 + 84 / 40, "drafts": 40,
