@@ -117,7 +117,8 @@ def test_prefill_and_a_delay_close_where_they_say(sim: tuple[SimProcess, Path],
                                                   tmp_path: Path, after: str) -> None:
     """`prefill`: closed once written, so every request the server read it either finished
     or saw aborted (one closed before the server read it never reached it). A delay of
-    30 ms lands in the decode of these 465 ms streams."""
+    30 ms closes a request in whatever phase it is then: decode, after its 5 ms prefill, on
+    an idle machine; on a busy one, what its own stamps say."""
     server, log = sim
     before, got_before = sim_stats(server), received(log)
     bench, _ = run(server, tmp_path, 120, "--cancel-after", after, "--no-server-metrics")
@@ -130,12 +131,14 @@ def test_prefill_and_a_delay_close_where_they_say(sim: tuple[SimProcess, Path],
     prefill = after_stats["aborted_prefill"] - before["aborted_prefill"]
     decode = after_stats["aborted_decode"] - before["aborted_decode"]
     assert finished == 122 - len(closed)  # the others, warm-ups included, completed
+    assert prefill + decode <= len(closed)
+    assert reached == finished + prefill + decode  # each one it read: done or aborted
     if after == "prefill":
         assert phases == {"prefill"}
         assert all(r["first_output_ns"] is None for r in closed.values())
-        assert prefill + decode <= len(closed)
-        assert reached == finished + prefill + decode  # each one it read: done or aborted
-    else:
-        assert phases == {"decode"} and decode == len(closed) and prefill == 0
+    else:  # 30 ms after the start, whatever had arrived by then: its phase says which
         for r in closed.values():
             assert r["end_ns"] - r["start_ns"] >= 30e6  # never before its delay
+            want = ("decode" if r["first_output_ns"] is not None else
+                    "headers" if r["http_status"] is None else "prefill")
+            assert r["failure"]["phase"] == want, r
