@@ -163,4 +163,6 @@ def test_a_ticket_sent_ahead_is_handed_to_its_user_at_its_due_time() -> None:
         budget.deliver(seq, Ticket(seq, False, 64, due_ns=due))
     gevent.joinall(users, timeout=2)
     assert got[1] >= dues[0] and got[2] >= dues[1]
-    assert got[3] < dues[1] and got[4] < dues[1]  # at once, not after the others' waits
+    # at once, not after the others' waits: before either timed ticket, judged by their
+    # order rather than a wall time (a busy machine once held this loop past the 20 ms)
+    assert max(got[3], got[4]) < min(got[1], got[2])
