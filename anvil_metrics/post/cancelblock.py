@@ -29,7 +29,7 @@ from typing import Any
 
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.cancel import KIND, parse_cancel
-from anvil_metrics.post.schema import fmt, same
+from anvil_metrics.post.schema import differing, fmt
 
 BLOCK_KEYS = ("plan", "aborted", "share", "phases")
 PHASE_KEYS = ("headers", "prefill", "decode")
@@ -66,10 +66,7 @@ def check_cancel(doc: Mapping[str, Any], problems: list[str]) -> None:
         return
     requests = doc.get("requests")
     want = build_cancel(plan, failures, requests if isinstance(requests, int) else 0)
-    for key in BLOCK_KEYS[1:]:
-        if not same(block[key], want[key]):
-            problems.append(f"cancel.{key}: file has {fmt(block[key])}, recomputed "
-                            f"{fmt(want[key])} from failures[]")
+    problems += differing("cancel", block, want, BLOCK_KEYS[1:], "failures[]")
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:

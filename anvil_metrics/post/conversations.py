@@ -41,7 +41,7 @@ import numpy as np
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.conversation import ConversationPlan, parse_conversation
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import fmt, same
+from anvil_metrics.post.schema import differing, fmt
 from anvil_metrics.post.stats import nearest_rank_columns
 
 BLOCK_KEYS = ("plan", "conversations", "completed", "cut", "expected_reuse",
@@ -140,12 +140,7 @@ def check_conversation(doc: Mapping[str, Any], rows: RowColumns | None,
                         "conversation_id and turn")
         return
     want = build_conversation(block["plan"], rows)
-    for key in BLOCK_KEYS:
-        if key == "turns":
-            continue
-        if not same(block[key], want[key]):
-            problems.append(f"conversation.{key}: file has {fmt(block[key])}, recomputed "
-                            f"{fmt(want[key])} from the rows")
+    problems += differing("conversation", block, want, (k for k in BLOCK_KEYS if k != "turns"))
     got = block["turns"]
     if not isinstance(got, list) or len(got) != len(want["turns"]):
         problems.append(f"conversation.turns: expected {len(want['turns'])} turns, file has "
@@ -155,10 +150,8 @@ def check_conversation(doc: Mapping[str, Any], rows: RowColumns | None,
         if not isinstance(g, dict) or set(g) != set(TURN_KEYS):
             problems.append(f"conversation.turns[{i}]: expected keys {list(TURN_KEYS)}")
             continue
-        for key in TURN_KEYS:
-            if not same(g[key], w[key]):
-                problems.append(f"conversation.turns[{i}].{key}: file has {fmt(g[key])}, "
-                                f"recomputed {fmt(w[key])} from the rows of turn {i + 1}")
+        problems += differing(f"conversation.turns[{i}]", g, w, TURN_KEYS,
+                              f"the rows of turn {i + 1}")
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:

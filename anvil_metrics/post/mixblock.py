@@ -33,7 +33,7 @@ import numpy as np
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.mix import Mix, mix_from_table
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import fmt, same
+from anvil_metrics.post.schema import differing, fmt
 from anvil_metrics.post.stats import nearest_rank_columns
 
 BLOCK_KEYS = ("plan", "classes", "models")
@@ -120,10 +120,7 @@ def check_mix(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[st
             if not isinstance(g, dict) or set(g) != set(GROUP_KEYS):
                 problems.append(f"mix.{key}[{i}]: expected keys {list(GROUP_KEYS)}")
                 continue
-            for k in GROUP_KEYS:
-                if not same(g[k], w[k]):
-                    problems.append(f"mix.{key}[{i}].{k}: file has {fmt(g[k])}, recomputed "
-                                    f"{fmt(w[k])} from the rows")
+            problems += differing(f"mix.{key}[{i}]", g, w, GROUP_KEYS)
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:

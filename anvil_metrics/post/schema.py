@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -131,6 +131,15 @@ def same(a: Any, b: Any) -> bool:
 
 
 FMT_MAX = 200  # characters of a value a message shows (a damaged file's may be megabytes)
+
+
+def differing(path: str, got: Mapping[str, Any], want: Mapping[str, Any],
+              keys: Iterable[str], source: str = "the rows") -> list[str]:
+    """verify's line for each of `keys` whose value in `got` (a block of the file) is not
+    `same` as in `want` (the block recomputed from `source`): `{path}.{key}: file has …,
+    recomputed … from {source}`."""
+    return [f"{path}.{key}: file has {fmt(got[key])}, recomputed {fmt(want[key])} from "
+            f"{source}" for key in keys if not same(got[key], want[key])]
 
 
 def fmt(v: Any) -> str:

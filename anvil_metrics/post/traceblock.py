@@ -21,7 +21,7 @@ from typing import Any
 
 from anvil_metrics.post.conversations import reuse_ratio
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import fmt, same
+from anvil_metrics.post.schema import differing, fmt
 
 PLAN_KEYS = ("file", "format", "speed", "limit", "block_tokens", "model", "window_s",
              "requests", "expected_reuse")
@@ -47,10 +47,8 @@ def check_trace(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[
         return
     if rows is None:
         return
-    want = reuse_ratio(rows, "cached_tokens")
-    if not same(block["reported_reuse"], want):
-        problems.append(f"trace.reported_reuse: file has {fmt(block['reported_reuse'])}, "
-                        f"recomputed {fmt(want)} from the rows")
+    want = {"reported_reuse": reuse_ratio(rows, "cached_tokens")}
+    problems += differing("trace", block, want, want)
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
