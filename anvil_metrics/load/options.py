@@ -180,6 +180,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--endpoint", "what the requests are posted to: chat (/v1/chat/completions, "
            "the default) or completions (/v1/completions, a text prompt)",
            choice("chat", "completions")),
+    Option("--models", "the models (LoRA adapters) requests name, comma-separated, each one "
+           "the server serves; over the scenario's [models] names: see load/mix.py"),
+    Option("--model-assignment", "how --models (or [models]) are assigned: round-robin "
+           "(default), random, or zipf:ALPHA (P(model i) ∝ (i + 1)^-ALPHA)"),
     Option("--cancel-rate", "close this fraction of the measured requests on purpose, e.g. "
            "0.1 (with --cancel-after; over the scenario's [cancel]): see load/cancel.py",
            ratio),
@@ -423,6 +427,11 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         doc["request"]["endpoint"] = v["endpoint"]
         checked = scenario_from_dict(doc, source=f"--endpoint {v['endpoint']}")
         sc = replace(sc, endpoint=checked.endpoint)
+    if v["models"] is not None or v["model_assignment"] is not None:
+        from anvil_metrics.load.mix import models_from_flags
+
+        sc = replace(sc, mix=models_from_flags(sc.mix, v["models"], v["model_assignment"],
+                                               sc.context_seed))
     if v["cancel_rate"] is not None or v["cancel_after"] is not None:
         from anvil_metrics.load.cancel import cancel_from_flags
 

@@ -19,6 +19,7 @@ import orjson
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 
+from anvil_metrics.load.mix import models_from_flags
 from anvil_metrics.load.scenario import load_scenario
 from anvil_metrics.runs.simproc import start_simulator
 
@@ -155,11 +156,7 @@ max_context_tokens = 4096
 turns = 3
 turn_tokens = 64
 conversations = 8
-
-[models]
-names = ["sim-model", "lora-a", "lora-b"]
-assignment = "random"
-"""
+"""  # its models come by flag: --models sim-model,lora-a,lora-b --model-assignment random
 
 
 def test_a_conversation_keeps_its_model(tmp_path: Path) -> None:
@@ -170,10 +167,10 @@ def test_a_conversation_keeps_its_model(tmp_path: Path) -> None:
     with start_simulator(["--alias", "lora-a", "--alias", "lora-b", "--prefill-ms", "0",
                           "--interval-ms", "0", "--log-requests", str(log)]) as sim:
         proc = anvil("run", str(scenario), "-H", sim.url, "--results-dir",
-                     str(tmp_path / "r"), "--no-server-metrics")
+                     str(tmp_path / "r"), "--no-server-metrics",
+                     "--models", "sim-model,lora-a,lora-b", "--model-assignment", "random")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    mix = load_scenario(scenario).mix
-    assert mix is not None
+    mix = models_from_flags(None, "sim-model,lora-a,lora-b", "random", 0)
     by_session: dict[str, set[str]] = {}
     for line in log.read_bytes().splitlines():
         r = orjson.loads(line)
