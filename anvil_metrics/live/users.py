@@ -93,6 +93,8 @@ class ChatStreamUser(User):
     _talk: Conversation | None = None  # the conversation this user is in, if any
     _think_s = 0.0  # a conversation's think time before its next turn
     _open_loop = False  # the last request the schedule gave was due at a time of its own
+    # Locust's names of a request, by warm-up (a completions run's are set in on_start)
+    _names = {False: REQUEST_NAME, True: WARMUP_NAME}
 
     def wait_time(self) -> float:
         return 3600.0 if self._idle else self._backoff_s + self._think_s
@@ -124,9 +126,8 @@ class ChatStreamUser(User):
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()
         self._free_ns = time.perf_counter_ns()  # when this user could send its next request
-        chat = run.scenario.endpoint == "chat"
-        self._names = {False: REQUEST_NAME if chat else "completions",
-                       True: WARMUP_NAME if chat else "completions [warm-up]"}
+        if run.scenario.endpoint != "chat":
+            self._names = {False: "completions", True: "completions [warm-up]"}
 
     def on_stop(self) -> None:
         client = getattr(self, "client", None)
