@@ -112,7 +112,9 @@ class MixBodies:
         return klass, self.mix.model_of(index, klass)
 
     def planned(self, index: int) -> int:
-        klass = self.mix.class_of(index)
+        return self._size(self.mix.class_of(index), index)
+
+    def _size(self, klass: int | None, index: int) -> int:
         own = None if klass is None else self.mix.classes[klass].context_tokens
         return own if own is not None else self._sizes[index % len(self._sizes)]
 
@@ -152,7 +154,7 @@ class MixBodies:
     def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
         """Request `index`'s body (its class's size: `size`, the budget's, is not used)."""
         klass, model = self.draw(index)
-        return self._builder(klass, model).build_parts(self.planned(index), index, warmup)
+        return self._builder(klass, model).build_parts(self._size(klass, index), index, warmup)
 
     def extra(self, index: int) -> dict[str, int]:
         """What request `index`'s record carries in `extra`: its class and model."""

@@ -29,7 +29,7 @@ from typing import Any
 
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.cancel import KIND, parse_cancel
-from anvil_metrics.post.schema import differing, fmt
+from anvil_metrics.post.schema import differing, keys_problem
 
 BLOCK_KEYS = ("plan", "aborted", "share", "phases")
 PHASE_KEYS = ("headers", "prefill", "decode")
@@ -52,9 +52,9 @@ def check_cancel(doc: Mapping[str, Any], problems: list[str]) -> None:
         if any(isinstance(f, dict) and f.get("kind") == KIND for f in failures):
             problems.append(f"failures[]: kind {KIND!r} in a file with no cancel block")
         return
-    if not isinstance(block, dict) or set(block) != set(BLOCK_KEYS):
-        problems.append(f"cancel: expected an object with keys {list(BLOCK_KEYS)}, file has "
-                        f"{fmt(block if not isinstance(block, dict) else sorted(block))}")
+    wrong = keys_problem("cancel", block, BLOCK_KEYS)
+    if wrong is not None:
+        problems.append(wrong)
         return
     plan = block["plan"]
     try:

@@ -41,7 +41,7 @@ import numpy as np
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.conversation import ConversationPlan, parse_conversation
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import differing, fmt
+from anvil_metrics.post.schema import differing, fmt, keys_problem
 from anvil_metrics.post.stats import nearest_rank_columns
 
 BLOCK_KEYS = ("plan", "conversations", "completed", "cut", "expected_reuse",
@@ -123,9 +123,9 @@ def check_conversation(doc: Mapping[str, Any], rows: RowColumns | None,
             problems.append("request_timings[].conversation_id: set, but the file has no "
                             "conversation block")
         return
-    if not isinstance(block, dict) or set(block) != set(BLOCK_KEYS):
-        problems.append(f"conversation: expected an object with keys {list(BLOCK_KEYS)}, "
-                        f"file has {fmt(block if not isinstance(block, dict) else sorted(block))}")
+    wrong = keys_problem("conversation", block, BLOCK_KEYS)
+    if wrong is not None:
+        problems.append(wrong)
         return
     try:
         plan_of(block["plan"])

@@ -33,7 +33,7 @@ import numpy as np
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.mix import Mix, mix_from_table
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import differing, fmt
+from anvil_metrics.post.schema import differing, fmt, keys_problem
 from anvil_metrics.post.stats import nearest_rank_columns
 
 BLOCK_KEYS = ("plan", "classes", "models")
@@ -93,9 +93,9 @@ def check_mix(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[st
                 problems.append(f"request_timings[].{column}: set, but the file has no mix "
                                 "block")
         return
-    if not isinstance(block, dict) or set(block) != set(BLOCK_KEYS):
-        problems.append(f"mix: expected an object with keys {list(BLOCK_KEYS)}, file has "
-                        f"{fmt(block if not isinstance(block, dict) else sorted(block))}")
+    wrong = keys_problem("mix", block, BLOCK_KEYS)
+    if wrong is not None:
+        problems.append(wrong)
         return
     mix = _plan(block, problems)
     if mix is None or rows is None:

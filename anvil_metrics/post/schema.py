@@ -133,6 +133,14 @@ def same(a: Any, b: Any) -> bool:
 FMT_MAX = 200  # characters of a value a message shows (a damaged file's may be megabytes)
 
 
+def keys_problem(name: str, block: Any, keys: Sequence[str]) -> str | None:
+    """verify's line for a block that is not an object with exactly `keys`, else None."""
+    if isinstance(block, dict) and set(block) == set(keys):
+        return None
+    return (f"{name}: expected an object with keys {list(keys)}, file has "
+            f"{fmt(block if not isinstance(block, dict) else sorted(block))}")
+
+
 def differing(path: str, got: Mapping[str, Any], want: Mapping[str, Any],
               keys: Iterable[str], source: str = "the rows") -> list[str]:
     """verify's line for each of `keys` whose value in `got` (a block of the file) is not
