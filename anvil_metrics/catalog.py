@@ -153,8 +153,7 @@ def _content_tok_s(c: Columns) -> Any:
         return _where((after_first >= 0) & (seconds > 0), after_first / seconds)
 
 
-_SUM = "summed into `metrics`"
-_LOWER, _HIGHER = {"better": "lower"}, {"better": "higher"}
+_SUM, _LOWER, _HIGHER = "summed into `metrics`", {"better": "lower"}, {"better": "higher"}
 
 ROW: tuple[RowField, ...] = (
     RowField("request_index", "", "count", False,
@@ -400,6 +399,8 @@ def _aggregates() -> tuple[Aggregate, ...]:
                   ("prompt_tokens",)),
         Aggregate("throughput_tok_s", "tok/s", "output_tokens / (wall_clock_ms / 1000)",
                   ("output_tokens",), better="higher"),
+        Aggregate("input_throughput_tok_s", "tok/s", "prompt_tokens / (wall_clock_ms / 1000), "
+                  "null when no row has one", ("prompt_tokens",), added=True, better="higher"),
         Aggregate("content_chunks_s", "chunks/s",
                   "Σ content_chunks / fsum(visible_generation_ms / 1000) over the rows whose "
                   "output_token_source is \"chunks\" and that have a visible_generation_ms",
@@ -429,10 +430,9 @@ SUMMARY_FIELDS: tuple[RowField, ...] = tuple(f for f in _SHOWN if f.summary)
 
 
 def describe() -> list[tuple[str, str, str, str]]:
-    """The catalogue as rows of (block, name, unit, definition), one per per-request field
-    (block "request_timings[]") and per `metrics` key (block "metrics"): what `anvil metrics`
-    prints. A measured field's definition is where it comes from; a derived one's, its
-    formula; each ends with the field's description where it has one."""
+    """`anvil metrics`: (block, name, unit, definition) per row field ("request_timings[]")
+    and `metrics` key ("metrics"); a definition is a field's source or formula, then its
+    description."""
     out = []
     for f in ROW:
         how = f.formula or f.source

@@ -10,7 +10,7 @@ refused here, before a run folder exists.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from anvil_metrics.errors import UsageError
@@ -25,9 +25,10 @@ from anvil_metrics.load.body import (
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.load.scenariofields import TEXT_ENDPOINTS
 from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.prep import calcache
-from anvil_metrics.prep.counting import Counter, completions_counter, server_counter
+from anvil_metrics.prep.counting import Counter, server_counter, text_counter
 from anvil_metrics.prep.model import check_model_served, discover_model
 from anvil_metrics.prep.prompts import (
     NO_CALIBRATION,
@@ -78,8 +79,8 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
             model = discover_model(client)
         for name in sc.mix.model_names if sc.mix is not None else ():
             check_model_served(client, name)  # a mix's models and adapters: each served
-        fields = body_fields(sc, model)
-        counter = (completions_counter(client, fields) if sc.endpoint == "completions"
+        fields = _chat_fields(sc, model)
+        counter = (text_counter(client, fields, sc.endpoint) if sc.endpoint in TEXT_ENDPOINTS
                    else server_counter(client, fields, opts.tokenizer_path))
         mixed = sc.mix is not None and sc.conversation is None
         planned = sizes  # request k's size is planned[k % len], or its class's own
@@ -115,6 +116,13 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
     finally:
         client.close()
     return Prepared(model, prompts, sizing, bodies, conversations)
+
+
+def _chat_fields(sc: Scenario, model: str) -> dict[str, Any]:
+    """The body fields a prompt is counted with: a Responses request's input is templated
+    as the chat request's messages (vLLM, the simulator), so it is counted as one."""
+    return body_fields(replace(sc, endpoint="chat") if sc.endpoint == "responses" else sc,
+                       model)
 
 
 def prepare_conversations(opts: RunOptions, counter: Counter, calibration: Calibration,

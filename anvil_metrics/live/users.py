@@ -35,9 +35,10 @@ from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import RunContext, run_in_progress
 from anvil_metrics.load.body import Conversation
-from anvil_metrics.load.scenariofields import ENDPOINT_PATHS
+from anvil_metrics.load.scenariofields import ENDPOINT_PATHS, STREAMED_ENDPOINTS
 from anvil_metrics.wire.client import ChatClient
-from anvil_metrics.wire.observe import StreamObserver
+from anvil_metrics.wire.eventsobs import ResponsesObserver
+from anvil_metrics.wire.observe import StreamObserver, prompt_tokens_of
 
 log = logging.getLogger("anvil")
 
@@ -93,8 +94,9 @@ class ChatStreamUser(User):
     _talk: Conversation | None = None  # the conversation this user is in, if any
     _think_s = 0.0  # a conversation's think time before its next turn
     _open_loop = False  # the last request the schedule gave was due at a time of its own
-    # Locust's names of a request, by warm-up (a completions run's are set in on_start)
+    # Locust's names of a request, by warm-up (another endpoint's are set in on_start)
     _names = {False: REQUEST_NAME, True: WARMUP_NAME}
+    _observer: type[StreamObserver] = StreamObserver  # a Responses run's: set in on_start
 
     def wait_time(self) -> float:
         return 3600.0 if self._idle else self._backoff_s + self._think_s
@@ -121,13 +123,17 @@ class ChatStreamUser(User):
                                      idle_timeout_s=run.scenario.timeouts.idle_s,
                                      total_timeout_s=run.scenario.timeouts.total_s,
                                      extra_headers=run.scenario.headers,
-                                     path=ENDPOINT_PATHS[run.scenario.endpoint])
+                                     path=ENDPOINT_PATHS[run.scenario.endpoint],
+                                     streamed=run.scenario.endpoint in STREAMED_ENDPOINTS)
             self.client.connect()
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()
         self._free_ns = time.perf_counter_ns()  # when this user could send its next request
-        if run.scenario.endpoint != "chat":
-            self._names = {False: "completions", True: "completions [warm-up]"}
+        endpoint = run.scenario.endpoint
+        if endpoint != "chat":
+            self._names = {False: endpoint, True: f"{endpoint} [warm-up]"}
+        if endpoint == "responses":
+            self._observer = ResponsesObserver
 
     def on_stop(self) -> None:
         client = getattr(self, "client", None)
@@ -173,7 +179,7 @@ class ChatStreamUser(User):
         else:  # the conversation's history and its next message
             body, headers = talk.next_body(), talk.header
         now = time.perf_counter_ns()
-        obs = StreamObserver(
+        obs = self._observer(
             ticket.request_index, now, warmup=ticket.warmup,
             planned_context_tokens=self._planned(run, ticket, talk),
             worker=run.worker, on_first_output=_fire_first_output,
@@ -245,9 +251,8 @@ class ChatStreamUser(User):
         """An answered turn joins the history and the next one waits its think time; a
         failed or stopped one ends the conversation (its later turns are never sent)."""
         if obs.failure is None and obs.text is not None:
-            usage = obs.usage if isinstance(obs.usage, dict) else {}
-            prompt = usage.get("prompt_tokens")
-            talk.answered("".join(obs.text), prompt if type(prompt) is int else None)
+            talk.answered("".join(obs.text), prompt_tokens_of(obs.usage),
+                          getattr(obs, "response_id", None))
             self._think_s = talk.think_s()
         else:
             talk.end()  # the next request opens a new conversation

@@ -20,6 +20,7 @@ import orjson
 from anvil_metrics.load.conversation import DEFAULT_SESSION_HEADER, ConversationDraws
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
 from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.load.scenariofields import TEXT_ENDPOINTS
 from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.prep.traceprompts import TracePrompts
@@ -29,11 +30,17 @@ from anvil_metrics.prep.turns import ConversationPrompts
 SAFE_SESSION = re.compile(r"(?!h-)[A-Za-z0-9._:-]{1,64}")  # a session id sent as it is
 _MARK_HEAD = "\u2063anvil-head\u2063"
 _MARK_TAG = "\u2063anvil-tag\u2063"
+# the key of the prompt in each endpoint's body: the messages, or (a text endpoint's) the
+# user message's text
+PROMPT_KEYS = {"chat": "messages", "completions": "prompt", "responses": "input",
+               "embeddings": "input"}
 
 
 def body_fields(sc: Scenario, model: str) -> dict[str, Any]:
-    """Everything but `messages` (a completions body's `prompt`), per the scenario (see
-    SERVERS.md for the switches; a completions scenario has no chat-template ones)."""
+    """Everything but the prompt (`PROMPT_KEYS`), per the scenario and its endpoint (see
+    SERVERS.md for the switches; a text endpoint's scenario has no chat-template ones)."""
+    if sc.endpoint == "embeddings":  # one answer, nothing generated
+        return _with_extra({"model": model, "encoding_format": "float"}, sc.extra_body)
     body: dict[str, Any] = {"model": model, "max_tokens": sc.max_tokens, "stream": True}
     if sc.include_usage:
         body["stream_options"] = {"include_usage": True}
@@ -45,7 +52,26 @@ def body_fields(sc: Scenario, model: str) -> dict[str, Any]:
     if sc.fixed_output_tokens or fixed_history:
         body["ignore_eos"] = True
         body["min_tokens"] = sc.max_tokens
-    for k, v in sc.extra_body.items():
+    if sc.endpoint == "responses":
+        body = _as_responses(body)
+    return _with_extra(body, sc.extra_body)
+
+
+def _as_responses(body: dict[str, Any]) -> dict[str, Any]:
+    """Chat fields in the Responses API's names: `max_output_tokens`, `reasoning.effort`;
+    no `stream_options` (its usage always comes, in `response.completed`) nor `min_tokens`
+    (vLLM's ResponsesRequest has none: `ignore_eos` alone fixes the length)."""
+    out = {k: v for k, v in body.items()
+           if k not in ("max_tokens", "stream_options", "min_tokens", "reasoning_effort")}
+    out["max_output_tokens"] = body["max_tokens"]
+    if "reasoning_effort" in body:
+        out["reasoning"] = {"effort": body["reasoning_effort"]}
+    return out
+
+
+def _with_extra(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`body` with the scenario's `extra_body` merged in (a table into a table)."""
+    for k, v in extra.items():
         if isinstance(v, dict) and isinstance(body.get(k), dict):
             body[k] = {**body[k], **v}
         else:
@@ -58,7 +84,8 @@ class BodyBuilder:
 
     def __init__(self, sc: Scenario, model: str, prompts: PromptFactory) -> None:
         self._fields = body_fields(sc, model)
-        self._text = sc.endpoint == "completions"  # the user message's text is the prompt
+        self._key = PROMPT_KEYS[sc.endpoint]
+        self._text = sc.endpoint in TEXT_ENDPOINTS  # the user message's text is the prompt
         self.prompts = prompts
         self._split: dict[int, tuple[bytes, bytes, bytes]] = {}
 
@@ -73,8 +100,8 @@ class BodyBuilder:
             parts = self.prompts.parts(size, 0)
             msgs = self.prompts.messages(size, 0)
             msgs[-1]["content"] = _MARK_HEAD + parts.prefix + _MARK_TAG + parts.body
-            raw = orjson.dumps({**self._fields, "messages": msgs} if not self._text else
-                               {**self._fields, "prompt": msgs[-1]["content"]})
+            raw = orjson.dumps({**self._fields, self._key: msgs[-1]["content"]
+                                if self._text else msgs})
             a, rest = raw.split(orjson.dumps(_MARK_HEAD)[1:-1], 1)
             b, c = rest.split(orjson.dumps(_MARK_TAG)[1:-1], 1)
             t = self._split[size] = (a, b, c)
@@ -176,8 +203,11 @@ class ConversationBodies:
         names = [model] if self.mix is None else list(self.mix.model_names)
         # each model's body around the messages; the last occurrence: the key is added
         # last (extra_body may nest a "messages")
-        self._ends = [tuple(orjson.dumps({**body_fields(sc, name), "messages": []}).rsplit(
-            b'"messages":[]', 1)) for name in names]
+        key = PROMPT_KEYS[sc.endpoint].encode()
+        self._key = b'"%s":[' % key
+        self._ends = [tuple(orjson.dumps({**body_fields(sc, name), key.decode(): []}).rsplit(
+            b'"%s":[]' % key, 1)) for name in names]
+        self.by_id = self.plan.previous_response_id  # later turns: the new message, an id
         self.prompts = prompts
 
     def start(self, conversation: int) -> Conversation:
@@ -201,7 +231,7 @@ class Conversation:
     carry (`extra`: conversation, turn, turns, history_tokens)."""
 
     __slots__ = ("_bodies", "index", "turn", "_messages", "draws", "header",
-                 "history_tokens", "model", "_ends")
+                 "history_tokens", "model", "_ends", "response_id")
 
     def __init__(self, bodies: ConversationBodies, index: int, messages: list[bytes],
                  draws: ConversationDraws, header: bytes = b"",
@@ -218,6 +248,8 @@ class Conversation:
         # tokens this turn's prompt begins with by construction; None before turn 2 or
         # when the server did not say
         self.history_tokens: int | None = None
+        # the last answer's response id (`conversation.previous_response_id`), else None
+        self.response_id: str | None = None
 
     @property
     def over(self) -> bool:
@@ -226,12 +258,16 @@ class Conversation:
 
     def next_body(self) -> tuple[bytes, ...]:
         """The body of the next turn (its new user message joins the history), as pieces
-        to send one after another."""
+        to send one after another; with `previous_response_id`, a later turn's is its new
+        message after the last answer's id (the server holds the history)."""
         self.turn += 1
         b = self._bodies
         self._messages.append(orjson.dumps(b.prompts.user_message(self.index, self.turn)))
         head, tail = self._ends
-        return (head, b'"messages":[', b",".join(self._messages), b"]", tail)
+        if self.response_id is not None:
+            return (head, b'"previous_response_id":', orjson.dumps(self.response_id),
+                    b"," + b._key, self._messages[-1], b"]", tail)
+        return (head, b._key, b",".join(self._messages), b"]", tail)
 
     def extra(self) -> dict[str, int | None]:
         """What the current turn's record carries in `extra` (`model_index` with a mix's
@@ -242,11 +278,14 @@ class Conversation:
             out["model_index"] = self.model
         return out
 
-    def answered(self, content: str, prompt_tokens: int | None) -> None:
-        """The server's answer to the last turn (its `content`; reasoning is not history)
-        and its count of that turn's prompt."""
+    def answered(self, content: str, prompt_tokens: int | None,
+                 response_id: str | None = None) -> None:
+        """The server's answer to the last turn (its `content`; reasoning is not history),
+        its count of that turn's prompt and (Responses API) the answer's id."""
         self._messages.append(orjson.dumps({"role": "assistant", "content": content}))
         self.history_tokens = prompt_tokens
+        if self._bodies.by_id:
+            self.response_id = response_id
 
     def end(self) -> None:
         """Over now: its later turns are never sent (a turn failed, or was stopped)."""

@@ -22,6 +22,10 @@ this table takes them under anvil's names:
                                 # "fixed": answers of exactly max_tokens (ignore_eos)
     session_header = "X-Session-ID"  # sent with each turn, one value per conversation;
                                 # "" sends none
+    previous_response_id = false  # --endpoint responses only: true sends each later turn
+                                # as its new message and the last answer's response id,
+                                # the server keeping the history (vLLM: with
+                                # VLLM_ENABLE_RESPONSES_API_STORE=1); false resends it
     seed = 0                    # the draws' seed
     conversations = 8           # optional: the run's budget is this many conversations,
                                 # each with all its turns (instead of `requests`, which
@@ -61,7 +65,7 @@ _DISTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _WHOLE_DISTS = ("constant", "uniform", "lognormal", "zipf")  # for a count of turns
 _SECONDS_DISTS = ("constant", "uniform", "lognormal", "exponential")  # for a think time
 _KEYS = ("turns", "turn_tokens", "system_prompt_tokens", "prefix_tokens", "think_time",
-         "history", "session_header", "seed", "conversations")
+         "history", "session_header", "seed", "conversations", "previous_response_id")
 
 
 def _err(key: str, value: Any, allowed: str, src: str | None) -> ScenarioError:
@@ -204,6 +208,7 @@ class ConversationPlan:
     session_header: str | None = DEFAULT_SESSION_HEADER
     seed: int = 0
     conversations: int | None = None  # a budget of conversations (None: of requests)
+    previous_response_id: bool = False  # later turns continue the server's stored response
 
     def draws(self, index: int, turns: int | None = None) -> ConversationDraws:
         """Conversation `index`'s turns (`turns` when its source fixes them: a dataset's
@@ -234,7 +239,8 @@ class ConversationPlan:
                 "prefix_tokens": self.prefix_tokens, "think_time": self.think_time.to_json(),
                 "history": self.history, "session_header": self.session_header or "",
                 "seed": self.seed,
-                **({} if self.conversations is None else {"conversations": self.conversations})}
+                **({} if self.conversations is None else {"conversations": self.conversations}),
+                **({"previous_response_id": True} if self.previous_response_id else {})}
 
 
 def _whole(key: str, v: Any, least: int, src: str | None) -> int:
@@ -265,6 +271,9 @@ def parse_conversation(table: Any, src: str | None) -> ConversationPlan | None:
             header and not header.isascii()):
         raise _err("session_header", header, "an HTTP header name (ASCII, no spaces or "
                    "colons), or \"\" for none", src)
+    by_id = table.get("previous_response_id", False)
+    if not isinstance(by_id, bool):
+        raise _err("previous_response_id", by_id, "true or false", src)
     return ConversationPlan(
         turns=parse_draw("turns", table["turns"], True, src),
         turn_tokens=_whole("turn_tokens", table["turn_tokens"], 1, src),
@@ -275,4 +284,5 @@ def parse_conversation(table: Any, src: str | None) -> ConversationPlan | None:
         history=history, session_header=header or None,
         seed=_whole("seed", table.get("seed", 0), 0, src),
         conversations=(None if table.get("conversations") is None
-                       else _whole("conversations", table["conversations"], 1, src)))
+                       else _whole("conversations", table["conversations"], 1, src)),
+        previous_response_id=by_id)

@@ -178,8 +178,9 @@ OPTIONS: tuple[Option, ...] = (
            "latency_ms<=50\": benchmark.json then has goodput (met, fraction) and "
            "metrics.goodput_rps", criteria),
     Option("--endpoint", "what the requests are posted to: chat (/v1/chat/completions, "
-           "the default) or completions (/v1/completions, a text prompt)",
-           choice("chat", "completions")),
+           "the default), completions (/v1/completions, a text prompt), responses "
+           "(/v1/responses, streamed events) or embeddings (/v1/embeddings, one answer)",
+           choice("chat", "completions", "responses", "embeddings")),
     Option("--models", "the models (LoRA adapters) requests name, comma-separated, each one "
            "the server serves; over the scenario's [models] names: see load/mix.py"),
     Option("--model-assignment", "how --models (or [models]) are assigned: round-robin "
@@ -264,7 +265,8 @@ def locust_args(values: Mapping[str, Any]) -> list[str]:
         elif isinstance(v, tuple):  # --steps, --rates: as typed, comma-separated
             out += [o.flag, ",".join(map(str, v))]
         elif isinstance(v, dict):  # --conversation: key=value pairs, as typed
-            out += [o.flag, ",".join(f"{k}={x}" for k, x in v.items())]
+            out += [o.flag, ",".join(f"{k}={str(x).lower() if isinstance(x, bool) else x}"
+                                     for k, x in v.items())]
         else:
             out += [o.flag, str(v)]
     return out
@@ -336,6 +338,32 @@ def _windows(sc: Scenario, warmup: float | None, cooldown: float | None) -> Scen
     return replace(sc, warmup_s=warm, cooldown_s=cool)
 
 
+def _endpoint(sc: Scenario, endpoint: str | None) -> Scenario:
+    """`--endpoint` over the scenario's `request.endpoint`, checked as the file's would be
+    (before `--conversation`, which is then checked against it)."""
+    if endpoint is None or endpoint == sc.endpoint:
+        return sc
+    from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict
+
+    doc = scenario_to_dict(sc)
+    doc["request"]["endpoint"] = endpoint
+    checked = scenario_from_dict(doc, source=f"--endpoint {endpoint}")
+    return replace(sc, endpoint=checked.endpoint)
+
+
+def _cancel(sc: Scenario, rate: float | None, after: str | None) -> Scenario:
+    """`--cancel-rate` and `--cancel-after` over the scenario's `[cancel]`."""
+    if rate is None and after is None:
+        return sc
+    from anvil_metrics.load.cancel import cancel_from_flags
+
+    sc = replace(sc, cancel=cancel_from_flags(sc.cancel, rate, after, sc.context_seed))
+    if sc.endpoint == "embeddings" and sc.cancel is not None and sc.cancel.after == "decode":
+        raise UsageError("--cancel-after 'decode' is not allowed with --endpoint "
+                         "embeddings (nothing is decoded); use prefill or a time in ms")
+    return sc
+
+
 def _no_budget(plan: Any) -> Any:
     """A `[conversation]` without its budget of conversations (a duration or a sweep ends
     the run instead)."""
@@ -396,6 +424,7 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         sc = load_scenario(v["scenario"])
     else:
         sc = scenario_from_dict({"measurement_protocol": "adhoc"}, source="built-in defaults")
+    sc = _endpoint(sc, v["endpoint"])
     if v["conversation"]:
         sc = with_conversation(sc, v["conversation"])
     sc = with_overrides(sc, requests=v["requests"], concurrency=users,
@@ -420,23 +449,12 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         from anvil_metrics.load.replay import dataset_scenario
 
         sc = dataset_scenario(sc, v)
-    if v["endpoint"] is not None and v["endpoint"] != sc.endpoint:
-        from anvil_metrics.load.scenario import scenario_to_dict
-
-        doc = scenario_to_dict(sc)
-        doc["request"]["endpoint"] = v["endpoint"]
-        checked = scenario_from_dict(doc, source=f"--endpoint {v['endpoint']}")
-        sc = replace(sc, endpoint=checked.endpoint)
     if v["models"] is not None or v["model_assignment"] is not None:
         from anvil_metrics.load.mix import models_from_flags
 
         sc = replace(sc, mix=models_from_flags(sc.mix, v["models"], v["model_assignment"],
                                                sc.context_seed))
-    if v["cancel_rate"] is not None or v["cancel_after"] is not None:
-        from anvil_metrics.load.cancel import cancel_from_flags
-
-        sc = replace(sc, cancel=cancel_from_flags(sc.cancel, v["cancel_rate"],
-                                                  v["cancel_after"], sc.context_seed))
+    sc = _cancel(sc, v["cancel_rate"], v["cancel_after"])
     if headers or sc.headers:
         sc = replace(sc, headers=with_api_key(merged(sc.headers, headers), api_key))
     given = {key: v[key] for key in PROVENANCE if v[key] is not None}

@@ -175,17 +175,21 @@ def tokenizer_file(flag: str, value: str) -> str:
 PAIR = re.compile(r"([a-z_]+)=([^,=]+)")
 
 
-def pairs(flag: str, value: str) -> dict[str, int | float | str]:
-    """`key=value,key=value` (lower-case keys; a value is a whole number, a number or text):
-    a scenario table's scalar keys given on the command line, e.g. `--conversation
-    turns=4,turn_tokens=256`. The table's own check names a bad key or value."""
-    got: dict[str, int | float | str] = {}
+def pairs(flag: str, value: str) -> dict[str, int | float | str | bool]:
+    """`key=value,key=value` (lower-case keys; a value is a whole number, a number, true or
+    false, or text): a scenario table's scalar keys given on the command line, e.g.
+    `--conversation turns=4,turn_tokens=256`. The table's own check names a bad key or
+    value."""
+    got: dict[str, int | float | str | bool] = {}
     for part in value.split(","):
         m = PAIR.fullmatch(part.strip())
         if m is None or m.group(1) in got:
             raise _refuse(flag, value, "key=value pairs separated by commas, each key once, "
                           "e.g. turns=4,turn_tokens=256")
         key, raw = m.groups()
+        if raw.strip() in ("true", "false"):  # TOML's booleans
+            got[key] = raw.strip() == "true"
+            continue
         for kind in (int, float):
             try:
                 got[key] = kind(raw)

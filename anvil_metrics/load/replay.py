@@ -57,8 +57,8 @@ def replay_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
         raise UsageError(f"--trace is not allowed with {sc.source or 'the scenario'}: its "
                          "[conversation] or shared-prefix bursts make the load itself")
     if sc.endpoint != "chat":
-        raise UsageError("--trace is not allowed with --endpoint completions: a trace's "
-                         "prompts are chat messages")
+        raise UsageError(f"--trace is not allowed with --endpoint {sc.endpoint}: a trace's "
+                         "prompts are chat completions (--endpoint chat)")
     if sc.mix is not None:
         raise UsageError(f"--trace is not allowed with {sc.source or 'the scenario'}: its "
                          "[[request_class]] or [models] shape each request, as the trace does")
@@ -79,8 +79,8 @@ def dataset_scenario(sc: Scenario, v: Mapping[str, Any]) -> Scenario:
         raise UsageError("--dataset is not allowed with --trace or shared-prefix bursts: "
                          "those make their own prompts")
     if sc.endpoint != "chat":
-        raise UsageError("--dataset is not allowed with --endpoint completions: a dataset's "
-                         "prompts are chat messages")
+        raise UsageError(f"--dataset is not allowed with --endpoint {sc.endpoint}: a "
+                         "dataset's prompts are chat completions (--endpoint chat)")
     if sc.mix is not None:
         raise UsageError(f"--dataset is not allowed with {sc.source or 'the scenario'}: its "
                          "[[request_class]] or [models] shape each request, as the dataset "

@@ -25,9 +25,13 @@ from anvil_metrics.load.loadspec import arrivals_of, duration_of, steps_of
 from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, parse_mix
 from anvil_metrics.prep.prompts import MAX_GROUP_SIZE, MIN_UNIQUE_TOKENS
 
-# what a run's requests are posted to (`body.py`), under the API path
-ENDPOINT_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+# what a run's requests are posted to (`body.py`), under the API path; which of them answer
+# with a stream (an embedding is one JSON answer); which take the prompt as text, no template
+ENDPOINT_PATHS = {"chat": "/chat/completions", "completions": "/completions",
+                  "responses": "/responses", "embeddings": "/embeddings"}
 ENDPOINTS = tuple(ENDPOINT_PATHS)
+STREAMED_ENDPOINTS = ("chat", "completions", "responses")
+TEXT_ENDPOINTS = ("completions", "embeddings")
 
 META_KEYS = ("model", "engine", "gpu", "tier", "manifest", "source_recipe")
 
@@ -317,10 +321,20 @@ def _cancel(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
 
 
 def _endpoint(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """`request.endpoint`: "completions" posts a text prompt to /v1/completions, so nothing
-    of a chat template: no system prompt, thinking switch, reasoning effort, conversation
-    or request class that sets them."""
-    if v["endpoint"] != "completions":
+    """`request.endpoint`: "completions" and "embeddings" post a text prompt, so nothing of
+    a chat template: no system prompt, thinking switch, reasoning effort, conversation or
+    request class that sets them; an embedding generates nothing, so no fixed output length
+    nor cancellation after its first output. `conversation.previous_response_id` is the
+    Responses API's."""
+    endpoint = v["endpoint"]
+    conversation = v["conversation"]
+    if conversation is not None and conversation.previous_response_id and (
+            endpoint != "responses"):
+        raise _err("conversation.previous_response_id", True, "false unless "
+                   "request.endpoint = \"responses\" (only that API keeps a response)", src)
+    if endpoint == "embeddings":
+        _embeddings(v, src)
+    if endpoint not in TEXT_ENDPOINTS:
         return
     chat_only = [("request.system_prompt", v["system_prompt"]),
                  ("serve_flags.reasoning_effort", v["reasoning_effort"]),
@@ -332,8 +346,19 @@ def _endpoint(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
                       enumerate(v["mix"].classes) for k in ("reasoning_effort", "thinking_mode")]
     for key, value in chat_only:
         if value is not None:
-            raise _err(key, value, "none with request.endpoint = \"completions\" (a text "
+            raise _err(key, value, f"none with request.endpoint = \"{endpoint}\" (a text "
                        "prompt has no chat template)", src)
+
+
+def _embeddings(v: dict[str, Any], src: str | None) -> None:
+    """An embedding is one answer with no output: nothing may ask for output tokens."""
+    cancel = v["cancel"]
+    if cancel is not None and cancel.after == "decode":
+        raise _err("cancel.after", "decode", "\"prefill\" or a time in ms with "
+                   "request.endpoint = \"embeddings\" (nothing is decoded)", src)
+    if v["fixed_output_tokens"]:
+        raise _err("request.fixed_output_tokens", True, "false with request.endpoint = "
+                   "\"embeddings\" (nothing is generated)", src)
 
 
 def _extra_body(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:

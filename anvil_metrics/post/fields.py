@@ -93,9 +93,11 @@ RUN: Text = {
                "window; absent in files from before the block"),
     "conversation": ("", "a multi-turn run's conversations and each turn's figures; absent "
                      "without a [conversation]"),
-    "endpoint": ("", "what the requests were posted to: chat (/v1/chat/completions) or "
+    "endpoint": ("", "what the requests were posted to: chat (/v1/chat/completions), "
                  "completions (/v1/completions, a text prompt sized without a chat "
-                 "template); absent in files from before it (chat)"),
+                 "template), responses (/v1/responses, streamed events) or embeddings "
+                 "(/v1/embeddings, one answer, no output: its rows have no time to first "
+                 "output); absent in files from before it (chat)"),
     "cancel": ("", "the requests closed on purpose (--cancel-rate, [cancel]): how many and "
                "where (post/cancelblock.py); absent without cancellation"),
     "mix": ("", "a request mix's classes and models: each one's share beside its planned "

@@ -129,10 +129,16 @@ def usage_counts(usage: Mapping[str, Any] | None, reasoning_chunks: int, content
     `output_tokens` is `usage.completion_tokens` when the server sent such a count, else
     `reasoning_chunks + content_chunks` (a chunk carrying both a reasoning and a content
     delta counts in both chunk counts: it carried at least two pieces of text; chunk counts
-    undercount tokens anyway, which is why the source is recorded).
+    undercount tokens anyway, which is why the source is recorded). The Responses API's
+    names (`input_tokens`, `output_tokens`, their `_details`) are read as the chat names.
     """
     if usage is None:
         return reasoning_chunks + content_chunks, False, NULL, NULL, NULL
+    if "input_tokens" in usage and "prompt_tokens" not in usage:  # /v1/responses
+        usage = {"prompt_tokens": usage["input_tokens"],
+                 "completion_tokens": usage.get("output_tokens"),
+                 "prompt_tokens_details": usage.get("input_tokens_details"),
+                 "completion_tokens_details": usage.get("output_tokens_details")}
     limit = COUNT_LIMIT
     out = usage.get("completion_tokens")
     from_usage = type(out) is int and 0 <= out < limit

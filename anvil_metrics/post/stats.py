@@ -87,12 +87,13 @@ def _rate(numerator: float | int, seconds: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def throughput_tok_s(output_tokens: int, wall_clock_ms: float | None) -> float | None:
-    """Run throughput, tokens/s: `Σ output_tokens / (wall_clock_ms / 1000)`; None when the
-    wall clock is missing, zero or negative."""
+def throughput_tok_s(tokens: int, wall_clock_ms: float | None) -> float | None:
+    """Run throughput, tokens/s: `Σ tokens / (wall_clock_ms / 1000)` (output tokens:
+    `throughput_tok_s`; prompt tokens: `input_throughput_tok_s`); None when the wall clock
+    is missing, zero or negative."""
     if wall_clock_ms is None:
         return None
-    return _rate(output_tokens, wall_clock_ms / 1000)
+    return _rate(tokens, wall_clock_ms / 1000)
 
 
 def aggregate(rows: RowColumns, wall_clock_ms: float | None) -> dict[str, Any]:
@@ -123,6 +124,8 @@ def aggregate(rows: RowColumns, wall_clock_ms: float | None) -> dict[str, Any]:
     m["ttft_samples"] = int(np.count_nonzero(~np.isnan(rows.floats["ttft_ms"])))
     m["prompt_token_samples"] = int(np.count_nonzero(prompt_present))
     m["throughput_tok_s"] = throughput_tok_s(m["output_tokens"], wall_clock_ms)
+    m["input_throughput_tok_s"] = (throughput_tok_s(m["prompt_tokens"], wall_clock_ms)
+                                   if prompt_present.any() else None)
     visible = rows.floats["visible_generation_ms"]
     picked = ~rows.usage_source & ~np.isnan(visible)
     m["content_chunks_s"] = None

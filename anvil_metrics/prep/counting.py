@@ -214,20 +214,24 @@ def _check_local_tokenizer(count: CountTokens, probe: CountTokens, path: str) ->
             "tokenizer.json, or leave --tokenizer out to count with the server")
 
 
-def completions_counter(client: ChatClient, fields: dict[str, Any]) -> Counter:
-    """How the server counts a `/v1/completions` prompt: the last message's text, raw, with
-    the special tokens the endpoint adds. vLLM's `/tokenize {"prompt"}` (which adds them
-    too), when it agrees with one `max_tokens=1` completions probe; else such probes."""
+def text_counter(client: ChatClient, fields: dict[str, Any],
+                 endpoint: str = "completions") -> Counter:
+    """How the server counts a text prompt posted to `/v1/{endpoint}` ("completions" or
+    "embeddings"): the last message's text, raw, with the special tokens the endpoint adds.
+    vLLM's `/tokenize {"prompt"}` (which adds them too), when it agrees with one probe of
+    the endpoint (a `max_tokens=1` completion; an embedding, which generates nothing);
+    else such probes."""
     model = fields.get("model")
     seen: dict[str, Any] = {}
+    key, more = ("prompt", {"max_tokens": 1}) if endpoint == "completions" else ("input", {})
 
     def probe(messages: list[dict]) -> int:
-        status, body = client.post_json("/completions", {
-            "model": model, "prompt": messages[-1]["content"], "max_tokens": 1})
+        status, body = client.post_json(f"/{endpoint}", {
+            "model": model, key: messages[-1]["content"], **more})
         usage = body.get("usage") if isinstance(body, dict) else None
         n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         if status != 200 or not isinstance(n, int):
-            raise AnvilError(f"/v1/completions answered HTTP {status}: {str(body)[:200]}")
+            raise AnvilError(f"/v1/{endpoint} answered HTTP {status}: {str(body)[:200]}")
         return n
 
     def tokenize(messages: list[dict]) -> int:
@@ -243,8 +247,9 @@ def completions_counter(client: ChatClient, fields: dict[str, Any]) -> Counter:
         limit = seen.get("max_model_len")
         ok = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
         return Counter(tokenize, "tokenize", "/tokenize of the prompt (vLLM), as "
-                       "/v1/completions counts it", limit if ok else None)
-    return Counter(probe, "probe", "max_tokens=1 /v1/completions probes (usage.prompt_tokens)")
+                       f"/v1/{endpoint} counts it", limit if ok else None)
+    what = "max_tokens=1 /v1/completions" if endpoint == "completions" else "/v1/embeddings"
+    return Counter(probe, "probe", f"{what} probes (usage.prompt_tokens)")
 
 
 def server_counter(client: ChatClient, fields: dict[str, Any],

@@ -202,15 +202,18 @@ def summary_lines(doc: dict) -> list[str]:
     def fmt(v: object) -> str:
         return "null" if v is None else f"{v:,.1f}" if isinstance(v, float) else str(v)
 
-    aborted = (doc.get("cancel") or {}).get("aborted") or 0  # on purpose: not the server's
+    # closed on purpose: their own outcome, not the server's failures (`failed` counts all)
+    aborted = (doc.get("cancel") or {}).get("aborted") or 0
+    failed = doc.get("failed")
     lines = [
         f"run {doc.get('run_id')}  model {doc.get('model')}  "
         f"protocol {doc.get('measurement_protocol')}  concurrency {doc.get('concurrency')}",
         f"requests {doc.get('requests')}  completed {doc.get('completed')}  "
-        f"failed {doc.get('failed')}"
-        + (f" ({aborted} of them cancelled on purpose)" if aborted else "")
+        + (f"cancelled on purpose {aborted}  " if aborted else "")
+        + f"failed {failed - aborted if isinstance(failed, int) else failed}"
         + f"  wall clock {fmt(doc.get('wall_clock_ms'))} ms  "
-        f"throughput {fmt(m.get('throughput_tok_s'))} tok/s"
+        f"throughput {fmt(m.get('throughput_tok_s'))} tok/s out, "
+        f"{fmt(m.get('input_throughput_tok_s'))} tok/s in"
         + ("  [PARTIAL]" if doc.get("partial") else ""),
         f"{'metric':<22}{'p50':>12}{'p95':>12}  unit",
     ]

@@ -218,17 +218,19 @@ class ChatStream:
             if i >= self._last:
                 self._finish(i)
                 return
-            r = self._reasoning
-            if i < r:
-                tail = self._bodies_r[i % len(self._bodies_r)]
-            else:
-                tail = self._bodies_c[(i - r) % len(self._bodies_c)]
-            conn.write(self._enc.event(tail))
+            conn.write(self._token_event(i))
             self._next = i + 1
             self._sched.at(self._prefill_end + (i + 1) * self._interval, self)
         except Exception:
             conn.abort()
             raise
+
+    def _token_event(self, i: int) -> bytes:
+        """Token `i`'s event, framed (not the last: `_finish` writes that one)."""
+        r = self._reasoning
+        if i < r:
+            return self._enc.event(self._bodies_r[i % len(self._bodies_r)])
+        return self._enc.event(self._bodies_c[(i - r) % len(self._bodies_c)])
 
     def _last_delta(self, i: int) -> dict[str, Any]:
         """The delta of the last token `i` (empty if there are no tokens)."""

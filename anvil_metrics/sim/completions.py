@@ -4,7 +4,8 @@ Why: vLLM's own benchmark loads `/v1/completions` by default, and anvil can load
 (`--endpoint completions`); the simulator answers it on the same clock as a chat stream
 (prefill, then one token per interval), so a completions run is judged against the same
 truth. What differs from chat, as in vLLM: the prompt is raw text, counted without a chat
-template (as `/tokenize {"prompt"}` counts it here); no role chunk; each chunk is
+template (as `/tokenize {"prompt"}` counts it here), or a list of token ids, counted as
+sent; no role chunk; each chunk is
 `{"object": "text_completion", "choices": [{"index": 0, "text": …, "logprobs": null,
 "finish_reason": …}]}`; no reasoning channel. A body without `"stream": true` gets the
 whole `text_completion` when its last token is due (anvil's sizing probes). Not through
@@ -50,12 +51,16 @@ def parse_completion_request(data: dict[str, Any], cfg: SimConfig) -> ChatReques
     """Validate a streamed completions body and count its prompt; raises `RequestError`."""
     check_model(data, cfg)
     prompt = data.get("prompt")
-    if not isinstance(prompt, str) or not prompt:
-        raise RequestError(400, "prompt must be a non-empty string", param="prompt")
-    try:
-        prompt_tokens = count_text_tokens(prompt, cfg.tokenizer)
-    except TokenizeError as exc:
-        raise RequestError(400, str(exc), param="prompt") from exc
+    if isinstance(prompt, list) and prompt and all(type(t) is int and t >= 0 for t in prompt):
+        prompt_tokens = len(prompt)  # token ids: counted as sent, no special tokens added
+    elif not isinstance(prompt, str) or not prompt:
+        raise RequestError(400, "prompt must be a non-empty string or list of token ids",
+                           param="prompt")
+    else:
+        try:
+            prompt_tokens = count_text_tokens(prompt, cfg.tokenizer)
+        except TokenizeError as exc:
+            raise RequestError(400, str(exc), param="prompt") from exc
     max_tokens = _opt_int(data, "max_tokens", 1)
     min_tokens = _opt_int(data, "min_tokens", 0) or 0
     if max_tokens is not None and min_tokens > max_tokens:

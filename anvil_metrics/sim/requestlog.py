@@ -16,9 +16,11 @@ own files keep it out).
 
 A message's content is summarised, not kept (a 393k-token prompt is ~1.5 MB): its length
 in characters and the CRC-32 of its UTF-8 bytes (of its JSON when the content is a list of
-parts); a `/v1/completions` body's `"prompt"` likewise, as [characters, crc32] (null for
-a chat body). A body that is not a JSON object is logged with `"messages": null`. Each line is
-written and flushed as the request arrives, before it is answered.
+parts); a `/v1/completions` body's `"prompt"` likewise, as [characters, crc32] (["ids",
+count] for token ids; null for a chat body). A `/v1/responses` or `/v1/embeddings` line also
+has `"input"` (each item's or text's digest) and `"previous_response_id"`; its `max_tokens` is
+`max_output_tokens`. A body that is not a JSON object is logged with `"messages": null`.
+Each line is written and flushed as the request arrives, before it is answered.
 """
 
 from __future__ import annotations
@@ -39,6 +41,26 @@ def message_digest(message: Any) -> list[Any]:
     return [message.get("role"), len(text), zlib.crc32(text.encode("utf-8", "surrogatepass"))]
 
 
+def prompt_digest(prompt: Any) -> list[Any] | None:
+    """[characters, crc32] of a text prompt, ["ids", count] of token ids, else None."""
+    if isinstance(prompt, str):
+        return message_digest({"role": None, "content": prompt})[1:]
+    if isinstance(prompt, list) and all(type(t) is int for t in prompt):
+        return ["ids", len(prompt)]
+    return None
+
+
+def input_digest(value: Any) -> list[Any] | None:
+    """A Responses or embeddings `input`: each message's or text's digest, in order."""
+    if isinstance(value, str):
+        return [prompt_digest(value)]
+    if not isinstance(value, list):
+        return None
+    if value and all(type(t) is int for t in value):
+        return [prompt_digest(value)]
+    return [message_digest(v) if isinstance(v, dict) else prompt_digest(v) for v in value]
+
+
 class RequestLog:
     """An open `--log-requests` file; `header` is the session header's name."""
 
@@ -52,16 +74,18 @@ class RequestLog:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
             data = None
-        messages = data.get("messages") if isinstance(data, dict) else None
-        prompt = data.get("prompt") if isinstance(data, dict) else None
+        data = data if isinstance(data, dict) else {}
+        messages = data.get("messages")
         line = {"t_ns": t_ns, "path": path, "session": headers.get(self._header),
-                "model": data.get("model") if isinstance(data, dict) else None,
-                "max_tokens": data.get("max_tokens") if isinstance(data, dict) else None,
+                "model": data.get("model"),
+                "max_tokens": data.get("max_tokens", data.get("max_output_tokens")),
                 "messages": ([message_digest(m) for m in messages]
                              if isinstance(messages, list) else None),
-                "prompt": None if not isinstance(prompt, str) else message_digest(
-                    {"role": None, "content": prompt})[1:],
+                "prompt": prompt_digest(data.get("prompt")),
                 "headers": dict(headers)}
+        if path in ("/v1/responses", "/v1/embeddings"):
+            line["input"] = input_digest(data.get("input"))
+            line["previous_response_id"] = data.get("previous_response_id")
         self._file.write(orjson.dumps(line) + b"\n")
         self._file.flush()
 

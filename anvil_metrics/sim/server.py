@@ -29,6 +29,7 @@ import gc
 import signal
 import sys
 import time
+from typing import Any
 
 import orjson
 
@@ -79,6 +80,29 @@ class App:
         self._script_faults = frozenset(cfg.script_faults)
         self.request_log = (RequestLog(cfg.log_requests, cfg.session_header)
                             if cfg.log_requests else None)
+        self.responses: Any = None  # responsesload.ResponseStore, made on the first request
+
+    def _other_endpoint(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
+        """`/v1/responses` (`--endpoint responses`; the checks' questions with --script) and
+        `/v1/embeddings`. Their modules are imported on the first such request: the checks'
+        suite is 0.1 s of a start most tests never need."""
+        if self.request_log is not None:
+            self.request_log.write(request.headers, request.body, t0_ns, request.path)
+        if request.path == "/v1/embeddings":
+            from anvil_metrics.sim.embeddings import answer_embeddings
+
+            answer_embeddings(conn, self.sched, self.cfg, request.body, t0_ns)
+        elif self.cfg.script:
+            from anvil_metrics.sim.responses import answer_responses
+
+            answer_responses(conn, self.cfg, request.body, self._script_faults)
+        else:
+            from anvil_metrics.sim.responsesload import ResponseStore, answer_responses_load
+
+            if self.responses is None:
+                self.responses = ResponseStore()
+            answer_responses_load(conn, self.sched, self.cfg, request.body, t0_ns,
+                                  self.responses, self.prefix_cache, self._admit)
 
     def connection(self) -> HttpConnection:
         conn = HttpConnection(self.handle, self.intake, self.connections.discard)
@@ -109,13 +133,8 @@ class App:
             from anvil_metrics.sim.completions import answer_completions
 
             answer_completions(conn, self.sched, self.cfg, request.body, t0_ns, self._admit)
-        elif route == ("POST", "/v1/responses"):  # streamed only; scripted with --script
-            # imported on the first such request: it brings the checks' suite (0.1 s of
-            # the simulator's start, which most tests never ask for)
-            from anvil_metrics.sim.responses import answer_responses
-
-            answer_responses(conn, self.cfg, request.body,
-                             self._script_faults if self.cfg.script else None)
+        elif route in (("POST", "/v1/responses"), ("POST", "/v1/embeddings")):
+            self._other_endpoint(request, conn, t0_ns)
         elif route == ("PUT", "/sim/script-faults") and self.cfg.script:
             self._set_script_faults(request, conn)
         elif route == ("GET", "/health"):

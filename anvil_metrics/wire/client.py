@@ -1,4 +1,5 @@
-"""HTTP to an OpenAI-compatible endpoint: one streamed chat completion, observed.
+"""HTTP to an OpenAI-compatible endpoint: one streamed chat completion, observed (or a
+completion, a Responses stream, an embeddings answer: the same request, another path).
 
 geventhttpclient (Locust's FastHttp engine) is used directly rather than through
 `FastHttpSession`, for three measured reasons: its `readline` returns each SSE line as soon
@@ -25,6 +26,7 @@ import orjson
 from anvil_metrics.headers import head_lines
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire import truth
+from anvil_metrics.wire.eventsobs import on_whole
 from anvil_metrics.wire.failures import CANCELLED_MESSAGE, CAUGHT, classify
 from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.sse import EventSplitter
@@ -78,6 +80,18 @@ def read_events(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
     return nbytes
 
 
+def read_whole(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver) -> int:
+    """A whole JSON answer (an embedding's) into `obs`, ended at its last block's stamp.
+    Returns the body bytes read; errors of the transport propagate."""
+    parts, last = [], None
+    for block, t in blocks:
+        parts.append(block)
+        last = t
+    raw = b"".join(parts)
+    on_whole(obs, raw, last if last is not None else _perf_ns())
+    return len(raw)
+
+
 class ChatClient:
     """One HTTP connection (Locust users each own one, as a browser-less client would)."""
 
@@ -85,13 +99,15 @@ class ChatClient:
                  connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0,
                  idle_timeout_s: float | None = None, total_timeout_s: float | None = None,
                  extra_headers: Mapping[str, str] | None = None,
-                 path: str = "/chat/completions") -> None:
+                 path: str = "/chat/completions", streamed: bool = True) -> None:
         """`network_timeout_s` bounds each wait until a stream's first output (headers and
         prefill, per read); once it has begun, `idle_timeout_s` bounds each silence;
         `total_timeout_s` the whole request (checked per event); `extra_headers` (checked:
         `anvil_metrics.headers`) go with every request, probes too; `path`: what the
-        streamed requests are posted to, under the API path (`/completions` for
-        `--endpoint completions`)."""
+        measured requests are posted to, under the API path (`/completions` for
+        `--endpoint completions`); `streamed`: False when the answer is one JSON object
+        (`/embeddings`), its end the arrival of its last byte (`eventsobs.on_whole`)."""
+        self.streamed = streamed
         self.endpoint = endpoint
         self.first_byte_s = network_timeout_s
         self.idle_s = idle_timeout_s or network_timeout_s
@@ -108,7 +124,8 @@ class ChatClient:
         host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
         head = [f"POST {endpoint.api_path}{path} HTTP/1.1",
                 f"Host: {host}:{endpoint.port}", "User-Agent: anvil",
-                "Content-Type: application/json", "Accept: text/event-stream"]
+                "Content-Type: application/json",
+                f"Accept: {'text/event-stream' if streamed else 'application/json'}"]
         if key:
             head.append(f"Authorization: Bearer {key}")
         # the streamed request is written by hand (see stream_chat): these lines, the extra
@@ -223,7 +240,8 @@ class ChatClient:
 
         nbytes = 0
         try:
-            nbytes = read_events(body_blocks(resp, silence), obs, prefill_over)
+            nbytes = (read_events(body_blocks(resp, silence), obs, prefill_over)
+                      if self.streamed else read_whole(body_blocks(resp, silence), obs))
         except CAUGHT["body"] as e:
             which = (f"first-byte timeout ({self.first_byte_s:g} s)" if first[0]
                      else f"idle timeout ({self.idle_s:g} s)")

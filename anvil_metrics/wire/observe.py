@@ -33,6 +33,15 @@ from anvil_metrics.records import Failure, RequestRecord
 from anvil_metrics.wire.truth import SendStamps
 
 
+def prompt_tokens_of(usage: object) -> int | None:
+    """The prompt's count in a usage object: `prompt_tokens`, or the Responses API's
+    `input_tokens`; None when it has neither as an integer."""
+    if not isinstance(usage, dict):
+        return None
+    n = usage.get("prompt_tokens", usage.get("input_tokens"))
+    return n if type(n) is int else None
+
+
 class StreamObserver:
     """Accumulates one request's observations; `finish()` returns its `RequestRecord`.
 

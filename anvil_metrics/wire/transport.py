@@ -212,6 +212,8 @@ def body_blocks(resp: Any, silence: Silence | None = None) -> Iterator[tuple[byt
         block = bytes(buf)
         del buf[:]
         yield block, _perf_ns()
+    if resp.message_complete:  # it came whole with the headers (a small JSON answer)
+        return
     full = resp.block_size
     sock = resp._sock
     if sock is None:

@@ -56,14 +56,60 @@ def test_each_requests_bytes_are_the_json_of_its_messages(shared: SharedPrefix |
     assert len(seen) == 5  # no two requests send the same bytes
 
 
-def _conversation_scenario(history: str, extra: dict | None = None) -> Scenario:
+def test_each_endpoint_has_its_own_fields_and_prompt_key() -> None:
+    sc = Scenario(measurement_protocol="p", max_tokens=8, reasoning_effort="low",
+                  fixed_output_tokens=True, extra_body={"top_p": 0.5}, endpoint="responses")
+    assert body_fields(sc, "m") == {"model": "m", "stream": True, "max_output_tokens": 8,
+                                    "reasoning": {"effort": "low"}, "ignore_eos": True,
+                                    "top_p": 0.5}
+    emb = Scenario(measurement_protocol="p", max_tokens=8, endpoint="embeddings",
+                   extra_body={"dimensions": 4})
+    assert body_fields(emb, "m") == {"model": "m", "encoding_format": "float", "dimensions": 4}
+    prompts = PromptFactory(CAL, seed=3, run_nonce="ab12cd34")
+    for endpoint, key, text in (("responses", "input", False), ("embeddings", "input", True),
+                                ("completions", "prompt", True)):
+        builder = BodyBuilder(Scenario(measurement_protocol="p", endpoint=endpoint), "m",
+                              prompts)
+        doc = orjson.loads(builder.build(100, 2))
+        messages = prompts.messages(100, 2)
+        assert doc[key] == (messages[-1]["content"] if text else messages), endpoint
+        assert "messages" not in doc
+
+
+def _conversation_scenario(history: str, extra: dict | None = None,
+                           **more: object) -> Scenario:
     from anvil_metrics.load.scenario import scenario_from_dict
 
     return scenario_from_dict({
         "measurement_protocol": "p", "max_tokens": 32, "max_context_tokens": 8192,
-        "request": {"extra_body": extra or {}},
+        "request": {"extra_body": extra or {}, **more.pop("request", {})},  # type: ignore
         "conversation": {"turns": 3, "turn_tokens": 40, "system_prompt_tokens": 20,
-                         "history": history}})
+                         "history": history, **more}})
+
+
+def test_previous_response_id_sends_the_new_message_after_the_last_answers_id() -> None:
+    from anvil_metrics.load.body import ConversationBodies
+    from anvil_metrics.prep.turns import ConversationPrompts, TurnSizes, size_turn_texts
+
+    sc = _conversation_scenario("server", request={"endpoint": "responses"},
+                                previous_response_id=True)
+    prompts = ConversationPrompts(size_turn_texts(TurnSizes(40, 0, 20), CAL, 0, "n0nce123"),
+                                  "n0nce123")
+    conv = ConversationBodies(sc, "m", prompts).start(3)
+    first = orjson.loads(b"".join(conv.next_body()))
+    assert first["input"] == [*prompts.opening(), prompts.user_message(3, 1)]
+    assert "previous_response_id" not in first and first["max_output_tokens"] == 32
+    conv.answered("an answer", 90, "resp_abc")
+    second = orjson.loads(b"".join(conv.next_body()))
+    assert second == {**body_fields(sc, "m"), "previous_response_id": "resp_abc",
+                      "input": [prompts.user_message(3, 2)]}
+    assert conv.extra()["history_tokens"] == 90
+    resend = ConversationBodies(_conversation_scenario("server", request={
+        "endpoint": "responses"}), "m", prompts).start(3)
+    resend.next_body()
+    resend.answered("an answer", 90, "resp_abc")  # the id is not used: the history is sent
+    assert len(orjson.loads(b"".join(resend.next_body()))["input"]) == len(
+        prompts.opening()) + 3
 
 
 def test_a_conversations_bodies_carry_its_whole_history_in_order() -> None:

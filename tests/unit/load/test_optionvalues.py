@@ -13,6 +13,7 @@ def test_pairs_are_typed_whole_number_number_or_text() -> None:
     assert pairs("--conversation", "turns=4, turn_tokens=256,think_time=0.5,history=fixed") \
         == {"turns": 4, "turn_tokens": 256, "think_time": 0.5, "history": "fixed"}
     assert type(pairs("--x", "a=4")["a"]) is int
+    assert pairs("--x", "a=true,b=false,c=True") == {"a": True, "b": False, "c": "True"}
 
 
 @pytest.mark.parametrize("text", ["turns", "turns=4,,", "Turns=4", "turns=4,turns=5",

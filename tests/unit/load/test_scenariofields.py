@@ -37,6 +37,18 @@ def refused(doc: dict) -> ScenarioError:
         ({"timeouts": {"idle_s": 0}}, "timeouts.idle_s"),
         ({"timeouts": {"network_s": 10}}, "timeouts.network_s"),
         ({"measurement_protocol": ""}, "measurement_protocol"),
+        ({"request": {"endpoint": "rankings"}}, "request.endpoint"),
+        ({"request": {"endpoint": "embeddings", "fixed_output_tokens": True}},
+         "request.fixed_output_tokens"),
+        ({"request": {"endpoint": "embeddings"}, "cancel": {"rate": 0.5, "after": "decode"}},
+         "cancel.after"),
+        ({"request": {"endpoint": "embeddings"}, "serve_flags": {"reasoning_effort": "low"}},
+         "serve_flags.reasoning_effort"),
+        ({"conversation": {"turns": 2, "turn_tokens": 8, "previous_response_id": True}},
+         "conversation.previous_response_id"),
+        ({"request": {"endpoint": "responses"},
+          "conversation": {"turns": 2, "turn_tokens": 8, "previous_response_id": "yes"}},
+         "conversation.previous_response_id"),
     ],
 )
 def test_bad_fields_are_named(patch: dict, field: str) -> None:

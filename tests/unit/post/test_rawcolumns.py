@@ -942,3 +942,16 @@ def test_a_row_template_orjson_does_not_match_falls_back_to_orjson(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(rowjson, "ROW_BATCH", 2)  # and across a batch seam
         assert b"".join(built.json_chunks()) == want
+
+
+def test_the_responses_apis_usage_names_are_read_as_the_chat_names() -> None:
+    from anvil_metrics.post.rawcolumns import NULL, usage_counts
+
+    responses = {"input_tokens": 40, "input_tokens_details": {"cached_tokens": 8},
+                 "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 2}}
+    chat = {"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 8},
+            "completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 2}}
+    assert usage_counts(responses, 1, 3) == usage_counts(chat, 1, 3) == (5, True, 40, 8, 2)
+    # an embeddings answer: a prompt count, nothing generated (the chunk count, 0)
+    assert usage_counts({"prompt_tokens": 12, "total_tokens": 12}, 0, 0) == (
+        0, False, 12, NULL, NULL)

@@ -103,6 +103,7 @@ def test_aggregate_keys_and_types():
     assert m["output_token_sources"] == {"usage": 2}
     assert m["ttft_samples"] == 2 and m["prompt_token_samples"] == 2
     assert m["throughput_tok_s"] == 5.5  # 22 tokens / 4 s
+    assert m["input_throughput_tok_s"] == 100.0  # 400 prompt tokens / 4 s
     assert m["content_chunks_s"] is None
     assert m["prefix_cache_hit_avg"] is None
     assert m["e2e_p50_ms"] == 1000.0 and m["ttft_p95_ms"] == 200.0
@@ -111,6 +112,12 @@ def test_aggregate_keys_and_types():
 def test_aggregate_throughput_none_without_wall_clock():
     assert aggregate([_row(0)], None)["throughput_tok_s"] is None
     assert aggregate([_row(0)], 0.0)["throughput_tok_s"] is None
+
+
+def test_input_throughput_is_null_when_no_row_has_a_prompt_count():
+    m = aggregate([_row(0, prompt_tokens=None), _row(1, prompt_tokens=None)], 4000.0)
+    assert m["prompt_tokens"] == 0 and m["input_throughput_tok_s"] is None  # not 0: unknown
+    assert aggregate([_row(0)], None)["input_throughput_tok_s"] is None
 
 
 def test_aggregate_no_rows():

@@ -450,7 +450,7 @@ def test_completions_counter_counts_the_prompt_as_the_endpoint_does(start: Start
     equal to what `/v1/completions` says it counted."""
     text = long_text(300)
     with client_for(start(api)) as client:
-        counter = counting.completions_counter(client, {"model": MODEL})
+        counter = counting.text_counter(client, {"model": MODEL})
         assert counter.method == method
         n = counter.count([{"role": "user", "content": text}])
         status, body = client.post_json("/completions", {"model": MODEL, "prompt": text,

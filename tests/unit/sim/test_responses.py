@@ -11,7 +11,6 @@ import pytest
 from simwire import Wire, http_chunks
 
 from anvil_metrics.checks import responses as suite
-from anvil_metrics.sim.chat import full_text
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.responses import (
     FAULT_SUITE,
@@ -111,16 +110,8 @@ def events_of(sent: bytes) -> list[dict[str, Any]]:
             for c in http_chunks(sent)[:-1]]
 
 
-def test_the_route_without_script_streams_the_nonsense_text() -> None:
-    sent = Wire(cfg=SimConfig(content_tokens=3)).post(
-        "/v1/responses", {"input": suite.TEXT_PROMPT, "stream": True})
-    assert sent.endswith(b"0\r\n\r\n") and b"[DONE]" not in sent
-    events = events_of(sent)
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert events[-1]["response"]["output"][0]["content"][0]["text"] == full_text("c", 3)
-
-
 def test_the_route_with_script_answers_the_question() -> None:
+    # (without --script the route is `responsesload`'s timed stream: test_responsesload.py)
     sent = Wire(cfg=SimConfig(script=True)).post(
         "/v1/responses", {"input": suite.TEXT_PROMPT, "stream": True})
     assert events_of(sent)[-1]["response"]["output"][0]["content"][0]["text"] == "Paris"
