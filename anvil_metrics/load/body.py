@@ -217,13 +217,19 @@ class ConversationBodies:
         header = (b"" if name is None else
                   f"{name}: {self.prompts.run_nonce}-{conversation}\r\n".encode("ascii"))
         p = self.prompts
-        opening = [orjson.dumps(m) for m in p.opening(conversation)]
+        messages = p.opening(conversation)
+        instructions = b""
+        if self.by_id and messages and messages[0]["role"] == "system":
+            # a stored response's system message does not carry over (OpenAI's rule, and
+            # vLLM's): each turn sends it as its `instructions`, first in the prompt again
+            instructions = b'"instructions":%s,' % orjson.dumps(messages.pop(0)["content"])
+        opening = [orjson.dumps(m) for m in messages]
         fixed = p.turns(conversation)  # a dataset's conversation: its own, at most the plan's
         fixed = None if fixed is None else min(fixed, self.plan.max_turns)
         # a conversation keeps one model: its number's draw (`mix.py`)
         model = None if self.mix is None else self.mix.model_of(conversation, None)
         return Conversation(self, conversation, opening, self.plan.draws(conversation, fixed),
-                            header, model)
+                            header, model, instructions)
 
 
 class Conversation:
@@ -235,10 +241,11 @@ class Conversation:
 
     def __init__(self, bodies: ConversationBodies, index: int, messages: list[bytes],
                  draws: ConversationDraws, header: bytes = b"",
-                 model: int | None = None) -> None:
+                 model: int | None = None, instructions: bytes = b"") -> None:
         self._bodies = bodies
         self.model = model  # its model's position in the mix's `model_names` (None: the run's)
-        self._ends = bodies._ends[model or 0]
+        head, tail = bodies._ends[model or 0]
+        self._ends = (head + instructions, tail)  # `"instructions":…,` with previous ids
         self.index = index
         self.turn = 0  # user turns sent so far
         self._messages = messages

@@ -16,7 +16,9 @@ event carries ``"anvil_sent_ns"`` as a chat chunk does.
 
 A completed response is stored (bounded, oldest dropped first) as its messages plus the
 answer's text, so a later request's `previous_response_id` continues it, as vLLM does with
-``VLLM_ENABLE_RESPONSES_API_STORE=1``; an unknown id is vLLM's 404. `--script` keeps its
+``VLLM_ENABLE_RESPONSES_API_STORE=1``: without the stored system messages (`instructions`
+do not carry over; the request's own come first) and the reasoning (a reasoning-only answer
+adds no message); an unknown id is vLLM's 404. `--script` keeps its
 own route (`responses.py`): the checks' questions, answered at once.
 """
 
@@ -74,8 +76,9 @@ def chat_body(data: dict[str, Any], store: ResponseStore) -> dict[str, Any]:
         if before is None:
             raise RequestError(404, f"Response with id '{previous}' not found.",
                                param="previous_response_id")
-        messages = before + messages
-    elif isinstance(data.get("instructions"), str):
+        # a stored response's system messages do not carry over (OpenAI's rule, vLLM's)
+        messages = [m for m in before if m["role"] != "system"] + messages
+    if isinstance(data.get("instructions"), str):
         messages = [{"role": "system", "content": data["instructions"]}, *messages]
     body: dict[str, Any] = {"model": data.get("model"), "messages": messages, "stream": True}
     for key, to in (("max_output_tokens", "max_tokens"), ("ignore_eos", "ignore_eos"),
@@ -205,8 +208,10 @@ class ResponsesStream(ChatStream):
             incomplete_details={"reason": "max_output_tokens"} if length else None,
             output=self._items, usage=usage))
         answer = "".join(piece("c", k) for k in range(self._plan.content))
-        self._store.put(self._response["id"],
-                        [*self._messages, {"role": "assistant", "content": answer}])
+        # the answer continues the history as vLLM's does: its message item (a
+        # reasoning-only answer has none, and adds nothing)
+        self._store.put(self._response["id"], [*self._messages, *(
+            [{"role": "assistant", "content": answer}] if answer else [])])
         for event in events[:-1]:
             self._conn.write(event)
         LEDGER.ending(self)

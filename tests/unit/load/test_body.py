@@ -97,11 +97,16 @@ def test_previous_response_id_sends_the_new_message_after_the_last_answers_id() 
                                   "n0nce123")
     conv = ConversationBodies(sc, "m", prompts).start(3)
     first = orjson.loads(b"".join(conv.next_body()))
-    assert first["input"] == [*prompts.opening(), prompts.user_message(3, 1)]
+    system, *rest = prompts.opening()
+    assert system["role"] == "system"  # sent as each turn's instructions: a stored
+    # response's system message does not carry over (OpenAI's rule, vLLM's)
+    assert first["input"] == [*rest, prompts.user_message(3, 1)]
+    assert first["instructions"] == system["content"]
     assert "previous_response_id" not in first and first["max_output_tokens"] == 32
     conv.answered("an answer", 90, "resp_abc")
     second = orjson.loads(b"".join(conv.next_body()))
     assert second == {**body_fields(sc, "m"), "previous_response_id": "resp_abc",
+                      "instructions": system["content"],
                       "input": [prompts.user_message(3, 2)]}
     assert conv.extra()["history_tokens"] == 90
     resend = ConversationBodies(_conversation_scenario("server", request={

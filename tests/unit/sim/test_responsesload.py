@@ -85,6 +85,17 @@ def test_previous_response_id_continues_the_stored_conversation() -> None:
                {"role": "user", "content": "three"}]
     assert second[-1][2]["response"]["usage"]["input_tokens"] == count_chat_tokens(
         history, CFG.tokenizer)
+    # as vLLM: the stored system message does not carry over (the request's instructions
+    # come first), nor does a reasoning-only answer (it has no message item)
+    wire = Wire(cfg=SimConfig(reasoning_tokens=2, content_tokens=3, stamp_send=True))
+    _, one = post(wire, {"input": [{"role": "system", "content": "old"},
+                                   {"role": "user", "content": "q"}],
+                         "stream": True, "max_output_tokens": 2})  # reasoning only
+    _, two = post(wire, {"input": "r", "instructions": "new", "stream": True,
+                         "previous_response_id": one[-1][2]["response"]["id"]})
+    assert two[-1][2]["response"]["usage"]["input_tokens"] == count_chat_tokens(
+        [{"role": "system", "content": "new"}, {"role": "user", "content": "q"},
+         {"role": "user", "content": "r"}], CFG.tokenizer)
     head, none = post(wire, {"input": "x", "previous_response_id": "resp_nope", "stream": True})
     assert head.startswith(b"HTTP/1.1 404") and none == []
 
