@@ -28,7 +28,7 @@ from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.scenariofields import TEXT_ENDPOINTS
 from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.prep import calcache
-from anvil_metrics.prep.counting import Counter, server_counter, text_counter
+from anvil_metrics.prep.counting import Counter, server_counter, text_counter, token_ids_of
 from anvil_metrics.prep.model import check_model_served, discover_model
 from anvil_metrics.prep.prompts import (
     NO_CALIBRATION,
@@ -105,7 +105,8 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
             bodies = MixBodies(sc, model, prompts, planned)
             bodies.prepare()
         else:
-            bodies = BodyBuilder(sc, model, prompts)
+            ids_of = token_ids_of(client, model) if sc.prompt_ids else None
+            bodies = BodyBuilder(sc, model, prompts, ids_of)
             bodies.prepare(sizes)
         conversations = None
         if sc.conversation is not None and dataset is not None:  # a dataset's conversations

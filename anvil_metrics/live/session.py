@@ -398,6 +398,8 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
     if sc.dataset is not None and dataset is not None:  # prompts from a file: which, how many
         params["dataset"] = sc.dataset.to_params(dataset)
     params["endpoint"] = sc.endpoint  # what the requests were posted to
+    if sc.prompt_ids:  # and their prompts as token ids
+        params["prompt_ids"] = True
     if sc.mix is not None:  # request classes and models: the plan as checked (`mix.py`)
         params["mix"] = sc.mix.to_table()
     if sc.cancel is not None:  # requests closed on purpose (`cancel.py`)

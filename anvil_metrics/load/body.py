@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import orjson
 
+from anvil_metrics.errors import AnvilError
 from anvil_metrics.load.conversation import DEFAULT_SESSION_HEADER, ConversationDraws
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
 from anvil_metrics.load.scenario import Scenario
@@ -30,6 +32,7 @@ from anvil_metrics.prep.turns import ConversationPrompts
 SAFE_SESSION = re.compile(r"(?!h-)[A-Za-z0-9._:-]{1,64}")  # a session id sent as it is
 _MARK_HEAD = "\u2063anvil-head\u2063"
 _MARK_TAG = "\u2063anvil-tag\u2063"
+HEAD_IDS = 6  # a token-id prompt's ids that number its request (`BodyBuilder._head_ids`)
 # the key of the prompt in each endpoint's body: the messages, or (a text endpoint's) the
 # user message's text
 PROMPT_KEYS = {"chat": "messages", "completions": "prompt", "responses": "input",
@@ -82,12 +85,16 @@ def _with_extra(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 class BodyBuilder:
     """Serialised request bodies for (planned size, request index)."""
 
-    def __init__(self, sc: Scenario, model: str, prompts: PromptFactory) -> None:
+    def __init__(self, sc: Scenario, model: str, prompts: PromptFactory,
+                 ids_of: Callable[[str], list[int]] | None = None) -> None:
+        """`ids_of`: the server's token ids of a text (`--prompt-ids`; `token_ids`)."""
         self._fields = body_fields(sc, model)
         self._key = PROMPT_KEYS[sc.endpoint]
         self._text = sc.endpoint in TEXT_ENDPOINTS  # the user message's text is the prompt
         self.prompts = prompts
         self._split: dict[int, tuple[bytes, bytes, bytes]] = {}
+        self._ids_of = ids_of
+        self._digits: list[bytes] = []  # token ids of a request's head (`token_ids`)
 
     def prepare(self, sizes: list[int]) -> None:
         self.prompts.prepare(sizes)
@@ -96,7 +103,9 @@ class BodyBuilder:
 
     def _template(self, size: int) -> tuple[bytes, bytes, bytes]:
         t = self._split.get(size)
-        if t is None:
+        if t is None and self._ids_of is not None:
+            t = self._split[size] = self._ids_template(size)
+        elif t is None:
             parts = self.prompts.parts(size, 0)
             msgs = self.prompts.messages(size, 0)
             msgs[-1]["content"] = _MARK_HEAD + parts.prefix + _MARK_TAG + parts.body
@@ -107,10 +116,40 @@ class BodyBuilder:
             t = self._split[size] = (a, b, c)
         return t
 
+    def _ids_template(self, size: int) -> tuple[bytes, bytes, bytes]:
+        """A size's body around token ids (`--prompt-ids`): the server's ids of its first
+        request's text (repeated if short) cut to `size - HEAD_IDS`, after a head of
+        `HEAD_IDS` ids that spells the request's number in digits drawn from those ids:
+        exactly `size` ids, each one the server's, no two requests alike."""
+        ids = self._ids_of(self.prompts.messages(size, 0)[-1]["content"])  # type: ignore[misc]
+        if not self._digits:
+            self._digits = [b"%d," % t for t in sorted(set(ids))[:64]]
+            if len(self._digits) < 2:
+                raise AnvilError("--prompt-ids: the server's token ids of a prompt are all "
+                                 "one id; send text prompts instead")
+        body = (ids * (1 + size // len(ids)))[:max(size - HEAD_IDS, 0)]
+        a, c = orjson.dumps({**self._fields, self._key: []}).rsplit(
+            b'"%s":[]' % self._key.encode(), 1)
+        return (a + b'"%s":[' % self._key.encode(), ",".join(map(str, body)).encode(),
+                b"]" + c)
+
+    def _head_ids(self, request_index: int, warmup: bool) -> bytes:
+        """`HEAD_IDS` ids spelling (request index, warm-up) in base len(digits), least
+        significant first."""
+        n, base, out = 2 * request_index + warmup, len(self._digits), []
+        for _ in range(HEAD_IDS):
+            n, d = divmod(n, base)
+            out.append(self._digits[d])
+        return b"".join(out)
+
     def build_parts(self, size: int, request_index: int, warmup: bool = False
                     ) -> tuple[bytes, ...]:
         """The request body as pieces to send one after another (their concatenation is
         the JSON body): no per-request copy of the prompt."""
+        if self._ids_of is not None:
+            a, body, c = self._template(size)
+            head = self._head_ids(request_index, warmup)
+            return (a, head if body else head[:-1], body, c)
         a, b, c = self._template(size)
         parts = self.prompts.parts(size, request_index, warmup)
         return (a, orjson.dumps(parts.head)[1:-1], b, orjson.dumps(parts.tag)[1:-1], c)

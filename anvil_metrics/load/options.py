@@ -181,6 +181,9 @@ OPTIONS: tuple[Option, ...] = (
            "the default), completions (/v1/completions, a text prompt), responses "
            "(/v1/responses, streamed events) or embeddings (/v1/embeddings, one answer)",
            choice("chat", "completions", "responses", "embeddings")),
+    Option("--prompt-ids", "send each completions or embeddings prompt as the server's token "
+           "ids (its /tokenize), exactly the planned count, as vLLM's bench can",
+           switch=True, default=False),
     Option("--models", "the models (LoRA adapters) requests name, comma-separated, each one "
            "the server serves; over the scenario's [models] names: see load/mix.py"),
     Option("--model-assignment", "how --models (or [models]) are assigned: round-robin "
@@ -338,17 +341,20 @@ def _windows(sc: Scenario, warmup: float | None, cooldown: float | None) -> Scen
     return replace(sc, warmup_s=warm, cooldown_s=cool)
 
 
-def _endpoint(sc: Scenario, endpoint: str | None) -> Scenario:
-    """`--endpoint` over the scenario's `request.endpoint`, checked as the file's would be
-    (before `--conversation`, which is then checked against it)."""
-    if endpoint is None or endpoint == sc.endpoint:
+def _endpoint(sc: Scenario, endpoint: str | None, prompt_ids: bool) -> Scenario:
+    """`--endpoint` and `--prompt-ids` over the scenario's `[request]`, checked as the
+    file's would be (before `--conversation`, which is then checked against them)."""
+    if (endpoint is None or endpoint == sc.endpoint) and not prompt_ids:
         return sc
     from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict
 
     doc = scenario_to_dict(sc)
-    doc["request"]["endpoint"] = endpoint
-    checked = scenario_from_dict(doc, source=f"--endpoint {endpoint}")
-    return replace(sc, endpoint=checked.endpoint)
+    doc["request"]["endpoint"] = endpoint or sc.endpoint
+    doc["request"]["prompt_ids"] = prompt_ids or sc.prompt_ids
+    flags = " ".join(f for f, on in ((f"--endpoint {endpoint}", endpoint is not None),
+                                     ("--prompt-ids", prompt_ids)) if on)
+    checked = scenario_from_dict(doc, source=flags)
+    return replace(sc, endpoint=checked.endpoint, prompt_ids=checked.prompt_ids)
 
 
 def _cancel(sc: Scenario, rate: float | None, after: str | None) -> Scenario:
@@ -424,7 +430,7 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | None,
         sc = load_scenario(v["scenario"])
     else:
         sc = scenario_from_dict({"measurement_protocol": "adhoc"}, source="built-in defaults")
-    sc = _endpoint(sc, v["endpoint"])
+    sc = _endpoint(sc, v["endpoint"], v["prompt_ids"])
     if v["conversation"]:
         sc = with_conversation(sc, v["conversation"])
     sc = with_overrides(sc, requests=v["requests"], concurrency=users,

@@ -106,6 +106,7 @@ class Scenario:
     extra_body: dict[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
     endpoint: str = "chat"  # "chat": /v1/chat/completions; "completions": /v1/completions
+    prompt_ids: bool = False  # a text endpoint's prompt as the server's token ids
     meta: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # sent with every request
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -184,6 +185,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
                                "extra_body": orjson.loads(orjson.dumps(sc.extra_body))}
     if sc.system_prompt is not None:
         request["system_prompt"] = sc.system_prompt
+    if sc.prompt_ids:
+        request["prompt_ids"] = True
     doc: dict[str, Any] = {
         "measurement_protocol": sc.measurement_protocol,
         "concurrency": sc.concurrency,

@@ -95,7 +95,7 @@ _TABLE_KEYS: dict[str, set[str] | None] = {
     "serve_flags": {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"},
     "shared_prefix": {"prefix_tokens", "group_size"},
     "request": {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt",
-                "endpoint"},
+                "endpoint", "prompt_ids"},
     "meta": set(META_KEYS),
     "headers": None,
     "timeouts": {f.name for f in fields(Timeouts)},
@@ -334,6 +334,11 @@ def _endpoint(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
                    "request.endpoint = \"responses\" (only that API keeps a response)", src)
     if endpoint == "embeddings":
         _embeddings(v, src)
+    if v["prompt_ids"] and (endpoint not in TEXT_ENDPOINTS or v["shared_prefix_burst"]
+                            or v["mix"] is not None):
+        raise _err("request.prompt_ids", True, "false unless request.endpoint is "
+                   "\"completions\" or \"embeddings\", with no shared-prefix bursts nor "
+                   "request classes (token ids are a text prompt's)", src)
     if endpoint not in TEXT_ENDPOINTS:
         return
     chat_only = [("request.system_prompt", v["system_prompt"]),
@@ -437,6 +442,7 @@ _RULES: tuple[_Field | _Check, ...] = (
     _extra_body,
     _Field("request.system_prompt", "text"),
     _Field("request.endpoint", "choice", "chat", choices=ENDPOINTS),
+    _Field("request.prompt_ids", "flag", False),
     _endpoint,
     _meta,
     _headers,

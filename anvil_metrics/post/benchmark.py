@@ -185,6 +185,8 @@ def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowCo
         doc["trace"] = build_trace(params["trace"], rows)
     if isinstance(params.get("endpoint"), str):  # absent in files from before it
         doc["endpoint"] = params["endpoint"]
+    if params.get("prompt_ids") is True:  # --prompt-ids
+        doc["prompt_ids"] = True
     if isinstance(params.get("mix"), dict):
         doc["mix"] = build_mix(params["mix"], rows)
     if isinstance(params.get("cancel"), dict):  # requests closed on purpose

@@ -98,6 +98,8 @@ RUN: Text = {
                  "template), responses (/v1/responses, streamed events) or embeddings "
                  "(/v1/embeddings, one answer, no output: its rows have no time to first "
                  "output); absent in files from before it (chat)"),
+    "prompt_ids": ("", "true when each prompt was sent as the server's token ids "
+                   "(--prompt-ids: exactly the planned count); absent otherwise"),
     "cancel": ("", "the requests closed on purpose (--cancel-rate, [cancel]): how many and "
                "where (post/cancelblock.py); absent without cancellation"),
     "mix": ("", "a request mix's classes and models: each one's share beside its planned "

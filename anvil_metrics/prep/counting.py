@@ -74,7 +74,7 @@ def probe_counter(client: ChatClient, fields: dict[str, Any]) -> CountTokens:
     return count
 
 
-def _works(count: Callable[[Any], int], arg: Any) -> bool:
+def _works(count: Callable[[Any], Any], arg: Any) -> bool:
     try:
         count(arg)
     except Exception:  # no endpoint, or not this shape: try the next way
@@ -250,6 +250,37 @@ def text_counter(client: ChatClient, fields: dict[str, Any],
                        f"/v1/{endpoint} counts it", limit if ok else None)
     what = "max_tokens=1 /v1/completions" if endpoint == "completions" else "/v1/embeddings"
     return Counter(probe, "probe", f"{what} probes (usage.prompt_tokens)")
+
+
+def token_ids_of(client: ChatClient, model: str | None) -> Callable[[str], list[int]]:
+    """A function from a text to the server's token ids of it, without special tokens (as
+    token-id prompts are sent, `--prompt-ids`): vLLM's `/tokenize {"prompt",
+    "add_special_tokens": false}`, else llama.cpp's `/tokenize {"content"}`. Raises
+    AnvilError when the server has neither."""
+    root = _root(client)
+
+    def vllm(text: str) -> list[int]:
+        status, body = client.post_json(root + "/tokenize", {
+            "model": model, "prompt": text, "add_special_tokens": False}, absolute=True)
+        ids = body.get("tokens") if isinstance(body, dict) and status == 200 else None
+        if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
+            raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
+        return ids
+
+    def llamacpp(text: str) -> list[int]:
+        status, body = client.post_json(root + "/tokenize", {"content": text},
+                                        absolute=True)
+        ids = body.get("tokens") if isinstance(body, dict) and status == 200 else None
+        if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
+            raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
+        return ids
+
+    for way in (vllm, llamacpp):
+        if _works(way, "hello world"):
+            return way
+    raise AnvilError("--prompt-ids needs the server's token ids, and it has no /tokenize "
+                     "that gives them (vLLM's, llama.cpp's or anvil sim's do); send text "
+                     "prompts instead")
 
 
 def server_counter(client: ChatClient, fields: dict[str, Any],

@@ -266,6 +266,7 @@ def benchmark_schema() -> dict[str, Any]:
         "server": _server(),
         "conversation": _conversation(),
         "endpoint": {"enum": list(ENDPOINTS)},
+        "prompt_ids": {"const": True},
         "mix": _mix(),
         "cancel": nullable(obj({"plan": {"type": "object"}, "aborted": COUNT,
                                 "share": nullable(FIGURE),

@@ -17,7 +17,7 @@ own files keep it out).
 A message's content is summarised, not kept (a 393k-token prompt is ~1.5 MB): its length
 in characters and the CRC-32 of its UTF-8 bytes (of its JSON when the content is a list of
 parts); a `/v1/completions` body's `"prompt"` likewise, as [characters, crc32] (["ids",
-count] for token ids; null for a chat body). A `/v1/responses` or `/v1/embeddings` line also
+count, crc32] for token ids; null for a chat body). A `/v1/responses` or `/v1/embeddings` line also
 has `"input"` (each item's or text's digest) and `"previous_response_id"`; its `max_tokens` is
 `max_output_tokens`. A body that is not a JSON object is logged with `"messages": null`.
 Each line is written and flushed as the request arrives, before it is answered.
@@ -42,11 +42,12 @@ def message_digest(message: Any) -> list[Any]:
 
 
 def prompt_digest(prompt: Any) -> list[Any] | None:
-    """[characters, crc32] of a text prompt, ["ids", count] of token ids, else None."""
+    """[characters, crc32] of a text prompt, ["ids", count, crc32 of their JSON] of token
+    ids, else None."""
     if isinstance(prompt, str):
         return message_digest({"role": None, "content": prompt})[1:]
     if isinstance(prompt, list) and all(type(t) is int for t in prompt):
-        return ["ids", len(prompt)]
+        return ["ids", len(prompt), zlib.crc32(orjson.dumps(prompt))]
     return None
 
 

@@ -75,18 +75,25 @@ def stamped_as_sent(bench: Path, doc: dict, count: int) -> list[dict]:
     return records
 
 
-def test_completions_are_sized_and_stamped_as_the_server_saw_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ids", [False, True], ids=["text", "token-ids"])
+def test_completions_are_sized_and_stamped_as_the_server_saw_them(tmp_path: Path,
+                                                                  ids: bool) -> None:
     bench, doc, log, _ = run(tmp_path, SCENARIO.format(extra="", endpoint="completions"),
-                             ["--stamp-send", "--prefill-ms", "20", "--interval-ms", "4"])
+                             ["--stamp-send", "--prefill-ms", "20", "--interval-ms", "4"],
+                             *(["--prompt-ids"] if ids else []))
     assert doc["endpoint"] == "completions" and doc["completed"] == 24
+    assert doc.get("prompt_ids", False) is ids
     loaded = [r for r in received(log, "/v1/completions") if r["max_tokens"] == 12]
     assert len(loaded) == 26  # 24 measured and 2 warm-ups, not the sizing probes
-    assert all(r["messages"] is None and r["prompt"][0] > 0 for r in loaded)
+    assert all(r["messages"] is None and (r["prompt"][0] == "ids") is ids for r in loaded)
+    if ids:  # exactly the planned count of ids, no two requests alike
+        assert {r["prompt"][1] for r in loaded} == {512, 2000}
+        assert len({r["prompt"][2] for r in loaded}) == 26
     for row in doc["request_timings"]:  # sized in the server's raw count, no chat template
         assert row["output_tokens"] == 12 and row["content_chunks"] == 12
         planned = row["planned_context_tokens"]
         assert planned in (512, 2000)
-        assert abs(row["prompt_tokens"] - planned) <= 0.005 * planned, row
+        assert abs(row["prompt_tokens"] - planned) <= (0 if ids else 0.005 * planned), row
     assert doc["prompt_calibration"]["method"] == "tokenize"
     stamped_as_sent(bench, doc, 26)
     assert "POST     completions " in (bench.parent / "locust.log").read_text()
@@ -187,6 +194,7 @@ def test_embeddings_are_timed_against_the_servers_receipt_and_send(tmp_path: Pat
      "--cancel-after 'decode' is not allowed with --endpoint embeddings"),
     ("chat", ("--endpoint", "embeddings", "--max-tokens", "8", "--conversation",
               "turns=2,turn_tokens=8"), "conversation"),
+    ("chat", ("--prompt-ids",), "request.prompt_ids = True is not allowed"),
     ("chat", ("--conversation", "turns=2,turn_tokens=8,previous_response_id=true"),
      "conversation.previous_response_id = True is not allowed; use false unless "
      "request.endpoint = \"responses\""),

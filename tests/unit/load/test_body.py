@@ -76,6 +76,33 @@ def test_each_endpoint_has_its_own_fields_and_prompt_key() -> None:
         assert "messages" not in doc
 
 
+def test_token_id_prompts_are_exactly_the_planned_count_and_each_its_own() -> None:
+    from anvil_metrics.load.body import HEAD_IDS
+
+    seen_texts: list[str] = []
+
+    def ids_of(text: str) -> list[int]:  # a fake server: a word is an id
+        seen_texts.append(text)
+        return [len(w) * 100 + i % 7 for i, w in enumerate(text.split())]
+
+    sc = Scenario(measurement_protocol="p", endpoint="completions", prompt_ids=True)
+    prompts = PromptFactory(CAL, seed=3, run_nonce="ab12cd34")
+    builder = BodyBuilder(sc, "m", prompts, ids_of)
+    builder.prepare([100, 5000])
+    assert len(seen_texts) == 2  # each size's text asked for once, before the load
+    server = {t for size in (100, 5000) for t in ids_of(prompts.messages(size, 0)[-1][
+        "content"])}
+    bodies = set()
+    for size in (100, 5000):
+        for k, warmup in ((0, False), (0, True), (1, False), (977, False)):
+            doc = orjson.loads(builder.build(size, k, warmup))
+            ids = doc["prompt"]
+            assert len(ids) == size and set(ids) <= server  # every id one the server gave
+            assert {k: v for k, v in doc.items() if k != "prompt"} == body_fields(sc, "m")
+            bodies.add(tuple(ids[:HEAD_IDS]))
+    assert len(bodies) == 4  # the head numbers (request, warm-up), whatever the size
+
+
 def _conversation_scenario(history: str, extra: dict | None = None,
                            **more: object) -> Scenario:
     from anvil_metrics.load.scenario import scenario_from_dict

@@ -44,6 +44,8 @@ def refused(doc: dict) -> ScenarioError:
          "cancel.after"),
         ({"request": {"endpoint": "embeddings"}, "serve_flags": {"reasoning_effort": "low"}},
          "serve_flags.reasoning_effort"),
+        ({"request": {"prompt_ids": True}}, "request.prompt_ids"),
+        ({"request": {"endpoint": "completions", "prompt_ids": 1}}, "request.prompt_ids"),
         ({"conversation": {"turns": 2, "turn_tokens": 8, "previous_response_id": True}},
          "conversation.previous_response_id"),
         ({"request": {"endpoint": "responses"},
