@@ -99,6 +99,7 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
                   "block_tokens": 512, "model": None, "requests": 10, "expected_reuse": 0.5},
         "cancel": {"rate": 0.1, "after": "decode", "seed": 0},
         "endpoint": "chat",
+        "prompt_ids": True,
         "mix": {"request_class": [{"name": "a", "weight": 1.0},
                                   {"name": "b", "weight": 3.0, "model": "c"}],
                 "models": {"names": ["m", "lora"], "assignment": "round-robin"}, "seed": 0},
