@@ -37,11 +37,13 @@ from anvil_metrics.load.body import (
     TraceBodies,
 )
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
+from anvil_metrics.prep.counting import token_ids_of
 from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.prep.traceprompts import TracePrompts
 from anvil_metrics.prep.turns import ConversationPrompts, TurnTexts
 from anvil_metrics.records import Failure, RequestRecord, worker_identity
 from anvil_metrics.urls import Endpoint, api_key_from_env
+from anvil_metrics.wire.client import ChatClient
 
 log = logging.getLogger("anvil")
 
@@ -211,8 +213,7 @@ class WorkerSession:
             self.bodies = MixBodies(sc, setup.model, prompts, setup.sizes)
             self.bodies.prepare()  # the master sized its classes' prompts too (`words`)
         else:
-            self.bodies = BodyBuilder(sc, setup.model, prompts)
-            self.bodies.prepare(setup.sizes)
+            self.bodies = _single_bodies(setup, prompts, self.endpoint, self.api_key)
         self.conversations = _conversations(setup, dataset)
         self.worker = worker_identity()
         self._send = send
@@ -329,3 +330,23 @@ class WorkerAgent:
         if s is None:
             return
         s.stop(self.runner)
+
+
+def _single_bodies(setup: WorkerSetup, prompts: PromptFactory, endpoint: Endpoint,
+                   api_key: str | None) -> BodyBuilder:
+    """A worker's single-turn bodies of the master's sizes; with `--prompt-ids`, the same
+    texts' token ids, asked of the same server (`/tokenize` answers alike for every one)."""
+    sc = setup.scenario
+    probe = None
+    if sc.prompt_ids:
+        probe = ChatClient(endpoint, api_key,
+                           connect_timeout_s=sc.timeouts.connect_s,
+                           network_timeout_s=sc.timeouts.first_byte_s, extra_headers=sc.headers)
+    try:
+        bodies = BodyBuilder(sc, setup.model, prompts,
+                             None if probe is None else token_ids_of(probe, setup.model))
+        bodies.prepare(setup.sizes)
+    finally:
+        if probe is not None:
+            probe.close()
+    return bodies

@@ -75,12 +75,13 @@ def stamped_as_sent(bench: Path, doc: dict, count: int) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("ids", [False, True], ids=["text", "token-ids"])
+@pytest.mark.parametrize("ids", [False, True], ids=["text", "token-ids-on-2-workers"])
 def test_completions_are_sized_and_stamped_as_the_server_saw_them(tmp_path: Path,
                                                                   ids: bool) -> None:
+    # token ids: sent by two worker processes, each asking the server for the same ids
     bench, doc, log, _ = run(tmp_path, SCENARIO.format(extra="", endpoint="completions"),
                              ["--stamp-send", "--prefill-ms", "20", "--interval-ms", "4"],
-                             *(["--prompt-ids"] if ids else []))
+                             *(["--prompt-ids", "--processes", "2"] if ids else []))
     assert doc["endpoint"] == "completions" and doc["completed"] == 24
     assert doc.get("prompt_ids", False) is ids
     loaded = [r for r in received(log, "/v1/completions") if r["max_tokens"] == 12]
