@@ -43,7 +43,7 @@ from anvil_metrics.prep.prompts import Calibration, SharedPrefix
 log = logging.getLogger("anvil")
 
 SETUP = "anvil_setup"
-SETUP_VERSION = 4  # bump when the set-up's shape changes: an older worker then refuses it
+SETUP_VERSION = 5  # bump when the set-up's shape changes: an older worker then refuses it
 
 
 def boot_id() -> str | None:
@@ -173,6 +173,8 @@ class WorkerSetup:
     # a dataset's entries as the master's --tokenizer counted them (`DatasetBodies.counted`):
     # a worker's rows get the same planned sizes; None: not counted
     dataset_counted: list[int] | None = None
+    # a mix's trace classes: the chat template's tokens their blocks are sized around
+    template_tokens: int = 0
 
     def to_wire(self) -> dict[str, Any]:
         """The set-up as plain data (see the module docstring)."""
@@ -191,6 +193,7 @@ class WorkerSetup:
             "sizes": list(self.sizes),
             "turn_texts": self.turn_texts,
             "dataset_counted": self.dataset_counted,
+            "template_tokens": self.template_tokens,
         }
 
     @classmethod
@@ -218,6 +221,7 @@ class WorkerSetup:
             sizes=list(need(data, "sizes", SIZES, SETUP)),
             turn_texts=_turn_texts_from_wire(need(data, "turn_texts", optional(DICT), SETUP)),
             dataset_counted=need(data, "dataset_counted", optional(COUNTS), SETUP),
+            template_tokens=need(data, "template_tokens", at_least(0), SETUP),
         )
 
 

@@ -33,10 +33,10 @@ from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
     DatasetBodies,
-    MixBodies,
     TraceBodies,
 )
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
+from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.prep.counting import token_ids_of
 from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.prep.traceprompts import TracePrompts
@@ -210,7 +210,8 @@ class WorkerSession:
         elif dataset is not None and sc.conversation is None:
             self.bodies = DatasetBodies(sc, setup.model, dataset, setup.dataset_counted)
         elif sc.mix is not None and sc.conversation is None:  # each request's class, model
-            self.bodies = MixBodies(sc, setup.model, prompts, setup.sizes)
+            self.bodies = MixBodies(sc, setup.model, prompts, setup.sizes,
+                                    setup.template_tokens)
             self.bodies.prepare()  # the master sized its classes' prompts too (`words`)
         else:
             self.bodies = _single_bodies(setup, prompts, self.endpoint, self.api_key)

@@ -18,11 +18,11 @@ from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
     DatasetBodies,
-    MixBodies,
     TraceBodies,
     body_fields,
 )
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
+from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.scenariofields import TEXT_ENDPOINTS
@@ -102,7 +102,11 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
         prompts, sizing = prepare_prompts(opts, client, counter, fields, model, nonce, sizes,
                                           shared)
         if mixed:
-            bodies = MixBodies(sc, model, prompts, planned)
+            traced = any(c.trace is not None for c in sc.mix.classes)
+            template = template_tokens(counter) if traced else 0
+            if traced:
+                sizing["template_tokens"] = template
+            bodies = MixBodies(sc, model, prompts, planned, template)
             bodies.prepare()
         else:
             ids_of = token_ids_of(client, model) if sc.prompt_ids else None
@@ -152,12 +156,7 @@ def prepare_trace(opts: RunOptions, counter: Counter, model: str, nonce: str,
     check its size; without a count, no template tokens are assumed (said so)."""
     sc = opts.scenario
     assert sc.trace is not None
-    overhead, checked = 0, None
-    try:
-        overhead = counter.count([{"role": "user", "content": WORDS[0]}]) - 1
-    except Exception as e:  # counting is best effort: the sizes are then estimates
-        log.warning("anvil: could not count the chat template's tokens (%s); trace prompts "
-                    "are sized without them", e)
+    overhead, checked = template_tokens(counter), None
     bodies = TraceBodies(sc, model, trace, TracePrompts(nonce, sc.trace.block_tokens,
                                                         overhead), nonce)
     try:
@@ -170,6 +169,17 @@ def prepare_trace(opts: RunOptions, counter: Counter, model: str, nonce: str,
     calibration = Calibration(counter.method, float(overhead), 1.0)  # a word is a token
     prompts = PromptFactory(calibration, sc.context_seed, nonce, None, None)
     return Prepared(model, prompts, sizing, bodies)
+
+
+def template_tokens(counter: Counter) -> int:
+    """The chat template's tokens around one message (a one-token message's count less its
+    word), which a trace's blocks are sized around; 0, said so, when it cannot be counted."""
+    try:
+        return counter.count([{"role": "user", "content": WORDS[0]}]) - 1
+    except Exception as e:  # counting is best effort: the sizes are then estimates
+        log.warning("anvil: could not count the chat template's tokens (%s); trace prompts "
+                    "are sized without them", e)
+    return 0
 
 
 def check_server_limit(max_model_len: int | None, sizes: list[int], sc: Scenario) -> None:

@@ -36,10 +36,10 @@ from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
     DatasetBodies,
-    MixBodies,
     TraceBodies,
 )
 from anvil_metrics.load.dataset import DatasetEntry
+from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.replay import TraceSchedule
 from anvil_metrics.load.scenario import Scenario
@@ -329,14 +329,17 @@ def _run_folder(opts: RunOptions) -> tuple[str, Path]:
 def _context_distribution(sc: Scenario, size_for: Callable[[int], int | None]
                           ) -> dict[str, int] | None:
     """How many measured requests plan each prompt size (`size_for`: request k's, a mix's
-    class's own or the budget's); None without a request budget (counted at the end), and
-    in a conversation run (a turn's size is its history's)."""
+    class's own or the budget's); None without a request budget (counted at the end), in a
+    conversation run (a turn's size is its history's), and when some request has no
+    planned size (a dataset's, a mix's dataset class's)."""
     if sc.requests is None or sc.conversation is not None or sc.dataset is not None:
         return None
     distribution: dict[str, int] = {}
     for i in range(sc.requests):
-        key = str(size_for(i))
-        distribution[key] = distribution.get(key, 0) + 1
+        size = size_for(i)
+        if size is None:
+            return None
+        distribution[str(size)] = distribution.get(str(size), 0) + 1
     return distribution
 
 

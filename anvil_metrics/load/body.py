@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -157,76 +156,6 @@ class BodyBuilder:
     def build(self, size: int, request_index: int, warmup: bool = False) -> bytes:
         """The request body as one bytes object."""
         return b"".join(self.build_parts(size, request_index, warmup))
-
-
-class MixBodies:
-    """Single-turn bodies of a request mix (`mix.py`): request k's class and model choose
-    its fields (model, max_tokens, reasoning switches) and its planned size (the class's,
-    else the scenario's `sizes[k % len]`). One `BodyBuilder` per (class, model) pair, all
-    on one set of prompts, each made before the load (`prepare`)."""
-
-    def __init__(self, sc: Scenario, model: str, prompts: PromptFactory,
-                 sizes: list[int]) -> None:
-        assert sc.mix is not None
-        self.mix = sc.mix
-        self._sc, self._model, self.prompts, self._sizes = sc, model, prompts, sizes
-        self._builders: dict[tuple[int | None, int | None], BodyBuilder] = {}
-
-    def draw(self, index: int) -> tuple[int | None, int | None]:
-        """Request `index`'s (class, model) positions (`Mix.class_of`, `model_of`)."""
-        klass = self.mix.class_of(index)
-        return klass, self.mix.model_of(index, klass)
-
-    def planned(self, index: int) -> int:
-        return self._size(self.mix.class_of(index), index)
-
-    def _size(self, klass: int | None, index: int) -> int:
-        own = None if klass is None else self.mix.classes[klass].context_tokens
-        return own if own is not None else self._sizes[index % len(self._sizes)]
-
-    def all_sizes(self) -> list[int]:
-        """Every planned size a request of the run may have."""
-        return sorted({*self._sizes, *self.mix.class_sizes()})
-
-    def _builder(self, klass: int | None, model: int | None) -> BodyBuilder:
-        b = self._builders.get((klass, model))
-        if b is None:
-            sc = self._sc
-            if klass is not None:
-                c = self.mix.classes[klass]
-                sc = replace(sc, max_tokens=c.max_tokens or sc.max_tokens,
-                             reasoning_effort=c.reasoning_effort or sc.reasoning_effort,
-                             thinking_mode=c.thinking_mode or sc.thinking_mode)
-            name = self._model if model is None else self.mix.model_names[model]
-            b = self._builders[(klass, model)] = BodyBuilder(sc, name, self.prompts)
-        return b
-
-    def prepare(self) -> None:
-        """Size every prompt and serialise each pair's templates before the load."""
-        self.prompts.prepare(self.all_sizes())
-        pairs = [(k, m) for k in (range(len(self.mix.classes)) if self.mix.classes else [None])
-                 for m in self._models_of(k)]
-        for k, m in pairs:
-            own = None if k is None else self.mix.classes[k].context_tokens
-            for size in ([own] if own is not None else set(self._sizes)):
-                self._builder(k, m)._template(size)
-
-    def _models_of(self, klass: int | None) -> list[int | None]:
-        own = None if klass is None else self.mix.classes[klass].model
-        if own is not None:
-            return [self.mix.model_names.index(own)]
-        return list(range(len(self.mix.models.names))) if self.mix.models else [None]
-
-    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
-        """Request `index`'s body (its class's size: `size`, the budget's, is not used)."""
-        klass, model = self.draw(index)
-        return self._builder(klass, model).build_parts(self._size(klass, index), index, warmup)
-
-    def extra(self, index: int) -> dict[str, int]:
-        """What request `index`'s record carries in `extra`: its class and model."""
-        klass, model = self.draw(index)
-        return {k: v for k, v in (("class_index", klass), ("model_index", model))
-                if v is not None}
 
 
 class ConversationBodies:

@@ -13,6 +13,11 @@ from a zipf law; AIPerf and GuideLLM weight request shapes. A scenario says it s
     reasoning_effort = "low"    # optional: "low" | "medium" | "high" (else the scenario's)
     thinking_mode = "off"       # optional: "default" | "on" | "off" (else the scenario's)
     model = "lora-a"            # optional: every request of the class names this model
+    dataset = "prompts.jsonl"   # optional: its prompts from a dataset (a path, as --dataset
+                                # reads it): request k sends entry k mod n's first turn
+    trace = "trace.jsonl"       # optional: its shapes from a trace (as --trace reads it, its
+                                # times ignored): request k has entry k mod n's prompt
+                                # (blocks) and output length
 
     [models]                    # the models requests name, each the server must serve
     names = ["base", "lora-a", "lora-b"]
@@ -20,7 +25,9 @@ from a zipf law; AIPerf and GuideLLM weight request shapes. A scenario says it s
     zipf_alpha = 1.0            # zipf only, > 0: P(model i) ∝ (i + 1)^-alpha, i from 0
 
 A class that names a model keeps it; the others take the `[models]` assignment, or the
-run's model (`meta.model`, or the server's first) without one.
+run's model (`meta.model`, or the server's first) without one. A class with a `dataset` or
+a `trace` has no `context_tokens` (its source sizes its prompts); a trace's also sets each
+request's output length.
 
 Definitions. Request k (its request index; a conversation's turns take their
 conversation's number, its first request index, so a conversation keeps one model) draws
@@ -47,7 +54,8 @@ from anvil_metrics.errors import ScenarioError, UsageError
 
 ASSIGNMENTS = ("round-robin", "random", "zipf")
 CLASS_KEYS = ("name", "weight", "context_tokens", "max_tokens", "reasoning_effort",
-              "thinking_mode", "model")
+              "thinking_mode", "model", "dataset", "trace")
+SOURCE_KEYS = ("dataset", "trace")  # where a class takes its prompts from, if not planned
 MODEL_KEYS = ("names", "assignment", "zipf_alpha")
 REASONING_EFFORTS = ("low", "medium", "high")
 THINKING_MODES = ("default", "on", "off")
@@ -94,6 +102,8 @@ class RequestClass:
     reasoning_effort: str | None = None
     thinking_mode: str | None = None
     model: str | None = None
+    dataset: str | None = None  # a dataset file's path: the class's prompts
+    trace: str | None = None  # a trace file's path: the class's prompts and output lengths
 
     def to_table(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in CLASS_KEYS if getattr(self, k) is not None}
@@ -233,8 +243,18 @@ def parse_class(i: int, t: Any, src: str | None) -> RequestClass:
         raise _err(f"{where}.reasoning_effort", effort, f"one of {REASONING_EFFORTS}", src)
     if mode is not None and mode not in THINKING_MODES:
         raise _err(f"{where}.thinking_mode", mode, f"one of {THINKING_MODES}", src)
+    sources = [k for k in SOURCE_KEYS if t.get(k) is not None]
+    for k in sources:
+        if not isinstance(t[k], str) or not t[k].strip():
+            raise _err(f"{where}.{k}", t[k], "a file's path", src)
+    if len(sources) > 1 or (sources and t.get("context_tokens") is not None):
+        k = sources[-1]
+        raise _err(f"{where}.{k}", t[k], "none beside the class's "
+                   f"{'dataset' if len(sources) > 1 else 'context_tokens'} (one source of "
+                   "prompts per class)", src)
     return RequestClass(
         name=_name(f"{where}.name", t.get("name"), src), weight=float(weight),
+        dataset=t.get("dataset"), trace=t.get("trace"),
         context_tokens=(None if t.get("context_tokens") is None
                         else _whole(f"{where}.context_tokens", t["context_tokens"], src)),
         max_tokens=(None if t.get("max_tokens") is None

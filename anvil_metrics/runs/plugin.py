@@ -310,7 +310,8 @@ def _start_workers(environment: Any, session: RunSession) -> None:
         api_key=session.api_key, model=session.model, calibration=prompts.calibration,
         run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),
         prefix_words=prompts.prefix_words, sizes=session.sizes,
-        turn_texts=_turn_texts(session), dataset_counted=getattr(session.bodies, "counted", None))
+        turn_texts=_turn_texts(session), dataset_counted=getattr(session.bodies, "counted", None),
+        template_tokens=getattr(session.bodies, "template_tokens", 0))
     coordinator = dist.MasterCoordinator(environment, session, setup)
     master.coordinator = coordinator
     runner = environment.runner

@@ -216,3 +216,97 @@ def test_workers_send_the_same_draws(tmp_path: Path) -> None:
                        for r in map(orjson.loads, log.read_bytes().splitlines()))
     # every measured request as its record says, and the two warm-ups beside them
     assert not want - received and sum((received - want).values()) == 2
+
+
+SOURCES = """
+measurement_protocol = "mix-sources"
+requests = 60
+warmup_requests = 0
+concurrency = 4
+max_tokens = 3
+context_tokens = 512
+max_context_tokens = 4096
+context_seed = 5
+
+[[request_class]]
+name = "planned"
+weight = 1
+
+[[request_class]]
+name = "questions"
+weight = 1
+dataset = "{dataset}"
+max_tokens = 4
+
+[[request_class]]
+name = "replayed"
+weight = 1
+trace = "{trace}"
+"""
+
+
+def _sources(tmp_path: Path) -> tuple[Path, list[str], list[dict]]:
+    """A scenario whose classes draw from a dataset and a trace, and those two."""
+    questions = [f"Question {i}: " + "what lies under the sea " * (6 + i) for i in range(5)]
+    shapes = [{"timestamp": 100 * i, "input_length": 600 + 100 * i, "output_length": 5 + i,
+               "hash_ids": [10 * i, 10 * i + 1]} for i in range(4)]
+    (tmp_path / "ds.jsonl").write_bytes(b"".join(orjson.dumps({"prompt": q}) + b"\n"
+                                                 for q in questions))
+    (tmp_path / "tr.jsonl").write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in shapes))
+    scenario = write_scenario(tmp_path / "src.toml", SOURCES.format(
+        dataset=tmp_path / "ds.jsonl", trace=tmp_path / "tr.jsonl"))
+    return scenario, questions, shapes
+
+
+def test_classes_take_prompts_from_a_dataset_and_shapes_from_a_trace(tmp_path: Path) -> None:
+    """On two workers: request k of the dataset class sends entry k mod 5's question as it
+    is; of the trace class, entry k mod 4's blocks, sized to its input length, and its
+    output length; the planned class its planned size. The simulator's log is the truth."""
+    from anvil_metrics.sim.requestlog import message_digest
+
+    scenario, questions, shapes = _sources(tmp_path)
+    log = tmp_path / "requests.log"
+    with start_simulator(["--prefill-ms", "0", "--interval-ms", "0", "--reasoning-tokens",
+                          "0", "--log-requests", str(log)]) as sim:
+        proc = anvil("run", str(scenario), "-H", sim.url, "--results-dir",
+                     str(tmp_path / "r"), "--no-server-metrics", "--processes", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = load_json(result_path(proc))
+    mix = load_scenario(scenario).mix
+    assert mix is not None and doc["completed"] == 60
+    received = Counter(tuple(r["messages"][-1]) + (r["max_tokens"],)
+                       for r in map(orjson.loads, log.read_bytes().splitlines())
+                       if r["max_tokens"] is not None and r["max_tokens"] >= 3)
+    want: Counter = Counter()
+    for row in doc["request_timings"]:
+        k = row["request_index"]
+        assert row["class_index"] == mix.class_of(k)
+        if row["class_index"] == 1:  # the dataset's entry, as it is; no planned size
+            assert row["planned_context_tokens"] is None and row["output_tokens"] == 4
+            want[(*message_digest({"role": "user", "content": questions[k % 5]}), 4)] += 1
+        elif row["class_index"] == 2:  # the trace's shape, sized in the server's count
+            shape = shapes[k % 4]
+            assert row["planned_context_tokens"] == shape["input_length"]
+            assert abs(row["prompt_tokens"] - shape["input_length"]) <= 2, row
+            assert row["output_tokens"] == shape["output_length"]
+        else:
+            assert row["planned_context_tokens"] == 512 - 3 and row["output_tokens"] == 3
+    assert want and not want - received  # every dataset request reached the server as is
+    assert {c["name"]: c["requests"] for c in doc["mix"]["classes"]} == {
+        "planned": sum(r["class_index"] == 0 for r in doc["request_timings"]),
+        "questions": sum(want.values()),
+        "replayed": sum(r["class_index"] == 2 for r in doc["request_timings"])}
+    ok = anvil("verify", str(result_path(proc)))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_a_class_source_that_cannot_be_read_stops_the_run_before_any_load(
+        tmp_path: Path) -> None:
+    scenario, _, _ = _sources(tmp_path)
+    (tmp_path / "tr.jsonl").write_text("{not json\n")
+    with start_simulator(["--log-requests", str(tmp_path / "log")]) as sim:
+        proc = anvil("run", str(scenario), "-H", sim.url, "--results-dir",
+                     str(tmp_path / "r"), "--no-server-metrics")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "request_class[2].trace ('replayed')" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr

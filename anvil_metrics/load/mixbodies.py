@@ -1,0 +1,134 @@
+"""Single-turn bodies of a request mix (`mix.py`): each request's class and model choose
+its body.
+
+Why its own module: a class's prompts come from one of three sources — planned sizes (the
+class's `context_tokens`, else the scenario's distribution), a dataset's entries, a trace's
+shapes — and each source already has its bodies (`body.BodyBuilder`, `DatasetBodies`,
+`TraceBodies`). A mix only routes request k to one of them: the (class, model) pair its draw
+gives, each pair's bodies made once with the class's fields (model, max_tokens, reasoning
+switches). A dataset class sends entry k mod n (its first user turn), a trace class entry
+k mod n's prompt and output length (its times are not a schedule here: the run's load is).
+Their planned sizes: a trace entry's `input_tokens`; a dataset entry's none (the server's
+count is the row's `prompt_tokens`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from anvil_metrics.errors import UsageError
+from anvil_metrics.load.body import BodyBuilder, DatasetBodies, TraceBodies
+from anvil_metrics.load.dataset import DatasetEntry, DatasetError, read_dataset
+from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.load.trace import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest, read_trace
+from anvil_metrics.prep.prompts import PromptFactory
+from anvil_metrics.prep.traceprompts import TracePrompts
+
+Bodies = BodyBuilder | DatasetBodies | TraceBodies
+
+
+class MixBodies:
+    """Request k's body by its class and model (the module doc says how)."""
+
+    def __init__(self, sc: Scenario, model: str, prompts: PromptFactory,
+                 sizes: list[int], template_tokens: int = 0) -> None:
+        """`template_tokens`: the chat template's tokens around a message, which a trace
+        class's blocks are sized around (`prep/traceprompts.py`; the master counts them)."""
+        assert sc.mix is not None
+        self.template_tokens = template_tokens
+        self.mix = sc.mix
+        self._sc, self._model, self.prompts, self._sizes = sc, model, prompts, sizes
+        self._builders: dict[tuple[int | None, int | None], Bodies] = {}
+        self._traces: dict[int, list[TraceRequest]] = {}  # a trace class's entries
+        self._datasets: dict[int, list[DatasetEntry]] = {}  # a dataset class's entries
+
+    def draw(self, index: int) -> tuple[int | None, int | None]:
+        """Request `index`'s (class, model) positions (`Mix.class_of`, `model_of`)."""
+        klass = self.mix.class_of(index)
+        return klass, self.mix.model_of(index, klass)
+
+    def planned(self, index: int) -> int | None:
+        return self._size(self.mix.class_of(index), index)
+
+    def _size(self, klass: int | None, index: int) -> int | None:
+        if klass in self._traces:
+            reqs = self._traces[klass]
+            return reqs[index % len(reqs)].input_tokens
+        if klass in self._datasets:
+            return None
+        own = None if klass is None else self.mix.classes[klass].context_tokens
+        return own if own is not None else self._sizes[index % len(self._sizes)]
+
+    def all_sizes(self) -> list[int]:
+        """Every planned size a request of a planned class may have."""
+        return sorted({*self._sizes, *self.mix.class_sizes()})
+
+    def _builder(self, klass: int | None, model: int | None) -> Bodies:
+        b = self._builders.get((klass, model))
+        if b is None:
+            sc = self._sc
+            if klass is not None:
+                c = self.mix.classes[klass]
+                sc = replace(sc, max_tokens=c.max_tokens or sc.max_tokens,
+                             reasoning_effort=c.reasoning_effort or sc.reasoning_effort,
+                             thinking_mode=c.thinking_mode or sc.thinking_mode)
+            name = self._model if model is None else self.mix.model_names[model]
+            if klass in self._traces:
+                b = TraceBodies(sc, name, self._traces[klass], TracePrompts(
+                    self.prompts.run_nonce, MOONCAKE_BLOCK_TOKENS, self.template_tokens),
+                    self.prompts.run_nonce)
+            elif klass in self._datasets:
+                b = DatasetBodies(sc, name, self._datasets[klass])
+            else:
+                b = BodyBuilder(sc, name, self.prompts)
+            self._builders[(klass, model)] = b
+        return b
+
+    def prepare(self) -> None:
+        """Read the classes' datasets and traces, size every planned prompt and serialise
+        each pair's templates before the load. A source that cannot be read is a
+        `UsageError` naming the class's key."""
+        self._read_sources()
+        self.prompts.prepare(self.all_sizes())
+        pairs = [(k, m) for k in (range(len(self.mix.classes)) if self.mix.classes else [None])
+                 for m in self._models_of(k)]
+        for k, m in pairs:
+            b = self._builder(k, m)
+            if isinstance(b, BodyBuilder):
+                own = None if k is None else self.mix.classes[k].context_tokens
+                for size in ([own] if own is not None else set(self._sizes)):
+                    b.prepare([size])
+
+    def _read_sources(self) -> None:
+        for k, c in enumerate(self.mix.classes):
+            try:
+                if c.dataset is not None:
+                    self._datasets[k] = read_dataset(c.dataset)
+                elif c.trace is not None:
+                    self._traces[k] = read_trace(c.trace, None)
+            except (DatasetError, TraceError, UsageError, OSError) as e:
+                key = "dataset" if c.dataset is not None else "trace"
+                raise UsageError(f"request_class[{k}].{key} ({c.name!r}): {e}") from e
+
+    def _models_of(self, klass: int | None) -> list[int | None]:
+        own = None if klass is None else self.mix.classes[klass].model
+        if own is not None:
+            return [self.mix.model_names.index(own)]
+        return list(range(len(self.mix.models.names))) if self.mix.models else [None]
+
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+        """Request `index`'s body (its class's size or source: `size`, the budget's, is not
+        used)."""
+        klass, model = self.draw(index)
+        b = self._builder(klass, model)
+        if isinstance(b, BodyBuilder):
+            return b.build_parts(self._size(klass, index), index, warmup)  # type: ignore
+        count = len(self._traces[klass] if klass in self._traces else  # type: ignore
+                    self._datasets[klass])  # type: ignore[index]
+        return b.build_parts(0, index % count, warmup)
+
+    def extra(self, index: int) -> dict[str, int]:
+        """What request `index`'s record carries in `extra`: its class and model."""
+        klass, model = self.draw(index)
+        return {k: v for k, v in (("class_index", klass), ("model_index", model))
+                if v is not None}

@@ -1,0 +1,65 @@
+"""`load/mixbodies.py`: request k's body is its class's and model's — a planned size, a
+dataset's entry k mod n as it is, or a trace's entry k mod n (its blocks and output
+length) — and a source that cannot be read names its class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from anvil_metrics.errors import UsageError
+from anvil_metrics.load.mixbodies import MixBodies
+from anvil_metrics.load.scenario import scenario_from_dict
+from anvil_metrics.prep.prompts import Calibration, PromptFactory
+
+CAL = Calibration("probe", 20.0, 1.7)
+
+
+def _mix(tmp_path: Path, trace_text: bytes | None = None) -> MixBodies:
+    (tmp_path / "d.jsonl").write_bytes(b'{"prompt": "first question"}\n'
+                                       b'{"messages": [{"role": "system", "content": "s"},'
+                                       b' {"role": "user", "content": "second"}]}\n')
+    (tmp_path / "t.jsonl").write_bytes(trace_text or (
+        b'{"timestamp": 0, "input_length": 300, "output_length": 4, "hash_ids": [1]}\n'
+        b'{"timestamp": 9, "input_length": 700, "output_length": 6, "hash_ids": [1, 2]}\n'))
+    sc = scenario_from_dict({
+        "measurement_protocol": "p", "max_tokens": 8, "context_tokens": 2000,
+        "max_context_tokens": 4096, "context_seed": 3,
+        "request_class": [{"name": "planned", "weight": 1},
+                          {"name": "asked", "weight": 1, "dataset": str(tmp_path / "d.jsonl"),
+                           "max_tokens": 5, "model": "lora"},
+                          {"name": "traced", "weight": 1, "trace": str(tmp_path / "t.jsonl")}],
+        "models": {"names": ["m", "lora"]}})
+    bodies = MixBodies(sc, "m", PromptFactory(CAL, 3, "n0nce123"), [1992], template_tokens=9)
+    bodies.prepare()
+    return bodies
+
+
+def test_each_class_routes_to_its_source(tmp_path: Path) -> None:
+    bodies = _mix(tmp_path)
+    seen = set()
+    for k in range(60):
+        klass, model = bodies.draw(k)
+        doc = orjson.loads(b"".join(bodies.build_parts(1992, k)))
+        seen.add(klass)
+        if klass == 1:  # the dataset's entry k mod 2, as it is, with the class's fields
+            assert doc["messages"] == ([{"role": "user", "content": "first question"}]
+                                       if k % 2 == 0 else
+                                       [{"role": "system", "content": "s"},
+                                        {"role": "user", "content": "second"}])
+            assert (doc["model"], doc["max_tokens"], bodies.planned(k)) == ("lora", 5, None)
+        elif klass == 2:  # the trace's entry k mod 2: its output length, its size planned
+            out, size = ((4, 300), (6, 700))[k % 2]
+            assert (doc["max_tokens"], doc["ignore_eos"], bodies.planned(k)) == (out, True,
+                                                                                size)
+        else:
+            assert bodies.planned(k) == 1992 and doc["max_tokens"] == 8
+        assert bodies.extra(k) == {"class_index": klass, "model_index": model}
+    assert seen == {0, 1, 2}
+
+
+def test_a_source_that_cannot_be_read_names_its_class(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"request_class\[2\]\.trace \('traced'\)"):
+        _mix(tmp_path, b'{"timestamp": 0, "input_length": -1, "output_length": 4}\n')
