@@ -15,8 +15,9 @@ Why its own definitions: the keys mean what vLLM's `serve.py` computes, not what
   a completed request), `generated_texts` ("": anvil keeps no text);
 - vLLM's TTFT is its first chunk of any kind, which carries the first token even when a
   reasoning parser hides it: anvil's `time_to_first_chunk_ms` (its `time_to_first_output_ms`
-  in a file from before anvil had that field); TPOT is `(latency − ttft) / (output − 1)` for
-  requests of more than one output token;
+  in a file from before anvil had that field), and for a request that streamed nothing (an
+  embedding) its latency, as vLLM times a pooling request; TPOT is `(latency − ttft) /
+  (output − 1)` for requests of more than one output token;
 - `mean_*`, `median_*`, `std_*` and `p50/p90/p95/p99_*` of ttft, tpot, itl and e2el in ms
   are numpy's mean, median, std and linearly interpolated percentiles over the completed
   requests (the ITLs pooled), as vLLM computes them — not anvil's nearest-rank;
@@ -85,6 +86,9 @@ def vllm_result(doc: dict[str, Any], rows: RowColumns, run_dir: Path | None) -> 
     ttft = rows.values(ttft_field)
     if chunk:  # a row without a first chunk stamp (an old raw record): its first output
         ttft = np.where(np.isnan(ttft), rows.values("time_to_first_output_ms"), ttft)
+    # nothing streamed at all (an embedding): the whole answer, as vLLM times a pooling
+    # request (`ttft = latency`)
+    ttft = np.where(np.isnan(ttft), rows.values("e2e_ms"), ttft)
     ttft_s = (ttft / MS).tolist()
     lat_s = (rows.values("e2e_ms") / MS).tolist()
     out_lens = rows.counts["output_tokens"].tolist()

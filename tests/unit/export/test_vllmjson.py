@@ -71,3 +71,22 @@ def test_without_the_raw_file_the_itls_are_empty_not_made_up(tmp_path: Path) -> 
     r = vllm_result(run.doc, run.rows, None)
     assert r["itls"] == [[], [], []] and r["mean_itl_ms"] is None
     assert r["anvil"]["itls_from"] is None
+
+
+def test_an_embeddings_ttft_is_its_latency_as_vllm_times_a_pooling_request(
+        tmp_path: Path) -> None:
+    """Nothing streamed (no first chunk, no output): vLLM's bench sets ttft = latency."""
+    records = [completed(i, start_ns=HEADER["perf_anchor_ns"] + 50 * MS * i,
+                         end_ns=HEADER["perf_anchor_ns"] + 50 * MS * i + (20 + i) * MS,
+                         first_output_ns=None, first_content_ns=None, reasoning_chunks=0,
+                         content_chunks=0, chunk_deltas_ns=(), chunk_channels="",
+                         usage={"prompt_tokens": 40, "total_tokens": 40})
+               for i in range(3)]
+    write_raw(tmp_path / "requests.jsonl", HEADER, records)
+    atomic_write_json(tmp_path / "benchmark.json",
+                      build_benchmark(read_raw(tmp_path / "requests.jsonl")))
+    run = read_run(tmp_path)
+    r = vllm_result(run.doc, run.rows, tmp_path)
+    assert r["ttfts"] == pytest.approx([0.020, 0.021, 0.022], abs=1e-12) == r["latencies"]
+    assert r["output_lens"] == [0, 0, 0] and r["total_input_tokens"] == 120
+    assert (r["mean_tpot_ms"], r["mean_itl_ms"]) == (None, None)  # no tokens: null, not 0
