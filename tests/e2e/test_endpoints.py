@@ -115,7 +115,8 @@ def test_responses_are_streamed_sized_and_stamped_as_the_server_saw_them(tmp_pat
                 row["content_chunks"]) == (12, 3, 3, 9)
         assert abs(row["prompt_tokens"] - row["planned_context_tokens"]) <= 0.005 * row[
             "planned_context_tokens"], row
-        assert row["ttft_ms"] > row["time_to_first_output_ms"] > 0
+        # (the first content may arrive in the same read as the reasoning before it)
+        assert row["ttft_ms"] >= row["time_to_first_output_ms"] > 0
     assert doc["prompt_calibration"]["method"] == "tokenize"
     records = stamped_as_sent(bench, doc, 26)
     assert all(r["finish_reason"] == "length" for r in records)
