@@ -345,7 +345,7 @@ def _endpoint(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
                  ("serve_flags.reasoning_effort", v["reasoning_effort"]),
                  ("serve_flags.thinking_mode", None if v["thinking_mode"] == "default"
                   else v["thinking_mode"]),
-                 ("conversation", v["conversation"] and data.get("conversation"))]
+                 ("conversation", v["conversation"] and "a [conversation] table")]
     if v["mix"] is not None:
         chat_only += [(f"request_class[{i}].{k}", getattr(c, k)) for i, c in
                       enumerate(v["mix"].classes) for k in ("reasoning_effort", "thinking_mode")]
