@@ -41,6 +41,7 @@ class MixBodies:
         self._builders: dict[tuple[int | None, int | None], Bodies] = {}
         self._traces: dict[int, list[TraceRequest]] = {}  # a trace class's entries
         self._datasets: dict[int, list[DatasetEntry]] = {}  # a dataset class's entries
+        self._entries: dict[int, int] = {}  # a source class's number of entries
 
     def draw(self, index: int) -> tuple[int | None, int | None]:
         """Request `index`'s (class, model) positions (`Mix.class_of`, `model_of`)."""
@@ -109,6 +110,8 @@ class MixBodies:
             except (DatasetError, TraceError, UsageError, OSError) as e:
                 key = "dataset" if c.dataset is not None else "trace"
                 raise UsageError(f"request_class[{k}].{key} ({c.name!r}): {e}") from e
+        self._entries = {k: len(v) for k, v in (*self._datasets.items(),
+                                                 *self._traces.items())}
 
     def _models_of(self, klass: int | None) -> list[int | None]:
         own = None if klass is None else self.mix.classes[klass].model
@@ -123,9 +126,7 @@ class MixBodies:
         b = self._builder(klass, model)
         if isinstance(b, BodyBuilder):
             return b.build_parts(self._size(klass, index), index, warmup)  # type: ignore
-        count = len(self._traces[klass] if klass in self._traces else  # type: ignore
-                    self._datasets[klass])  # type: ignore[index]
-        return b.build_parts(0, index % count, warmup)
+        return b.build_parts(0, index % self._entries[klass], warmup)  # type: ignore[index]
 
     def extra(self, index: int) -> dict[str, int]:
         """What request `index`'s record carries in `extra`: its class and model."""

@@ -257,25 +257,20 @@ def token_ids_of(client: ChatClient, model: str | None) -> Callable[[str], list[
     token-id prompts are sent, `--prompt-ids`): vLLM's `/tokenize {"prompt",
     "add_special_tokens": false}`, else llama.cpp's `/tokenize {"content"}`. Raises
     AnvilError when the server has neither."""
-    root = _root(client)
+    path = _root(client) + "/tokenize"
 
-    def vllm(text: str) -> list[int]:
-        status, body = client.post_json(root + "/tokenize", {
-            "model": model, "prompt": text, "add_special_tokens": False}, absolute=True)
-        ids = body.get("tokens") if isinstance(body, dict) and status == 200 else None
-        if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
-            raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
-        return ids
+    def asking(shape: Callable[[str], dict[str, Any]]) -> Callable[[str], list[int]]:
+        def ids_of(text: str) -> list[int]:
+            status, body = client.post_json(path, shape(text), absolute=True)
+            ids = body.get("tokens") if isinstance(body, dict) and status == 200 else None
+            if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
+                raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
+            return ids
+        return ids_of
 
-    def llamacpp(text: str) -> list[int]:
-        status, body = client.post_json(root + "/tokenize", {"content": text},
-                                        absolute=True)
-        ids = body.get("tokens") if isinstance(body, dict) and status == 200 else None
-        if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
-            raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
-        return ids
-
-    for way in (vllm, llamacpp):
+    for way in (asking(lambda text: {"model": model, "prompt": text,  # vLLM's
+                                     "add_special_tokens": False}),
+                asking(lambda text: {"content": text})):  # llama.cpp's
         if _works(way, "hello world"):
             return way
     raise AnvilError("--prompt-ids needs the server's token ids, and it has no /tokenize "

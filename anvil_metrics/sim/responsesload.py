@@ -184,7 +184,8 @@ class ResponsesStream(ChatStream):
                 self._events.event(b"response.output_item.done", b'"output_index":%d,"item":'
                                    % (len(self._items) - 1) + orjson.dumps(item))]
 
-    def _delta(self, i: int) -> bytes:
+    def _token_event(self, i: int) -> bytes:
+        """Token `i`'s delta event (after its output item's added events, at its first)."""
         channel = self._channel(i)
         k = i if channel == "r" else i - self._plan.reasoning
         kind = b"response.reasoning_text.delta" if channel == "r" else \
@@ -193,12 +194,9 @@ class ResponsesStream(ChatStream):
         return b"".join(opened) + self._events.event(
             kind, self._where() + b',"delta":' + orjson.dumps(piece(channel, k)))
 
-    def _token_event(self, i: int) -> bytes:
-        return self._delta(i)
-
     def _finish(self, i: int) -> None:
         """The last token's delta, the items' done events, then `response.completed`."""
-        events = [self._delta(i)] if self._plan.total else []
+        events = [self._token_event(i)] if self._plan.total else []
         if self._items:
             events += self._close_item()
         usage = responses_usage(self._usage)
