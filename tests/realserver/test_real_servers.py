@@ -124,13 +124,13 @@ include_usage = {usage}
 """
 
 
-def _run(tmp_path: Path, *, usage: bool = True, thinking: str = "default", users: int = 2,
-         requests: int = 4, max_tokens: int = 40) -> tuple[dict, Path]:
+def _run(tmp_path: Path, *flags: str, usage: bool = True, thinking: str = "default",
+         users: int = 2, requests: int = 4, max_tokens: int = 40) -> tuple[dict, Path]:
     sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(
         server=SERVER, users=users, requests=requests, max_tokens=max_tokens,
         thinking=thinking, usage=str(usage).lower()))
     proc = anvil("run", str(sc), "--host", URL, "--model", MODEL, "--results-dir",
-                 str(tmp_path / "res"), "--run-time", "600", timeout=900)
+                 str(tmp_path / "res"), "--run-time", "600", *flags, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     path = result_path(proc)
     doc = load_json(path)
@@ -164,6 +164,31 @@ def test_reasoning_stream_with_usage(tmp_path: Path) -> None:
           + "\n".join(summary_lines(doc)))
     assert raw_lines(run_dir)[0]["params"]["prompt_calibration"]["method"] == \
         doc["prompt_calibration"]["method"]
+
+
+def test_the_responses_endpoint(tmp_path: Path) -> None:
+    """`--endpoint responses`: the same answer as events (reasoning deltas, then content),
+    the usage in the Responses names, the prompt sized as the chat prompt it is templated
+    as. (transformers serve says `completed` where max_output_tokens cut the answer, so
+    the finish is not pinned.)"""
+    u = urllib.parse.urlsplit(URL)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    conn.request("POST", "/v1/responses", orjson.dumps(
+        {"model": MODEL, "input": "hi", "stream": True, "max_output_tokens": 2}),
+        {"Content-Type": "application/json"})
+    status = conn.getresponse().status
+    conn.close()
+    if status == 404:
+        pytest.skip(f"{SERVER} has no /v1/responses")
+    doc, _ = _run(tmp_path, "--endpoint", "responses")
+    tolerance = 0.1 if SHAPES[SERVER]["counter"] == "tokenize" else 0.5
+    for r in doc["request_timings"]:
+        assert (r["output_token_source"], r["output_tokens"]) == ("usage", 40), r
+        assert r["reasoning_chunks"] == REASONING_WORDS and r["content_chunks"] >= 1, r
+        assert r["time_to_first_output_ms"] < r["ttft_ms"] < r["e2e_ms"]
+        assert _size_error_ok(r, tolerance), r
+    assert doc["endpoint"] == "responses"
+    print(f"\n[{SERVER}] responses: " + " ".join(_summary(doc)))
 
 
 def _summary(doc: dict) -> list[str]:
