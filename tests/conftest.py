@@ -19,8 +19,9 @@ import locust  # noqa: F401, I001
 import orjson
 import pytest
 import shards
+from simfork import close_helper, start_simulator
 
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    close_helper()  # the process the tests' simulators are forked from (`simfork`)
     if getattr(config, "_anvil_bytecode_env", False):
         os.environ.pop("PYTHONPYCACHEPREFIX", None)
         os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -69,7 +71,8 @@ def _cpu_s() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """With `$ANVIL_TEST_CPU=FILE`, append `{"test", "cpu_s"}` per test: the CPU it cost,
-    its set-up and teardown included (a module's simulator is counted where it is reaped).
+    its set-up and teardown included (a simulator is counted with the process it is forked
+    from, `simfork`, reaped at the session's end).
     Where the suite's CPU goes, to cut it (`make test` must stay under 5 minutes)."""
     path = os.environ.get("ANVIL_TEST_CPU")
     if not path:

@@ -30,9 +30,9 @@ from chromium_cdp import Chromium
 from conftest import anvil
 from report_view import check_report_page, requests_made, start_browser
 from reportbuild import campaign_folder, capacity_folder
+from simfork import start_simulator
 
 from anvil_metrics.report.build import make_report
-from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 

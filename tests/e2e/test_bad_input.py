@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 from conftest import anvil, write_scenario
+from simfork import start_simulator
 
 from anvil_metrics.cli.main import main
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -27,10 +27,11 @@ import orjson
 import pytest
 from conftest import REPO, anvil, load_json
 from simcampaign import CAMPAIGN, SCENARIO, SIM
+from simfork import start_simulator
 
 from anvil_metrics.campaign.runner import run_hook
 from anvil_metrics.post.docscan import verify_file
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
+from simfork import start_simulator
 
 from anvil_metrics.load.cancel import CancelPlan
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from conftest import anvil, load_json
+from simfork import start_simulator
 
 from anvil_metrics.checks.registry import SUITES
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 FAST = ["--max-context", "12288", "--prefill-ms", "1", "--interval-ms", "0.1"]
 ARGS = ["--context", "4096", "--timeout", "20"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GONE_SINCE, anvil, load_json, set_script_faults
+from simfork import start_simulator
 
 from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.coding import CASES, run_coding
@@ -22,7 +23,7 @@ from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.sandbox import SandboxLimits
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.urls import Endpoint
 
 pytestmark = pytest.mark.e2e

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import orjson
 import pytest
 from conftest import anvil, load_json, set_script_faults
+from simfork import start_simulator
 
 from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.registry import suite_function
 from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
-from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.sim.chat import full_text
 from anvil_metrics.urls import Endpoint
 

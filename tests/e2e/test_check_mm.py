@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from conftest import GONE_SINCE, anvil, load_json, set_script_faults
+from simfork import start_simulator
 
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.suite import CheckOptions
-from anvil_metrics.runs.simproc import start_simulator
 
 NOT_TESTED = ["video", "multi-image ordering", "32-image ceiling", "concurrency above one",
               "host-memory pressure"]

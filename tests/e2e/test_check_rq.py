@@ -16,11 +16,12 @@ from typing import Any
 import orjson
 import pytest
 from conftest import GONE_SINCE, anvil, set_script_faults
+from simfork import start_simulator
 
 from anvil_metrics.checks.runner import run_checks
 from anvil_metrics.checks.suite import CheckOptions
 from anvil_metrics.prep.provenance import discover
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 FAST = ["--prefill-ms", "1", "--interval-ms", "0.1", "--max-context", "12288"]
 SUITES = ["retrieval", "near_limit", "quality"]

@@ -15,13 +15,14 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import anvil, set_script_faults
+from simfork import start_simulator
 
 from anvil_metrics.checks.client import CheckClient
 from anvil_metrics.checks.registry import suite_function
 from anvil_metrics.checks.results import SuiteResult
 from anvil_metrics.checks.suite import CheckContext, CheckOptions
 from anvil_metrics.checks.toolcases import TOOL_CASES
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.urls import Endpoint
 
 SUITES = ("tools", "streaming_tools", "tool_result_recovery")

@@ -19,9 +19,10 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import REPO, anvil
+from simfork import start_simulator
 
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import anvil
-
-from anvil_metrics.runs.simproc import start_simulator
+from simfork import start_simulator
 
 pytestmark = pytest.mark.e2e
 

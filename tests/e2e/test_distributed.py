@@ -29,8 +29,9 @@ import pytest
 from cluster import LOCUSTFILE, Cluster, check_document, requests_of
 from conftest import REPO, anvil, raw_lines, result_path, write_scenario
 from locust_ui import assert_final_cdf_and_flow
+from simfork import start_simulator
 
-from anvil_metrics.runs.simproc import SimProcess, start_simulator, stop_process
+from anvil_metrics.runs.simproc import SimProcess, stop_process
 
 pytestmark = pytest.mark.e2e
 

@@ -18,8 +18,7 @@ import orjson
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from sendstamps import lag_bounds_ms, readable_ns
-
-from anvil_metrics.runs.simproc import start_simulator
+from simfork import start_simulator
 
 pytestmark = pytest.mark.e2e
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import REPO, anvil, result_path, write_scenario
+from simfork import start_simulator
 
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

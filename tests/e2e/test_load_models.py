@@ -33,12 +33,13 @@ from conftest import (
     result_path,
     write_scenario,
 )
+from simfork import start_simulator
 
 from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
 from anvil_metrics.post.loadblock import behind
 from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
+from simfork import start_simulator
 
 from anvil_metrics.load.mix import models_from_flags
 from anvil_metrics.load.scenario import load_scenario
-from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from conftest import anvil, load_json, result_path, write_scenario
+from simfork import start_simulator
 
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, anvil, write_scenario
+from simfork import start_simulator
 
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

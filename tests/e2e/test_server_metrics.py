@@ -16,9 +16,10 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import anvil, load_json, result_path
+from simfork import start_simulator
 
 from anvil_metrics.live.session import SCRAPE_TIMEOUT_S
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 import pytest
+from simfork import start_simulator
 
-from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.sim.faultchat import OVERSIZE_BYTES
 from anvil_metrics.sim.faults import Fault, FaultPicker, FaultRule, parse_rule
 from anvil_metrics.sim.options import parse_args

@@ -36,11 +36,11 @@ import orjson
 import pytest
 from conftest import anvil, load_json, measured, result_path
 from sendstamps import lag_bounds_ms, readable_ns
+from simfork import start_simulator
 
 from anvil_metrics.compare.text import compare_lines
 from anvil_metrics.post.steady import METRICS, QUARTERS, _metric
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 

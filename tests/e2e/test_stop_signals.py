@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, check_every_record_once, load_json, raw_lines
+from simfork import start_simulator
 
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

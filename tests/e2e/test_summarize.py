@@ -38,11 +38,11 @@ from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from jsonschema import Draft202012Validator
 from report_view import view_report
 from sendstamps import lag_bounds_ms, readable_ns
+from simfork import start_simulator
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.post.stats import nearest_rank
 from anvil_metrics.report.build import make_report
-from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.schemas.build import FILES, shipped
 from anvil_metrics.sim.specdecode import spec_counts
 from anvil_metrics.summary.folder import read_campaign_folder, summary_document, write_summary

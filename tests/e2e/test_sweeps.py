@@ -27,12 +27,13 @@ from typing import Any
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from report_view import view_report
+from simfork import start_simulator
 from stepcheck import check_each_request_in_one_step, measured
 
 from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
 from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.report.build import make_report
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import anvil
+from simfork import start_simulator
 from tracebuild import mooncake_trace
 
 from anvil_metrics.load.trace import read_trace, trace_stats
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 

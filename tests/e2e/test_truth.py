@@ -27,9 +27,10 @@ from typing import NamedTuple
 import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from sendstamps import lag_bounds_ms, readable_ns
+from simfork import start_simulator
 
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import SimProcess, pinned_apart, start_simulator
+from anvil_metrics.runs.simproc import SimProcess, pinned_apart
 
 pytestmark = pytest.mark.e2e
 

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from conftest import load_json, raw_lines
 from locust_ui import FAST_SIM, assert_final_cdf_and_flow, locust_ui
+from simfork import start_simulator
 from stepcheck import check_each_request_in_one_step, measured
 
 from anvil_metrics.live.runclock import USERS_POLL_S
 from anvil_metrics.post.verify import verify_benchmark
-from anvil_metrics.runs.simproc import start_simulator
 
 pytestmark = pytest.mark.e2e
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from simfork import start_simulator
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.live.prepare import (
@@ -25,7 +26,7 @@ from anvil_metrics.live.prepare import (
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.prep.prompts import Calibration, PromptFactory, SharedPrefix, request_prefix
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.urls import Endpoint
 
 SIM = ("--prefill-ms", "1", "--reasoning-tokens", "1", "--content-tokens", "2",

@@ -18,13 +18,14 @@ from pathlib import Path
 import orjson
 import pytest
 from gevent.event import Event
+from simfork import start_simulator
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.session import RunOptions, RunSession
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.observe import StreamObserver
 

@@ -29,10 +29,11 @@ from conftest import anvil
 from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simfork import start_simulator
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.prep import counting
-from anvil_metrics.runs.simproc import SimProcess, start_simulator
+from anvil_metrics.runs.simproc import SimProcess
 from anvil_metrics.sim import prefixcache, tokenizer
 from anvil_metrics.sim.config import TOKENIZE_APIS
 from anvil_metrics.sim.tokenapi import APIS

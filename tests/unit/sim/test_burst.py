@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from conftest import DoneCallbacks
+from simfork import start_simulator
 from simwire import FakeClock, FakeScheduler
 
-from anvil_metrics.runs.simproc import start_simulator
 from anvil_metrics.sim import burst as burst_module
 from anvil_metrics.sim import chat as chat_module
 from anvil_metrics.sim.burst import BurstChatStream
