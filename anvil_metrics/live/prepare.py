@@ -80,7 +80,8 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
         for name in sc.mix.model_names if sc.mix is not None else ():
             check_model_served(client, name)  # a mix's models and adapters: each served
         fields = _chat_fields(sc, model)
-        counter = (text_counter(client, fields, sc.endpoint) if sc.endpoint in TEXT_ENDPOINTS
+        counter = (text_counter(client, fields, sc.endpoint, opts.tokenizer_path)
+                   if sc.endpoint in TEXT_ENDPOINTS
                    else server_counter(client, fields, opts.tokenizer_path))
         mixed = sc.mix is not None and sc.conversation is None
         planned = sizes  # request k's size is planned[k % len], or its class's own

@@ -214,10 +214,12 @@ def _check_local_tokenizer(count: CountTokens, probe: CountTokens, path: str) ->
             "tokenizer.json, or leave --tokenizer out to count with the server")
 
 
-def text_counter(client: ChatClient, fields: dict[str, Any],
-                 endpoint: str = "completions") -> Counter:
+def text_counter(client: ChatClient, fields: dict[str, Any], endpoint: str = "completions",
+                 tokenizer_path: str | None = None) -> Counter:
     """How the server counts a text prompt posted to `/v1/{endpoint}` ("completions" or
     "embeddings"): the last message's text, raw, with the special tokens the endpoint adds.
+    With `tokenizer_path` (`--tokenizer`): the local count plus those special tokens,
+    measured by one probe, and checked against the server as a chat prompt's is. Else
     vLLM's `/tokenize {"prompt"}` (which adds them too), when it agrees with one probe of
     the endpoint (a `max_tokens=1` completion; an embedding, which generates nothing);
     else such probes."""
@@ -243,6 +245,16 @@ def text_counter(client: ChatClient, fields: dict[str, Any],
         seen["max_model_len"] = body.get("max_model_len")
         return n
 
+    if tokenizer_path:
+        count_text = local_text_counter(tokenizer_path)
+        added = probe(_HELLO) - count_text(_HELLO[-1]["content"])  # BOS and the like
+
+        def local(messages: list[dict]) -> int:
+            return added + count_text(messages[-1]["content"])
+
+        _check_local_tokenizer(local, probe, tokenizer_path)
+        return Counter(local, "local_tokenizer", f"{tokenizer_path} + one /v1/{endpoint} "
+                       "probe for the special tokens")
     if _works(tokenize, _HELLO) and tokenize(_HELLO) == probe(_HELLO):
         limit = seen.get("max_model_len")
         ok = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0

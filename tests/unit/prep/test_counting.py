@@ -459,3 +459,38 @@ def test_completions_counter_counts_the_prompt_as_the_endpoint_does(start: Start
         assert status == 200 and body["usage"]["prompt_tokens"] == n
         assert n < counting.server_counter(client, {"model": MODEL}).count(
             [{"role": "user", "content": text}])  # the chat template's tokens are not in it
+
+
+class _TextServer:
+    """A server that counts a text prompt with `count` plus one BOS, and has no /tokenize:
+    just enough of a `ChatClient` for `text_counter`."""
+
+    def __init__(self, count: Any) -> None:
+        self.endpoint = type("E", (), {"api_path": "/v1"})()
+        self._count = count
+
+    def post_json(self, path: str, body: dict, absolute: bool = False) -> tuple[int, object]:
+        if path == "/completions":
+            return 200, {"usage": {"prompt_tokens": 1 + self._count(body["prompt"])}}
+        return 404, {"error": "no such route"}
+
+
+def test_text_counter_counts_with_the_local_tokenizer_and_the_servers_specials(
+        tmp_path: Path) -> None:
+    """`--tokenizer` with a text endpoint: the local count plus the tokens the endpoint adds
+    (one probe); a tokenizer.json that is not the server's is refused, one line."""
+    path = tmp_path / "tokenizer.json"
+    if not HAS_TOKENIZERS:
+        with pytest.raises(UsageError, match=r"anvil-metrics\[tokenizer\]"):
+            counting.text_counter(_TextServer(len), {"model": MODEL}, "completions", str(path))
+        return
+    write_word_level_tokenizer(path)
+    local = counting.local_text_counter(str(path))
+    counter = counting.text_counter(_TextServer(local), {"model": MODEL}, "completions",
+                                    str(path))
+    assert counter.method == "local_tokenizer" and str(path) in counter.source
+    text = "the quick brown fox, the lazy dog!"
+    assert counter.count([{"role": "user", "content": text}]) == 1 + local(text)
+    with pytest.raises(UsageError, match="does not match the server"):
+        counting.text_counter(_TextServer(lambda t: 2 * len(t.split())), {"model": MODEL},
+                              "completions", str(path))
