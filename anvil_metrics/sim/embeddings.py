@@ -11,7 +11,9 @@ of token ids or a list of such lists, as OpenAI's API takes it; a text is counte
 `/tokenize {"prompt"}` counts it here. With ``--stamp-send`` the response carries
 ``anvil-t0-ns`` and, in its body, ``"anvil_sent_ns"``: the moment just before it was written.
 The vectors are fixed functions of the input's position (`DIMENSIONS` wide): a load test
-measures time, not meaning. Not through `--max-running` nor the server's counters.
+measures time, not meaning. Counted in the server's own figures (`/metrics`: requests
+finished, end to end, prompt tokens) as vLLM counts a pooling request; not through
+`--max-running`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from anvil_metrics.sim.chat import t0_header
 from anvil_metrics.sim.chatrequest import RequestError, check_model, load_json_object
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import Headers, HttpConnection
+from anvil_metrics.sim.ledger import LEDGER
 from anvil_metrics.sim.scheduler import Scheduler
 from anvil_metrics.sim.tokenizer import TokenizeError, count_text_tokens
 
@@ -70,11 +73,12 @@ def vector(index: int, encoding: str) -> list[float] | str:
 class EmbeddingAnswer:
     """The whole answer, written (and stamped) when its prefill is due to end."""
 
-    __slots__ = ("_conn", "_body", "_headers", "_stamp")
+    __slots__ = ("_conn", "_body", "_headers", "_stamp", "_t0_ns")
 
     def __init__(self, conn: HttpConnection, body: dict[str, Any], headers: Headers,
-                 stamp: bool) -> None:
+                 stamp: bool, t0_ns: int) -> None:
         self._conn, self._body, self._headers, self._stamp = conn, body, headers, stamp
+        self._t0_ns = t0_ns
 
     def fire(self) -> None:
         if self._conn.closed:
@@ -87,6 +91,8 @@ class EmbeddingAnswer:
         except Exception:
             self._conn.abort()
             raise
+        # the server's own counts, as vLLM's pooling requests are in its /metrics
+        LEDGER.answered(self._t0_ns, body["usage"]["prompt_tokens"], 0, "stop")
 
 
 def answer_embeddings(conn: HttpConnection, sched: Scheduler, cfg: SimConfig, body: bytes,
@@ -115,4 +121,4 @@ def answer_embeddings(conn: HttpConnection, sched: Scheduler, cfg: SimConfig, bo
                        for i in range(len(counts))],
               "usage": {"prompt_tokens": total, "total_tokens": total}}
     sched.at(t0_ns + cfg.prefill_ns(total, t0_ns),
-             EmbeddingAnswer(conn, answer, t0_header(cfg, t0_ns), cfg.stamp_send))
+             EmbeddingAnswer(conn, answer, t0_header(cfg, t0_ns), cfg.stamp_send, t0_ns))

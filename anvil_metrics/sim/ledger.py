@@ -304,21 +304,25 @@ class Ledger:
     def completed(self, stream: StreamView) -> None:
         """The last chunk was written: e2e, tokens, drafts."""
         STREAM_COUNTS["completed"] += 1
-        reason = stream._plan.finish_reason
-        self.finished[reason] = self.finished.get(reason, 0) + 1
-        self.e2e.observe((time.monotonic_ns() - stream._t0) / 1e9)
         usage = stream._usage
-        prompt, generated = usage["prompt_tokens"], usage["completion_tokens"]
-        self.prompt_tokens += prompt
-        self.generation_tokens += generated
-        self.prompt_hist.observe(prompt)
-        self.generation_hist.observe(generated)
+        generated = usage["completion_tokens"]
+        self.answered(stream._t0, usage["prompt_tokens"], generated, stream._plan.finish_reason)
         cfg = stream._cfg
         if cfg.spec_k:
             counts = spec_counts(generated, cfg.spec_k, cfg.spec_accept)
             self.spec += counts
             if counts.drafts:
                 self._recent_spec.append(counts)
+
+    def answered(self, t0_ns: int, prompt: int, generated: int, reason: str) -> None:
+        """A request answered (a stream's last chunk, or a whole answer such as an
+        embedding's, written): its end to end, tokens and finish reason."""
+        self.finished[reason] = self.finished.get(reason, 0) + 1
+        self.e2e.observe((time.monotonic_ns() - t0_ns) / 1e9)
+        self.prompt_tokens += prompt
+        self.generation_tokens += generated
+        self.prompt_hist.observe(prompt)
+        self.generation_hist.observe(generated)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from simwire import Wire
 from anvil_metrics.sim.chatrequest import RequestError
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.embeddings import DIMENSIONS, input_tokens
+from anvil_metrics.sim.ledger import LEDGER
 from anvil_metrics.sim.tokenizer import count_text_tokens
 
 CFG = SimConfig(prefill_ms=50.0, prefill_ms_per_token=0.5, stamp_send=True)
@@ -39,6 +40,7 @@ def test_a_bad_input_is_refused(value: Any) -> None:
 
 def test_the_answer_comes_whole_when_its_prefill_ends() -> None:
     wire = Wire(cfg=CFG)
+    finished, prompted = LEDGER.finished.get("stop", 0), LEDGER.prompt_tokens
     resp = wire.ask("/v1/embeddings", {"model": CFG.model, "input": ["a b c", [1, 2, 3, 4]]})
     body = orjson.loads(resp.body)
     tokens = count_text_tokens("a b c") + 4
@@ -49,6 +51,8 @@ def test_the_answer_comes_whole_when_its_prefill_ends() -> None:
     due = t0 + CFG.prefill_ns(tokens)
     assert resp.headers_arrival_ns == due  # written at its deadline exactly (fake clock)
     assert body["anvil_sent_ns"] > 0  # perf_counter_ns just before the write
+    # in the server's own counts (/metrics), as vLLM counts a pooling request
+    assert (LEDGER.finished["stop"] - finished, LEDGER.prompt_tokens - prompted) == (1, tokens)
 
 
 def test_base64_is_little_endian_float32() -> None:
