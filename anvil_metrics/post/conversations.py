@@ -41,7 +41,7 @@ import numpy as np
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.conversation import ConversationPlan, parse_conversation
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import differing, fmt, keys_problem
+from anvil_metrics.post.schema import differing, fmt, keys_problem, set_without_block
 from anvil_metrics.post.stats import nearest_rank_columns
 
 BLOCK_KEYS = ("plan", "conversations", "completed", "cut", "expected_reuse",
@@ -118,10 +118,7 @@ def check_conversation(doc: Mapping[str, Any], rows: RowColumns | None,
     rows that name a conversation only in a run that has one."""
     block = doc.get("conversation")
     if block is None:
-        if (rows is not None and "conversation_id" not in rows.absent
-                and rows.present["conversation_id"].any()):
-            problems.append("request_timings[].conversation_id: set, but the file has no "
-                            "conversation block")
+        problems += set_without_block(rows, ("conversation_id",), "conversation")
         return
     wrong = keys_problem("conversation", block, BLOCK_KEYS)
     if wrong is not None:

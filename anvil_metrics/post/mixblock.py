@@ -33,7 +33,7 @@ import numpy as np
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.mix import Mix, mix_from_table
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import differing, fmt, keys_problem
+from anvil_metrics.post.schema import differing, fmt, keys_problem, set_without_block
 from anvil_metrics.post.stats import nearest_rank_columns
 
 BLOCK_KEYS = ("plan", "classes", "models")
@@ -88,10 +88,7 @@ def check_mix(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[st
     name a class or model only in a run that has a mix."""
     block = doc.get("mix")
     if block is None:
-        for column in _COLUMNS.values():
-            if rows is not None and column not in rows.absent and rows.present[column].any():
-                problems.append(f"request_timings[].{column}: set, but the file has no mix "
-                                "block")
+        problems += set_without_block(rows, _COLUMNS.values(), "mix")
         return
     wrong = keys_problem("mix", block, BLOCK_KEYS)
     if wrong is not None:

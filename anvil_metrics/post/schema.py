@@ -141,6 +141,15 @@ def keys_problem(name: str, block: Any, keys: Sequence[str]) -> str | None:
             f"{fmt(block if not isinstance(block, dict) else sorted(block))}")
 
 
+def set_without_block(rows: Any, columns: Iterable[str], block: str) -> list[str]:
+    """verify's line for each of the row `columns` some row sets in a file without the
+    `block` that gives them meaning (`rows`: the file's `RowColumns`, None when malformed)."""
+    if rows is None:
+        return []
+    return [f"request_timings[].{c}: set, but the file has no {block} block" for c in columns
+            if c not in rows.absent and rows.present[c].any()]
+
+
 def differing(path: str, got: Mapping[str, Any], want: Mapping[str, Any],
               keys: Iterable[str], source: str = "the rows") -> list[str]:
     """verify's line for each of `keys` whose value in `got` (a block of the file) is not

@@ -152,3 +152,17 @@ def test_check_failures_and_check_keys() -> None:
     keys: list[str] = []
     check_keys("x", {"b": 1, "z": 2}, ("a", "b"), ("a", "b"), keys)
     assert keys == ["x.a: missing", "x.z: unknown field"]
+
+
+def test_a_column_set_without_its_block_is_named_once_per_column() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from anvil_metrics.post.schema import set_without_block
+
+    rows = SimpleNamespace(absent=frozenset({"turn"}), present={
+        "class_index": np.array([False, True]), "model_index": np.array([False, False])})
+    assert set_without_block(None, ("class_index",), "mix") == []  # malformed rows: said so
+    assert set_without_block(rows, ("class_index", "model_index", "turn"), "mix") == [
+        "request_timings[].class_index: set, but the file has no mix block"]
