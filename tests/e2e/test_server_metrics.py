@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import anvil, load_json, result_path
+from sendstamps import lag_bounds_ms
 from simfork import start_simulator
 
 from anvil_metrics.live.session import SCRAPE_TIMEOUT_S
@@ -211,9 +212,13 @@ def test_server_block_against_the_simulators_own_counters(simulator, tmp_path: P
         s["queue_time_ms_mean"], queue_ms)
     assert queue_ms > 100  # four of six wait a whole stream or two: the test has teeth
     diff = s["client_minus_server_ms"]
-    assert 0 <= diff["e2e"] <= 25, diff
+    # a little above the server's (25 ms on a quiet machine), or no more than the run's own
+    # worst loop stall allows a client to be late (seen in CI: 43 and 51 ms beside a busy
+    # suite): judged against what the run recorded, not a fixed time
+    bound = max(25.0, lag_bounds_ms(doc)[1])
+    assert 0 <= diff["e2e"] <= bound, (diff, bound)
     if fmt == "vllm":
-        assert 0 <= diff["first_chunk_vs_ttft"] <= 25, diff
+        assert 0 <= diff["first_chunk_vs_ttft"] <= bound, (diff, bound)
     lines = proc.stdout
     assert "client first chunk minus server TTFT" in lines or fmt == "sglang", lines
     # verify recomputes the block from server_metrics.jsonl; a changed figure is caught
