@@ -103,10 +103,9 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
         prompts, sizing = prepare_prompts(opts, client, counter, fields, model, nonce, sizes,
                                           shared)
         if mixed:
-            traced = any(c.trace is not None for c in sc.mix.classes)
-            template = template_tokens(counter) if traced else 0
-            if traced:
-                sizing["template_tokens"] = template
+            template = 0  # the chat template's tokens, which trace classes are sized around
+            if any(c.trace is not None for c in sc.mix.classes):
+                template = sizing["template_tokens"] = template_tokens(counter)
             bodies = MixBodies(sc, model, prompts, planned, template)
             bodies.prepare()
         else:

@@ -42,8 +42,8 @@ from anvil_metrics.wire.observe import StreamObserver, prompt_tokens_of
 
 log = logging.getLogger("anvil")
 
-REQUEST_NAME = "chat.completions"  # Locust's name of a request (a completions run's:
-WARMUP_NAME = "chat.completions [warm-up]"  # "completions", "completions [warm-up]")
+REQUEST_NAME = "chat.completions"  # Locust's name of a request (another endpoint's: its
+WARMUP_NAME = "chat.completions [warm-up]"  # own, e.g. "responses [warm-up]")
 
 
 def _wall_s(perf_ns: int) -> float:

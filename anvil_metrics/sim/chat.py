@@ -255,6 +255,10 @@ class ChatStream:
             events.append(self._enc.event(b'"choices":[],"usage":%s}' % orjson.dumps(self._usage)))
         if self._send_done:
             events.append(DONE_EVENT)
+        self._end_with(events)
+
+    def _end_with(self, events: list[bytes]) -> None:
+        """Write the stream's last `events` and end its response: completed, no abort."""
         for event in events[:-1]:
             self._conn.write(event)
         LEDGER.ending(self)  # its response's end is no abort

@@ -23,7 +23,7 @@ import struct
 import time
 from typing import Any
 
-from anvil_metrics.sim.chat import t0_header
+from anvil_metrics.sim.chat import DelayedCompletion, t0_header
 from anvil_metrics.sim.chatrequest import RequestError, check_model, load_json_object
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import Headers, HttpConnection
@@ -70,29 +70,25 @@ def vector(index: int, encoding: str) -> list[float] | str:
     return values
 
 
-class EmbeddingAnswer:
-    """The whole answer, written (and stamped) when its prefill is due to end."""
+class EmbeddingAnswer(DelayedCompletion):
+    """The whole answer, written (and stamped) when its prefill is due to end, and counted
+    in the server's own figures."""
 
-    __slots__ = ("_conn", "_body", "_headers", "_stamp", "_t0_ns")
+    __slots__ = ("_stamp", "_t0_ns")
 
     def __init__(self, conn: HttpConnection, body: dict[str, Any], headers: Headers,
                  stamp: bool, t0_ns: int) -> None:
-        self._conn, self._body, self._headers, self._stamp = conn, body, headers, stamp
-        self._t0_ns = t0_ns
+        super().__init__(conn, body, headers)
+        self._stamp, self._t0_ns = stamp, t0_ns
 
     def fire(self) -> None:
         if self._conn.closed:
             return
-        body = self._body
         if self._stamp:
-            body = {**body, "anvil_sent_ns": time.perf_counter_ns()}
-        try:
-            self._conn.respond_json(200, body, self._headers)
-        except Exception:
-            self._conn.abort()
-            raise
+            self._body = {**self._body, "anvil_sent_ns": time.perf_counter_ns()}
+        super().fire()
         # the server's own counts, as vLLM's pooling requests are in its /metrics
-        LEDGER.answered(self._t0_ns, body["usage"]["prompt_tokens"], 0, "stop")
+        LEDGER.answered(self._t0_ns, self._body["usage"]["prompt_tokens"], 0, "stop")
 
 
 def answer_embeddings(conn: HttpConnection, sched: Scheduler, cfg: SimConfig, body: bytes,

@@ -32,11 +32,10 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics.sim.chat import ChatStream, answer_chat, piece, t0_header
+from anvil_metrics.sim.chat import ChatStream, answer_chat, full_text, piece, t0_header
 from anvil_metrics.sim.chatrequest import RequestError, load_json_object
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import HttpConnection
-from anvil_metrics.sim.ledger import LEDGER
 from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.responses import input_items
 from anvil_metrics.sim.scheduler import Scheduler
@@ -172,7 +171,7 @@ class ResponsesStream(ChatStream):
         item = self._items[-1]
         reasoning = item["type"] == "reasoning"
         count = self._plan.reasoning if reasoning else self._plan.content
-        text = "".join(piece("r" if reasoning else "c", k) for k in range(count))
+        text = full_text("r" if reasoning else "c", count)
         part = {"type": "reasoning_text" if reasoning else "output_text", "text": text}
         item.update(status="completed", content=[part])
         kind = b"reasoning_text" if reasoning else b"output_text"
@@ -205,16 +204,12 @@ class ResponsesStream(ChatStream):
             b"response.completed", status="incomplete" if length else "completed",
             incomplete_details={"reason": "max_output_tokens"} if length else None,
             output=self._items, usage=usage))
-        answer = "".join(piece("c", k) for k in range(self._plan.content))
+        answer = full_text("c", self._plan.content)
         # the answer continues the history as vLLM's does: its message item (a
         # reasoning-only answer has none, and adds nothing)
         self._store.put(self._response["id"], [*self._messages, *(
             [{"role": "assistant", "content": answer}] if answer else [])])
-        for event in events[:-1]:
-            self._conn.write(event)
-        LEDGER.ending(self)
-        self._conn.stream_end(events[-1])
-        LEDGER.completed(self)
+        self._end_with(events)
 
 
 def answer_responses_load(conn: HttpConnection, sched: Scheduler, cfg: SimConfig, body: bytes,
