@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.campaign.checks import (
+from anvil_metrics.campaign.checkplan import (
     Checker,
     checks_file,
     read_checks,

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.campaign.checks import CheckPlan, parse_checks
+from anvil_metrics.campaign.checkplan import CheckPlan, parse_checks
 from anvil_metrics.catalog import IMPROVEMENT_GATES, KNOWN_GATES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.scenario import Scenario, load_scenario

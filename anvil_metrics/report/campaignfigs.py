@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from anvil_metrics import catalog
-from anvil_metrics.campaign.checks import checks_file
+from anvil_metrics.campaign.checkplan import checks_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import read_json
 from anvil_metrics.post.docscan import verify_file

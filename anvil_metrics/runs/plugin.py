@@ -4,7 +4,7 @@ Importing this module (the locustfile does) registers listeners on Locust's even
 
 - `init_command_line_parser`: anvil's options (`options.OPTIONS`, the same table `anvil
   run` is made from), shown in the web UI's start form (the API key masked);
-- `init`: on a master or a worker, anvil's messages between them (`dist.py`); given a run
+- `init`: on a master or a worker, anvil's messages between them (`cluster/`); given a run
   folder (`anvil run`), the first error anvil logs goes to its `error.json` (`runerror`);
 - `test_start`: a `RunSession` is set up before any user sends (model, calibration,
   bodies, run folder, raw header) and kept on the `Environment` for the users
@@ -44,9 +44,9 @@ import orjson
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from anvil_metrics.dist import master as dist
-from anvil_metrics.dist import wire as dist_wire
-from anvil_metrics.dist import worker as dist_worker
+from anvil_metrics.cluster.master import MasterAgent, MasterCoordinator
+from anvil_metrics.cluster.wire import WorkerSetup
+from anvil_metrics.cluster.worker import WorkerAgent
 from anvil_metrics.errors import AnvilError, ExitCode, UsageError
 from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
 from anvil_metrics.headers import checked
@@ -79,7 +79,7 @@ class PluginState:
       Locust's options: Locust's web UI re-parses sys.argv to fill its start form, so a
       value left there would be served in the page;
     - `header_flags`: `locust --header K=V`, as typed, kept here for the same reason;
-    - `master` / `worker`: the master's or a worker's message handlers (`dist`);
+    - `master` / `worker`: the master's or a worker's message handlers (`cluster/`);
     - `error_file`: where the first error anvil logs goes (`runerror`), given a run folder;
     - `finishing`: set once the ending run's `benchmark.json` is written (`on_quitting`);
     - `signals`: the process's Ctrl-C handling (`stopsignals`), in Locust's own process only.
@@ -87,8 +87,8 @@ class PluginState:
 
     api_key: str | None = None
     header_flags: list[str] = field(default_factory=list)
-    master: dist.MasterAgent | None = None
-    worker: dist_worker.WorkerAgent | None = None
+    master: MasterAgent | None = None
+    worker: WorkerAgent | None = None
     error_file: ErrorFile | None = None
     finishing: gevent.event.Event | None = None
     signals: StopSignals | None = None
@@ -154,13 +154,13 @@ def watch_spawning(environment: Any, **_: Any) -> None:
 
 @events.init.add_listener
 def install_messages(environment: Any, **_: Any) -> None:
-    """On a master or a worker, register anvil's messages (see `dist.py`)."""
+    """On a master or a worker, register anvil's messages (see `cluster/wire.py`)."""
     state = plugin_state(environment)
     runner = environment.runner
     if isinstance(runner, MasterRunner) and state.master is None:
-        state.master = dist.MasterAgent(environment)
+        state.master = MasterAgent(environment)
     elif isinstance(runner, WorkerRunner) and state.worker is None:
-        state.worker = dist_worker.WorkerAgent(environment,
+        state.worker = WorkerAgent(environment,
                                                lambda run: set_run(environment, run))
 
 
@@ -305,14 +305,14 @@ def _start_workers(environment: Any, session: RunSession) -> None:
     master = plugin_state(environment).master
     assert master is not None and session.prompts is not None
     prompts = session.prompts
-    setup = dist_wire.WorkerSetup(
+    setup = WorkerSetup(
         run_id=session.run_id, scenario=session.scenario, host=session.opts.host,
         api_key=session.api_key, model=session.model, calibration=prompts.calibration,
         run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),
         prefix_words=prompts.prefix_words, sizes=session.sizes,
         turn_texts=_turn_texts(session), dataset_counted=getattr(session.bodies, "counted", None),
         template_tokens=getattr(session.bodies, "template_tokens", 0))
-    coordinator = dist.MasterCoordinator(environment, session, setup)
+    coordinator = MasterCoordinator(environment, session, setup)
     master.coordinator = coordinator
     runner = environment.runner
     ids = [w.id for w in runner.clients.ready + runner.clients.running + runner.clients.spawning]

@@ -45,7 +45,7 @@ from typing import Any
 import gevent
 from locust.runners import WorkerRunner
 
-from anvil_metrics.dist.worker import WorkerSession
+from anvil_metrics.cluster.worker import WorkerSession
 from anvil_metrics.errors import ExitCode
 from anvil_metrics.live.runctx import run_in_progress
 from anvil_metrics.live.session import RunSession

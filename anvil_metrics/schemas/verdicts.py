@@ -4,7 +4,7 @@ campaign's `anvil-serving.public-benchmark-summary/v1` and `anvil check`'s
 
 Why apart from `build.py`: the benchmark's schema is built from the post-processor's and the
 catalogue's rules; these two from the summary's (`summary/verify.py`'s shape tables,
-`summary/fields.py`'s words, `summary/checks.py`'s blocks) and the checks' (`docverify.py`,
+`summary/fields.py`'s words, `summary/functional.py`'s blocks) and the checks' (`docverify.py`,
 `results.py`). Shape and types only: `anvil verify` recomputes the figures of both.
 """
 
@@ -79,7 +79,7 @@ def _gate() -> dict[str, Any]:
 
 
 def _functional() -> dict[str, Any]:
-    """`functional` (`summary/checks.py`): one block per model (or `both_models` /
+    """`functional` (`summary/functional.py`): one block per model (or `both_models` /
     `all_models`), the quality parts and the near-limit retrieval per model."""
     per_model = obj({k: STRING if k == "tools" else nullable(BOOLEAN)
                      if k == "thinking_disabled_reasoning_leakage" else CHECK_RESULTS

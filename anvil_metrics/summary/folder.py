@@ -28,20 +28,20 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics.campaign.checks import checks_file, read_checks
+from anvil_metrics.campaign.checkplan import checks_file, read_checks
 from anvil_metrics.campaign.spec import Campaign, CampaignError, campaign_from_dict
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import atomic_write_bytes, dumps_strict, read_json
 from anvil_metrics.post.docscan import scan_benchmark, verify_file
 from anvil_metrics.post.significance import RESAMPLES
-from anvil_metrics.summary.checks import (
+from anvil_metrics.summary.decide import VariantRuns, summarize
+from anvil_metrics.summary.functional import (
     VariantChecks,
     check_words,
     functional_block,
     gate_results,
     multimodal_block,
 )
-from anvil_metrics.summary.decide import VariantRuns, summarize
 
 SCHEMA = "anvil-serving.public-benchmark-summary/v1"
 CAMPAIGN_SCHEMA = "anvil-campaign/v1"

@@ -3,7 +3,7 @@
 What the simulator received is the truth (`anvil sim --log-requests`: every header of every
 chat request): the scenario's `[headers]` with the `--header` flags over them, and through
 plain `locust --header` (that a distributed run's workers get them with the scenario:
-tests/unit/dist/test_wire.py).
+tests/unit/cluster/test_wire.py).
 The run's folder, its output and Locust's report must not hold the credential's value, and
 `benchmark.json`'s `request_headers` shows it redacted.
 """

@@ -246,10 +246,10 @@ def test_unit_tests_mirror_the_package():
 
 
 def test_nothing_a_network_separates_is_pickled():
-    """Master and workers exchange plain data (`dist/wire.py`); no `pickle` in their code,
+    """Master and workers exchange plain data (`cluster/wire.py`); no `pickle` in their code,
     comments and docstrings included (the wording of the acceptance: `grep pickle`)."""
     hits = []
-    paths = sorted((PACKAGE / "dist").glob("*.py"))
+    paths = sorted((PACKAGE / "cluster").glob("*.py"))
     for path in paths:
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if "pickle" in tok.string.lower():

@@ -3,7 +3,7 @@
 Runs last hours now: what `LiveStats` keeps must not grow with the number of requests, its
 running percentiles must be within the stated error of `stats.nearest_rank`'s, and once the
 run is over (`finish(rows)`) the table must be `benchmark.json`'s figures exactly
-(tests/unit/live/test_webui.py and dist/test_master.py check that through real runs). The
+(tests/unit/live/test_webui.py and cluster/test_master.py check that through real runs). The
 same for the TTFT CDF (nearest-rank p0..p100), and the flow's in-flight samples are read
 from a real request budget. The sketch itself is tested in test_sketch.py, the charts'
 series and the flow's counts and rates in test_series.py.

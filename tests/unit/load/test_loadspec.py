@@ -17,7 +17,7 @@ import orjson
 import pytest
 from conftest import anvil, write_scenario
 
-from anvil_metrics.dist.wire import scenario_from_wire, scenario_to_wire
+from anvil_metrics.cluster.wire import scenario_from_wire, scenario_to_wire
 from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.load.options import run_options

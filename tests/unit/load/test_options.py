@@ -17,8 +17,8 @@ from locust.argument_parser import get_empty_argument_parser
 from locust.env import Environment
 
 from anvil_metrics.cli import main as cli
-from anvil_metrics.dist.wire import WorkerSetup
-from anvil_metrics.dist.worker import WorkerSession
+from anvil_metrics.cluster.wire import WorkerSetup
+from anvil_metrics.cluster.worker import WorkerSession
 from anvil_metrics.errors import UsageError
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.runctx import RunContext, TicketSource, latest_run, run_in_progress, set_run

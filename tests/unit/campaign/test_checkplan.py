@@ -12,18 +12,18 @@ import orjson
 import pytest
 from campaignbuild import FakeRunner, campaign_file, state
 
-from anvil_metrics.campaign.checks import checks_file, parse_checks, read_checks
+from anvil_metrics.campaign.checkplan import checks_file, parse_checks, read_checks
 from anvil_metrics.campaign.runner import HookResult, run_campaign
 from anvil_metrics.campaign.spec import load_campaign
 from anvil_metrics.checks.suite import CheckOptions
 from anvil_metrics.errors import UsageError
-from anvil_metrics.summary.checks import (
+from anvil_metrics.summary.folder import read_campaign_folder, summary_document
+from anvil_metrics.summary.functional import (
     VariantChecks,
     functional_block,
     gate_results,
     multimodal_block,
 )
-from anvil_metrics.summary.folder import read_campaign_folder, summary_document
 
 CHECKS = '\n[checks]\nsuites = ["json", "tools", "multimodal"]\ntransport = "cpu"\n'
 

@@ -66,7 +66,7 @@ import gevent.event
 import orjson
 from locust.runners import STATE_MISSING
 
-from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
+from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.post import saturation

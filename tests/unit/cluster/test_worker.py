@@ -16,9 +16,9 @@ import orjson
 import pytest
 from rawbuild import completed
 
-from anvil_metrics.dist import worker
-from anvil_metrics.dist.wire import WorkerSetup
-from anvil_metrics.dist.worker import RecordShipper, RemoteBudget, WorkerSession
+from anvil_metrics.cluster import worker
+from anvil_metrics.cluster.wire import WorkerSetup
+from anvil_metrics.cluster.worker import RecordShipper, RemoteBudget, WorkerSession
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.load.scenario import scenario_from_dict
 from anvil_metrics.prep.prompts import NO_CALIBRATION
@@ -145,7 +145,7 @@ def test_a_ticket_sent_ahead_is_handed_to_its_user_at_its_due_time() -> None:
     (a timer each); a ticket already due, or without a due time, is handed over at once."""
     import time
 
-    from anvil_metrics.dist.master import TICKET_LEAD_NS
+    from anvil_metrics.cluster.master import TICKET_LEAD_NS
 
     assert TICKET_LEAD_NS > 0
     budget = RemoteBudget(lambda t, d: None, "r")

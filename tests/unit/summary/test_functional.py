@@ -1,4 +1,4 @@
-"""summary.checks: a model's functional value is its worst variant's, a suite not run for
+"""summary.functional: a model's functional value is its worst variant's, a suite not run for
 every variant is left out, and failures that were retained are said in words.
 
 Why: a check passes for a model only if it passed with speculation on and off; taking
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from anvil_metrics.summary.checks import (
+from anvil_metrics.summary.functional import (
     VariantChecks,
     check_words,
     functional_block,

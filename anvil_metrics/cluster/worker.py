@@ -22,7 +22,7 @@ import gevent.event
 import orjson
 from greenlet import GreenletExit
 
-from anvil_metrics.dist.wire import SETUP, WorkerSetup, boot_id, refusing
+from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket

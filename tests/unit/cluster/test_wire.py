@@ -16,9 +16,9 @@ import gevent
 import pytest
 from locust.rpc.protocol import Message
 
-from anvil_metrics.dist.master import MasterAgent, MasterCoordinator
-from anvil_metrics.dist.wire import MESSAGES, WorkerSetup
-from anvil_metrics.dist.worker import WorkerAgent, WorkerSession
+from anvil_metrics.cluster.master import MasterAgent, MasterCoordinator
+from anvil_metrics.cluster.wire import MESSAGES, WorkerSetup
+from anvil_metrics.cluster.worker import WorkerAgent, WorkerSession
 from anvil_metrics.errors import WireError
 from anvil_metrics.live.control import RequestBudget, Ticket
 from anvil_metrics.load.body import BodyBuilder

@@ -13,8 +13,8 @@ import orjson
 import pytest
 from rawbuild import write_raw
 
-from anvil_metrics.dist.master import MasterCoordinator
-from anvil_metrics.dist.wire import WorkerSetup
+from anvil_metrics.cluster.master import MasterCoordinator
+from anvil_metrics.cluster.wire import WorkerSetup
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import RequestBudget
