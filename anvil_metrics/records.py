@@ -40,6 +40,8 @@ from typing import Any
 
 import orjson
 
+from anvil_metrics.fieldtypes import COUNT_LIMIT as COUNT_LIMIT
+from anvil_metrics.fieldtypes import STAMP_LIMIT as STAMP_LIMIT
 from anvil_metrics.jsonio import show
 
 RAW_SCHEMA = "anvil-serving.requests/v1"
@@ -212,9 +214,8 @@ class RequestRecord:
 
 # What a row of the columns can hold (`rawcolumns.py`): |stamp| and |clock offset| below
 # STAMP_LIMIT, so every sum and difference of two fits int64; counts below COUNT_LIMIT, so
-# each converts to a double exactly. perf_counter_ns reaches 2**62 after 146 years of uptime.
-STAMP_LIMIT = 2**62
-COUNT_LIMIT = 2**53
+# each converts to a double exactly (`fieldtypes.Stamp`, `Count`). perf_counter_ns reaches
+# 2**62 after 146 years of uptime.
 _DIGITS_AND_COMMAS = b"0123456789,"
 
 

@@ -16,11 +16,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from anvil_metrics import catalog
+from anvil_metrics.fieldtypes import FMT_MAX as FMT_MAX
+from anvil_metrics.fieldtypes import fmt as fmt
 from anvil_metrics.headers import REDACTED, is_credential
-from anvil_metrics.jsonio import show
 from anvil_metrics.post import saturation
 from anvil_metrics.records import COUNT_LIMIT, ENDED_BY, PARTIAL_ENDS, failure_field_problems
 from anvil_metrics.urls import strip_credentials
@@ -130,9 +129,6 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-FMT_MAX = 200  # characters of a value a message shows (a damaged file's may be megabytes)
-
-
 def keys_problem(name: str, block: Any, keys: Sequence[str]) -> str | None:
     """verify's line for a block that is not an object with exactly `keys`, else None."""
     if isinstance(block, dict) and set(block) == set(keys):
@@ -157,17 +153,6 @@ def differing(path: str, got: Mapping[str, Any], want: Mapping[str, Any],
     recomputed … from {source}`."""
     return [f"{path}.{key}: file has {fmt(got[key])}, recomputed {fmt(want[key])} from "
             f"{source}" for key in keys if not same(got[key], want[key])]
-
-
-def fmt(v: Any) -> str:
-    """A value as it reads in the JSON file (floats with all their digits)."""
-    if isinstance(v, float):
-        return repr(v)
-    try:
-        text = orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
-    except TypeError:  # not JSON, or nested deeper than orjson writes (and repr recurses)
-        return show(v)
-    return text if len(text) <= FMT_MAX else text[:FMT_MAX - 3] + "..."
 
 
 def is_int(v: Any) -> bool:
