@@ -24,23 +24,16 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.errors import VerifyError
-from anvil_metrics.headers import shown
 from anvil_metrics.jsonio import JsonFileError, atomic_write_bytes, read_json
 from anvil_metrics.load.criteria import parse_criteria
-from anvil_metrics.post import rowjson, saturation, schema, stats
-from anvil_metrics.post.cancelblock import build_cancel
-from anvil_metrics.post.conversations import build_conversation
+from anvil_metrics.post import rowjson, schema, stats
+from anvil_metrics.post.blockkit import ABSENT, Block, BuildInputs, Measured
+from anvil_metrics.post.blocks import BLOCKS
 from anvil_metrics.post.derive import RowColumns, durations_ms, rows_from_raw
-from anvil_metrics.post.goodput import goodput
-from anvil_metrics.post.loadblock import build_load
-from anvil_metrics.post.mixblock import build_mix
 from anvil_metrics.post.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.post.rawread import RawRun
-from anvil_metrics.post.steady import steady_of
-from anvil_metrics.post.steps import attribute, build_steps
-from anvil_metrics.post.traceblock import build_trace
+from anvil_metrics.post.steps import attribute
 from anvil_metrics.post.verify import columns_are_clean, verify_benchmark
-from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, build_server
 
 
 class BuiltBenchmark:
@@ -62,13 +55,14 @@ class BuiltBenchmark:
         return rowjson.json_chunks(self.doc, self.rows)
 
 
-def build_benchmark(raw: RawRun | RawColumns,
-                    client: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """`build(raw, client)` as a plain document (rows as dicts)."""
-    return build(raw, client).to_dict()
+def build_benchmark(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None,
+                    blocks: tuple[Block, ...] = BLOCKS) -> dict[str, Any]:
+    """`build(raw, client, blocks)` as a plain document (rows as dicts)."""
+    return build(raw, client, blocks).to_dict()
 
 
-def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> BuiltBenchmark:
+def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None,
+          blocks: tuple[Block, ...] = BLOCKS) -> BuiltBenchmark:
     """The full benchmark/v1 document of a run read back from its `requests.jsonl`.
 
     - Run parameters come from the header's `params` (keys named as the spec's fields;
@@ -80,8 +74,9 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     - `request_index` is renumbered densely from 0 in the order of the measured records'
       raw indices (the raw index when warm-ups have their own counter, shifted down when
       they share it; a partial run's requests that never got a record are not issued).
-    - `client` (generator-health figures from the raw `run_end` line), if given, supplies
-      the `client` block, with `achieved_concurrency` and `start_delay_ms` from the records.
+    - Then each of `blocks` (`blocks.BLOCKS`) in order, where the run has it; `client`
+      (generator-health figures from the raw `run_end` line), if given, supplies the
+      `client` block.
     Raises VerifyError if the document does not verify (a bug, or raw data that breaks an
     invariant): anvil does not hand out numbers it cannot reproduce.
     """
@@ -90,64 +85,59 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None) -> 
     t = raw.table
     col = {name: t[:, i] for name, i in COL.items()}
     m = measured_order(raw)
-    offset, order, outside = m.offset_ns, m.order, m.outside
-    start = col["start_ns"] + offset  # every record's start on the master's clock
+    order = m.order
+    start = col["start_ns"] + m.offset_ns  # every record's start on the master's clock
     failed = col["failed"][order] != 0
     step = attribute([s["t_ns"] for s in raw.steps], start[order])
-    failures = []
-    for new_index, pos, in_step in zip(np.flatnonzero(failed).tolist(), order[failed].tolist(),
-                                       step[failed].tolist(), strict=True):
-        kind, message, status, phase, record_status = raw.failures[pos]
-        failures.append({"request_index": new_index, "kind": kind,
-                         "http_status": status if status is not None else record_status,
-                         "message": message, "phase": phase})
-        if raw.steps:
-            failures[-1]["step"] = in_step
+    failures = _failures(raw, order, failed, step)
     anchor = _anchor(raw.header)
     done = order[~failed]
     rows = rows_from_raw(t[done], np.flatnonzero(~failed), step[~failed], start[done], anchor)
-    last = np.where(col["end_ns"] != NULL, col["end_ns"], col["start_ns"]) + offset
+    last = np.where(col["end_ns"] != NULL, col["end_ns"], col["start_ns"]) + m.offset_ns
     wall = wall_clock_ms(start[order], last[order])
     doc = _document(raw, finished=_finished_at(raw, last), wall=wall, requests=len(order),
-                    failures=failures, warmups=len(t) - len(order), rows=rows,
-                    client=_client(client, col, order, wall))
+                    failures=failures, warmups=len(t) - len(order), rows=rows)
     params = raw.header.get("params") or {}
     load = params.get("load")
     if isinstance(load, dict) and load.get("mode") != "budget" and (
             doc["context_distribution"] is None) and not (
             params.get("conversation") or params.get("dataset")):
         doc["context_distribution"] = _issued_sizes(col["planned_context_tokens"][order])
-    criteria = None
-    if params.get("goodput"):  # criteria the run was given (checked when it started)
-        criteria = parse_criteria(params["goodput"], flag="params.goodput")
-        doc["goodput"], doc["metrics"]["goodput_rps"] = goodput(rows, len(order), wall,
-                                                                criteria)
-    if raw.steps:
-        users = [s["users"] for s in raw.steps if s.get("users") is not None]
-        if users and isinstance(doc["concurrency"], int):  # the most streams the load held
-            doc["concurrency"] = max([doc["concurrency"], *users])
-        end = raw.steps_end_ns if raw.steps_end_ns is not None else (
-            int(last[order].max()) if len(order) else None)
-        doc["steps"] = build_steps(raw.steps, end, raw.steps[0]["t_ns"] if anchor is None
-                                   else anchor, rows, [f["step"] for f in failures], criteria)
-    _workload_blocks(doc, params, rows)
-    if isinstance(load, dict):  # a raw file from before the block has none
-        doc["load"] = build_load(
-            load, start[order], last[order], col["waited"][order] != 0, anchor, rows,
-            sum(1 for f in failures if f["kind"] == "cancelled"), raw.window_ns, outside,
-            turn=col["turn"][order] if params.get("conversation") else None)
-    doc["steady_state"] = steady_of(doc, rows)
-    server = params.get("server")
-    if isinstance(server, dict):  # a raw file from before the block has none
-        doc["server"] = build_server(server, doc["engine"], Path(raw.path).with_name(
-            SAMPLES_FILE) if raw.path else None, rows)
+    users = [s["users"] for s in raw.steps if s.get("users") is not None]
+    if users and isinstance(doc["concurrency"], int):  # the most streams the load held
+        doc["concurrency"] = max([doc["concurrency"], *users])
+    inputs = BuildInputs(
+        raw=raw, params=params, client=client, rows=rows, anchor_ns=anchor, doc=doc,
+        measured=Measured(table=t[order], start_ns=start[order], last_ns=last[order]),
+        # criteria the run was given (checked when it started)
+        criteria=(tuple(parse_criteria(params["goodput"], flag="params.goodput"))
+                  if params.get("goodput") else None), outside=m.outside)
+    for block in blocks:
+        value = block.build(inputs)
+        if value is not ABSENT:
+            doc[block.name] = value
     built = BuiltBenchmark(doc, rows)
-    if not columns_are_clean(doc, rows, recompute=False):  # then verify says what is wrong
-        problems = verify_benchmark(built.to_dict())
+    if not columns_are_clean(doc, rows, recompute=False, blocks=blocks):
+        problems = verify_benchmark(built.to_dict(), blocks)  # then it says what is wrong
         if problems:
             raise VerifyError(problems,
                               source=f"benchmark built from {raw.path or 'raw records'}")
     return built
+
+
+def _failures(raw: RawColumns, order: Any, failed: Any, step: Any) -> list[dict[str, Any]]:
+    """`failures[]`: the measured records that failed, in the document's order (with the
+    step each started in, in a stepped run)."""
+    out = []
+    for new_index, pos, in_step in zip(np.flatnonzero(failed).tolist(), order[failed].tolist(),
+                                       step[failed].tolist(), strict=True):
+        kind, message, status, phase, record_status = raw.failures[pos]
+        out.append({"request_index": new_index, "kind": kind,
+                    "http_status": status if status is not None else record_status,
+                    "message": message, "phase": phase})
+        if raw.steps:
+            out[-1]["step"] = in_step
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,29 +162,6 @@ def _anchor(header: Mapping[str, Any]) -> int | None:
     """The header's `perf_anchor_ns` (None in a raw file without one)."""
     anchor = header.get("perf_anchor_ns")
     return anchor if type(anchor) is int else None
-
-
-def _workload_blocks(doc: dict[str, Any], params: Mapping[str, Any], rows: RowColumns
-                     ) -> None:
-    """The blocks of a load that is more than single prompts: a multi-turn run's
-    `conversation`, a replay's `trace`, a request mix's `mix`, planned cancellations'
-    `cancel`."""
-    if isinstance(params.get("conversation"), dict):
-        doc["conversation"] = build_conversation(params["conversation"], rows)
-    if isinstance(params.get("trace"), dict):
-        doc["trace"] = build_trace(params["trace"], rows)
-    if isinstance(params.get("endpoint"), str):  # absent in files from before it
-        doc["endpoint"] = params["endpoint"]
-    if params.get("prompt_ids") is True:  # --prompt-ids
-        doc["prompt_ids"] = True
-    if isinstance(params.get("mix"), dict):
-        doc["mix"] = build_mix(params["mix"], rows)
-    if isinstance(params.get("cancel"), dict):  # requests closed on purpose
-        doc["cancel"] = build_cancel(params["cancel"], doc["failures"], doc["requests"])
-    if isinstance(params.get("dataset"), dict):  # as the header says: no figure of its own
-        doc["dataset"] = {k: params["dataset"].get(k) for k in ("file", "format", "entries")}
-    if isinstance(params.get("request_headers"), dict):  # redacted before the raw file
-        doc["request_headers"] = shown(params["request_headers"])
 
 
 def measured_order(raw: RawColumns) -> MeasuredOrder:
@@ -266,23 +233,9 @@ def _finished_at(raw: RawColumns, last_ns: Any) -> str | None:
     return _utc_stamp(wall0 + (int(last_ns.max()) - perf0))
 
 
-def _client(client: Mapping[str, Any] | None, col: Mapping[str, Any], order: Any,
-            wall: float | None) -> dict[str, Any] | None:
-    """The `client` block: the generator's own figures and, from the measured records at
-    `order`, `achieved_concurrency` and `start_delay_ms` (see `saturation.py`)."""
-    def figures() -> tuple[float | None, dict[str, Any] | None]:
-        end = col["end_ns"][order]
-        delay = col["start_delay_ns"][order]
-        return (saturation.achieved_concurrency(col["start_ns"][order], end, end != NULL,
-                                                wall),
-                saturation.start_delay_ms(delay[delay != NULL]))
-
-    return schema.client_block(client, figures)
-
-
 def _document(raw: RawColumns, *, finished: str | None, wall: float | None, requests: int,
-              failures: list[dict[str, Any]], warmups: int, rows: RowColumns,
-              client: dict[str, Any] | None) -> dict[str, Any]:
+              failures: list[dict[str, Any]], warmups: int, rows: RowColumns
+              ) -> dict[str, Any]:
     """The document's fields around an empty `request_timings`."""
     header = raw.header
     params = header.get("params") or {}
@@ -304,7 +257,6 @@ def _document(raw: RawColumns, *, finished: str | None, wall: float | None, requ
             "failed": len(failures),
             "failures": failures,
             "warmup_requests": warmups,
-            "client": client,
             "timing_methodology": catalog.timing_methodology(),
             "request_timings": [],
             "metrics": stats.aggregate(rows, wall),

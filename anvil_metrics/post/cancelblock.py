@@ -25,14 +25,42 @@ recomputes the block from `failures[]` and `requests`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
+
+from msgspec import Struct
 
 from anvil_metrics.errors import ScenarioError
+from anvil_metrics.fieldtypes import Count, Figure, described
 from anvil_metrics.load.cancel import KIND, parse_cancel
-from anvil_metrics.post.schema import differing, keys_problem
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, num
+from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.schema import differing
 
-BLOCK_KEYS = ("plan", "aborted", "share", "phases")
 PHASE_KEYS = ("headers", "prefill", "decode")
+
+
+class CancelPhases(Struct, forbid_unknown_fields=True):
+    """The requests closed on purpose, by the phase each was in."""
+
+    headers: Annotated[Count, described("", "closed before the response head arrived (a "
+                                            "delay in ms)")]
+    prefill: Annotated[Count, described("", "closed before the first output: written and "
+                                            "not yet answered")]
+    decode: Annotated[Count, described("", "closed after the first output")]
+
+
+class Cancel(Struct, forbid_unknown_fields=True):
+    """The requests closed on purpose (module docstring)."""
+
+    plan: Annotated[dict[str, Any], described(
+        "", "{rate, after, seed}: the fraction of measured requests closed on purpose, when "
+            "(prefill, decode, or ms after the start) and the draw's seed (load/cancel.py)")]
+    aborted: Annotated[Count, described("", "measured requests closed on purpose: "
+                                            "failures[] of kind aborted")]
+    share: Annotated[Figure | None, described("", "aborted / requests; null without "
+                                                  "requests")]
+    phases: Annotated[CancelPhases, described("", "aborted by the phase each was in when "
+                                                  "closed: headers, prefill, decode")]
 
 
 def build_cancel(plan: Mapping[str, Any], failures: Sequence[Any], requests: int
@@ -44,21 +72,25 @@ def build_cancel(plan: Mapping[str, Any], failures: Sequence[Any], requests: int
             "phases": {p: sum(1 for f in mine if f.get("phase") == p) for p in PHASE_KEYS}}
 
 
-def check_cancel(doc: Mapping[str, Any], problems: list[str]) -> None:
-    """The `cancel` block recomputed from `failures[]`; aborted failures only with one."""
+def build(inputs: BuildInputs) -> Any:
+    """The block of a run with planned cancellations (`params.cancel`), else ABSENT."""
+    plan = inputs.params.get("cancel")
+    if not isinstance(plan, dict):
+        return ABSENT
+    return build_cancel(plan, inputs.doc["failures"], inputs.doc["requests"])
+
+
+def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+    """The block recomputed from `failures[]`; aborted failures only with one."""
     block = doc.get("cancel")
     failures = doc.get("failures") if isinstance(doc.get("failures"), list) else []
     if block is None:
         if any(isinstance(f, dict) and f.get("kind") == KIND for f in failures):
             problems.append(f"failures[]: kind {KIND!r} in a file with no cancel block")
         return
-    wrong = keys_problem("cancel", block, BLOCK_KEYS)
-    if wrong is not None:
-        problems.append(wrong)
-        return
     plan = block["plan"]
     try:
-        if not isinstance(plan, dict) or set(plan) != {"rate", "after", "seed"}:
+        if set(plan) != {"rate", "after", "seed"}:
             raise ScenarioError("cancel.plan", plan, "{rate, after, seed}")
         parse_cancel({"rate": plan["rate"], "after": plan["after"]}, 0, "cancel.plan")
     except ScenarioError as e:
@@ -66,7 +98,7 @@ def check_cancel(doc: Mapping[str, Any], problems: list[str]) -> None:
         return
     requests = doc.get("requests")
     want = build_cancel(plan, failures, requests if isinstance(requests, int) else 0)
-    problems += differing("cancel", block, want, BLOCK_KEYS[1:], "failures[]")
+    problems += differing("cancel", block, want, ("aborted", "share", "phases"), "failures[]")
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -77,10 +109,9 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     plan, phases = b.get("plan") or {}, b.get("phases") or {}
     after = plan.get("after")
     when = f"{after} ms after the start" if isinstance(after, int | float) else f"at {after}"
-    share = b.get("share")
     finished = (doc.get("server") or {}).get("requests")  # the server's own count
     return [f"cancelled on purpose: {b.get('aborted')} requests "
-            f"({'null' if share is None else format(share, '.3f')} of the run; planned "
+            f"({num(b.get('share'), '.3f')} of the run; planned "
             f"{plan.get('rate')}) {when}; when closed: "
             + ", ".join(f"{p} {phases.get(p)}" for p in PHASE_KEYS)
             + ("" if finished is None else f"; the server finished {finished} requests in "

@@ -34,52 +34,90 @@ its number (`ConversationPlan.draws`), so `completed` is recomputable from the r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from msgspec import Struct
 
 from anvil_metrics.errors import ScenarioError
+from anvil_metrics.fieldtypes import Count, described
 from anvil_metrics.load.conversation import ConversationPlan, parse_conversation
+from anvil_metrics.post.blockkit import (
+    ABSENT,
+    E2E_P50,
+    E2E_P95,
+    TTFT_P50,
+    TTFT_P95,
+    BuildInputs,
+    latencies,
+    mean_of,
+    num,
+)
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import differing, fmt, keys_problem, set_without_block
-from anvil_metrics.post.stats import nearest_rank_columns
-
-BLOCK_KEYS = ("plan", "conversations", "completed", "cut", "expected_reuse",
-              "reported_reuse", "turns")
-TURN_KEYS = ("turn", "requests", "ttft_p50_ms", "ttft_p95_ms", "e2e_p50_ms", "e2e_p95_ms",
-             "prompt_tokens_mean", "history_tokens_mean", "cached_tokens_mean",
-             "expected_reuse", "reported_reuse")
+from anvil_metrics.post.schema import differing, fmt, set_without_block
 
 
-def _mean(rows: RowColumns, name: str) -> float | None:
-    v = rows.values(name)
-    v = v[~np.isnan(v)]
-    return float(v.mean()) if len(v) else None
+class Turn(Struct, forbid_unknown_fields=True):
+    """One user turn's figures, over the completed requests of that turn."""
+
+    turn: Annotated[Count, described("", "the user turn, from 1")]
+    requests: Annotated[Count, described("", "completed requests of this turn")]
+    ttft_p50_ms: TTFT_P50
+    ttft_p95_ms: TTFT_P95
+    e2e_p50_ms: E2E_P50
+    e2e_p95_ms: E2E_P95
+    prompt_tokens_mean: Annotated[float | None, described(
+        "tok", "mean usage.prompt_tokens of the turn's rows that have it")]
+    history_tokens_mean: Annotated[float | None, described(
+        "tok", "mean history_tokens of the turn's rows that have it")]
+    cached_tokens_mean: Annotated[float | None, described(
+        "tok", "mean cached_tokens of the turn's rows that report it")]
+    expected_reuse: Annotated[float | None, described("",
+                                                      "expected_reuse over the turn's rows")]
+    reported_reuse: Annotated[float | None, described("",
+                                                      "reported_reuse over the turn's rows")]
+
+
+class Conversation(Struct, forbid_unknown_fields=True):
+    """A multi-turn run's conversations and each turn's figures (module docstring)."""
+
+    plan: Annotated[dict[str, Any], described(
+        "", "the [conversation] table as checked: turns, turn_tokens, system_prompt_tokens, "
+            "prefix_tokens, think_time, history, session_header, seed")]
+    conversations: Annotated[Count, described(
+        "", "conversations with at least one answered turn")]
+    completed: Annotated[Count, described(
+        "", "of those, the conversations whose every drawn turn was answered")]
+    cut: Annotated[Count, described(
+        "", "the others: the run ended, or a turn failed, before their last turn")]
+    expected_reuse: Annotated[float | None, described(
+        "", "Σ history_tokens / Σ prompt_tokens over the rows with both (a first turn's "
+            "history is 0): the share of prompt tokens a prefix cache could serve from the "
+            "conversation's own earlier turns")]
+    reported_reuse: Annotated[float | None, described(
+        "", "Σ cached_tokens / Σ prompt_tokens over the rows reporting cached_tokens: the "
+            "share the server says it served from its cache; null when no row reports it")]
+    turns: Annotated[list[Turn], described("", "one block per turn number, from 1")]
 
 
 def reuse_ratio(rows: RowColumns, part: str) -> float | None:
     """Σ part / Σ prompt_tokens over the rows that have both (history_tokens: a first
     turn's null counts as 0, it has no history of its own)."""
     prompt = rows.values("prompt_tokens")
-    num = rows.values(part)
+    num_ = rows.values(part)
     if part == "history_tokens":
-        num = np.where(rows.counts["turn"] == 1, 0.0, num)
-    both = ~np.isnan(prompt) & ~np.isnan(num)
+        num_ = np.where(rows.counts["turn"] == 1, 0.0, num_)
+    both = ~np.isnan(prompt) & ~np.isnan(num_)
     total = float(prompt[both].sum())
-    return float(num[both].sum()) / total if both.any() and total > 0 else None
+    return float(num_[both].sum()) / total if both.any() and total > 0 else None
 
 
 def _turn(rows: RowColumns, k: int) -> dict[str, Any]:
     mine = rows.select(rows.counts["turn"] == k)
-    ttft = mine.values("ttft_ms")
-    e2e = mine.values("e2e_ms")
-    t50, t95 = nearest_rank_columns(ttft[~np.isnan(ttft)], (50, 95))
-    e50, e95 = nearest_rank_columns(e2e[~np.isnan(e2e)], (50, 95))
-    return {"turn": k, "requests": len(mine), "ttft_p50_ms": t50, "ttft_p95_ms": t95,
-            "e2e_p50_ms": e50, "e2e_p95_ms": e95,
-            "prompt_tokens_mean": _mean(mine, "prompt_tokens"),
-            "history_tokens_mean": _mean(mine, "history_tokens"),
-            "cached_tokens_mean": _mean(mine, "cached_tokens"),
+    return {"turn": k, "requests": len(mine), **latencies(mine),
+            "prompt_tokens_mean": mean_of(mine.values("prompt_tokens")),
+            "history_tokens_mean": mean_of(mine.values("history_tokens")),
+            "cached_tokens_mean": mean_of(mine.values("cached_tokens")),
             "expected_reuse": reuse_ratio(mine, "history_tokens"),
             "reported_reuse": reuse_ratio(mine, "cached_tokens")}
 
@@ -112,17 +150,18 @@ def build_conversation(table: Mapping[str, Any], rows: RowColumns) -> dict[str, 
             "turns": [_turn(rows, k) for k in range(1, top + 1)]}
 
 
-def check_conversation(doc: Mapping[str, Any], rows: RowColumns | None,
-                       problems: list[str]) -> None:
-    """The `conversation` block recomputed from the rows (when they are well-typed), and
-    rows that name a conversation only in a run that has one."""
+def build(inputs: BuildInputs) -> Any:
+    """The block of a multi-turn run (`params.conversation`), else ABSENT."""
+    table = inputs.params.get("conversation")
+    return build_conversation(table, inputs.rows) if isinstance(table, dict) else ABSENT
+
+
+def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+    """The block recomputed from the rows (when they are well-typed), and rows that name a
+    conversation only in a run that has one."""
     block = doc.get("conversation")
     if block is None:
         problems += set_without_block(rows, ("conversation_id",), "conversation")
-        return
-    wrong = keys_problem("conversation", block, BLOCK_KEYS)
-    if wrong is not None:
-        problems.append(wrong)
         return
     try:
         plan_of(block["plan"])
@@ -137,18 +176,14 @@ def check_conversation(doc: Mapping[str, Any], rows: RowColumns | None,
                         "conversation_id and turn")
         return
     want = build_conversation(block["plan"], rows)
-    problems += differing("conversation", block, want, (k for k in BLOCK_KEYS if k != "turns"))
+    problems += differing("conversation", block, want, (k for k in want if k != "turns"))
     got = block["turns"]
-    if not isinstance(got, list) or len(got) != len(want["turns"]):
+    if len(got) != len(want["turns"]):
         problems.append(f"conversation.turns: expected {len(want['turns'])} turns, file has "
                         f"{fmt(got)}")
         return
     for i, (g, w) in enumerate(zip(got, want["turns"], strict=True)):
-        if not isinstance(g, dict) or set(g) != set(TURN_KEYS):
-            problems.append(f"conversation.turns[{i}]: expected keys {list(TURN_KEYS)}")
-            continue
-        problems += differing(f"conversation.turns[{i}]", g, w, TURN_KEYS,
-                              f"the rows of turn {i + 1}")
+        problems += differing(f"conversation.turns[{i}]", g, w, w, f"the rows of turn {i + 1}")
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -157,10 +192,6 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     b = doc.get("conversation")
     if not isinstance(b, dict):
         return []
-
-    def num(v: Any, spec: str) -> str:
-        return "null" if v is None else format(v, spec)
-
     lines = [f"conversations: {b.get('conversations')} ({b.get('completed')} completed, "
              f"{b.get('cut')} cut); prefix reuse expected "
              f"{num(b.get('expected_reuse'), '.3f')}, reported by the server "

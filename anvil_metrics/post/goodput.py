@@ -18,14 +18,28 @@ step's own window. `anvil verify` recomputes both from the rows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from msgspec import Struct
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.fieldtypes import Count, Figure, described
 from anvil_metrics.load.criteria import OPS, Criterion, parse_criteria
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import fmt, same
+from anvil_metrics.post.schema import fmt, is_ms, same
+
+
+class Goodput(Struct, forbid_unknown_fields=True):
+    """The requests meeting every goodput criterion the run was given (module docstring)."""
+
+    criteria: Annotated[list[str], described(
+        "", "the criteria as text, each <row field> <op> <number>, e.g. ttft_ms<=2000")]
+    met: Annotated[Count, described("", "measured requests that completed with every named "
+                                        "field present and within its bound")]
+    fraction: Annotated[Figure | None, described("", "met / requests; null without "
+                                                     "requests")]
 
 
 def meets(rows: RowColumns, criteria: Sequence[Criterion]) -> Any:
@@ -54,19 +68,24 @@ def rate(met: int, wall_clock_ms: float | None) -> float | None:
     return met / (wall_clock_ms / 1000)
 
 
-def check_goodput(doc: Mapping[str, Any], rows: RowColumns | None, wall: float | None,
-                  problems: list[str]) -> None:
+def build(inputs: BuildInputs) -> Any:
+    """The block of a run given criteria, else ABSENT; it sets `metrics.goodput_rps` too
+    (the one figure of `metrics` that needs the criteria)."""
+    if inputs.criteria is None:
+        return ABSENT
+    doc = inputs.doc
+    block, doc["metrics"]["goodput_rps"] = goodput(inputs.rows, doc["requests"],
+                                                   doc["wall_clock_ms"], inputs.criteria)
+    return block
+
+
+def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
     """`goodput` and `metrics.goodput_rps`, recomputed from the rows (when well-typed)."""
     block = doc.get("goodput")
     metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
     if block is None:
         if "goodput_rps" in metrics:
             problems.append("metrics.goodput_rps: set, but the file has no goodput criteria")
-        return
-    if not (isinstance(block, dict) and isinstance(block.get("criteria"), list)
-            and all(isinstance(c, str) for c in block["criteria"])):
-        problems.append(f"goodput: expected {{criteria: [text, …], met, fraction}}, file has "
-                        f"{fmt(block)}")
         return
     try:
         criteria = parse_criteria(block["criteria"], flag="goodput.criteria")
@@ -76,6 +95,7 @@ def check_goodput(doc: Mapping[str, Any], rows: RowColumns | None, wall: float |
     if rows is None:
         return
     requests = doc.get("requests") if type(doc.get("requests")) is int else len(rows)
+    wall = doc.get("wall_clock_ms") if is_ms(doc.get("wall_clock_ms")) else None
     want, want_rps = goodput(rows, requests, wall, criteria)
     for key in ("met", "fraction"):
         if not same(block.get(key), want[key]):

@@ -39,19 +39,75 @@ so verify checks their types and bounds only (`anvil postprocess` rebuilds them 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from msgspec import UNSET, Meta, Struct, UnsetType
 
+from anvil_metrics.fieldtypes import Count, described
 from anvil_metrics.post import stats
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, num
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import fmt, same
 
 MODES = ("budget", "duration", "until_stopped")
 ARRIVAL_KINDS = ("closed", "poisson", "gamma", "constant", "trace")
-KEYS = ("mode", "arrival", "offered_rate_rps", "achieved_rate_rps", "burstiness",
-        "duration_s", "window_s", "schedule_lag_ms", "waited_for_user", "cancelled")
-OPTIONAL_KEYS = ("outside_window",)  # anvil's, beyond the spec's list
+Positive = Annotated[float, Meta(gt=0)]
+
+
+class ScheduleLag(Struct, forbid_unknown_fields=True):
+    """Nearest-rank figures of the rows' schedule_lag_ms."""
+
+    p50: Annotated[float | None, described("ms", "nearest-rank median schedule lag")]
+    p99: Annotated[float | None, described("ms", "nearest-rank 99th percentile schedule "
+                                                 "lag")]
+    max: Annotated[float | None, described("ms", "the largest schedule lag")]
+
+
+class OutsideWindow(Struct, forbid_unknown_fields=True):
+    """Measured requests that started outside the --warmup/--cooldown window."""
+
+    warmup: Annotated[Count, described("", "measured requests that started in the warm-up "
+                                           "window")]
+    cooldown: Annotated[Count, described("", "measured requests that started in the "
+                                             "cool-down window")]
+
+
+class Load(Struct, forbid_unknown_fields=True, kw_only=True):
+    """How load was offered, and what the run achieved of it (module docstring)."""
+
+    mode: Annotated[Literal[MODES], described(  # type: ignore[valid-type]
+        "", '"budget" (a request count ended the run; a duration, if any, was a time '
+            'limit), "duration" or "until_stopped"')]
+    arrival: Annotated[Literal[ARRIVAL_KINDS], described(  # type: ignore[valid-type]
+        "", '"closed" (users back to back) or the open-loop arrival process: "poisson", '
+            '"gamma", "constant" or "trace" (a replayed trace\'s own timestamps)')]
+    offered_rate_rps: Annotated[Positive | None, described(
+        "req/s", "the open-loop schedule's rate; null in a closed loop")]
+    achieved_rate_rps: Annotated[Positive | None, described(
+        "req/s", "(n − 1) / (last start − first start) over the measured requests, "
+                 "completed and failed: the rate they were written at")]
+    burstiness: Annotated[Positive | None, described(
+        "", "the gamma process's shape (1.0 for poisson); null for closed and constant "
+            "arrivals")]
+    duration_s: Annotated[Positive | None, described("s", "the duration the run asked for; "
+                                                          "null without one")]
+    window_s: Annotated[tuple[float, float] | None, described(
+        "s", "[first start, last end] of the measured requests, seconds after the run's "
+             "header — or the --warmup/--cooldown window itself")]
+    schedule_lag_ms: Annotated[ScheduleLag | None, described(
+        "ms", "nearest-rank figures of the rows' schedule_lag_ms (open loop; null in a "
+              "closed loop, where client.start_delay_ms says it)")]
+    waited_for_user: Annotated[Count | None, described(
+        "", "measured requests that fell due while every user was busy (open loop; null in "
+            "a closed loop)")]
+    cancelled: Annotated[Count, described(
+        "", "measured requests stopped by the run's end (a duration, Stop, Ctrl-C) after "
+            '--stop-timeout: the failures of kind "cancelled"')]
+    # anvil's, beyond the spec's list
+    outside_window: Annotated[OutsideWindow | None | UnsetType, described(
+        "", "{warmup, cooldown}: requests that started outside the measured window (in "
+            "requests.jsonl, not in the document); null without one")] = UNSET
 
 
 def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: Any,
@@ -92,6 +148,19 @@ def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: A
     }
 
 
+def build(inputs: BuildInputs) -> Any:
+    """The block of a run whose raw header says how load was offered (`params.load`; a raw
+    file from before the block has none: ABSENT)."""
+    load = inputs.params.get("load")
+    if not isinstance(load, dict):
+        return ABSENT
+    m, doc = inputs.measured, inputs.doc
+    cancelled = sum(1 for f in doc["failures"] if f["kind"] == "cancelled")
+    return build_load(load, m.start_ns, m.last_ns, m.column("waited") != 0, inputs.anchor_ns,
+                      inputs.rows, cancelled, inputs.raw.window_ns, inputs.outside,
+                      turn=m.column("turn") if inputs.params.get("conversation") else None)
+
+
 def schedule_lag(rows: RowColumns) -> dict[str, float | None] | None:
     """`{p50, p99, max}` (nearest rank) of the rows' `schedule_lag_ms`; None for rows
     without the field (a file written before it)."""
@@ -123,7 +192,7 @@ def behind(load: Mapping[str, Any] | None, requests: Any) -> str | None:
 
 
 def _num(v: Any) -> str:
-    return "null" if v is None else f"{v:,.2f}"
+    return num(v, ",.2f")
 
 
 def _outside(out: Any) -> str:
@@ -167,85 +236,51 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def check_load(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
-    """The `load` block, where there is one: its members and their types, the open-loop
-    members null exactly in a closed loop, `cancelled` = the failures of kind
-    "cancelled", `waited_for_user` at most `requests`, and `schedule_lag_ms` recomputed
-    from the rows (when they are well-typed: `rows`)."""
-    if "load" not in doc or doc["load"] is None:
+def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+    """What the block's type cannot say: the open-loop members null exactly in a closed
+    loop, the burstiness its arrival process has, a duration run's duration, the window in
+    order, `cancelled` = the failures of kind "cancelled", `waited_for_user` at most
+    `requests`, and `schedule_lag_ms` recomputed from the rows (when they are well-typed:
+    `rows`)."""
+    load = doc.get("load")
+    if load is None:
         return
-    load = doc["load"]
-    if not isinstance(load, dict):
-        problems.append(f"load: expected an object or null, file has {fmt(load)}")
-        return
-    for key in KEYS:
-        if key not in load:
-            problems.append(f"load.{key}: missing (null where it does not apply)")
-    for key in sorted(load.keys() - set(KEYS) - set(OPTIONAL_KEYS), key=str):
-        problems.append(f"load.{key}: unknown field; verify cannot check it")
-    if load.get("mode") not in MODES:
-        problems.append(f"load.mode: expected one of {list(MODES)}, file has "
-                        f"{fmt(load.get('mode'))}")
-    arrival = load.get("arrival")
-    if arrival not in ARRIVAL_KINDS:
-        problems.append(f"load.arrival: expected one of {list(ARRIVAL_KINDS)}, file has "
-                        f"{fmt(arrival)}")
-        return
+    arrival = load["arrival"]
     closed = arrival == "closed"
-    for key in ("offered_rate_rps", "achieved_rate_rps", "duration_s", "burstiness"):
-        v = load.get(key)
-        if v is not None and not _positive(v):
-            problems.append(f"load.{key}: expected a number > 0 or null, file has {fmt(v)}")
     for key in ("offered_rate_rps", "schedule_lag_ms", "waited_for_user"):
-        if (load.get(key) is None) != closed:
+        if (load[key] is None) != closed:
             problems.append(f"load.{key}: {'null' if closed else 'set'} exactly in a closed "
-                            f"loop (arrival {fmt(arrival)}), file has {fmt(load.get(key))}")
+                            f"loop (arrival {fmt(arrival)}), file has {fmt(load[key])}")
     want_burst = {"closed": None, "constant": None, "trace": None, "poisson": 1.0}.get(arrival)
-    burst = load.get("burstiness")
+    burst = load["burstiness"]
     if (arrival == "gamma" and burst is None) or (arrival != "gamma" and not same(
             burst, want_burst)):
         expected = "a number > 0" if arrival == "gamma" else fmt(want_burst)
         problems.append(f"load.burstiness: {expected} with arrival {fmt(arrival)}, file has "
                         f"{fmt(burst)}")
-    if load.get("mode") == "duration" and load.get("duration_s") is None:
+    if load["mode"] == "duration" and load["duration_s"] is None:
         problems.append("load.duration_s: null, but mode is \"duration\"")
-    _check_window(load.get("window_s"), problems)
-    out = load.get("outside_window")
-    if out is not None and not (isinstance(out, dict) and set(out) == {"warmup", "cooldown"}
-                                and all(type(v) is int and v >= 0 for v in out.values())):
-        problems.append(f"load.outside_window: expected {{warmup, cooldown}} counts or null, "
-                        f"file has {fmt(out)}")
+    window = load["window_s"]
+    if window is not None and not window[0] <= window[1]:
+        problems.append(f"load.window_s: expected [start, end] in seconds, start <= end, "
+                        f"or null, file has {fmt(window)}")
     _check_counts(doc, load, problems)
-    if not closed and rows is not None and isinstance(load.get("schedule_lag_ms"), dict):
+    if not closed and rows is not None and isinstance(load["schedule_lag_ms"], dict):
         want = schedule_lag(rows)
         if want is not None and not same(load["schedule_lag_ms"], want):
             problems.append(f"load.schedule_lag_ms: file has {fmt(load['schedule_lag_ms'])}, "
                             f"recomputed {fmt(want)} from the rows' schedule_lag_ms")
 
 
-def _positive(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0 and v < float("inf")
-
-
-def _check_window(window: Any, problems: list[str]) -> None:
-    if window is None:
-        return
-    if not (isinstance(window, list) and len(window) == 2 and all(
-            isinstance(x, float) for x in window) and window[0] <= window[1]):
-        problems.append(f"load.window_s: expected [start, end] in seconds, start <= end, "
-                        f"or null, file has {fmt(window)}")
-
-
 def _check_counts(doc: Mapping[str, Any], load: Mapping[str, Any], problems: list[str]
                   ) -> None:
     failures = doc.get("failures") if isinstance(doc.get("failures"), list) else []
     want = sum(1 for f in failures if isinstance(f, dict) and f.get("kind") == "cancelled")
-    if load.get("cancelled") != want or isinstance(load.get("cancelled"), bool):
-        problems.append(f"load.cancelled: file has {fmt(load.get('cancelled'))}, but "
+    if load["cancelled"] != want:
+        problems.append(f"load.cancelled: file has {fmt(load['cancelled'])}, but "
                         f"failures has {want} of kind \"cancelled\"")
-    waited = load.get("waited_for_user")
+    waited = load["waited_for_user"]
     requests = doc.get("requests")
-    if waited is not None and not (type(waited) is int and 0 <= waited and (
-            type(requests) is not int or waited <= requests)):
+    if waited is not None and type(requests) is int and waited > requests:
         problems.append(f"load.waited_for_user: expected a count from 0 to requests "
                         f"({fmt(requests)}) or null, file has {fmt(waited)}")

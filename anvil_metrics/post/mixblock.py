@@ -26,25 +26,63 @@ plan's probability (`Mix.class_shares`, `model_shares`); percentiles are nearest
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-import numpy as np
+from msgspec import Struct
 
 from anvil_metrics.errors import ScenarioError
+from anvil_metrics.fieldtypes import Count, described
 from anvil_metrics.load.mix import Mix, mix_from_table
+from anvil_metrics.post.blockkit import (
+    ABSENT,
+    E2E_P50,
+    E2E_P95,
+    TTFT_P50,
+    TTFT_P95,
+    BuildInputs,
+    latencies,
+    mean_of,
+    num,
+)
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import differing, fmt, keys_problem, set_without_block
-from anvil_metrics.post.stats import nearest_rank_columns
+from anvil_metrics.post.schema import differing, fmt, set_without_block
 
-BLOCK_KEYS = ("plan", "classes", "models")
-GROUP_KEYS = ("name", "expected_share", "requests", "share", "ttft_p50_ms", "ttft_p95_ms",
-              "e2e_p50_ms", "e2e_p95_ms", "prompt_tokens_mean", "output_tokens_mean")
 _COLUMNS = {"classes": "class_index", "models": "model_index"}
 
 
-def _mean(values: Any) -> float | None:
-    v = values[~np.isnan(values)]
-    return float(v.mean()) if len(v) else None
+class MixGroup(Struct, forbid_unknown_fields=True):
+    """One request class's (or model's) share and figures."""
+
+    name: Annotated[str, described("", "the class's (model's) name")]
+    expected_share: Annotated[float, described(
+        "", "its planned probability for one request: weight / Σ weights for a class; for a "
+            "model, its assignment's probability, a class's own model counted in that "
+            "class's share")]
+    requests: Annotated[Count, described("", "completed requests of it")]
+    share: Annotated[float | None, described(
+        "", "requests / the completed requests that have a class (a model); null when none "
+            "has")]
+    ttft_p50_ms: TTFT_P50
+    ttft_p95_ms: TTFT_P95
+    e2e_p50_ms: E2E_P50
+    e2e_p95_ms: E2E_P95
+    prompt_tokens_mean: Annotated[float | None, described(
+        "tok", "mean prompt_tokens of its rows that have it")]
+    output_tokens_mean: Annotated[float | None, described("tok",
+                                                          "mean output_tokens of its rows")]
+
+
+class MixBlock(Struct, forbid_unknown_fields=True):
+    """A request mix's classes and models (module docstring)."""
+
+    plan: Annotated[dict[str, Any], described(
+        "", "the [[request_class]] tables (as request_class), the [models] table and the "
+            "draws' seed (the scenario's context_seed), as checked (load/mix.py)")]
+    classes: Annotated[list[MixGroup], described(
+        "", "one block per request class, in the plan's order; [] without classes")]
+    models: Annotated[list[MixGroup], described(
+        "", "one block per model a request may name ([models]' names, then the classes' "
+            "own); [] without models")]
 
 
 def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
@@ -55,14 +93,10 @@ def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
     out = []
     for i, (name, share) in enumerate(zip(names, expected, strict=True)):
         mine = rows.select(present & (index == i))
-        ttft, e2e = mine.values("ttft_ms"), mine.values("e2e_ms")
-        t50, t95 = nearest_rank_columns(ttft[~np.isnan(ttft)], (50, 95))
-        e50, e95 = nearest_rank_columns(e2e[~np.isnan(e2e)], (50, 95))
         out.append({"name": name, "expected_share": share, "requests": len(mine),
-                    "share": len(mine) / total if total else None,
-                    "ttft_p50_ms": t50, "ttft_p95_ms": t95, "e2e_p50_ms": e50,
-                    "e2e_p95_ms": e95, "prompt_tokens_mean": _mean(mine.values("prompt_tokens")),
-                    "output_tokens_mean": _mean(mine.values("output_tokens"))})
+                    "share": len(mine) / total if total else None, **latencies(mine),
+                    "prompt_tokens_mean": mean_of(mine.values("prompt_tokens")),
+                    "output_tokens_mean": mean_of(mine.values("output_tokens"))})
     return out
 
 
@@ -75,6 +109,12 @@ def build_mix(table: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
             "models": _groups(rows, "model_index", mix.model_names, mix.model_shares())}
 
 
+def build(inputs: BuildInputs) -> Any:
+    """The block of a run with a mix (`params.mix`), else ABSENT."""
+    table = inputs.params.get("mix")
+    return build_mix(table, inputs.rows) if isinstance(table, dict) else ABSENT
+
+
 def _plan(block: Mapping[str, Any], problems: list[str]) -> Mix | None:
     try:
         return mix_from_table(block["plan"], "mix.plan")
@@ -83,16 +123,12 @@ def _plan(block: Mapping[str, Any], problems: list[str]) -> Mix | None:
         return None
 
 
-def check_mix(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
-    """The `mix` block recomputed from the rows (when they are well-typed), and rows that
-    name a class or model only in a run that has a mix."""
+def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+    """The block recomputed from the rows (when they are well-typed), and rows that name a
+    class or model only in a run that has a mix."""
     block = doc.get("mix")
     if block is None:
         problems += set_without_block(rows, _COLUMNS.values(), "mix")
-        return
-    wrong = keys_problem("mix", block, BLOCK_KEYS)
-    if wrong is not None:
-        problems.append(wrong)
         return
     mix = _plan(block, problems)
     if mix is None or rows is None:
@@ -109,15 +145,12 @@ def check_mix(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[st
     want = build_mix(block["plan"], rows)
     for key in ("classes", "models"):
         got = block[key]
-        if not isinstance(got, list) or len(got) != len(want[key]):
+        if len(got) != len(want[key]):
             problems.append(f"mix.{key}: expected {len(want[key])} entries, file has "
                             f"{fmt(got)}")
             continue
         for i, (g, w) in enumerate(zip(got, want[key], strict=True)):
-            if not isinstance(g, dict) or set(g) != set(GROUP_KEYS):
-                problems.append(f"mix.{key}[{i}]: expected keys {list(GROUP_KEYS)}")
-                continue
-            problems += differing(f"mix.{key}[{i}]", g, w, GROUP_KEYS)
+            problems += differing(f"mix.{key}[{i}]", g, w, w)
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -125,10 +158,6 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     b = doc.get("mix")
     if not isinstance(b, dict):
         return []
-
-    def num(v: Any, spec: str) -> str:
-        return "null" if v is None else format(v, spec)
-
     lines = []
     for key, title in (("classes", "class"), ("models", "model")):
         groups = b.get(key) or []

@@ -31,6 +31,7 @@ import orjson
 
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.post import schema
+from anvil_metrics.post.clientblock import raw_client_problems
 from anvil_metrics.post.rawchild import lines_within
 from anvil_metrics.post.rawcolumns import COL, ColumnBuilder, RawColumns, RawRunFields
 from anvil_metrics.records import (
@@ -243,7 +244,7 @@ class RawReader:
             self.records.append(rec)
         elif kind == "run_end":
             _check_depth(p, n, obj)
-            _refuse(p, n, "run_end ", schema.raw_client_problems(obj.get("client")))
+            _refuse(p, n, "run_end ", raw_client_problems(obj.get("client")))
             _refuse(p, n, "run_end ", schema.end_problems(obj))
             self.run_end = obj
         elif kind == "worker":

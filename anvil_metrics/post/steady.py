@@ -47,10 +47,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from msgspec import Meta, Struct
 
+from anvil_metrics.fieldtypes import Count, Figure, described
+from anvil_metrics.post.blockkit import BuildInputs
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import fmt, same
 from anvil_metrics.post.significance import mann_whitney
@@ -66,9 +69,48 @@ MIN_REQUESTS = 40
 QUARTERS = 4
 DRIFT_LIMIT = 0.10
 P_LIMIT = 0.001
-BLOCK_KEYS = ("verdict", "reason", "level_kind", "level", "window_s", "share", "requests",
-              "metrics")
-METRIC_KEYS = ("p50", "p95", "p99", "quarters_p50", "shift_pct", "p_value", "moved")
+
+
+class SteadyMetric(Struct, forbid_unknown_fields=True):
+    """One latency over the plateau's requests."""
+
+    p50: Annotated[float, described("ms", "nearest-rank p50 over the plateau's requests")]
+    p95: Annotated[float, described("ms", "nearest-rank p95 over the plateau's requests")]
+    p99: Annotated[float, described("ms", "nearest-rank p99 over the plateau's requests")]
+    quarters_p50: Annotated[list[float], Meta(min_length=QUARTERS, max_length=QUARTERS),
+                            described("ms", "nearest-rank p50 of each quarter of the "
+                                            "plateau's requests, in start order")]
+    shift_pct: Annotated[float, described("%", "the quarter p50 furthest from the plateau's "
+                                               "p50, relative to it")]
+    p_value: Annotated[Figure, described("", "Mann-Whitney U p of that quarter's values "
+                                             "against the other quarters'")]
+    moved: Annotated[bool, described("", "some quarter's p50 is more than 10 % from the "
+                                         "plateau's with p < 0.001")]
+
+
+class SteadyState(Struct, forbid_unknown_fields=True):
+    """Did the run reach a steady state, and did its latencies hold there (module
+    docstring)."""
+
+    verdict: Annotated[Literal[VERDICTS], described(  # type: ignore[valid-type]
+        "", "steady (the load held its level over at least half the run and no latency "
+            "moved), drifting (it held, but a latency moved) or no_plateau")]
+    reason: Annotated[str, described("", "what the verdict rests on, in one sentence")]
+    level_kind: Annotated[Literal[LEVEL_KINDS], described(  # type: ignore[valid-type]
+        "", "in_flight (a closed loop: requests in flight, time-averaged per bin) or "
+            "arrival_rate_rps (an open loop: requests started per second)")]
+    level: Annotated[float | None, described("", "the plateau's level: the median of the "
+                                                  "20 bins' loads")]
+    window_s: Annotated[tuple[float, float] | None, described(
+        "s", "[start, end] of the plateau, seconds after the run's header")]
+    share: Annotated[Figure | None, described("", "the plateau's fraction of the run's "
+                                                  "span")]
+    requests: Annotated[Count, described("", "completed requests that started in the "
+                                             "plateau")]
+    metrics: Annotated[dict[Literal[METRICS], SteadyMetric | None],  # type: ignore[valid-type]
+                       described("", "per latency (ttft_ms, mean_inter_token_latency_ms, "
+                                     "e2e_ms) over the plateau's requests; null with fewer "
+                                     "than 8 values")]
 
 
 def _in_flight_ms(start: Any, end: Any, at: Any) -> Any:
@@ -215,8 +257,12 @@ def steady_of(doc: Mapping[str, Any], rows: RowColumns) -> dict[str, Any] | None
     return build_steady(rows, arrival, intended)
 
 
-def check_steady(doc: Mapping[str, Any], rows: RowColumns | None,
-                 problems: list[str]) -> None:
+def build(inputs: BuildInputs) -> Any:
+    """The block of every run (null in a stepped one), after its `load`."""
+    return steady_of(inputs.doc, inputs.rows)
+
+
+def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
     """The `steady_state` block recomputed from the rows (when they are well-typed)."""
     if "steady_state" not in doc or rows is None:
         return

@@ -23,19 +23,45 @@ criteria). `anvil verify` recomputes all of it from the rows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from msgspec import UNSET, Struct, UnsetType
 
+from anvil_metrics.fieldtypes import Count, Figure, described
 from anvil_metrics.load.criteria import Criterion, parse_criteria
 from anvil_metrics.post import stats
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs
+from anvil_metrics.post.catalogtypes import Metrics
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.goodput import meets, rate
 from anvil_metrics.post.rawcolumns import NULL
 from anvil_metrics.post.schema import fmt, same
 
-STEP_KEYS = ("step", "started_s", "ended_s", "requests", "completed", "failed", "metrics",
-             "goodput_rps")
+
+class Step(Struct, forbid_unknown_fields=True, kw_only=True):
+    """One step of a stepped run, over the requests that started in it."""
+
+    step: Annotated[Count, described("", "the step's index, from 0")]
+    users: Annotated[Count | None | UnsetType, described(
+        "", "the users the step held (a users sweep or a load shape)")] = UNSET
+    rate: Annotated[Figure | UnsetType, described(
+        "req/s", "the step's open-loop rate (a rate sweep)")] = UNSET
+    started_s: Annotated[float, described("s", "when the step began, seconds after the "
+                                               "run's header")]
+    ended_s: Annotated[float, described(
+        "s", "when the step ended, seconds after the run's header: where the next began, or "
+             "at the step_end line, or at the last measured request's end if the run "
+             "stopped first")]
+    requests: Annotated[Count, described("", "measured requests that started in the step")]
+    completed: Annotated[Count, described("", "the step's requests that completed")]
+    failed: Annotated[Count, described("", "the step's requests that failed")]
+    metrics: Annotated[Metrics, described(
+        "", "the metrics block over the step's rows, with (ended_s − started_s) · 1000 as "
+            "its wall clock")]
+    goodput_rps: Annotated[Figure | None, described(
+        "req/s", "the step's requests meeting every goodput criterion per second of the "
+                 "step; null without criteria")]
 
 
 def attribute(step_t_ns: Sequence[int], start_ns: Any) -> Any:
@@ -67,6 +93,19 @@ def build_steps(steps: Sequence[Mapping[str, Any]], end_ns: int | None, anchor_n
     return out
 
 
+def build(inputs: BuildInputs) -> Any:
+    """`steps[]` of a stepped run (its raw file has step lines), else ABSENT."""
+    raw = inputs.raw
+    if not raw.steps:
+        return ABSENT
+    m = inputs.measured
+    end = raw.steps_end_ns if raw.steps_end_ns is not None else (
+        int(m.last_ns.max()) if len(m.last_ns) else None)
+    anchor = raw.steps[0]["t_ns"] if inputs.anchor_ns is None else inputs.anchor_ns
+    return build_steps(raw.steps, end, anchor, inputs.rows,
+                       [f["step"] for f in inputs.doc["failures"]], inputs.criteria)
+
+
 def _figures(rows: RowColumns, i: int, started_s: float, ended_s: float, failed: int,
              criteria: Sequence[Criterion] | None) -> dict[str, Any]:
     """A step's counts, metrics and goodput (its window: `ended_s − started_s`)."""
@@ -80,7 +119,7 @@ def _figures(rows: RowColumns, i: int, started_s: float, ended_s: float, failed:
             "metrics": stats.aggregate(mine, wall_ms), "goodput_rps": good}
 
 
-def check_steps(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
     """`steps[]` and the rows' and failures' `step`, recomputed from the rows (when they
     are well-typed: `rows`)."""
     blocks = doc.get("steps")
@@ -89,18 +128,11 @@ def check_steps(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[
             problems.append("request_timings[].step: set, but the file has no steps")
         return
     before = len(problems)
-    if not (isinstance(blocks, list) and all(isinstance(b, dict) for b in blocks)):
-        problems.append(f"steps: expected a list of objects or null, file has {fmt(blocks)}")
-        return
     for i, b in enumerate(blocks):
-        for key in STEP_KEYS:
-            if key not in b:
-                problems.append(f"steps[{i}].{key}: missing")
-        if ("users" in b) == ("rate" in b) or set(b) - {*STEP_KEYS, "users", "rate"}:
-            problems.append(f"steps[{i}]: expected {list(STEP_KEYS)} and one of users, rate; "
-                            f"file has {sorted(b)}")
-        if b.get("step") != i:
-            problems.append(f"steps[{i}].step: expected {i}, file has {fmt(b.get('step'))}")
+        if ("users" in b) == ("rate" in b):
+            problems.append(f"steps[{i}]: expected one of users, rate; file has {sorted(b)}")
+        if b["step"] != i:
+            problems.append(f"steps[{i}].step: expected {i}, file has {fmt(b['step'])}")
     if len(problems) > before or rows is None:
         return
     n = len(blocks)
@@ -123,7 +155,7 @@ def check_steps(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[
             return
     total = 0
     for i, b in enumerate(blocks):
-        started, ended = b.get("started_s"), b.get("ended_s")
+        started, ended = b["started_s"], b["ended_s"]
         if not (isinstance(started, float) and isinstance(ended, float) and started <= ended):
             problems.append(f"steps[{i}]: started_s and ended_s must be seconds, started_s <= "
                             f"ended_s; file has {fmt(started)}, {fmt(ended)}")

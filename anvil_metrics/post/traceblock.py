@@ -17,16 +17,47 @@ size) shows it as the difference.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
+from msgspec import UNSET, Struct, UnsetType
+
+from anvil_metrics.fieldtypes import Count, Figure, described
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, num
 from anvil_metrics.post.conversations import reuse_ratio
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.schema import differing, fmt
+from anvil_metrics.post.schema import differing
 
-PLAN_KEYS = ("file", "format", "speed", "limit", "block_tokens", "model", "window_s",
-             "requests", "expected_reuse")
-KEYS = (*PLAN_KEYS, "reported_reuse")
-NEWER_KEYS = ("window_s",)  # a file written before them has none: it still verifies
+
+class Trace(Struct, forbid_unknown_fields=True, kw_only=True):
+    """What was replayed, and the prefix reuse it allows beside the server's (module
+    docstring)."""
+
+    file: Annotated[str, described("", "the trace file's name (its folder is not recorded)")]
+    format: Annotated[str | None, described(
+        "", "mooncake, burstgpt or jsonl as --trace-format gave it; null: detected")]
+    speed: Annotated[Figure, described("", "--trace-speed: the trace replayed this many "
+                                           "times faster")]
+    limit: Annotated[Count | None, described(
+        "", "--trace-limit: only this many of its first requests; null: all")]
+    block_tokens: Annotated[Count, described("tok", "tokens per hash id block "
+                                                    "(--trace-block)")]
+    model: Annotated[str | None, described("", "--trace-model: the BurstGPT rows kept; "
+                                               "null: all")]
+    # newer than the block: a file written before it has none, and still verifies
+    window_s: Annotated[tuple[float | None, float | None] | None | UnsetType, described(
+        "s", "--trace-window: [start, end] seconds after the trace's first request (end "
+             "null: to its end); null: all")] = UNSET
+    requests: Annotated[Count, described("", "the trace's requests replayed")]
+    expected_reuse: Annotated[float, described(
+        "", "the share of the replayed input tokens a cache keeping every block could "
+            "serve, from the trace's own sharing")]
+    reported_reuse: Annotated[float | None, described(
+        "", "Σ cached_tokens / Σ prompt_tokens over the rows reporting cached_tokens; null "
+            "when none does")]
+
+
+# what the raw header's `params.trace` gives, copied; the last field is the rows'
+PLAN_KEYS = Trace.__struct_fields__[:-1]
 
 
 def build_trace(params: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
@@ -35,20 +66,18 @@ def build_trace(params: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
             "reported_reuse": reuse_ratio(rows, "cached_tokens")}
 
 
-def check_trace(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
-    """The block's keys, and `reported_reuse` recomputed from the rows (when well-typed)."""
-    block = doc.get("trace")
-    if block is None:
-        return
-    if not isinstance(block, dict) or not (
-            set(KEYS) - set(NEWER_KEYS) <= set(block) <= set(KEYS)):
-        problems.append(f"trace: expected an object with keys {list(KEYS)}, file has "
-                        f"{fmt(sorted(block) if isinstance(block, dict) else block)}")
-        return
-    if rows is None:
+def build(inputs: BuildInputs) -> Any:
+    """The block of a replay (`params.trace`), else ABSENT."""
+    params = inputs.params.get("trace")
+    return build_trace(params, inputs.rows) if isinstance(params, dict) else ABSENT
+
+
+def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+    """`reported_reuse` recomputed from the rows (when well-typed)."""
+    if doc.get("trace") is None or rows is None:
         return
     want = {"reported_reuse": reuse_ratio(rows, "cached_tokens")}
-    problems += differing("trace", block, want, want)
+    problems += differing("trace", doc["trace"], want, want)
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -56,11 +85,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     b = doc.get("trace")
     if not isinstance(b, dict):
         return []
-
-    def num(v: Any) -> str:
-        return "null" if v is None else f"{v:.3f}"
-
     return [f"trace: {b.get('file')} ({b.get('format') or 'detected'}), {b.get('requests')} "
             f"requests at {b.get('speed')}x; prefix reuse the trace allows "
-            f"{num(b.get('expected_reuse'))}, reported by the server "
-            f"{num(b.get('reported_reuse'))}"]
+            f"{num(b.get('expected_reuse'), '.3f')}, reported by the server "
+            f"{num(b.get('reported_reuse'), '.3f')}"]

@@ -19,25 +19,20 @@ through the aggregates and invariants (ordering of the stamps, `wall_clock_ms �
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from anvil_metrics import catalog
+from anvil_metrics import catalog, fieldtypes
 from anvil_metrics.jsonio import strict_json_problems
 from anvil_metrics.post import schema, stats
-from anvil_metrics.post.cancelblock import check_cancel
-from anvil_metrics.post.conversations import check_conversation
+from anvil_metrics.post.blockkit import Block
+from anvil_metrics.post.blocks import BLOCKS
+from anvil_metrics.post.catalogtypes import Row
 from anvil_metrics.post.derive import RowColumns, derive_columns
-from anvil_metrics.post.goodput import check_goodput
-from anvil_metrics.post.loadblock import check_load
-from anvil_metrics.post.mixblock import check_mix
 from anvil_metrics.post.schema import fmt, same
-from anvil_metrics.post.steady import check_steady
-from anvil_metrics.post.steps import check_steps
-from anvil_metrics.post.traceblock import check_trace
-from anvil_metrics.telemetry.servermetrics import check_server
 
 # the rows checked for values: their columns, and each one's position in the document
 _Typed = tuple[RowColumns, Any]
@@ -45,13 +40,14 @@ _RowAt = Callable[[int], dict[str, Any]]  # the i-th of them, as the file has it
 _Found = tuple[int, int, str]  # a row's problem: (position, which check, message)
 
 
-def verify_benchmark(doc: Any) -> list[str]:
+def verify_benchmark(doc: Any, blocks: tuple[Block, ...] = BLOCKS) -> list[str]:
     """Every way `doc` fails to be a correct benchmark/v1 document; [] when it is one.
 
-    Checked: strict JSON (no NaN/±inf); schema string, required fields, run_id and
-    timestamp shapes (`schema.py`); row field types; every derived row value against the
-    catalogue's formulas of the row's base values; stamp-order invariants; `output_tokens`
-    of chunk-counted rows; failure entries; the `client` block; `requests == completed +
+    Checked: strict JSON (no NaN/±inf); every run field against its definition and the
+    rules around them (`schema.py`); each row against the catalogue's (`catalogtypes.Row`);
+    every derived row value against the catalogue's formulas of the row's base values;
+    stamp-order invariants; `output_tokens` of chunk-counted rows; each block of `blocks`
+    against its definition, then its own rules (`blocks.BLOCKS`); `requests == completed +
     failed`, `completed == len(request_timings)`, `failed == len(failures)`; request_index
     unique, dense from 0 and ascending; planned sizes against `context_distribution`;
     `wall_clock_ms` not shorter than any request; the whole `metrics` block and the
@@ -74,12 +70,12 @@ def verify_benchmark(doc: Any) -> list[str]:
         typed, all_typed = _typed_rows(doc, problems, found)
     listed = doc.get("request_timings")
     _check(doc, typed, all_typed, (lambda i: listed[i]) if isinstance(listed, list) else None,
-           problems, found)
+           problems, found, blocks=blocks)
     return problems
 
 
 def columns_are_clean(doc: dict[str, Any], rows: RowColumns, *,
-                      recompute: bool = True) -> bool:
+                      recompute: bool = True, blocks: tuple[Block, ...] = BLOCKS) -> bool:
     """True only if `verify_benchmark` finds nothing in `doc` with `rows` as its
     `request_timings` (the key itself is not read: it may be a placeholder). False does not
     mean a problem: `verify_benchmark` of the whole document says.
@@ -92,13 +88,25 @@ def columns_are_clean(doc: dict[str, Any], rows: RowColumns, *,
     if problems:
         return False
     _check(doc, (rows, np.arange(len(rows))), True, lambda i: rows.row_dicts(i, i + 1)[0],
-           problems, [], recompute=recompute, n_rows=len(rows))
+           problems, [], recompute=recompute, n_rows=len(rows), blocks=blocks)
     return not problems
+
+
+def check_blocks(doc: dict[str, Any], rows: RowColumns | None, problems: list[str],
+                 blocks: tuple[Block, ...] = BLOCKS) -> None:
+    """Each block against its definition; a well-typed (or absent) one then by its own
+    rules (`Block.verify`, with the rows when they are all well typed)."""
+    for block in blocks:
+        wrong = (fieldtypes.problems(doc[block.name], block.model, block.name)
+                 if block.name in doc else [])
+        problems += wrong
+        if not wrong and block.verify is not None:
+            block.verify(doc, rows, problems)
 
 
 def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt | None,
            problems: list[str], found: list[_Found], *, recompute: bool = True,
-           n_rows: int | None = None) -> None:
+           n_rows: int | None = None, blocks: tuple[Block, ...] = BLOCKS) -> None:
     """Everything after the run fields, in the order the messages are given; `found`: the
     rows' type problems, merged in row order with their value problems."""
     rows, at = typed
@@ -106,22 +114,12 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
         _check_row_values(rows, at, row_at, found, recompute)
     found.sort(key=lambda x: (x[0], x[1]))
     problems.extend(message for _, _, message in found)
-    schema.check_failures(doc, problems)
-    schema.check_client(doc, problems)
-    check_server(doc, problems)
-    check_load(doc, rows if all_typed else None, problems)
-    check_steps(doc, rows if all_typed else None, problems)
-    check_conversation(doc, rows if all_typed else None, problems)
-    check_mix(doc, rows if all_typed else None, problems)
-    check_cancel(doc, problems)
-    check_trace(doc, rows if all_typed else None, problems)
-    check_steady(doc, rows if all_typed else None, problems)
+    check_blocks(doc, rows if all_typed else None, problems, blocks)
     _check_counts(doc, problems, n_rows)
     _check_indices(doc, rows if all_typed else None, problems)
     if row_at is not None:
         _check_context_distribution(doc, rows, at, problems)
     wall = _check_wall_clock(doc, rows, at, problems)
-    check_goodput(doc, rows if all_typed else None, wall, problems)
     if recompute:
         _check_metrics(doc, rows if all_typed else None, wall, problems)
         if all_typed:
@@ -131,6 +129,9 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
 
 
 # --- rows ------------------------------------------------------------------------------------
+
+
+_FLOATS = tuple(f.name for f in catalog.ROW if f.kind in ("duration", "float"))
 
 
 def _typed_rows(doc: dict[str, Any], problems: list[str], found: list[_Found]
@@ -150,37 +151,23 @@ def _typed_rows(doc: dict[str, Any], problems: list[str], found: list[_Found]
     at: list[int] = []
     for i, row in enumerate(rows):
         path = f"request_timings[{i}]"
-
-        def bad(message: str, i: int = i) -> None:
-            found.append((i, -1, message))
-
-        if not isinstance(row, dict):
-            bad(f"{path}: expected an object, file has {fmt(row)}")
-            continue
-        ok = True
-        for name in catalog.ROW_FIELDS:
-            check, what, nullable = schema.ROW_TYPES[name]
-            if name in absent:
-                if name in row:
-                    bad(f"{path}.{name}: not in request_timings[0]; fields added after v1's "
-                        "first rows are in every row or in none")
-                    ok = False
-                continue
-            if name not in row:
-                if catalog.BY_NAME[name].presence != "reported":
-                    bad(f"{path}.{name}: missing")
-                    ok = False
-                continue
-            v = row[name]
-            if not ((v is None and nullable) or (v is not None and check(v))):
-                bad(f"{path}.{name}: expected {what}{' or null' if nullable else ''}, "
-                    f"file has {fmt(v)}")
-                ok = False
-        unknown = sorted(row.keys() - set(catalog.ROW_FIELDS), key=str)
-        for name in unknown:
-            bad(f"{path}.{name}: unknown field")
-        if ok:  # its values are checked still, without the unknown fields
-            good.append({k: v for k, v in row.items() if k not in unknown} if unknown else row)
+        wrong = fieldtypes.problems(row, Row, path)
+        late = [name for name in absent if isinstance(row, dict) and name in row]
+        for name in late:
+            wrong.append(f"{path}.{name}: not in request_timings[0]; fields added after v1's "
+                         "first rows are in every row or in none")
+        if not wrong:  # a type cannot say it: JSON's float, not an integer (`same`'s rule)
+            wrong += [f"{path}.{name}: expected a float (a number with a point), file has "
+                      f"{fmt(row[name])}" for name in _FLOATS if type(row.get(name)) is int]
+            wrong += [f"{path}.{name}: {fmt(row[name])} is not a finite number (strict JSON "
+                      "has no NaN or infinity)" for name in _FLOATS
+                      if type(row.get(name)) is float and not math.isfinite(row[name])]
+        if isinstance(row, dict):  # an added field: in every row, or in none
+            wrong += [f"{path}.{name}: missing" for name in catalog.ROW_FIELDS
+                      if name in catalog.ADDED - absent and name not in row]
+        found.extend((i, -1, message) for message in wrong)
+        if not wrong:
+            good.append(row)
             at.append(i)
     typed = RowColumns.from_rows(good)
     assert typed is not None, "rows that pass the type checks make columns"

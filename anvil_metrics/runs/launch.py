@@ -33,17 +33,10 @@ from anvil_metrics.live.recorder import create_run_dir
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import locust_args
 from anvil_metrics.load.scenario import Scenario
-from anvil_metrics.post import (
-    cancelblock,
-    conversations,
-    loadblock,
-    mixblock,
-    steady,
-    traceblock,
-)
+from anvil_metrics.post.blockkit import Block
+from anvil_metrics.post.blocks import BLOCKS
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
 from anvil_metrics.runs.simproc import stop_process
-from anvil_metrics.telemetry import servermetrics
 from anvil_metrics.urls import Endpoint
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -195,8 +188,9 @@ def plan_text(sc: Scenario, users: int) -> str:
 SUMMARY_ROWS = tuple((f.label, *f.percentile_names(), f.unit) for f in catalog.SUMMARY_FIELDS)
 
 
-def summary_lines(doc: dict) -> list[str]:
-    """A short human summary of a benchmark document (the CLI prints it)."""
+def summary_lines(doc: dict, blocks: tuple[Block, ...] = BLOCKS) -> list[str]:
+    """A short human summary of a benchmark document (the CLI prints it): the run, its
+    figures, then each of `blocks`' own lines."""
     m = doc.get("metrics") or {}
 
     def fmt(v: object) -> str:
@@ -234,24 +228,9 @@ def summary_lines(doc: dict) -> list[str]:
             + (f"; shared prefix {shared.get('prefix_tokens')} tokens in groups of "
                f"{shared.get('group_size')}" if shared else "")
             + f"; run nonce {doc.get('run_nonce')}")
-    lines += conversations.summary_lines(doc)
-    lines += mixblock.summary_lines(doc)
-    lines += cancelblock.summary_lines(doc)
-    lines += traceblock.summary_lines(doc)
-    lines += loadblock.summary_lines(doc)
-    lines += steady.summary_lines(doc)
-    lines += servermetrics.summary_lines(doc)
-    client = doc.get("client") or {}
-    lag = client.get("loop_lag_ms") or {}
-    if lag.get("max") is not None:
-        lines.append(f"client: event-loop lag p50 {lag.get('p50')} ms, p99 {lag.get('p99')} ms, "
-                     f"max {lag['max']:.1f} ms; CPU {fmt(client.get('cpu_pct'))} %; "
-                     f"achieved concurrency {fmt(client.get('achieved_concurrency'))} of "
-                     f"{doc.get('concurrency')}; verdict {client.get('verdict')}")
-    if client.get("saturated"):
-        lines.append("WARNING: the load generator was saturated; these figures may include "
-                     "its own delays, not only the server's (use --processes N or fewer "
-                     "users per process)")
+    for block in blocks:  # each block's own lines, in the registry's order
+        if block.summary is not None:
+            lines += block.summary(doc)
     for f in [f for f in doc.get("failures") or [] if f.get("kind") != "aborted"][:5]:
         lines.append(f"failure #{f.get('request_index')}: {f.get('kind')} "
                      f"{f.get('http_status') or ''} {f.get('message')}")

@@ -57,7 +57,7 @@ from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile
 from anvil_metrics.live.session import RunSession
 from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
-from anvil_metrics.post.schema import CLIENT_KEYS
+from anvil_metrics.post.clientblock import KEYS as CLIENT_KEYS
 from anvil_metrics.runs import locustfix
 from anvil_metrics.runs.launch import plan_text
 from anvil_metrics.runs.stopsignals import StopSignals, first_mark_sigterm, mark_terminated

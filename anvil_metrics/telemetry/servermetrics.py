@@ -61,16 +61,13 @@ from anvil_metrics.telemetry.engines import (
     unreported,
     value_of,
 )
+from anvil_metrics.telemetry.serverfields import Server
 
 SAMPLES_FILE = "server_metrics.jsonl"  # beside requests.jsonl and benchmark.json
-SERVER_KEYS = (
-    "engine", "version", "max_model_len", "metrics_url", "samples", "requests", "spec_decode",
-    "requests_running", "requests_waiting", "kv_cache_usage", "prefix_cache_hit_rate",
-    "ttft_ms_mean", "e2e_ms_mean", "queue_time_ms_mean", "prompt_tokens_mean",
-    "generation_tokens_mean", "client_minus_server_ms", "effective_prefill_excl_queue_tok_s",
-    "null_reasons")
+SERVER_KEYS = Server.__struct_fields__
 IDENTITY_KEYS = ("engine", "version", "max_model_len", "metrics_url")
 FIGURE_KEYS = tuple(k for k in SERVER_KEYS if k not in IDENTITY_KEYS and k != "null_reasons")
+
 
 @dataclass(frozen=True, slots=True)
 class ClientFigures:
@@ -334,22 +331,6 @@ def build_server(params: Mapping[str, Any], engine: Any, samples_path: Path | No
         off = "no server_metrics.jsonl beside the raw file"
     return server_block(identity, samples, client_figures(rows),
                         reasons if isinstance(reasons, dict) else None, off)
-
-
-def check_server(doc: Mapping[str, Any], problems: list[str]) -> None:
-    """The `server` block's shape, when the document has one (files from before it have
-    none)."""
-    block = doc.get("server")
-    if block is None:
-        return
-    if not isinstance(block, dict) or set(block) != set(SERVER_KEYS):
-        problems.append(f"server: expected an object with the keys {', '.join(SERVER_KEYS)}")
-        return
-    reasons = block["null_reasons"]
-    if not isinstance(reasons, dict) or not all(isinstance(v, str) for v in reasons.values()):
-        problems.append("server.null_reasons: expected an object of strings")
-    if not (type(block["samples"]) is int and block["samples"] >= 0):
-        problems.append(f"server.samples: expected a whole number, got {block['samples']!r}")
 
 
 def check_server_file(doc: Mapping[str, Any], rows: Any, samples_path: Path,

@@ -156,7 +156,8 @@ def test_verify_catches_criteria_that_do_not_parse(doc: dict[str, Any]) -> None:
     probs = _problems(doc, lambda d: d["goodput"].update(criteria=["warp_ms<=100"]))
     assert any("'warp_ms' is not a numeric field" in p for p in probs), probs
     probs = _problems(doc, lambda d: d["goodput"].update(criteria="ttft_ms<=100"))
-    assert any(p.startswith("goodput: expected {criteria") for p in probs), probs
+    assert any(p.startswith('goodput.criteria: expected a list, file has "ttft_ms<=100"')
+               for p in probs), probs
 
 
 def test_verify_catches_other_criteria_than_counted(doc: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from rawbuild import HEADER, completed, failed, write_raw
 
 from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.post.benchmark import build_benchmark
-from anvil_metrics.post.loadblock import KEYS, behind, summary_lines
+from anvil_metrics.post.loadblock import Load, behind, summary_lines
 from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.records import Failure
@@ -81,7 +81,7 @@ def test_open_loop_block_is_what_the_records_say(open_doc: dict[str, Any]) -> No
     doc = open_doc
     assert verify_benchmark(doc) == []
     load = doc["load"]
-    assert set(load) == {*KEYS, "outside_window"} and load["outside_window"] is None
+    assert set(load) == set(Load.__struct_fields__) and load["outside_window"] is None
     n = len(LAGS_NS)
     starts = [BASE_NS + k * GAP_NS + lag for k, lag in enumerate(LAGS_NS)]
     ends = [s + (40_000_000 if k in CANCELLED else 5_000 if k in HTTP_FAILED else 5_000_000)
@@ -136,7 +136,6 @@ def _tamper(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
     ({"mode": "sometimes"}, "mode"),
     ({"arrival": "uniform"}, "arrival"),
     ({"window_s": [3.0, 2.0]}, "window_s"),
-    ({"window_s": [2, 3]}, "window_s"),
     ({"surprise": 1}, "surprise"),
     ({"waited_for_user": len(LAGS_NS) + 1}, "waited_for_user"),
     ({"waited_for_user": -1}, "waited_for_user"),

@@ -1,6 +1,5 @@
-"""schema: the document's field rules apart from its numbers — exact equality, a value as
-the file shows it, the run fields, the `client` block and the failures, each refusal
-naming its field.
+"""schema: the run fields' definition and the rules around it — exact equality, a value as
+the file shows it, the run fields and the failures, each refusal naming its field.
 
 Why: these rules judge the raw header before a document exists and the document verify
 reads; a rule that lets a wrong type through publishes a file other tools cannot read,
@@ -15,18 +14,14 @@ from rawbuild import HEADER
 from anvil_metrics.post.schema import (
     FMT_MAX,
     SCHEMA,
-    check_client,
-    check_failures,
-    check_keys,
     check_run_fields,
-    client_block,
+    end_problems,
     fmt,
-    raw_client_problems,
+    header_problems,
     raw_header_problems,
     redact_url,
     same,
 )
-from anvil_metrics.records import FAILURE_KINDS
 
 
 @pytest.mark.parametrize(("a", "b", "want"), [
@@ -56,8 +51,10 @@ def test_a_good_raw_header_has_no_problem() -> None:
 
 
 @pytest.mark.parametrize(("change", "says"), [
-    ({"run_id": "run-1"}, "run_id: \"run-1\" is not benchmark-YYYYMMDDTHHMMSSZ[-N]"),
-    ({"started_at": "2026-08-01 16:00"}, "started_at: \"2026-08-01 16:00\" is not a UTC"),
+    ({"run_id": "run-1"}, "run_id: expected a string like benchmark-YYYYMMDDTHHMMSSZ[-N], "
+                          "file has \"run-1\""),
+    ({"started_at": "2026-08-01 16:00"}, "started_at: expected a string a UTC ISO-8601 …Z "
+                                         "stamp, file has \"2026-08-01 16:00\""),
     ({"params": {"concurrency": "4"}}, "concurrency: expected an integer or null"),
     ({"params": {"model": 3}}, "model: expected a string or null, file has 3"),
     ({"params": {"serve_flags": []}}, "serve_flags: expected an object or null"),
@@ -76,26 +73,16 @@ def test_a_whole_document_names_what_is_missing_a_part_does_not() -> None:
     assert part == []
     wrong: list[str] = []
     check_run_fields({"schema": "v0", "base_url": "http://a:b@h"}, wrong, whole=False)
-    assert wrong[0] == 'schema: file has "v0", expected "anvil-serving.benchmark/v1"'
+    assert wrong[0] == 'schema: expected "anvil-serving.benchmark/v1", file has "v0"'
     assert wrong[1].startswith("base_url: holds credentials") and "a:b" not in wrong[1]
 
 
 def test_request_headers_must_keep_every_credential_redacted() -> None:
-    ok: list[str] = []
-    check_run_fields({"schema": SCHEMA, "request_headers": {"X-Tenant": "a",
-                                                            "X-Api-Key": "[redacted]"}},
-                     ok, whole=False)
-    assert ok == []
-    leaked: list[str] = []
-    check_run_fields({"schema": SCHEMA, "request_headers": {"X-Tenant": "a",
-                                                            "Authorization": "Bearer sk-7"}},
-                     leaked, whole=False)
+    assert header_problems({"X-Tenant": "a", "X-Api-Key": "[redacted]"}) == []
+    leaked = header_problems({"X-Tenant": "a", "Authorization": "Bearer sk-7"})
     assert len(leaked) == 1 and leaked[0].startswith("request_headers.Authorization: a "
                                                      "credential's value is stored")
     assert "sk-7" not in leaked[0]
-    bad: list[str] = []
-    check_run_fields({"schema": SCHEMA, "request_headers": {"X-N": 3}}, bad, whole=False)
-    assert bad == ["request_headers: expected an object of header names and text values"]
 
 
 def test_finished_at_may_be_null_only_in_a_partial_run() -> None:
@@ -106,52 +93,29 @@ def test_finished_at_may_be_null_only_in_a_partial_run() -> None:
         assert len(problems) == count
 
 
-def test_client_block_fills_in_the_verdict_from_the_figures() -> None:
-    block = client_block({"loop_lag_ms": {"p99": 12.0}, "cpu_pct": 50.0}, lambda: (1.5, None))
-    assert block["loop_lag_ms"] == {"p50": None, "p99": 12.0, "max": None}
-    assert block["saturated"] is True
-    assert block["verdict"] == "saturated: event-loop lag p99 12.0 ms > 10 ms"
-    assert (block["achieved_concurrency"], block["start_delay_ms"]) == (1.5, None)
-    calm = client_block({"saturated": False}, lambda: (None, None))
-    assert calm["verdict"] == "ok"
-    assert client_block(None, lambda: (None, None)) is None
-
-
-def test_raw_client_problems() -> None:
-    good = {"loop_lag_ms": {"p50": 1.0, "p99": 2.0, "max": 3.0, "samples": 10},
-            "cpu_pct": 20.0}
-    assert raw_client_problems(good) == []
-    assert raw_client_problems(None) == []
-    assert raw_client_problems(3) == ["client: expected an object or null, file has 3"]
-    upside_down = {**good, "loop_lag_ms": {"p50": 3.0, "p99": 2.0, "max": 1.0}}
-    assert raw_client_problems(upside_down) == [
-        "client.loop_lag_ms: p50 3.0 <= p99 2.0 <= max 1.0 does not hold"]
-
-
-def test_check_client_holds_saturated_to_its_own_figures() -> None:
-    client = {"loop_lag_ms": {"p50": 1.0, "p99": 2.0, "max": 3.0}, "cpu_pct": 95.0,
-              "achieved_concurrency": 1.0, "saturated": False, "verdict": "ok",
-              "start_delay_ms": None, "colour": "red"}
-    problems: list[str] = []
-    check_client({"client": client}, problems)
-    assert problems[0] == "client.colour: unknown field"
-    assert problems[1].startswith("client.saturated: file has false, its own figures")
-    assert len(problems) == 2
-
-
-def test_check_failures_and_check_keys() -> None:
+def test_failures_are_typed_by_their_definition() -> None:
     good = {"request_index": 0, "kind": "timeout", "http_status": None, "message": "m",
             "phase": "decode"}
     problems: list[str] = []
-    check_failures({"failures": [good, {**good, "kind": "boom", "request_index": -1}, 5]},
-                   problems)
-    assert problems == [
-        "failures[1].request_index: expected a non-negative integer, file has -1",
-        f'failures[1].kind: expected one of {list(FAILURE_KINDS)}, file has "boom"',
-        "failures[2]: expected an object, file has 5"]
-    keys: list[str] = []
-    check_keys("x", {"b": 1, "z": 2}, ("a", "b"), ("a", "b"), keys)
-    assert keys == ["x.a: missing", "x.z: unknown field"]
+    check_run_fields({"failures": [good, {**good, "kind": "boom"}]}, problems, whole=False)
+    assert problems == ['failures[1].kind: expected one of "aborted", "cancelled", '
+                        '"client_error", "connection", "http_error", "malformed_chunk", '
+                        '"rate_limited", "stream_error", "timeout", "truncated", '
+                        '"worker_lost", file has "boom"']
+    for bad, says in (({**good, "request_index": -1}, "failures[0].request_index: expected a "
+                       "non-negative integer"), (5, "failures[0]: expected an object, file "
+                                                   "has 5"),
+                      ({**good, "x": 1}, "failures[0].x: unknown field")):
+        problems = []
+        check_run_fields({"failures": [bad]}, problems, whole=False)
+        assert len(problems) == 1 and problems[0].startswith(says), problems
+
+
+def test_why_a_run_ended_is_one_of_the_reasons() -> None:
+    assert end_problems({"ended_by": "requests", "end_reason": None}) == []
+    assert end_problems({"ended_by": "boredom"})[0].startswith(
+        'ended_by: expected one of "aborted", "duration", "requests", "signal", "stopped" or '
+        'null, file has "boredom"')
 
 
 def test_a_column_set_without_its_block_is_named_once_per_column() -> None:

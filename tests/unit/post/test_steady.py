@@ -67,8 +67,8 @@ def test_a_closed_loop_that_holds_is_steady() -> None:
     assert block["share"] >= 0.85  # the ramp (350 ms) and the drain are outside it
     assert not any(m["moved"] for m in block["metrics"].values())
     assert abs(block["metrics"]["ttft_ms"]["p50"] - 100) < 1
-    assert set(block) == set(steady.BLOCK_KEYS)
-    assert set(block["metrics"]["e2e_ms"]) == set(steady.METRIC_KEYS)
+    assert set(block) == set(steady.SteadyState.__struct_fields__)
+    assert set(block["metrics"]["e2e_ms"]) == set(steady.SteadyMetric.__struct_fields__)
 
 
 def test_a_climbing_ttft_is_drifting_and_named() -> None:

@@ -16,7 +16,6 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from anvil_metrics.checks import docverify
-from anvil_metrics.post import fields as post_fields
 from anvil_metrics.schemas.parts import (
     COUNT,
     KEY,
@@ -65,13 +64,14 @@ def test_a_document_names_its_file() -> None:
     Draft202012Validator.check_schema(d)
 
 
-UNITS = {"", "ms", "s", "tok", "tok/s", "req/s", "%", "ratio"}
+UNITS = {"", "ms", "s", "tok", "tok/s", "req/s", "%", "ratio", "chunks", "chunks/s", "rows"}
 
 
-@pytest.mark.parametrize("module", [post_fields, summary_fields, docverify])
+@pytest.mark.parametrize("module", [summary_fields, docverify])
 def test_every_table_entry_is_a_unit_and_words(module: Any) -> None:
-    """The tables the schemas take their words from (`post/fields.py`, `summary/fields.py`,
-    `checks/docverify.py`): each entry a known unit (or none) and one sentence, no period."""
+    """The tables the summary's and checks file's schemas take their words from
+    (`summary/fields.py`, `checks/docverify.py`): each entry a known unit (or none) and one
+    sentence, no period."""
     names = re.findall(r"^([A-Z_]+): Text = ", inspect.getsource(module), re.MULTILINE)
     tables = {name: getattr(module, name) for name in names}
     assert len(tables) >= 5
@@ -80,3 +80,29 @@ def test_every_table_entry_is_a_unit_and_words(module: Any) -> None:
             assert unit in UNITS, (name, field, unit)
             assert text.strip() and text == text.strip() and not text.endswith("."), (
                 name, field)
+
+
+def test_every_benchmark_field_has_a_unit_and_words() -> None:
+    """The benchmark's words come from its typed definitions (`fieldtypes.described`):
+    every property a known unit (or none) and one sentence, no period, no line break."""
+    from anvil_metrics.schemas.build import benchmark_schema
+
+    seen = 0
+
+    def walk(node: Any, path: str) -> None:
+        nonlocal seen
+        if not isinstance(node, dict):
+            return
+        for name, child in (node.get("properties") or {}).items():
+            text = child.get("description", "")
+            assert child.get(UNIT, "") in UNITS, (path, name)
+            assert text.strip() and text == text.strip() and not text.endswith("."), (
+                path, name)
+            assert "\n" not in text, (path, name)
+            seen += 1
+            walk(child, f"{path}.{name}")
+        for key in ("items", "additionalProperties"):
+            walk(node.get(key), f"{path}[]")
+
+    walk(benchmark_schema(), "")
+    assert seen > 200

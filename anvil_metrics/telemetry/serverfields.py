@@ -1,0 +1,110 @@
+"""The `server` block's typed definition: each member's type, unit and words.
+
+Why apart from `servermetrics.py`: that module says how each figure is computed from the
+samples (its docstring defines them); this one says what the block holds, for `anvil
+verify`'s type checks, the JSON Schema and `docs/fields.md` (`post/blocks.py` registers it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import UNSET, Struct, UnsetType
+
+from anvil_metrics.fieldtypes import Count, described
+
+Mean = float | None  # a mean or a difference over the window; null where not reported
+
+
+class Gauge(Struct, forbid_unknown_fields=True):
+    """A gauge over the window's samples."""
+
+    p50: Annotated[float, described("", "nearest-rank median of the samples")]
+    max: Annotated[float, described("", "the largest sample")]
+
+
+class SpecDecode(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Speculative decoding over the window: counters differenced, or gauges sampled (each
+    source has its own members)."""
+
+    acceptance_rate: Annotated[Mean | UnsetType, described(
+        "ratio", "Δ accepted tokens / Δ draft tokens (SGLang: its gauge's median)")] = UNSET
+    accepted_length: Annotated[Mean | UnsetType, described(
+        "tok", "1 + Δ accepted tokens / Δ drafts, the bonus token counted (SGLang: its "
+               "gauge's median)")] = UNSET
+    acceptance_rate_range: Annotated[tuple[float, float] | None | UnsetType, described(
+        "ratio", "[min, max] of SGLang's acceptance-rate gauge (gauges only)")] = UNSET
+    accepted_length_range: Annotated[tuple[float, float] | None | UnsetType, described(
+        "tok", "[min, max] of SGLang's accepted-length gauge (gauges only)")] = UNSET
+    drafts: Annotated[Count | None | UnsetType, described(
+        "", "Δ drafts proposed (counters; null from gauges)")] = UNSET
+    draft_tokens: Annotated[Count | None | UnsetType, described(
+        "tok", "Δ draft tokens proposed (counters; null from gauges)")] = UNSET
+    accepted_tokens: Annotated[Count | None | UnsetType, described(
+        "tok", "Δ draft tokens accepted (counters; null from gauges)")] = UNSET
+    source: Annotated[Literal["counters", "gauges"], described(
+        "", '"counters" (differenced over the window) or "gauges" (sampled)')]
+
+
+class ClientMinusServer(Struct, forbid_unknown_fields=True):
+    """The client's mean over the measured completed requests minus the server's."""
+
+    first_chunk_vs_ttft: Annotated[Mean, described(
+        "ms", "mean time_to_first_chunk_ms minus the server's mean time to first token")]
+    e2e: Annotated[Mean, described("ms", "mean e2e_ms minus the server's mean end-to-end "
+                                         "latency")]
+
+
+class Server(Struct, forbid_unknown_fields=True):
+    """What the server's metrics endpoint said about itself over the measured window
+    (module docstring)."""
+
+    engine: Annotated[str | None, described(
+        "", "the engine whose metrics were read (given, discovered, or told by the metric "
+            "names); null when unknown")]
+    version: Annotated[str | None, described(
+        "", "the engine's version as the server reported it; null when unknown")]
+    max_model_len: Annotated[Count | None, described(
+        "tok", "the server's context limit; null when it does not say")]
+    metrics_url: Annotated[str | None, described(
+        "", "where the metrics were scraped; null when they were not")]
+    samples: Annotated[Count, described(
+        "", "successful scrapes from the first mark to the last, inclusive")]
+    requests: Annotated[Count | None, described(
+        "", "Δ end-to-end histogram count: requests the server finished in the window "
+            "(other clients' included)")]
+    spec_decode: Annotated[SpecDecode | None, described(
+        "", "speculative decoding over the window; null when the server reported none "
+            "(speculation off)")]
+    requests_running: Annotated[Gauge | None, described(
+        "", "the running-requests gauge over the window's samples")]
+    requests_waiting: Annotated[Gauge | None, described(
+        "", "the waiting (queued) requests gauge over the window's samples")]
+    kv_cache_usage: Annotated[Gauge | None, described(
+        "ratio", "the KV-cache usage gauge (0-1) over the window's samples")]
+    prefix_cache_hit_rate: Annotated[Mean, described(
+        "ratio", "Δ prefix-cache hits / Δ queries over the window (SGLang: its hit-rate "
+                 "gauge's median)")]
+    ttft_ms_mean: Annotated[Mean, described(
+        "ms", "Δ_sum / Δ_count of the server's time-to-first-token histogram")]
+    e2e_ms_mean: Annotated[Mean, described(
+        "ms", "Δ_sum / Δ_count of the server's end-to-end latency histogram")]
+    queue_time_ms_mean: Annotated[Mean, described(
+        "ms", "Δ_sum / Δ_count of the server's queue-time histogram")]
+    prompt_tokens_mean: Annotated[Mean, described(
+        "tok", "Δ_sum / Δ_count of the server's prompt-token histogram (or Δ prompt tokens "
+               "/ requests where it has counters)")]
+    generation_tokens_mean: Annotated[Mean, described(
+        "tok", "Δ_sum / Δ_count of the server's generation-token histogram (or Δ tokens / "
+               "requests where it has counters)")]
+    client_minus_server_ms: Annotated[ClientMinusServer | None, described(
+        "ms", "the client's mean over the measured completed requests minus the server's "
+              "mean over the window")]
+    effective_prefill_excl_queue_tok_s: Annotated[Mean, described(
+        "tok/s", "Σ prompt tokens / Σ (time to first chunk − the server's mean queue time) "
+                 "over the rows that have both: prefill without queueing; null when "
+                 "client_minus_server_ms.first_chunk_vs_ttft < 0 (a role-only chunk sent "
+                 "before prefill)")]
+    null_reasons: Annotated[dict[str, str], described(
+        "", "member → why it is null (and scrapes, metrics, counters: what went wrong with "
+            "the samples)")]
