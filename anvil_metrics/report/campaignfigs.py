@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from anvil_metrics import catalog
+from anvil_metrics import summaryfigures
 from anvil_metrics.campaign.checkplan import checks_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import read_json
@@ -55,8 +55,8 @@ from anvil_metrics.summary.verify import is_summary, read_small_json, verify_sum
 
 SUMMARY_FILE = "summary.json"
 EXTRA = "Checks, telemetry and what is left out"
-# each summary figure's panel title: the catalogue's long label
-LABELS = {f.name: f.long_label for f in catalog.SUMMARY_FIGURES}
+# each summary figure's panel title: its long label (`summaryfigures.SUMMARY_FIGURES`)
+LABELS = {f.name: f.long_label for f in summaryfigures.SUMMARY_FIGURES}
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from anvil_metrics.catalog import KNOWN_GATES
 from anvil_metrics.checks import docverify
 from anvil_metrics.checks.docverify import CASE_REQUIRED, REQUIRED, SUITE_REQUIRED
 from anvil_metrics.checks.docverify import SCHEMA as CHECKS_SCHEMA
@@ -48,6 +47,7 @@ from anvil_metrics.summary.verify import (
     SHAPE_REQUIRED,
     TELEMETRY_RANGES,
 )
+from anvil_metrics.summaryfigures import KNOWN_GATES
 
 GATE_OUTCOMES = ("pass", "fail", "not_significant", "not_evaluated", "not_required")
 CHECK_RESULTS = {"enum": list(RESULTS)}  # a suite's result, and a model's in the summary

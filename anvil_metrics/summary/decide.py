@@ -47,11 +47,11 @@ Definitions (field names as in the spec's example, `../shared/spec/public-summar
 - `retained_failures[]`: one sentence per run with failed requests (counted by kind, HTTP
   statuses named), per saturated run and per partial run.
 
-Rounding for display (`DISPLAY_DECIMALS`, `rounded`): each row figure to its catalogue
-decimals (`catalog.SUMMARY_FIGURES`: times and rates to one decimal, prefill rates and prompt
-tokens to whole numbers), deltas to `catalog.DELTA_DECIMALS`, telemetry ranges to two
+Rounding for display (`DISPLAY_DECIMALS`, `rounded`): each row figure to its own decimals
+(`summaryfigures.SUMMARY_FIGURES`: times and rates to one decimal, prefill rates and prompt
+tokens to whole numbers), deltas to `summaryfigures.DELTA_DECIMALS`, telemetry ranges to two
 decimals, as the example rounds; the JSON keeps full precision. The row figures, the benchmark
-metric each is the mean of, and the deltas are the catalogue's (`ROW_METRICS`, `DELTAS`).
+metric each is the mean of, and the deltas are `summaryfigures`' (`ROW_METRICS`, `DELTAS`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from anvil_metrics.catalog import DELTA_DECIMALS, IMPROVEMENT_GATES, KNOWN_GATES, SUMMARY_FIGURES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.post.significance import (
     CONFIDENCE,
@@ -71,6 +70,12 @@ from anvil_metrics.post.significance import (
     delta_percent,
     mann_whitney,
     mean,
+)
+from anvil_metrics.summaryfigures import (
+    DELTA_DECIMALS,
+    IMPROVEMENT_GATES,
+    KNOWN_GATES,
+    SUMMARY_FIGURES,
 )
 
 OFF = "off"

@@ -14,7 +14,7 @@ Each entry is `name: (unit, definition)`; the unit is "" where a field has none.
 
 from __future__ import annotations
 
-from anvil_metrics import catalog
+from anvil_metrics import summaryfigures
 
 Text = dict[str, tuple[str, str]]  # field -> (unit, one-sentence definition)
 
@@ -64,10 +64,10 @@ PROTOCOL: Text = {
 }
 
 def _figure_rows() -> Text:
-    """The performance row's figures and their deltas, worded from the catalogue's
-    `SUMMARY_FIGURES` (a figure added there is described here without another edit)."""
+    """The performance row's figures and their deltas, worded from `SUMMARY_FIGURES`
+    (`summaryfigures.py`: a figure added there is described here without another edit)."""
     out: Text = {}
-    for f in catalog.SUMMARY_FIGURES:
+    for f in summaryfigures.SUMMARY_FIGURES:
         out[f.name] = (f.unit, f"mean over the variant's runs of each run's metrics.{f.metric} "
                                f"({f.long_label})")
         if f.delta:

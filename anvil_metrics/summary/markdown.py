@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anvil_metrics.catalog import IMPROVEMENT_GATES, SUMMARY_FIGURES
 from anvil_metrics.post.significance import smallest_p
 from anvil_metrics.summary.decide import DELTAS, DISPLAY_DECIMALS, OFF, rounded
+from anvil_metrics.summaryfigures import IMPROVEMENT_GATES, SUMMARY_FIGURES
 
-# the performance table's columns: the catalogue's figures under their labels, then the runs
+# the performance table's columns: the summary's figures under their labels, then the runs
 COLUMNS = (*((f.name, f.label) for f in SUMMARY_FIGURES), ("runs", "runs"))
 # delta field -> the stem of its interval and p-value fields (`<stem>_ci95_percent` …)
 DELTA_NAMES = tuple((name, name.removesuffix("_percent")) for name, _ in DELTAS)

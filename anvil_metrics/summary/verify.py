@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.catalog import SUMMARY_FIGURES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import JsonFileError, read_json
 from anvil_metrics.post.docscan import verify_file
@@ -38,6 +37,7 @@ from anvil_metrics.summary.folder import (
     read_campaign_folder,
     summary_document,
 )
+from anvil_metrics.summaryfigures import SUMMARY_FIGURES
 
 # A summary is a few kilobytes; a file bigger than this is not parsed whole to find out
 # whether it is one (a benchmark of a million rows is ~540 MB: `docscan` reads it in blocks).
