@@ -4,7 +4,7 @@ Why: nobody promotes a model on one run. A campaign runs each (model, speculatio
 several times; this module turns those benchmark documents (as loaded, one dict each) into
 the summary's `performance[]` rows, `sampled_speculative_telemetry[]`, `retained_failures[]`,
 the gates and the `decision` — pure computation: reading the campaign folder, writing the
-file and the human report are the callers' jobs. The statistics are in `summarystats.py`.
+file and the human report are the callers' jobs. The statistics are in `post/significance.py`.
 
 Definitions (field names as in the spec's example, `../shared/spec/public-summary-v1.md`):
 
@@ -19,7 +19,7 @@ Definitions (field names as in the spec's example, `../shared/spec/public-summar
   variant itself carries no delta field (not applicable, as in the example); a model without
   an off variant carries null with the reason. Added beside each: `<d>_ci95_percent`, the
   bootstrap interval, and `<d>_mann_whitney_p`, the two-sided p-value of the two variants'
-  per-run values (`summarystats.py`).
+  per-run values (`post/significance.py`).
 - `sampled_speculative_telemetry[]`: one row per variant whose speculation is not `"off"`:
   `accepted_length_range` / `acceptance_rate_range` = [min, max] over its runs of the runs'
   `server.spec_decode.accepted_length` / `.acceptance_rate`, each over the runs that have it;

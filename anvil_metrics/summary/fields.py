@@ -4,7 +4,7 @@ Why one table per block, here: the spec (`../shared/spec/public-summary-v1.md`) 
 example's members; anvil writes more (the rows' intervals and counts, the gates, the
 statistics, the campaign) and a reader needs each one's unit and definition. Each field is
 defined once below, keyed by the name its writer uses — `decide.py` (rows, telemetry,
-protocol, gates, statistics), `checks.py` (`functional`, `multimodal`), `folder.py` (the
+protocol, gates, statistics), `functional.py` (`functional`, `multimodal`), `folder.py` (the
 document, `restoration`, `not_included`, `campaign`) — and the schema builder
 (`schemas/build.py`) takes each block's properties from these tables and fails when a table
 and its block's keys differ. `docs/fields.md` is generated from the schema.

@@ -1,7 +1,7 @@
 """`summary.md`: the summary document as a person reads it (presentation only).
 
 Why apart from the JSON: a reader wants the performance table rounded as the spec's example
-rounds it (`summary.rounded`), each delta with its 95 % interval and a plain "not
+rounds it (`decide.rounded`), each delta with its 95 % interval and a plain "not
 significant" where the interval crosses zero or a gate's threshold, and the decision with
 its reasons — while the JSON keeps full precision for machines. Everything here is read
 from the finished document, so the report cannot say a figure the JSON does not hold.
@@ -127,7 +127,7 @@ def _checks_sections(doc: dict[str, Any]) -> list[str]:
 
 
 def markdown(doc: Mapping[str, Any]) -> str:
-    """The report (module doc) for a summary document as `summaryio.summary_document`
+    """The report (module doc) for a summary document as `folder.summary_document`
     makes it."""
     camp = doc.get("campaign") or {}
     lines = [f"# Benchmark summary: {camp.get('name', 'campaign')}", "",
