@@ -478,3 +478,19 @@ def test_each_folder_says_what_it_is_for():
         if len(first.split()) < 8 or first.strip("`./ ").lower() == init.parent.name:
             short[init.parent.name] = first
     assert short == {}
+
+
+def test_architecture_names_files_and_modules_that_exist():
+    """ARCHITECTURE.md's names hold as the package's prose does: its dotted names
+    (`post.stats.aggregate`, in the flow too) and its files (a bare name: the package's one
+    file of that name, or a test helper beside conftest.py)."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    modules = _modules()
+    bad = [f"{ref}: {why}" for ref in sorted(set(re.findall(
+               rf"\b((?:{PACKAGE.name}\.)?[a-z_]+(?:\.[A-Za-z_]\w*)+)", text)))
+           if (why := dotted_problem(ref, modules)) is not None]
+    for name in sorted(set(FILE_NAME.findall(text))):
+        if "/" in name or not (REPO / "tests" / name).is_file():
+            if (why := file_problem(name, PACKAGE / "ARCHITECTURE.md")) is not None:
+                bad.append(f"{name}: {why}")
+    assert bad == []
