@@ -152,7 +152,7 @@ class Campaign:
     facts: dict[str, Any] = field(default_factory=dict)
     restoration_aliases: tuple[str, ...] = ()
     restoration_host: Endpoint | None = None  # None: the candidate's endpoint
-    checks: CheckPlan | None = None  # [checks]: suites run once per variant (campaignchecks)
+    checks: CheckPlan | None = None  # [checks]: suites run once per variant (checkplan)
 
     @property
     def restoration_endpoint(self) -> Endpoint:

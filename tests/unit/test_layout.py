@@ -315,6 +315,8 @@ INSTALLED = ("locust",)
 RETIRED = ("campaignchecks", "campaignrun", "dist", "dist_wire", "dist_worker",
            "jsonschemas", "rawfile", "summarychecks", "summaryio", "summarymd",
            "summarystats", "summaryverify")
+# ... and as plain words, but for `dist` (also a scenario key's name: only its dotted form)
+RETIRED_WORDS = re.compile(rf"\b({'|'.join(n for n in RETIRED if n != 'dist')})\b")
 FILE_NAME = re.compile(r"[\w./-]*\w\.py\b")
 DOTTED = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)`?")
 NOT_MODULES = ("json", "jsonl", "md", "toml", "html", "py", "txt", "csv")
@@ -415,7 +417,8 @@ def _resolve(module: str, parts: list[str], modules: dict[str, Path]) -> str | N
 def test_prose_names_files_and_modules_that_exist():
     """Every `*.py` and every dotted module path named in a docstring or comment of the
     package is one that exists (a moved module's old name in prose misleads whoever follows
-    it): a file, in its folder or by its path; a module, or a name that module defines."""
+    it): a file, in its folder or by its path; a module, or a name that module defines; and
+    no retired module's name stands there, even as a plain word."""
     modules = _modules()
     bad = []
     named = 0
@@ -431,6 +434,7 @@ def test_prose_names_files_and_modules_that_exist():
             for ref in DOTTED.findall(text):
                 if (why := dotted_problem(ref, modules, module)) is not None:
                     bad.append(f"{where}: `{ref}`: {why}")
+            bad += [f"{where}: {w}: is no module now" for w in RETIRED_WORDS.findall(text)]
     assert named > 100  # the scan sees the prose at all
     assert bad == []
 
@@ -459,6 +463,7 @@ def test_the_prose_checks_can_fail(tmp_path: Path):
     assert dotted_problem("post.stats.no_such_thing", modules) == (
         "anvil_metrics.post.stats has no no_such_thing")
     assert dotted_problem("dist_wire.MESSAGES", modules) == "dist_wire is no module now"
+    assert RETIRED_WORDS.findall("as summaryio's (a dist table; summaryiox)") == ["summaryio"]
     assert dotted_problem("wire.MESSAGES", modules, "anvil_metrics.cluster.master") is None
     assert dotted_problem("wire.MESSAGES", modules, "anvil_metrics.post.verify") == (
         "anvil_metrics.wire has no MESSAGES")
