@@ -5,9 +5,10 @@ Why one place: a figure users promote a model on must mean the same thing in the
 field (`ROW`) and each aggregate (`AGGREGATES`) is one entry here (name, unit, JSON type,
 inputs, formula as code and text, label) and all else is generated from them: the row
 layout and type rules, row derivation and verification, the `metrics` block, the CLI
-summary, live tables and charts, the report's colours and labels, the public summary's
-figures, decimals, labels and gates (`SUMMARY_FIGURES`, `IMPROVEMENT_GATES`), and
-`anvil metrics`, which prints the catalogue.
+summary, live tables and charts, the report's colours and labels, and `anvil metrics`,
+which prints the catalogue. The public summary's figures and gates are means and
+comparisons of these aggregates over a campaign's runs: they are defined beside this, in
+`summaryfigures.py`.
 
 Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the
 only implementation: a single row is a column of one. Each returns NaN — written as null —
@@ -418,6 +419,7 @@ def _aggregates() -> tuple[Aggregate, ...]:
 
 
 AGGREGATES: tuple[Aggregate, ...] = _aggregates()
+AGGREGATES_BY_NAME: dict[str, Aggregate] = {a.name: a for a in AGGREGATES}
 METRIC_KEYS: frozenset[str] = frozenset(a.name for a in AGGREGATES)
 # the order in which tables show the fields (the phases of a request, then rates and sizes);
 # which tables show a field is its `live` / `summary`
@@ -440,61 +442,3 @@ def describe() -> list[tuple[str, str, str, str]]:
     for a in sorted(AGGREGATES, key=lambda a: a.name):
         out.append(("metrics", a.name, a.unit, a.formula))
     return out
-
-
-# --- the public summary's figures and gates -------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class SummaryFigure:
-    """One figure of a public summary's `performance[]` row: the mean over a variant's runs
-    of each run's `metrics[metric]` (`summary/decide.py`), shown to `decimals` places under
-    `label` (summary.md's column) or `long_label` (the report's panel title). `better` is
-    its metric's (`Aggregate.better`); `delta`, if any, is the row field of its change
-    against the speculation-off variant, in percent, shown to `DELTA_DECIMALS` places;
-    `added` figures are anvil's own, absent from the spec's example."""
-
-    name: str
-    unit: str
-    decimals: int
-    label: str
-    long_label: str
-    metric: str
-    delta: str = ""
-    added: bool = False
-
-    @property
-    def better(self) -> str | None:
-        return AGGREGATES_BY_NAME[self.metric].better
-
-
-AGGREGATES_BY_NAME: dict[str, Aggregate] = {a.name: a for a in AGGREGATES}
-DELTA_DECIMALS = 1
-SUMMARY_FIGURES: tuple[SummaryFigure, ...] = (
-    SummaryFigure("ttft_p50_ms", "ms", 1, "TTFT p50 ms", "time to first token p50 (ms)",
-                  "ttft_p50_ms"),
-    SummaryFigure("effective_prefill_tok_s_p50", "tok/s", 0, "prefill tok/s p50",
-                  "effective prefill p50 (tok/s)", "effective_prefill_tok_s_p50"),
-    SummaryFigure("decode_tok_s_p50", "tok/s", 1, "decode tok/s p50", "decode rate p50 (tok/s)",
-                  "decode_tok_s_p50", delta="decode_delta_percent"),
-    SummaryFigure("e2e_p50_ms", "ms", 1, "e2e p50 ms", "end to end p50 (ms)", "e2e_p50_ms",
-                  delta="e2e_delta_percent"),
-    SummaryFigure("aggregate_output_tok_s", "tok/s", 1, "output tok/s",
-                  "aggregate output (tok/s)", "throughput_tok_s"),
-    SummaryFigure("prompt_tokens_p50", "tok", 0, "prompt tokens",
-                  "prompt tokens p50 (server-counted)", "prompt_tokens_p50", added=True),
-)
-SUMMARY_BY_NAME: dict[str, SummaryFigure] = {f.name: f for f in SUMMARY_FIGURES}
-
-# A campaign sets the gates (`campaign/spec.py` checks their values) and the summary decides
-# them (`summary/decide.py`): one table, below both. Each improvement gate is on one summary
-# figure, in its direction; gate -> (summary figure, True when higher is better).
-IMPROVEMENT_GATE_FIGURES = (
-    ("e2e_p50_improvement_percent", "e2e_p50_ms"),
-    ("ttft_p50_improvement_percent", "ttft_p50_ms"),
-    ("decode_p50_improvement_percent", "decode_tok_s_p50"),
-    ("effective_prefill_p50_improvement_percent", "effective_prefill_tok_s_p50"),
-    ("aggregate_output_improvement_percent", "aggregate_output_tok_s"),
-)
-IMPROVEMENT_GATES = {gate: (name, SUMMARY_BY_NAME[name].better == "higher")
-                     for gate, name in IMPROVEMENT_GATE_FIGURES}
-KNOWN_GATES = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional")

@@ -1,25 +1,35 @@
 """anvil's exceptions: one small hierarchy so the CLI can turn any of them into one line.
 
-Library code never prints and never calls `sys.exit`; it raises one of these, and `cli.py`
+Library code never prints and never calls `sys.exit`; it raises one of these, and the CLI
 prints `str(exc)` on one line and exits with `exc.exit_code`. Every message says what was
 attempted, why it failed, and how to fix it, so that line is enough on its own.
 
-    AnvilError                 base class; exit code 1
-    ├── UsageError             bad user input (flags, paths, values); exit code 2
-    │   └── ScenarioError      a scenario field with a bad value: names the field, the value,
-    │                          and what is allowed
-    │   └── TransportUnsupported  the installed geventhttpclient lacks an internal anvil's
-    │                          transport reads (names the version, the attribute, the range)
-    │   └── JsonFileError      (in `jsonio`) a JSON file a user named is missing, unreadable
-    │                          or not strict JSON (names the file, the fault, what was expected)
-    │   └── InputEntryError    an entry of an input file that cannot be used (names the file,
-    │       │                  the line or index, the field, the value, what is allowed)
-    │       ├── TraceError     (in `load.trace`) a trace's line
-    │       └── DatasetError   (in `load.dataset`) a dataset's entry
-    ├── RawFileError           `requests.jsonl` unreadable or invalid (names the file and line)
-    ├── WireError              a message between a distributed master and worker with a bad
-    │                          field: names the message, the field, the value and what is allowed
-    └── VerifyError            a benchmark document failed `verify` (carries every mismatch)
+    AnvilError                    base class; exit code 1
+    ├── UsageError                bad user input (flags, paths, values); exit code 2
+    │   ├── ScenarioError         a scenario field with a bad value: names the field, the
+    │   │                         value, and what is allowed
+    │   ├── TransportUnsupported  the installed geventhttpclient lacks an internal anvil's
+    │   │                         transport reads (names the version, the attribute, the range)
+    │   ├── JsonFileError         (in `jsonio`) a JSON file a user named is missing, unreadable
+    │   │                         or not strict JSON (names the file, the fault, and what
+    │   │                         was expected)
+    │   ├── CampaignError         (in `campaign.spec`) a campaign file's problems, one line
+    │   │                         each, every line naming the file
+    │   └── InputEntryError       an entry of an input file that cannot be used (names the
+    │       │                     file, the line or index, the field, the value, and what is
+    │       │                     allowed)
+    │       ├── TraceError        (in `load.trace`) a trace's line
+    │       └── DatasetError      (in `load.dataset`) a dataset's entry
+    ├── RawFileError              `requests.jsonl` unreadable or invalid (names file and line)
+    ├── WireError                 a message between a distributed master and worker with a
+    │                             bad field: names the message, the field, the value and what
+    │                             is allowed
+    └── VerifyError               a benchmark document failed `verify` (carries every mismatch)
+
+Every subclass of `AnvilError` in the package is in this tree, under its base, with the
+module it lives in when that is not this one (`tests/unit/test_errors.py` reads the tree and
+the package's classes and compares them). `Terminated`, also here, is no `AnvilError`: it
+is SIGTERM, unwinding as Ctrl-C does (exit 143).
 
 Bugs in anvil itself (a NaN reaching a writer, a negative clock difference) are not
 `AnvilError`s: they raise `ValueError`/`TypeError` and keep their traceback.

@@ -8,7 +8,7 @@ network left out. Each run is a `requests.jsonl` written by `rawbuild` and turne
 `capacity.search` + `capacity.result_doc` (the code `anvil capacity` calls) over such runs,
 the server's latency growing past 8 users; the campaign is `campaignrun.run_campaign` with a
 runner that writes such runs, the "on" variant streaming twice as fast as "off", and
-`anvil summarize`'s writer (`summaryio.write_summary`) when a summary is asked for.
+`anvil summarize`'s writer (`summary.folder.write_summary`) when a summary is asked for.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A campaign's `[checks]`: which `anvil check` suites run once per variant, and with what.
 
-Why its own module: a campaign file is checked whole before its first run (`campaign.py`),
+Why its own module: a campaign file is checked whole before its first run (`spec.py`),
 so the table is validated here with the same problem lines; and the step that runs the
-checks after the campaign's last run lives here too, so `campaignrun.py` keeps its one job
+checks after the campaign's last run lives here too, so `runner.py` keeps its one job
 (the runs and their state).
 
     [checks]

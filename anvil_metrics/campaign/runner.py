@@ -360,7 +360,7 @@ def run_campaign(campaign: Campaign, results_dir: str | Path, *, runner: Runner,
     "restoration": after the last run of the plan, in every invocation that reaches the
     end, so a rerun of a finished campaign checks again. Before that, the [checks] suites
     run once per variant (`checker`, after the variant's before_run) whose checks file is
-    not there yet (`campaignchecks.py`); campaign.json records each under "checks"."""
+    not there yet (`checkplan.py`); campaign.json records each under "checks"."""
     environ = os.environ if environ is None else environ
     problems = missing_api_keys(campaign, environ)
     if problems:

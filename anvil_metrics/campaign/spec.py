@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics.campaign.checkplan import CheckPlan, parse_checks
-from anvil_metrics.catalog import IMPROVEMENT_GATES, KNOWN_GATES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.scenario import Scenario, load_scenario
+from anvil_metrics.summaryfigures import IMPROVEMENT_GATES, KNOWN_GATES
 from anvil_metrics.urls import Endpoint, strip_credentials
 
 ORDERS = ("interleaved", "grouped")
@@ -85,7 +85,7 @@ def _improvement_gate(name: str, field: str, higher_is_better: bool) -> Gate:
                 _number(-100.0, 100.0), True)
 
 
-# The gates a campaign may set: the names and directions are `catalog.IMPROVEMENT_GATES`
+# The gates a campaign may set: the names and directions are `summaryfigures.IMPROVEMENT_GATES`
 # (where they are decided, by their 95 % intervals), so the two cannot drift apart.
 GATES: dict[str, Gate] = {g.name: g for g in (
     *(_improvement_gate(name, field, higher)
@@ -152,7 +152,7 @@ class Campaign:
     facts: dict[str, Any] = field(default_factory=dict)
     restoration_aliases: tuple[str, ...] = ()
     restoration_host: Endpoint | None = None  # None: the candidate's endpoint
-    checks: CheckPlan | None = None  # [checks]: suites run once per variant (campaignchecks)
+    checks: CheckPlan | None = None  # [checks]: suites run once per variant (checkplan)
 
     @property
     def restoration_endpoint(self) -> Endpoint:

@@ -26,7 +26,7 @@ late record from a worker declared lost is dropped (and counted in the run's `ru
 
 Messages (Locust custom messages, plain data carried as msgpack; every one carries the
 `run_id` it belongs to, and a message of another run is ignored; each is checked on
-receipt, and a damaged one is refused with one log line and not acted on: `dist_wire.py`)::
+receipt, and a damaged one is refused with one log line and not acted on: `wire.py`)::
 
     master -> worker  anvil_setup    WorkerSetup.to_wire(): {version, run_id, scenario
                                      {source, document}, host, api_key, model, calibration
@@ -48,8 +48,8 @@ receipt, and a damaged one is refused with one log line and not acted on: `dist_
     master -> worker  anvil_stop     {}                           (stop users, flush)
     worker -> master  anvil_done     {sent, worker, health}       (after the last record)
 
-This module is the master's side (`MasterCoordinator`, `MasterAgent`); `dist_worker.py` is
-the workers' and `dist_wire.py` the messages' shapes and checks.
+This module is the master's side (`MasterCoordinator`, `MasterAgent`); `worker.py` is
+the workers' and `wire.py` the messages' shapes and checks.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ class MasterCoordinator:
             "host": info.get("host"), "pid": info.get("pid"), "clock": method,
             "perf_offset_ns": w.offset_ns, "offset_uncertainty_ns": w.uncertainty_ns})
 
-    # messages (each one checked by `MasterAgent` first: `dist_wire.MESSAGES`) -------------
+    # messages (each one checked by `MasterAgent` first: `wire.MESSAGES`) ------------------
 
     def _worker_for(self, msg: Any) -> _Worker | None:
         data = msg.data

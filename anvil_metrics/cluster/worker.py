@@ -1,10 +1,10 @@
-"""A distributed run's worker side: it measures, the master (`dist.py`) decides.
+"""A distributed run's worker side: it measures, the master (`master.py`) decides.
 
 `WorkerAgent` answers the master's messages (set-up, clock pings, tickets, stop); on a
 sound set-up it builds a `WorkerSession`: every request body of the run, prepared before the
 load from the master's calibration, a `RemoteBudget` that asks the master for each ticket,
 and a `RecordShipper` that sends each finished record back in bounded batches. Messages are
-plain data, checked on receipt (`dist_wire.py`): a damaged set-up is refused with one log
+plain data, checked on receipt (`wire.py`): a damaged set-up is refused with one log
 line, and the worker's hello tells the master, which then leaves this worker out of the run.
 """
 

@@ -43,7 +43,7 @@ def _versus(v: dict[str, Any] | None) -> str:
 
 
 def compare_lines(result: dict[str, Any]) -> list[str]:
-    """The text of a comparison (`runs.compare_runs`'s document)."""
+    """The text of a comparison (`compare.runs.compare_runs`'s document)."""
     runs = result["runs"]
     lines = []
     for letter, r in zip(LETTERS, runs, strict=False):

@@ -1,8 +1,9 @@
 """`anvil export --vllm-json FILE`: a run as `vllm bench serve --save-result` writes one, so
 dashboards and scripts built on vLLM's result files take anvil runs as they are.
 
-Why its own definitions: the keys mean what vLLM's `serve.py` computes, not what anvil's
-`metrics` block computes, or a dashboard would plot two definitions under one name. So:
+Why its own definitions: the keys mean what vLLM's `vllm/benchmarks/serve.py` computes, not
+what anvil's `metrics` block computes, or a dashboard would plot two definitions under one
+name. So:
 
 - `duration` is the run's wall clock (s); `completed`/`failed` anvil's counts;
   `total_input_tokens` Σ prompt_tokens and `total_output_tokens` Σ output_tokens over the

@@ -14,7 +14,7 @@ request of the groups before it has finished: each group arrives at the server a
 burst of requests sharing a prefix, as SGLang's and vLLM's shared-prefix benchmarks send
 them, not spread over other groups' requests.
 
-`before_measured` (set by the session: the server-metrics scrape of `telemetry.py`) runs
+`before_measured` (set by the session: the first server-metrics scrape, `telemetry/sampler.py`) runs
 once, after the warm-ups and before the first measured ticket is handed out; every taker
 waits for it (it is bounded by its own timeout), so it lies between the two.
 
@@ -46,7 +46,7 @@ schedule's offset of arrival k stays k's, however many turns lie between two arr
 
 In flight (`in_flight`, `read_in_flight`): measured tickets handed out and not yet given
 back, i.e. measured requests started and not yet recorded; with its integral over time and
-its peak since the last reading, so the live page's series (`live.py`) shows the mean in
+its peak since the last reading, so the live page's series (`series.py`) shows the mean in
 flight over each second, not a sample of one instant (a second's requests can all start
 and end between two samples). O(1) a request: one clock read and a few integer updates at
 each hand-out and give-back. On a distributed run's master this budget is the run's one
@@ -216,7 +216,7 @@ class RequestBudget:
 
     def take(self, lead_ns: int = 0) -> Ticket | None:
         """The next ticket; an open loop's at its due time, or `lead_ns` before it (a
-        distributed master: the worker waits the rest, `dist.worker.RemoteBudget`)."""
+        distributed master: the worker waits the rest, `cluster.worker.RemoteBudget`)."""
         if self._closed:
             return None
         if self._next_warmup < self.warmup:

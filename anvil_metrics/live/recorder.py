@@ -6,7 +6,7 @@ its helpers without starting it), so what it records is exactly what any other l
 sees. It hands each record to its sinks
 (`RecordSink`): on a single process or a distributed master, `RawWriter` (the
 `requests.jsonl` file) and the live figures; on a distributed worker, the shipper that
-batches records to the master (`dist_worker.RecordShipper`).
+batches records to the master (`cluster.worker.RecordShipper`).
 
 `RawWriter` appends `requests.jsonl`. Each line is flushed to the OS when written: a killed process
 loses at most the line being written (which `rawread` tolerates as a torn last line), never

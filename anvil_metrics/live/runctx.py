@@ -2,9 +2,9 @@
 
 Why a Protocol and an attribute rather than a module global: a user needs the same few
 things from a local run (`session.RunSession`) and from a distributed worker's share of one
-(`dist_worker.WorkerSession`), and Locust already hands every user its `Environment`. So the
+(`cluster.worker.WorkerSession`), and Locust already hands every user its `Environment`. So the
 plugin stores the run there (`environment.anvil_run`, set at the start, cleared when it
-ends; a worker's is set by `dist_worker.WorkerAgent` through the callback the plugin gives it),
+ends; a worker's is set by `cluster.worker.WorkerAgent` through the callback the plugin gives it),
 users read it from `self.environment`, and `RunContext` says exactly what they may read.
 `environment.anvil_latest` is the run in progress, else the last one started: what the web
 UI shows, which outlives the run.

@@ -11,7 +11,7 @@ serves the rest itself:
 - the "LLM" tab: counts, failures by kind and exact nearest-rank percentiles (p50/p90/p95/
   p99, min, max) of time to first output, TTFT, E2E, decode tok/s, ITL and prefill, from
   `LiveStats.snapshot()` (raw records, as in `benchmark.json`; never Locust's buckets), and
-  one line saying so (`live.ACCURACY_RUNNING` / `ACCURACY_FINAL`: sketched within 1 %
+  one line saying so (`figures.ACCURACY_RUNNING` / `ACCURACY_FINAL`: sketched within 1 %
   while the run goes, exact at its end); and, while the server's metrics are scraped, one
   line of its newest gauges (running, waiting, KV cache, speculative acceptance), read
   from the tail of `server_metrics.jsonl` when the page asks;
@@ -19,7 +19,7 @@ serves the rest itself:
   polling `/anvil/live.json` once a second and drawing SVG charts that move while the run
   goes: the TTFT CDF (nearest-rank p0…p100 over the completed requests: within 1 % while
   running, exact at the end, its p50/p95 then `benchmark.json`'s), the requests in flight
-  and the output tok/s per second, and TTFT p50 and decode tok/s p50 over time (`live.py`
+  and the output tok/s per second, and TTFT p50 and decode tok/s p50 over time (`figures.py`
   says how each is bounded); the same table, and the download links once the run has
   ended;
 - `/anvil/metrics`: the same snapshot in Prometheus's text exposition format, for a

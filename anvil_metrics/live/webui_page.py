@@ -6,14 +6,14 @@ other outside resource: it must work on a closed network). It polls `live.json` 
 once a second, redraws everything from it (so the charts move while the run goes) and fills
 every value with `textContent`, never as HTML. It draws:
 
-- the TTFT CDF (`ttft_cdf`: the nearest-rank percentiles 0…100 of `live.py`) as a step
+- the TTFT CDF (`ttft_cdf`: the nearest-rank percentiles 0…100 of `figures.py`) as a step
   line, fraction of requests over ms, its p50 and p95 marked;
 - the measured requests in flight (mean over each second; its peak in the tooltip) and the
   output throughput (tok/s; requests/s in the tooltip) per second of the run (`flow`),
   once each second has passed;
 - TTFT p50 and decode tok/s p50 per bucket of the run (`series`).
 
-It says what the figures are (`accuracy`, from `live.ACCURACY_RUNNING` / `ACCURACY_FINAL`):
+It says what the figures are (`accuracy`, from `figures.ACCURACY_RUNNING` / `ACCURACY_FINAL`):
 while the run goes, percentiles within 1 % from bounded sketches; at its end, the table's
 and the CDF's exact figures from benchmark.json's rows.
 Element ids (`anvil-table`, `chart-cdf`, `chart-inflight`, `chart-throughput`,

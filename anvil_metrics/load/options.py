@@ -3,7 +3,7 @@
 Why one table: the same option reaches anvil by two roads — `anvil run`'s argparse, and
 Locust's own parser (configargparse; its custom arguments are also the fields of the web
 UI's start form). Declared twice, the names, defaults, help and checks drift apart. So
-`OPTIONS` holds one frozen `Option` per flag; `cli.py` and `plugin.py` only walk it, and
+`OPTIONS` holds one frozen `Option` per flag; `cli/run.py` and `runs/plugin.py` only walk it, and
 `run_options` is the one conversion of parsed values (typed by argparse, or strings from
 Locust's parser and form) into the `RunOptions` a run starts from.
 
@@ -290,7 +290,7 @@ class RunOptions:
     recalibrate: bool = False  # ignore a cached calibration (and store a fresh one)
     tokenizer_path: str | None = None  # a local tokenizer.json to count with
     stop_timeout_s: float | None = None  # Locust's --stop-timeout (recorded in the load block)
-    server_metrics: bool = True  # scrape the server's /metrics (telemetry.py)
+    server_metrics: bool = True  # scrape the server's /metrics (telemetry/sampler.py)
     server_metrics_url: str | None = None  # None: <host>/metrics
     server_metrics_interval_s: float = 1.0
     abort: AbortRule = DEFAULT_ABORT  # when the run ends itself: the server is not answering

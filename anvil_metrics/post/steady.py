@@ -188,7 +188,7 @@ def _block(verdict: str, reason: str, kind: str, level: float | None = None,
 def build_steady(rows: RowColumns, arrival: str | None, intended: float | None = None
                  ) -> dict[str, Any] | None:
     """The block (module docstring) of rows with `start_offset_ms`, for a run whose
-    `load.arrival` is `arrival` ("closed", or an open loop's; None: a file without a load
+    load block's `arrival` is `arrival` ("closed", or an open loop's; None: a file without a load
     block, taken as closed) and whose load was asked to be `intended` (users in flight, or
     requests per second; None: not known); None when the rows have no start offsets."""
     if "start_offset_ms" in rows.absent:

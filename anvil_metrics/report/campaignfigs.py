@@ -4,16 +4,16 @@ and the gates' improvements with their intervals, and the decision with its reas
 Why from the summary that verifies, or none: a campaign's figures are what a model is
 promoted on, and `anvil verify summary.json` recomputes every one from the campaign's runs.
 So a `summary.json` beside `campaign.json` is drawn only when it equals what
-`summaryverify.verify_summary` recomputes from the runs (the same call `anvil verify` makes,
+`summary.verify.verify_summary` recomputes from the runs (the same call `anvil verify` makes,
 with the bootstrap seed the file records); a stale one is refused with one line saying to
 re-run `anvil summarize`. Without one, the summary is computed in memory exactly as
-`anvil summarize` would write it (`summaryio.summary_document`), and the page says so.
+`anvil summarize` would write it (`summary.folder.summary_document`), and the page says so.
 
-The runs drawn as dots are the ones the summary kept (`summaryio.read_campaign_folder`:
+The runs drawn as dots are the ones the summary kept (`summary.folder.read_campaign_folder`:
 finished, and their `benchmark.json` verifies), read without their rows. The error bars
 of a bar are the percentile bootstrap interval of the mean of the run medians
-(`summarystats.bootstrap_mean_ci`, seeded as the summary's own intervals are); the deltas'
-and gates' intervals are the summary's own.
+(`post.significance.bootstrap_mean_ci`, seeded as the summary's own intervals are); the
+deltas' and gates' intervals are the summary's own.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from anvil_metrics import catalog
+from anvil_metrics import summaryfigures
 from anvil_metrics.campaign.checkplan import checks_file
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import read_json
@@ -55,8 +55,8 @@ from anvil_metrics.summary.verify import is_summary, read_small_json, verify_sum
 
 SUMMARY_FILE = "summary.json"
 EXTRA = "Checks, telemetry and what is left out"
-# each summary figure's panel title: the catalogue's long label
-LABELS = {f.name: f.long_label for f in catalog.SUMMARY_FIGURES}
+# each summary figure's panel title: its long label (`summaryfigures.SUMMARY_FIGURES`)
+LABELS = {f.name: f.long_label for f in summaryfigures.SUMMARY_FIGURES}
 
 
 @dataclass(frozen=True, slots=True)

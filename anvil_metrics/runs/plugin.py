@@ -206,7 +206,7 @@ def report_errors(environment: Any, **_: Any) -> None:
 
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any, **_: Any) -> None:
-    """anvil's options on Locust's parser: strings defaulting to "" (see `options.py`);
+    """anvil's options on Locust's parser: strings defaulting to "" (see `load/options.py`);
     and anvil's default for Locust's own --stop-timeout (`options.STOP_TIMEOUT_S`: why)."""
     parser.set_defaults(stop_timeout=STOP_TIMEOUT_S)
     for o in LOCUST_OPTIONS:

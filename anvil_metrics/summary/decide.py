@@ -4,7 +4,7 @@ Why: nobody promotes a model on one run. A campaign runs each (model, speculatio
 several times; this module turns those benchmark documents (as loaded, one dict each) into
 the summary's `performance[]` rows, `sampled_speculative_telemetry[]`, `retained_failures[]`,
 the gates and the `decision` — pure computation: reading the campaign folder, writing the
-file and the human report are the callers' jobs. The statistics are in `summarystats.py`.
+file and the human report are the callers' jobs. The statistics are in `post/significance.py`.
 
 Definitions (field names as in the spec's example, `../shared/spec/public-summary-v1.md`):
 
@@ -19,7 +19,7 @@ Definitions (field names as in the spec's example, `../shared/spec/public-summar
   variant itself carries no delta field (not applicable, as in the example); a model without
   an off variant carries null with the reason. Added beside each: `<d>_ci95_percent`, the
   bootstrap interval, and `<d>_mann_whitney_p`, the two-sided p-value of the two variants'
-  per-run values (`summarystats.py`).
+  per-run values (`post/significance.py`).
 - `sampled_speculative_telemetry[]`: one row per variant whose speculation is not `"off"`:
   `accepted_length_range` / `acceptance_rate_range` = [min, max] over its runs of the runs'
   `server.spec_decode.accepted_length` / `.acceptance_rate`, each over the runs that have it;
@@ -47,11 +47,11 @@ Definitions (field names as in the spec's example, `../shared/spec/public-summar
 - `retained_failures[]`: one sentence per run with failed requests (counted by kind, HTTP
   statuses named), per saturated run and per partial run.
 
-Rounding for display (`DISPLAY_DECIMALS`, `rounded`): each row figure to its catalogue
-decimals (`catalog.SUMMARY_FIGURES`: times and rates to one decimal, prefill rates and prompt
-tokens to whole numbers), deltas to `catalog.DELTA_DECIMALS`, telemetry ranges to two
+Rounding for display (`DISPLAY_DECIMALS`, `rounded`): each row figure to its own decimals
+(`summaryfigures.SUMMARY_FIGURES`: times and rates to one decimal, prefill rates and prompt
+tokens to whole numbers), deltas to `summaryfigures.DELTA_DECIMALS`, telemetry ranges to two
 decimals, as the example rounds; the JSON keeps full precision. The row figures, the benchmark
-metric each is the mean of, and the deltas are the catalogue's (`ROW_METRICS`, `DELTAS`).
+metric each is the mean of, and the deltas are `summaryfigures`' (`ROW_METRICS`, `DELTAS`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from anvil_metrics.catalog import DELTA_DECIMALS, IMPROVEMENT_GATES, KNOWN_GATES, SUMMARY_FIGURES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.post.significance import (
     CONFIDENCE,
@@ -71,6 +70,12 @@ from anvil_metrics.post.significance import (
     delta_percent,
     mann_whitney,
     mean,
+)
+from anvil_metrics.summaryfigures import (
+    DELTA_DECIMALS,
+    IMPROVEMENT_GATES,
+    KNOWN_GATES,
+    SUMMARY_FIGURES,
 )
 
 OFF = "off"

@@ -4,7 +4,7 @@ Why one table per block, here: the spec (`../shared/spec/public-summary-v1.md`) 
 example's members; anvil writes more (the rows' intervals and counts, the gates, the
 statistics, the campaign) and a reader needs each one's unit and definition. Each field is
 defined once below, keyed by the name its writer uses — `decide.py` (rows, telemetry,
-protocol, gates, statistics), `checks.py` (`functional`, `multimodal`), `folder.py` (the
+protocol, gates, statistics), `functional.py` (`functional`, `multimodal`), `folder.py` (the
 document, `restoration`, `not_included`, `campaign`) — and the schema builder
 (`schemas/build.py`) takes each block's properties from these tables and fails when a table
 and its block's keys differ. `docs/fields.md` is generated from the schema.
@@ -14,7 +14,7 @@ Each entry is `name: (unit, definition)`; the unit is "" where a field has none.
 
 from __future__ import annotations
 
-from anvil_metrics import catalog
+from anvil_metrics import summaryfigures
 
 Text = dict[str, tuple[str, str]]  # field -> (unit, one-sentence definition)
 
@@ -64,10 +64,10 @@ PROTOCOL: Text = {
 }
 
 def _figure_rows() -> Text:
-    """The performance row's figures and their deltas, worded from the catalogue's
-    `SUMMARY_FIGURES` (a figure added there is described here without another edit)."""
+    """The performance row's figures and their deltas, worded from `SUMMARY_FIGURES`
+    (`summaryfigures.py`: a figure added there is described here without another edit)."""
     out: Text = {}
-    for f in catalog.SUMMARY_FIGURES:
+    for f in summaryfigures.SUMMARY_FIGURES:
         out[f.name] = (f.unit, f"mean over the variant's runs of each run's metrics.{f.metric} "
                                f"({f.long_label})")
         if f.delta:

@@ -1,7 +1,7 @@
 """`anvil summarize`: a campaign folder read, summarized and written as
 `anvil-serving.public-benchmark-summary/v1` (JSON) and `summary.md`.
 
-Why its own module: `summary.py` is pure computation over loaded documents; this module is
+Why its own module: `decide.py` is pure computation over loaded documents; this module is
 the part that touches files. It reads the folder `anvil campaign run` writes (the contract:
 `campaign.json` — the resolved plan and each run's state — and one run folder per run),
 keeps only the runs that finished and whose `benchmark.json` verifies (a figure must come
@@ -13,7 +13,7 @@ which may have changed since), and assembles the document in the spec example's 
 The `restoration` block comes from the check `anvil campaign run` records in campaign.json
 after the last run (`restoration.py`); each managed retry it needed is said in
 `retained_failures`. The `functional` and `multimodal` blocks come from each variant's
-checks file (`campaignchecks.py`, built by `summarychecks.py`). What is not measured — a
+checks file (`campaign/checkplan.py`, built by `functional.py`). What is not measured — a
 campaign without [checks], a restoration without aliases or not checked yet — is left out
 of the document, not filled with guesses, and `not_included` says why.
 """

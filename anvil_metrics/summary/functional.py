@@ -1,7 +1,7 @@
 """The public summary's `functional` and `multimodal` blocks, from the campaign's checks.
 
-Why its own module: `summaryio.py` reads files and `summary.py` computes the performance
-figures; turning `anvil-serving.checks/v1` documents (one per variant, `campaignchecks.py`)
+Why its own module: `folder.py` reads files and `decide.py` computes the performance
+figures; turning `anvil-serving.checks/v1` documents (one per variant, `campaign/checkplan.py`)
 into the example's blocks is a third, separate rule set, kept pure here.
 
 The example reports checks per *model*, while a campaign checks each *variant* (model ×

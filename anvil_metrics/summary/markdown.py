@@ -1,7 +1,7 @@
 """`summary.md`: the summary document as a person reads it (presentation only).
 
 Why apart from the JSON: a reader wants the performance table rounded as the spec's example
-rounds it (`summary.rounded`), each delta with its 95 % interval and a plain "not
+rounds it (`decide.rounded`), each delta with its 95 % interval and a plain "not
 significant" where the interval crosses zero or a gate's threshold, and the decision with
 its reasons — while the JSON keeps full precision for machines. Everything here is read
 from the finished document, so the report cannot say a figure the JSON does not hold.
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anvil_metrics.catalog import IMPROVEMENT_GATES, SUMMARY_FIGURES
 from anvil_metrics.post.significance import smallest_p
 from anvil_metrics.summary.decide import DELTAS, DISPLAY_DECIMALS, OFF, rounded
+from anvil_metrics.summaryfigures import IMPROVEMENT_GATES, SUMMARY_FIGURES
 
-# the performance table's columns: the catalogue's figures under their labels, then the runs
+# the performance table's columns: the summary's figures under their labels, then the runs
 COLUMNS = (*((f.name, f.label) for f in SUMMARY_FIGURES), ("runs", "runs"))
 # delta field -> the stem of its interval and p-value fields (`<stem>_ci95_percent` …)
 DELTA_NAMES = tuple((name, name.removesuffix("_percent")) for name, _ in DELTAS)
@@ -127,7 +127,7 @@ def _checks_sections(doc: dict[str, Any]) -> list[str]:
 
 
 def markdown(doc: Mapping[str, Any]) -> str:
-    """The report (module doc) for a summary document as `summaryio.summary_document`
+    """The report (module doc) for a summary document as `folder.summary_document`
     makes it."""
     camp = doc.get("campaign") or {}
     lines = [f"# Benchmark summary: {camp.get('name', 'campaign')}", "",

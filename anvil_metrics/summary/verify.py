@@ -2,20 +2,21 @@
 follow from the runs of its campaign?
 
 Why it exists: a summary is what a model is promoted on, and it is many runs folded into a
-few numbers. As `verify.py` does for one run, this module recomputes the whole summary — by
-calling the very functions that wrote it (`summaryio.read_campaign_folder`, which keeps only
-runs whose `benchmark.json` verifies, and `summaryio.summary_document`, with the bootstrap
-seed and resample count the file records) — and compares figure by figure, with exact
-equality (`schema.same`: floats bit for bit, int ≠ float, null ≠ value). Each difference is
-one message starting with its path (`performance[2].e2e_p50_ms: file has …, recomputed …`).
+few numbers. As `post/verify.py` does for one run, this module recomputes the whole
+summary — by calling the very functions that wrote it (`folder.read_campaign_folder`, which
+keeps only runs whose `benchmark.json` verifies, and `folder.summary_document`, with the
+bootstrap seed and resample count the file records) — and compares figure by figure, with
+exact equality (`post.schema.same`: floats bit for bit, int ≠ float, null ≠ value). Each
+difference is one message starting with its path (`performance[2].e2e_p50_ms: file has …,
+recomputed …`).
 
 Where the runs are: the folder the summary lies in when it holds `campaign.json` (the
-default output is CAMPAIGN_DIR/summary.json), else the folder its `campaign.folder`
-records. A summary with neither (the spec's example, or one copied away from its runs) can
-only be checked for shape (`SHAPE_*` below, which `schemas/verdicts.py` also builds the JSON
-Schema from), and the result says so: it proves the fields are well formed, not that the
-figures are right. The location itself (`campaign.folder`) is not a figure and is not
-compared: a folder may be moved.
+default output is CAMPAIGN_DIR/summary.json), else the folder its `campaign` block's
+`folder` records. A summary with neither (the spec's example, or one copied away from its
+runs) can only be checked for shape (`SHAPE_*` below, which `schemas/verdicts.py` also
+builds the JSON Schema from), and the result says so: it proves the fields are well formed,
+not that the figures are right. The location itself (that `folder`) is not a figure and is
+not compared: a folder may be moved.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.catalog import SUMMARY_FIGURES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import JsonFileError, read_json
 from anvil_metrics.post.docscan import verify_file
@@ -38,6 +38,7 @@ from anvil_metrics.summary.folder import (
     read_campaign_folder,
     summary_document,
 )
+from anvil_metrics.summaryfigures import SUMMARY_FIGURES
 
 # A summary is a few kilobytes; a file bigger than this is not parsed whole to find out
 # whether it is one (a benchmark of a million rows is ~540 MB: `docscan` reads it in blocks).

@@ -4,7 +4,7 @@ Why a child process: a load process stamps chunk arrivals on one event loop, and
 scrape is work of unbounded size at an unknown time — vLLM's `/metrics` is tens of kilobytes
 of text, a broken endpoint may hang or answer garbage. Parsing that on the load's loop would
 delay stamps by milliseconds every second. The child does all of it (fetch, parse, write);
-the load process only writes a word to its stdin now and then (`telemetry.py`).
+the load process only writes a word to its stdin now and then (`sampler.py`).
 
 `python -m anvil_metrics.telemetry.scrape URL OUT --interval-s S --timeout-s T` scrapes URL every S
 seconds (each scrape bounded by T) and appends one JSON line per scrape to OUT, flushed at

@@ -6,8 +6,14 @@ field, the value or the fix leaves the user with nothing to act on.
 
 from __future__ import annotations
 
+import ast
+import importlib
+import re
+from pathlib import Path
+
 import pytest
 
+from anvil_metrics import errors
 from anvil_metrics.errors import (
     MISSING,
     AnvilError,
@@ -78,3 +84,102 @@ def test_the_readmes_exit_code_table_is_the_exit_code_enum() -> None:
     table = readme.split("| exit code | meaning", 1)[1].split("\n\n", 1)[0]
     codes = [int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)]
     assert codes == [int(c) for c in ExitCode]
+
+
+PACKAGE = Path(errors.__file__).resolve().parent
+TREE_LINE = re.compile(r"^    (?P<lead>(?:[│ ]   )*(?:[├└]── )?)(?P<name>[A-Z]\w*)\s+"
+                       r"(?:\(in `(?P<module>[\w.]+)`\))?")
+
+
+def error_tree(doc: str) -> dict[str, tuple[str | None, str]]:
+    """The class tree of errors.py's docstring: class -> (its parent in the tree, the module
+    it lives in: `(in `x`)`, else "errors"). A class's depth is where its name starts."""
+    out: dict[str, tuple[str | None, str]] = {}
+    parents: list[str] = []
+    lines = doc.split("    AnvilError", 1)[1].split("\n\n", 1)[0].splitlines()
+    for line in ["    AnvilError" + lines[0], *lines[1:]]:
+        m = TREE_LINE.match(line)
+        if m is None or (out and not m["lead"].endswith("── ")):  # goes on the line above
+            continue
+        depth = len(m["lead"]) // 4
+        parents[depth:] = [m["name"]]
+        assert m["name"] not in out, f"{m['name']} twice in the tree"
+        out[m["name"]] = (parents[depth - 1] if depth else None, m["module"] or "errors")
+    return out
+
+
+def error_classes(package: Path = PACKAGE) -> dict[str, tuple[str | None, str]]:
+    """Every subclass of AnvilError in the package's source, read without importing it:
+    class -> (its base, its module without the package's name)."""
+    defined: dict[str, list[tuple[list[str], str]]] = {}
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(package).with_suffix("").parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        alias = {a.asname: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 for a in node.names if a.asname}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases = [b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                         if isinstance(b, ast.Name | ast.Attribute)]
+                defined.setdefault(node.name, []).append(
+                    ([alias.get(b, b) for b in bases], module))
+    found: dict[str, tuple[str | None, str]] = {"AnvilError": (None, "errors")}
+    grown = True
+    while grown:
+        grown = False
+        for name, places in defined.items():
+            for bases, module in places:
+                base = next((b for b in bases if b in found), None)
+                if base is not None and name not in found:
+                    assert len(places) == 1, f"{name}: two classes of that name"
+                    found[name] = (base, module)
+                    grown = True
+    return found
+
+
+def test_the_error_tree_lists_every_error_class():
+    """errors.py's tree is the package's AnvilError family, each class under its base and
+    with its module: read from the source, so a subclass in a module no test imports shows."""
+    classes = error_classes()
+    assert {"UsageError", "CampaignError", "TraceError"} <= set(classes)  # the walk sees them
+    assert error_tree(errors.__doc__ or "") == classes
+
+
+def test_every_loaded_error_class_is_in_the_tree():
+    """The same, from the classes themselves: each AnvilError subclass, once its module is
+    imported, is in the tree under its real base and module."""
+    tree = error_tree(errors.__doc__ or "")
+    for _, module in tree.values():
+        importlib.import_module(f"anvil_metrics.{module}")
+    todo, seen = [AnvilError], []
+    while todo:
+        cls = todo.pop()
+        seen.append(cls)
+        todo.extend(cls.__subclasses__())
+        parent = next((b.__name__ for b in cls.__bases__ if issubclass(b, AnvilError)), None)
+        assert tree.get(cls.__name__) == (parent, cls.__module__.removeprefix(
+            "anvil_metrics.")), cls
+    assert len(seen) == len(tree)
+
+
+def test_the_tree_reader_can_fail(tmp_path: Path):
+    doc = """x.
+
+    AnvilError        base
+    ├── UsageError    bad input
+    │   └── OneError  (in `a.b`) one line
+    │       Goes      on, at a depth's column
+    └── OtherError    other
+"""
+    assert error_tree(doc) == {"AnvilError": (None, "errors"),
+                               "UsageError": ("AnvilError", "errors"),
+                               "OneError": ("UsageError", "a.b"),
+                               "OtherError": ("AnvilError", "errors")}
+    (tmp_path / "errors.py").write_text("class AnvilError(Exception): ...\n")
+    (tmp_path / "m.py").write_text("from errors import AnvilError as E\n"
+                                   "class A(E): ...\nclass B(A): ...\nclass C(ValueError): ...\n")
+    family = {"AnvilError": (None, "errors"), "A": ("AnvilError", "m"), "B": ("A", "m")}
+    assert error_classes(tmp_path) == family  # through an alias too
+    (tmp_path / "m.py").write_text("import errors\nclass A(errors.AnvilError): ...\n"
+                                   "class B(A): ...\nclass C(ValueError): ...\n")
+    assert error_classes(tmp_path) == family

@@ -1,5 +1,6 @@
 """The package's shape: layers, no import cycle, short files and functions, tests that mirror
-the folders, no pickle on the wire.
+the folders, no pickle on the wire; and its words: every module in ARCHITECTURE.md's table,
+each folder saying what it is for, prose that names only files and modules that exist.
 
 Why a test: these are what keep the codebase one a newcomer can carry on (ARCHITECTURE.md);
 each fails the build the moment a change breaks it, not at the next review. The layer order
@@ -10,9 +11,11 @@ cannot drift apart.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import io
 import re
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,6 +116,28 @@ def layers() -> list[list[str]]:
     return out
 
 
+def row_modules(text: str | None = None) -> dict[str, set[str]]:
+    """Each folder of the layer table -> the modules its row names (its "modules" cell)."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8") if text is None else text
+    table = text.split("## The layers, bottom up", 1)[1].split("\n\n", 2)[1]
+    out = {}
+    for row in table.splitlines()[2:]:
+        cells = row.split("|")
+        for folder in re.findall(r"`([a-z_]+)/`", cells[2]):
+            out[folder] = set(re.findall(r"`([a-z_0-9]+)`", cells[3]))
+    return out
+
+
+def rows_against_folders(rows: dict[str, set[str]], package: Path) -> list[str]:
+    """`folder: module not in its row` and `folder: row names module, which is not there`."""
+    bad = []
+    for folder, named in sorted(rows.items()):
+        have = {p.stem for p in (package / folder).glob("*.py")} - {"__init__", "__main__"}
+        bad += [f"{folder}: {m} not in its row" for m in sorted(have - named)]
+        bad += [f"{folder}: its row names {m}, which is not there" for m in sorted(named - have)]
+    return bad
+
+
 def layer_of(module: str, table: list[list[str]]) -> int:
     """The row of `anvil_metrics.<folder or root module>...` in the layer table."""
     parts = module.split(".")
@@ -165,6 +190,26 @@ def test_every_folder_is_in_the_layer_table_once():
     roots = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
     assert folders | roots == set(named)
     assert set(table[0]) == roots, "the bottom row is the root's value modules"
+
+
+def test_every_module_is_in_its_folders_row():
+    """ARCHITECTURE.md's table names each module of a folder in that folder's row, and only
+    modules that are there: whoever opens a folder finds every file's job in the table, and a
+    module added, renamed or removed without its row fails here."""
+    rows = row_modules()
+    assert len(rows) == len(layers()) - 1  # every folder's row read (the root's is above)
+    assert rows_against_folders(rows, PACKAGE) == []
+
+
+def test_the_row_rule_can_fail(tmp_path: Path):
+    for f in ("a/x.py", "a/y.py", "a/__init__.py"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("")
+    text = ("## The layers, bottom up\n\n| # | folder | modules | job |\n|---|---|---|---|\n"
+            "| 1 | `a/` | `x` `z` | what they do |\n\nWhy this order\n")
+    assert row_modules(text) == {"a": {"x", "z"}}
+    assert rows_against_folders(row_modules(text), tmp_path) == [
+        "a: y not in its row", "a: its row names z, which is not there"]
 
 
 def test_each_layer_imports_only_the_layers_below_it():
@@ -256,3 +301,201 @@ def test_nothing_a_network_separates_is_pickled():
                 hits.append(f"{path.name}:{tok.start[0]}")
     assert paths, "the distributed modules are where they were"
     assert hits == []
+
+
+# Files outside this repository that the package's prose names, each with whose it is.
+FOREIGN_FILES: dict[str, str] = {
+    "solution.py": "the file a `coding` check's program is written to, in the sandbox",
+    "vllm/benchmarks/serve.py": "vLLM's `vllm bench serve`, whose result file export writes",
+}
+# Installed packages whose files the prose names by their path (`locust/runners.py`).
+INSTALLED = ("locust",)
+# Modules renamed or merged away: no prose names them, dotted (`dist_wire.MESSAGES`) or as a
+# file (`dist_wire.py`, which the file check finds by itself). This list may only grow.
+RETIRED = ("campaignchecks", "campaignrun", "dist", "dist_wire", "dist_worker",
+           "jsonschemas", "rawfile", "summarychecks", "summaryio", "summarymd",
+           "summarystats", "summaryverify")
+# ... and as plain words, but for `dist` (also a scenario key's name: only its dotted form)
+RETIRED_WORDS = re.compile(rf"\b({'|'.join(n for n in RETIRED if n != 'dist')})\b")
+FILE_NAME = re.compile(r"[\w./-]*\w\.py\b")
+DOTTED = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)`?")
+NOT_MODULES = ("json", "jsonl", "md", "toml", "html", "py", "txt", "csv")
+
+
+def prose(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of each docstring (module, class, function) and comment of a file."""
+    source = path.read_text(encoding="utf-8")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            if (doc := ast.get_docstring(node, clean=False)) is not None:
+                yield node.body[0].lineno, doc
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+
+
+def _folders(package: Path) -> set[str]:
+    return {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+
+
+def file_problem(name: str, here: Path, package: Path = PACKAGE,
+                 repo: Path = REPO) -> str | None:
+    """Why `name`, a `*.py` named in the prose of `here` (a file of `package`), names no file
+    or not one file, else None. A path (`post/verify.py`, `anvil_metrics/post/verify.py`,
+    `benchmarks/soak.py`, `locust/runners.py`) must exist as written, from the package, the
+    repository or an installed package; a bare name, in `here`'s folder (`here` itself is
+    "this module") or, unless a folder of the package has its name (`campaign.py`), as the
+    one file of that name in it."""
+    if name in FOREIGN_FILES:
+        return None
+    if "/" in name:
+        top = name.split("/", 1)[0]
+        if top in INSTALLED:
+            spec = importlib.util.find_spec(top)  # found, not imported: Locust patches gevent
+            roots = [Path(d).parent for d in (spec.submodule_search_locations or [])] if spec \
+                else []
+        else:
+            roots = [package, repo]
+        rest = name.removeprefix(f"{package.name}/")
+        return None if any((r / rest).is_file() for r in roots) else "no such file"
+    if name == here.name:  # what it says of itself it says as "this module"
+        return "names itself; another is meant? write its folder"
+    if (here.parent / name).is_file():
+        return None
+    found = sorted(str(p.relative_to(package)) for p in package.rglob(name))
+    if not found:
+        return "no such file in the package"
+    if len(found) > 1 or name.removesuffix(".py") in _folders(package):
+        return f"which one? write its folder ({', '.join(found)}; or the folder {name[:-3]}/)"
+    return None
+
+
+def _top_names(path: Path) -> set[str]:
+    """The names a module defines or imports at its top level."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return out
+
+
+def dotted_problem(ref: str, modules: dict[str, Path], here: str = "") -> str | None:
+    """Why `ref`, a dotted name in backticks in the prose of module `here`, names no module
+    or module attribute of the package, or None when it does or is not the package's.
+    Checked: names that begin with the package, one of its folders or root modules
+    (`post.stats.aggregate`, `catalog.ROW`), unless a module of `here`'s folder has it
+    (`wire.MESSAGES` in `cluster/`), and any that begin with a retired module's name."""
+    parts = ref.split(".")
+    if parts[-1] in NOT_MODULES:  # a file: `live.json`, `summary.md`
+        return None
+    if parts[0] in RETIRED:
+        return f"{parts[0]} is no module now"
+    parts = parts[1:] if parts[0] == PACKAGE.name else parts
+    folder = here.rpartition(".")[0]
+    if f"{folder}.{parts[0]}" in modules and _resolve(folder, parts, modules) is None:
+        return None  # (a neighbour's name that is not one may be a field's: `chat.completion`)
+    if f"{PACKAGE.name}.{parts[0]}" not in modules:
+        return None
+    return _resolve(PACKAGE.name, parts, modules)
+
+
+def _resolve(module: str, parts: list[str], modules: dict[str, Path]) -> str | None:
+    """Why `parts`, read from `module` down, names no module or name it defines, or None."""
+    parts = list(parts)
+    while parts and f"{module}.{parts[0]}" in modules:
+        module = f"{module}.{parts.pop(0)}"
+    if not parts or parts[0] in _top_names(modules[module]):
+        return None
+    return f"{module} has no {parts[0]}"
+
+
+def test_prose_names_files_and_modules_that_exist():
+    """Every `*.py` and every dotted module path named in a docstring or comment of the
+    package is one that exists (a moved module's old name in prose misleads whoever follows
+    it): a file, in its folder or by its path; a module, or a name that module defines; and
+    no retired module's name stands there, even as a plain word."""
+    modules = _modules()
+    bad = []
+    named = 0
+    for module, path in sorted(modules.items()):
+        if path.name == "__init__.py":
+            module += ".__init__"  # its folder is its own
+        for line, text in prose(path):
+            where = f"{path.relative_to(REPO)}:{line}"
+            for name in FILE_NAME.findall(text):
+                named += 1
+                if (why := file_problem(name, path)) is not None:
+                    bad.append(f"{where}: {name}: {why}")
+            for ref in DOTTED.findall(text):
+                if (why := dotted_problem(ref, modules, module)) is not None:
+                    bad.append(f"{where}: `{ref}`: {why}")
+            bad += [f"{where}: {w}: is no module now" for w in RETIRED_WORDS.findall(text)]
+    assert named > 100  # the scan sees the prose at all
+    assert bad == []
+
+
+def test_the_prose_checks_can_fail(tmp_path: Path):
+    pkg = tmp_path / "pkg"
+    for f in ("a/x.py", "a/y.py", "b/y.py", "b/c.py", "c/__init__.py", "a/__init__.py",
+              "b/__init__.py"):
+        (pkg / f).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / f).write_text("")
+    here = pkg / "a" / "x.py"
+    assert file_problem("y.py", here, pkg, tmp_path) is None  # its own folder's
+    assert file_problem("x.py", here, pkg, tmp_path).startswith("names itself")
+    assert file_problem("b/y.py", here, pkg, tmp_path) is None
+    assert file_problem("pkg/b/c.py", here, pkg, tmp_path) is None
+    assert file_problem("y.py", pkg / "b" / "c.py", pkg, tmp_path) is None
+    assert file_problem("c.py", pkg / "a" / "x.py", pkg, tmp_path).startswith("which one?")
+    assert file_problem("gone.py", here, pkg, tmp_path) == "no such file in the package"
+    assert file_problem("b/x.py", here, pkg, tmp_path) == "no such file"
+    assert file_problem("locust/runners.py", here, pkg, tmp_path) is None
+    assert file_problem("locust/nothing.py", here, pkg, tmp_path) == "no such file"
+    modules = _modules()
+    assert dotted_problem("post.stats.aggregate", modules) is None
+    assert dotted_problem("anvil_metrics.catalog.ROW", modules) is None
+    assert dotted_problem("client.saturated", modules) is None  # a document's field
+    assert dotted_problem("post.stats.no_such_thing", modules) == (
+        "anvil_metrics.post.stats has no no_such_thing")
+    assert dotted_problem("dist_wire.MESSAGES", modules) == "dist_wire is no module now"
+    assert RETIRED_WORDS.findall("as summaryio's (a dist table; summaryiox)") == ["summaryio"]
+    assert dotted_problem("wire.MESSAGES", modules, "anvil_metrics.cluster.master") is None
+    assert dotted_problem("wire.MESSAGES", modules, "anvil_metrics.post.verify") == (
+        "anvil_metrics.wire has no MESSAGES")
+    (pkg / "a" / "z.py").write_text('"""Says `x.py`."""\n\n\ndef f():\n    """`y.py`."""\n'
+                                    '    return 1  # `gone.py`\n')
+    assert [(line, FILE_NAME.findall(t)) for line, t in prose(pkg / "a" / "z.py")] == [
+        (1, ["x.py"]), (5, ["y.py"]), (6, ["gone.py"])]
+
+
+def test_each_folder_says_what_it_is_for():
+    """Each folder's `__init__.py` opens with a sentence saying what the folder is for (a
+    newcomer's first read), not its own name."""
+    short = {}
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        first = doc.split("\n\n", 1)[0]
+        if len(first.split()) < 8 or first.strip("`./ ").lower() == init.parent.name:
+            short[init.parent.name] = first
+    assert short == {}
+
+
+def test_architecture_names_files_and_modules_that_exist():
+    """ARCHITECTURE.md's names hold as the package's prose does: its dotted names
+    (`post.stats.aggregate`, in the flow too) and its files (a bare name: the package's one
+    file of that name, or a test helper beside conftest.py)."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    modules = _modules()
+    bad = [f"{ref}: {why}" for ref in sorted(set(re.findall(
+               rf"\b((?:{PACKAGE.name}\.)?[a-z_]+(?:\.[A-Za-z_]\w*)+)", text)))
+           if (why := dotted_problem(ref, modules)) is not None]
+    for name in sorted(set(FILE_NAME.findall(text))):
+        if "/" in name or not (REPO / "tests" / name).is_file():
+            if (why := file_problem(name, PACKAGE / "ARCHITECTURE.md")) is not None:
+                bad.append(f"{name}: {why}")
+    assert bad == []

@@ -1,0 +1,80 @@
+"""The public summary's figures and gates: what a campaign's `performance[]` rows show, and
+what its promotion decision may require of them, each defined once.
+
+Why a module of its own, beside the catalogue: a summary figure is not a measurement of a
+request but the mean over a variant's runs of one of the catalogue's aggregates
+(`catalog.AGGREGATES`), and a gate is a comparison of two variants on one such figure. The
+catalogue says what a run measured; this says what a campaign reports and decides from it.
+Both sit at the bottom of the package because several layers read the same table: the
+campaign file checks its gates against it (`campaign/spec.py`), the summary computes, rounds
+and verifies its rows and decides its gates from it (`summary/decide.py`, `summary/verify.py`,
+`summary/markdown.py`, `summary/fields.py`), the report draws and labels it
+(`report/campaignfigs.py`) and the summary's JSON Schema names its gates
+(`schemas/verdicts.py`). A figure or gate added here reaches each of them without another
+edit.
+
+A figure's direction (`better`) is its aggregate's, so a gate's direction is too: an
+improvement is a rise for a rate and a fall for a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anvil_metrics.catalog import AGGREGATES_BY_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryFigure:
+    """One figure of a public summary's `performance[]` row: the mean over a variant's runs
+    of each run's `metrics[metric]` (`summary/decide.py`), shown to `decimals` places under
+    `label` (summary.md's column) or `long_label` (the report's panel title). `better` is
+    its metric's (`Aggregate.better`); `delta`, if any, is the row field of its change
+    against the speculation-off variant, in percent, shown to `DELTA_DECIMALS` places;
+    `added` figures are anvil's own, absent from the spec's example."""
+
+    name: str
+    unit: str
+    decimals: int
+    label: str
+    long_label: str
+    metric: str
+    delta: str = ""
+    added: bool = False
+
+    @property
+    def better(self) -> str | None:
+        return AGGREGATES_BY_NAME[self.metric].better
+
+
+DELTA_DECIMALS = 1
+SUMMARY_FIGURES: tuple[SummaryFigure, ...] = (
+    SummaryFigure("ttft_p50_ms", "ms", 1, "TTFT p50 ms", "time to first token p50 (ms)",
+                  "ttft_p50_ms"),
+    SummaryFigure("effective_prefill_tok_s_p50", "tok/s", 0, "prefill tok/s p50",
+                  "effective prefill p50 (tok/s)", "effective_prefill_tok_s_p50"),
+    SummaryFigure("decode_tok_s_p50", "tok/s", 1, "decode tok/s p50", "decode rate p50 (tok/s)",
+                  "decode_tok_s_p50", delta="decode_delta_percent"),
+    SummaryFigure("e2e_p50_ms", "ms", 1, "e2e p50 ms", "end to end p50 (ms)", "e2e_p50_ms",
+                  delta="e2e_delta_percent"),
+    SummaryFigure("aggregate_output_tok_s", "tok/s", 1, "output tok/s",
+                  "aggregate output (tok/s)", "throughput_tok_s"),
+    SummaryFigure("prompt_tokens_p50", "tok", 0, "prompt tokens",
+                  "prompt tokens p50 (server-counted)", "prompt_tokens_p50", added=True),
+)
+SUMMARY_BY_NAME: dict[str, SummaryFigure] = {f.name: f for f in SUMMARY_FIGURES}
+
+# A campaign sets the gates (`campaign/spec.py` checks their values) and the summary decides
+# them (`summary/decide.py`): one table, below both. Each improvement gate is on one summary
+# figure, in its direction; gate -> (summary figure, True when higher is better).
+IMPROVEMENT_GATE_FIGURES: tuple[tuple[str, str], ...] = (
+    ("e2e_p50_improvement_percent", "e2e_p50_ms"),
+    ("ttft_p50_improvement_percent", "ttft_p50_ms"),
+    ("decode_p50_improvement_percent", "decode_tok_s_p50"),
+    ("effective_prefill_p50_improvement_percent", "effective_prefill_tok_s_p50"),
+    ("aggregate_output_improvement_percent", "aggregate_output_tok_s"),
+)
+IMPROVEMENT_GATES: dict[str, tuple[str, bool]] = {
+    gate: (name, SUMMARY_BY_NAME[name].better == "higher")
+    for gate, name in IMPROVEMENT_GATE_FIGURES}
+KNOWN_GATES: tuple[str, ...] = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional")
