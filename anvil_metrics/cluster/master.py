@@ -59,7 +59,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
@@ -71,6 +71,13 @@ from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.post import saturation
 from anvil_metrics.records import Failure, RequestRecord, record_problem
+
+if TYPE_CHECKING:
+    from greenlet import greenlet
+    from locust.env import Environment
+    from locust.rpc.protocol import Message
+
+    from anvil_metrics.live.session import RunSession
 
 log = logging.getLogger("anvil")
 # An open loop's ticket goes to its worker this long before it falls due, and the worker
@@ -127,7 +134,8 @@ class MasterCoordinator:
     arrive are fired as `anvil_events.request_record`, exactly as a local user fires them.
     """
 
-    def __init__(self, environment: Any, session: Any, setup: WorkerSetup) -> None:
+    def __init__(self, environment: Environment, session: RunSession, setup: WorkerSetup
+                 ) -> None:
         self.environment = environment
         self.runner = environment.runner
         self.session = session
@@ -138,7 +146,7 @@ class MasterCoordinator:
         self.dropped: list[str] = []
         self.closing = False
         self._pongs: dict[tuple[str, int], gevent.event.AsyncResult] = {}
-        self._listener: Any = None
+        self._listener: greenlet | None = None
         self._monitor = gevent.spawn(self._watch_lost)
 
     # set-up ------------------------------------------------------------------------------
@@ -209,24 +217,24 @@ class MasterCoordinator:
 
     # messages (each one checked by `MasterAgent` first: `wire.MESSAGES`) ------------------
 
-    def _worker_for(self, msg: Any) -> _Worker | None:
+    def _worker_for(self, msg: Message) -> _Worker | None:
         data = msg.data
         if not isinstance(data, dict) or data.get("run_id") != self.run_id:
             return None
         return self.workers.get(msg.node_id)
 
-    def on_hello(self, msg: Any) -> None:
+    def on_hello(self, msg: Message) -> None:
         w = self.workers.get(msg.node_id)
         if w is not None and msg.data.get("run_id") in (self.run_id, None):  # None: failed
             w.info = dict(msg.data)
             w.hello.set()
 
-    def on_pong(self, msg: Any) -> None:
+    def on_pong(self, msg: Message) -> None:
         result = self._pongs.pop((msg.node_id, msg.data.get("seq")), None)
         if result is not None and msg.data.get("run_id") == self.run_id:
             result.set(int(msg.data["t_worker_ns"]))
 
-    def on_take(self, msg: Any) -> None:
+    def on_take(self, msg: Message) -> None:
         w = self._worker_for(msg)
         if w is None:
             return
@@ -245,14 +253,15 @@ class MasterCoordinator:
             due = ticket.due_ns  # the master's clock → the worker's (0 on one kernel)
             if due is not None:
                 due -= w.offset_ns or 0
-            raw: list[Any] | None = [ticket.request_index, ticket.warmup,
-                                     ticket.planned_context_tokens, due, ticket.waited]
+            raw: list[int | bool | None] | None = [
+                ticket.request_index, ticket.warmup, ticket.planned_context_tokens, due,
+                ticket.waited]
         else:
             raw = None
         self.runner.send_message("anvil_ticket", {"run_id": self.run_id, "seq": seq,
                                                   "ticket": raw}, client_id=w.client_id)
 
-    def on_records(self, msg: Any) -> None:
+    def on_records(self, msg: Message) -> None:
         self._listener = gevent.getcurrent()
         w = self._worker_for(msg)
         if w is None:
@@ -291,14 +300,14 @@ class MasterCoordinator:
             w.going -= 1
         self.session.budget.give_back(grant.ticket, over)
 
-    def on_drop(self, msg: Any) -> None:
+    def on_drop(self, msg: Message) -> None:
         """A worker's user was stopped between two turns of its conversation."""
         w = self._worker_for(msg)
         if w is not None and w.going > 0:
             w.going -= 1
             self.session.budget.conversation_dropped()
 
-    def on_done(self, msg: Any) -> None:
+    def on_done(self, msg: Message) -> None:
         w = self._worker_for(msg)
         if w is not None:
             w.done = dict(msg.data)
@@ -433,13 +442,14 @@ class MasterCoordinator:
 
 
 class MasterAgent:
-    """Installs the master's message handlers once; routes them to the run's coordinator."""
+    """Installs the master's message handlers once; routes them to the run's coordinator
+    (`start_run` makes it, `end_run` lets it go: between runs, none)."""
 
-    def __init__(self, environment: Any) -> None:
+    def __init__(self, environment: Environment) -> None:
         self.environment = environment
         self.runner = environment.runner
-        self.coordinator: MasterCoordinator | None = None
-        handlers: dict[str, Callable[[MasterCoordinator, Any], None]] = {
+        self._coordinator: MasterCoordinator | None = None
+        handlers: dict[str, Callable[[MasterCoordinator, Message], None]] = {
             "anvil_hello": lambda c, m: c.on_hello(m),
             "anvil_pong": lambda c, m: c.on_pong(m),
             "anvil_take": lambda c, m: c.on_take(m),
@@ -452,11 +462,25 @@ class MasterAgent:
                                                         lambda m: f"worker {m.node_id}"))
         environment.events.worker_connect.add_listener(self._on_worker_connect)
 
-    def _route(self, route: Callable[[MasterCoordinator, Any], None]
-               ) -> Callable[[Any], None]:
+    @property
+    def coordinator(self) -> MasterCoordinator | None:
+        """The run in progress's coordinator (None between runs)."""
+        return self._coordinator
+
+    def start_run(self, session: RunSession, setup: WorkerSetup) -> MasterCoordinator:
+        """A new run: its coordinator, to which the workers' messages go from now on."""
+        self._coordinator = MasterCoordinator(self.environment, session, setup)
+        return self._coordinator
+
+    def end_run(self) -> None:
+        """The run is written: its workers' messages are dropped from now on."""
+        self._coordinator = None
+
+    def _route(self, route: Callable[[MasterCoordinator, Message], None]
+               ) -> Callable[[Message], None]:
         """A checked message to the run's coordinator (none between runs: dropped)."""
-        def handler(msg: Any) -> None:
-            c = self.coordinator
+        def handler(msg: Message) -> None:
+            c = self._coordinator
             if c is not None:
                 route(c, msg)
         return handler
@@ -464,7 +488,7 @@ class MasterAgent:
     def _on_worker_connect(self, client_id: str, **_: Any) -> None:
         """A worker joined while a run is going: give it the set-up before Locust gives it
         users (messages to one worker arrive in order)."""
-        c = self.coordinator
+        c = self._coordinator
         if c is not None and not c.closing and client_id not in c.workers:
             c.add_worker(client_id)
             gevent.spawn(c.sync_late, client_id)

@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
@@ -33,6 +33,7 @@ from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
     DatasetBodies,
+    RequestBodies,
     TraceBodies,
 )
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
@@ -44,10 +45,18 @@ from anvil_metrics.prep.turns import ConversationPrompts, TurnTexts
 from anvil_metrics.records import Failure, RequestRecord, worker_identity
 from anvil_metrics.urls import Endpoint, api_key_from_env
 from anvil_metrics.wire.client import ChatClient
+from anvil_metrics.wire.transport import SendStats
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+    from locust.rpc.protocol import Message
+    from locust.runners import Runner
 
 log = logging.getLogger("anvil")
 
 BATCH_RECORDS = 256
+# how a worker sends a message to the master: its type and its fields (plain data)
+Send = Callable[[str, dict[str, Any]], None]
 
 
 class RemoteBudget:
@@ -56,10 +65,12 @@ class RemoteBudget:
     time (an open loop's ticket comes `master.TICKET_LEAD_NS` early, its due time on this
     worker's clock); `give_back` is a no-op (the record returns the ticket). A None ends
     the asking, but for a budget of `conversations` a start's None ends only the starts:
-    later turns are still asked for."""
+    later turns are still asked for. `on_orphan` is given each ticket that arrives for a
+    user no longer waiting for it."""
 
-    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str,
-                 conversations: bool = False) -> None:
+    def __init__(self, send: Send, run_id: str,
+                 conversations: bool = False,
+                 on_orphan: Callable[[Ticket], None] | None = None) -> None:
         self._send = send
         self._run_id = run_id
         self._seq = 0
@@ -69,7 +80,7 @@ class RemoteBudget:
         self._starts: set[int] = set()  # asks (seq) for a new conversation or request
         self._no_starts = False
         self._conversations = conversations  # the master's budget counts conversations
-        self.on_orphan: Callable[[Ticket], None] | None = None
+        self._on_orphan = on_orphan
         self._timers: list[DueTimer] = []  # one per user waiting for a due time at once
 
     def take(self) -> Ticket | None:
@@ -119,8 +130,8 @@ class RemoteBudget:
                 self._closed = True
         elif ticket is not None and (seq in self._abandoned or self._closed):
             self._abandoned.discard(seq)
-            if self.on_orphan is not None:
-                self.on_orphan(ticket)
+            if self._on_orphan is not None:
+                self._on_orphan(ticket)
 
     def conversation_dropped(self) -> None:
         """A user stopped between two turns: the master's budget counts its conversation
@@ -147,7 +158,7 @@ class RecordShipper:
     """Sends finished records to the master in bounded batches, as they finish: records
     finishing in the same moment share a message; none waits for a timer."""
 
-    def __init__(self, send: Callable[[str, dict[str, Any]], None], run_id: str,
+    def __init__(self, send: Send, run_id: str,
                  conversations: bool = False) -> None:
         self._send = send
         self._run_id = run_id
@@ -186,10 +197,11 @@ def _conversations(setup: WorkerSetup, dataset: list[DatasetEntry] | None
 
 
 class WorkerSession:
-    """A worker's share of a run: what `ChatStreamUser` borrows (endpoint, key, scenario,
-    bodies, budget), the shipping of its records, and its generator-health figures."""
+    """A worker's share of a run: what `ChatStreamUser` borrows (a `runctx.RunContext`:
+    endpoint, key, scenario, bodies, budget, send stats), the shipping of its records, and
+    its generator-health figures."""
 
-    def __init__(self, setup: WorkerSetup, send: Callable[[str, dict[str, Any]], None]
+    def __init__(self, setup: WorkerSetup, send: Send
                  ) -> None:
         self.run_id = setup.run_id
         self.scenario = setup.scenario
@@ -201,7 +213,7 @@ class WorkerSession:
                                 words=setup.words, prefix_words=setup.prefix_words)
         sc = setup.scenario
         dataset = sc.dataset.read() if sc.dataset is not None else None  # the same file
-        self.bodies: BodyBuilder | MixBodies | TraceBodies | DatasetBodies
+        self.bodies: RequestBodies
         if sc.trace is not None:  # a replay: the same trace file, read here
             self.bodies = TraceBodies(sc, setup.model, sc.trace.read(),
                                       TracePrompts(setup.run_nonce, sc.trace.block_tokens,
@@ -210,17 +222,18 @@ class WorkerSession:
         elif dataset is not None and sc.conversation is None:
             self.bodies = DatasetBodies(sc, setup.model, dataset, setup.dataset_counted)
         elif sc.mix is not None and sc.conversation is None:  # each request's class, model
-            self.bodies = MixBodies(sc, setup.model, prompts, setup.sizes,
-                                    setup.template_tokens)
-            self.bodies.prepare()  # the master sized its classes' prompts too (`words`)
+            mix = MixBodies(sc, setup.model, prompts, setup.sizes, setup.template_tokens)
+            mix.prepare()  # the master sized its classes' prompts too (`words`)
+            self.bodies = mix
         else:
             self.bodies = _single_bodies(setup, prompts, self.endpoint, self.api_key)
         self.conversations = _conversations(setup, dataset)
         self.worker = worker_identity()
+        self.send_stats = SendStats()  # its users' writes (a worker does not report them)
         self._send = send
         self.budget = RemoteBudget(send, setup.run_id, conversations=bool(
-            sc.conversation is not None and sc.conversation.conversations is not None))
-        self.budget.on_orphan = self._orphan
+            sc.conversation is not None and sc.conversation.conversations is not None),
+            on_orphan=self._orphan)
         self.shipper = RecordShipper(send, setup.run_id)
         self.finished = False
         self.load = LoadWindow()
@@ -246,7 +259,7 @@ class WorkerSession:
     def end_load(self) -> None:
         self.load.end()
 
-    def stop(self, runner: Any) -> None:
+    def stop(self, runner: Runner) -> None:
         """End this worker's share now (the master's `anvil_stop`, or a SIGTERM here): no
         more tickets, the users stopped (their requests in flight get `--stop-timeout`, then
         are `cancelled`), every record shipped and the master told how many."""
@@ -271,7 +284,8 @@ class WorkerSession:
 class WorkerAgent:
     """Installs the worker's message handlers; holds the worker's current session."""
 
-    def __init__(self, environment: Any, set_current: Callable[[Any], None]) -> None:
+    def __init__(self, environment: Environment,
+                 set_current: Callable[[WorkerSession | None], None]) -> None:
         self.environment = environment
         self.runner = environment.runner
         self.session: WorkerSession | None = None
@@ -284,7 +298,7 @@ class WorkerAgent:
     def send(self, msg_type: str, data: dict[str, Any]) -> None:
         self.runner.send_message(msg_type, data)
 
-    def _on_setup(self, msg: Any, **_: Any) -> None:
+    def _on_setup(self, msg: Message, **_: Any) -> None:
         """A new run: end the previous one here, then set up from the master's set-up, or
         refuse it (one log line) when it cannot be read. Either way the hello says which."""
         hello: dict[str, Any] = {"run_id": None, "worker": worker_identity(),
@@ -313,20 +327,20 @@ class WorkerAgent:
         s = self.session
         return s if s is not None and data["run_id"] == s.run_id else None
 
-    def _on_ping(self, msg: Any) -> None:
+    def _on_ping(self, msg: Message) -> None:
         t_worker = time.perf_counter_ns()
         d = msg.data
         self.send("anvil_pong", {"run_id": d["run_id"], "seq": d["seq"],
                                  "t_master_ns": d["t_master_ns"], "t_worker_ns": t_worker})
 
-    def _on_ticket(self, msg: Any) -> None:
+    def _on_ticket(self, msg: Message) -> None:
         s = self._current(msg.data)
         if s is None:
             return
         raw = msg.data["ticket"]
         s.budget.deliver(msg.data["seq"], None if raw is None else Ticket(*raw))
 
-    def _on_stop(self, msg: Any) -> None:
+    def _on_stop(self, msg: Message) -> None:
         s = self._current(msg.data)
         if s is None:
             return

@@ -14,9 +14,10 @@ request of the groups before it has finished: each group arrives at the server a
 burst of requests sharing a prefix, as SGLang's and vLLM's shared-prefix benchmarks send
 them, not spread over other groups' requests.
 
-`before_measured` (set by the session: the first server-metrics scrape, `telemetry/sampler.py`) runs
-once, after the warm-ups and before the first measured ticket is handed out; every taker
-waits for it (it is bounded by its own timeout), so it lies between the two.
+`before_measured` (given by the session: the first server-metrics scrape,
+`telemetry/sampler.py`) runs once, after the warm-ups and before the first measured ticket
+is handed out; every taker waits for it (it is bounded by its own timeout), so it lies
+between the two.
 
 Open loop (`schedule`, `arrivals.Schedule`): measured ticket k is handed out at its due time
 (the schedule's origin is the first measured take, after the warm-ups and once the users
@@ -66,6 +67,7 @@ import gevent.lock
 
 from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.load.arrivals import Schedule
+from anvil_metrics.load.replay import TraceSchedule
 
 log = logging.getLogger("anvil")
 
@@ -120,8 +122,10 @@ class RequestBudget:
 
     def __init__(self, requests: int | None, warmup: int, sizes: list[int],
                  on_exhausted: Callable[[], None] | None = None,
-                 group_size: int | None = None, schedule: Schedule | None = None,
-                 conversations: int | None = None) -> None:
+                 group_size: int | None = None,
+                 schedule: Schedule | TraceSchedule | None = None,
+                 conversations: int | None = None,
+                 before_measured: Callable[[], None] | None = None) -> None:
         if not sizes:
             raise ValueError("sizes must not be empty")
         if schedule is not None and group_size:
@@ -156,7 +160,7 @@ class RequestBudget:
             self._warm.set()
         self._closed = False
         self._on_exhausted = on_exhausted
-        self.before_measured: Callable[[], None] | None = None
+        self._before_measured = before_measured
         self._ready = gevent.event.Event()  # an open loop's users are ready (module doc)
         self._ready.set()
         self._users_expected: int | None = None
@@ -272,8 +276,8 @@ class RequestBudget:
             return
         self._opening = True
         try:
-            if self.before_measured is not None and not self._closed:
-                self.before_measured()
+            if self._before_measured is not None and not self._closed:
+                self._before_measured()
         finally:
             self._opened.set()
 

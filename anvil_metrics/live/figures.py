@@ -187,7 +187,7 @@ class LiveStats:
             self._drain()
             t_s = time.perf_counter() - self.t0_s
             if self._read_in_flight is None:  # never sampled (no load was started)
-                self.flow.end_s = t_s
+                self.flow.end_unread(t_s)
             else:
                 self.flow.end(t_s, *self._reading())
 

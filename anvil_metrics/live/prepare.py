@@ -18,6 +18,7 @@ from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
     DatasetBodies,
+    RequestBodies,
     TraceBodies,
     body_fields,
 )
@@ -57,7 +58,7 @@ class Prepared:
     model: str
     prompts: PromptFactory
     sizing: dict[str, Any]
-    bodies: BodyBuilder | MixBodies | TraceBodies | DatasetBodies
+    bodies: RequestBodies
     conversations: ConversationBodies | None = None
 
 

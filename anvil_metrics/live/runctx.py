@@ -2,10 +2,10 @@
 
 Why a Protocol and an attribute rather than a module global: a user needs the same few
 things from a local run (`session.RunSession`) and from a distributed worker's share of one
-(`cluster.worker.WorkerSession`), and Locust already hands every user its `Environment`. So the
-plugin stores the run there (`environment.anvil_run`, set at the start, cleared when it
-ends; a worker's is set by `cluster.worker.WorkerAgent` through the callback the plugin gives it),
-users read it from `self.environment`, and `RunContext` says exactly what they may read.
+(`cluster.worker.WorkerSession`), and Locust already hands every user its `Environment`. So
+the plugin stores the run there (`environment.anvil_run`, set at the start, cleared when it
+ends; a worker's is set by `cluster.worker.WorkerAgent` through the callback the plugin
+gives it), users read it from `self.environment`, and `RunContext` says exactly what they may read.
 `environment.anvil_latest` is the run in progress, else the last one started: what the web
 UI shows, which outlives the run.
 
@@ -18,10 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from locust.env import Environment
+
     from anvil_metrics.live.control import Ticket
-    from anvil_metrics.load.body import BodyBuilder, ConversationBodies
+    from anvil_metrics.load.body import ConversationBodies, RequestBodies
     from anvil_metrics.load.scenario import Scenario
     from anvil_metrics.urls import Endpoint
+    from anvil_metrics.wire.transport import SendStats
 
 RUN_ATTR = "anvil_run"
 LATEST_ATTR = "anvil_latest"
@@ -54,10 +57,13 @@ class RunContext(Protocol):
     - `endpoint`, `api_key`: where to send and with which key (None: no key);
     - `scenario`: its `timeouts` configure the user's HTTP client;
     - `budget`: which request to send next, and when (see `TicketSource`);
-    - `bodies`: the prebuilt request body for a ticket's planned size and index;
+    - `bodies`: the prebuilt request body for a ticket's planned size and index, and what
+      else its source says of the request (`load.body.RequestBodies`);
     - `worker`: `host:pid`, stamped on every record this process measures;
     - `conversations`: with a `[conversation]`, each conversation's turns (None: every
-      request is one prompt from `bodies`).
+      request is one prompt from `bodies`);
+    - `send_stats`: the run's count of request chunks written, which every user's client
+      adds to (the raw `run_end`'s `send_chunk_ms_max`).
     """
 
     @property
@@ -73,7 +79,7 @@ class RunContext(Protocol):
     def budget(self) -> TicketSource: ...
 
     @property
-    def bodies(self) -> BodyBuilder: ...
+    def bodies(self) -> RequestBodies: ...
 
     @property
     def worker(self) -> str: ...
@@ -81,21 +87,24 @@ class RunContext(Protocol):
     @property
     def conversations(self) -> ConversationBodies | None: ...
 
+    @property
+    def send_stats(self) -> SendStats: ...
 
-def run_in_progress(environment: Any) -> RunContext | None:
+
+def run_in_progress(environment: Environment) -> RunContext | None:
     """The run users of this `environment` send for, if any (None: no run, or its start
     failed and the plugin is ending it)."""
     return getattr(environment, RUN_ATTR, None)
 
 
-def set_run(environment: Any, run: RunContext | None) -> None:
+def set_run(environment: Environment, run: RunContext | None) -> None:
     """Make `run` the run in progress (None: it has ended); a run also becomes the latest."""
     setattr(environment, RUN_ATTR, run)
     if run is not None:
         setattr(environment, LATEST_ATTR, run)
 
 
-def latest_run(environment: Any) -> Any:
+def latest_run(environment: Environment) -> Any:
     """The run in progress, else the last one started in this process (a `RunSession`;
     the web UI reads its `live`, `run_id`, `run_dir` and `finished`); None before any."""
     return getattr(environment, LATEST_ATTR, None)

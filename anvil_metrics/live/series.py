@@ -109,6 +109,22 @@ class FlowBucket:
         self.in_area_s = self.in_time_s = 0.0  # ∫ in flight dt (request·s) and over how long
         self.in_max: int | None = None
 
+    def count(self, completed: bool, output_tokens: int = 0) -> None:
+        """A measured request finished in this interval: completed (with its output
+        tokens) or failed."""
+        if completed:
+            self.completed += 1
+            self.output_tokens += output_tokens
+        else:
+            self.failed += 1
+
+    def read(self, area_s: float, span_s: float, peak: int) -> None:
+        """An in-flight reading of this interval: `area_s` request·s over `span_s`, at most
+        `peak` at once."""
+        self.in_area_s += area_s
+        self.in_time_s += span_s
+        self.in_max = peak if self.in_max is None else max(self.in_max, peak)
+
     def merged(self, other: FlowBucket) -> FlowBucket:
         """This bucket with `other` added into it."""
         self.merge(other)
@@ -153,28 +169,27 @@ class Flow:
 
     def finished(self, t_s: float, completed: bool, output_tokens: int = 0) -> None:
         """A measured request's record arrived at `t_s`: counted in the interval holding it."""
-        bucket = self._bucket(lambda w: max(0, int(t_s // w)))
-        if completed:
-            bucket.completed += 1
-            bucket.output_tokens += output_tokens
-        else:
-            bucket.failed += 1
+        self._bucket(lambda w: max(0, int(t_s // w))).count(completed, output_tokens)
 
     def sample(self, t_s: float, area_s: float, span_s: float, peak: int) -> None:
         """The reading at `t_s` (a tick): over the `span_s` before it, `area_s` request·s in
         flight and at most `peak` at once; it belongs to the interval that ends at (or holds)
         `t_s`."""
         # (rounded: a tick's time over the width is a whole number, 0.3 / 0.1 is not quite)
-        bucket = self._bucket(lambda w: max(0, math.ceil(round(t_s / w, 9)) - 1))
-        bucket.in_area_s += area_s
-        bucket.in_time_s += span_s
-        bucket.in_max = peak if bucket.in_max is None else max(bucket.in_max, peak)
+        self._bucket(lambda w: max(0, math.ceil(round(t_s / w, 9)) - 1)).read(
+            area_s, span_s, peak)
         self.sampled_to_s = max(self.sampled_to_s, t_s)
 
     def end(self, t_s: float, area_s: float, span_s: float, peak: int) -> None:
         """The load is over at `t_s`: the last reading, and the last interval ends there."""
         if self.end_s is None:
             self.sample(t_s, area_s, span_s, peak)
+            self.end_s = t_s
+
+    def end_unread(self, t_s: float) -> None:
+        """The load is over at `t_s` and was never read (no load was started): the last
+        interval ends there, without a reading."""
+        if self.end_s is None:
             self.end_s = t_s
 
     def as_json(self) -> dict[str, Any]:

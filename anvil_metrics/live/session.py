@@ -29,17 +29,17 @@ from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.overload import OverloadWatch
 from anvil_metrics.live.prepare import Prepared, prepare_requests
-from anvil_metrics.live.recorder import RawWriter, Recorder, create_run_dir, new_run_id
+from anvil_metrics.live.recorder import (
+    RawWriter,
+    Recorder,
+    RecordSink,
+    create_run_dir,
+    new_run_id,
+)
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.load.arrivals import Schedule
-from anvil_metrics.load.body import (
-    BodyBuilder,
-    ConversationBodies,
-    DatasetBodies,
-    TraceBodies,
-)
+from anvil_metrics.load.body import ConversationBodies, RequestBodies
 from anvil_metrics.load.dataset import DatasetEntry
-from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.options import RunOptions
 from anvil_metrics.load.replay import TraceSchedule
 from anvil_metrics.load.scenario import Scenario
@@ -61,8 +61,7 @@ log = logging.getLogger("anvil")
 class RunSession:
     def __init__(self, opts: RunOptions, endpoint: Endpoint, model: str,
                  calibration: Calibration, run_id: str, run_dir: Path, writer: RawWriter,
-                 bodies: BodyBuilder | MixBodies | TraceBodies | DatasetBodies,
-                 budget: RequestBudget,
+                 bodies: RequestBodies, budget: RequestBudget,
                  header: dict[str, Any],
                  prompts: PromptFactory | None = None, controls: Controls = NO_CONTROLS,
                  on_end: Callable[[], None] | None = None,
@@ -83,6 +82,7 @@ class RunSession:
         self.budget = budget
         self.header = header
         self.worker = worker_identity()
+        self.send_stats = SendStats()  # this run's users' writes (`end_load` reads them)
         self.finished = False
         # why the run ended (`records.ENDED_BY`) and, for a signal or an abort, one line
         # saying what happened; the first to end the run names it (`mark_end`)
@@ -101,7 +101,7 @@ class RunSession:
                                   began_ns=lambda: self.began_ns)
         # the running figures only where a web UI shows them (`RunOptions.live_figures`);
         # `finish` gives the table the file's exact figures either way
-        sinks: list[Any] = [writer, self.live, self.watch] if opts.live_figures else [
+        sinks: list[RecordSink] = [writer, self.live, self.watch] if opts.live_figures else [
             writer, self.watch]
         if opts.abort.overload_window_s:  # --stop-overloaded: the server over capacity
             sinks.append(OverloadWatch(opts.abort.overload_window_s, endpoint.root_url,
@@ -137,7 +137,6 @@ class RunSession:
     def begin_load(self) -> None:
         """Start the generator-health figures: call when set-up work is over and the users
         are about to send (set-up stalls, e.g. a final garbage collection, are not load)."""
-        SendStats.max_chunk_ns = SendStats.chunks = 0
         self.began_ns = time.perf_counter_ns()
         self.load.begin()
         if self.opts.live_figures:  # the live page's in-flight series; the derivation of
@@ -152,8 +151,8 @@ class RunSession:
             return
         self._health = {**self.load.end(),
                         # raw record only: the longest single write of a request chunk
-                        "send_chunk_ms_max": SendStats.max_chunk_ns / 1e6,
-                        "send_chunks": SendStats.chunks}
+                        "send_chunk_ms_max": self.send_stats.max_chunk_ns / 1e6,
+                        "send_chunks": self.send_stats.chunks}
 
     def client_health(self) -> dict[str, Any]:
         """The benchmark's `client` block, as far as this issue measures it: event-loop lag
@@ -199,15 +198,20 @@ class RunSession:
 
         exhausted = ended("requests")
 
+        def scrape_first() -> None:  # just before the first measured request
+            if holder and holder[0].telemetry is not None:
+                holder[0].telemetry.mark("first")
+
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
                                schedule=_schedule(sc, trace),
-                               conversations=sc.conversation and sc.conversation.conversations)
+                               conversations=sc.conversation and sc.conversation.conversations,
+                               before_measured=scrape_first)
         run_id, run_dir = _run_folder(opts)
         writer = RawWriter(run_dir / "requests.jsonl")
         params = _header_params(opts, endpoint, identity, ready, nonce, concurrency, shared_doc,
-                                _context_distribution(sc, getattr(ready.bodies, "planned",
-                                                                  budget.size_for)),
+                                _context_distribution(sc, lambda i: ready.bodies.planned(
+                                    i, budget.size_for(i))),
                                 trace, dataset)
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
@@ -220,16 +224,12 @@ class RunSession:
 
     def _start_telemetry(self, server: dict[str, Any]) -> None:
         """Start the server-metrics sampler when its metrics are scraped: a scrape just
-        before the first measured request, and one after the last (`finish`)."""
+        before the first measured request (the budget's `before_measured`, given in
+        `start`), and one after the last (`finish`)."""
         if server["metrics_url"] is None:
             return
-        telemetry = self.telemetry = ServerTelemetry.start(
+        self.telemetry = ServerTelemetry.start(
             server["metrics_url"], self.run_dir, server["interval_s"], server["timeout_s"])
-
-        def scrape_first() -> None:  # just before the first measured request
-            telemetry.mark("first")
-
-        self.budget.before_measured = scrape_first
 
     def finish(self, locust_stats: dict[str, Any] | None = None,
                client: dict[str, Any] | None = None,
@@ -343,7 +343,8 @@ def _context_distribution(sc: Scenario, size_for: Callable[[int], int | None]
     return distribution
 
 
-def _schedule(sc: Scenario, trace: list[TraceRequest] | None) -> Any:
+def _schedule(sc: Scenario, trace: list[TraceRequest] | None
+              ) -> Schedule | TraceSchedule | None:
     """An open loop's due times: the trace's (a replay), the `--rate` plan's, or None."""
     if trace is not None and sc.trace is not None:
         return TraceSchedule(trace, sc.trace.speed)

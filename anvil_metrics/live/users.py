@@ -124,7 +124,8 @@ class ChatStreamUser(User):
                                      total_timeout_s=run.scenario.timeouts.total_s,
                                      extra_headers=run.scenario.headers,
                                      path=ENDPOINT_PATHS[run.scenario.endpoint],
-                                     streamed=run.scenario.endpoint in STREAMED_ENDPOINTS)
+                                     streamed=run.scenario.endpoint in STREAMED_ENDPOINTS,
+                                     send_stats=run.send_stats)
             self.client.connect()
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()
@@ -173,9 +174,7 @@ class ChatStreamUser(User):
         if talk is None:
             body = run.bodies.build_parts(ticket.planned_context_tokens, ticket.request_index,
                                           ticket.warmup)
-            header_for = getattr(run.bodies, "header_for", None)  # a trace's sessions
-            headers = b"" if header_for is None or ticket.warmup else header_for(
-                ticket.request_index)
+            headers = b"" if ticket.warmup else run.bodies.header_for(ticket.request_index)
         else:  # the conversation's history and its next message
             body, headers = talk.next_body(), talk.header
         now = time.perf_counter_ns()
@@ -184,11 +183,9 @@ class ChatStreamUser(User):
             planned_context_tokens=self._planned(run, ticket, talk),
             worker=run.worker, on_first_output=_fire_first_output,
             on_first_content=_fire_first_content, keep_text=talk is not None,
+            # a conversation's turn, else what the bodies say (a mix's class and model)
+            extra=talk.extra() if talk is not None else run.bodies.extra(ticket.request_index),
         )
-        if talk is not None:
-            obs.conversation = talk.extra()
-        elif (mix_extra := getattr(run.bodies, "extra", None)) is not None:
-            obs.mix = mix_extra(ticket.request_index)  # its class and model (a mix's)
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)
@@ -227,14 +224,13 @@ class ChatStreamUser(User):
 
     @staticmethod
     def _planned(run: RunContext, ticket: Ticket, talk: Conversation | None) -> int | None:
-        """The request's planned prompt size: the ticket's, a dataset entry's as counted
-        before the load (none when uncounted), none for a conversation's turn (its history
-        is the server's answers: `history_tokens` says what it was)."""
+        """The request's planned prompt size: the bodies' (`RequestBodies.planned`: the
+        ticket's, a mix's class's, a dataset entry's as counted before the load or none),
+        none for a conversation's turn (its history is the server's answers:
+        `history_tokens` says what it was)."""
         if talk is not None:
             return None
-        planned = getattr(run.bodies, "planned", None)
-        return ticket.planned_context_tokens if planned is None else planned(
-            ticket.request_index)
+        return run.bodies.planned(ticket.request_index, ticket.planned_context_tokens)
 
     def _turn_of(self, run: RunContext, request_index: int) -> Conversation | None:
         """The conversation whose turn request `request_index` is (None: single-turn
@@ -251,8 +247,7 @@ class ChatStreamUser(User):
         """An answered turn joins the history and the next one waits its think time; a
         failed or stopped one ends the conversation (its later turns are never sent)."""
         if obs.failure is None and obs.text is not None:
-            talk.answered("".join(obs.text), prompt_tokens_of(obs.usage),
-                          getattr(obs, "response_id", None))
+            talk.answered("".join(obs.text), prompt_tokens_of(obs.usage), obs.response_id)
             self._think_s = talk.think_s()
         else:
             talk.end()  # the next request opens a new conversation

@@ -1,5 +1,11 @@
 """Request bodies: the scenario's switches turned into chat-completion JSON, cheaply.
 
+Every source of a run's single-turn bodies (planned sizes: `BodyBuilder`; a dataset:
+`DatasetBodies`; a trace: `TraceBodies`; a request mix: `mixbodies.MixBodies`) is a
+`RequestBodies`: the one interface the users, the session and the plugin read, whatever the
+source. A source says only where it differs from the defaults (its own planned sizes, header
+lines, record extras); a new source subclasses it and works wherever a run's bodies do.
+
 A body differs between requests of one planned size only by two short strings of the user
 message: its head (unique per request, or per group in shared-prefix mode) and, in
 shared-prefix mode, the tag where a request leaves its group's prefix (see `prompts.py`).
@@ -13,7 +19,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -81,7 +87,31 @@ def _with_extra(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-class BodyBuilder:
+class RequestBodies(Protocol):
+    """A run's single-turn request bodies, whatever their source (the module docstring).
+    `build_parts` is each source's own; the others' defaults suit a source of planned
+    sizes, and a source that differs overrides them."""
+
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+        """Request `index`'s body as pieces to send one after another (their concatenation
+        is the JSON body); `size`: its planned prompt size by the budget (the ticket's)."""
+        ...
+
+    def planned(self, index: int, size: int) -> int | None:
+        """Request `index`'s planned prompt size: the budget's (`size`), unless the source
+        plans its own; None: nothing planned (its size is the server's count)."""
+        return size
+
+    def header_for(self, index: int) -> bytes:
+        """Request `index`'s own header lines, each ending in CRLF (b"": none)."""
+        return b""
+
+    def extra(self, index: int) -> dict[str, int] | None:
+        """What request `index`'s record carries in `extra` (None: nothing)."""
+        return None
+
+
+class BodyBuilder(RequestBodies):
     """Serialised request bodies for (planned size, request index)."""
 
     def __init__(self, sc: Scenario, model: str, prompts: PromptFactory,
@@ -271,10 +301,10 @@ class Conversation:
         return 0.0 if self.over else self.draws.think_s[self.turn - 1]
 
 
-class TraceBodies:
+class TraceBodies(RequestBodies):
     """Request bodies of a trace replay (`load/replay.py`): request k's blocks
-    (`prep/traceprompts.py`) and exactly its `output_tokens` out; the same interface as
-    `BodyBuilder` (`build_parts(size, index, warmup)`, `size` being the trace's own)."""
+    (`prep/traceprompts.py`) and exactly its `output_tokens` out (`size`, the budget's, is
+    the trace's own `input_tokens`); a request of a session sends its session header."""
 
     def __init__(self, sc: Scenario, model: str, reqs: list[TraceRequest],
                  prompts: TracePrompts, run_nonce: str = "") -> None:
@@ -330,7 +360,7 @@ class TraceBodies:
                               "min_tokens": out, "messages": self.messages(index)}),)
 
 
-class DatasetBodies:
+class DatasetBodies(RequestBodies):
     """Single-turn request bodies from a dataset (`load/dataset.py`): request k sends entry
     k mod n's first user turn (after its system prompt, if any). Its planned size
     (`planned`) is its count by the local tokenizer (`--tokenizer`) where one counted the
@@ -354,7 +384,8 @@ class DatasetBodies:
         """The entries' counts by the local tokenizer (None: not counted)."""
         return list(self._counted) if self._counted else None
 
-    def planned(self, index: int) -> int | None:
+    def planned(self, index: int, size: int) -> int | None:
+        """Entry k mod n's count by the local tokenizer, else None (`size` is not used)."""
         j = index % len(self._entries)
         return self._counted[j] if j < len(self._counted) else None
 

@@ -4,10 +4,11 @@ its body.
 Why its own module: a class's prompts come from one of three sources — planned sizes (the
 class's `context_tokens`, else the scenario's distribution), a dataset's entries, a trace's
 shapes — and each source already has its bodies (`body.BodyBuilder`, `DatasetBodies`,
-`TraceBodies`). A mix only routes request k to one of them: the (class, model) pair its draw
-gives, each pair's bodies made once with the class's fields (model, max_tokens, reasoning
-switches). A dataset class sends entry k mod n (its first user turn), a trace class entry
-k mod n's prompt and output length (its times are not a schedule here: the run's load is).
+`TraceBodies`). A mix (itself a `body.RequestBodies`) only routes request k to one of them:
+the (class, model) pair its draw gives, each pair's bodies made once with the class's fields
+(model, max_tokens, reasoning switches). A dataset class sends entry k mod n (its first user
+turn), a trace class entry k mod n's prompt and output length (its times are not a schedule
+here: the run's load is).
 Their planned sizes: a trace entry's `input_tokens`; a dataset entry's none (the server's
 count is the row's `prompt_tokens`).
 """
@@ -17,17 +18,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.body import BodyBuilder, DatasetBodies, TraceBodies
+from anvil_metrics.load.body import BodyBuilder, DatasetBodies, RequestBodies, TraceBodies
 from anvil_metrics.load.dataset import DatasetEntry, DatasetError, read_dataset
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest, read_trace
 from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.prep.traceprompts import TracePrompts
 
-Bodies = BodyBuilder | DatasetBodies | TraceBodies
 
-
-class MixBodies:
+class MixBodies(RequestBodies):
     """Request k's body by its class and model (the module doc says how)."""
 
     def __init__(self, sc: Scenario, model: str, prompts: PromptFactory,
@@ -38,7 +37,7 @@ class MixBodies:
         self.template_tokens = template_tokens
         self.mix = sc.mix
         self._sc, self._model, self.prompts, self._sizes = sc, model, prompts, sizes
-        self._builders: dict[tuple[int | None, int | None], Bodies] = {}
+        self._builders: dict[tuple[int | None, int | None], RequestBodies] = {}
         self._traces: dict[int, list[TraceRequest]] = {}  # a trace class's entries
         self._datasets: dict[int, list[DatasetEntry]] = {}  # a dataset class's entries
         self._entries: dict[int, int] = {}  # a source class's number of entries
@@ -48,7 +47,8 @@ class MixBodies:
         klass = self.mix.class_of(index)
         return klass, self.mix.model_of(index, klass)
 
-    def planned(self, index: int) -> int | None:
+    def planned(self, index: int, size: int) -> int | None:
+        """Request `index`'s class's planned size (`size`, the budget's, is not used)."""
         return self._size(self.mix.class_of(index), index)
 
     def _size(self, klass: int | None, index: int) -> int | None:
@@ -64,7 +64,7 @@ class MixBodies:
         """Every planned size a request of a planned class may have."""
         return sorted({*self._sizes, *self.mix.class_sizes()})
 
-    def _builder(self, klass: int | None, model: int | None) -> Bodies:
+    def _builder(self, klass: int | None, model: int | None) -> RequestBodies:
         b = self._builders.get((klass, model))
         if b is None:
             sc = self._sc
@@ -125,8 +125,11 @@ class MixBodies:
         klass, model = self.draw(index)
         b = self._builder(klass, model)
         if isinstance(b, BodyBuilder):
-            return b.build_parts(self._size(klass, index), index, warmup)  # type: ignore
-        return b.build_parts(0, index % self._entries[klass], warmup)  # type: ignore[index]
+            own = self._size(klass, index)
+            assert own is not None  # a planned class's
+            return b.build_parts(own, index, warmup)
+        assert klass is not None  # a dataset's or a trace's class
+        return b.build_parts(0, index % self._entries[klass], warmup)
 
     def extra(self, index: int) -> dict[str, int]:
         """What request `index`'s record carries in `extra`: its class and model."""

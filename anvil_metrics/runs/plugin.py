@@ -44,9 +44,9 @@ import orjson
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from anvil_metrics.cluster.master import MasterAgent, MasterCoordinator
+from anvil_metrics.cluster.master import MasterAgent
 from anvil_metrics.cluster.wire import WorkerSetup
-from anvil_metrics.cluster.worker import WorkerAgent
+from anvil_metrics.cluster.worker import WorkerAgent, WorkerSession
 from anvil_metrics.errors import AnvilError, ExitCode, UsageError
 from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
 from anvil_metrics.headers import checked
@@ -56,8 +56,11 @@ from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile
 from anvil_metrics.live.session import RunSession
+from anvil_metrics.load.body import DatasetBodies
+from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
 from anvil_metrics.post.clientblock import KEYS as CLIENT_KEYS
+from anvil_metrics.prep.turns import ConversationPrompts
 from anvil_metrics.runs import locustfix
 from anvil_metrics.runs.launch import plan_text
 from anvil_metrics.runs.stopsignals import StopSignals, first_mark_sigterm, mark_terminated
@@ -144,10 +147,10 @@ def watch_spawning(environment: Any, **_: Any) -> None:
         return
 
     def spawned(user_count: int = 0, **_: Any) -> None:
-        budget = getattr(run_in_progress(environment), "budget", None)
-        if isinstance(budget, RequestBudget):
-            budget.all_spawned(int(user_count),
-                               started_here=not isinstance(environment.runner, MasterRunner))
+        run = run_in_progress(environment)
+        if run is not None and isinstance(run.budget, RequestBudget):
+            run.budget.all_spawned(int(user_count),
+                                   started_here=not isinstance(environment.runner, MasterRunner))
 
     environment.events.spawning_complete.add_listener(spawned)
 
@@ -293,27 +296,28 @@ def _user_controls(environment: Any) -> Controls:
 def _turn_texts(session: RunSession) -> dict[str, str | None] | None:
     """A conversation run's sized texts, for its workers (None: not one, or a dataset's)."""
     convs = session.conversations
-    texts = getattr(convs.prompts, "texts", None) if convs is not None else None
-    if texts is None:
+    if convs is None or not isinstance(convs.prompts, ConversationPrompts):
         return None
+    texts = convs.prompts.texts
     return {"turn": texts.turn, "prefix": texts.prefix, "system": texts.system}
 
 
 def _start_workers(environment: Any, session: RunSession) -> None:
     """On a master: give every connected worker the run's set-up (bodies are built there
-    from it), measure its clock, and route its messages to this run."""
+    from it, with what the master's own bodies were given: a dataset's local counts, a
+    mix's template tokens), measure its clock, and route its messages to this run."""
     master = plugin_state(environment).master
     assert master is not None and session.prompts is not None
-    prompts = session.prompts
+    prompts, bodies = session.prompts, session.bodies
     setup = WorkerSetup(
         run_id=session.run_id, scenario=session.scenario, host=session.opts.host,
         api_key=session.api_key, model=session.model, calibration=prompts.calibration,
         run_nonce=prompts.run_nonce, shared=prompts.shared, words=dict(prompts.words),
         prefix_words=prompts.prefix_words, sizes=session.sizes,
-        turn_texts=_turn_texts(session), dataset_counted=getattr(session.bodies, "counted", None),
-        template_tokens=getattr(session.bodies, "template_tokens", 0))
-    coordinator = MasterCoordinator(environment, session, setup)
-    master.coordinator = coordinator
+        turn_texts=_turn_texts(session),
+        dataset_counted=bodies.counted if isinstance(bodies, DatasetBodies) else None,
+        template_tokens=bodies.template_tokens if isinstance(bodies, MixBodies) else 0)
+    coordinator = master.start_run(session, setup)
     runner = environment.runner
     ids = [w.id for w in runner.clients.ready + runner.clients.running + runner.clients.spawning]
     try:
@@ -402,9 +406,10 @@ def on_test_stop(environment: Any, **_: Any) -> None:
         done.set()
 
 
-def _finish(environment: Any, session: Any) -> None:
+def _finish(environment: Any, session: RunSession | WorkerSession) -> None:
     """Drain the workers (on a master), write `benchmark.json`, set the exit code."""
-    if getattr(session, "ended_by", None) == "aborted":  # the server stopped answering
+    # the server stopped answering (a worker's share of a run names no end of its own)
+    if isinstance(session, RunSession) and session.ended_by == "aborted":
         environment.process_exit_code = ExitCode.ABORTED
     total = environment.stats.total
     stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
@@ -414,7 +419,7 @@ def _finish(environment: Any, session: Any) -> None:
         summary = coordinator.drain()
         client = coordinator.client_health() or dict.fromkeys(CLIENT_KEYS)
         path = session.finish(stats, client=client, distributed=summary)
-        master.coordinator = None
+        master.end_run()
     else:
         path = session.finish(stats)
     if path is not None:

@@ -2,9 +2,9 @@
 
 Why its own module: the three schemas (`build.py`'s benchmark, `verdicts.py`'s summary and
 checks file) share the same few types and one rule for descriptions — each property's words
-come from the table of its block that the writer's layer keeps (`post/fields.py`,
-`summary/fields.py`, `checks/docverify.py`, the catalogue), and a block whose keys differ
-from its table's is a build error, not a field without a definition.
+come from where it is defined (the benchmark's typed definitions, `fieldtypes.described`;
+the tables `summary/fields.py` and `checks/docverify.py` keep), and a block whose keys
+differ from its table's is a build error, not a field without a definition.
 
 Two annotations beside the standard ones, both ignored by validators: `x-unit`, a field's
 unit (its description starts with it too), and `x-key`, what the keys of a map stand for

@@ -32,6 +32,7 @@ from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.sse import EventSplitter
 from anvil_metrics.wire.transport import (
     Cancelled,
+    SendStats,
     Silence,
     TotalTimeout,
     Transport,
@@ -99,15 +100,19 @@ class ChatClient:
                  connect_timeout_s: float = 30.0, network_timeout_s: float = 900.0,
                  idle_timeout_s: float | None = None, total_timeout_s: float | None = None,
                  extra_headers: Mapping[str, str] | None = None,
-                 path: str = "/chat/completions", streamed: bool = True) -> None:
+                 path: str = "/chat/completions", streamed: bool = True,
+                 send_stats: SendStats | None = None) -> None:
         """`network_timeout_s` bounds each wait until a stream's first output (headers and
         prefill, per read); once it has begun, `idle_timeout_s` bounds each silence;
         `total_timeout_s` the whole request (checked per event); `extra_headers` (checked:
         `anvil_metrics.headers`) go with every request, probes too; `path`: what the
         measured requests are posted to, under the API path (`/completions` for
         `--endpoint completions`); `streamed`: False when the answer is one JSON object
-        (`/embeddings`), its end the arrival of its last byte (`eventsobs.on_whole`)."""
+        (`/embeddings`), its end the arrival of its last byte (`eventsobs.on_whole`);
+        `send_stats`: the run's count of request chunks written, which this client's
+        measured requests add to (None: not counted)."""
         self.streamed = streamed
+        self._send_stats = send_stats
         self.endpoint = endpoint
         self.first_byte_s = network_timeout_s
         self.idle_s = idle_timeout_s or network_timeout_s
@@ -206,7 +211,7 @@ class ChatClient:
                   obs: StreamObserver, cancel_after: str | float | None = None) -> int:
         """Write the request, read the answer into `obs`; every error a typed failure."""
         try:
-            send_cooperatively(sock, (head, *parts))
+            send_cooperatively(sock, (head, *parts), self._send_stats)
         except CAUGHT["send"] as e:
             self.transport.discard(sock)  # still ours: the response never took it
             self._fail(obs, "send", e)
@@ -223,8 +228,8 @@ class ChatClient:
         except CAUGHT["headers"] as e:
             self._fail(obs, "headers", e)
             return 0
-        obs.http_status = resp.status_code
-        obs.truth = truth.from_headers(resp.get)  # anvil's simulator with --stamp-send
+        # its status, and the send stamps of anvil's simulator with --stamp-send (if any)
+        obs.on_head(resp.status_code, truth.from_headers(resp.get))
         if resp.status_code != 200:
             return self._http_error(resp, obs)
         first = [True]

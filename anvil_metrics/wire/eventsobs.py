@@ -34,11 +34,7 @@ _FINISH = {"completed": "stop", "incomplete": "length"}
 class ResponsesObserver(StreamObserver):
     """A `StreamObserver` fed Responses API events (the module doc says what each means)."""
 
-    __slots__ = ("response_id",)
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.response_id: str | None = None
+    __slots__ = ()
 
     def _on_chunk(self, event: dict, t_ns: int) -> bool:
         kind = event.get("type")
@@ -106,8 +102,4 @@ def on_whole(obs: StreamObserver, raw: bytes, t_ns: int) -> None:
         obs.fail("malformed_chunk", f"answer has no data[] (or a usage that is not an "
                  f"object): {raw[:200]!r}", t_ns, phase="prefill")
         return
-    obs.usage = usage
-    if obs.truth is not None:
-        obs.truth.chunk(answer, False, False)
-    obs.end_ns = t_ns
-    obs.done = True
+    obs.on_answer(answer, usage, t_ns)

@@ -21,10 +21,16 @@ finish chunk, no `[DONE]`) is tested without a network. The rules are those of
 
 A stream from anvil's stamping simulator also gets `truth`, a `truth.SendStamps` that keeps
 the simulator's send stamps beside the observer's (None for any other server).
+
+Everything an observer holds is set by the observer itself: what the caller knows of the
+request before it goes out comes to the constructor (`extra`: a conversation's turn, a mix's
+class and model), the response head to `on_head`, each payload to `on_data`, a whole answer
+to `on_answer`, the end to `on_eof` or `fail`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -75,8 +81,8 @@ class StreamObserver:
         "due_ns",
         "waited_for_user",
         "text",
-        "conversation",
-        "mix",
+        "extra",
+        "response_id",
     )
 
     def __init__(
@@ -87,9 +93,10 @@ class StreamObserver:
         warmup: bool = False,
         planned_context_tokens: int | None = None,
         worker: str | None = None,
-        on_first_output=None,
-        on_first_content=None,
+        on_first_output: Callable[[StreamObserver, int], None] | None = None,
+        on_first_content: Callable[[StreamObserver, int], None] | None = None,
         keep_text: bool = False,
+        extra: Mapping[str, int | None] | None = None,
     ) -> None:
         self.request_index = request_index
         self.start_ns = start_ns
@@ -118,11 +125,12 @@ class StreamObserver:
         # `keep_text`: the content deltas as received (a conversation's next turn sends
         # the answer back as history); None otherwise, and nothing is kept
         self.text: list[str] | None = [] if keep_text else None
-        # a conversation's turn: what its record carries in `extra` (conversation, turn,
-        # turns, history_tokens); None for a single-turn request
-        self.conversation: dict[str, int | None] | None = None
-        # a request of a mix (`load/mix.py`): its class_index and model_index for `extra`
-        self.mix: dict[str, int] | None = None
+        # what the record carries in `extra` besides the stream's own: a conversation's
+        # turn (conversation, turn, turns, history_tokens), a mix's class_index and
+        # model_index; None: nothing
+        self.extra = extra
+        # the answer's id (a Responses API stream's, `eventsobs`); None for the others
+        self.response_id: str | None = None
 
     def begin(self, t_ns: int, due_ns: int | None = None, *,
               waited_for_user: bool | None = None) -> None:
@@ -135,6 +143,12 @@ class StreamObserver:
         self.due_ns = due_ns
         if waited_for_user is not None:
             self.waited_for_user = waited_for_user
+
+    def on_head(self, http_status: int, truth: SendStamps | None = None) -> None:
+        """The response head arrived: its HTTP status, and the simulator's send stamps
+        when it sends them (`truth.from_headers`)."""
+        self.http_status = http_status
+        self.truth = truth
 
     @property
     def phase(self) -> str:
@@ -235,6 +249,16 @@ class StreamObserver:
         return self.fail("truncated", "response ended before any finish_reason", t_ns,
                          phase=self.phase)
 
+    def on_answer(self, answer: dict, usage: dict | None, t_ns: int) -> bool:
+        """An answer that came whole (an embeddings answer, checked by
+        `eventsobs.on_whole`), with its `usage`; its last byte arrived at `t_ns`, its end."""
+        self.usage = usage
+        if self.truth is not None:
+            self.truth.chunk(answer, False, False)
+        self.end_ns = t_ns
+        self.done = True
+        return True
+
     def fail(self, kind: str, message: str, t_ns: int, *, phase: str | None = None,
              http_status: int | None = None) -> bool:
         if self.failure is None:
@@ -263,10 +287,10 @@ class StreamObserver:
             http_status=self.http_status,
             failure=self.failure,
             worker=self.worker,
-            extra=self._extra(),
+            extra=self._record_extra(),
         )
 
-    def _extra(self) -> dict[str, Any]:
+    def _record_extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         if self.first_chunk_ns is not None:  # role-only chunks included (the module's rules)
             extra["first_chunk_ns"] = self.first_chunk_ns
@@ -274,10 +298,8 @@ class StreamObserver:
             extra["start_delay_ns"] = max(0, self.start_ns - self.due_ns)
         if self.waited_for_user:
             extra["waited_for_user"] = True
-        if self.conversation is not None:
-            extra.update(self.conversation)
-        if self.mix is not None:
-            extra.update(self.mix)
+        if self.extra is not None:
+            extra.update(self.extra)
         if self.truth is not None:
             extra["server"] = self.truth.stamps
         return extra

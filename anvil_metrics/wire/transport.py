@@ -269,11 +269,22 @@ def body_blocks(resp: Any, silence: Silence | None = None) -> Iterator[tuple[byt
 
 # -- the write side ---------------------------------------------------------------------------
 class SendStats:
-    """The longest the hub was held by writing one chunk of a request (process-wide):
-    the evidence that sending prompts never stalls other streams."""
+    """One run's writes of request chunks: how many, and the longest the hub was held by
+    one (the evidence that sending prompts never stalls other streams). The run's session
+    owns one and its users' clients count into it (`ChatClient(send_stats=…)`), so a run
+    counts its own writes only, from zero."""
 
-    max_chunk_ns: int = 0
-    chunks: int = 0
+    __slots__ = ("chunks", "max_chunk_ns")
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.max_chunk_ns = 0
+
+    def wrote(self, held_ns: int) -> None:
+        """One chunk was written, holding the hub `held_ns`."""
+        self.chunks += 1
+        if held_ns > self.max_chunk_ns:
+            self.max_chunk_ns = held_ns
 
 
 def chunks(parts: Sequence[bytes], size: int = SEND_CHUNK_BYTES) -> Iterator[bytes]:
@@ -296,9 +307,10 @@ def chunks(parts: Sequence[bytes], size: int = SEND_CHUNK_BYTES) -> Iterator[byt
         yield pending[0] if len(pending) == 1 else b"".join(pending)
 
 
-def send_cooperatively(sock: Any, parts: Sequence[bytes]) -> None:
+def send_cooperatively(sock: Any, parts: Sequence[bytes],
+                       stats: SendStats | None = None) -> None:
     """Write the request (`parts`, concatenated) in 64 KiB chunks, yielding to the hub
-    between chunks.
+    between chunks; each chunk's write is counted in `stats` (None: not counted).
 
     One `send` of a 1.4 MB prompt does not block on loopback (the socket buffer takes it),
     but the kernel does the receiving side's TCP work inside the call, and joining a
@@ -312,10 +324,8 @@ def send_cooperatively(sock: Any, parts: Sequence[bytes]) -> None:
             gevent.sleep(_YIELD_S)
         t0 = _perf_ns()
         sock.sendall(chunk)
-        held = _perf_ns() - t0
-        SendStats.chunks += 1
-        if held > SendStats.max_chunk_ns:
-            SendStats.max_chunk_ns = held
+        if stats is not None:
+            stats.wrote(_perf_ns() - t0)
 
 
 # -- the pool ---------------------------------------------------------------------------------

@@ -307,8 +307,7 @@ def _master() -> tuple[MasterCoordinator, FakeRunner]:
         worker_connect=SimpleNamespace(add_listener=lambda f: None)))
     agent = MasterAgent(env)
     session = SimpleNamespace(run_id="run-1", budget=RequestBudget(4, 0, [4096]), writer=None)
-    coordinator = MasterCoordinator(env, session, _setup(PLAIN)[0])
-    agent.coordinator = coordinator
+    coordinator = agent.start_run(session, _setup(PLAIN)[0])
     coordinator.add_worker("A")
     runner.clients["A"] = SimpleNamespace(state="running")
     runner.sent.clear()
@@ -360,6 +359,26 @@ def test_every_message_type_is_checked() -> None:
     assert [m[0] for m in runner.sent] == ["anvil_ticket"]
 
 
+def test_the_master_routes_messages_to_its_run_until_the_run_ends() -> None:
+    """`start_run` makes the run's coordinator, which the workers' messages go to;
+    after `end_run` (the run is written) they are dropped."""
+    runner = FakeRunner()
+    env = SimpleNamespace(runner=runner, events=SimpleNamespace(
+        worker_connect=SimpleNamespace(add_listener=lambda f: None)))
+    agent = MasterAgent(env)
+    assert agent.coordinator is None
+    session = SimpleNamespace(run_id="run-1", budget=RequestBudget(4, 0, [4096]), writer=None)
+    c = agent.start_run(session, _setup(PLAIN)[0])
+    assert agent.coordinator is c and c.session is session
+    c.add_worker("A")
+    runner.receive("anvil_hello", HELLO, node="A")
+    assert c.workers["A"].hello.is_set()
+    agent.end_run()
+    c.workers["A"].hello.clear()
+    runner.receive("anvil_hello", HELLO, node="A")
+    assert agent.coordinator is None and not c.workers["A"].hello.is_set()
+
+
 def test_wire_error_names_message_field_value_and_what_is_allowed() -> None:
     e = WireError("anvil_take", "seq", "x" * 500, "a whole number >= 1")
     assert str(e).startswith("anvil_take: seq = 'xxx") and str(e).endswith(
@@ -399,8 +418,7 @@ def test_the_master_refuses_the_run_when_its_only_worker_refuses_the_setup(
     worker_runner.send_message = (  # type: ignore[method-assign]
         lambda t, d=None, client_id=None: master_runner.receive(t, d, node="W"))
     session = SimpleNamespace(run_id="run-1", budget=RequestBudget(4, 0, [4096]), writer=None)
-    c = MasterCoordinator(env, session, _setup(PLAIN)[0])
-    master.coordinator = c
+    c = master.start_run(session, _setup(PLAIN)[0])
     c.setup_wire = {**c.setup_wire, "version": 0}  # as from a master of another version
     with caplog.at_level(logging.INFO, logger="anvil"), pytest.raises(
             RuntimeError, match="no worker could set up the run"):
@@ -498,10 +516,10 @@ def test_a_datasets_counts_cross_to_the_workers_as_their_planned_sizes(tmp_path:
     got = WorkerSetup.from_wire(over_locust("anvil_setup", setup.to_wire()))
     bodies = WorkerSession(got, lambda *a: None).bodies
     assert isinstance(bodies, DatasetBodies)
-    assert [bodies.planned(i) for i in range(5)] == [master.planned(i) for i in range(5)] \
-        == [11, 12, 13, 11, 12]
+    assert [bodies.planned(i, 100) for i in range(5)] == [
+        master.planned(i, 100) for i in range(5)] == [11, 12, 13, 11, 12]
     uncounted = WorkerSetup.from_wire(over_locust("anvil_setup", replace(
         setup, dataset_counted=None).to_wire()))
-    assert WorkerSession(uncounted, lambda *a: None).bodies.planned(0) is None
+    assert WorkerSession(uncounted, lambda *a: None).bodies.planned(0, 100) is None
     with pytest.raises(WireError, match="dataset_counted"):
         WorkerSetup.from_wire({**setup.to_wire(), "dataset_counted": [3, "x"]})

@@ -62,9 +62,8 @@ def test_remote_budget_stops_asking_once_the_budget_is_spent() -> None:
 
 
 def test_a_ticket_for_a_stopped_user_is_reported_not_dropped() -> None:
-    budget = RemoteBudget(lambda t, d: None, "r")
     orphans: list[Ticket] = []
-    budget.on_orphan = orphans.append
+    budget = RemoteBudget(lambda t, d: None, "r", on_orphan=orphans.append)
     budget.deliver(7, Ticket(6, False, 128))  # for no one who asked: ignored
     g = gevent.spawn(budget.take)
     gevent.sleep(0)

@@ -29,7 +29,6 @@ def test_budget_hands_out_dense_indices_then_stops() -> None:
 def test_before_measured_runs_once_between_the_warmups_and_the_first_measured_ticket() -> None:
     """The server-metrics scrape before the first measured request: after every warm-up
     finished, before any measured ticket; takers meanwhile wait for it, it runs once."""
-    b = RequestBudget(3, 1, [10])
     events: list[str] = []
 
     def gate() -> None:
@@ -37,7 +36,7 @@ def test_before_measured_runs_once_between_the_warmups_and_the_first_measured_ti
         gevent.sleep(0.05)
         events.append("gate ends")
 
-    b.before_measured = gate
+    b = RequestBudget(3, 1, [10], before_measured=gate)
     w = b.take()
     assert w is not None and w.warmup and events == []
     takers = [gevent.spawn(lambda: events.append(f"ticket {b.take().request_index}"))
@@ -52,9 +51,8 @@ def test_before_measured_runs_once_between_the_warmups_and_the_first_measured_ti
 
 
 def test_a_closed_budget_skips_the_gate() -> None:
-    b = RequestBudget(2, 0, [10])
-    ran = []
-    b.before_measured = lambda: ran.append(1)
+    ran: list[int] = []
+    b = RequestBudget(2, 0, [10], before_measured=lambda: ran.append(1))
     b.close()
     assert b.take() is None and ran == []
 

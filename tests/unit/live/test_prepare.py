@@ -139,8 +139,8 @@ def test_a_datasets_entries_are_counted_before_the_load_with_a_local_tokenizer(
     o = opts(sim, tmp_path, tokenizer_path="t.json", scenario=scenario(requests=3))
     ready = prepare_requests(o, Endpoint.parse(o.host), "n", [128], None, dataset=entries)
     want = [10 + len(e.turns[0]) for e in entries[:3]]  # the 3 entries 3 requests send
-    assert [ready.bodies.planned(k) for k in range(6)] == [*want, None, None, want[0]]
+    assert [ready.bodies.planned(k, 128) for k in range(6)] == [*want, None, None, want[0]]
     assert counted == [ready.bodies.messages(k) for k in range(3)]
     plain = prepare_requests(replace(o, tokenizer_path=None), Endpoint.parse(o.host), "n",
                              [128], None, dataset=entries)
-    assert plain.bodies.planned(0) is None
+    assert plain.bodies.planned(0, 128) is None

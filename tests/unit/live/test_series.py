@@ -97,3 +97,16 @@ def test_flow_stays_bounded_and_merges_pairwise() -> None:
     # interval 0 holds seconds 0..3: in flight 0, 1, 2, 3
     assert (got["in_flight"][0], got["in_flight_max"][0]) == (1.5, 3)
     assert got["output_tok_s"][0] == (0 + 1 + 2 + 3) / 4
+
+
+def test_a_flow_never_read_ends_without_a_reading() -> None:
+    """No load was started (`LiveStats.end_flow` before any reading): the flow ends where it
+    is told, its counts kept and no in-flight figure made up; a later end changes nothing."""
+    flow = Flow()
+    flow.finished(0.4, completed=True, output_tokens=5)
+    flow.end_unread(0.5)
+    got = flow.as_json()
+    assert (got["t_s"], got["completed"], got["output_tokens"]) == ([0.5], [1], [5])
+    assert (got["in_flight"], got["in_flight_max"]) == ([None], [None])
+    flow.end(2.0, 1.0, 1.5, 2)
+    assert flow.as_json() == got

@@ -21,10 +21,12 @@ from anvil_metrics.events import anvil_events
 from anvil_metrics.live import users
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import set_run
+from anvil_metrics.load.body import RequestBodies
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.records import RequestRecord
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.observe import StreamObserver
+from anvil_metrics.wire.transport import SendStats
 
 MS = 1_000_000
 
@@ -43,7 +45,7 @@ def _completes(obs: StreamObserver) -> int:
 
 
 def _busy(obs: StreamObserver) -> int:
-    obs.http_status = 503
+    obs.on_head(503)
     obs.fail("http_error", "503 busy", obs.start_ns + MS, phase="headers")
     return 0
 
@@ -90,8 +92,8 @@ class _Budget:
         self.returned.append(ticket)
 
 
-class _Bodies:
-    def build_parts(self, size: int, index: int, warmup: bool) -> tuple[bytes, ...]:
+class _Bodies(RequestBodies):
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
         return (b"{}",)
 
 
@@ -122,7 +124,7 @@ def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int]
     set_run(env, SimpleNamespace(endpoint=Endpoint.parse("http://127.0.0.1:9"), api_key=None,
                                  scenario=Scenario(measurement_protocol="p"), budget=budget,
                                  bodies=_Bodies(), worker="h:1",
-                                 conversations=conversations))
+                                 conversations=conversations, send_stats=SendStats()))
     fired: list[dict] = []
     env.events.request.add_listener(lambda **kw: fired.append(kw))
     user = users.ChatUser(env)

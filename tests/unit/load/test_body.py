@@ -223,3 +223,27 @@ def test_a_plain_traces_session_request_begins_with_the_one_before() -> None:
     assert b.header_for(1) == b""
     odd = b.header_for(4)  # not sent as given: its CRC-32
     assert odd.startswith(b"X-Session-ID: n1-") and b"\r\nX" not in odd and odd.endswith(b"\r\n")
+
+
+def test_every_body_source_answers_the_one_interface() -> None:
+    """`RequestBodies`: what a user, the session and the plugin ask of any source. Planned
+    sizes keep the budget's size, send no header lines and add nothing to the record; a
+    dataset plans its own size (none, uncounted); a new source need only build its bodies."""
+    from anvil_metrics.load.body import DatasetBodies, RequestBodies
+    from anvil_metrics.load.dataset import DatasetEntry
+
+    sc = Scenario(measurement_protocol="p", max_tokens=8)
+    planned = BodyBuilder(sc, "m", PromptFactory(CAL, 3, "n0nce123"))
+    planned.prepare([100])
+    dataset = DatasetBodies(sc, "m", [DatasetEntry(None, ("q",))])
+
+    class Fixed(RequestBodies):
+        def build_parts(self, size: int, index: int, warmup: bool = False
+                        ) -> tuple[bytes, ...]:
+            return (b'{"n": %d}' % index,)
+
+    for source in (planned, dataset, Fixed()):
+        assert orjson.loads(b"".join(source.build_parts(100, 4)))
+        assert (source.header_for(4), source.extra(4)) == (b"", None)
+    assert (planned.planned(4, 100), Fixed().planned(4, 100)) == (100, 100)
+    assert dataset.planned(4, 100) is None

@@ -40,6 +40,7 @@ def _mix(tmp_path: Path, trace_text: bytes | None = None) -> MixBodies:
 def test_each_class_routes_to_its_source(tmp_path: Path) -> None:
     bodies = _mix(tmp_path)
     seen = set()
+    budget = 7  # the budget's planned size: a mix plans each class's own instead
     for k in range(60):
         klass, model = bodies.draw(k)
         doc = orjson.loads(b"".join(bodies.build_parts(1992, k)))
@@ -49,13 +50,14 @@ def test_each_class_routes_to_its_source(tmp_path: Path) -> None:
                                        if k % 2 == 0 else
                                        [{"role": "system", "content": "s"},
                                         {"role": "user", "content": "second"}])
-            assert (doc["model"], doc["max_tokens"], bodies.planned(k)) == ("lora", 5, None)
+            assert (doc["model"], doc["max_tokens"], bodies.planned(k, budget)) == ("lora", 5,
+                                                                               None)
         elif klass == 2:  # the trace's entry k mod 2: its output length, its size planned
             out, size = ((4, 300), (6, 700))[k % 2]
-            assert (doc["max_tokens"], doc["ignore_eos"], bodies.planned(k)) == (out, True,
-                                                                                size)
+            assert (doc["max_tokens"], doc["ignore_eos"], bodies.planned(k, budget)) == (
+                out, True, size)
         else:
-            assert bodies.planned(k) == 1992 and doc["max_tokens"] == 8
+            assert bodies.planned(k, budget) == 1992 and doc["max_tokens"] == 8
         assert bodies.extra(k) == {"class_index": klass, "model_index": model}
     assert seen == {0, 1, 2}
 

@@ -100,7 +100,7 @@ def test_a_stream_without_its_end_is_truncated() -> None:
 
 def test_the_simulators_send_stamps_are_kept() -> None:
     obs = ResponsesObserver(0, 0)
-    obs.truth = SendStamps(5)
+    obs.on_head(200, SendStamps(5))
     blocks = [event("response.output_text.delta", delta="a", anvil_sent_ns=11),
               event("response.completed", response=response(), anvil_sent_ns=12)]
     read_events(((b, 20) for b in blocks), obs)
@@ -116,7 +116,7 @@ EMBEDDING = {"object": "list", "data": [{"object": "embedding", "index": 0,
 def test_an_embeddings_answer_is_read_whole_and_ends_at_its_last_byte() -> None:
     obs = StreamObserver(0, 0)
     raw = orjson.dumps({**EMBEDDING, "anvil_sent_ns": 3})
-    obs.truth = SendStamps(1)
+    obs.on_head(200, SendStamps(1))
     n = read_whole([(raw[:10], 2_000_000), (raw[10:], 5_000_000)], obs)
     assert n == len(raw) and obs.end_ns == 5_000_000 and obs.done and obs.failure is None
     assert obs.usage == EMBEDDING["usage"] and obs.first_output_ns is None

@@ -187,7 +187,7 @@ def test_send_stamps_are_kept_only_for_a_stamping_server() -> None:
     plain = run(stream).finish()
     assert "server" not in plain.extra
     obs = StreamObserver(0, 0)
-    obs.truth = from_headers({"anvil-t0-ns": "3"}.get)
+    obs.on_head(200, from_headers({"anvil-t0-ns": "3"}.get))
     assert isinstance(obs.truth, SendStamps) and from_headers({}.get) is None
     source = LineSource(lines_from_bytes([stream]), clock=lambda: 1)
     for data in iter_events(source):

@@ -156,3 +156,22 @@ def test_a_tls_stream_is_read_through_the_tls_layer(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["3 None None", "3 timeout decode"], out.stdout
+
+
+def test_a_requests_chunks_are_counted_in_its_runs_stats_only() -> None:
+    """`send_cooperatively` writes the parts in 64 KiB chunks and counts each in the
+    `SendStats` it is given (a run's, owned by its session), never in another's."""
+    written: list[bytes] = []
+
+    class Sock:
+        def sendall(self, chunk: bytes) -> None:
+            written.append(bytes(chunk))
+
+    parts = (b"head ", b"x" * (2 * transport.SEND_CHUNK_BYTES), b" tail")
+    mine, other = transport.SendStats(), transport.SendStats()
+    transport.send_cooperatively(Sock(), parts, mine)
+    assert b"".join(written) == b"".join(parts) and len(written) == 3
+    assert mine.chunks == len(written) and mine.max_chunk_ns > 0
+    assert (other.chunks, other.max_chunk_ns) == (0, 0)
+    transport.send_cooperatively(Sock(), parts)  # no stats: nothing counted
+    assert mine.chunks == 3
