@@ -146,6 +146,12 @@ def breach(message: str, value: Any, model: Any, path: str) -> str:
     return f"{_join(path, sub)}: expected {expected(node)}{shown}"
 
 
+def num(v: Any, spec: str) -> str:
+    """A figure as the CLI's lines show it: `format(v, spec)`, or "null" for a missing one
+    (missing is null, never 0)."""
+    return "null" if v is None else format(v, spec)
+
+
 FMT_MAX = 200  # characters of a value a message shows (a damaged file's may be megabytes)
 
 

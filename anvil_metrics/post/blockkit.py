@@ -30,6 +30,7 @@ from typing import Annotated, Any
 import numpy as np
 
 from anvil_metrics.fieldtypes import described
+from anvil_metrics.fieldtypes import num as num
 from anvil_metrics.load.criteria import Criterion
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.rawcolumns import COL, RawColumns
@@ -98,11 +99,6 @@ class Block:
     build: Build
     verify: Verify | None = None
     summary: Summary | None = None
-
-
-def num(v: Any, spec: str) -> str:
-    """A figure as the CLI shows it: `format(v, spec)`, or "null" for a missing one."""
-    return "null" if v is None else format(v, spec)
 
 
 def mean_of(values: Any) -> float | None:

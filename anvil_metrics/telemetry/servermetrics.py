@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anvil_metrics.fieldtypes import num as figure
 from anvil_metrics.telemetry.engines import (
     ENGINES,
     RATIOS,
@@ -375,7 +376,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         return []
 
     def num(v: Any, nd: int = 1) -> str:
-        return "null" if v is None else f"{v:,.{nd}f}"
+        return figure(v, f",.{nd}f")
 
     def gauge(g: Any, scale: float = 1.0, unit: str = "") -> str:
         if not isinstance(g, dict):
