@@ -17,16 +17,8 @@ from typing import Any
 
 from anvil_metrics.cli.parsing import Commands, argtype
 from anvil_metrics.errors import ExitCode, UsageError
-from anvil_metrics.load.options import (
-    RUN_OPTIONS,
-    option,
-    positive,
-    run_options,
-    text,
-    timespan,
-    tokenizer_file,
-    whole,
-)
+from anvil_metrics.load.options import RUN_OPTIONS, Option, option, run_options
+from anvil_metrics.load.optionvalues import positive, text, timespan, tokenizer_file, whole
 from anvil_metrics.urls import api_key_from_env
 
 
@@ -47,6 +39,17 @@ def _sizes(v: str) -> list[int]:
     return out
 
 
+def _checked_text(o: Option) -> Any:
+    """A scenario flag's argparse type: its text, once its kind accepts it (Locust's
+    process reads the same text again: `options.locust_args`)."""
+    check = argtype(o.parse, o.flag)
+
+    def conv(v: str) -> str:
+        check(v)
+        return v
+    return conv
+
+
 def _add_run_options(r: argparse.ArgumentParser) -> None:
     """`anvil run`'s flags, made from `options.OPTIONS` (the table the plugin uses too)."""
     for o in RUN_OPTIONS:
@@ -59,8 +62,9 @@ def _add_run_options(r: argparse.ArgumentParser) -> None:
         elif o.parse is text:
             r.add_argument(*names, default=o.default, required=o.required, help=o.help)
         else:
-            r.add_argument(*names, type=argtype(o.parse, o.flag), default=o.default,
-                           required=o.required, help=o.help)
+            kind = _checked_text(o) if o.key is not None else argtype(o.parse, o.flag)
+            r.add_argument(*names, type=kind, default=o.default, required=o.required,
+                           help=o.help)
 
 
 def add_run(sub: Commands) -> None:

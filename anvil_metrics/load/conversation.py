@@ -46,11 +46,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from anvil_metrics.errors import ScenarioError
+from anvil_metrics.load.optionvalues import pairs
+
+if TYPE_CHECKING:  # numpy once a conversation is drawn: the option table needs this module
+    import numpy as np
 
 HISTORY_MODES = ("server", "fixed")
 DEFAULT_SESSION_HEADER = "X-Session-ID"
@@ -98,6 +100,14 @@ def dist_from_text(text: str) -> dict[str, Any] | str:
     if not len(required) <= len(values) <= len(required) + len(optional):
         return text
     return {"dist": name, **dict(zip(required + optional, values, strict=False))}
+
+
+def table_flag(flag: str, text: str) -> dict[str, Any]:
+    """`--conversation key=value,...`: the `[conversation]` keys it sets over the file's,
+    a value `name:p1:p2` a distribution's table (`dist_from_text`)."""
+    return {k: dist_from_text(v) if isinstance(v, str) else v
+            for k, v in pairs(flag, text).items()}
+
 
 @dataclass(frozen=True, slots=True)
 class Draw:
@@ -213,6 +223,8 @@ class ConversationPlan:
     def draws(self, index: int, turns: int | None = None) -> ConversationDraws:
         """Conversation `index`'s turns (`turns` when its source fixes them: a dataset's
         conversation) and think times, from its own generator."""
+        import numpy as np
+
         rng = np.random.Generator(np.random.PCG64([self.seed, index]))
         drawn = int(self.turns.sample(rng, whole=True))
         turns = drawn if turns is None else turns

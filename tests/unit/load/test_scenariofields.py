@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from anvil_metrics.errors import ScenarioError
-from anvil_metrics.load.scenariofields import _TABLE_KEYS, _TOP_KEYS, scenario_fields
+from anvil_metrics.load.scenariofields import TABLE_KEYS
+from anvil_metrics.load.scenariorules import scenario_fields
 
 BASE = {"measurement_protocol": "t", "max_tokens": 100, "max_context_tokens": 1000}
 
@@ -127,8 +128,9 @@ def test_no_thinking_contradicts_thinking_on() -> None:
 def test_every_key_a_table_allows_is_checked() -> None:
     """A key allowed but read by no rule would be silently ignored: a value of the wrong
     type is refused, by its name, for each (shared_prefix: test_scenario's own test)."""
-    tables = {t: keys for t, keys in _TABLE_KEYS.items() if t in _TOP_KEYS and keys}
-    assert set(tables) == {"serve_flags", "shared_prefix", "request", "meta", "timeouts"}
+    tables = TABLE_KEYS
+    assert set(tables) == {"serve_flags", "shared_prefix", "request", "meta", "timeouts",
+                           "trace", "dataset"}
     for table, keys in tables.items():
         for key in sorted(keys) if table != "shared_prefix" else ():
             assert refused({**BASE, table: {key: []}}).field == f"{table}.{key}"
