@@ -237,7 +237,7 @@ def scenario_flags(values: Mapping[str, Any]) -> list[Given]:
         raw = values.get(o.dest)
         value = o.value(raw)
         if value is not None and value is not False:
-            shown = raw.strip() if isinstance(raw, str) else str(raw)
+            shown = None if o.switch else raw.strip() if isinstance(raw, str) else str(raw)
             out.append(Given(o.flag, shown, FLAGS_BY_NAME[o.flag].sets(value)))
     return out
 

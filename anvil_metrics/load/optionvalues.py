@@ -91,7 +91,7 @@ def number(allowed: str, *, at_most: float | None = None) -> Kind:
 
 def choice(*values: str) -> Kind:
     """One of `values`, as written."""
-    return Kind(f"one of {values}", lambda v: v in values)
+    return Kind(f"one of {values}", lambda v: v in values, written=f"one of {', '.join(values)}")
 
 
 seconds = number("a number of seconds > 0")

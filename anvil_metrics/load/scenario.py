@@ -308,8 +308,12 @@ class Given:
     of the scenario it sets (`scenariofields.Flag.sets`)."""
 
     flag: str
-    text: str
+    text: str | None  # None: a switch
     keys: dict[str, Any]
+
+    @property
+    def said(self) -> str:
+        return self.flag if self.text is None else f"{self.flag} {self.text!r}"
 
     def gave(self, key: str) -> bool:
         """Whether the flag gave `key`, a table it is in, or one of its own keys."""
@@ -337,8 +341,8 @@ def with_flags(doc: dict[str, Any], given: Sequence[Given]) -> dict[str, Any]:
 def scenario_with_flags(doc: dict[str, Any], given: Sequence[Given],
                         source: str | None) -> Scenario:
     """The scenario of `doc` (a file's, or the built-in one) with the flags over it, checked
-    as one document. A refusal names the flag that gave the key refused, else the one flag
-    without which the scenario holds; else it is the file's (with the flags, if the file
+    as one document. A refusal's source is the flag that gave the key refused, else the
+    one flag without which the scenario holds; else the file (with the flags, if the file
     alone holds)."""
     try:
         return scenario_from_dict(with_flags(doc, given), source)
@@ -356,7 +360,8 @@ def _holds(doc: dict[str, Any], given: Sequence[Given], source: str | None) -> b
 
 def _named(e: ScenarioError, doc: dict[str, Any], given: Sequence[Given],
            source: str | None) -> UsageError:
-    """`e` as the one line that names what to change."""
+    """`e` as the one line that names what to change: the flag is its source (with the
+    file's, where the key refused is the file's)."""
     g = next((g for g in given if g.gave(e.field)), None)
     if g is None:
         g = next((g for g in given if _holds(doc, [x for x in given if x is not g], source)),
@@ -364,13 +369,11 @@ def _named(e: ScenarioError, doc: dict[str, Any], given: Sequence[Given],
     if g is None:
         if not given or not _holds(doc, (), source):
             return e
-        flags = " ".join(f"{x.flag} {x.text}" for x in given)
-        return ScenarioError(e.field, e.value, e.allowed, source=f"{source} with {flags}")
-    said = f"{g.flag} {g.text!r}"
+        flags = " ".join(x.said for x in given)
+        return ScenarioError(e.field, e.value, e.allowed, source=f"{flags} with {source}")
     if g.gave(e.field):
-        return UsageError(f"{said} is not allowed: {e.field} = {e.value!r}; use {e.allowed}")
-    other = f" ({FLAG_OF[e.field]})" if e.field in FLAG_OF else ""
+        return ScenarioError(e.field, e.value, e.allowed, source=g.said)
     if e.value is None:
-        return UsageError(f"{said} needs {e.field}{other} too: {e.allowed}")
-    return UsageError(f"{said} is not allowed with {e.field} = {e.value!r}{other} (from "
-                      f"{source}); use {e.allowed}")
+        other = f" ({FLAG_OF[e.field]})" if e.field in FLAG_OF else ""
+        return UsageError(f"{g.said} needs {e.field}{other} too: {e.allowed}")
+    return ScenarioError(e.field, e.value, e.allowed, source=f"{g.said} with {source}")

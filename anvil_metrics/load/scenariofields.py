@@ -1,17 +1,18 @@
-"""A scenario's one field table: every key a scenario file may hold (its kind and default),
-the flags that set keys (`anvil run`'s and Locust's, with their help), and the order the
-keys and their rules are checked in.
+"""A scenario's one field table: every key a scenario file may hold (what it may be, its
+default, the `Scenario` field that keeps it), in the order the keys are checked, and the
+flags that set keys (`anvil run`'s and Locust's, each with its help).
 
 Why one table: a scenario is written two ways, as a TOML file and as flags over it (`anvil
 run`, Locust's command line and its web form). Each key's kind, default and flag are
-stated here once; from them come the file's checks (`scenario_fields`, one loop), the
-flags and their help (`options.py` makes them `Option`s), the keys a file may hold (the
-unknown ones refused), the defaults `Scenario` takes (`default`) and what
-`scenario.scenario_to_dict` writes back. A flag's text becomes the key's value in the same
-TOML-shaped document (`scenario.scenario_with_flags`), checked by the same rows and rules
-as the file. What depends on other keys (`scenariorules.py`, `loadspec.py`) is one rule,
-called at its place in `_CHECKS`; the first bad value raises `ScenarioError` naming the
-key, the value and what is allowed.
+stated here once; from them come the file's checks (`scenariorules.scenario_fields`, one
+loop over the rows), the flags and their help (`options.py` makes them `Option`s), the
+keys a file may hold (the unknown ones refused), the defaults `Scenario` takes
+(`default`), what `scenario.scenario_to_dict` writes back and the README's table. A flag's
+text becomes the key's value in the same TOML-shaped document
+(`scenario.scenario_with_flags`), checked by the same rows and rules as the file. What
+depends on other keys is a rule (`scenariorules.py`, `loadspec.py`), run once the key it
+follows is read. This module imports no rule and nothing heavy: `anvil`'s parsers are
+made from it at start.
 """
 
 from __future__ import annotations

@@ -140,10 +140,10 @@ def test_flags_give_the_models_over_the_table() -> None:
 
 
 @pytest.mark.parametrize("names,assignment,said", [
-    ("a,a", None, "--models 'a,a' is not allowed: models.names = ['a', 'a']; use each name"),
-    ("a", "zipf", "--model-assignment 'zipf' is not allowed: models.zipf_alpha = None"),
-    ("a", "zipf:-1", "--model-assignment 'zipf:-1' is not allowed: models.zipf_alpha = -1.0"),
-    ("a", "weighted", "--model-assignment 'weighted' is not allowed: models.assignment"),
+    ("a,a", None, "--models 'a,a': models.names = ['a', 'a'] is not allowed; use each name"),
+    ("a", "zipf", "--model-assignment 'zipf': models.zipf_alpha = None is not allowed"),
+    ("a", "zipf:-1", "--model-assignment 'zipf:-1': models.zipf_alpha = -1.0 is not allowed"),
+    ("a", "weighted", "--model-assignment 'weighted': models.assignment = 'weighted' is not"),
     (None, "random", "--model-assignment 'random' needs models.names (--models) too"),
 ])
 def test_a_bad_models_flag_is_one_line_naming_it(names: str | None, assignment: str | None,

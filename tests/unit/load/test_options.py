@@ -259,12 +259,12 @@ def test_a_budget_of_conversations_is_a_budget_for_windows_sweeps_and_duration()
     base = {"scenario": "scenarios/conversation.toml", "conversation": "conversations=4"}
     sc = run_options(base, host="http://h", users=2, api_key=None).scenario
     assert (sc.load_mode, sc.requests, sc.conversation.conversations) == ("budget", None, 4)
-    with pytest.raises(UsageError, match=r"^--warmup '1s' is not allowed: warmup = 1.0; use "
+    with pytest.raises(UsageError, match=r"^--warmup '1s': warmup = 1.0 is not allowed; use "
                                          r"a duration run around it"):
         run_options({**base, "warmup": "1s", "duration": "5s"}, host="http://h", users=2,
                     api_key=None)
-    with pytest.raises(UsageError, match=r"^--conversation 'conversations=4' is not allowed: "
-                                         r"conversation.conversations = 4; use no budget"):
+    with pytest.raises(UsageError, match=r"^--conversation 'conversations=4': conversation."
+                                         r"conversations = 4 is not allowed; use no budget"):
         run_options({**base, "steps": "1,2", "step_duration": "2s"}, host="http://h",
                     users=2, api_key=None)
     limited = run_options({**base, "duration": "9s"}, host="http://h", users=2,

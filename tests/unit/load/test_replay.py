@@ -67,9 +67,9 @@ def test_a_replay_is_the_traces_count_and_requests_is_a_limit(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("flags,named", [
-    ({"rate": "2"}, "--rate '2' is not allowed: rate = 2.0; use none with a trace"),
-    ({"steps": "1,2", "step_duration": "2s"}, "--steps '1,2' is not allowed: steps = [1, 2]"),
-    ({"duration": "60"}, "--duration '60' is not allowed: duration = 60.0; use none with a"),
+    ({"rate": "2"}, "--rate '2': rate = 2.0 is not allowed; use none with a trace"),
+    ({"steps": "1,2", "step_duration": "2s"}, "--steps '1,2': steps = [1, 2] is not allowed"),
+    ({"duration": "60"}, "--duration '60': duration = 60.0 is not allowed; use none with a"),
     ({"endpoint": "completions"}, "--trace "),
 ])  # fmt: skip
 def test_flags_that_would_make_their_own_load_are_refused(tmp_path: Path, flags: dict,

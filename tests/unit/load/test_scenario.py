@@ -44,11 +44,11 @@ def test_a_flag_over_the_file_is_checked_with_it_and_named() -> None:
     with pytest.raises(UsageError) as e:
         flagged(doc, max_tokens="300")
     assert str(e.value) == (
-        "--max-tokens '300' is not allowed with context_distribution.800 = 2 (from t.toml); "
-        "use planned sizes with size + max_tokens (300) <= max_context_tokens (1000); "
+        "--max-tokens '300' with t.toml: context_distribution.800 = 2 is not allowed; use "
+        "planned sizes with size + max_tokens (300) <= max_context_tokens (1000); "
         "800 + 300 = 1100 (max_tokens at most 200)")
-    # the flag's own key: named with its value
-    with pytest.raises(UsageError, match=r"^--rate '5' is not allowed: rate = 5.0; use no "
+    # the flag's own key: the flag is its source
+    with pytest.raises(UsageError, match=r"^--rate '5': rate = 5.0 is not allowed; use no "
                                          r"rate with serve_flags.shared_prefix_burst"):
         flagged({**doc, "serve_flags": {"shared_prefix_burst": True},
                  "shared_prefix": {"prefix_tokens": 64}}, rate="5")
@@ -73,7 +73,7 @@ def test_a_flag_wins_over_the_keys_of_the_file_it_replaces() -> None:
     # an arrival that says what the file says keeps the file's burstiness; another drops it
     assert flagged(doc, arrival="gamma").arrivals.burstiness == 0.5
     assert flagged(doc, arrival="constant").arrivals.burstiness == 1.0
-    with pytest.raises(UsageError, match=r"^--requests '3' is not allowed: requests = 3; "
+    with pytest.raises(UsageError, match=r"^--requests '3': requests = 3 is not allowed; "
                                          r"use no request count or duration with steps"):
         flagged(doc, steps="1,2", step_duration="2s", requests="3")
 
@@ -141,5 +141,5 @@ def test_the_conversation_flag_goes_over_the_scenarios_table_and_is_checked() ->
     assert smoke.conversation.max_turns == 2  # the file's distribution goes
     with pytest.raises(UsageError) as e:
         flagged(doc, conversation="turns=0")
-    assert str(e.value).startswith("--conversation 'turns=0' is not allowed: "
-                                   "conversation.turns = 0; use") and e.value.exit_code == 2
+    assert str(e.value).startswith("--conversation 'turns=0': conversation.turns = 0 is not "
+                                   "allowed; use") and e.value.exit_code == 2
