@@ -95,6 +95,11 @@ def add_prompts(sub: Commands) -> None:
                     help="count with this tokenizer.json instead of asking the server")
 
 
+# `anvil run`'s options every step of `anvil capacity` takes too
+_CAPACITY_OPTIONS = tuple(option(dest) for dest in (
+    "model", "max_tokens", "warmup_requests", "api_key", "goodput", "processes", "results_dir"))
+
+
 def add_capacity(sub: Commands) -> None:
     """`anvil capacity SCENARIO --host URL --slo ...`."""
     c = sub.add_parser("capacity", help="find the largest load that meets every SLO "
@@ -120,10 +125,8 @@ def add_capacity(sub: Commands) -> None:
     c.add_argument("--users", "-u", type=argtype(whole(1), "--users"), default=None,
                    help="by rate: the pool of users (requests in flight at most; default: "
                    "the scenario's concurrency)")
-    for flag in ("--model", "--max-tokens", "--warmup-requests", "--api-key", "--goodput",
-                 "--processes", "--results-dir"):
-        o = option(flag.lstrip("-").replace("-", "_"))
-        c.add_argument(flag, type=None if o.parse is text else argtype(o.parse, flag),
+    for o in _CAPACITY_OPTIONS:
+        c.add_argument(o.flag, type=None if o.parse is text else argtype(o.parse, o.flag),
                        default=o.default, help=o.help)
 
 
@@ -212,9 +215,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     if start > maximum:
         raise UsageError(f"--start {start:g} is above --max {maximum:g}; start at or below it")
     values: dict[str, Any] = {o.dest: None for o in RUN_OPTIONS}
-    values.update(scenario=a.scenario, model=a.model, max_tokens=a.max_tokens,
-                  warmup_requests=a.warmup_requests, goodput=a.goodput,
-                  results_dir=a.results_dir)
+    values.update({o.dest: getattr(a, o.dest) for o in _CAPACITY_OPTIONS}, scenario=a.scenario)
     if a.step_requests:
         values["requests"] = a.step_requests
     else:

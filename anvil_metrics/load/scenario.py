@@ -293,12 +293,13 @@ def _put(doc: dict[str, Any], key: str, value: Any) -> None:
     """Set a dotted `key` of `doc` (None: remove it); a table that is not one (the file's
     mistake) is left for the checks to name."""
     table, _, last = key.rpartition(".")
-    d = doc.setdefault(table, {}) if table else doc
-    if not isinstance(d, dict):
-        return
     if value is None:
-        d.pop(last, None)
-    else:
+        d = doc.get(table) if table else doc
+        if isinstance(d, dict):
+            d.pop(last, None)
+        return
+    d = doc.setdefault(table, {}) if table else doc
+    if isinstance(d, dict):
         d[last] = value
 
 
