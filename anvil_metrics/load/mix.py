@@ -279,7 +279,7 @@ def parse_models(t: Any, src: str | None) -> ModelPlan | None:
         _name(f"models.names[{j}]", n, src)
     if len(set(names)) != len(names):
         raise _err("models.names", names, "each name once", src)
-    assignment = t.get("assignment", "round-robin")
+    assignment = t.get("assignment", ModelPlan.__dataclass_fields__["assignment"].default)
     if assignment not in ASSIGNMENTS:
         raise _err("models.assignment", assignment, f"one of {list(ASSIGNMENTS)}", src)
     alpha = t.get("zipf_alpha")

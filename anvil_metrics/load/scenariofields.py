@@ -22,7 +22,7 @@ from typing import Any
 
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load import cancel
-from anvil_metrics.load.arrivals import ARRIVALS
+from anvil_metrics.load.arrivals import ARRIVALS, ArrivalPlan
 from anvil_metrics.load.conversation import table_flag
 from anvil_metrics.load.dataset import FORMATS as DATASET_FORMATS
 from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, assignment_flag
@@ -104,7 +104,9 @@ def _own(key: str, kind: Kind, default: Any = None, **kw: Any) -> Field:
     return Field(key, kind, default, sets=key.rpartition(".")[2], **kw)
 
 
-_TRACE = {f.name: f.default for f in fields(TracePlan)}  # its defaults are the plan's
+# a replay's and an open loop's defaults are their plans'
+_TRACE = {f.name: f.default for f in fields(TracePlan)}
+_ARRIVAL = {f.name: f.default for f in fields(ArrivalPlan)}
 # Every key of a file, in the order it is checked (the first bad one is the one reported;
 # each rule of `scenariorules.RULES_AFTER` runs once the key it follows is read).
 _ROWS: tuple[Field, ...] = (
@@ -121,8 +123,9 @@ _ROWS: tuple[Field, ...] = (
     Field("step_duration", timespan),
     Field("rate", number("a number of requests per second > 0")),
     Field("arrival", choice(*ARRIVALS)),
-    Field("burstiness", number("a number > 0 (gamma shape; 1 = Poisson)"), 1.0),
-    Field("arrival_seed", whole(0), 0),
+    Field("burstiness", number("a number > 0 (gamma shape; 1 = Poisson)"),
+          _ARRIVAL["burstiness"]),
+    Field("arrival_seed", whole(0), _ARRIVAL["seed"]),
     _own("goodput", Kind('criteria as text, e.g. "ttft_ms<=2000"',
                          lambda v: isinstance(v, str))),
     _own("warmup_requests", whole(0), 0),
