@@ -10,6 +10,11 @@ and what is allowed. The scenario's table (`scenariofields.py`) and the options'
 (`options.py`) are written in these kinds; the other commands' flags (`cli/`) use them too.
 What depends on other keys (a window inside the duration) is not a kind's: the scenario's
 rules (`scenariorules.py`) check it, once, for files and flags alike.
+
+Why not msgspec Structs (`fieldtypes.py`) here: a scenario's refusal is anvil's one line in
+the table's order (`key = value is not allowed; use <allowed>`), a key's value also comes
+from a flag's text, and half the keys are checked beside others; a Struct would state each
+key a second time beside its row, and its errors be translated back into these words.
 """
 
 from __future__ import annotations
