@@ -17,16 +17,8 @@ from typing import Any
 
 from anvil_metrics.cli.parsing import Commands, argtype
 from anvil_metrics.errors import ExitCode, UsageError
-from anvil_metrics.load.options import (
-    RUN_OPTIONS,
-    option,
-    positive,
-    run_options,
-    text,
-    timespan,
-    tokenizer_file,
-    whole,
-)
+from anvil_metrics.load.options import RUN_OPTIONS, Option, option, run_options
+from anvil_metrics.load.optionvalues import positive, text, timespan, tokenizer_file, whole
 from anvil_metrics.urls import api_key_from_env
 
 
@@ -47,6 +39,17 @@ def _sizes(v: str) -> list[int]:
     return out
 
 
+def _checked_text(o: Option) -> Any:
+    """A scenario flag's argparse type: its text, once its kind accepts it (Locust's
+    process reads the same text again: `options.locust_args`)."""
+    check = argtype(o.parse, o.flag)
+
+    def conv(v: str) -> str:
+        check(v)
+        return v
+    return conv
+
+
 def _add_run_options(r: argparse.ArgumentParser) -> None:
     """`anvil run`'s flags, made from `options.OPTIONS` (the table the plugin uses too)."""
     for o in RUN_OPTIONS:
@@ -59,8 +62,9 @@ def _add_run_options(r: argparse.ArgumentParser) -> None:
         elif o.parse is text:
             r.add_argument(*names, default=o.default, required=o.required, help=o.help)
         else:
-            r.add_argument(*names, type=argtype(o.parse, o.flag), default=o.default,
-                           required=o.required, help=o.help)
+            kind = _checked_text(o) if o.key is not None else argtype(o.parse, o.flag)
+            r.add_argument(*names, type=kind, default=o.default, required=o.required,
+                           help=o.help)
 
 
 def add_run(sub: Commands) -> None:
@@ -91,6 +95,11 @@ def add_prompts(sub: Commands) -> None:
                     help="count with this tokenizer.json instead of asking the server")
 
 
+# `anvil run`'s options every step of `anvil capacity` takes too
+_CAPACITY_OPTIONS = tuple(option(dest) for dest in (
+    "model", "max_tokens", "warmup_requests", "api_key", "goodput", "processes", "results_dir"))
+
+
 def add_capacity(sub: Commands) -> None:
     """`anvil capacity SCENARIO --host URL --slo ...`."""
     c = sub.add_parser("capacity", help="find the largest load that meets every SLO "
@@ -116,10 +125,8 @@ def add_capacity(sub: Commands) -> None:
     c.add_argument("--users", "-u", type=argtype(whole(1), "--users"), default=None,
                    help="by rate: the pool of users (requests in flight at most; default: "
                    "the scenario's concurrency)")
-    for flag in ("--model", "--max-tokens", "--warmup-requests", "--api-key", "--goodput",
-                 "--processes", "--results-dir"):
-        o = option(flag.lstrip("-").replace("-", "_"))
-        c.add_argument(flag, type=None if o.parse is text else argtype(o.parse, flag),
+    for o in _CAPACITY_OPTIONS:
+        c.add_argument(o.flag, type=None if o.parse is text else argtype(o.parse, o.flag),
                        default=o.default, help=o.help)
 
 
@@ -208,9 +215,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     if start > maximum:
         raise UsageError(f"--start {start:g} is above --max {maximum:g}; start at or below it")
     values: dict[str, Any] = {o.dest: None for o in RUN_OPTIONS}
-    values.update(scenario=a.scenario, model=a.model, max_tokens=a.max_tokens,
-                  warmup_requests=a.warmup_requests, goodput=a.goodput,
-                  results_dir=a.results_dir)
+    values.update({o.dest: getattr(a, o.dest) for o in _CAPACITY_OPTIONS}, scenario=a.scenario)
     if a.step_requests:
         values["requests"] = a.step_requests
     else:

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy only once a schedule is drawn: the option table needs ARRIVALS alone
+    import numpy as np
 
 ARRIVALS = ("poisson", "gamma", "constant")
 BLOCK = 4096  # gaps drawn at a time (always this many: the sequence depends only on the seed)
@@ -59,6 +61,8 @@ class ArrivalPlan:
 
 def _gaps_s(rng: np.random.Generator, plan: ArrivalPlan) -> np.ndarray:
     """The next `BLOCK` gaps of `plan`, in seconds."""
+    import numpy as np
+
     if plan.arrival == "constant":
         return np.full(BLOCK, 1.0 / plan.rate_rps)
     shape = 1.0 if plan.arrival == "poisson" else plan.burstiness
@@ -68,6 +72,8 @@ def _gaps_s(rng: np.random.Generator, plan: ArrivalPlan) -> np.ndarray:
 def draw_gaps_s(plan: ArrivalPlan, n: int) -> np.ndarray:
     """The first `n` gaps of `plan`'s schedule as drawn, in seconds (before rounding to
     ns): what a test compares with the distribution."""
+    import numpy as np
+
     rng = np.random.default_rng(plan.seed)
     blocks = [_gaps_s(rng, plan) for _ in range(-(-n // BLOCK))]
     return np.concatenate(blocks)[:n] if blocks else np.zeros(0)
@@ -80,6 +86,8 @@ class Schedule:
     rate must not grow the generator)."""
 
     def __init__(self, plan: ArrivalPlan) -> None:
+        import numpy as np
+
         self.plan = plan
         self._rng = np.random.default_rng(plan.seed)
         self._block = -1  # index of the block in `_offsets`
@@ -92,6 +100,8 @@ class Schedule:
         if block < self._block:
             raise ValueError(f"arrival {k} was already handed out (the schedule moves forward)")
         while self._block < block:
+            import numpy as np
+
             gaps = np.rint(_gaps_s(self._rng, self.plan) * 1e9).astype(np.int64)
             self._offsets = self._base_ns + np.concatenate(([0], np.cumsum(gaps[:-1])))
             self._base_ns += int(gaps.sum())

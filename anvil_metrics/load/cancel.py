@@ -27,8 +27,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from anvil_metrics.errors import ScenarioError, UsageError
+from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.mix import uniform
+from anvil_metrics.load.optionvalues import Kind, number
 
 POINTS = ("prefill", "decode")
 CANCEL_STREAM = 3  # `mix.uniform`'s stream of the cancellation draw
@@ -58,11 +59,6 @@ class CancelPlan:
         return {"rate": self.rate, "after": self.after}
 
 
-def _rate_problem(v: Any) -> bool:
-    return isinstance(v, bool) or not isinstance(v, int | float) or not (
-        math.isfinite(v) and 0 < v <= 1)
-
-
 def _after(v: Any) -> str | float | None:
     """`v` as a point: "prefill", "decode", or milliseconds > 0 (a number, or its text)."""
     if isinstance(v, str) and v in POINTS:
@@ -78,7 +74,11 @@ def _after(v: Any) -> str | float | None:
     return float(v)
 
 
-AFTER_ALLOWED = "prefill, decode, or a number of milliseconds > 0 after the request's start"
+# the table's two keys, as the file and the flags (`--cancel-rate`, `--cancel-after`) give
+# them: what each may be
+RATE = number("a fraction > 0 and <= 1", at_most=1.0)
+AFTER = Kind("prefill, decode, or a number of milliseconds > 0 after the request's start",
+             lambda v: _after(v) is not None)
 
 
 def parse_cancel(table: Any, seed: int, src: str | None) -> CancelPlan | None:
@@ -91,30 +91,8 @@ def parse_cancel(table: Any, seed: int, src: str | None) -> CancelPlan | None:
         if k not in ("rate", "after"):
             raise ScenarioError(f"cancel.{k}", table[k], "one of the keys ['after', 'rate']",
                                 source=src)
-    rate = table.get("rate")
-    if _rate_problem(rate):
-        raise ScenarioError("cancel.rate", rate, "a fraction > 0 and <= 1 (required)",
-                            source=src)
-    after = _after(table.get("after"))
-    if after is None:
-        raise ScenarioError("cancel.after", table.get("after"), AFTER_ALLOWED + " (required)",
-                            source=src)
-    return CancelPlan(float(rate), after, seed)
-
-
-def cancel_from_flags(plan: CancelPlan | None, rate: float | None, after: str | None,
-                      seed: int) -> CancelPlan | None:
-    """`--cancel-rate` and `--cancel-after` over the scenario's plan; one needs the other
-    when the scenario has none."""
-    if rate is None and after is None:
-        return plan
-    point = None if after is None else _after(after)
-    if after is not None and point is None:
-        raise UsageError(f"--cancel-after {after!r} is not allowed; expected {AFTER_ALLOWED}")
-    if plan is None and (rate is None or point is None):
-        given, missing = (("--cancel-rate", "--cancel-after") if point is None
-                          else ("--cancel-after", "--cancel-rate"))
-        raise UsageError(f"{given} needs {missing} too (the fraction cancelled and when)")
-    return CancelPlan(rate if rate is not None else plan.rate,  # type: ignore[union-attr]
-                      point if point is not None else plan.after,  # type: ignore[union-attr]
-                      seed)
+    for key, kind in (("rate", RATE), ("after", AFTER)):
+        if not kind.accepts(table.get(key)):
+            raise ScenarioError(f"cancel.{key}", table.get(key), f"{kind.allowed} (required)",
+                                source=src)
+    return CancelPlan(float(table["rate"]), _after(table["after"]), seed)  # type: ignore[arg-type]

@@ -45,12 +45,14 @@ runs it, and a run is reproducible from its seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 from anvil_metrics.errors import ScenarioError
+from anvil_metrics.load.optionvalues import pairs
+
+if TYPE_CHECKING:  # numpy once a conversation is drawn: the option table needs this module
+    import numpy as np
 
 HISTORY_MODES = ("server", "fixed")
 DEFAULT_SESSION_HEADER = "X-Session-ID"
@@ -98,6 +100,14 @@ def dist_from_text(text: str) -> dict[str, Any] | str:
     if not len(required) <= len(values) <= len(required) + len(optional):
         return text
     return {"dist": name, **dict(zip(required + optional, values, strict=False))}
+
+
+def table_flag(flag: str, text: str) -> dict[str, Any]:
+    """`--conversation key=value,...`: the `[conversation]` keys it sets over the file's,
+    a value `name:p1:p2` a distribution's table (`dist_from_text`)."""
+    return {k: dist_from_text(v) if isinstance(v, str) else v
+            for k, v in pairs(flag, text).items()}
+
 
 @dataclass(frozen=True, slots=True)
 class Draw:
@@ -213,6 +223,8 @@ class ConversationPlan:
     def draws(self, index: int, turns: int | None = None) -> ConversationDraws:
         """Conversation `index`'s turns (`turns` when its source fixes them: a dataset's
         conversation) and think times, from its own generator."""
+        import numpy as np
+
         rng = np.random.Generator(np.random.PCG64([self.seed, index]))
         drawn = int(self.turns.sample(rng, whole=True))
         turns = drawn if turns is None else turns
@@ -243,6 +255,9 @@ class ConversationPlan:
                 **({"previous_response_id": True} if self.previous_response_id else {})}
 
 
+_DEFAULT = {f.name: f.default for f in fields(ConversationPlan)}  # a key left out: the plan's
+
+
 def _whole(key: str, v: Any, least: int, src: str | None) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < least:
         raise _err(key, v, f"a whole number >= {least}", src)
@@ -263,26 +278,28 @@ def parse_conversation(table: Any, src: str | None) -> ConversationPlan | None:
                    src)
     if "turn_tokens" not in table:
         raise _err("turn_tokens", None, "a token count >= 1 (required)", src)
-    history = table.get("history", "server")
+    history = table.get("history", _DEFAULT["history"])
     if history not in HISTORY_MODES:
         raise _err("history", history, f"one of {list(HISTORY_MODES)}", src)
-    header = table.get("session_header", DEFAULT_SESSION_HEADER)
+    header = table.get("session_header", _DEFAULT["session_header"])
     if not isinstance(header, str) or any(c in header for c in ":\r\n ") or (
             header and not header.isascii()):
         raise _err("session_header", header, "an HTTP header name (ASCII, no spaces or "
                    "colons), or \"\" for none", src)
-    by_id = table.get("previous_response_id", False)
+    by_id = table.get("previous_response_id", _DEFAULT["previous_response_id"])
     if not isinstance(by_id, bool):
         raise _err("previous_response_id", by_id, "true or false", src)
     return ConversationPlan(
         turns=parse_draw("turns", table["turns"], True, src),
         turn_tokens=_whole("turn_tokens", table["turn_tokens"], 1, src),
-        system_prompt_tokens=_whole("system_prompt_tokens",
-                                    table.get("system_prompt_tokens", 0), 0, src),
-        prefix_tokens=_whole("prefix_tokens", table.get("prefix_tokens", 0), 0, src),
-        think_time=parse_draw("think_time", table.get("think_time", 0), False, src),
+        system_prompt_tokens=_whole("system_prompt_tokens", table.get(
+            "system_prompt_tokens", _DEFAULT["system_prompt_tokens"]), 0, src),
+        prefix_tokens=_whole("prefix_tokens", table.get(
+            "prefix_tokens", _DEFAULT["prefix_tokens"]), 0, src),
+        think_time=parse_draw("think_time", table.get(
+            "think_time", _DEFAULT["think_time"].to_json()), False, src),
         history=history, session_header=header or None,
-        seed=_whole("seed", table.get("seed", 0), 0, src),
+        seed=_whole("seed", table.get("seed", _DEFAULT["seed"]), 0, src),
         conversations=(None if table.get("conversations") is None
                        else _whole("conversations", table["conversations"], 1, src)),
         previous_response_id=by_id)

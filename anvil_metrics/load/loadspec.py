@@ -1,103 +1,109 @@
-"""The load a scenario asks for, parsed and checked: a duration, an open-loop plan, a sweep.
+"""The load a scenario asks for: how its keys that depend on one another make a request
+budget, a duration, an open-loop plan, a sweep and the windows left out of the figures.
 
-Kept apart from `scenario.py` (the rest of a scenario's fields) so that each stays short:
-these keys — `duration`, `rate`, `arrival`, `burstiness`, `arrival_seed`, `steps`, `rates`,
-`step_duration` (and the windows' `warmup`/`cooldown`, durations too) — are what the load
-models of `arrivals.py`, `control.py`, `steps.py` and `loadblock.py` run on. Each bad value
-raises `ScenarioError` naming the key, the value and what is allowed.
+Kept apart from the other rules (`scenariorules.py`) so that each stays short: these keys
+— `requests`, `duration`, `rate`, `arrival`, `burstiness`, `arrival_seed`, `steps`,
+`rates`, `step_duration`, `warmup`, `cooldown` — are what the load models of `arrivals.py`,
+`live/control.py`, `post/steps.py` and `post/loadblock.py` run on. Each value alone is
+checked by its row of the table (`scenariofields.py`) before these rules run; a rule's
+refusal is a `ScenarioError` naming the key, the value and what is allowed beside the
+others, for a file and for the flags over it alike.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any
 
 from anvil_metrics.errors import ScenarioError
-from anvil_metrics.load.arrivals import ARRIVALS, ArrivalPlan
+from anvil_metrics.load.arrivals import ArrivalPlan
+from anvil_metrics.load.optionvalues import seconds_of
+
+# (the document, the fields checked so far, its source): what each rule is called with
+Doc = dict[str, Any]
 
 
-def _err(field_name: str, value: Any, allowed: str, source: str | None) -> ScenarioError:
-    return ScenarioError(field_name, value, allowed, source=source)
+def load_mode(requests: int | None, conversations: int | None, duration_s: float | None
+              ) -> str:
+    """"budget" (a count of requests, or of conversations, ends the run; a duration, if
+    any, is a time limit), "duration", or "until_stopped" (the web UI's Stop, Ctrl-C)."""
+    if requests is not None or conversations is not None:
+        return "budget"
+    return "duration" if duration_s is not None else "until_stopped"
 
 
-def parse_duration(text: str) -> float | None:
-    """Seconds of a Locust-style timespan ("90", "90s", "5m", "1h30m", "1.5h"), or None if
-    it is not one (or not > 0)."""
-    m = _TIMESPAN.fullmatch(text.strip().lower())
-    if not m or not any(m.groups()):
-        return None
-    h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
-    total = h * 3600 + mi * 60 + sec
-    return total if math.isfinite(total) and total > 0 else None
+def load(data: Doc, v: Doc, src: str | None) -> None:
+    """A request budget, a duration, a rate, a sweep: a sweep lasts its steps ×
+    `step_duration`, so no budget or duration beside it; with neither a budget nor a
+    duration, a `context_distribution`'s total is the budget (not a trace's run: its
+    requests are the trace's)."""
+    users, step_rates = v["steps"], v["rates"]
+    step_s = seconds_of(v["step_duration"])
+    if users is not None and step_rates is not None:
+        raise ScenarioError("rates", step_rates, "none beside steps: a sweep changes users or a "
+                            "rate", source=src)
+    sweep = users is not None or step_rates is not None
+    if sweep and step_s is None:
+        raise ScenarioError("step_duration", None, 'how long each step lasts, e.g. "60s"',
+                            source=src)
+    if not sweep and step_s is not None:
+        raise ScenarioError("step_duration", v["step_duration"], "none without steps or rates",
+                            source=src)
+    for key in ("requests", "duration") if sweep else ():
+        if v[key] is not None:
+            raise ScenarioError(key, v[key], "no request count or duration with steps (a "
+                                "sweep lasts its steps × step_duration)", source=src)
+    if step_rates is not None and v["rate"] is not None:
+        raise ScenarioError("rate", v["rate"], "none beside rates (each step has its own)",
+                            source=src)
+    rate = v["rate"] if step_rates is None else sum(step_rates) / len(step_rates)
+    v["arrivals"] = _arrivals(data, v, rate, src)
+    duration = step_s * len(users or step_rates) if step_s is not None else seconds_of(
+        v["duration"])
+    requests = v["requests"]  # a None in the document: the wire's "no budget"
+    if (requests is None and "requests" not in data and data.get("context_distribution")
+            and duration is None and "trace" not in data):
+        requests = sum(v["context_distribution"].values())
+    v.update(requests=requests, duration_s=duration, step_duration_s=step_s,
+             step_users=None if users is None else tuple(users),
+             step_rates=None if step_rates is None else tuple(float(r) for r in step_rates))
 
 
-_TIMESPAN = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
-
-
-def duration_of(v: Any, source: str | None, name: str = "duration") -> float:
-    seconds = None
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        seconds = float(v) if math.isfinite(v) and v > 0 else None
-    elif isinstance(v, str):
-        seconds = parse_duration(v)
-    if seconds is None:
-        raise _err(name, v, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"',
-                   source)
-    return seconds
-
-
-def steps_of(data: dict[str, Any], source: str | None
-           ) -> tuple[tuple[int, ...] | None, tuple[float, ...] | None, float | None]:
-    """(users per step, rates per step, step duration) of a sweep, or Nones."""
-    users, rates = data.get("steps"), data.get("rates")
-    if users is None and rates is None:
-        if "step_duration" in data:
-            raise _err("step_duration", data["step_duration"], "only with steps or rates",
-                       source)
-        return None, None, None
-    if users is not None and rates is not None:
-        raise _err("rates", rates, "not with steps: a sweep changes users or a rate", source)
-    if "step_duration" not in data:
-        raise _err("step_duration", None, 'how long each step lasts, e.g. "60s"', source)
-    step_s = duration_of(data["step_duration"], source, "step_duration")
-    if users is not None:
-        if not (isinstance(users, list) and users and all(
-                type(u) is int and u >= 1 for u in users)):
-            raise _err("steps", users, "a list of user counts >= 1, e.g. [1, 4, 16]", source)
-        return tuple(users), None, step_s
-    if not (isinstance(rates, list) and rates and all(
-            type(r) in (int, float) and math.isfinite(r) and r > 0 for r in rates)):
-        raise _err("rates", rates, "a list of rates > 0 (requests/s), e.g. [1, 2, 4]", source)
-    if "rate" in data:
-        raise _err("rate", data["rate"], "not with rates (each step has its own)", source)
-    return None, tuple(float(r) for r in rates), step_s
-
-
-def arrivals_of(data: dict[str, Any], source: str | None) -> ArrivalPlan | None:
-    """The open-loop plan of `rate`, `arrival`, `burstiness`, `arrival_seed` (None without a
-    rate; the others need one)."""
-    rate = data.get("rate")
+def _arrivals(data: Doc, v: Doc, rate: float | None, src: str | None) -> ArrivalPlan | None:
+    """The open-loop plan of `rate` (a rate sweep's: the mean of its steps), `arrival`,
+    `burstiness`, `arrival_seed`: None without a rate (the others need one). Without an
+    `arrival`, a burstiness other than 1 means gamma, as vLLM's bench reads it."""
     if rate is None:
         for k in ("arrival", "burstiness", "arrival_seed"):
             if k in data:
-                raise _err(k, data[k], "only with a rate (requests/s) for an open-loop run",
-                           source)
+                raise ScenarioError(k, data[k], "none without a rate (requests/s): it "
+                                    "shapes an open-loop schedule", source=src)
         return None
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not (
-            math.isfinite(rate) and rate > 0):
-        raise _err("rate", rate, "a number of requests per second > 0", source)
-    arrival = data.get("arrival", "poisson")
-    if arrival not in ARRIVALS:
-        raise _err("arrival", arrival, f"one of {list(ARRIVALS)}", source)
-    burst = data.get("burstiness", 1.0)
-    if isinstance(burst, bool) or not isinstance(burst, int | float) or not (
-            math.isfinite(burst) and burst > 0):
-        raise _err("burstiness", burst, "a number > 0 (gamma shape; 1 = Poisson)", source)
+    burst = v["burstiness"]
+    arrival = v["arrival"] or ("poisson" if burst == 1 else "gamma")
     if arrival == "poisson" and burst != 1:
-        raise _err("burstiness", burst, '1 with arrival = "poisson" (use arrival = "gamma" '
-                   "for other shapes)", source)
-    seed = data.get("arrival_seed", 0)
-    if type(seed) is not int or seed < 0:
-        raise _err("arrival_seed", seed, "a whole number >= 0", source)
-    return ArrivalPlan(float(rate), arrival, float(burst), seed)
+        raise ScenarioError("burstiness", burst, '1 with arrival = "poisson" (use arrival = '
+                            '"gamma" for other shapes)', source=src)
+    return ArrivalPlan(float(rate), arrival, float(burst), v["arrival_seed"])
+
+
+def windows(data: Doc, v: Doc, src: str | None) -> None:
+    """`warmup` / `cooldown`: the first and last stretches of a duration run left out of
+    the figures; both inside it, leaving some of it."""
+    warm, cool = seconds_of(v["warmup"]), seconds_of(v["cooldown"])
+    v.update(warmup_s=warm, cooldown_s=cool)
+    if warm is None and cool is None:
+        return
+    key = "warmup" if warm is not None else "cooldown"
+    conversation = v["conversation"]
+    mode = load_mode(v["requests"], conversation and conversation.conversations,
+                     v["duration_s"])
+    if mode != "duration":
+        raise ScenarioError(key, v[key], "a duration run around it (a duration, or steps "
+                            "or rates, and no request budget): the windows lie inside it",
+                            source=src)
+    duration = v["duration_s"]
+    if (warm or 0) + (cool or 0) >= duration:
+        key = "cooldown" if cool is not None else "warmup"
+        raise ScenarioError(key, v[key], f"windows that leave some of the {duration:g} s "
+                            f"duration (warmup {warm or 0:g} s + cooldown {cool or 0:g} s)",
+                            source=src)

@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from anvil_metrics.errors import ScenarioError, UsageError
+from anvil_metrics.errors import ScenarioError
 
 ASSIGNMENTS = ("round-robin", "random", "zipf")
 CLASS_KEYS = ("name", "weight", "context_tokens", "max_tokens", "reasoning_effort",
@@ -279,7 +279,7 @@ def parse_models(t: Any, src: str | None) -> ModelPlan | None:
         _name(f"models.names[{j}]", n, src)
     if len(set(names)) != len(names):
         raise _err("models.names", names, "each name once", src)
-    assignment = t.get("assignment", "round-robin")
+    assignment = t.get("assignment", ModelPlan.__dataclass_fields__["assignment"].default)
     if assignment not in ASSIGNMENTS:
         raise _err("models.assignment", assignment, f"one of {list(ASSIGNMENTS)}", src)
     alpha = t.get("zipf_alpha")
@@ -326,30 +326,12 @@ def mix_from_table(table: Mapping[str, Any], src: str | None = None) -> Mix:
     return mix
 
 
-def models_from_flags(mix: Mix | None, names: str | None, assignment: str | None,
-                      seed: int) -> Mix:
-    """`--models a,b,c` and `--model-assignment round-robin|random|zipf:ALPHA` over the
-    scenario's `[models]`, checked as the table is (its errors name the flag)."""
-    table = mix.models.to_table() if mix is not None and mix.models is not None else {}
-    if names is not None:
-        table["names"] = [n.strip() for n in names.split(",")]
-    if assignment is not None:
-        kind, _, alpha = assignment.partition(":")
-        table["assignment"] = kind
-        table.pop("zipf_alpha", None)
-        if alpha:
-            try:
-                table["zipf_alpha"] = float(alpha)
-            except ValueError:
-                table["zipf_alpha"] = alpha
-    if "names" not in table:
-        raise UsageError(f"--model-assignment {assignment!r} needs --models (or a "
-                         "scenario's [models])")
+def assignment_flag(_flag: str, text: str) -> dict[str, Any]:
+    """`--model-assignment round-robin|random|zipf:ALPHA` as the `[models]` keys it sets
+    (`zipf_alpha` none without an ALPHA); `parse_models` checks them."""
+    kind, _, alpha = text.strip().partition(":")
     try:
-        models = parse_models(table, None)
-    except ScenarioError as e:  # named by the flag that gave the field
-        flag, text = (("--models", names) if e.field.startswith("models.names")
-                      else ("--model-assignment", assignment))
-        raise UsageError(f"{flag} {text!r} is not allowed: {e.field} = {e.value!r}; use "
-                         f"{e.allowed}") from None
-    return Mix(mix.classes if mix is not None else (), models, seed)
+        zipf_alpha: float | str | None = float(alpha) if alpha else None
+    except ValueError:
+        zipf_alpha = alpha
+    return {"assignment": kind, "zipf_alpha": zipf_alpha}

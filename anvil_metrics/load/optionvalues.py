@@ -1,9 +1,20 @@
-"""The value parsers of anvil's options (`options.py`): each takes the flag and its text and
-gives the typed value, or one `UsageError` naming the flag, the text and what is allowed.
+"""What one value may be: the kinds of a scenario's keys and of anvil's flags, each checked
+the same way whether a TOML file, a flag's text or Locust's form gave it.
 
-Why apart from the options' table: the same parsers serve `anvil run`, Locust's parser and
-its web form (`options.py`) and the other commands' flags (`cli/`), and none needs the
-scenario module; the table and the one conversion of parsed values stay in `options.py`.
+Why one vocabulary: a scenario key and the flag that sets it are one value written two ways
+(`max_tokens = 64` in a file, `--max-tokens 64` on a command line or in Locust's form). A
+`Kind` says once what it may be: `allowed`, in the words every refusal uses; `accepts`, a
+value as the file (or JSON) holds it; `read`, a flag's text as that same value. A Kind is
+also a `Parse`, `kind(flag, text)`: the value, or one `UsageError` naming the flag, the text
+and what is allowed. The scenario's table (`scenariofields.py`) and the options' table
+(`options.py`) are written in these kinds; the other commands' flags (`cli/`) use them too.
+What depends on other keys (a window inside the duration) is not a kind's: the scenario's
+rules (`scenariorules.py`) check it, once, for files and flags alike.
+
+Why not msgspec Structs (`fieldtypes.py`) here: a scenario's refusal is anvil's one line in
+the table's order (`key = value is not allowed; use <allowed>`), a key's value also comes
+from a flag's text, and half the keys are checked beside others; a Struct would state each
+key a second time beside its row, and its errors be translated back into these words.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ import math
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from anvil_metrics.errors import UsageError
@@ -27,115 +39,157 @@ def _refuse(flag: str, text: str, allowed: str) -> UsageError:
     return UsageError(f"{flag} {text!r} is not allowed; expected {allowed}")
 
 
+def _same(text: str) -> Any:
+    return text
+
+
+def _number(v: Any) -> bool:
+    """A finite JSON number (a TOML integer or float; never a bool)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What one value may be: `allowed` in words; `accepts` a value as a file holds it;
+    `read` a flag's text as that value (text that is not one is left for `accepts` to
+    refuse); `written`: how a flag writes it, where that differs from the file (a list)."""
+
+    allowed: str
+    accepts: Callable[[Any], bool]
+    read: Callable[[str], Any] = _same
+    written: str | None = None
+
+    def __call__(self, flag: str, text: str) -> Any:
+        value = self.read(text.strip())
+        if not self.accepts(value):
+            raise _refuse(flag, text, self.written or self.allowed)
+        return value
+
+
+def _int(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _float(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def whole(minimum: int, maximum: int | None = None) -> Kind:
+    """A whole number >= `minimum` (and <= `maximum`)."""
+    words = (f"a whole number >= {minimum}" if maximum is None
+             else f"a whole number from {minimum} to {maximum}")
+    return Kind(words, lambda v: type(v) is int and v >= minimum and (
+        maximum is None or v <= maximum), _int)
+
+
+def number(allowed: str, *, at_most: float | None = None) -> Kind:
+    """A finite number > 0 (and <= `at_most`); `allowed` says so in the message."""
+    return Kind(allowed, lambda v: _number(v) and v > 0 and (at_most is None or v <= at_most),
+                _float)
+
+
+def choice(*values: str) -> Kind:
+    """One of `values`, as written."""
+    return Kind(f"one of {values}", lambda v: v in values, written=f"one of {', '.join(values)}")
+
+
+seconds = number("a number of seconds > 0")
+positive = number("a number > 0")
+ratio = number("a fraction > 0 and <= 1, e.g. 0.5 (1: every request)", at_most=1.0)
+BOOL = Kind("true or false", lambda v: isinstance(v, bool),
+            lambda t: {"true": True, "false": False}.get(t, t))
+NAME = Kind("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
+TEXT = Kind("a string", lambda v: isinstance(v, str))
+TABLE = Kind("a table", lambda v: isinstance(v, dict))
+
+
 def text(_flag: str, value: str) -> str | None:
     """Free text; blank is "not set"."""
     return value.strip() or None
 
 
-def whole(minimum: int) -> Parse:
-    """A whole number >= `minimum`."""
-    def parse(flag: str, value: str) -> int:
-        try:
-            n = int(value)
-        except ValueError:
-            n = None
-        if n is None or n < minimum:
-            raise _refuse(flag, value, f"a whole number >= {minimum}")
-        return n
-    return parse
+def parse_duration(value: str) -> float | None:
+    """Seconds of a Locust-style timespan ("90", "90s", "5m", "1h30m", "1.5h"), or None if
+    it is not one (or not > 0)."""
+    m = _TIMESPAN.fullmatch(value.strip().lower())
+    if not m or not any(m.groups()):
+        return None
+    h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + sec
+    return total if math.isfinite(total) and total > 0 else None
 
 
-def choice(*allowed: str) -> Parse:
-    """One of `allowed`, as written."""
-    def parse(flag: str, value: str) -> str:
-        if value not in allowed:
-            raise _refuse(flag, value, f"one of {', '.join(allowed)}")
-        return value
-    return parse
+_TIMESPAN = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 
-def above_zero(allowed: str) -> Parse:
-    """A finite number > 0 (`allowed` says so in the message)."""
-    def parse(flag: str, value: str) -> float:
-        try:
-            x = float(value)
-        except ValueError:
-            x = math.nan
-        if not (math.isfinite(x) and x > 0):
-            raise _refuse(flag, value, allowed)
-        return x
-    return parse
+def seconds_of(v: Any) -> float | None:
+    """A `timespan` value in seconds (None: none, or not one)."""
+    if isinstance(v, str):
+        return parse_duration(v)
+    return float(v) if _number(v) and v > 0 else None
 
 
-seconds = above_zero("a number of seconds > 0")
-positive = above_zero("a number > 0")
+# a time > 0 as Locust writes one: seconds, or "90s", "5m", "1h30m" (a file's text is kept
+# as written, a flag's read into seconds)
+timespan = Kind('a time > 0: seconds, or text such as "90s", "5m", "1h30m"',
+                lambda v: seconds_of(v) is not None,
+                lambda t: parse_duration(t) or t)
 
 
-def timespan(flag: str, value: str) -> float:
-    """A time > 0 as Locust writes one: seconds, or "90s", "5m", "1h30m"."""
-    from anvil_metrics.load.loadspec import parse_duration
-
-    seconds = parse_duration(value)
-    if seconds is None:
-        raise _refuse(flag, value, 'a time > 0: seconds, or text such as "90s", "5m", "1h30m"')
-    return seconds
-
-
-def arrival(flag: str, value: str) -> str:
-    """One of `arrivals.ARRIVALS`."""
-    from anvil_metrics.load.arrivals import ARRIVALS
-
-    if value not in ARRIVALS:
-        raise _refuse(flag, value, f"one of {', '.join(ARRIVALS)}")
-    return value
-
-
-def counts(flag: str, value: str) -> tuple[int, ...]:
-    """Comma-separated whole numbers >= 1, e.g. 1,4,16,64."""
+def _whole_list(text: str) -> list[int] | str:
     try:
-        out = tuple(int(x) for x in value.split(","))
+        return [int(x) for x in text.split(",")]
     except ValueError:
-        out = ()
-    if not out or min(out) < 1:
-        raise _refuse(flag, value, "whole numbers >= 1, comma-separated, e.g. 1,4,16,64")
-    return out
+        return text
 
 
-def rates(flag: str, value: str) -> tuple[float, ...]:
-    """Comma-separated numbers > 0, e.g. 1,2,4,8."""
+def _number_list(text: str) -> list[float] | str:
     try:
-        out = tuple(float(x) for x in value.split(","))
+        return [float(x) for x in text.split(",")]
     except ValueError:
-        out = ()
-    if not out or not all(math.isfinite(x) and x > 0 for x in out):
-        raise _refuse(flag, value, "numbers > 0 (requests/s), comma-separated, e.g. 1,2,4,8")
-    return out
+        return text
 
 
-def window(flag: str, value: str) -> tuple[float, float | None]:
-    """`START:END` seconds (END may be left out: to the end), 0 <= START < END."""
+counts = Kind("a list of user counts >= 1, e.g. [1, 4, 16]",
+              lambda v: isinstance(v, list | tuple) and bool(v) and all(
+                  type(x) is int and x >= 1 for x in v),
+              _whole_list, "whole numbers >= 1, comma-separated, e.g. 1,4,16,64")
+rates = Kind("a list of rates > 0 (requests/s), e.g. [1, 2, 4]",
+             lambda v: isinstance(v, list | tuple) and bool(v) and all(
+                 _number(x) and x > 0 for x in v),
+             _number_list, "numbers > 0 (requests/s), comma-separated, e.g. 1,2,4,8")
+names = Kind("a non-empty list of names", lambda v: isinstance(v, list) and bool(v),
+             lambda t: [n.strip() for n in t.split(",")], "names, comma-separated")
+
+
+def window_of(value: str) -> tuple[float, float | None] | None:
+    """`START:END` seconds (END may be left out: to the end), 0 <= START < END; None if the
+    text is not one."""
     start_text, colon, end_text = value.partition(":")
     try:
         start = float(start_text)
         end = float(end_text) if end_text.strip() else None
     except ValueError:
-        start, end = math.nan, None
+        return None
     if not colon or not (math.isfinite(start) and start >= 0) or (
             end is not None and not (math.isfinite(end) and end > start)):
-        raise _refuse(flag, value, "START:END in seconds with 0 <= START < END, e.g. 60:120 "
-                      "(or 60: to the end)")
+        return None
     return start, end
 
 
-def ratio(flag: str, value: str) -> float:
-    """A fraction 0 < r <= 1 (of requests that failed)."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and 0 < x <= 1):
-        raise _refuse(flag, value, "a fraction > 0 and <= 1, e.g. 0.5 (1: every request)")
-    return x
+window_text = Kind("START:END in seconds with 0 <= START < END, e.g. 60:120 (or 60: to the end)",
+                   lambda v: isinstance(v, str) and window_of(v) is not None)
+
+
+def window(flag: str, value: str) -> tuple[float, float | None]:
+    """`window_text`, as the two seconds it stands for."""
+    return window_of(window_text(flag, value))  # type: ignore[return-value]
 
 
 def criteria(flag: str, value: str) -> str:

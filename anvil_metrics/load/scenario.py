@@ -1,8 +1,12 @@
-"""Scenarios: what one run asks of the server, loaded from TOML and validated up front.
+"""Scenarios: what one run asks of the server, loaded from TOML, with the flags over it,
+and validated up front.
 
 A scenario file mirrors the names of the `anvil-serving.benchmark/v1` run fields, so what a
-user writes is what the result reports. Every value is checked before any load starts; a
-bad one raises `ScenarioError` naming the field, the value and what is allowed.
+user writes is what the result reports. Its keys, their kinds, defaults and flags are one
+table (`scenariofields.py`); the flags of `anvil run` and Locust become keys of the same
+document, over the file's (`scenario_with_flags`), checked by the same rules. Every value
+is checked before any load starts; a bad one is one line naming the key (or the flag that
+gave it), the value and what is allowed.
 
     measurement_protocol = "smoke"        # -> benchmark.measurement_protocol
     concurrency = 2                       # Locust users (-u); --users overrides
@@ -60,52 +64,63 @@ bad one raises `ScenarioError` naming the field, the value and what is allowed.
 
     [headers]                             # sent with every request (headers.py); --header
     X-Tenant = "team-a"                   # KEY=VALUE wins; credentials are never shown
+
+    [trace]                               # replay a recorded trace (replay.py; --trace)
+    path = "mooncake_trace.jsonl"         # format, speed, limit, window = "60:120",
+                                          # block_tokens, model: as the --trace-* flags
+    [dataset]                             # prompts from a file (dataset.py; --dataset)
+    path = "prompts.jsonl"                # format: as --dataset-format
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from anvil_metrics.errors import UsageError
+from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.load.cancel import CancelPlan
-from anvil_metrics.load.conversation import ConversationPlan, dist_from_text
+from anvil_metrics.load.conversation import ConversationPlan
 from anvil_metrics.load.dataset import DatasetPlan
+from anvil_metrics.load.loadspec import load_mode
 from anvil_metrics.load.mix import Mix
-from anvil_metrics.load.scenariofields import Timeouts, scenario_fields
+from anvil_metrics.load.scenariofields import FIELDS, FLAG_OF, REPLACES, Timeouts, default
+from anvil_metrics.load.scenariorules import scenario_fields
 from anvil_metrics.load.trace import TracePlan
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
     """A validated scenario. Sizes in tokens; `context_distribution` maps planned prompt
-    tokens to a request count (its order is the order sizes are handed out)."""
+    tokens to a request count (its order is the order sizes are handed out). Its defaults
+    are the table's (`scenariofields.default`)."""
 
     measurement_protocol: str
-    concurrency: int = 1
+    concurrency: int = default("concurrency")
     requests: int | None = None  # the request budget; None: none (a duration, or until stopped)
-    warmup_requests: int = 0
-    max_tokens: int = 256
-    context_tokens: int = 4096
-    max_context_tokens: int = 4096
-    context_seed: int = 0
+    warmup_requests: int = default("warmup_requests")
+    max_tokens: int = default("max_tokens")
+    context_tokens: int = default("context_tokens")
+    max_context_tokens: int = default("max_context_tokens")
+    context_seed: int = default("context_seed")
     context_distribution: dict[int, int] = field(default_factory=dict)
     reasoning_effort: str | None = None
-    thinking_mode: str = "default"
+    thinking_mode: str = default("serve_flags.thinking_mode")
     shared_prefix_burst: bool = False
     shared_prefix_tokens: int | None = None
     shared_group_size: int | None = None
-    include_usage: bool = True
+    include_usage: bool = default("request.include_usage")
     fixed_output_tokens: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
-    endpoint: str = "chat"  # "chat": /v1/chat/completions; "completions": /v1/completions
+    endpoint: str = default("request.endpoint")  # what requests are posted to (`ENDPOINTS`)
     prompt_ids: bool = False  # a text endpoint's prompt as the server's token ids
     meta: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # sent with every request
@@ -119,7 +134,7 @@ class Scenario:
     warmup_s: float | None = None  # with a duration: the first/last stretch left out of
     cooldown_s: float | None = None  # the figures (`--warmup`/`--cooldown`)
     conversation: ConversationPlan | None = None  # multi-turn (`conversation.py`)
-    trace: TracePlan | None = None  # a replayed trace (`replay.py`; set by --trace)
+    trace: TracePlan | None = None  # a replayed trace (`replay.py`; [trace], --trace)
     dataset: DatasetPlan | None = None  # prompts from a file (`dataset.py`; --dataset)
     mix: Mix | None = None  # request classes and models (`mix.py`)
     cancel: CancelPlan | None = None  # requests closed on purpose (`cancel.py`)
@@ -127,13 +142,10 @@ class Scenario:
 
     @property
     def load_mode(self) -> str:
-        """"budget" (a count of requests, or of conversations, ends the run; a duration, if
-        any, is a time limit),
-        "duration", or "until_stopped" (the web UI's Stop, Ctrl-C)."""
-        if self.requests is not None or (self.conversation is not None
-                                         and self.conversation.conversations is not None):
-            return "budget"
-        return "duration" if self.duration_s is not None else "until_stopped"
+        """`loadspec.load_mode`: "budget", "duration" or "until_stopped"."""
+        conversation = self.conversation
+        return load_mode(self.requests, conversation and conversation.conversations,
+                         self.duration_s)
 
     @property
     def no_thinking(self) -> bool:
@@ -166,66 +178,35 @@ class Scenario:
         return out
 
 
+_SCENARIO_FIELDS = tuple(f.name for f in fields(Scenario) if f.name != "source")
+
+
 def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scenario:
     """Validate a parsed TOML document into a `Scenario`; raise ScenarioError on the first
-    bad field (the rules: `scenariofields`)."""
-    return Scenario(**scenario_fields(data, source), source=source)
+    bad field (the table and its rules: `scenariofields`)."""
+    v = scenario_fields(data, source)
+    return Scenario(**{name: v[name] for name in _SCENARIO_FIELDS}, source=source)
 
 
 def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     """The TOML-shaped document `scenario_from_dict` reads back into an equal Scenario
     (`source` apart: pass it along). Plain data only: `context_distribution`'s keys are
-    strings, as in TOML, and keep their order (the order sizes are handed out in)."""
-    flags: dict[str, Any] = {"thinking_mode": sc.thinking_mode,
-                             "shared_prefix_burst": sc.shared_prefix_burst}
-    if sc.reasoning_effort is not None:
-        flags["reasoning_effort"] = sc.reasoning_effort
-    request: dict[str, Any] = {"include_usage": sc.include_usage, "endpoint": sc.endpoint,
-                               "fixed_output_tokens": sc.fixed_output_tokens,
-                               "extra_body": orjson.loads(orjson.dumps(sc.extra_body))}
-    if sc.system_prompt is not None:
-        request["system_prompt"] = sc.system_prompt
-    if sc.prompt_ids:
-        request["prompt_ids"] = True
-    doc: dict[str, Any] = {
-        "measurement_protocol": sc.measurement_protocol,
-        "concurrency": sc.concurrency,
-        "requests": sc.requests,  # None (no budget) only on the wire: TOML has no null
-        "warmup_requests": sc.warmup_requests,
-        "max_tokens": sc.max_tokens,
-        "context_tokens": sc.context_tokens,
-        "max_context_tokens": sc.max_context_tokens,
-        "context_seed": sc.context_seed,
-        "context_distribution": {str(k): v for k, v in sc.context_distribution.items()},
-        "serve_flags": flags,
-        "request": request,
-        "meta": dict(sc.meta),
-        "headers": dict(sc.headers),
-        "timeouts": {f.name: getattr(sc.timeouts, f.name) for f in fields(Timeouts)},
-    }
-    if sc.duration_s is not None:
-        doc["duration"] = sc.duration_s
-    if sc.goodput is not None:
-        doc["goodput"] = sc.goodput
-    for key, value in (("warmup", sc.warmup_s), ("cooldown", sc.cooldown_s)):
-        if value is not None:
-            doc[key] = value
-    if sc.step_duration_s is not None:  # a sweep: its plan and duration follow from it
-        doc.pop("duration", None)
-        doc["step_duration"] = sc.step_duration_s
-        if sc.step_users is not None:
-            doc["steps"] = list(sc.step_users)
-        else:
-            doc["rates"] = list(sc.step_rates or ())
-            doc.pop("rate", None)
-    if sc.arrivals is not None:
-        doc.update(arrival=sc.arrivals.arrival, burstiness=sc.arrivals.burstiness,
-                   arrival_seed=sc.arrivals.seed)
-        if sc.step_rates is None:  # a rate sweep's rate is its steps'
-            doc["rate"] = sc.arrivals.rate_rps
-    if sc.conversation is not None:
+    strings, as in TOML, and keep their order (the order sizes are handed out in). The
+    keys a `Scenario` field keeps as they are come from the table; the others are written
+    from what was made of them."""
+    doc: dict[str, Any] = {}
+    for f in FIELDS.values():
+        if f.sets is not None and getattr(sc, f.sets) is not None:
+            _put(doc, f.key, getattr(sc, f.sets))
+    doc["requests"] = sc.requests  # None (no budget) only on the wire: TOML has no null
+    doc["request"]["extra_body"] = orjson.loads(orjson.dumps(sc.extra_body))
+    doc.update(meta=dict(sc.meta), headers=dict(sc.headers),
+               timeouts={f.name: getattr(sc.timeouts, f.name) for f in fields(Timeouts)})
+    if sc.conversation is not None:  # (its distribution is none: a turn's is its history)
         doc["conversation"] = sc.conversation.to_table()
-        del doc["context_distribution"]  # the default one, which a conversation ignores
+    else:
+        doc["context_distribution"] = {str(k): n for k, n in sc.context_distribution.items()}
+    doc.update(_load_keys(sc))
     if sc.mix is not None:  # its seed is context_seed's
         if sc.mix.classes:
             doc["request_class"] = [c.to_table() for c in sc.mix.classes]
@@ -234,15 +215,49 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     if sc.cancel is not None:  # its seed is context_seed's
         doc["cancel"] = sc.cancel.to_table()
     if sc.shared_prefix_burst:
-        sp: dict[str, Any] = {"prefix_tokens": sc.shared_prefix_tokens}
-        if sc.shared_group_size is not None:
-            sp["group_size"] = sc.shared_group_size
-        doc["shared_prefix"] = sp
-    return doc
+        doc["shared_prefix"] = {"prefix_tokens": sc.shared_prefix_tokens,
+                                "group_size": sc.shared_group_size}
+    if sc.trace is not None:
+        t = sc.trace
+        window = None if t.window_s is None else ":".join(
+            "" if x is None else repr(x) for x in t.window_s)
+        doc["trace"] = {"path": t.path, "format": t.fmt, "speed": t.speed, "limit": t.limit,
+                        "block_tokens": t.block_tokens, "model": t.model, "window": window}
+    if sc.dataset is not None:
+        doc["dataset"] = {"path": sc.dataset.path, "format": sc.dataset.fmt}
+    return _no_nulls(doc)
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario TOML file."""
+def _load_keys(sc: Scenario) -> dict[str, Any]:
+    """The load's keys of `sc`: its duration (a sweep's follows from its steps), its
+    open-loop plan (a rate sweep's rate is its steps'), its sweep and windows."""
+    doc: dict[str, Any] = {"warmup": sc.warmup_s, "cooldown": sc.cooldown_s}
+    if sc.step_duration_s is not None:
+        doc.update(step_duration=sc.step_duration_s, steps=sc.step_users, rates=sc.step_rates)
+    else:
+        doc["duration"] = sc.duration_s
+    if sc.arrivals is not None:
+        doc.update(arrival=sc.arrivals.arrival, burstiness=sc.arrivals.burstiness,
+                   arrival_seed=sc.arrivals.seed)
+        if sc.step_rates is None:
+            doc["rate"] = sc.arrivals.rate_rps
+    return {k: list(x) if isinstance(x, tuple) else x for k, x in doc.items()}
+
+
+def _no_nulls(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` without the None values TOML cannot hold (a table's, one level down), but
+    `requests`' (the wire's "no budget")."""
+    out = {}
+    for k, x in doc.items():
+        if isinstance(x, dict) and k in ("trace", "dataset", "shared_prefix"):
+            x = {kk: xx for kk, xx in x.items() if xx is not None}
+        if x is not None or k == "requests":
+            out[k] = x
+    return out
+
+
+def read_scenario(path: str | Path) -> dict[str, Any]:
+    """A scenario TOML file's document, unchecked (`scenario_from_dict` checks it)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -251,76 +266,115 @@ def load_scenario(path: str | Path) -> Scenario:
     except OSError as e:
         raise UsageError(f"scenario file {str(p)!r} cannot be read: {e.strerror}") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UsageError(
             f"{p}: not valid TOML ({e}); see scenarios/smoke.toml for the format") from None
-    return scenario_from_dict(data, source=str(p))
 
 
-def with_overrides(
-    sc: Scenario,
-    *,
-    requests: int | None = None,
-    concurrency: int | None = None,
-    max_tokens: int | None = None,
-    model: str | None = None,
-    warmup_requests: int | None = None,
-    duration_s: float | None = None,
-    arrivals: ArrivalPlan | None = None,
-    goodput: str | None = None,
-) -> Scenario:
-    """Apply command-line overrides (None: keep the scenario's), re-checking what they can
-    break."""
-
-    meta = dict(sc.meta)
-    if model:
-        meta["model"] = model
-    new = replace(
-        sc,
-        requests=sc.requests if requests is None else requests,
-        concurrency=sc.concurrency if concurrency is None else concurrency,
-        max_tokens=sc.max_tokens if max_tokens is None else max_tokens,
-        warmup_requests=sc.warmup_requests if warmup_requests is None else warmup_requests,
-        duration_s=sc.duration_s if duration_s is None else duration_s,
-        arrivals=sc.arrivals if arrivals is None else arrivals,
-        goodput=sc.goodput if goodput is None else goodput,
-        meta=meta,
-    )
-    if requests is not None and new.conversation is not None:  # --requests counts turns
-        new = replace(new, conversation=replace(new.conversation, conversations=None))
-    if new.arrivals is not None and new.shared_prefix_burst:
-        raise UsageError(f"--rate is not allowed with {sc.source or 'the scenario'}: its "
-                         "shared-prefix bursts send groups back to back, not at a rate")
-    if max_tokens is not None and new.conversation is not None:
-        longest = new.conversation.longest_tokens(new.max_tokens)
-        if longest > new.max_context_tokens:
-            raise UsageError(
-                f"--max-tokens {max_tokens} is not allowed with {sc.source or 'the scenario'}: "
-                f"its longest conversation would need {longest} tokens, over "
-                f"max_context_tokens {new.max_context_tokens}")
-    elif max_tokens is not None:
-        for size in new.context_distribution:
-            if size + new.max_tokens > new.max_context_tokens:
-                raise UsageError(
-                    f"--max-tokens {max_tokens} is not allowed with {sc.source or 'the scenario'}: "
-                    f"planned size {size} + {max_tokens} exceeds max_context_tokens "
-                    f"{new.max_context_tokens}; use at most {new.max_context_tokens - size}"
-                )
-    return new
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario TOML file."""
+    return scenario_from_dict(read_scenario(path), source=str(path))
 
 
-def with_conversation(sc: Scenario, given: dict[str, Any]) -> Scenario:
-    """`--conversation key=value,...` over the scenario's `[conversation]` table (none: a
-    new one), checked as the file's own table is; a value `name:p1:p2` is a distribution
-    (`conversation.dist_from_text`); `conversations=N` (a budget of conversations) replaces
-    the scenario's request count."""
-    doc = scenario_to_dict(sc)
-    tables = {k: dist_from_text(v) if isinstance(v, str) else v for k, v in given.items()}
-    doc["conversation"] = {**(doc.get("conversation") or {}), **tables}
-    doc.pop("context_distribution", None)  # a turn's size is its history and turn_tokens
-    if given.get("conversations") is not None:
-        doc.pop("requests", None)
-    flag = "--conversation " + ",".join(f"{k}={v}" for k, v in given.items())
-    # checked under the flag's name: a bad value names the flag, not the file
-    return replace(scenario_from_dict(doc, source=flag), source=sc.source)
+# --- flags over a file -----------------------------------------------------------------------
+
+_ABSENT = object()
+
+
+def _get(doc: dict[str, Any], key: str) -> Any:
+    """The value at a dotted `key` of `doc` (`_ABSENT`: none there)."""
+    table, _, last = key.rpartition(".")
+    d = doc.get(table, {}) if table else doc
+    return d.get(last, _ABSENT) if isinstance(d, dict) else _ABSENT
+
+
+def _put(doc: dict[str, Any], key: str, value: Any) -> None:
+    """Set a dotted `key` of `doc` (None: remove it); a table that is not one (the file's
+    mistake) is left for the checks to name."""
+    table, _, last = key.rpartition(".")
+    if value is None:
+        d = doc.get(table) if table else doc
+        if isinstance(d, dict):
+            d.pop(last, None)
+        return
+    d = doc.setdefault(table, {}) if table else doc
+    if isinstance(d, dict):
+        d[last] = value
+
+
+@dataclass(frozen=True, slots=True)
+class Given:
+    """One flag as the user gave it: its name and text (what its errors show) and the keys
+    of the scenario it sets (`scenariofields.Flag.sets`)."""
+
+    flag: str
+    text: str | None  # None: a switch
+    keys: dict[str, Any]
+
+    @property
+    def said(self) -> str:
+        return self.flag if self.text is None else f"{self.flag} {self.text!r}"
+
+    def gave(self, key: str) -> bool:
+        """Whether the flag gave `key`, a table it is in, or one of its own keys."""
+        return any(key == k or key.startswith((k + ".", k + "[")) or k.startswith(key + ".")
+                   for k in self.keys)
+
+
+def with_flags(doc: dict[str, Any], given: Sequence[Given]) -> dict[str, Any]:
+    """`doc` with the flags' keys over it: a key a flag changes replaces the file's keys the
+    rules would refuse beside it (`scenariofields.REPLACES`); a flag that says what the
+    file says changes nothing."""
+    changed = {k: x for g in given for k, x in g.keys.items() if _get(doc, k) != x}
+    out = copy.deepcopy(doc)
+    for key in changed:
+        for table, replaced in REPLACES.items():
+            if key == table or key.startswith(table + "."):
+                for gone in replaced:
+                    if gone not in changed:
+                        _put(out, gone, None)
+    for key, x in changed.items():
+        _put(out, key, x)
+    return out
+
+
+def scenario_with_flags(doc: dict[str, Any], given: Sequence[Given],
+                        source: str | None) -> Scenario:
+    """The scenario of `doc` (a file's, or the built-in one) with the flags over it, checked
+    as one document. A refusal's source is the flag that gave the key refused, else the
+    one flag without which the scenario holds; else the file (with the flags, if the file
+    alone holds)."""
+    try:
+        return scenario_from_dict(with_flags(doc, given), source)
+    except ScenarioError as e:
+        raise _named(e, doc, given, source) from None
+
+
+def _holds(doc: dict[str, Any], given: Sequence[Given], source: str | None) -> bool:
+    try:
+        scenario_fields(with_flags(doc, given), source)
+    except ScenarioError:
+        return False
+    return True
+
+
+def _named(e: ScenarioError, doc: dict[str, Any], given: Sequence[Given],
+           source: str | None) -> UsageError:
+    """`e` as the one line that names what to change: the flag is its source (with the
+    file's, where the key refused is the file's)."""
+    g = next((g for g in given if g.gave(e.field)), None)
+    if g is None:
+        g = next((g for g in given if _holds(doc, [x for x in given if x is not g], source)),
+                 None)
+    if g is None:
+        if not given or not _holds(doc, (), source):
+            return e
+        flags = " ".join(x.said for x in given)
+        return ScenarioError(e.field, e.value, e.allowed, source=f"{flags} with {source}")
+    if g.gave(e.field):
+        return ScenarioError(e.field, e.value, e.allowed, source=g.said)
+    if e.value is None:
+        other = f" ({FLAG_OF[e.field]})" if e.field in FLAG_OF else ""
+        return UsageError(f"{g.said} needs {e.field}{other} too: {e.allowed}")
+    return ScenarioError(e.field, e.value, e.allowed, source=f"{g.said} with {source}")

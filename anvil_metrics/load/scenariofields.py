@@ -1,29 +1,51 @@
-"""A scenario file's fields, checked: what each may be, in the order they are checked.
+"""A scenario's one field table: every key a scenario file may hold (what it may be, its
+default, the `Scenario` field that keeps it), in the order the keys are checked, and the
+flags that set keys (`anvil run`'s and Locust's, each with its help).
 
-Why its own module: `scenario.py` says what a scenario is and how it is read, written and
-overridden; this says what its file may hold. Each plain value is one row of `_RULES` (its
-kind, its default, the least or the values allowed), checked by one loop; the keys that
-depend on one another (the distribution and max_tokens, a sweep and a budget, a shared
-prefix and the smallest planned size) are one function each, at their place in the order.
-The first bad value raises `ScenarioError` naming the field, the value and what is allowed.
+Why one table: a scenario is written two ways, as a TOML file and as flags over it (`anvil
+run`, Locust's command line and its web form). Each key's kind, default and flag are
+stated here once; from them come the file's checks (`scenariorules.scenario_fields`, one
+loop over the rows), the flags and their help (`options.py` makes them `Option`s), the
+keys a file may hold (the unknown ones refused), the defaults `Scenario` takes
+(`default`), what `scenario.scenario_to_dict` writes back and the README's table. A flag's
+text becomes the key's value in the same TOML-shaped document
+(`scenario.scenario_with_flags`), checked by the same rows and rules as the file. What
+depends on other keys is a rule (`scenariorules.py`, `loadspec.py`), run once the key it
+follows is read. This module imports no rule and nothing heavy: `anvil`'s parsers are
+made from it at start.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-import orjson
-
-from anvil_metrics.errors import ScenarioError, UsageError
-from anvil_metrics.headers import REDACTED, is_credential, problem
-from anvil_metrics.load.cancel import parse_cancel
-from anvil_metrics.load.conversation import parse_conversation
-from anvil_metrics.load.loadspec import arrivals_of, duration_of, steps_of
-from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, parse_mix
-from anvil_metrics.prep.prompts import MAX_GROUP_SIZE, MIN_UNIQUE_TOKENS
+from anvil_metrics.errors import ScenarioError
+from anvil_metrics.load import cancel
+from anvil_metrics.load.arrivals import ARRIVALS, ArrivalPlan
+from anvil_metrics.load.conversation import table_flag
+from anvil_metrics.load.dataset import FORMATS as DATASET_FORMATS
+from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, assignment_flag
+from anvil_metrics.load.optionvalues import (
+    BOOL,
+    NAME,
+    TABLE,
+    TEXT,
+    Kind,
+    Parse,
+    choice,
+    counts,
+    criteria,
+    names,
+    number,
+    positive,
+    rates,
+    timespan,
+    whole,
+    window_text,
+)
+from anvil_metrics.load.trace import FORMATS as TRACE_FORMATS
+from anvil_metrics.load.trace import TracePlan
 
 # what a run's requests are posted to (`body.py`), under the API path; which of them answer
 # with a stream (an embedding is one JSON answer); which take the prompt as text, no template
@@ -34,45 +56,9 @@ STREAMED_ENDPOINTS = ("chat", "completions", "responses")
 TEXT_ENDPOINTS = ("completions", "embeddings")
 
 META_KEYS = ("model", "engine", "gpu", "tier", "manifest", "source_recipe")
-
-_TOP_KEYS = {
-    "measurement_protocol",
-    "concurrency",
-    "requests",
-    "warmup_requests",
-    "max_tokens",
-    "context_tokens",
-    "max_context_tokens",
-    "context_seed",
-    "context_distribution",
-    "serve_flags",
-    "request",
-    "meta",
-    "headers",
-    "timeouts",
-    "shared_prefix",
-    "duration",
-    "rate",
-    "arrival",
-    "burstiness",
-    "arrival_seed",
-    "goodput",
-    "steps",
-    "rates",
-    "step_duration",
-    "warmup",
-    "cooldown",
-    "conversation",
-    "request_class",
-    "models",
-    "cancel",
-}
 # the chat header and the group's head line alone are ~10-20 tokens: a shared prefix
 # shorter than this would not be what the run reports
 MIN_SHARED_PREFIX_TOKENS = 64
-# body fields that anvil sets and reports; extra_body may not silently change them
-_RESERVED_BODY_KEYS = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
-                       "stream_options"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,379 +75,257 @@ class Timeouts:
     total_s: float = 7200.0
 
 
-# the tables' keys (None: any key; the distribution's keys are token counts)
-_TABLE_KEYS: dict[str, set[str] | None] = {
-    "context_distribution": None,
-    "serve_flags": {"reasoning_effort", "thinking_mode", "no_thinking", "shared_prefix_burst"},
-    "shared_prefix": {"prefix_tokens", "group_size"},
-    "request": {"include_usage", "fixed_output_tokens", "extra_body", "system_prompt",
-                "endpoint", "prompt_ids"},
-    "meta": set(META_KEYS),
-    "headers": None,
-    "timeouts": {f.name for f in fields(Timeouts)},
-}
-
-
-def _err(field_name: str, value: Any, allowed: str, source: str | None) -> ScenarioError:
-    return ScenarioError(field_name, value, allowed, source=source)
-
-
-def _table(d: dict, key: str, allowed_keys: set[str] | None, src: str | None) -> dict:
-    v = d.get(key, {})
-    if not isinstance(v, dict):
-        raise _err(key, v, "a table", src)
-    if allowed_keys is not None:
-        for k in v:
-            if k not in allowed_keys:
-                raise _err(f"{key}.{k}", v[k], f"one of the keys {sorted(allowed_keys)}", src)
-    return v
-
-
-def _number(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | float)
-
-
-# A field's kind -> (does it accept a value, what it allows, in words)
-_KINDS: dict[str, tuple[Callable[[_Field, Any], bool], Callable[[_Field], str]]] = {
-    "whole": (lambda f, v: _number(v) and isinstance(v, int) and v >= f.minimum,
-              lambda f: f"a whole number >= {f.minimum}"),
-    "flag": (lambda f, v: isinstance(v, bool), lambda f: "true or false"),
-    "choice": (lambda f, v: v in f.choices or (v is None and f.default is None),
-               lambda f: f"one of {f.choices}"),
-    "name": (lambda f, v: isinstance(v, str) and bool(v.strip()),
-             lambda f: "a non-empty string"),
-    "text": (lambda f, v: v is None or isinstance(v, str), lambda f: "a string"),
-    "seconds": (lambda f, v: _number(v) and math.isfinite(v) and v > 0,
-                lambda f: "a finite number of seconds > 0"),
-}
-
-
 @dataclass(frozen=True, slots=True)
-class _Field:
-    """One plain value of the file: where it is, its kind (`_KINDS`), its default, the
-    least or the values it may take; `Scenario`'s field named as the key's last part
-    keeps it."""
+class Field:
+    """One key of a scenario file: where it is ("max_tokens", or "table.key"), its kind,
+    its default (when the file leaves it out; a function: of the fields before it), and
+    `sets`: the `Scenario` field that keeps it as it is (None: a rule reads it)."""
 
-    key: str  # "max_tokens", or "table.key" ("request.include_usage")
-    kind: str
-    default: Any = None  # when the file leaves it out; a function: of the fields before it
-    minimum: int = 0  # "whole": the least allowed
-    choices: tuple[str, ...] = ()  # "choice": the values allowed (None too if the default)
+    key: str
+    kind: Kind
+    default: Any = None
+    sets: str | None = None
+    required: bool = False
 
     def read(self, data: dict[str, Any], v: dict[str, Any], src: str | None) -> Any:
         """The checked value in `data` (`v`: the fields read so far, for a default)."""
         table, _, key = self.key.rpartition(".")
-        d = _table(data, table, _TABLE_KEYS[table], src) if table else data
+        d = table_of(data, table, src) if table else data
         value = d.get(key, self.default(v) if callable(self.default) else self.default)
-        accepts, allowed = _KINDS[self.kind]
-        if not accepts(self, value):
-            raise _err(self.key, value, allowed(self), src)
+        if value is None and self.default is None and not self.required:
+            return None
+        if not self.kind.accepts(value):
+            raise ScenarioError(self.key, value, self.kind.allowed, source=src)
         return value
 
 
-def _distribution(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """`context_distribution`: planned sizes that fit; none: one size that fills the
-    context, less max_tokens."""
-    max_tokens, max_context = v["max_tokens"], v["max_context_tokens"]
-    dist: dict[int, int] = {}
-    for k, n in _table(data, "context_distribution", None, src).items():
-        where = f"context_distribution.{k}"
-        try:
-            size = int(k)
-        except (TypeError, ValueError):
-            raise _err(where, n, "keys that are token counts", src) from None
-        if size < 1:
-            raise _err(where, n, "keys that are token counts >= 1", src)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise _err(where, n, "a request count >= 1", src)
-        if size + max_tokens > max_context:
-            raise _err(where, n, f"planned sizes with size + max_tokens ({max_tokens}) <= "
-                       f"max_context_tokens ({max_context}); {size} + {max_tokens} = "
-                       f"{size + max_tokens}", src)
-        dist[size] = n
-    v["context_distribution"] = dist or {
-        max(1, min(v["context_tokens"], max_context) - max_tokens): 1}
+def _own(key: str, kind: Kind, default: Any = None, **kw: Any) -> Field:
+    """A key whose `Scenario` field, named as the key's last part, keeps it as it is."""
+    return Field(key, kind, default, sets=key.rpartition(".")[2], **kw)
 
 
-def _load(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """The load's keys (`loadspec`): a request budget, a duration, a rate, a sweep."""
-    duration = duration_of(data.get("duration"), src) if "duration" in data else None
-    requests = None  # a None in the document: the wire's "no budget"
-    if data.get("requests") is not None or (
-            "requests" not in data and data.get("context_distribution") and duration is None):
-        requests = _Field("requests", "whole", sum(v["context_distribution"].values()),
-                          minimum=1).read(data, v, src)
-    step_users, step_rates, step_s = steps_of(data, src)
-    if step_rates is not None:  # a rate sweep's plan: the mean rate; each step has its own
-        data = {**data, "rate": sum(step_rates) / len(step_rates)}
-    v["arrivals"] = arrivals_of(data, src)
-    if step_s is not None:
-        if data.get("requests") is not None or "duration" in data:
-            key = "requests" if data.get("requests") is not None else "duration"
-            raise _err(key, data[key], "no request count or duration with steps (a sweep "
-                       "lasts its steps × step_duration)", src)
-        requests, duration = None, step_s * len(step_users or step_rates or ())
-    v.update(requests=requests, duration_s=duration, step_users=step_users,
-             step_rates=step_rates, step_duration_s=step_s)
-
-
-def _goodput(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """`goodput`: criteria as text, kept as `parse_criteria` writes them back."""
-    goodput = data.get("goodput")
-    if goodput is not None:
-        from anvil_metrics.load.criteria import parse_criteria
-
-        if not isinstance(goodput, str):
-            raise _err("goodput", goodput, 'criteria as text, e.g. "ttft_ms<=2000"', src)
-        try:
-            goodput = ",".join(c.text() for c in parse_criteria(goodput, "goodput"))
-        except UsageError as e:
-            raise _err("goodput", goodput, str(e).split(": ", 1)[-1], src) from None
-    v["goodput"] = goodput
-
-
-def _thinking(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """`serve_flags.no_thinking`, the older spelling of thinking_mode = "off"."""
-    if v.pop("no_thinking"):
-        if v["thinking_mode"] == "on":
-            raise _err("serve_flags.no_thinking", True, "false when thinking_mode = 'on'", src)
-        v["thinking_mode"] = "off"
-
-
-def _shared_prefix(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """[shared_prefix], needed by serve_flags.shared_prefix_burst and only there: a prefix
-    that leaves each request tokens of its own, groups of at most MAX_GROUP_SIZE."""
-    sp = _table(data, "shared_prefix", _TABLE_KEYS["shared_prefix"], src)
-    shared = v["shared_prefix_burst"]
-    v["shared_prefix_tokens"] = v["shared_group_size"] = None
-    if sp and not shared:
-        raise _err("shared_prefix", sp, "only with serve_flags.shared_prefix_burst = true", src)
-    if shared:
-        if "prefix_tokens" not in sp:
-            raise _err("shared_prefix.prefix_tokens", None, "a token count (required with "
-                       "serve_flags.shared_prefix_burst = true)", src)
-        prefix = _Field("shared_prefix.prefix_tokens", "whole",
-                        minimum=MIN_SHARED_PREFIX_TOKENS).read(data, v, src)
-        if "group_size" in sp:
-            group = _Field("shared_prefix.group_size", "whole", minimum=1).read(data, v, src)
-            if group > MAX_GROUP_SIZE:
-                raise _err("shared_prefix.group_size", group,
-                           f"a whole number from 1 to {MAX_GROUP_SIZE}", src)
-            v["shared_group_size"] = group
-        smallest = min(v["context_distribution"])
-        if prefix + MIN_UNIQUE_TOKENS > smallest:
-            raise _err("shared_prefix.prefix_tokens", prefix,
-                       f"at most the smallest planned size ({smallest}) - {MIN_UNIQUE_TOKENS} "
-                       f"= {smallest - MIN_UNIQUE_TOKENS}, so each request keeps some tokens "
-                       "of its own", src)
-        v["shared_prefix_tokens"] = prefix
-        if v["arrivals"] is not None:
-            rate = data.get("rate") if v["step_rates"] is None else (
-                sum(v["step_rates"]) / len(v["step_rates"]))
-            raise _err("rate", rate, "no rate with serve_flags.shared_prefix_burst = true "
-                       "(bursts send groups back to back)", src)
-
-
-def _conversation(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """[conversation] (`conversation.py`): each turn's prompt is its history and a new
-    message, so no context distribution or shared-prefix bursts beside it, and the longest
-    conversation must fit the context."""
-    plan = parse_conversation(data.get("conversation"), src)
-    v["conversation"] = plan
-    if plan is None:
-        return
-    if data.get("context_distribution"):
-        raise _err("context_distribution", data["context_distribution"], "none with "
-                   "[conversation] (a turn's size is its history plus turn_tokens)", src)
-    if v["shared_prefix_burst"]:
-        raise _err("serve_flags.shared_prefix_burst", True, "false with [conversation] "
-                   "(conversations share their own history; system_prompt_tokens is "
-                   "the prefix all of them share)", src)
-    if plan.conversations is not None and v["requests"] is not None:
-        raise _err("conversation.conversations", plan.conversations, "no budget of "
-                   f"conversations beside one of requests ({v['requests']}): give one", src)
-    longest = plan.longest_tokens(v["max_tokens"])
-    if longest > v["max_context_tokens"]:
-        raise _err("conversation.turn_tokens", plan.turn_tokens,
-                   f"sizes whose longest conversation fits max_context_tokens "
-                   f"({v['max_context_tokens']}): system_prompt_tokens + prefix_tokens + "
-                   f"{plan.max_turns} turns x (turn_tokens + max_tokens {v['max_tokens']}) "
-                   f"= {longest}", src)
-
-
-def _mix(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """[[request_class]] and [models] (`mix.py`): each class's size and answer fit the
-    context; classes shape single-turn requests, so none beside a conversation or bursts."""
-    mix = parse_mix(data.get("request_class"), data.get("models"), v["context_seed"], src)
-    v["mix"] = mix
-    if mix is None or not mix.classes:
-        return
-    if v["conversation"] is not None:
-        raise _err("request_class", data["request_class"], "no request classes with "
-                   "[conversation] (a conversation's turns have one shape; [models] does "
-                   "assign each conversation a model)", src)
-    if v["shared_prefix_burst"]:
-        raise _err("serve_flags.shared_prefix_burst", True, "false with request classes",
-                   src)
-    largest = max(v["context_distribution"])
-    for i, c in enumerate(mix.classes):
-        size = c.context_tokens or largest
-        answer = c.max_tokens or v["max_tokens"]
-        if size + answer > v["max_context_tokens"]:
-            key = "context_tokens" if c.context_tokens else "max_tokens"
-            raise _err(f"request_class[{i}].{key}", getattr(c, key) or answer,
-                       f"a size whose prompt + max_tokens fits max_context_tokens "
-                       f"({v['max_context_tokens']}): {size} + {answer} = {size + answer}",
-                       src)
-
-
-def _cancel(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """[cancel] (`cancel.py`): the fraction of requests closed on purpose, and when."""
-    v["cancel"] = parse_cancel(data.get("cancel"), v["context_seed"], src)
-
-
-def _endpoint(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """`request.endpoint`: "completions" and "embeddings" post a text prompt, so nothing of
-    a chat template: no system prompt, thinking switch, reasoning effort, conversation or
-    request class that sets them; an embedding generates nothing, so no fixed output length
-    nor cancellation after its first output. `conversation.previous_response_id` is the
-    Responses API's."""
-    endpoint = v["endpoint"]
-    conversation = v["conversation"]
-    if conversation is not None and conversation.previous_response_id and (
-            endpoint != "responses"):
-        raise _err("conversation.previous_response_id", True, "false unless "
-                   "request.endpoint = \"responses\" (only that API keeps a response)", src)
-    if endpoint == "embeddings":
-        _embeddings(v, src)
-    if v["prompt_ids"] and (endpoint not in TEXT_ENDPOINTS or v["shared_prefix_burst"]
-                            or v["mix"] is not None):
-        raise _err("request.prompt_ids", True, "false unless request.endpoint is "
-                   "\"completions\" or \"embeddings\", with no shared-prefix bursts nor "
-                   "request classes (token ids are a text prompt's)", src)
-    if endpoint not in TEXT_ENDPOINTS:
-        return
-    chat_only = [("request.system_prompt", v["system_prompt"]),
-                 ("serve_flags.reasoning_effort", v["reasoning_effort"]),
-                 ("serve_flags.thinking_mode", None if v["thinking_mode"] == "default"
-                  else v["thinking_mode"]),
-                 ("conversation", v["conversation"] and "a [conversation] table")]
-    if v["mix"] is not None:
-        chat_only += [(f"request_class[{i}].{k}", getattr(c, k)) for i, c in
-                      enumerate(v["mix"].classes) for k in ("reasoning_effort", "thinking_mode")]
-    for key, value in chat_only:
-        if value is not None:
-            raise _err(key, value, f"none with request.endpoint = \"{endpoint}\" (a text "
-                       "prompt has no chat template)", src)
-
-
-def _embeddings(v: dict[str, Any], src: str | None) -> None:
-    """An embedding is one answer with no output: nothing may ask for output tokens."""
-    cancel = v["cancel"]
-    if cancel is not None and cancel.after == "decode":
-        raise _err("cancel.after", "decode", "\"prefill\" or a time in ms with "
-                   "request.endpoint = \"embeddings\" (nothing is decoded)", src)
-    if v["fixed_output_tokens"]:
-        raise _err("request.fixed_output_tokens", True, "false with request.endpoint = "
-                   "\"embeddings\" (nothing is generated)", src)
-
-
-def _extra_body(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """`request.extra_body`: JSON fields merged into every body, none that anvil sets."""
-    extra = _table(data, "request", _TABLE_KEYS["request"], src).get("extra_body", {})
-    if not isinstance(extra, dict):
-        raise _err("request.extra_body", extra, "a table of JSON fields", src)
-    try:  # kept as the JSON the body will carry (a TOML date becomes its string): plain data
-        extra = orjson.loads(orjson.dumps(extra))
-    except orjson.JSONEncodeError as e:
-        raise _err("request.extra_body", extra, f"a table of JSON fields ({e})", src) from None
-    for k in extra:
-        if k in _RESERVED_BODY_KEYS:
-            raise _err(f"request.extra_body.{k}", extra[k],
-                       f"no key anvil sets itself ({sorted(_RESERVED_BODY_KEYS)}); use the "
-                       "scenario's own field or command-line flag", src)
-    v["extra_body"] = dict(extra)
-
-
-def _meta(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """[meta]: what was measured, each a string (or left out: unknown)."""
-    meta = _table(data, "meta", _TABLE_KEYS["meta"], src)
-    for k, value in meta.items():
-        if value is not None and not isinstance(value, str):
-            raise _err(f"meta.{k}", value, "a string", src)
-    v["meta"] = dict(meta)
-
-
-def _headers(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """[headers]: extra HTTP headers sent with every request (`headers.py`), name = text."""
-    table = _table(data, "headers", None, src)
-    for k, value in table.items():
-        wrong = problem(k, value)
-        if wrong is not None:
-            raise _err(f"headers.{k}", REDACTED if is_credential(k) else value, wrong, src)
-    v["headers"] = {k: value.strip() for k, value in table.items()}
-
-
-def _timeouts(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """[timeouts]: the four limits, in seconds (a whole number too)."""
-    v["timeouts"] = Timeouts(**{f.name: float(v.pop(f.name)) for f in fields(Timeouts)})
-
-
-def _windows(data: dict[str, Any], v: dict[str, Any], src: str | None) -> None:
-    """`warmup`/`cooldown`: with a duration, the stretches left out of the figures."""
-    for key in ("warmup", "cooldown"):
-        v[f"{key}_s"] = duration_of(data[key], src, key) if key in data else None
-
-
-# (the document, the fields checked so far, its source): checks its keys, sets its fields
-_Check = Callable[[dict[str, Any], dict[str, Any], str | None], None]
-# The file's fields in the order they are checked (the first bad one is the one reported):
-# a plain value is a `_Field`; a `_Check` the keys that depend on one another.
-_RULES: tuple[_Field | _Check, ...] = (
-    _Field("measurement_protocol", "name"),
-    _Field("max_tokens", "whole", 256, minimum=1),
-    _Field("context_tokens", "whole", 4096, minimum=1),
-    _Field("max_context_tokens", "whole", lambda v: v["context_tokens"], minimum=1),
-    _Field("context_seed", "whole", 0),
-    _distribution,
-    _load,
-    _goodput,
-    _Field("warmup_requests", "whole", 0),
-    _Field("concurrency", "whole", 1, minimum=1),
-    _Field("serve_flags.reasoning_effort", "choice", choices=REASONING_EFFORTS),
-    _Field("serve_flags.thinking_mode", "choice", "default", choices=THINKING_MODES),
-    _Field("serve_flags.no_thinking", "flag", False),
-    _thinking,
-    _Field("serve_flags.shared_prefix_burst", "flag", False),
-    _shared_prefix,
-    _conversation,
-    _mix,
-    _cancel,
-    _Field("request.include_usage", "flag", True),
-    _Field("request.fixed_output_tokens", "flag", False),
-    _extra_body,
-    _Field("request.system_prompt", "text"),
-    _Field("request.endpoint", "choice", "chat", choices=ENDPOINTS),
-    _Field("request.prompt_ids", "flag", False),
-    _endpoint,
-    _meta,
-    _headers,
-    *(_Field(f"timeouts.{f.name}", "seconds", f.default) for f in fields(Timeouts)),
-    _timeouts,
-    _windows,
+# a replay's and an open loop's defaults are their plans'
+_TRACE = {f.name: f.default for f in fields(TracePlan)}
+_ARRIVAL = {f.name: f.default for f in fields(ArrivalPlan)}
+# Every key of a file, in the order it is checked (the first bad one is the one reported;
+# each rule of `scenariorules.RULES_AFTER` runs once the key it follows is read).
+_ROWS: tuple[Field, ...] = (
+    _own("measurement_protocol", NAME, required=True),
+    _own("max_tokens", whole(1), 256),
+    _own("context_tokens", whole(1), 4096),
+    _own("max_context_tokens", whole(1), lambda v: v["context_tokens"]),
+    _own("context_seed", whole(0), 0),
+    Field("context_distribution", TABLE, {}),
+    Field("requests", whole(1)),
+    Field("duration", timespan),
+    Field("steps", counts),
+    Field("rates", rates),
+    Field("step_duration", timespan),
+    Field("rate", number("a number of requests per second > 0")),
+    Field("arrival", choice(*ARRIVALS)),
+    Field("burstiness", number("a number > 0 (gamma shape; 1 = Poisson)"),
+          _ARRIVAL["burstiness"]),
+    Field("arrival_seed", whole(0), _ARRIVAL["seed"]),
+    _own("goodput", Kind('criteria as text, e.g. "ttft_ms<=2000"',
+                         lambda v: isinstance(v, str))),
+    _own("warmup_requests", whole(0), 0),
+    _own("concurrency", whole(1), 1),
+    _own("serve_flags.reasoning_effort", choice(*REASONING_EFFORTS)),
+    _own("serve_flags.thinking_mode", choice(*THINKING_MODES), "default"),
+    Field("serve_flags.no_thinking", BOOL, False),
+    _own("serve_flags.shared_prefix_burst", BOOL, False),
+    Field("shared_prefix.prefix_tokens", whole(MIN_SHARED_PREFIX_TOKENS)),
+    Field("shared_prefix.group_size", whole(1)),
+    Field("conversation", TABLE, {}),
+    Field("request_class", Kind("an array of tables ([[request_class]])",
+                                lambda v: isinstance(v, list)), []),
+    Field("models", TABLE, {}),
+    Field("cancel", TABLE, {}),
+    _own("request.include_usage", BOOL, True),
+    _own("request.fixed_output_tokens", BOOL, False),
+    Field("request.extra_body", Kind("a table of JSON fields", lambda v: isinstance(v, dict)),
+          {}),
+    _own("request.system_prompt", TEXT),
+    _own("request.endpoint", choice(*ENDPOINTS), "chat"),
+    _own("request.prompt_ids", BOOL, False),
+    Field("trace.path", NAME),
+    Field("trace.format", choice(*TRACE_FORMATS)),
+    Field("trace.speed", positive, _TRACE["speed"]),
+    Field("trace.limit", whole(1)),
+    Field("trace.window", window_text),
+    Field("trace.block_tokens", whole(1), _TRACE["block_tokens"]),
+    Field("trace.model", TEXT),
+    Field("dataset.path", NAME),
+    Field("dataset.format", choice(*DATASET_FORMATS)),
+    *(Field(f"meta.{k}", TEXT) for k in META_KEYS),
+    Field("headers", TABLE, {}),
+    *(Field(f"timeouts.{f.name}", number("a finite number of seconds > 0"), f.default)
+      for f in fields(Timeouts)),
+    Field("warmup", timespan),
+    Field("cooldown", timespan),
 )
+FIELDS = {f.key: f for f in _ROWS}
+
+# the file's keys: the top ones, and each table's whose keys are rows here (the others'
+# keys are their own module's: conversation.py, mix.py, cancel.py, headers.py)
+TOP_KEYS = tuple(dict.fromkeys(k.partition(".")[0] for k in FIELDS))
+TABLE_KEYS = {t: tuple(k.partition(".")[2] for k in FIELDS if k.startswith(t + "."))
+              for t in TOP_KEYS if any(k.startswith(t + ".") for k in FIELDS)}
 
 
-def scenario_fields(data: dict[str, Any], source: str | None = None) -> dict[str, Any]:
-    """`Scenario`'s fields (all but `source`) from a parsed TOML document; ScenarioError on
-    the first bad field, in the order of `_RULES`."""
-    for k in data:
-        if k not in _TOP_KEYS:
-            raise _err(k, data[k], f"one of the keys {sorted(_TOP_KEYS)}", source)
-    v: dict[str, Any] = {}  # the fields checked so far
-    for rule in _RULES:
-        if isinstance(rule, _Field):
-            v[rule.key.rpartition(".")[2]] = rule.read(data, v, source)
-        else:
-            rule(data, v, source)
+def default(key: str) -> Any:
+    """The value a file that leaves `key` out has (a function's: its default's, e.g.
+    max_context_tokens' is context_tokens')."""
+    d = FIELDS[key].default
+    return default("context_tokens") if callable(d) else d
+
+
+def table_of(data: dict[str, Any], table: str, src: str | None) -> dict[str, Any]:
+    """`data`'s `table` ({} if none), with each of its keys one of the table's rows."""
+    v = data.get(table, {})
+    if not isinstance(v, dict):
+        raise ScenarioError(table, v, "a table", source=src)
+    allowed = TABLE_KEYS[table]
+    for k in v:
+        if k not in allowed:
+            raise ScenarioError(f"{table}.{k}", v[k], f"one of the keys {sorted(allowed)}",
+                                source=src)
     return v
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """A flag of `anvil run` and of Locust (its command line and start form) that sets a
+    scenario key: its text, read by `kind` (None: the key's row's), is the value the file
+    would hold there; a table's value (a dict) is its keys, over the file's (None: none)."""
+
+    name: str
+    key: str
+    help: str
+    kind: Parse | None = None
+    short: str | None = None
+    locust: bool = True  # False: Locust has the flag itself (-u)
+
+    @property
+    def parse(self) -> Parse:
+        return self.kind or FIELDS[self.key].kind
+
+    def sets(self, value: Any) -> dict[str, Any]:
+        """The keys `value` (as `parse` gives it) sets in the document."""
+        if isinstance(value, dict):
+            return {f"{self.key}.{k}": x for k, x in value.items()}
+        return {self.key: value}
+
+
+def _default(key: str) -> str:
+    """A key's default as a flag's help says it."""
+    return format(default(key), "g")
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--model", "meta.model", "model name to request (default: scenario's, else the "
+         "server's first)"),
+    Flag("--users", "concurrency", "concurrent streams (default: scenario's concurrency, "
+         f"else {_default('concurrency')})", short="-u", locust=False),
+    Flag("--requests", "requests", "stop after exactly this many measured requests "
+         "(default: the scenario's; none without one: the run lasts --duration, or until "
+         "stopped)"),
+    Flag("--duration", "duration", "run the measured load this long, e.g. 90s, 5m, 1h "
+         "(after the warm-ups; requests in flight then finish within --stop-timeout). "
+         "Plain Locust's -t works too, but counts from the start, set-up included"),
+    Flag("--warmup", "warmup", "with a duration: requests started in its first this long "
+         "(e.g. 30s) are kept in requests.jsonl but left out of benchmark.json's figures"),
+    Flag("--cooldown", "cooldown", "with a duration: likewise for requests started in its "
+         "last this long (e.g. 10s)"),
+    Flag("--rate", "rate", "open loop: offer this many requests (with a [conversation]: "
+         "conversation starts) per second on one seeded schedule (users are the pool that "
+         "sends them; -u caps requests in flight); default: closed loop, -u streams back "
+         "to back"),
+    Flag("--arrival", "arrival", "open loop: gaps between arrivals: poisson (default), "
+         "gamma (with --burstiness) or constant"),
+    Flag("--burstiness", "burstiness", "open loop: gamma shape of the gaps, as vLLM's "
+         "bench: 1 = Poisson, < 1 burstier, > 1 more regular (implies --arrival gamma)"),
+    Flag("--arrival-seed", "arrival_seed", "open loop: the schedule's seed (default "
+         f"{_default('arrival_seed')})"),
+    Flag("--trace", "trace.path", "replay this recorded trace as the load (Mooncake JSONL, "
+         "BurstGPT CSV or anvil's JSONL; its timestamps are the due times): see "
+         "load/replay.py"),
+    Flag("--trace-format", "trace.format", "the trace's format: mooncake, burstgpt or jsonl "
+         "(default: told by the file)"),
+    Flag("--trace-speed", "trace.speed", "replay the trace this many times faster (default "
+         f"{_default('trace.speed')})"),
+    Flag("--trace-limit", "trace.limit", "replay only the trace's first N requests"),
+    Flag("--trace-window", "trace.window", "replay only the requests in this time window "
+         "of the trace, START:END seconds after its first (60:120; 60: to the end); the "
+         "first is due at once"),
+    Flag("--trace-block", "trace.block_tokens", "tokens per hash id block of a Mooncake "
+         f"trace (default {_default('trace.block_tokens')})"),
+    Flag("--trace-model", "trace.model", "a BurstGPT trace: only this model's rows"),
+    Flag("--dataset", "dataset.path", "send prompts from this file (ShareGPT JSON, JSONL of "
+         "prompt or messages, or plain text paragraphs): see load/dataset.py"),
+    Flag("--dataset-format", "dataset.format", "the dataset's format: sharegpt, jsonl or "
+         "text (default: told by the file)"),
+    Flag("--conversation", "conversation", "multi-turn conversations: the [conversation] "
+         "table's keys as key=value pairs over the scenario's, e.g. turns=4,turn_tokens="
+         "256,think_time=2, a distribution as name:params (turns=uniform:2:6, think_time="
+         "exponential:2) (conversations=N: a budget of N conversations): see "
+         "load/conversation.py", table_flag),
+    Flag("--steps", "steps", "a sweep of users: one step per count, e.g. 1,4,16,64, each "
+         "--step-duration long (steps[] in benchmark.json)"),
+    Flag("--rates", "rates", "a sweep of open-loop rates (requests/s), e.g. 1,2,4,8, each "
+         "--step-duration long; -u caps requests in flight"),
+    Flag("--step-duration", "step_duration", "how long each step of --steps / --rates "
+         "lasts, e.g. 60s"),
+    Flag("--goodput", "goodput", "per-request criteria, e.g. \"ttft_ms<=2000,mean_inter_"
+         "token_latency_ms<=50\": benchmark.json then has goodput (met, fraction) and "
+         "metrics.goodput_rps", criteria),
+    Flag("--endpoint", "request.endpoint", "what the requests are posted to: chat "
+         "(/v1/chat/completions, the default), completions (/v1/completions, a text "
+         "prompt), responses (/v1/responses, streamed events) or embeddings "
+         "(/v1/embeddings, one answer)"),
+    Flag("--prompt-ids", "request.prompt_ids", "send each completions or embeddings prompt "
+         "as the server's token ids (its /tokenize), exactly the planned count, as vLLM's "
+         "bench can"),
+    Flag("--models", "models.names", "the models (LoRA adapters) requests name, "
+         "comma-separated, each one the server serves; over the scenario's [models] names: "
+         "see load/mix.py", names),
+    Flag("--model-assignment", "models", "how --models (or [models]) are assigned: "
+         "round-robin (default), random, or zipf:ALPHA (P(model i) ∝ (i + 1)^-ALPHA)",
+         assignment_flag),
+    Flag("--cancel-rate", "cancel.rate", "close this fraction of the measured requests on "
+         "purpose, e.g. 0.1 (with --cancel-after; over the scenario's [cancel]): see "
+         "load/cancel.py", cancel.RATE),
+    Flag("--cancel-after", "cancel.after", "when --cancel-rate closes a request: prefill "
+         "(once written), decode (at its first output) or a number of milliseconds after "
+         "its start", cancel.AFTER),
+    Flag("--max-tokens", "max_tokens", "completion cap per request (default: scenario's, "
+         f"else {_default('max_tokens')})"),
+    Flag("--warmup-requests", "warmup_requests", "warm-up requests before measuring "
+         f"(default: scenario's, else {_default('warmup_requests')})"),
+    Flag("--engine", "meta.engine", "what serves the model, e.g. vllm, sglang (default: "
+         "discovered from the server)"),
+    Flag("--gpu", "meta.gpu", "the GPU the server runs on, e.g. H100-80GB (recorded as "
+         "given)"),
+    Flag("--tier", "meta.tier", "the serving tier, as your team names it (recorded as "
+         "given)"),
+    Flag("--manifest", "meta.manifest", "the deployment manifest this server came from "
+         "(recorded as given)"),
+    Flag("--source-recipe", "meta.source_recipe", "the recipe the server was started from "
+         "(recorded as given)"),
+)
+FLAG_OF = {f.key: f.name for f in FLAGS}
+
+# A key a flag changes, and the file's keys it replaces: those the rules would refuse
+# beside it, which a flag means to override (a key matches its table's entry too)
+REPLACES: dict[str, tuple[str, ...]] = {
+    "requests": ("conversation.conversations",),  # --requests counts turns
+    "duration": ("requests", "conversation.conversations"),  # a duration run
+    "steps": ("requests", "duration", "rates", "conversation.conversations"),
+    "rates": ("requests", "duration", "steps", "rate", "conversation.conversations"),
+    "arrival": ("burstiness",),  # a burstiness is a gamma's (or poisson's, 1)
+    "burstiness": ("arrival",),  # and a burstiness alone means gamma
+    "conversation": ("context_distribution",),  # a turn's size is its history's
+    "conversation.conversations": ("requests",),
+    "trace": ("requests", "duration", "rate", "arrival", "burstiness", "arrival_seed",
+              "warmup_requests"),  # a replay's load is the trace's
+}

@@ -192,10 +192,11 @@ def test_embeddings_are_timed_against_the_servers_receipt_and_send(tmp_path: Pat
     ("chat", ("--endpoint", "rankings"), "--endpoint 'rankings' is not allowed; expected one "
      "of chat, completions, responses, embeddings"),
     ("embeddings", ("--cancel-rate", "0.5", "--cancel-after", "decode"),
-     "--cancel-after 'decode' is not allowed with --endpoint embeddings"),
+     "--cancel-after 'decode': cancel.after = 'decode' is not allowed; use \"prefill\" or a "
+     "time in ms with request.endpoint = \"embeddings\""),
     ("chat", ("--endpoint", "embeddings", "--max-tokens", "8", "--conversation",
               "turns=2,turn_tokens=8"), "conversation"),
-    ("chat", ("--prompt-ids",), "request.prompt_ids = True is not allowed"),
+    ("chat", ("--prompt-ids",), "--prompt-ids: request.prompt_ids = True is not allowed"),
     ("chat", ("--conversation", "turns=2,turn_tokens=8,previous_response_id=true"),
      "conversation.previous_response_id = True is not allowed; use false unless "
      "request.endpoint = \"responses\""),

@@ -20,7 +20,7 @@ import pytest
 from conftest import anvil, load_json, raw_lines, result_path, write_scenario
 from simfork import start_simulator
 
-from anvil_metrics.load.mix import models_from_flags
+from anvil_metrics.load.mix import parse_mix
 from anvil_metrics.load.scenario import load_scenario
 
 pytestmark = pytest.mark.e2e
@@ -170,7 +170,9 @@ def test_a_conversation_keeps_its_model(tmp_path: Path) -> None:
                      str(tmp_path / "r"), "--no-server-metrics",
                      "--models", "sim-model,lora-a,lora-b", "--model-assignment", "random")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    mix = models_from_flags(None, "sim-model,lora-a,lora-b", "random", 0)
+    mix = parse_mix(None, {"names": ["sim-model", "lora-a", "lora-b"], "assignment": "random"},
+                    0, None)
+    assert mix is not None
     by_session: dict[str, set[str]] = {}
     for line in log.read_bytes().splitlines():
         r = orjson.loads(line)

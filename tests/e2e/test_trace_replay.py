@@ -116,7 +116,7 @@ def test_verify_recomputes_the_replay(replay: dict) -> None:
      b'{"timestamp": -1, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
      [], ":2: timestamp"),
     (b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
-     ["--rate", "2"], "--rate is not allowed with --trace"),
+     ["--rate", "2"], "--rate '2': rate = 2.0 is not allowed; use none with a trace"),
     (b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n',
      ["--trace-window", "5:"], "holds no request to replay in --trace-window 5"),
 ])  # fmt: skip

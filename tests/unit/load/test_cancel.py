@@ -8,9 +8,9 @@ import math
 import pytest
 
 from anvil_metrics.errors import ScenarioError, UsageError
-from anvil_metrics.load.cancel import CancelPlan, cancel_from_flags, parse_cancel
-from anvil_metrics.load.options import run_options
-from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict
+from anvil_metrics.load.cancel import CancelPlan, parse_cancel
+from anvil_metrics.load.options import run_options, scenario_flags
+from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict, scenario_with_flags
 
 
 def test_the_draw_follows_the_rate_and_is_the_same_each_time() -> None:
@@ -27,8 +27,13 @@ def test_the_table_round_trips_and_flags_go_over_it() -> None:
                              "cancel": {"rate": 0.5, "after": 250}})
     assert sc.cancel == CancelPlan(0.5, 250.0, 3)
     assert scenario_from_dict(scenario_to_dict(sc)) == sc
-    assert cancel_from_flags(sc.cancel, None, "decode", 3) == CancelPlan(0.5, "decode", 3)
-    assert cancel_from_flags(None, 0.1, "12.5", 0) == CancelPlan(0.1, 12.5, 0)
+    doc = scenario_to_dict(sc)
+    over = scenario_with_flags(doc, scenario_flags({"cancel_after": "decode"}), "s.toml")
+    assert over.cancel == CancelPlan(0.5, "decode", 3)
+    plain = {"measurement_protocol": "m"}
+    both = scenario_with_flags(plain, scenario_flags({"cancel_rate": "0.1",
+                                                      "cancel_after": "12.5"}), None)
+    assert both.cancel == CancelPlan(0.1, 12.5, 0)
     opts = run_options({"cancel_rate": "0.3", "cancel_after": "prefill"}, host="http://h",
                        users=1, api_key=None)
     assert opts.scenario.cancel == CancelPlan(0.3, "prefill", 0)
@@ -47,8 +52,9 @@ def test_a_bad_table_is_one_line(table: dict, where: str) -> None:
 
 @pytest.mark.parametrize("values,said", [
     ({"cancel_rate": "0"}, "--cancel-rate '0' is not allowed"),
-    ({"cancel_rate": "0.2"}, "--cancel-rate needs --cancel-after too"),
-    ({"cancel_after": "decode"}, "--cancel-after needs --cancel-rate too"),
+    ({"cancel_rate": "0.2"}, "--cancel-rate '0.2' needs cancel.after (--cancel-after) too"),
+    ({"cancel_after": "decode"}, "--cancel-after 'decode' needs cancel.rate (--cancel-rate) "
+     "too"),
     ({"cancel_rate": "0.2", "cancel_after": "later"}, "--cancel-after 'later' is not allowed"),
 ])
 def test_a_bad_flag_is_one_line(values: dict, said: str) -> None:

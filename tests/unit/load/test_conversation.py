@@ -11,7 +11,8 @@ import pytest
 
 from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.load.conversation import ConversationPlan, parse_conversation
-from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict, with_overrides
+from anvil_metrics.load.options import scenario_flags
+from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict, scenario_with_flags
 
 BASE = {"measurement_protocol": "t", "max_tokens": 100, "max_context_tokens": 8192,
         "requests": 16}
@@ -159,14 +160,13 @@ def test_the_longest_conversation_must_fit_the_context() -> None:
     assert sc.conversation is not None and sc.conversation.longest_tokens(100) == 8100
     with pytest.raises(ScenarioError, match=r"conversation.turn_tokens = 950 .*= 8500"):
         scenario_from_dict({**BASE, "conversation": {**table, "turn_tokens": 950}})
-    with pytest.raises(UsageError, match="--max-tokens 200 .* 8900 tokens"):
-        with_overrides(sc, max_tokens=200)
+    with pytest.raises(UsageError, match="--max-tokens '200' .* 8900 tokens"):
+        scenario_with_flags(scenario_to_dict(sc), scenario_flags({"max_tokens": "200"}), None)
 
 
 def test_a_distribution_in_the_flag_is_the_table_the_file_would_hold() -> None:
     from anvil_metrics.load.conversation import dist_from_text
-    from anvil_metrics.load.optionvalues import pairs
-    from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, with_conversation
+    from anvil_metrics.load.scenario import read_scenario
 
     assert dist_from_text("uniform:2:6") == {"dist": "uniform", "min": 2, "max": 6}
     assert dist_from_text("lognormal:4:0.5:12") == {"dist": "lognormal", "mean": 4,
@@ -174,9 +174,8 @@ def test_a_distribution_in_the_flag_is_the_table_the_file_would_hold() -> None:
     assert dist_from_text("exponential:2.5") == {"dist": "exponential", "mean": 2.5}
     for left_as_is in ("uniform:2", "zipf:1:2:3", "bogus:1", "server", "uniform"):
         assert dist_from_text(left_as_is) == left_as_is
-    sc = load_scenario("scenarios/smoke.toml")
-    flagged = with_conversation(sc, pairs("--conversation", "turns=uniform:2:6,turn_tokens=64,"
-                                          "think_time=exponential:0.5"))
+    flagged = scenario_with_flags(read_scenario("scenarios/smoke.toml"), scenario_flags(
+        {"conversation": "turns=uniform:2:6,turn_tokens=64,think_time=exponential:0.5"}), None)
     table = scenario_from_dict({"measurement_protocol": "x", "max_tokens": 8, "conversation": {
         "turns": {"dist": "uniform", "min": 2, "max": 6}, "turn_tokens": 64,
         "think_time": {"dist": "exponential", "mean": 0.5}}})

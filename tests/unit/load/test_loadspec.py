@@ -85,6 +85,9 @@ def test_open_loop_plan_from_the_scenario() -> None:
         ArrivalPlan(2.5, "gamma", 0.25, 9))
     assert sc(rate=4, arrival="constant").arrivals == ArrivalPlan(4.0, "constant")
     assert sc(rate=4, arrival="poisson", burstiness=1).arrivals == ArrivalPlan(4.0)
+    # a burstiness alone is a gamma's (1: poisson), as the flag's and vLLM's bench
+    assert sc(rate=5, burstiness=2.0).arrivals == ArrivalPlan(5.0, "gamma", 2.0)
+    assert sc(rate=5, burstiness=1).arrivals == ArrivalPlan(5.0)
 
 
 @pytest.mark.parametrize("kw,field", [
@@ -97,7 +100,6 @@ def test_open_loop_plan_from_the_scenario() -> None:
     ({"rate": "20"}, "rate"),
     ({"rate": float("inf")}, "rate"),
     ({"rate": 5, "arrival": "uniform"}, "arrival"),
-    ({"rate": 5, "burstiness": 2.0}, "burstiness"),  # poisson is burstiness 1
     ({"rate": 5, "arrival": "poisson", "burstiness": 0.5}, "burstiness"),
     ({"rate": 5, "arrival": "gamma", "burstiness": 0}, "burstiness"),
     ({"rate": 5, "arrival": "gamma", "burstiness": False}, "burstiness"),

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from anvil_metrics.errors import ScenarioError, UsageError
-from anvil_metrics.load.mix import Mix, mix_from_table, models_from_flags, parse_mix, uniform
+from anvil_metrics.load.mix import Mix, mix_from_table, parse_mix, uniform
 from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict
 
 DRAWS = 2000
@@ -132,20 +132,25 @@ def test_flags_give_the_models_over_the_table() -> None:
     assert mix is not None and mix.models is not None
     assert (mix.models.names, mix.models.assignment, mix.models.zipf_alpha) == (
         ("base", "lora-a", "lora-b"), "zipf", 1.5)
-    over = models_from_flags(mix, None, "random", 0)
-    assert over.models is not None and over.models.names == mix.models.names
+    over = run_options({"models": "base, lora-a,lora-b", "model_assignment": "random"},
+                       host="http://h", users=1, api_key=None).scenario.mix
+    assert over is not None and over.models is not None
+    assert over.models.names == mix.models.names
     assert (over.models.assignment, over.models.zipf_alpha) == ("random", None)
 
 
 @pytest.mark.parametrize("names,assignment,said", [
-    ("a,a", None, "--models 'a,a' is not allowed: models.names = ['a', 'a']; use each name"),
-    ("a", "zipf", "--model-assignment 'zipf' is not allowed: models.zipf_alpha = None"),
-    ("a", "zipf:-1", "--model-assignment 'zipf:-1' is not allowed: models.zipf_alpha = -1.0"),
-    ("a", "weighted", "--model-assignment 'weighted' is not allowed: models.assignment"),
-    (None, "random", "--model-assignment 'random' needs --models"),
+    ("a,a", None, "--models 'a,a': models.names = ['a', 'a'] is not allowed; use each name"),
+    ("a", "zipf", "--model-assignment 'zipf': models.zipf_alpha = None is not allowed"),
+    ("a", "zipf:-1", "--model-assignment 'zipf:-1': models.zipf_alpha = -1.0 is not allowed"),
+    ("a", "weighted", "--model-assignment 'weighted': models.assignment = 'weighted' is not"),
+    (None, "random", "--model-assignment 'random' needs models.names (--models) too"),
 ])
 def test_a_bad_models_flag_is_one_line_naming_it(names: str | None, assignment: str | None,
                                                  said: str) -> None:
+    from anvil_metrics.load.options import run_options
+
     with pytest.raises(UsageError) as e:
-        models_from_flags(None, names, assignment, 0)
+        run_options({"models": names, "model_assignment": assignment}, host="http://h",
+                    users=1, api_key=None)
     assert str(e.value).startswith(said) and "\n" not in str(e.value), str(e.value)

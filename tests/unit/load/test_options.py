@@ -253,25 +253,30 @@ def test_api_key_from_env(monkeypatch) -> None:
 
 
 def test_a_budget_of_conversations_is_a_budget_for_windows_sweeps_and_duration() -> None:
-    """`conversations=N` ends a run as `--requests` does: no measured windows beside it, a
-    sweep or `--duration` replaces it, and `--duration` beside the flag's own budget is a
-    time limit on it."""
+    """`conversations=N` ends a run as `--requests` does: no measured windows beside it;
+    a sweep or `--duration` replaces the file's, not a flag's (as `--requests`), and
+    `--duration` beside the flag's own budget is a time limit on it."""
     base = {"scenario": "scenarios/conversation.toml", "conversation": "conversations=4"}
     sc = run_options(base, host="http://h", users=2, api_key=None).scenario
     assert (sc.load_mode, sc.requests, sc.conversation.conversations) == ("budget", None, 4)
-    with pytest.raises(UsageError, match="--warmup needs a duration run"):
+    with pytest.raises(UsageError, match=r"^--warmup '1s': warmup = 1.0 is not allowed; use "
+                                         r"a duration run around it"):
         run_options({**base, "warmup": "1s", "duration": "5s"}, host="http://h", users=2,
                     api_key=None)
-    swept = run_options({**base, "steps": "1,2", "step_duration": "2s"}, host="http://h",
-                        users=2, api_key=None).scenario
-    assert swept.conversation.conversations is None and swept.load_mode == "duration"
+    with pytest.raises(UsageError, match=r"^--conversation 'conversations=4': conversation."
+                                         r"conversations = 4 is not allowed; use no budget"):
+        run_options({**base, "steps": "1,2", "step_duration": "2s"}, host="http://h",
+                    users=2, api_key=None)
     limited = run_options({**base, "duration": "9s"}, host="http://h", users=2,
                           api_key=None).scenario
     assert (limited.load_mode, limited.duration_s, limited.conversation.conversations) == (
         "budget", 9.0, 4)
-    file_budget = run_options({"scenario": "scenarios/conversation.toml", "duration": "9s"},
-                              host="http://h", users=2, api_key=None).scenario
-    assert file_budget.load_mode == "duration" and file_budget.requests is None
+    file_budget = {"scenario": "scenarios/conversation.toml", "conversation": "turns=2"}
+    for flags, mode in (({"duration": "9s"}, "duration"),
+                        ({"steps": "1,2", "step_duration": "2s"}, "duration")):
+        got = run_options({**file_budget, **flags}, host="http://h", users=2,
+                          api_key=None).scenario
+        assert got.load_mode == mode and got.requests is None, flags
 
 
 def test_header_flags_go_over_the_scenarios_table(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ import pytest
 from tracebuild import mooncake_trace
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.replay import TraceSchedule, replay_scenario
-from anvil_metrics.load.scenario import scenario_from_dict
+from anvil_metrics.load.options import run_options
+from anvil_metrics.load.replay import TraceSchedule
+from anvil_metrics.load.scenario import Scenario, scenario_from_dict, scenario_to_dict
 from anvil_metrics.load.trace import TracePlan, TraceRequest, expected_reuse
 
 
@@ -44,34 +45,39 @@ def test_the_plan_offers_the_traces_mean_rate_and_records_its_reuse(tmp_path: Pa
         cached / total)
 
 
-def _v(path: Path, **kw: object) -> dict:
-    return {"trace": str(path), "trace_format": None, "trace_speed": None, "trace_limit": None,
-            "trace_block": None, "trace_model": None, "requests": None, "rate": None,
-            "rates": None, "steps": None, "duration": None, **kw}
+def replay(path: Path, scenario: str = "", **flags: str) -> Scenario:
+    """The scenario `anvil run SCENARIO --trace PATH --FLAGS` replays (read and checked)."""
+    return run_options({"scenario": scenario, "trace": str(path), **flags},
+                       host="http://h", users=1, api_key=None).scenario
 
 
 def test_a_replay_is_the_traces_count_and_requests_is_a_limit(tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
     mooncake_trace(path, 50)
-    sc = scenario_from_dict({"measurement_protocol": "p", "warmup_requests": 3})
-    got = replay_scenario(sc, _v(path))
+    got = replay(path, "scenarios/smoke.toml")  # its 24 requests, 2 warm-ups: the trace's
     assert (got.requests, got.warmup_requests, got.trace.limit) == (50, 0, None)
-    assert replay_scenario(sc, _v(path, requests=20, trace_limit=30)).requests == 20
-    assert replay_scenario(sc, _v(path, trace_limit=7)).trace.limit == 7
+    assert replay(path, requests="20", trace_limit="30").requests == 20
+    assert replay(path, trace_limit="7").trace.limit == 7
+    # a file's [trace] is the flags' (the wire's document is one too)
+    doc = {"measurement_protocol": "p", "trace": {"path": str(path), "speed": 2,
+                                                  "window": "0.5:"}}
+    sc = scenario_from_dict(doc)
+    assert sc.trace == TracePlan(str(path), speed=2.0, window_s=(0.5, None))
+    assert scenario_from_dict(scenario_to_dict(sc)) == sc
 
 
-@pytest.mark.parametrize("kw,named", [
-    ({"rate": 2.0}, "--rate is not allowed with --trace"),
-    ({"steps": (1, 2)}, "--steps is not allowed with --trace"),
-    ({"duration": 60.0}, "--duration is not allowed with --trace"),
+@pytest.mark.parametrize("flags,named", [
+    ({"rate": "2"}, "--rate '2': rate = 2.0 is not allowed; use none with a trace"),
+    ({"steps": "1,2", "step_duration": "2s"}, "--steps '1,2': steps = [1, 2] is not allowed"),
+    ({"duration": "60"}, "--duration '60': duration = 60.0 is not allowed; use none with a"),
+    ({"endpoint": "completions"}, "--trace "),
 ])  # fmt: skip
-def test_flags_that_would_make_their_own_load_are_refused(tmp_path: Path, kw: dict,
+def test_flags_that_would_make_their_own_load_are_refused(tmp_path: Path, flags: dict,
                                                           named: str) -> None:
     path = tmp_path / "m.jsonl"
     mooncake_trace(path, 5)
-    with pytest.raises(UsageError, match=named):
-        replay_scenario(scenario_from_dict({"measurement_protocol": "p"}), _v(path, **kw))
-    conv = scenario_from_dict({"measurement_protocol": "p", "max_tokens": 8,
-                               "conversation": {"turns": 2, "turn_tokens": 20}})
-    with pytest.raises(UsageError, match="make the load itself"):
-        replay_scenario(conv, _v(path))
+    with pytest.raises(UsageError) as e:
+        replay(path, **flags)
+    assert str(e.value).startswith(named) and "\n" not in str(e.value), str(e.value)
+    with pytest.raises(UsageError, match="makes the load itself"):
+        replay(path, "scenarios/conversation.toml")

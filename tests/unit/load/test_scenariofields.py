@@ -3,10 +3,13 @@ first in the rules' order; each kind of field keeps what it accepts; the default
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from anvil_metrics.errors import ScenarioError
-from anvil_metrics.load.scenariofields import _TABLE_KEYS, _TOP_KEYS, scenario_fields
+from anvil_metrics.load.scenariofields import TABLE_KEYS
+from anvil_metrics.load.scenariorules import scenario_fields
 
 BASE = {"measurement_protocol": "t", "max_tokens": 100, "max_context_tokens": 1000}
 
@@ -127,8 +130,9 @@ def test_no_thinking_contradicts_thinking_on() -> None:
 def test_every_key_a_table_allows_is_checked() -> None:
     """A key allowed but read by no rule would be silently ignored: a value of the wrong
     type is refused, by its name, for each (shared_prefix: test_scenario's own test)."""
-    tables = {t: keys for t, keys in _TABLE_KEYS.items() if t in _TOP_KEYS and keys}
-    assert set(tables) == {"serve_flags", "shared_prefix", "request", "meta", "timeouts"}
+    tables = TABLE_KEYS
+    assert set(tables) == {"serve_flags", "shared_prefix", "request", "meta", "timeouts",
+                           "trace", "dataset"}
     for table, keys in tables.items():
         for key in sorted(keys) if table != "shared_prefix" else ():
             assert refused({**BASE, table: {key: []}}).field == f"{table}.{key}"
@@ -144,3 +148,35 @@ def test_the_headers_table_is_checked_and_a_credential_never_shown() -> None:
     assert e.field == "headers.X-Api-Key" and "sk-9" not in str(e), str(e)
     assert refused({**BASE, "headers": {"X-N": 3}}).field == "headers.X-N"
     assert refused({**BASE, "headers": "X-N=3"}).field == "headers"
+
+
+def scenario_table() -> str:
+    """The README's table of a scenario's keys: each row of the field table, what it may be
+    alone, its default as TOML writes it, and the flags that set it (or a key inside it)."""
+    from anvil_metrics.load.scenariofields import FIELDS, FLAGS
+
+    def toml(v: object) -> str:
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, int | float):
+            return format(v, "g")
+        return ""
+
+    lines = ["| key | what it may be | default | flag |", "|---|---|---|---|"]
+    for key, row in FIELDS.items():
+        flags = [f.name for f in FLAGS if f.key == key or f.key.startswith(key + ".")]
+        if any(f.short for f in FLAGS if f.name in flags):
+            flags += [f.short for f in FLAGS if f.name in flags and f.short]
+        default = ("required" if row.required else "`context_tokens`" if callable(row.default)
+                   else f"`{toml(row.default)}`" if toml(row.default) else "")
+        lines.append(f"| `{key}` | {row.kind.allowed} | {default} | "
+                     f"{', '.join(f'`{f}`' for f in flags)} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_readmes_table_is_the_field_table() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    assert scenario_table() in readme, "README's scenario table, as the field table makes it:\n" \
+        + scenario_table()
