@@ -29,14 +29,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from anvil_metrics.errors import MISSING, ScenarioError, WireError
-from anvil_metrics.load.dataset import DatasetPlan
 from anvil_metrics.load.scenario import Scenario, scenario_from_dict, scenario_to_dict
-from anvil_metrics.load.trace import TracePlan
 from anvil_metrics.post.schema import CALIBRATION_METHODS
 from anvil_metrics.prep.prompts import Calibration, SharedPrefix
 
@@ -234,36 +232,14 @@ def _turn_texts_from_wire(d: dict[str, Any] | None) -> dict[str, str | None] | N
 
 
 def scenario_to_wire(sc: Scenario) -> dict[str, Any]:
-    """The scenario's file form, and a replay's `--trace` and a `--dataset` flags (each
-    worker reads the same file, so it must be at that path on every worker's host)."""
-    trace = dataset = None
-    if sc.trace is not None:
-        trace = {f: getattr(sc.trace, f) for f in TracePlan.__dataclass_fields__}
-    if sc.dataset is not None:
-        dataset = {"path": sc.dataset.path, "fmt": sc.dataset.fmt}
-    return {"source": sc.source, "document": scenario_to_dict(sc), "trace": trace,
-            "dataset": dataset}
-
-
-def _trace_from_wire(d: Any) -> TracePlan:
-    """The `--trace` flags as `scenario_to_wire` sent them, each field checked."""
-    if not isinstance(d, dict) or set(d) != set(TracePlan.__dataclass_fields__):
-        raise WireError(SETUP, "scenario.trace", d, "the --trace flags as a dict")
-    positive: Check = (lambda v: isinstance(v, int | float) and not isinstance(v, bool)
-                       and math.isfinite(v) and v > 0, "a number > 0")
-    window: Check = (lambda v: v is None or (
-        isinstance(v, list | tuple) and len(v) == 2 and positive[0](v[0] + 1)
-        and (v[1] is None or positive[0](v[1]))), "null or [start, end or null] in seconds")
-    for key, check in (("path", TEXT), ("fmt", optional(STR)), ("speed", positive),
-                       ("limit", optional(at_least(1))), ("block_tokens", at_least(1)),
-                       ("model", optional(STR)), ("window_s", window)):
-        need(d, key, check, SETUP, "scenario.trace.")
-    return TracePlan(**{**d, "window_s": None if d["window_s"] is None
-                        else tuple(d["window_s"])})
+    """The scenario's file form (a replay's `[trace]` and a `[dataset]` in it: each worker
+    reads the same file, so it must be at that path on every worker's host)."""
+    return {"source": sc.source, "document": scenario_to_dict(sc)}
 
 
 def scenario_from_wire(d: dict[str, Any]) -> Scenario:
-    """The scenario, checked by the same rules as a scenario file (`scenario_from_dict`)."""
+    """The scenario, checked by the same rows and rules as a scenario file
+    (`scenario_from_dict`)."""
     source = need(d, "source", optional(STR), SETUP, "scenario.")
     doc = need(d, "document", DICT, SETUP, "scenario.")
     dist = doc.get("context_distribution")
@@ -273,18 +249,9 @@ def scenario_from_wire(d: dict[str, Any]) -> Scenario:
                 raise WireError(SETUP, "scenario.document.context_distribution", k,
                                 "keys that are token counts written as strings")
     try:
-        sc = scenario_from_dict(doc, source=source)
+        return scenario_from_dict(doc, source=source)
     except ScenarioError as e:
         raise WireError(SETUP, f"scenario.document.{e.field}", e.value, e.allowed) from None
-    if d.get("trace") is not None:  # a replay: the requests are the trace's (replay.py)
-        sc = replace(sc, trace=_trace_from_wire(d["trace"]), warmup_requests=0,
-                     arrivals=None, duration_s=None)
-    dataset = need(d, "dataset", optional(DICT), SETUP, "scenario.")
-    if dataset is not None:  # prompts from a file (load/dataset.py)
-        path = need(dataset, "path", TEXT, SETUP, "scenario.dataset.")
-        fmt = need(dataset, "fmt", optional(STR), SETUP, "scenario.dataset.")
-        sc = replace(sc, dataset=DatasetPlan(path, fmt))
-    return sc
 
 
 def calibration_to_wire(c: Calibration) -> dict[str, Any]:

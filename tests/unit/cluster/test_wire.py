@@ -453,8 +453,8 @@ def test_a_replays_setup_carries_its_trace_and_builds_the_same_bodies(tmp_path: 
     session = WorkerSession(got, lambda *a: None)
     assert all(session.bodies.build_parts(0, i) == master.build_parts(0, i) for i in range(20))
     wire = setup.to_wire()
-    wire["scenario"]["trace"]["speed"] = 0
-    with pytest.raises(WireError, match="scenario.trace.speed"):
+    wire["scenario"]["document"]["trace"]["speed"] = 0  # checked as a file's [trace] is
+    with pytest.raises(WireError, match="scenario.document.trace.speed"):
         WorkerSetup.from_wire(wire)
 
 
