@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 import orjson
@@ -66,12 +67,13 @@ def problems(value: Any, model: Any, path: str) -> list[str]:
     try:
         msgspec.convert(value, model, strict=True)
     except msgspec.ValidationError as exc:
-        return [breach(str(exc), value, path)]
+        return [breach(str(exc), value, path, model)]
     return []
 
 
-def breach(message: str, value: Any, path: str) -> str:
-    """msgspec's `message` about `value` as anvil words a problem, under `path`."""
+def breach(message: str, value: Any, path: str, model: Any = None) -> str:
+    """msgspec's `message` about `value` as anvil words a problem, under `path` (with the
+    `model` it was checked against, a value outside a Literal's names them)."""
     at = _AT.search(message)
     sub = at.group("path") if at else ""
     text = message[:at.start()] if at else message
@@ -85,7 +87,38 @@ def breach(message: str, value: Any, path: str) -> str:
         what = " or ".join(_WORDS.get(w.strip(), w.strip()) for w in m["what"].split("|"))
         shown = f", file has {fmt(found)}" if ok else ""
         return f"{where}: expected {what}{m['bound'].rstrip()}{shown}"
+    if text.startswith("Invalid enum value") and (names := _names(model, sub)):
+        return f"{where}: expected one of {fmt(names)}, file has {fmt(_lookup(value, sub)[0])}"
     return f"{where}: {text[:1].lower()}{text[1:]}"
+
+
+def _names(model: Any, sub: str) -> list[Any] | None:
+    """The values a Literal allows at msgspec's path `sub` inside `model` (None: not one)."""
+    kind = model
+    for m in _STEP.finditer(sub):
+        kind = _bare(kind)
+        if m.group(1) is not None:
+            is_struct = isinstance(kind, type) and issubclass(kind, msgspec.Struct)
+            kind = get_type_hints(kind, include_extras=True).get(m.group(1)) if (
+                is_struct) else None
+        else:
+            kind = next(iter(get_args(kind)), None)  # a list's or tuple's items
+    options = get_args(kind) if get_origin(kind) is Annotated else (kind,)
+    options = get_args(options[0]) if get_origin(options[0]) in (Union, UnionType) else options
+    names = [a for o in options if get_origin(o) is Literal for a in get_args(o)]
+    return names + [None] * (type(None) in options) if names else None
+
+
+def _bare(kind: Any) -> Any:
+    """`kind` without Annotated and without a None beside it (`Annotated[X | None, …]`,
+    `Annotated[X, …] | None`: X)."""
+    for _ in range(2):
+        if get_origin(kind) is Annotated:
+            kind = get_args(kind)[0]
+        others = [a for a in get_args(kind) if a is not type(None)]
+        if get_origin(kind) in (Union, UnionType) and len(others) == 1:
+            kind = others[0]
+    return kind
 
 
 FMT_MAX = 200  # characters of a value a message shows (a damaged file's may be megabytes)

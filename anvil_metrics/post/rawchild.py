@@ -1,10 +1,11 @@
 """One part of a large `requests.jsonl`, read in a child process of `rawpart.scan_raw`.
 
-`python -m anvil_metrics.post.rawchild FILE START [STOP]` reads the lines from byte START (a line
-start) to STOP (a line start) or the end: each plain `"request"` line goes straight into
-column rows (`rawcolumns.ColumnBuilder.add_plain`), every other line is handed back as it
-is, for the parent's one-pass reader to judge in file order (`rawpart.merge_part`). It stops
-at the first unparseable line (the one-pass reader raises there; nothing after it matters).
+`python -m anvil_metrics.post.rawchild FILE START [STOP]` reads the lines from byte START (a
+line start) to STOP (a line start) or the end: each valid `"request"` line (`records.
+decode_line`, `line_problem`) goes straight into column rows (`ColumnBuilder.add`), every
+other line is handed back as it is, for the parent's one-pass reader to judge in file order
+(`rawpart.merge_part`). It stops at the first unparseable line (the one-pass reader raises
+there; nothing after it matters).
 
 Why a module of its own: a child is a fresh interpreter (nothing is forked, so a
 gevent-patched Locust process can use it too), and it imports only what reading needs —
@@ -28,25 +29,39 @@ import gc
 import pickle
 import struct
 import sys
-from collections.abc import Iterable
+from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
 from anvil_metrics.post.rawcolumns import ColumnBuilder
+from anvil_metrics.records import decode_line, line_problem
 
 HEAD = struct.Struct("<QQ")  # the sizes of the pickled fields and of `buf`, in bytes
 
 
-def lines_within(f: Iterable[bytes], size: int) -> Iterable[bytes]:
-    """The lines of `f` that lie within its next `size` bytes (`size` ends a line)."""
-    for raw in f:
-        yield raw
-        size -= len(raw)
-        if size <= 0:
+BATCH_BYTES = 1 << 20  # lines read at a time (`readlines`: no Python code per line)
+
+
+def line_batches(f: BinaryIO, size: int | None = None) -> Iterator[list[bytes]]:
+    """The lines of `f` from where it stands, a batch at a time: all of them, or those
+    within its next `size` bytes (`size` ends a line)."""
+    while size is None or size > 0:
+        batch = f.readlines(BATCH_BYTES if size is None else min(size, BATCH_BYTES))
+        if not batch:
             return
+        if size is not None:
+            got = sum(map(len, batch))
+            if got > size:  # `size` ends one of them: the batch ends there
+                batch = batch[:bisect_left(list(accumulate(map(len, batch))), size) + 1]
+                got = size
+            size -= got
+        yield batch
 
 
 @dataclass
@@ -69,27 +84,40 @@ class _PartReader:
         self._rows_from = 0  # first row of the open "rows" segment
 
     def read_from(self, offset: int, stop: int | None = None) -> Part:
-        """Read from `offset` (a line start) to `stop` (a line start) or the end."""
+        """Read from `offset` (a line start) to `stop` (a line start) or the end. The
+        file's first line (the run's header) is handed back as it is."""
         n = 0
         with open(self.p, "rb", buffering=1 << 20) as f:
             f.seek(offset)
-            lines: Any = f if stop is None else lines_within(f, stop - offset)
-            for n, raw in enumerate(lines, start=1):
-                if not self._part_line(n, raw):
-                    break
+            for batch in line_batches(f, None if stop is None else stop - offset):
+                for raw in batch:
+                    n += 1
+                    if offset == 0 and n == 1:
+                        self._hand_over(n, raw)
+                    elif not self._part_line(n, raw):
+                        break
+                else:
+                    continue
+                break
         self._close_rows()
-        return Part(buf=self.cols.buf, workers=list(self.cols.worker_codes),
+        return Part(buf=b"".join(self.cols.parts()), workers=list(self.cols.worker_codes),
                     failures=self.cols.failures, segments=self.segments, lines=n)
 
     def _part_line(self, n: int, raw: bytes) -> bool:
         """Take one line; False after an unparseable one (nothing after it matters)."""
         try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            self._hand_over(n, raw)
-            return False
-        if raw[-1:] != b"\n" or not self.cols.add_plain(n, obj):
-            self._hand_over(n, raw)
+            line = decode_line(raw)
+        except msgspec.MsgspecError:
+            line = None
+        if line is not None and raw[-1:] == b"\n" and line_problem(line) is None:
+            self.cols.add(n, line)
+            return True
+        self._hand_over(n, raw)
+        if line is None:
+            try:
+                orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return False
         return True
 
     def _hand_over(self, n: int, raw: bytes) -> None:
@@ -97,7 +125,6 @@ class _PartReader:
         self.segments.append(("line", n, raw))
 
     def _close_rows(self) -> None:
-        self.cols.flush()
         if self.cols.n_records > self._rows_from:
             self.segments.append(("rows", self._rows_from, self.cols.n_records))
             self._rows_from = self.cols.n_records

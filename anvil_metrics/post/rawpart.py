@@ -1,16 +1,16 @@
-"""`scan_raw`: a `requests.jsonl` read as columns, a large one in several processes (each part
-after the first read by a child).
+"""`scan_raw`: a `requests.jsonl` read as columns, a large one in several processes (a child
+process for each part).
 
 Why: reading is what post-processing a big run costs (a million request lines are ~1.1 GB
-of JSON; parsing and checking them takes ~13 µs a line on a 2-vCPU VM), and a machine that
+of JSON; decoding and checking them takes ~3 µs a line on a 2-vCPU VM), and a machine that
 ran a load generator has more cores. The file is cut into one part per CPU this process
 may use (at most `MAX_PARTS`), each cut at the first line start after an equal share of
-the bytes; this process reads the first part as before while a child per other part
-(`rawchild.py`) reads its own.
+the bytes, and a child per part (`rawchild.py`) reads its own while this process waits:
+the parts are alike, so they end together.
 
 The outcome is exactly the one of reading the file in one pass (`rawread.RawReader`): a
 child only does the part that does not depend on what came before — parse each line and
-put a plain `"request"` line into columns (`ColumnBuilder.add_plain`) — and hands back every
+put a valid `"request"` line into columns (`ColumnBuilder.add`) — and hands back every
 other line as it is. This process then takes the children's lines in file order
 (`merge_part`, one part after another): column rows are appended (line numbers, record
 positions and worker codes shifted to the whole file's), other lines go through the
@@ -100,17 +100,17 @@ def _split_offsets(p: Path) -> list[int]:
 def read_parts(reader: RawReader, splits: list[int],
                read_in_process: Callable[[Path, int, int | None], Part] | None = None
                ) -> None:
-    """`reader` reads the file up to `splits[0]` itself; the part from each split to the
-    next (or the end) is read by a child process (by `read_in_process(path, start, stop)`
-    instead, if given: tests) and merged in file order; a part whose child failed is read
-    here."""
+    """The part of the file from its start to `splits[0]`, and from each split to the next
+    (or the end), is read by a child process each (by `read_in_process(path, start, stop)`
+    instead, if given: tests) and merged into `reader` in file order; a part whose child
+    failed is read here. (This process waits meanwhile: a child per CPU, all alike.)"""
     p = reader.p
-    parts = list(zip(splits, [*splits[1:], None], strict=True))
+    parts = list(zip([0, *splits], [*splits, None], strict=True))
     children = ([start_child(p, start, stop) for start, stop in parts]
                 if read_in_process is None else [])
     taken = 0  # children whose result was taken
+    n = 0
     try:
-        n = reader.read_lines(stop=splits[0])
         for start, stop in parts:
             if children:
                 part = child_result(children[taken])
