@@ -13,7 +13,6 @@ out otherwise is slower to write, never wrong).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -72,24 +71,31 @@ def _rows_orjson(text: _RowText, first: int, stop: int) -> bytes:
 # only where reported, then every other field with orjson's text for its value.
 _ROW_OPEN = b",\n    {\n"  # the first row of all has no comma
 _ROW_CACHED = b'      "cached_tokens": '
-_SOURCE_JSON = np.array([b'"chunks"', b'"usage"'], dtype=object)  # by `usage_source`
+_ROW_CLOSE = b"\n    }"
+_SOURCE_JSON = (b'"chunks"', b'"usage"')  # by `usage_source`
+
+
+def _key(name: str) -> bytes:
+    return b'      "%s": ' % name.encode()
 
 
 class _RowText(NamedTuple):
     """A RowColumns readied for `_rows_json` (whole columns, made once per write).
 
-    `template`: a row's text with a None wherever it varies: slot 0 is the row's opening
-    (the separator before it, the brace and, where reported, the whole `cached_tokens`
-    line); slot 2 * j is the value of the j-th of the other fields in sorted order, j ≥ 1.
-    `values`: for each of those fields, its column — an int64 or float64 array (orjson
-    writes NaN as null), or an object array of texts (`output_token_source`) — and where
-    the column is null (a bool array, or None). `cached`/`cached_shown`: `cached_tokens`
-    and where the row has it.
+    A row's text is its opening (the separator before it, the brace, where reported the
+    whole `cached_tokens` line, and the first other field's key: `opening`, `cached_line`),
+    then for each other field in sorted order its value followed by what comes after it
+    (the next field's key, or the closing brace): `fields`, one (column, where it is null —
+    a bool array or None —, the text after it) each; a column is an int64 or float64 array
+    (orjson writes NaN as null) or the texts of `output_token_source`. A field null in every
+    row (a mix's, in a run without one) is text that never varies: it joins the text before
+    it. `cached` / `cached_shown`: `cached_tokens` and where the row has it.
     """
 
     rows: RowColumns
-    template: list[bytes | None]
-    values: list[tuple[Any, Any]]
+    opening: bytes
+    cached_line: bytes
+    fields: list[tuple[Any, Any, bytes]]
     cached: Any
     cached_shown: Any
 
@@ -97,23 +103,27 @@ class _RowText(NamedTuple):
     def of(cls, rows: RowColumns) -> _RowText:
         keys = sorted(rows.fields())
         assert keys[0] == "cached_tokens"
-        template: list[bytes | None] = [
-            None,
-            b'      "%s": ' % keys[1].encode(), None,
-            *chain.from_iterable((b',\n      "%s": ' % k.encode(), None) for k in keys[2:]),
-            b"\n    }",
-        ]
-        values: list[tuple[Any, Any]] = []
-        for name in keys[1:]:
+        opening = _ROW_OPEN + _key(keys[1])
+        fields: list[tuple[Any, Any, bytes]] = []
+        after = [b",\n" + _key(k) for k in keys[2:]] + [_ROW_CLOSE]
+        for name, text_after in zip(keys[1:], after, strict=True):
             if name in rows.floats:
-                values.append((rows.floats[name], None))
+                column, null = rows.floats[name], None
+                constant = bool(len(column)) and bool(np.isnan(column).all())
             elif name == "output_token_source":
-                values.append((_SOURCE_JSON[rows.usage_source.astype(np.intp)], None))
+                column, null, constant = rows.usage_source, "source", False
             else:
                 present = rows.present.get(name)
-                values.append((rows.counts[name], None if present is None else ~present))
-        return cls(rows, template, values, rows.counts["cached_tokens"],
-                   rows.present["cached_tokens"])
+                column, null = rows.counts[name], None if present is None else ~present
+                constant = null is not None and bool(null.all())
+            if not constant:
+                fields.append((column, null, text_after))
+            elif fields:  # null in every row: its text joins what comes before it
+                fields[-1] = (*fields[-1][:2], fields[-1][2] + b"null" + text_after)
+            else:
+                opening += b"null" + text_after
+        return cls(rows, opening, _ROW_OPEN + _ROW_CACHED, fields,
+                   rows.counts["cached_tokens"], rows.present["cached_tokens"])
 
 
 def _json_values(column: Any) -> bytes:
@@ -123,38 +133,50 @@ def _json_values(column: Any) -> bytes:
                         option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
 
 
+def _pieces(column: Any, null: Any, after: bytes) -> list[bytes]:
+    """Each value of `column` (an array's slice; null where `null`) followed by `after`."""
+    if isinstance(null, str):  # output_token_source, by usage_source
+        usage, chunks = _SOURCE_JSON[1] + after, _SOURCE_JSON[0] + after
+        return [usage if u else chunks for u in column.tolist()]
+    if null is not None and null.all():
+        return [b"null" + after] * len(column)  # a field these rows have not
+    # every `,` ends a value: it becomes `after`, and `\0` marks where to cut
+    pieces = (_json_values(column).replace(b",", after + b"\0") + after).split(b"\0")
+    if null is not None:
+        for i in np.flatnonzero(null).tolist():
+            pieces[i] = b"null" + after
+    return pieces
+
+
 def _rows_json(text: _RowText, first: int, stop: int) -> bytes:
     """Rows [first, stop) as they appear in the document's `request_timings`, each preceded
     by `,\n` (the first row of all by `\n` alone).
 
-    The template repeated once per row, each column's texts put in its slots with one
-    slice assignment, all joined in one go: no Python code runs per row, only per null
-    count. What is left is orjson, one `split` per column and the join; small batches
-    (`ROW_BATCH`) keep the ~17 bytes objects a row makes in the CPU caches, which measured
-    faster than larger ones.
+    Each field's column becomes its values' texts with what follows each (`_pieces`: one
+    orjson call, one replace and one split a column), put in every row's slot with one
+    slice assignment, and all are joined in one go: no Python code runs per row, only per
+    null count. Small batches (`ROW_BATCH`) keep the objects a row makes in the CPU caches,
+    which measured faster than larger ones.
     """
-    width = len(text.template)
-    out = text.template * (stop - first)
-    # The openings: `_ROW_OPEN`, plus the `cached_tokens` line where the row has it. The
-    # lines come from one replace of the reported values' separators: each `,` ends a line
-    # (and `\0` marks where to split) and starts the next.
-    opening = np.full(stop - first, _ROW_OPEN, dtype=object)
+    n, width = stop - first, len(text.fields) + 1
+    out: list[bytes | None] = [None] * (n * width)
+    # The openings: the plain one, or with the `cached_tokens` line where the row has it
+    # (the lines come from one replace of the reported values' separators)
     shown = text.cached_shown[first:stop]
     if shown.any():
-        line = _ROW_OPEN + _ROW_CACHED
+        opening = np.full(n, text.opening, dtype=object)
+        line, key = text.cached_line, text.opening[len(_ROW_OPEN):]
         cached = _json_values(text.cached[first:stop][shown])
-        opening[shown] = (line + cached.replace(b",", b",\n\0" + line) + b",\n").split(b"\0")
-    openings = opening.tolist()
+        opening[shown] = (line + cached.replace(b",", b",\n" + key + b"\0" + line)
+                          + b",\n" + key).split(b"\0")
+        openings = opening.tolist()
+    else:
+        openings = [text.opening] * n
     if first == 0:
         openings[0] = openings[0][1:]
     out[0::width] = openings
-    for slot, (column, null) in enumerate(text.values, start=1):
-        if column.dtype == object:  # texts already
-            values = column[first:stop].tolist()
-        else:
-            values = _json_values(column[first:stop]).split(b",")
-        if null is not None:
-            for i in np.flatnonzero(null[first:stop]).tolist():
-                values[i] = b"null"
-        out[2 * slot::width] = values
-    return b"".join(out)  # type: ignore[arg-type]  # every None slot is filled
+    for slot, (column, null, after) in enumerate(text.fields, start=1):
+        if null is not None and not isinstance(null, str):
+            null = null[first:stop]
+        out[slot::width] = _pieces(column[first:stop], null, after)
+    return b"".join(out)  # type: ignore[arg-type]  # every slot is filled
