@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
+from anvil_metrics.post.heap import keep_freed_memory
 from anvil_metrics.post.rawcolumns import ColumnBuilder
 from anvil_metrics.records import decode_line, line_problem
 
@@ -62,6 +63,18 @@ def line_batches(f: BinaryIO, size: int | None = None) -> Iterator[list[bytes]]:
                 got = size
             size -= got
         yield batch
+
+
+def fill(stream: Any, buf: Any) -> bool:
+    """`buf` (any writable buffer) filled from `stream` (a child's pipe); False if the
+    stream ends first."""
+    view, got = memoryview(buf).cast("B"), 0
+    while got < len(view):
+        n = stream.readinto(view[got:])
+        if not n:
+            return False
+        got += n
+    return True
 
 
 @dataclass
@@ -139,6 +152,7 @@ def main(argv: list[str]) -> int:
     path, offset = Path(argv[0]), int(argv[1])
     stop = int(argv[2]) if len(argv) > 2 else None
     gc.disable()  # as rawread.no_cyclic_gc: nothing read forms a cycle
+    keep_freed_memory()
     part = read_part(path, offset, stop)
     out = sys.stdout.buffer
     # plain values (the child runs as __main__: its Part class is not the parent's)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.post.rawchild import HEAD, Part, read_part
+from anvil_metrics.post.rawchild import HEAD, Part, fill, read_part
 from anvil_metrics.post.rawcolumns import COL, RAW_COLUMNS, RawColumns
 from anvil_metrics.post.rawread import RawReader, no_cyclic_gc
 
@@ -86,13 +86,17 @@ def scan_raw(path: str | Path, *, parallel: bool = True) -> RawColumns:
     return reader.raw_columns()
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _split_offsets(p: Path) -> list[int]:
     try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        return split_offsets(p, min(cpus, MAX_PARTS))
+        return split_offsets(p, min(usable_cpus(), MAX_PARTS))
     except OSError:
         return []  # the one-pass read says what is wrong with the file
 
@@ -169,19 +173,8 @@ def _receive(stream: Any) -> Part | None:
     rows = max((seg[2] for seg in segments if seg[0] == "rows"), default=0)
     if buf_len != rows * 8 * len(RAW_COLUMNS):
         return None
-    buf = _read_into(stream, bytearray(buf_len))
-    return None if buf is None else Part(buf, workers, failures, segments, lines)
-
-
-def _read_into(stream: Any, buf: bytearray) -> bytearray | None:
-    """`buf` filled from `stream`, or None if the stream ends first."""
-    view, got = memoryview(buf), 0
-    while got < len(buf):
-        n = stream.readinto(view[got:])
-        if not n:
-            return None
-        got += n
-    return buf
+    buf = bytearray(buf_len)
+    return Part(buf, workers, failures, segments, lines) if fill(stream, buf) else None
 
 
 def stop_child(proc: subprocess.Popen[bytes]) -> None:
