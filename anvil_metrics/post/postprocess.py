@@ -20,7 +20,6 @@ from anvil_metrics.errors import RawFileError
 from anvil_metrics.post import cachecheck
 from anvil_metrics.post.benchmark import BuiltBenchmark, build
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.heap import keep_freed_memory
 from anvil_metrics.post.rawcolumns import RawColumns
 from anvil_metrics.post.rawpart import scan_raw
 
@@ -42,7 +41,6 @@ class Postprocessed:
 def build_run(run_dir: str | Path) -> tuple[RawColumns, BuiltBenchmark]:
     """A run folder's raw records (as columns) and the document they give, unwritten: what
     `postprocess_run` writes, and what `anvil report` draws."""
-    keep_freed_memory()
     raw_path = Path(run_dir) / RAW_FILE
     if not raw_path.exists():
         raise RawFileError(raw_path, "it does not exist", fix="pass a run folder made by anvil")

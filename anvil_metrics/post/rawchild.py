@@ -11,10 +11,11 @@ Why a module of its own: a child is a fresh interpreter (nothing is forked, so a
 gevent-patched Locust process can use it too), and it imports only what reading needs —
 no numpy, no benchmark rules — so it starts in a tenth of a second.
 
-What a child writes on its stdout, `Part`: a 16-byte head (the sizes of the two pieces that
-follow), the small fields pickled (parent and child are one host's processes, never a
-network's), then `buf` as it lies in memory: the rows (~70 MB for half a million) cross
-the pipe once, straight into the buffer the parent's merge uses.
+What a child writes on its stdout: each block of rows as soon as it is full (its size,
+`FRAME`, then its bytes as they lie in memory: ~100 MB for half a million rows cross the
+pipe while the child reads on, and the parent's thread takes them in as they come), a
+size of 0, then the size and bytes of the small fields pickled (parent and child are one
+host's processes, never a network's) — together, a `Part`:
 - `buf`: the column rows it built (int64, `RAW_COLUMNS`), line numbers counted from 1 at the
   part's start, worker codes its own (`workers`, in code order), failures by its own row
   position;
@@ -30,7 +31,7 @@ import pickle
 import struct
 import sys
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
@@ -39,11 +40,10 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
-from anvil_metrics.post.heap import keep_freed_memory
 from anvil_metrics.post.rawcolumns import ColumnBuilder
 from anvil_metrics.records import decode_line, line_problem
 
-HEAD = struct.Struct("<QQ")  # the sizes of the pickled fields and of `buf`, in bytes
+FRAME = struct.Struct("<Q")  # the size of the piece that follows it
 
 
 BATCH_BYTES = 1 << 20  # lines read at a time (`readlines`: no Python code per line)
@@ -79,7 +79,7 @@ def fill(stream: Any, buf: Any) -> bool:
 
 @dataclass
 class Part:
-    buf: Any = b""  # the rows: any writable buffer of int64 (a bytearray, an array("q"))
+    buf: Any = b""  # the rows, int64: one buffer (read here), or a list of them (received)
     workers: list[str] = field(default_factory=list)
     failures: dict[int, tuple[Any, Any, Any, Any, Any]] = field(default_factory=dict)
     segments: list[tuple[Any, ...]] = field(default_factory=list)
@@ -113,7 +113,8 @@ class _PartReader:
                     continue
                 break
         self._close_rows()
-        return Part(buf=b"".join(self.cols.parts()), workers=list(self.cols.worker_codes),
+        buf = b"" if self.cols.sink is not None else b"".join(self.cols.parts())
+        return Part(buf=buf, workers=list(self.cols.worker_codes),
                     failures=self.cols.failures, segments=self.segments, lines=n)
 
     def _part_line(self, n: int, raw: bytes) -> bool:
@@ -143,25 +144,32 @@ class _PartReader:
             self._rows_from = self.cols.n_records
 
 
-def read_part(path: Path, offset: int, stop: int | None = None) -> Part:
-    """The child's work, callable in-process (tests)."""
-    return _PartReader(path).read_from(offset, stop)
+def read_part(path: Path, offset: int, stop: int | None = None,
+              sink: Callable[[bytes | bytearray], None] | None = None) -> Part:
+    """The child's work, callable in-process (tests); with `sink`, each block of rows goes
+    there as soon as it is full, and the Part's `buf` is empty."""
+    reader = _PartReader(path)
+    reader.cols.sink = sink
+    part = reader.read_from(offset, stop)
+    reader.cols.drain()
+    return part
 
 
 def main(argv: list[str]) -> int:
     path, offset = Path(argv[0]), int(argv[1])
     stop = int(argv[2]) if len(argv) > 2 else None
     gc.disable()  # as rawread.no_cyclic_gc: nothing read forms a cycle
-    keep_freed_memory()
-    part = read_part(path, offset, stop)
     out = sys.stdout.buffer
+
+    def send(rows: bytes | bytearray) -> None:
+        out.write(FRAME.pack(len(rows)))
+        out.write(rows)
+
+    part = read_part(path, offset, stop, sink=send)
     # plain values (the child runs as __main__: its Part class is not the parent's)
     fields = pickle.dumps((part.workers, part.failures, part.segments, part.lines),
                           protocol=pickle.HIGHEST_PROTOCOL)
-    rows = memoryview(part.buf).cast("B")
-    out.write(HEAD.pack(len(fields), len(rows)))
-    out.write(fields)
-    out.write(rows)
+    out.write(FRAME.pack(0) + FRAME.pack(len(fields)) + fields)
     out.flush()
     return 0
 

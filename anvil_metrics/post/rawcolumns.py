@@ -18,7 +18,7 @@ difference of stamps fits int64 and every count converts to a double exactly.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,7 +181,8 @@ class ColumnBuilder:
     and `table()` copies them once into one table.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Callable[[bytes | bytearray], None] | None = None) -> None:
+        self.sink = sink  # given: each full block goes there (a child's pipe), not kept
         self.blocks: list[Any] = []  # full blocks, and rows taken whole, in file order
         self.block = bytearray(BLOCK_ROWS * _ROW.size)
         self.at = 0  # the bytes of `block` filled
@@ -207,8 +208,7 @@ class ColumnBuilder:
             _NO_EXTRA if x is None else _extra_columns(x))
         e, fo, fc, pl = r.end_ns, r.first_output_ns, r.first_content_ns, r.planned_context_tokens
         if self.at == len(self.block):
-            self.blocks.append(self.block)
-            self.block, self.at = bytearray(len(self.block)), 0
+            self._full()
         _ROW.pack_into(self.block, self.at, n, r.warmup, r.request_index, r.start_ns,
                        NULL if e is None else e, NULL if fo is None else fo,
                        NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
@@ -225,6 +225,21 @@ class ColumnBuilder:
             raise AssertionError(f"request {rec.request_index}: a record anvil wrote is "
                                  f"refused ({line}): a bug")
         self.add(n, line)
+
+    def _full(self) -> None:
+        """The block is full: to the sink (then filled anew), or kept."""
+        if self.sink is not None:
+            self.sink(self.block)
+        else:
+            self.blocks.append(self.block)
+            self.block = bytearray(len(self.block))
+        self.at = 0
+
+    def drain(self) -> None:
+        """Hand the rows not yet given to the sink over to it."""
+        if self.sink is not None and self.at:
+            self.sink(memoryview(self.block)[:self.at])
+            self.at = 0
 
     def parts(self) -> list[Any]:
         """Every row so far, as buffers of int64 rows in file order."""

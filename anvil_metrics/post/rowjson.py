@@ -22,6 +22,7 @@ from anvil_metrics.jsonio import JSON_OPTIONS, dumps_strict
 from anvil_metrics.post.derive import RowColumns
 
 ROW_BATCH = 1024  # rows turned into JSON at a time (small batches stay in the CPU caches)
+SMALL_COUNT = 1 << 15  # a count column below it has its values' texts made once
 _PLACEHOLDER = b'\n  "request_timings": []'  # the top-level key: 2 spaces of indent
 
 
@@ -85,17 +86,15 @@ class _RowText(NamedTuple):
     A row's text is its opening (the separator before it, the brace, where reported the
     whole `cached_tokens` line, and the first other field's key: `opening`, `cached_line`),
     then for each other field in sorted order its value followed by what comes after it
-    (the next field's key, or the closing brace): `fields`, one (column, where it is null —
-    a bool array or None —, the text after it) each; a column is an int64 or float64 array
-    (orjson writes NaN as null) or the texts of `output_token_source`. A field null in every
-    row (a mix's, in a run without one) is text that never varies: it joins the text before
-    it. `cached` / `cached_shown`: `cached_tokens` and where the row has it.
+    (the next field's key, or the closing brace): `fields`, one `_Field` each. A field null
+    in every row (a mix's, in a run without one) is text that never varies: it joins the
+    text before it. `cached` / `cached_shown`: `cached_tokens` and where the row has it.
     """
 
     rows: RowColumns
     opening: bytes
     cached_line: bytes
-    fields: list[tuple[Any, Any, bytes]]
+    fields: list[_Field]
     cached: Any
     cached_shown: Any
 
@@ -104,26 +103,53 @@ class _RowText(NamedTuple):
         keys = sorted(rows.fields())
         assert keys[0] == "cached_tokens"
         opening = _ROW_OPEN + _key(keys[1])
-        fields: list[tuple[Any, Any, bytes]] = []
+        fields: list[_Field] = []
         after = [b",\n" + _key(k) for k in keys[2:]] + [_ROW_CLOSE]
         for name, text_after in zip(keys[1:], after, strict=True):
-            if name in rows.floats:
-                column, null = rows.floats[name], None
-                constant = bool(len(column)) and bool(np.isnan(column).all())
-            elif name == "output_token_source":
-                column, null, constant = rows.usage_source, "source", False
-            else:
-                present = rows.present.get(name)
-                column, null = rows.counts[name], None if present is None else ~present
-                constant = null is not None and bool(null.all())
-            if not constant:
-                fields.append((column, null, text_after))
+            field = _Field.of(rows, name, text_after)
+            if field is not None:
+                fields.append(field)
             elif fields:  # null in every row: its text joins what comes before it
-                fields[-1] = (*fields[-1][:2], fields[-1][2] + b"null" + text_after)
+                fields[-1] = fields[-1]._replace(after=fields[-1].after + b"null" + text_after)
             else:
                 opening += b"null" + text_after
         return cls(rows, opening, _ROW_OPEN + _ROW_CACHED, fields,
                    rows.counts["cached_tokens"], rows.present["cached_tokens"])
+
+
+class _Field(NamedTuple):
+    """One field's column — int64 or float64 (orjson writes NaN as null) —, where it is
+    null (a bool array, or None), the text that follows each value, and for a column of
+    small whole numbers (or `output_token_source`, by `usage_source`) every value's text
+    with what follows it, by value (the last: null), so a batch's are one lookup."""
+
+    column: Any
+    null: Any
+    after: bytes
+    texts: Any = None
+
+    @classmethod
+    def of(cls, rows: RowColumns, name: str, after: bytes) -> _Field | None:
+        """None for a field null in every row."""
+        if name == "output_token_source":
+            return cls(rows.usage_source.astype(np.intp), None, after,
+                       np.array([_SOURCE_JSON[0] + after, _SOURCE_JSON[1] + after]))
+        if name in rows.floats:
+            column = rows.floats[name]
+            if len(column) and np.isnan(column).all():
+                return None
+            return cls(column, None, after)
+        present = rows.present.get(name)
+        column, null = rows.counts[name], None if present is None else ~present
+        if null is not None and len(column) and null.all():
+            return None
+        top = int(column.max()) if len(column) else 0
+        if top >= SMALL_COUNT:
+            return cls(column, null, after)
+        texts = np.array([b"%d%s" % (i, after) for i in range(top + 1)] + [b"null" + after],
+                         dtype=object)
+        return cls(column if null is None else np.where(null, top + 1, column), None, after,
+                   texts)
 
 
 def _json_values(column: Any) -> bytes:
@@ -133,13 +159,12 @@ def _json_values(column: Any) -> bytes:
                         option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
 
 
-def _pieces(column: Any, null: Any, after: bytes) -> list[bytes]:
-    """Each value of `column` (an array's slice; null where `null`) followed by `after`."""
-    if isinstance(null, str):  # output_token_source, by usage_source
-        usage, chunks = _SOURCE_JSON[1] + after, _SOURCE_JSON[0] + after
-        return [usage if u else chunks for u in column.tolist()]
-    if null is not None and null.all():
-        return [b"null" + after] * len(column)  # a field these rows have not
+def _pieces(field: _Field, first: int, stop: int) -> list[bytes]:
+    """Each value of rows [first, stop) of `field`, followed by its text after it."""
+    column = field.column[first:stop]
+    if field.texts is not None:
+        return field.texts[column].tolist()
+    after, null = field.after, None if field.null is None else field.null[first:stop]
     # every `,` ends a value: it becomes `after`, and `\0` marks where to cut
     pieces = (_json_values(column).replace(b",", after + b"\0") + after).split(b"\0")
     if null is not None:
@@ -175,8 +200,6 @@ def _rows_json(text: _RowText, first: int, stop: int) -> bytes:
     if first == 0:
         openings[0] = openings[0][1:]
     out[0::width] = openings
-    for slot, (column, null, after) in enumerate(text.fields, start=1):
-        if null is not None and not isinstance(null, str):
-            null = null[first:stop]
-        out[slot::width] = _pieces(column[first:stop], null, after)
+    for slot, field in enumerate(text.fields, start=1):
+        out[slot::width] = _pieces(field, first, stop)
     return b"".join(out)  # type: ignore[arg-type]  # every slot is filled

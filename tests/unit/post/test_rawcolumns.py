@@ -431,7 +431,8 @@ def test_a_large_file_is_read_in_two_processes_to_the_same_columns(tmp_path: Pat
     assert len(started) == 2 and started[0] == (0, started[1][0])
     assert 0 < started[1][0] < path.stat().st_size and started[1][1] is None
     assert len(results) == 2 and None not in results  # the children's parts were merged
-    assert results[0].segments[0][:2] == ("line", 1)  # the header, for this process
+    heads = [r.segments[0][:2] for r in results]  # (taken in as each child ends)
+    assert ("line", 1) in heads  # the header, for this process to judge
     assert any(seg[0] == "line" for r in results for seg in r.segments[1:])  # the worker
     assert postprocess(tmp_path).read_bytes() == _reference_bytes(tmp_path)
 
