@@ -121,7 +121,7 @@ def atomic_write_bytes(path: str | Path, chunks: Iterable[bytes]) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            _write_behind(f, chunks)
+            _write_behind(f, chunks, target)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -161,9 +161,27 @@ def _writeback(fd: int, offset: int, size: int) -> None:
         _SYNC_FILE_RANGE(fd, offset, size, 2)  # a failure only leaves it to the fsync
 
 
-def _write_behind(f: BinaryIO, chunks: Iterable[bytes], depth: int = 32) -> None:
+def _drop_cached(path: Path) -> None:
+    """Ask the kernel to drop the cached pages of `path`, the file about to be replaced
+    (replacing it frees them all at once, in `os.replace`, on the writer's time: 0.17 s
+    for 1 GB here, 0.1 s once they were dropped while the new one was being made)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # nothing to replace
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):
+        pass  # not Linux: it is freed when replaced
+    finally:
+        os.close(fd)
+
+
+def _write_behind(f: BinaryIO, chunks: Iterable[bytes], replaced: Path | None = None,
+                  depth: int = 32) -> None:
     """Write `chunks` to `f` from a second thread, at most `depth` chunks behind the one
-    being made, handing what it wrote to the disk as it goes (`_writeback`). Why: a write
+    being made, handing what it wrote to the disk as it goes (`_writeback`), after dropping
+    the cached pages of the file it will replace (`_drop_cached`). Why: a write
     is a system call that releases the GIL, so the kernel copying one batch of a large
     document overlaps Python making the next (on this 2-CPU VM, writing a million rows'
     0.5 GB spent as long in `write` as in making the text). The first error of either side
@@ -172,6 +190,8 @@ def _write_behind(f: BinaryIO, chunks: Iterable[bytes], depth: int = 32) -> None
     failed: list[BaseException] = []
 
     def write_all() -> None:
+        if replaced is not None:
+            _drop_cached(replaced)
         written = handed = 0
         while (chunk := pending.get()) is not None:
             if not failed:

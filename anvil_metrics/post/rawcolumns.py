@@ -25,7 +25,14 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from anvil_metrics.records import COUNT_LIMIT, Extra, RequestRecord, Usage, read_request
+from anvil_metrics.records import (
+    COUNT_LIMIT,
+    Extra,
+    RequestLine,
+    RequestRecord,
+    Usage,
+    read_request,
+)
 
 # Column layout of `RawColumns.table`: one int64 row per request record, in file order.
 # NULL marks a missing value (JSON null, or not reported).
@@ -131,13 +138,10 @@ def usage_counts(usage: Usage | Mapping[str, Any] | None, reasoning_chunks: int,
     """
     if usage is None:
         return reasoning_chunks + content_chunks, False, NULL, NULL, NULL
-    u = usage if type(usage) is Usage else msgspec.convert(usage, Usage)
-    if u.prompt_tokens is UNSET and u.input_tokens is not UNSET:  # /v1/responses
-        prompt, out, pd, cd = (u.input_tokens, u.output_tokens, u.input_tokens_details,
-                               u.output_tokens_details)
-    else:
-        prompt, out, pd, cd = (u.prompt_tokens, u.completion_tokens, u.prompt_tokens_details,
-                               u.completion_tokens_details)
+    prompt, out, pd, cd, inp, outp, ind, outd = astuple(
+        usage if type(usage) is Usage else msgspec.convert(usage, Usage))
+    if prompt is UNSET and inp is not UNSET:  # /v1/responses
+        prompt, out, pd, cd = inp, outp, ind, outd
     limit = COUNT_LIMIT
     from_usage = type(out) is int and 0 <= out < limit
     if not from_usage:
@@ -154,19 +158,26 @@ def usage_counts(usage: Usage | Mapping[str, Any] | None, reasoning_chunks: int,
 
 
 _ROW = struct.Struct(f"<{len(RAW_COLUMNS)}q")  # one row, as the table holds it
+astuple = msgspec.structs.astuple  # a Struct's fields in one call, in their order
+# the order `ColumnBuilder.add` takes a line's fields in (one call, not 12 lookups)
+assert [f.name for f in msgspec.structs.fields(RequestLine)] == [
+    "request_index", "start_ns", "end_ns", "first_output_ns", "first_content_ns", "warmup",
+    "planned_context_tokens", "reasoning_chunks", "content_chunks", "chunk_deltas_ns",
+    "chunk_channels", "usage", "finish_reason", "http_status", "failure", "worker", "extra"]
 BLOCK_ROWS = 4096  # rows a block of `ColumnBuilder` holds
 
 
 def _extra_columns(x: Extra) -> tuple[int, ...]:
     """The row's last columns, from a record's `extra` (`RAW_COLUMNS` from start_delay_ns to
     model_index), NULL where it has none."""
-    conversation = x.conversation
-    return (NULL if x.start_delay_ns is None else x.start_delay_ns, x.waited_for_user,
-            NULL if x.first_chunk_ns is None else x.first_chunk_ns,
-            *((NULL, NULL, NULL) if conversation is UNSET else (
-                conversation, x.turn, NULL if x.history_tokens is None else x.history_tokens)),
-            NULL if x.class_index is None else x.class_index,
-            NULL if x.model_index is None else x.model_index)
+    delay, chunk, waited, conversation, turn, history, klass, model = astuple(x)
+    if conversation is UNSET:  # no conversation's turn (a turn alone is not read)
+        conversation = turn = history = NULL
+    elif history is None:
+        history = NULL
+    return (NULL if delay is None else delay, waited, NULL if chunk is None else chunk,
+            conversation, turn, history, NULL if klass is None else klass,
+            NULL if model is None else model)
 
 
 _NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL)
@@ -194,11 +205,11 @@ class ColumnBuilder:
         """Add line `n`, a `records.RequestLine` that `records.line_problem` accepts: its
         row. (The hot loop of post-processing: each line's types were checked as it was
         decoded; the values are taken as they are, NULL for none.)"""
-        rc, cc, u, f, w, x = (r.reasoning_chunks or 0, r.content_chunks or 0, r.usage,
-                              r.failure, r.worker, r.extra)
+        (ri, s, e, fo, fc, warmup, pl, rc, cc, _, _, u, _, status, f, w, x) = astuple(r)
+        rc, cc = rc or 0, cc or 0
         if f is not None:
             self.failures[self.n_records] = (f.kind, f.message, f.http_status, f.phase,
-                                             r.http_status)
+                                             status)
         code = -1 if w is None else self.worker_codes.get(w)
         if code is None:
             code = self.worker_codes[w] = len(self.worker_codes)
@@ -206,10 +217,9 @@ class ColumnBuilder:
             (rc + cc, False, NULL, NULL, NULL) if u is None else usage_counts(u, rc, cc))
         delay, waited, chunk, conversation, turn, history, klass, model = (
             _NO_EXTRA if x is None else _extra_columns(x))
-        e, fo, fc, pl = r.end_ns, r.first_output_ns, r.first_content_ns, r.planned_context_tokens
         if self.at == len(self.block):
             self._full()
-        _ROW.pack_into(self.block, self.at, n, r.warmup, r.request_index, r.start_ns,
+        _ROW.pack_into(self.block, self.at, n, warmup, ri, s,
                        NULL if e is None else e, NULL if fo is None else fo,
                        NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
                        from_usage, prompt, cached, reasoning, code, f is not None, delay,

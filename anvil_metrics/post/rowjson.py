@@ -88,7 +88,8 @@ class _RowText(NamedTuple):
     then for each other field in sorted order its value followed by what comes after it
     (the next field's key, or the closing brace): `fields`, one `_Field` each. A field null
     in every row (a mix's, in a run without one) is text that never varies: it joins the
-    text before it. `cached` / `cached_shown`: `cached_tokens` and where the row has it.
+    text before it. `cached` / `cached_shown`: `cached_tokens` and where the row has it;
+    `openings`: the rows' openings by value, where its values are small.
     """
 
     rows: RowColumns
@@ -97,6 +98,7 @@ class _RowText(NamedTuple):
     fields: list[_Field]
     cached: Any
     cached_shown: Any
+    openings: _Field | None  # every row's opening, by value (small cached_tokens)
 
     @classmethod
     def of(cls, rows: RowColumns) -> _RowText:
@@ -114,7 +116,21 @@ class _RowText(NamedTuple):
             else:
                 opening += b"null" + text_after
         return cls(rows, opening, _ROW_OPEN + _ROW_CACHED, fields,
-                   rows.counts["cached_tokens"], rows.present["cached_tokens"])
+                   rows.counts["cached_tokens"], rows.present["cached_tokens"],
+                   _openings(opening, rows.counts["cached_tokens"],
+                             rows.present["cached_tokens"]))
+
+
+def _openings(opening: bytes, cached: Any, shown: Any) -> _Field | None:
+    """Every row's opening by `cached_tokens` (the last: not reported), when its values
+    are small (`SMALL_COUNT`): a batch's openings are one lookup."""
+    top = int(cached[shown].max()) if shown.any() else 0
+    if top >= SMALL_COUNT:
+        return None
+    key = opening[len(_ROW_OPEN):]
+    texts = [b"%s%s%d,\n%s" % (_ROW_OPEN, _ROW_CACHED, v, key) for v in range(top + 1)]
+    return _Field(np.where(shown, cached, top + 1), None, b"",
+                  np.array([*texts, opening], dtype=object))
 
 
 class _Field(NamedTuple):
@@ -188,7 +204,9 @@ def _rows_json(text: _RowText, first: int, stop: int) -> bytes:
     # The openings: the plain one, or with the `cached_tokens` line where the row has it
     # (the lines come from one replace of the reported values' separators)
     shown = text.cached_shown[first:stop]
-    if shown.any():
+    if text.openings is not None:
+        openings = _pieces(text.openings, first, stop)
+    elif shown.any():
         opening = np.full(n, text.opening, dtype=object)
         line, key = text.cached_line, text.opening[len(_ROW_OPEN):]
         cached = _json_values(text.cached[first:stop][shown])

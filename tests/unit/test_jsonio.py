@@ -68,3 +68,20 @@ def test_the_writer_hands_what_it_wrote_to_the_disk_as_it_goes(
     assert handed and handed[0][0] == 0
     assert all(a + n == b for (a, n), (b, _) in zip(handed, handed[1:], strict=False))
     assert all(n >= 10 for _, n in handed) and handed[-1][0] + handed[-1][1] <= 63
+
+
+def test_the_file_replaced_has_its_cached_pages_dropped_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replacing a large file frees its cached pages; the writer thread asks for that while
+    the new file is made (POSIX_FADV_DONTNEED), and nothing is asked of a new path."""
+    import os
+
+    advised: list[int] = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise",
+                        lambda fd, at, n, advice: advised.append(advice) or real(fd, at, n,
+                                                                                 advice))
+    atomic_write_bytes(tmp_path / "f", iter([b"old"]))
+    assert advised == []
+    atomic_write_bytes(tmp_path / "f", iter([b"new"]))
+    assert advised == [os.POSIX_FADV_DONTNEED] and (tmp_path / "f").read_bytes() == b"new"
