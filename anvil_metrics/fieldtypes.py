@@ -261,6 +261,10 @@ def _one_type(t: str, node: Mapping[str, Any]) -> list[str]:
         base = "an integer" if t == "integer" else "a number"
         lo, gt = node.get("minimum"), node.get("exclusiveMinimum")
         hi, lt = node.get("maximum"), node.get("exclusiveMaximum")
+        if (lo, hi) == (-2**63, 2**63 - 1):  # a 64-bit integer: what JSON readers hold
+            lo = hi = None
+        if hi is not None and hi > 2**20 and (hi + 1) & hi == 0:  # <= 2**k - 1: below 2**k
+            hi, lt = None, hi + 1
         words = []
         if lo == 0:
             base = "a non-negative integer" if t == "integer" else "a non-negative number"

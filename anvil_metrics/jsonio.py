@@ -18,6 +18,7 @@ with the line and column) and what was expected.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -120,7 +121,7 @@ def atomic_write_bytes(path: str | Path, chunks: Iterable[bytes]) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            _write_behind(f, chunks)
+            _write_behind(f, chunks, target)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -134,20 +135,73 @@ def atomic_write_bytes(path: str | Path, chunks: Iterable[bytes]) -> None:
         os.close(dir_fd)
 
 
-def _write_behind(f: BinaryIO, chunks: Iterable[bytes], depth: int = 4) -> None:
+WRITEBACK_BYTES = 32 * 2**20  # written data handed to the disk at a time (`_writeback`)
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """Linux's `sync_file_range`, or None where there is none."""
+    try:  # the process's own symbols (dlopen(NULL)): no library search
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
+
+
+_SYNC_FILE_RANGE = _sync_file_range()
+
+
+def _writeback(fd: int, offset: int, size: int) -> None:
+    """Start writing `size` bytes of `fd` from `offset` to the disk, without waiting
+    (SYNC_FILE_RANGE_WRITE): the fsync at the end then waits for the last few only (a
+    million rows' 1 GB: 0.3 s of fsync, against 0.01 s when the writer thread has handed
+    each 32 MB over as it went)."""
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, offset, size, 2)  # a failure only leaves it to the fsync
+
+
+def _drop_cached(path: Path) -> None:
+    """Ask the kernel to drop the cached pages of `path`, the file about to be replaced
+    (replacing it frees them all at once, in `os.replace`, on the writer's time: 0.17 s
+    for 1 GB here, 0.1 s once they were dropped while the new one was being made)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # nothing to replace
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):
+        pass  # not Linux: it is freed when replaced
+    finally:
+        os.close(fd)
+
+
+def _write_behind(f: BinaryIO, chunks: Iterable[bytes], replaced: Path | None = None,
+                  depth: int = 32) -> None:
     """Write `chunks` to `f` from a second thread, at most `depth` chunks behind the one
-    being made. Why: a write is a system call that releases the GIL, so the kernel copying
-    one batch of a large document overlaps Python making the next (on this 2-CPU VM,
-    writing a million rows' 0.5 GB spent as long in `write` as in making the text). The
-    first error of either side is raised here, after the writer has stopped."""
+    being made, handing what it wrote to the disk as it goes (`_writeback`), after dropping
+    the cached pages of the file it will replace (`_drop_cached`). Why: a write
+    is a system call that releases the GIL, so the kernel copying one batch of a large
+    document overlaps Python making the next (on this 2-CPU VM, writing a million rows'
+    0.5 GB spent as long in `write` as in making the text). The first error of either side
+    is raised here, after the writer has stopped."""
     pending: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
     failed: list[BaseException] = []
 
     def write_all() -> None:
+        if replaced is not None:
+            _drop_cached(replaced)
+        written = handed = 0
         while (chunk := pending.get()) is not None:
             if not failed:
                 try:
                     f.write(chunk)
+                    written += len(chunk)
+                    if written - handed >= WRITEBACK_BYTES:
+                        f.flush()
+                        _writeback(f.fileno(), handed, written - handed)
+                        handed = written
                 except BaseException as exc:  # raised by the caller, below
                     failed.append(exc)
 

@@ -27,22 +27,29 @@ arrival minus `start_ns`, and each later entry is the gap from the previous one,
 entries after the first. `chunk_channels` has one letter per such chunk: `r` reasoning,
 `c` content, `b` a chunk carrying both.
 
-`record_problem` is the one judge of a `"request"` line: the raw reader refuses what it
-refuses, and the distributed master applies it to every record a worker ships.
+Why msgspec Structs (`fieldtypes.py`): each field is stated once, with its type, bounds,
+unit and meaning; a `"request"` line is read by decoding it into `RequestLine` (generated
+from `RequestRecord`: what a file may hold where it differs from what anvil writes), which
+checks every type while it parses, in C; `line_problem` adds the rules a type cannot say
+(stamps in order, a first-output stamp exactly when output arrived). The raw reader, the
+distributed master (`record_problem`, on every record a worker ships) and the JSON Schema
+of the line all come from these definitions.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, get_args, get_type_hints
 
+import msgspec
 import orjson
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from anvil_metrics.fieldtypes import COUNT_LIMIT as COUNT_LIMIT
 from anvil_metrics.fieldtypes import STAMP_LIMIT as STAMP_LIMIT
-from anvil_metrics.jsonio import show
+from anvil_metrics.fieldtypes import Count, Stamp, breach, described
 
 RAW_SCHEMA = "anvil-serving.requests/v1"
 
@@ -76,12 +83,19 @@ PHASES = ("connect", "headers", "prefill", "decode")
 ENDED_BY = ("requests", "duration", "stopped", "signal", "aborted")
 PARTIAL_ENDS = ("signal", "aborted")
 
+# how deep a run / run_end / worker line may nest (anvil writes at most ~8 levels; far below
+# the 254 that orjson writes, however a value is placed in a benchmark)
+MAX_LINE_DEPTH = 32
+
+Delta = Annotated[int, Meta(ge=0)]  # a gap between two chunk arrivals, ns
+Status = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]  # what a benchmark's int64 holds
+Turn = Annotated[int, Meta(ge=1, lt=COUNT_LIMIT)]
+
 
 def failure_field_problems(f: dict[str, Any]) -> list[tuple[str, str]]:
     """(field, what it must be) for each of a failure's `kind`, `message`, `http_status` and
-    `phase` that is present with a value a Failure cannot hold. The one rule the raw reader
-    (a record's `failure`) and `verify` (a benchmark's `failures[]`) apply; which fields
-    must be present is each one's own (a raw record may leave `message` out)."""
+    `phase` that is present with a value a Failure cannot hold: the rule `verify` applies to
+    a benchmark's `failures[]` (the raw reader decodes a record's `failure` as `Failure`)."""
     wrong = []
     if "kind" in f and not (isinstance(f["kind"], str) and f["kind"] in FAILURE_KINDS):
         wrong.append(("kind", f"one of {list(FAILURE_KINDS)}"))
@@ -96,67 +110,70 @@ def failure_field_problems(f: dict[str, Any]) -> list[tuple[str, str]]:
     return wrong
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """Why a request did not complete.
+class Failure(Struct, frozen=True, gc=False):
+    """Why a request did not complete."""
 
-    `kind` is one of FAILURE_KINDS, `phase` one of PHASES (where the failure happened),
-    `http_status` the response status when one was received, `message` a human-readable
-    description (the server's own message where it sent one).
-    """
-
-    kind: str
-    message: str
-    http_status: int | None = None
-    phase: str | None = None
+    kind: Annotated[Literal[FAILURE_KINDS], described(  # type: ignore[valid-type]
+        "", "what went wrong (`wire/failures.py` maps each exception to its kind)")]
+    message: Annotated[str, described(
+        "", "what happened, in words (the server's own message where it sent one)")] = ""
+    http_status: Annotated[Status | None, described(
+        "", "the response's HTTP status, when one was received")] = None
+    phase: Annotated[Literal[PHASES] | None, described(  # type: ignore[valid-type]
+        "", "where the request was: connecting, awaiting the response head, awaiting the "
+        "first output (prefill) or streaming it (decode)")] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return msgspec.structs.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Failure:
-        return cls(
-            kind=d["kind"],
-            message=d.get("message", ""),
-            http_status=d.get("http_status"),
-            phase=d.get("phase"),
-        )
+    def from_dict(cls, d: Mapping[str, Any]) -> Failure:
+        return cls(kind=d["kind"], message=d.get("message", ""),
+                   http_status=d.get("http_status"), phase=d.get("phase"))
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """One issued request, as observed. Stamps are `perf_counter_ns()` integers.
+class RequestRecord(Struct, frozen=True):
+    """One issued request, as observed (one `"request"` line of `requests.jsonl`). Stamps
+    are `perf_counter_ns()` integers on the sending host's clock."""
 
-    - `start_ns`: just before the request is written to the socket.
-    - `first_output_ns`: arrival of the first chunk with a non-empty reasoning or content
-      delta; `None` if none arrived.
-    - `first_content_ns`: arrival of the first chunk with non-empty `delta.content`.
-    - `extra["first_chunk_ns"]`: arrival of the first chunk of any kind with a `choices`
-      entry, role-only included (what vLLM's server-side TTFT measures); absent when no
-      such chunk arrived, and in files written before anvil recorded it.
-    - `end_ns`: `[DONE]`, or the clean end of the response after a `finish_reason`; for a
-      failure, the moment the failure was detected.
-    - `usage`: the server's `usage` object as received (last one wins), or `None`.
-    - `failure`: `None` for a completed request.
-    """
-
-    request_index: int
-    start_ns: int
-    end_ns: int | None
-    first_output_ns: int | None = None
-    first_content_ns: int | None = None
-    warmup: bool = False
-    planned_context_tokens: int | None = None
-    reasoning_chunks: int = 0
-    content_chunks: int = 0
-    chunk_deltas_ns: tuple[int, ...] = ()
-    chunk_channels: str = ""
-    usage: dict[str, Any] | None = None
-    finish_reason: str | None = None
-    http_status: int | None = None
-    failure: Failure | None = None
-    worker: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    request_index: Annotated[Count, described(
+        "", "the request's number, from 0 (warm-ups have their own numbers)")]
+    start_ns: Annotated[Stamp, described("ns", "just before the request was written to the "
+                                         "socket")]
+    end_ns: Annotated[Stamp | None, described(
+        "ns", "`[DONE]`, or the clean end of the response after a finish_reason; for a "
+        "failure, the moment it was detected")]
+    first_output_ns: Annotated[Stamp | None, described(
+        "ns", "arrival of the first chunk with a non-empty reasoning or content delta; null "
+        "when none arrived")] = None
+    first_content_ns: Annotated[Stamp | None, described(
+        "ns", "arrival of the first chunk with a non-empty content delta; null when none "
+        "arrived")] = None
+    warmup: Annotated[bool, described("", "a warm-up request (kept out of every figure)")
+                      ] = False
+    planned_context_tokens: Annotated[Count | None, described(
+        "tokens", "the prompt size the run planned for it")] = None
+    reasoning_chunks: Annotated[Count, described(
+        "chunks", "chunks with a non-empty reasoning delta")] = 0
+    content_chunks: Annotated[Count, described(
+        "chunks", "chunks with a non-empty content delta")] = 0
+    chunk_deltas_ns: Annotated[tuple[Delta, ...], described(
+        "ns", "each output-carrying chunk's arrival: the first after start_ns, each later "
+        "one after the one before")] = ()
+    chunk_channels: Annotated[str, described(
+        "", "one letter per such chunk: r reasoning, c content, b both")] = ""
+    usage: Annotated[dict[str, Any] | None, described(
+        "", "the server's usage object as received (the last one wins), or null")] = None
+    finish_reason: Annotated[str | None, described(
+        "", "the server's finish_reason (stop, length, ...)")] = None
+    http_status: Annotated[Status | None, described("", "the response's HTTP status")] = None
+    failure: Annotated[Failure | None, described(
+        "", "why the request did not complete; null for a completed request")] = None
+    worker: Annotated[str | None, described(
+        "", "`host:pid` of the process that measured it")] = None
+    extra: Annotated[dict[str, Any], described(
+        "", "what else was observed: the keys of `Extra`, and others a reader may ignore; "
+        "written only when it holds something")] = msgspec.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -187,7 +204,8 @@ class RequestRecord:
         return d
 
     @classmethod
-    def from_json_dict(cls, d: dict[str, Any]) -> RequestRecord:
+    def from_json_dict(cls, d: Mapping[str, Any]) -> RequestRecord:
+        """The record of a line `record_problem` accepts (nulls and absences as defaults)."""
         failure = d.get("failure")
         return cls(
             request_index=int(d["request_index"]),
@@ -210,181 +228,197 @@ class RequestRecord:
         )
 
 
-# --- the one validator of a raw request line ----------------------------------------------
+class Extra(Struct, frozen=True, gc=False):
+    """The keys of a record's `extra` that anvil reads (any other key is kept in the file
+    and not read)."""
 
-# What a row of the columns can hold (`rawcolumns.py`): |stamp| and |clock offset| below
-# STAMP_LIMIT, so every sum and difference of two fits int64; counts below COUNT_LIMIT, so
-# each converts to a double exactly (`fieldtypes.Stamp`, `Count`). perf_counter_ns reaches
-# 2**62 after 146 years of uptime.
+    start_delay_ns: Annotated[Annotated[int, Meta(ge=0, lt=STAMP_LIMIT)] | None, described(
+        "ns", "how late the request was written after it fell due (a paced or open-loop "
+        "run)")] = None
+    first_chunk_ns: Annotated[Stamp | None, described(
+        "ns", "arrival of the first chunk of any kind with a choices entry, role-only "
+        "included (what vLLM's server-side TTFT measures); absent in files from before "
+        "anvil recorded it")] = None
+    waited_for_user: Annotated[bool, described(
+        "", "open loop: no user was free when the request fell due")] = False
+    conversation: Annotated[Count | UnsetType, described(
+        "", "a conversation's turn: the conversation's number (its first request index)")
+    ] = UNSET
+    turn: Annotated[Turn | UnsetType, described(
+        "", "a conversation's turn: the user turn, from 1")] = UNSET
+    history_tokens: Annotated[Count | None, described(
+        "tokens", "a conversation's turn: the previous turn's usage.prompt_tokens; null on "
+        "a first turn or when not counted")] = None
+    class_index: Annotated[Count | None, described(
+        "", "a mix's request: its request class (a position in the plan)")] = None
+    model_index: Annotated[Count | None, described(
+        "", "a mix's request: its model (a position in the model names)")] = None
+
+
+class Usage(Struct, frozen=True, gc=False):
+    """The server's `usage` object as received. A count is read where it is a whole number
+    0 <= n < 2**53 and taken as not reported otherwise (never a refused line: a server's
+    odd usage is its own business); other keys are not read. The Responses API's names
+    (`input_tokens`, ...) are read as the chat names when `prompt_tokens` is absent."""
+
+    prompt_tokens: Annotated[Any, described("tokens", "the prompt, as the server counted "
+                                            "it")] = UNSET
+    completion_tokens: Annotated[Any, described("tokens", "the output, as the server "
+                                                "counted it")] = UNSET
+    prompt_tokens_details: Annotated[Any, described(
+        "", "an object whose cached_tokens (tokens) is the prompt's prefix-cache hit")] = UNSET
+    completion_tokens_details: Annotated[Any, described(
+        "", "an object whose reasoning_tokens (tokens) is the output's reasoning")] = UNSET
+    input_tokens: Annotated[Any, described("tokens", "prompt_tokens (Responses API)")] = UNSET
+    output_tokens: Annotated[Any, described("tokens", "completion_tokens (Responses API)")
+                             ] = UNSET
+    input_tokens_details: Annotated[Any, described(
+        "", "prompt_tokens_details (Responses API)")] = UNSET
+    output_tokens_details: Annotated[Any, described(
+        "", "completion_tokens_details (Responses API)")] = UNSET
+
+
+# --- a "request" line as a file holds it ---------------------------------------------------
+
+# Where a line may differ from the record anvil writes now: every field but request_index
+# and start_ns may be absent (files from before it existed; read as its default, or null);
+# older writers wrote null for no chunks (read as none); `usage` and `extra` are read by
+# their known keys; the gaps stay their JSON text, checked by `line_problem` (decoding a
+# million lines' ~70 integers each costs ~1 µs a line more).
+_NULL_IS_DEFAULT = ("reasoning_chunks", "content_chunks", "chunk_channels")
+_READ_AS: dict[str, Any] = {
+    "chunk_deltas_ns": Annotated[Raw, Meta(extra_json_schema={
+        "type": ["array", "null"], "items": {"type": "integer", "minimum": 0}})],
+    "usage": Usage | None,
+    "extra": Extra | None,
+}
+_EMPTY = Raw(b"[]")
+
+
+def _line_model() -> Any:
+    """`RequestLine`: RequestRecord's fields, each with its words and bounds, as read."""
+    hints = get_type_hints(RequestRecord, include_extras=True)
+    fields = []
+    for f in msgspec.structs.fields(RequestRecord):
+        kind, *metas = get_args(hints[f.name])  # every field is Annotated with its words
+        words = [m for m in metas if m.description]
+        bounds = [m for m in metas if not m.description]
+        kind = Annotated[(kind, *bounds)] if bounds else kind
+        kind = _READ_AS.get(f.name, kind | None if f.name in _NULL_IS_DEFAULT else kind)
+        kind = Annotated[(kind, *words)]
+        if f.name == "chunk_deltas_ns":
+            default: Any = msgspec.field(default_factory=lambda: _EMPTY)
+        elif f.name in ("request_index", "start_ns"):
+            default = msgspec.NODEFAULT
+        else:
+            default = None if f.default in (msgspec.NODEFAULT, ()) or f.name == "extra" else (
+                f.default)
+        fields.append((f.name, kind, default))
+    return msgspec.defstruct("RequestLine", fields, kw_only=True, frozen=True, gc=False,
+                             tag_field="type", tag="request", module=__name__)
+
+
+RequestLine = _line_model()
+decode_line = msgspec.json.Decoder(RequestLine).decode  # raises msgspec.MsgspecError
+_GAPS = msgspec.json.Decoder(list[Delta] | None)
+_encode = msgspec.json.Encoder().encode  # any integer (orjson's stop at 64 bits)
 _DIGITS_AND_COMMAS = b"0123456789,"
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _opt_int(x: Any) -> bool:
-    return x is None or _is_int(x)
-
-
-_REQUIRED_INT = ("request_index", "start_ns")
-_OPTIONAL_STAMPS = ("end_ns", "first_output_ns", "first_content_ns")
-# how deep a run / run_end / worker line may nest (anvil writes at most ~8 levels; far below
-# the 254 that orjson writes, however a value is placed in a benchmark)
-MAX_LINE_DEPTH = 32
-
-
-def all_counts(xs: list[Any]) -> bool:
-    """Every item of `xs` is a non-negative integer (not a bool).
-
-    The quick test first: orjson writes such a list as `[` digits and commas `]` and nothing
-    else — a bool prints as true/false, a float with `.` or `e`, a negative number with `-`,
-    a string with quotes, a nested list or object with more brackets. Anything orjson cannot
-    write at all (a Python int subclass, an int beyond 64 bits) gets the item-by-item test.
-    """
-    try:
-        if orjson.dumps(xs).translate(None, _DIGITS_AND_COMMAS) == b"[]":
-            return True
-    except TypeError:
-        pass
-    return all(_is_int(x) and x >= 0 for x in xs)
-
-
-def failure_problem(f: Any) -> str | None:
-    """Why a record's `failure` is not one a benchmark can hold, or None: null, or an
-    object with a `kind`, whose fields pass `records.failure_field_problems` (the types
-    `verify` checks in `failures`)."""
-    if f is None:
-        return None
-    if not isinstance(f, dict):
-        return f"failure must be null or an object, got {show(f)}"
-    wrong = failure_field_problems(f)
-    if "kind" not in f:
-        wrong.insert(0, ("kind", f"one of {list(FAILURE_KINDS)}"))
-    if wrong:
-        key, expected = wrong[0]
-        return f"failure.{key} must be {expected}, got {show(f.get(key))}"
-    return None
-
-
-def record_problem(d: dict[str, Any]) -> str | None:
-    """Why a `"request"` line cannot be a valid RequestRecord, or None if it can.
-
-    Checks types (integer stamps and counts; JSON floats are refused, not truncated) and the
-    order of stamps: start ≤ first_output ≤ first_content ≤ end, where present; a first
-    content without a first output is impossible (a content chunk is an output chunk); the
-    first-output / first-content stamps exist exactly when output / content chunks were
-    counted; and a completed request has an end. The fields a benchmark takes as they are
-    (`failure`, `http_status`, `worker`, `extra`) must have the types it holds.
-    """
-    failure = d.get("failure")
-    problem = _field_problem(d) or _extra_problem(d) or failure_problem(failure)
-    if problem:
+def line_problem(r: Any) -> str | None:
+    """Why a decoded `RequestLine` `r` (every type and bound already checked) cannot be a
+    record, or None: what a type cannot say. The gaps are digits and commas in brackets (as
+    orjson writes a list of non-negative integers; other text is decoded to say); the
+    first chunk of any kind lies between the start and the first output and end; a
+    conversation's turn has its number; a completed request (failure null) has an end; a
+    first-content stamp exists exactly when content chunks arrived (and so a first output),
+    a first-output stamp exactly when output chunks did; start <= first output <= first
+    content <= end, where present."""
+    gaps = bytes(r.chunk_deltas_ns)
+    if gaps.translate(None, _DIGITS_AND_COMMAS) != b"[]" and (
+            problem := _gaps_problem(gaps)):
         return problem
-    if failure is None and d.get("end_ns") is None:
+    s, fo, fc, e = r.start_ns, r.first_output_ns, r.first_content_ns, r.end_ns
+    x = r.extra
+    if x is not None and (x.first_chunk_ns is not None or x.conversation is not UNSET) and (
+            problem := _extra_problem(x, s, fo, e)):
+        return problem
+    if e is None and r.failure is None:
         return "a completed request (failure null) must have an end_ns"
-    if d.get("first_content_ns") is not None and d.get("first_output_ns") is None:
+    if fc is not None and fo is None:
         return "first_content_ns is set but first_output_ns is not (content is output)"
-    content = d.get("content_chunks") or 0
-    output = (d.get("reasoning_chunks") or 0) + content
-    if (d.get("first_content_ns") is None) != (content == 0):
-        return (f"first_content_ns is {d.get('first_content_ns')} with content_chunks "
-                f"{content}: a first-content stamp exists exactly when content chunks arrived")
-    if (d.get("first_output_ns") is None) != (output == 0):
-        return (f"first_output_ns is {d.get('first_output_ns')} with {output} output chunks: "
-                "a first-output stamp exists exactly when output chunks arrived")
-    order = [(k, d.get(k)) for k in ("start_ns", "first_output_ns", "first_content_ns", "end_ns")]
-    present = [(k, v) for k, v in order if v is not None]
-    for (ka, a), (kb, b) in zip(present, present[1:], strict=False):
-        if b < a:
-            return f"stamps out of order: {kb} {b} < {ka} {a}"
-    return None
-
-
-def _field_problem(d: dict[str, Any]) -> str | None:
-    """`record_problem`'s first checks: each field's JSON type and bounds."""
-    for key in _REQUIRED_INT:
-        if not _is_int(d.get(key)):
-            return f"{key} must be an integer, got {show(d.get(key))}"
-    if not 0 <= d["request_index"] < COUNT_LIMIT:
-        return f"request_index must be >= 0 and below 2**53, got {d['request_index']}"
-    for key in _OPTIONAL_STAMPS:
-        if not _opt_int(d.get(key)):
-            return f"{key} must be an integer or null, got {show(d.get(key))}"
-    for key in ("start_ns", *_OPTIONAL_STAMPS):
-        v = d.get(key)
-        if v is not None and not -STAMP_LIMIT < v < STAMP_LIMIT:
-            return (f"{key} must lie within ±2**62 (a perf_counter_ns stamp), got {v}")
-    for key in ("reasoning_chunks", "content_chunks", "planned_context_tokens"):
-        v = d.get(key)
-        if v is not None and not (_is_int(v) and 0 <= v < COUNT_LIMIT):
-            return f"{key} must be a non-negative integer below 2**53, got {show(v)}"
-    if (d.get("reasoning_chunks") or 0) + (d.get("content_chunks") or 0) >= COUNT_LIMIT:
+    content = r.content_chunks or 0
+    output = (r.reasoning_chunks or 0) + content
+    if output >= COUNT_LIMIT:
         return "reasoning_chunks + content_chunks must be below 2**53"
-    if "warmup" in d and not isinstance(d["warmup"], bool):
-        return f"warmup must be true or false, got {show(d['warmup'])}"
-    deltas = d.get("chunk_deltas_ns") or []
-    if not isinstance(deltas, list) or not all_counts(deltas):
-        return "chunk_deltas_ns must be a list of non-negative integers"
-    if not isinstance(d.get("chunk_channels") or "", str):
-        return "chunk_channels must be a string"
-    if d.get("usage") is not None and not isinstance(d["usage"], dict):
-        return f"usage must be an object or null, got {show(d['usage'])}"
-    if not _opt_int(d.get("http_status")):
-        return f"http_status must be an integer or null, got {show(d['http_status'])}"
-    if d.get("worker") is not None and not isinstance(d["worker"], str):
-        return f"worker must be a string or null, got {show(d['worker'])}"
-    if d.get("extra") is not None and not isinstance(d["extra"], dict):
-        return f"extra must be an object or null, got {show(d['extra'])}"
+    if (fc is None) != (content == 0):
+        return (f"first_content_ns is {fc} with content_chunks {content}: a first-content "
+                "stamp exists exactly when content chunks arrived")
+    if (fo is None) != (output == 0):
+        return (f"first_output_ns is {fo} with {output} output chunks: a first-output stamp "
+                "exists exactly when output chunks arrived")
+    # the stamps in order, where present (a first content has a first output: above)
+    if fo is not None and fo < s:
+        return f"stamps out of order: first_output_ns {fo} < start_ns {s}"
+    if fc is not None and fc < fo:
+        return f"stamps out of order: first_content_ns {fc} < first_output_ns {fo}"
+    if e is not None:
+        name, last = (("first_content_ns", fc) if fc is not None else
+                      ("first_output_ns", fo) if fo is not None else ("start_ns", s))
+        if e < last:
+            return f"stamps out of order: end_ns {e} < {name} {last}"
     return None
 
 
-def _extra_problem(d: dict[str, Any]) -> str | None:
-    """`record_problem`'s checks of `extra` (its fields' types and bounds, the first chunk
-    between the start and the first output and end), on fields `_field_problem` passed."""
-    delay = (d.get("extra") or {}).get("start_delay_ns")
-    if _is_int(delay) and not 0 <= delay < STAMP_LIMIT:
-        return f"extra.start_delay_ns must lie within 0 … 2**62, got {delay}"
-    chunk = (d.get("extra") or {}).get("first_chunk_ns")
+def _gaps_problem(gaps: bytes) -> str | None:
+    """`chunk_deltas_ns`'s text other than digits and commas in brackets: its words, if it
+    is not null or a list of non-negative integers (white space, say)."""
+    try:
+        _GAPS.decode(gaps)
+    except msgspec.ValidationError as exc:
+        return breach(str(exc), orjson.loads(gaps), list[Delta] | None, "chunk_deltas_ns")
+    except msgspec.DecodeError:  # deeper than msgspec reads: refused as such
+        return "chunk_deltas_ns: expected a list of non-negative integers or null"
+    return None
+
+
+def line_gaps(r: Any) -> list[int]:
+    """A decoded line's `chunk_deltas_ns` (one `line_problem` accepts) as integers."""
+    return _GAPS.decode(bytes(r.chunk_deltas_ns)) or []
+
+
+def _extra_problem(x: Extra, s: int, fo: int | None, e: int | None) -> str | None:
+    chunk = x.first_chunk_ns
     if chunk is not None:
-        if not _is_int(chunk) or not -STAMP_LIMIT < chunk < STAMP_LIMIT:
-            return f"extra.first_chunk_ns must be an integer within ±2**62, got {show(chunk)}"
-        later = [(k, d.get(k)) for k in ("first_output_ns", "end_ns")
-                 if _is_int(d.get(k))]
-        if _is_int(d.get("start_ns")) and chunk < d["start_ns"]:
-            return f"stamps out of order: extra.first_chunk_ns {chunk} < start_ns {d['start_ns']}"
-        for k, v in later:
-            if v < chunk:
-                return f"stamps out of order: {k} {v} < extra.first_chunk_ns {chunk}"
-    waited = (d.get("extra") or {}).get("waited_for_user", False)
-    if not isinstance(waited, bool):
-        return f"extra.waited_for_user must be true or false, got {show(waited)}"
-    return _conversation_problem(d.get("extra") or {}) or _mix_problem(d.get("extra") or {})
-
-
-def _mix_problem(x: dict[str, Any]) -> str | None:
-    """A mix's request (`extra.class_index`, `model_index`): positions, whole numbers."""
-    for key in ("class_index", "model_index"):
-        v = x.get(key)
-        if v is not None and (not _is_int(v) or not 0 <= v < COUNT_LIMIT):
-            return f"extra.{key} must be a whole number from 0, got {show(v)}"
+        if chunk < s:
+            return f"stamps out of order: extra.first_chunk_ns {chunk} < start_ns {s}"
+        if fo is not None and fo < chunk:
+            return f"stamps out of order: first_output_ns {fo} < extra.first_chunk_ns {chunk}"
+        if e is not None and e < chunk:
+            return f"stamps out of order: end_ns {e} < extra.first_chunk_ns {chunk}"
+    if x.turn is UNSET and x.conversation is not UNSET:
+        return "extra.turn: missing (extra.conversation is set: a conversation's turn)"
     return None
 
 
-def _conversation_problem(x: dict[str, Any]) -> str | None:
-    """A conversation's turn (`extra.conversation`, `turn`, `history_tokens`): whole
-    numbers, the turn from 1, the history null on a first turn or when not counted."""
-    if "conversation" not in x:
-        return None
-    for key, least, nullable in (("conversation", 0, False), ("turn", 1, False),
-                                 ("history_tokens", 0, True)):
-        v = x.get(key)
-        if v is None and nullable:
-            continue
-        if not _is_int(v) or not least <= v < COUNT_LIMIT:
-            return (f"extra.{key} must be a whole number from {least}"
-                    f"{' or null' if nullable else ''}, got {show(v)}")
-    return None
+def read_request(d: Mapping[str, Any], raw: bytes | None = None) -> Any:
+    """A `"request"` line's object `d` (as orjson parsed it from `raw`, the line's text, or
+    as a worker shipped it) as a `RequestLine`, or the one line that says why it cannot be
+    a record (a `str`)."""
+    try:
+        line = decode_line(_encode({**d, "type": "request"}) if raw is None else raw)
+    except msgspec.ValidationError as exc:
+        return breach(str(exc), d, RequestLine, "")
+    except (msgspec.MsgspecError, TypeError, RecursionError) as exc:  # not JSON values
+        return f"not a JSON object of JSON values ({exc})"
+    return line_problem(line) or line
+
+
+def record_problem(d: Mapping[str, Any]) -> str | None:
+    """Why the object of a `"request"` line cannot be a valid RequestRecord, or None: its
+    fields' types and bounds (`RequestLine`) and the rules of `line_problem`."""
+    out = read_request(d)
+    return out if isinstance(out, str) else None
 
 
 def nested_too_deep(obj: Any, limit: int = MAX_LINE_DEPTH) -> str | None:
@@ -405,5 +439,3 @@ def nested_too_deep(obj: Any, limit: int = MAX_LINE_DEPTH) -> str | None:
             return path
         stack.extend((name if depth < 2 else path, v, depth + 1) for name, v in names)
     return None
-
-

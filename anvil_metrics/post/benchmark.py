@@ -92,7 +92,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None,
     failures = _failures(raw, order, failed, step)
     anchor = _anchor(raw.header)
     done = order[~failed]
-    rows = rows_from_raw(t[done], np.flatnonzero(~failed), step[~failed], start[done], anchor)
+    rows = rows_from_raw(t, np.flatnonzero(~failed), step[~failed], start[done], anchor, done)
     last = np.where(col["end_ns"] != NULL, col["end_ns"], col["start_ns"]) + m.offset_ns
     wall = wall_clock_ms(start[order], last[order])
     doc = _document(raw, finished=_finished_at(raw, last), wall=wall, requests=len(order),

@@ -22,18 +22,16 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.catalog import (
-    COUNT_FIELDS,
     FLOAT_FIELDS,
     OPTIONAL_COUNT_FIELDS,
-    OUTPUT_TOKEN_SOURCES,
     ROW_FIELDS,
 )
+from anvil_metrics.post import rowmodel
 from anvil_metrics.post.rawcolumns import COL, NULL, ColumnBuilder
-from anvil_metrics.records import COUNT_LIMIT, RequestRecord
+from anvil_metrics.records import RequestRecord
 
 _MEASURED_FLOATS = tuple(n for n in FLOAT_FIELDS if not catalog.BY_NAME[n].derived)
 NULLABLE_FLOATS = frozenset(n for n in FLOAT_FIELDS if catalog.BY_NAME[n].nullable)
-_DURATIONS = tuple(n for n in FLOAT_FIELDS if catalog.BY_NAME[n].kind == "duration")
 # the measured fields some formula reads (only these are converted for `catalog.derive`)
 _FORMULA_INPUTS = tuple(n for n in ROW_FIELDS if not catalog.BY_NAME[n].derived and any(
     n in f.inputs for f in catalog.DERIVED))
@@ -113,72 +111,25 @@ class RowColumns:
 
     @classmethod
     def from_rows(cls, rows: Any) -> RowColumns | None:
-        """The columns of `request_timings` as read from a file, or None unless every row
-        is a dict with exactly the row fields (`cached_tokens` optional; the `added` fields
-        in every row or in none), each of its JSON type — counts non-negative ints below
-        2**53, durations non-negative finite floats, derived values finite floats or null
-        (only those that may be), the source "usage" or "chunks". None means: the row-by-row
-        type checks say what is wrong."""
-        if type(rows) is not list or not set(map(type, rows)) <= {dict}:
+        """The columns of `request_timings` as read from a file (parsed), or None unless
+        `rows` are rows as `rowmodel.Row` defines them (every field of its JSON type and
+        bounds, `cached_tokens` only where reported, the `added` fields in every row or in
+        none). None means: the row-by-row type checks say what is wrong."""
+        typed = rowmodel.convert(rows)
+        return None if typed is None else cls._of(typed, parsed=True)
+
+    @classmethod
+    def from_text(cls, text: bytes) -> RowColumns | None:
+        """`from_rows` of `text`, a JSON array of rows, decoded (and checked) at once."""
+        typed = rowmodel.decode(text)
+        return None if typed is None else cls._of(typed)
+
+    @classmethod
+    def _of(cls, typed: list[Any], parsed: bool = False) -> RowColumns | None:
+        got = rowmodel.columns(typed, parsed)
+        if got is None:
             return None
-        absent = catalog.absent_given(rows[0].keys()) if rows else frozenset()
-        if absent is None:
-            return None
-        names = [n for n in ROW_FIELDS if n not in absent and n != "cached_tokens"]
-        lengths = set(map(len, rows))
-        if not lengths <= {len(names), len(names) + 1}:
-            return None
-        try:
-            columns = {name: [r[name] for r in rows] for name in names}
-        except KeyError:
-            return None
-        cached = [r.get("cached_tokens", _ABSENT) for r in rows]
-        with_key = len(cached) - cached.count(_ABSENT)
-        if sum(len(r) for r in rows) != len(names) * len(rows) + with_key:
-            return None  # one more key is allowed only if it is this one
-        floats: dict[str, Any] = {}
-        for name in FLOAT_FIELDS:
-            if name in absent:
-                floats[name] = np.full(len(rows), np.nan)
-                continue
-            col = _float_column(columns[name], name in NULLABLE_FLOATS,
-                                nonnegative=name in _DURATIONS)
-            if col is None:
-                return None
-            floats[name] = col
-        counts: dict[str, Any] = {}
-        present: dict[str, Any] = {}
-        for name in COUNT_FIELDS + OPTIONAL_COUNT_FIELDS:
-            if name in absent:
-                counts[name] = np.zeros(len(rows), dtype=np.int64)
-                present[name] = np.zeros(len(rows), dtype=bool)
-                continue
-            if name == "cached_tokens":
-                if None in (v for v in cached if v is not _ABSENT):
-                    return None  # a null cached_tokens is not allowed: the key is omitted
-                values = [0 if v is _ABSENT else v for v in cached]
-                mask = np.array([v is not _ABSENT for v in cached], dtype=bool)
-            else:
-                values = columns[name]
-                mask = None
-                if name in OPTIONAL_COUNT_FIELDS and None in values:
-                    mask = np.array([v is not None for v in values], dtype=bool)
-                    values = [0 if v is None else v for v in values]
-            if not set(map(type, values)) <= {int}:
-                return None
-            try:
-                col = np.array(values, dtype=np.int64)
-            except OverflowError:
-                return None
-            if len(col) and (col.min() < 0 or col.max() >= COUNT_LIMIT):
-                return None
-            counts[name] = col
-            if name in OPTIONAL_COUNT_FIELDS:
-                present[name] = np.ones(len(col), dtype=bool) if mask is None else mask
-        sources = columns["output_token_source"]
-        if not set(map(type, sources)) <= {str} or not set(sources) <= set(OUTPUT_TOKEN_SOURCES):
-            return None
-        usage = np.array([s == "usage" for s in sources], dtype=bool)
+        floats, counts, present, usage, absent = got
         return cls(floats=floats, counts=counts, present=present, usage_source=usage,
                    absent=absent)
 
@@ -206,26 +157,6 @@ class RowColumns:
                    absent=first.absent)
 
 
-_ABSENT = object()
-
-
-def _float_column(values: list[Any], nullable: bool, nonnegative: bool) -> Any:
-    """float64 of a row field's values, NaN for null; None unless each is a finite float
-    (or null, where allowed; not negative, for durations)."""
-    types = set(map(type, values))
-    if not types <= ({float, type(None)} if nullable else {float}):
-        return None
-    nulls: list[int] = []
-    if type(None) in types:
-        nulls = [i for i, v in enumerate(values) if v is None]
-        values = [0.0 if v is None else v for v in values]
-    col = np.array(values, dtype=np.float64)
-    if not np.isfinite(col).all() or (nonnegative and (col < 0).any()):
-        return None
-    col[nulls] = np.nan
-    return col
-
-
 def derive_columns(rows: RowColumns) -> dict[str, Any]:
     """Every derived field of `rows` (not those absent), from its measured fields, with the
     catalogue's formulas: name -> float64 column, NaN for null."""
@@ -235,14 +166,17 @@ def derive_columns(rows: RowColumns) -> dict[str, Any]:
 
 
 def rows_from_raw(t: Any, new_index: Any, step: Any = None, start_ns: Any = None,
-                  anchor_ns: int | None = None) -> RowColumns:
-    """The rows of the completed records `t` (rows of a raw table, `rawcolumns.RAW_COLUMNS`,
-    in row order), numbered `new_index`, in steps `step` (int64, NULL for none; None: a
-    run without steps), started at `start_ns` on the run's one clock (None: the records'
-    own) after the header's `anchor_ns` (None: no start offsets): the measured fields from
-    the raw stamps and counts, the derived ones from the catalogue."""
-    c = {name: t[:, i] for name, i in COL.items()}
-    c["step"] = np.full(len(t), NULL, dtype=np.int64) if step is None else step
+                  anchor_ns: int | None = None, at: Any = None) -> RowColumns:
+    """The rows of the completed records `t` (rows of a raw table, `rawcolumns.RAW_COLUMNS`;
+    those at positions `at`, None: all of them), in row order, numbered `new_index`, in
+    steps `step` (int64, NULL for none; None: a run without steps), started at `start_ns`
+    on the run's one clock (None: the records' own) after the header's `anchor_ns` (None:
+    no start offsets): the measured fields from the raw stamps and counts, the derived ones
+    from the catalogue. (The table's columns are taken one at a time: it is held in column
+    order, `ColumnBuilder.table`.)"""
+    c = {name: t[:, i] if at is None else t[:, i][at] for name, i in COL.items()}
+    n = len(c["start_ns"])
+    c["step"] = np.full(n, NULL, dtype=np.int64) if step is None else step
     start = c["start_ns"]
     floats = {name: durations_ms(start, c[stamp], c[stamp] != NULL) for name, stamp in (
         ("e2e_ms", "end_ns"), ("time_to_first_output_ms", "first_output_ns"),
@@ -252,7 +186,7 @@ def rows_from_raw(t: Any, new_index: Any, step: Any = None, start_ns: Any = None
     chunk = c["first_chunk_ns"]
     floats["time_to_first_chunk_ms"] = durations_ms(start, chunk, chunk != NULL)
     if anchor_ns is None:
-        floats["start_offset_ms"] = np.full(len(t), np.nan)
+        floats["start_offset_ms"] = np.full(n, np.nan)
     else:  # the integer difference is exact, one division rounds it (module docstring)
         floats["start_offset_ms"] = ((start if start_ns is None else start_ns) - anchor_ns
                                      ).astype(np.float64) / 1e6

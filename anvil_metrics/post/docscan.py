@@ -6,8 +6,9 @@ of Python objects, nearly all of them in `request_timings`. Both read the file a
 time and parse the document around its rows:
 - `scan_benchmark` (the summary) counts the rows and, for the prefix-cache check
   (`cachecheck`), parses only the rows whose `cached_tokens` exceed a limit;
-- `verify_file` parses the rows a block at a time into columns (`RowColumns`) and checks
-  them as `verify_benchmark` does; only a document with a problem is loaded whole, for the
+- `verify_file` decodes the rows a block at a time into columns (`RowColumns.from_text`:
+  each field's type checked as it is parsed, `rowmodel.py`) and checks them as
+  `verify_benchmark` does; only a document with a problem is loaded whole, for the
   messages that name each one.
 
 It relies on the layout anvil writes (`benchmark.py`: orjson, 2-space indent, sorted keys):
@@ -29,17 +30,16 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics.post import cachecheck
+from anvil_metrics.post import cachecheck, rowparts
 from anvil_metrics.post.benchmark import load_benchmark
 from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.heap import keep_freed_memory
+from anvil_metrics.post.rawpart import MAX_PARTS, usable_cpus
+from anvil_metrics.post.rowparts import BLOCK_BYTES, CLOSE, OPEN, ROW_END, RowBlocks, close_at
 from anvil_metrics.post.verify import columns_are_clean, verify_benchmark
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, check_server_file
 
-BLOCK_BYTES = 1 << 22
-_OPEN = b'\n  "request_timings": ['
-_CLOSE = b"\n  ]"
 _ROW_START = b"\n    {"
-_ROW_END = b"\n    }"
 _KEY = b'"request_timings"'
 _ESCAPE = b"\\u"
 _CACHED = re.compile(rb'\n      "cached_tokens": (\d+)')
@@ -77,42 +77,52 @@ def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
                 load: Callable[[Path], Any] = load_benchmark) -> list[str]:
     """`verify_benchmark(load(path))`: [] when the file holds a correct benchmark/v1
     document, else every problem. A clean file laid out as anvil writes it is checked as
-    columns built a block of rows at a time, and `load` (which raises for a file that
-    cannot be read or parsed) is called only when that does not settle it."""
-    blocks: list[RowColumns] = []
-
-    def take(part: bytes) -> bool:
-        if not part:
-            return True  # the array closes right after the rows taken last
-        if blocks:  # a later part starts with the comma after the row before it
-            if part[:1] != b",":
-                return False
-            part = part[1:]
-        try:
-            rows = RowColumns.from_rows(orjson.loads(b"[" + part + b"]"))
-        except orjson.JSONDecodeError:
-            return False
-        # None: a row the columns do not model (checked row by row); no rows: a trailing
-        # comma, or only white space; rows with other fields than the first block's —
-        # whatever it is, the whole parse says
-        if rows is None or not len(rows) or (blocks and rows.absent != blocks[0].absent):
-            return False
-        blocks.append(rows)
-        return True
-
-    doc = _doc_around_rows(Path(path), take, block_bytes)
+    columns built a block of rows at a time (a large one's in parts, a child process each:
+    `rowparts.py`), and `load` (which raises for a file that cannot be read or parsed) is
+    called only when that does not settle it."""
+    p = Path(path)
+    keep_freed_memory()
+    got = _in_parts(p)
+    if got is None:
+        blocks = RowBlocks()
+        doc = _doc_around_rows(p, blocks.take, block_bytes)
+        got = None if doc is None else (doc, blocks.columns())
     problems: list[str] = []
-    if doc is not None:
-        rows = RowColumns.concat(blocks) if blocks else RowColumns.from_rows([])
+    if got is not None:
+        doc, rows = got
         if rows is not None and columns_are_clean(doc, rows):
-            check_server_file(doc, rows, Path(path).with_name(SAMPLES_FILE), problems)
+            check_server_file(doc, rows, p.with_name(SAMPLES_FILE), problems)
             return problems
-    doc = load(Path(path))
+    doc = load(p)
     problems = verify_benchmark(doc)
     if isinstance(doc, dict):
         check_server_file(doc, RowColumns.from_rows(doc.get("request_timings")),
-                          Path(path).with_name(SAMPLES_FILE), problems)
+                          p.with_name(SAMPLES_FILE), problems)
     return problems
+
+
+def _in_parts(p: Path) -> tuple[dict[str, Any], RowColumns] | None:
+    """The document and its rows of a large file, the rows decoded in parts (`rowparts`);
+    None for a small file, one CPU, or anything the one-process read must look at."""
+    cpus = usable_cpus()
+    try:
+        if cpus < 2 or p.stat().st_size < rowparts.MIN_BYTES:
+            return None
+        with open(p, "rb") as f:
+            found = _head(f, BLOCK_BYTES)
+        if found is None or found[1][:1] == b"]":  # no rows (or no key) to cut
+            return None
+        head, rest, rows_start = found
+        got = rowparts.read_in_parts(p, rows_start, min(cpus, MAX_PARTS))
+        if got is None:
+            return None
+        with open(p, "rb") as f:
+            f.seek(got[1])
+            tail = f.read()
+    except OSError:
+        return None  # the one-process read names the file and the reason
+    doc = _document(head, tail)
+    return None if doc is None else (doc, got[0])
 
 
 def _doc_around_rows(p: Path, take: Callable[[bytes], bool], block_bytes: int
@@ -125,15 +135,18 @@ def _doc_around_rows(p: Path, take: Callable[[bytes], bool], block_bytes: int
             scanned = _scan(f, take, block_bytes)
     except OSError:
         return None  # load_benchmark names the file and the reason
-    if scanned is None:
-        return None
-    head, tail = scanned
+    return None if scanned is None else _document(*scanned)
+
+
+def _document(head: bytes, tail: bytes) -> dict[str, Any] | None:
+    """The document around the rows (`request_timings` empty), or None when it may hold
+    another such key or the line found is not the document's own key."""
     # A key is "request_timings" only if it is spelled so or holds an escape (`\u005f`):
     # without either around the rows, theirs is the document's one key of that name.
     if _KEY in head or _KEY in tail or _ESCAPE in head or _ESCAPE in tail:
         return None  # perhaps a second key, which a whole parse would keep
     try:
-        doc = orjson.loads(head + _OPEN + b"]" + tail)
+        doc = orjson.loads(head + OPEN + b"]" + tail)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(doc, dict) or doc.get("request_timings") != []:
@@ -148,24 +161,31 @@ def _whole(doc: dict[str, Any], cached_above: int | None) -> ScannedBenchmark:
     return ScannedBenchmark({**doc, "request_timings": []}, len(rows), hits)
 
 
+def _head(f: Any, block_bytes: int) -> tuple[bytes, bytes, int] | None:
+    """(text before the rows' key, the text read after it, the offset just after it), or
+    None when the file has no such line."""
+    head = b""
+    while True:
+        block = f.read(block_bytes)
+        if not block:
+            return None
+        searched = max(0, len(head) - len(OPEN))
+        head += block
+        at = head.find(OPEN, searched)
+        if at >= 0:
+            return head[:at], head[at + len(OPEN):], at + len(OPEN)
+
+
 def _scan(f: Any, take: Callable[[bytes], bool], block_bytes: int
           ) -> tuple[bytes, bytes] | None:
     """(text before the rows' key, text after the rows' array), having given `take` the
     text between them — the rows, whole ones at a time, each part after the first starting
     with the comma that ends the row before it; None when the file is not laid out as anvil
     writes it or `take` returned False."""
-    head = b""
-    while True:  # the text up to the key
-        block = f.read(block_bytes)
-        if not block:
-            return None
-        searched = max(0, len(head) - len(_OPEN))
-        head += block
-        at = head.find(_OPEN, searched)
-        if at >= 0:
-            break
-    buf = head[at + len(_OPEN):]
-    head = head[:at]
+    found = _head(f, block_bytes)
+    if found is None:
+        return None
+    head, buf, _ = found
     while not buf:
         buf = f.read(block_bytes)
         if not buf:
@@ -173,14 +193,14 @@ def _scan(f: Any, take: Callable[[bytes], bool], block_bytes: int
     if buf[:1] == b"]":  # an empty array: `"request_timings": []`
         return head, buf[1:] + f.read()
     while True:  # whole rows a block at a time, until the array's closing line
-        close = buf.find(_CLOSE)
+        close = close_at(buf)
         if close >= 0:
             if not take(buf[:close]):
                 return None
-            return head, buf[close + len(_CLOSE):] + f.read()
-        last = buf.rfind(_ROW_END)
+            return head, buf[close + len(CLOSE):] + f.read()
+        last = buf.rfind(ROW_END)
         if last >= 0:
-            cut = last + len(_ROW_END)
+            cut = last + len(ROW_END)
             if not take(buf[:cut]):
                 return None
             buf = buf[cut:]
@@ -196,6 +216,6 @@ def _rows(part: bytes, cached_above: int | None, hits: list[dict[str, Any]]) -> 
         for m in _CACHED.finditer(part):
             if int(m.group(1)) > cached_above:
                 start = part.rfind(_ROW_START, 0, m.start())
-                end = part.find(_ROW_END, m.end()) + len(_ROW_END)
+                end = part.find(ROW_END, m.end()) + len(ROW_END)
                 hits.append(orjson.loads(part[start:end]))
     return part.count(_ROW_START)

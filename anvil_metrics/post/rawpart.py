@@ -1,16 +1,16 @@
-"""`scan_raw`: a `requests.jsonl` read as columns, a large one in several processes (each part
-after the first read by a child).
+"""`scan_raw`: a `requests.jsonl` read as columns, a large one in several processes (a child
+process for each part).
 
 Why: reading is what post-processing a big run costs (a million request lines are ~1.1 GB
-of JSON; parsing and checking them takes ~13 µs a line on a 2-vCPU VM), and a machine that
+of JSON; decoding and checking them takes ~3 µs a line on a 2-vCPU VM), and a machine that
 ran a load generator has more cores. The file is cut into one part per CPU this process
 may use (at most `MAX_PARTS`), each cut at the first line start after an equal share of
-the bytes; this process reads the first part as before while a child per other part
-(`rawchild.py`) reads its own.
+the bytes, and a child per part (`rawchild.py`) reads its own while this process waits:
+the parts are alike, so they end together.
 
 The outcome is exactly the one of reading the file in one pass (`rawread.RawReader`): a
 child only does the part that does not depend on what came before — parse each line and
-put a plain `"request"` line into columns (`ColumnBuilder.add_plain`) — and hands back every
+put a valid `"request"` line into columns (`ColumnBuilder.add`) — and hands back every
 other line as it is. This process then takes the children's lines in file order
 (`merge_part`, one part after another): column rows are appended (line numbers, record
 positions and worker codes shifted to the whole file's), other lines go through the
@@ -31,11 +31,13 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
+from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from anvil_metrics.post.rawchild import HEAD, Part, read_part
+from anvil_metrics.post.rawchild import FRAME, Part, fill, read_part
 from anvil_metrics.post.rawcolumns import COL, RAW_COLUMNS, RawColumns
 from anvil_metrics.post.rawread import RawReader, no_cyclic_gc
 
@@ -43,6 +45,8 @@ __all__ = ["MAX_PARTS", "MIN_BYTES", "read_part", "read_parts", "scan_raw", "spl
 
 MIN_BYTES = 64 * 2**20  # smaller files are read in one process (a child costs ~0.2 s)
 MAX_PARTS = 8  # at most this many processes read one file
+MAX_FRAME = 1 << 30  # the most a child may say one piece of its output holds
+_ROW_BYTES = 8 * len(RAW_COLUMNS)
 
 
 def split_offsets(path: Path, parts: int) -> list[int]:
@@ -86,13 +90,17 @@ def scan_raw(path: str | Path, *, parallel: bool = True) -> RawColumns:
     return reader.raw_columns()
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _split_offsets(p: Path) -> list[int]:
     try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        return split_offsets(p, min(cpus, MAX_PARTS))
+        return split_offsets(p, min(usable_cpus(), MAX_PARTS))
     except OSError:
         return []  # the one-pass read says what is wrong with the file
 
@@ -100,20 +108,27 @@ def _split_offsets(p: Path) -> list[int]:
 def read_parts(reader: RawReader, splits: list[int],
                read_in_process: Callable[[Path, int, int | None], Part] | None = None
                ) -> None:
-    """`reader` reads the file up to `splits[0]` itself; the part from each split to the
-    next (or the end) is read by a child process (by `read_in_process(path, start, stop)`
-    instead, if given: tests) and merged in file order; a part whose child failed is read
-    here."""
+    """The part of the file from its start to `splits[0]`, and from each split to the next
+    (or the end), is read by a child process each (by `read_in_process(path, start, stop)`
+    instead, if given: tests) and merged into `reader` in file order; a part whose child
+    failed is read here. (This process waits meanwhile: a child per CPU, all alike.)"""
     p = reader.p
-    parts = list(zip(splits, [*splits[1:], None], strict=True))
+    parts = list(zip([0, *splits], [*splits, None], strict=True))
     children = ([start_child(p, start, stop) for start, stop in parts]
                 if read_in_process is None else [])
+    # a thread per child takes its rows in as they come (the pipe never waits for this one)
+    results: list[list[Part | None]] = [[] for _ in children]
+    takers = [threading.Thread(target=lambda c=c, r=r: r.append(child_result(c)),
+                               daemon=True) for c, r in zip(children, results, strict=True)]
+    for taker in takers:
+        taker.start()
     taken = 0  # children whose result was taken
+    n = 0
     try:
-        n = reader.read_lines(stop=splits[0])
         for start, stop in parts:
             if children:
-                part = child_result(children[taken])
+                takers[taken].join()
+                part = results[taken][0]
                 taken += 1
             else:
                 part = read_in_process(p, start, stop)  # type: ignore[misc]
@@ -151,43 +166,44 @@ def child_result(proc: subprocess.Popen[bytes]) -> Part | None:
     except subprocess.TimeoutExpired:
         pass  # killed below; its part is read here
     stop_child(proc)
+    proc.stdout.close()  # type: ignore[union-attr]
     return part if proc.returncode == 0 else None
 
 
 def _receive(stream: Any) -> Part | None:
-    """A child's output as `main` writes it, or None if it is cut short or inconsistent.
-    The rows' size must be what the fields describe before a buffer is made for it (a
-    bytearray is zero-filled: a wrong size must not make the parent touch gigabytes)."""
-    head = stream.read(HEAD.size)
-    if len(head) != HEAD.size:
-        return None
-    fields_len, buf_len = HEAD.unpack(head)
-    fields = stream.read(fields_len)  # bytes: memory is taken only as they arrive
-    if len(fields) != fields_len:
+    """A child's output as `rawchild.main` writes it, or None if it is cut short or does
+    not add up. Each block is read into an array made for it (never zero-filled, and no
+    larger than `MAX_FRAME`: a wrong size must not make this process touch gigabytes)."""
+    import numpy as np
+
+    blocks = []
+    while (size := _frame(stream)) != 0:
+        if size is None or not 0 < size <= MAX_FRAME or size % _ROW_BYTES:
+            return None
+        blocks.append(np.empty(size, dtype=np.uint8))
+        if not fill(stream, blocks[-1]):
+            return None
+    size = _frame(stream)
+    fields = stream.read(size) if size is not None and size <= MAX_FRAME else b""
+    if size is None or len(fields) != size:
         return None
     workers, failures, segments, lines = pickle.loads(fields)
     rows = max((seg[2] for seg in segments if seg[0] == "rows"), default=0)
-    if buf_len != rows * 8 * len(RAW_COLUMNS):
+    if sum(len(b) for b in blocks) != rows * _ROW_BYTES:
         return None
-    buf = _read_into(stream, bytearray(buf_len))
-    return None if buf is None else Part(buf, workers, failures, segments, lines)
+    return Part(blocks, workers, failures, segments, lines)
 
 
-def _read_into(stream: Any, buf: bytearray) -> bytearray | None:
-    """`buf` filled from `stream`, or None if the stream ends first."""
-    view, got = memoryview(buf), 0
-    while got < len(buf):
-        n = stream.readinto(view[got:])
-        if not n:
-            return None
-        got += n
-    return buf
+def _frame(stream: Any) -> int | None:
+    head = stream.read(FRAME.size)
+    return FRAME.unpack(head)[0] if len(head) == FRAME.size else None
 
 
 def stop_child(proc: subprocess.Popen[bytes]) -> None:
+    """End a child that is no longer needed (its taker thread reads its pipe to the end)."""
     if proc.poll() is None:
         proc.kill()
-    proc.communicate()
+    proc.wait()
 
 
 def merge_part(reader: RawReader, part: Part, line0: int) -> None:
@@ -195,10 +211,8 @@ def merge_part(reader: RawReader, part: Part, line0: int) -> None:
     `reader` had read those lines itself."""
     import numpy as np
 
-    table = np.frombuffer(part.buf, dtype=np.int64).reshape(-1, len(RAW_COLUMNS))
-    if not table.flags.writeable:  # a read-only buffer (bytes): changed below, so copied
-        table = table.copy()
-    table[:, COL["line"]] += line0
+    blocks = _blocks(part.buf)
+    starts = np.cumsum([0, *map(len, blocks)]).tolist()
     failed = sorted(part.failures)
     for seg in part.segments:
         if seg[0] == "line":
@@ -214,12 +228,29 @@ def merge_part(reader: RawReader, part: Part, line0: int) -> None:
             # run_end line, the one-pass reader keeps the error of its first request line
             reader.parsed += stop - first
             if reader.deferred is None:
-                reader.interpret(int(table[first, COL["line"]]), {"type": "request"})
+                k = bisect_right(starts, first) - 1
+                line = int(blocks[k][first - starts[k], COL["line"]]) + line0
+                reader.interpret(line, {"type": "request"})
             continue
-        rows = table[first:stop]
-        _recode_workers(reader, part.workers, rows)
-        lo, hi = np.searchsorted(failed, [first, stop]).tolist()
-        reader.append_rows(rows, {pos: part.failures[pos] for pos in failed[lo:hi]}, first)
+        for k, rows in enumerate(blocks):  # the segment's rows, block by block
+            lo, hi = max(first, starts[k]), min(stop, starts[k + 1])
+            if lo < hi:
+                rows = rows[lo - starts[k]:hi - starts[k]]
+                rows[:, COL["line"]] += line0
+                _recode_workers(reader, part.workers, rows)
+                at, to = np.searchsorted(failed, [lo, hi]).tolist()
+                reader.append_rows(rows, {pos: part.failures[pos] for pos in failed[at:to]},
+                                   lo)
+
+
+def _blocks(buf: Any) -> list[Any]:
+    """A part's rows as writable int64 arrays of rows: its blocks as they came (a list), or
+    its one buffer (copied if read-only: bytes)."""
+    import numpy as np
+
+    blocks = [np.frombuffer(b, dtype=np.int64).reshape(-1, len(RAW_COLUMNS))
+              for b in (buf if isinstance(buf, list) else [buf])]
+    return [b if b.flags.writeable else b.copy() for b in blocks]
 
 
 def _recode_workers(reader: RawReader, names: list[str], rows: Any) -> None:

@@ -13,26 +13,28 @@ One reader, two outputs, one pass over the file line by line (never the whole fi
 memory): `read_raw` gives RequestRecord objects (`RawRun`); `RawReader(columns=True)` the same
 run as integer columns (`rawcolumns.RawColumns`) — what `anvil postprocess` needs, via
 `rawpart.scan_raw`, which also reads a large file in parallel parts. Both apply the same
-checks and raise the same errors: `records.record_problem` judges every request line that is
-not plainly valid, and the header and `run_end` lines are judged by the benchmark's own
-field rules (`schema.py`), so a damaged one is named with its line.
+checks and raise the same errors: a request line is judged by its typed definition
+(`records.RequestLine`, decoded by msgspec; the rules a type cannot say in
+`records.line_problem`), and the header and `run_end` lines by the benchmark's own field
+rules (`schema.py`), so a damaged one is named with its line.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from anvil_metrics.errors import RawFileError
 from anvil_metrics.post import schema
 from anvil_metrics.post.clientblock import raw_client_problems
-from anvil_metrics.post.rawchild import lines_within
+from anvil_metrics.post.rawchild import line_batches
 from anvil_metrics.post.rawcolumns import COL, ColumnBuilder, RawColumns, RawRunFields
 from anvil_metrics.records import (
     MAX_LINE_DEPTH,
@@ -40,8 +42,11 @@ from anvil_metrics.records import (
     RAW_SCHEMA,
     STAMP_LIMIT,
     RequestRecord,
+    decode_line,
+    line_gaps,
+    line_problem,
     nested_too_deep,
-    record_problem,
+    read_request,
 )
 
 
@@ -146,12 +151,13 @@ class RawReader:
         try:
             with open(p, "rb", buffering=1 << 20) as f:
                 f.seek(start)
-                lines: Iterable[bytes] = f if stop is None else lines_within(f, stop - start)
-                for n, raw in enumerate(lines, start=line0 + 1):
-                    if raw[-1:] == b"\n":
-                        self.line(n, raw)
-                    else:
-                        self.tail(n, raw)
+                for batch in line_batches(f, None if stop is None else stop - start):
+                    for raw in batch:
+                        n += 1
+                        if raw[-1:] == b"\n":
+                            self.line(n, raw)
+                        else:
+                            self.tail(n, raw)
         except OSError as exc:
             raise RawFileError(p, f"cannot open it ({exc.strerror or exc})",
                                fix="check the path; it is the requests.jsonl of a run") from exc
@@ -166,14 +172,16 @@ class RawReader:
 
     def line(self, n: int, raw: bytes) -> None:
         """Line `n`, with its newline."""
+        if self._plain(n, raw):
+            return
         try:
             obj = orjson.loads(raw)  # the newline is JSON whitespace
         except orjson.JSONDecodeError:
             _parse(self.p, n, raw[:-1])  # raises, with the line's message
             raise
         self.parsed += 1
-        if self.deferred is None and not self._plain(n, obj):
-            self.interpret(n, obj)
+        if self.deferred is None:
+            self.interpret(n, obj, raw)
 
     def tail(self, n: int, raw: bytes) -> None:
         """The last line, without a newline: kept if it parses, else a torn line."""
@@ -185,36 +193,53 @@ class RawReader:
                               "ignored: the run was interrupted mid-write")
             return
         self.notes.append(f"line {n}: last line has no newline (the writer stopped after it)")
-        self.parsed += 1
-        if self.deferred is None and not self._plain(n, obj):
-            self.interpret(n, obj)
+        if not self._plain(n, raw):
+            self.parsed += 1
+            if self.deferred is None:
+                self.interpret(n, obj, raw)
 
-    def _plain(self, n: int, obj: Any) -> bool:
-        """A plain request line taken straight into the columns (`add_plain`)."""
-        return (self.columns and self.header is not None and self.run_end is None
-                and self.cols.add_plain(n, obj))
+    def _plain(self, n: int, raw: bytes) -> bool:
+        """A request line decoded straight into the columns (`records.decode_line`, its
+        types checked as it is parsed): True when taken, or kept as the run's error (a
+        rule of `records.line_problem` it breaks). Any other line, one a type refuses, and
+        every line of a reader without columns or in a state where a request line is not
+        plain (before the header, after the run_end line or an error) is for `interpret`."""
+        if not (self.columns and self.header is not None and self.run_end is None
+                and self.deferred is None):
+            return False
+        try:
+            line = decode_line(raw)
+        except msgspec.MsgspecError:
+            return False
+        self.parsed += 1
+        problem = line_problem(line)
+        if problem is None:
+            self.cols.add(n, line)
+        else:
+            self.deferred, self.deferred_line = RawFileError(
+                self.p, f"invalid request record: {problem}", line=n), n
+        return True
 
     def append_rows(self, rows: Any, failures: dict[int, Any], first: int) -> None:
         """Plain request rows read elsewhere (`rows`: int64 rows of `RAW_COLUMNS` with this
         reader's line numbers and worker codes; `failures` by their position in a table of
         which `rows` start at `first`), as if read here."""
         cols = self.cols
-        cols.flush()  # the reader's own rows first
         shift = cols.n_records - first
         for pos, f in failures.items():
             cols.failures[pos + shift] = f
-        cols.buf.frombytes(memoryview(rows).cast("B"))  # rows: C-contiguous
-        cols.n_records += len(rows)
+        cols.take_rows(rows)
         self.parsed += len(rows)
 
-    def interpret(self, n: int, obj: Any) -> None:
-        """Line `n`'s parsed `obj`, judged and taken; an error is kept for the end."""
+    def interpret(self, n: int, obj: Any, raw: bytes | None = None) -> None:
+        """Line `n`'s parsed `obj` (its text `raw`), judged and taken; an error is kept for
+        the end."""
         try:
-            self._interpret_now(n, obj)
+            self._interpret_now(n, obj, raw)
         except Exception as exc:  # raised once every line has been parsed
             self.deferred, self.deferred_line = exc, n
 
-    def _interpret_now(self, n: int, obj: Any) -> None:
+    def _interpret_now(self, n: int, obj: Any, raw: bytes | None) -> None:
         p = self.p
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
             raise RawFileError(p, "line is not a JSON object with a string \"type\"", line=n)
@@ -228,13 +253,15 @@ class RawReader:
         if self.run_end is not None:
             raise RawFileError(p, f"{kind!r} line after the run_end line", line=n)
         if kind == "request":
-            problem = record_problem(obj)
-            if problem:
-                raise RawFileError(p, f"invalid request record: {problem}", line=n)
-            rec = RequestRecord.from_json_dict(obj)
+            line = read_request(obj, raw)
+            if isinstance(line, str):
+                raise RawFileError(p, f"invalid request record: {line}", line=n)
             if self.columns:
-                self.cols.add_record(n, rec)
+                self.cols.add(n, line)
                 return
+            # the gaps as the line's text says (orjson reads an integer past 64 bits as a
+            # float; the columns took the text)
+            rec = RequestRecord.from_json_dict({**obj, "chunk_deltas_ns": line_gaps(line)})
             key = (rec.warmup, rec.request_index)
             if key in self.seen:
                 raise RawFileError(

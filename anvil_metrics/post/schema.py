@@ -26,7 +26,8 @@ from anvil_metrics.fieldtypes import FMT_MAX as FMT_MAX
 from anvil_metrics.fieldtypes import Count, Figure, described
 from anvil_metrics.fieldtypes import fmt as fmt
 from anvil_metrics.headers import REDACTED, is_credential
-from anvil_metrics.post.catalogtypes import Methodology, Metrics, Row
+from anvil_metrics.post.catalogtypes import Methodology, Metrics
+from anvil_metrics.post.rowmodel import Row
 from anvil_metrics.records import ENDED_BY, FAILURE_KINDS, PARTIAL_ENDS, PHASES
 from anvil_metrics.urls import strip_credentials
 

@@ -30,8 +30,8 @@ from anvil_metrics.jsonio import strict_json_problems
 from anvil_metrics.post import schema, stats
 from anvil_metrics.post.blockkit import Block
 from anvil_metrics.post.blocks import BLOCKS
-from anvil_metrics.post.catalogtypes import Row
 from anvil_metrics.post.derive import RowColumns, derive_columns
+from anvil_metrics.post.rowmodel import Row
 from anvil_metrics.post.schema import fmt, same
 
 # the rows checked for values: their columns, and each one's position in the document
@@ -44,7 +44,7 @@ def verify_benchmark(doc: Any, blocks: tuple[Block, ...] = BLOCKS) -> list[str]:
     """Every way `doc` fails to be a correct benchmark/v1 document; [] when it is one.
 
     Checked: strict JSON (no NaN/±inf); every run field against its definition and the
-    rules around them (`schema.py`); each row against the catalogue's (`catalogtypes.Row`);
+    rules around them (`schema.py`); each row against the catalogue's (`rowmodel.Row`);
     every derived row value against the catalogue's formulas of the row's base values;
     stamp-order invariants; `output_tokens` of chunk-counted rows; each block of `blocks`
     against its definition, then its own rules (`blocks.BLOCKS`); `requests == completed +

@@ -123,3 +123,26 @@ def test_fmt_shows_json_text_cut_short():
     assert fmt(0.1) == "0.1" and fmt(None) == "null" and fmt({"b": 1, "a": [True]}) == (
         '{"a":[true],"b":1}')
     assert fmt("x" * 500).endswith("...") and len(fmt("x" * 500)) == 200
+
+
+class Entry(Struct):
+    """an entry with names from a list"""
+
+    kind: Annotated[Literal["a", "b"], described("", "which")]
+    phase: Literal["x", "y"] | None = None
+
+
+class Entries(Struct):
+    """entries, one of them optional"""
+
+    one: Annotated[Entry | None, described("", "one")] = None
+    many: list[Entry] = []
+
+
+def test_a_value_outside_a_literal_names_the_values_allowed():
+    assert problems({"one": {"kind": "z"}}, Entries, "") == [
+        'one.kind: expected one of "a", "b", file has "z"']
+    assert problems({"one": {"kind": "a", "phase": "q"}}, Entries, "doc") == [
+        'doc.one.phase: expected one of "x", "y" or null, file has "q"']
+    assert problems({"many": [{"kind": "a"}, {"kind": "q"}]}, Entries, "") == [
+        'many[1].kind: expected one of "a", "b", file has "q"']

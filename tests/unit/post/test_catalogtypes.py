@@ -9,7 +9,8 @@ from rawbuild import completed, rows_of
 
 from anvil_metrics import catalog
 from anvil_metrics.fieldtypes import problems
-from anvil_metrics.post.catalogtypes import Methodology, Metrics, Row
+from anvil_metrics.post.catalogtypes import Methodology, Metrics
+from anvil_metrics.post.rowmodel import Row
 from anvil_metrics.post.stats import aggregate
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 from rawbuild import HEADER, completed, failed, write_raw
 
-from anvil_metrics.post import rawpart
-from anvil_metrics.post.rawchild import lines_within, read_part
+from anvil_metrics.post import rawchild, rawpart
+from anvil_metrics.post.rawchild import line_batches, read_part
 from anvil_metrics.post.rawcolumns import COL, RAW_COLUMNS
 
 
@@ -27,7 +27,10 @@ def _raw(tmp_path: Path) -> Path:
 
 
 def _table(buf: object) -> np.ndarray:
-    return np.frombuffer(buf, dtype=np.int64).reshape(-1, len(RAW_COLUMNS))
+    """A part's rows: its buffer, or the blocks a real child sent."""
+    parts = buf if isinstance(buf, list) else [buf]
+    return np.concatenate([np.frombuffer(b, dtype=np.int64) for b in parts]).reshape(
+        -1, len(RAW_COLUMNS))
 
 
 def test_a_part_holds_rows_for_requests_and_hands_back_the_rest(tmp_path: Path) -> None:
@@ -62,8 +65,17 @@ def test_reading_stops_after_an_unparseable_line(tmp_path: Path) -> None:
     assert part.segments[-1] == ("line", 3, b"{torn\n")
 
 
-def test_lines_within_stops_at_the_line_that_reaches_the_size() -> None:
-    assert list(lines_within(iter([b"ab\n", b"c\n", b"d\n"]), 5)) == [b"ab\n", b"c\n"]
+def test_line_batches_stop_at_the_line_that_reaches_the_size(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"ab\nc\nd\ne")
+    for batch in (1, 3, 5, 100):  # a batch of a byte, a line, several lines, all
+        monkeypatch.setattr(rawchild, "BATCH_BYTES", batch)
+        with open(path, "rb") as f:
+            assert sum(line_batches(f, 5), []) == [b"ab\n", b"c\n"]
+        with open(path, "rb") as f:
+            f.seek(3)
+            assert sum(line_batches(f), []) == [b"c\n", b"d\n", b"e"]
 
 
 def test_a_real_childs_output_is_what_read_part_gives(tmp_path: Path) -> None:
