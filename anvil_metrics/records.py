@@ -152,7 +152,7 @@ class RequestRecord(Struct, frozen=True):
     warmup: Annotated[bool, described("", "a warm-up request (kept out of every figure)")
                       ] = False
     planned_context_tokens: Annotated[Count | None, described(
-        "tokens", "the prompt size the run planned for it")] = None
+        "tok", "the prompt size the run planned for it")] = None
     reasoning_chunks: Annotated[Count, described(
         "chunks", "chunks with a non-empty reasoning delta")] = 0
     content_chunks: Annotated[Count, described(
@@ -247,7 +247,7 @@ class Extra(Struct, frozen=True, gc=False):
     turn: Annotated[Turn | UnsetType, described(
         "", "a conversation's turn: the user turn, from 1")] = UNSET
     history_tokens: Annotated[Count | None, described(
-        "tokens", "a conversation's turn: the previous turn's usage.prompt_tokens; null on "
+        "tok", "a conversation's turn: the previous turn's usage.prompt_tokens; null on "
         "a first turn or when not counted")] = None
     class_index: Annotated[Count | None, described(
         "", "a mix's request: its request class (a position in the plan)")] = None
@@ -261,16 +261,16 @@ class Usage(Struct, frozen=True, gc=False):
     odd usage is its own business); other keys are not read. The Responses API's names
     (`input_tokens`, ...) are read as the chat names when `prompt_tokens` is absent."""
 
-    prompt_tokens: Annotated[Any, described("tokens", "the prompt, as the server counted "
+    prompt_tokens: Annotated[Any, described("tok", "the prompt, as the server counted "
                                             "it")] = UNSET
-    completion_tokens: Annotated[Any, described("tokens", "the output, as the server "
+    completion_tokens: Annotated[Any, described("tok", "the output, as the server "
                                                 "counted it")] = UNSET
     prompt_tokens_details: Annotated[Any, described(
-        "", "an object whose cached_tokens (tokens) is the prompt's prefix-cache hit")] = UNSET
+        "", "an object whose cached_tokens (tok) is the prompt's prefix-cache hit")] = UNSET
     completion_tokens_details: Annotated[Any, described(
-        "", "an object whose reasoning_tokens (tokens) is the output's reasoning")] = UNSET
-    input_tokens: Annotated[Any, described("tokens", "prompt_tokens (Responses API)")] = UNSET
-    output_tokens: Annotated[Any, described("tokens", "completion_tokens (Responses API)")
+        "", "an object whose reasoning_tokens (tok) is the output's reasoning")] = UNSET
+    input_tokens: Annotated[Any, described("tok", "prompt_tokens (Responses API)")] = UNSET
+    output_tokens: Annotated[Any, described("tok", "completion_tokens (Responses API)")
                              ] = UNSET
     input_tokens_details: Annotated[Any, described(
         "", "prompt_tokens_details (Responses API)")] = UNSET

@@ -18,12 +18,14 @@ from typing import Any
 
 from anvil_metrics.checks.docverify import SCHEMA as CHECKS_SCHEMA
 from anvil_metrics.post.schema import SCHEMA as BENCHMARK_SCHEMA
+from anvil_metrics.records import RAW_SCHEMA
 from anvil_metrics.summary.folder import SCHEMA as SUMMARY_SCHEMA
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 FILES = {BENCHMARK_SCHEMA: "benchmark-v1.schema.json",
          SUMMARY_SCHEMA: "public-summary-v1.schema.json",
-         CHECKS_SCHEMA: "checks-v1.schema.json"}
+         CHECKS_SCHEMA: "checks-v1.schema.json",
+         RAW_SCHEMA: "requests-v1.schema.json"}
 UNIT = "x-unit"
 KEY = "x-key"
 Text = Mapping[str, tuple[str, str]]  # field -> (unit, definition), as the tables hold them

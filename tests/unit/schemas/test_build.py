@@ -137,3 +137,25 @@ def test_the_added_blocks_fields_are_typed(tmp_path: Path, path: tuple[Any, ...]
         inner = inner[key]
     inner[path[-1]] = value
     assert [p.split(":")[0] for p in check(doc, BENCHMARK)[1]] == [where]
+
+
+def test_every_request_line_anvil_wrote_validates_against_the_raw_schema() -> None:
+    """The raw record's shipped schema (one "request" line of requests.jsonl) accepts the
+    request lines of real runs (tests/fixtures/postprocess: each run anvil wrote), and
+    refuses one with a stamp of the wrong type."""
+    from anvil_metrics.records import RAW_SCHEMA
+
+    validator = Draft202012Validator(shipped(RAW_SCHEMA))
+    seen = 0
+    for path in sorted((REPO / "tests" / "fixtures" / "postprocess").glob("*/requests.jsonl")):
+        for line in path.read_bytes().splitlines():
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:  # the partial run's torn last line
+                continue
+            if record.get("type") == "request":
+                assert list(validator.iter_errors(record)) == [], (path, record)
+                seen += 1
+                bad = {**record, "start_ns": 1.5}
+    assert seen > 100
+    assert [e.json_path for e in validator.iter_errors(bad)] == ["$.start_ns"]
