@@ -92,24 +92,6 @@ Status = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]  # what a benchmark's i
 Turn = Annotated[int, Meta(ge=1, lt=COUNT_LIMIT)]
 
 
-def failure_field_problems(f: dict[str, Any]) -> list[tuple[str, str]]:
-    """(field, what it must be) for each of a failure's `kind`, `message`, `http_status` and
-    `phase` that is present with a value a Failure cannot hold: the rule `verify` applies to
-    a benchmark's `failures[]` (the raw reader decodes a record's `failure` as `Failure`)."""
-    wrong = []
-    if "kind" in f and not (isinstance(f["kind"], str) and f["kind"] in FAILURE_KINDS):
-        wrong.append(("kind", f"one of {list(FAILURE_KINDS)}"))
-    if "message" in f and not isinstance(f["message"], str):
-        wrong.append(("message", "a string"))
-    status = f.get("http_status")
-    if status is not None and (not isinstance(status, int) or isinstance(status, bool)):
-        wrong.append(("http_status", "an integer or null"))
-    phase = f.get("phase")
-    if phase is not None and not (isinstance(phase, str) and phase in PHASES):
-        wrong.append(("phase", f"one of {list(PHASES)} or null"))
-    return wrong
-
-
 class Failure(Struct, frozen=True, gc=False):
     """Why a request did not complete."""
 

@@ -17,12 +17,10 @@ from rawbuild import completed, failed
 
 from anvil_metrics.fieldtypes import schema
 from anvil_metrics.records import (
-    FAILURE_KINDS,
     Failure,
     RequestLine,
     RequestRecord,
     decode_line,
-    failure_field_problems,
     line_gaps,
     line_problem,
     nested_too_deep,
@@ -129,14 +127,6 @@ def test_the_line_has_one_schema_with_every_fields_words() -> None:
     assert s["properties"]["start_ns"]["x-unit"] == "ns"
     assert s["properties"]["chunk_deltas_ns"]["items"] == {"type": "integer", "minimum": 0}
     assert set(s["properties"]["extra"]["properties"]) >= {"first_chunk_ns", "turn"}
-
-
-def test_failure_field_problems_for_verify() -> None:
-    assert record_problem(failed(1).to_json_dict()) is None
-    assert failure_field_problems({"kind": FAILURE_KINDS[0], "http_status": True,
-                                   "phase": "later"}) == [
-        ("http_status", "an integer or null"),
-        ("phase", "one of ['connect', 'headers', 'prefill', 'decode'] or null")]
 
 
 def test_nested_too_deep_names_the_field_that_nests() -> None:

@@ -250,8 +250,8 @@ def test_index_problems_are_named(example):
 
 
 def test_failure_fields_of_the_wrong_type_are_named(example):
-    """The same rule as the raw reader's (`records.failure_field_problems`), each field
-    named at its path."""
+    """A failure against its definition (`schema.Failure`, the raw reader's `records.Failure`
+    in a benchmark's words), each field named at its path."""
     doc = copy.deepcopy(example)
     doc["failures"].append({"request_index": 12, "kind": "bogus", "http_status": "500",
                             "message": 5, "phase": "x"})
