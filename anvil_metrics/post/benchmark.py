@@ -108,7 +108,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None,
         doc["concurrency"] = max([doc["concurrency"], *users])
     inputs = BuildInputs(
         raw=raw, params=params, client=client, rows=rows, anchor_ns=anchor, doc=doc,
-        measured=Measured(table=t[order], start_ns=start[order], last_ns=last[order]),
+        measured=Measured(table=t, order=order, start_ns=start[order], last_ns=last[order]),
         # criteria the run was given (checked when it started)
         criteria=(tuple(parse_criteria(params["goodput"], flag="params.goodput"))
                   if params.get("goodput") else None), outside=m.outside)

@@ -49,17 +49,19 @@ ABSENT: Any = _Absent()
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Measured:
-    """The measured records of a run, in the document's order (`benchmark.measured_order`):
-    their raw rows (`column(name)`: a column of `rawcolumns.RAW_COLUMNS`, `NULL` for a
-    missing value; stamps on their own host's clock) and `start_ns` / `last_ns` (the end, or
-    the start without one) placed on the master's clock."""
+    """The measured records of a run, in the document's order (`benchmark.measured_order`:
+    positions `order` in the raw `table`): each one's raw value (`column(name)`: a column of
+    `rawcolumns.RAW_COLUMNS`, `NULL` for a missing value, stamps on their own host's clock;
+    taken when asked for: a million rows' whole table is 200 MB) and `start_ns` / `last_ns`
+    (the end, or the start without one) placed on the master's clock."""
 
     table: Any
+    order: Any
     start_ns: Any
     last_ns: Any
 
     def column(self, name: str) -> Any:
-        return self.table[:, COL[name]]
+        return self.table[:, COL[name]][self.order]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
