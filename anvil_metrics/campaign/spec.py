@@ -175,6 +175,10 @@ class _Problems:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
+    def extend(self, lines: list[str]) -> None:
+        """Problems another part's checks found, in its words."""
+        self.lines += lines
+
     def bad(self, where: str, value: Any, expected: str) -> None:
         self.lines.append(f"{where}: {_shown(value)} is not allowed; expected {expected}")
 
@@ -408,7 +412,7 @@ def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaig
 
     aliases, restoration_host = _restoration(p, data.get("restoration"))
     checks, check_problems = parse_checks(data.get("checks"))
-    p.lines += check_problems
+    p.extend(check_problems)
     if "functional" in gates and "checks" not in data:
         p.lines.append("gates.functional: needs a [checks] table (suites = [...]) whose "
                        "results it reads; add one or remove the gate")

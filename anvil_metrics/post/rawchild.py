@@ -90,9 +90,10 @@ class _PartReader:
     """The child's reader: a part of the file, from a line start to its stop or the end.
     Plain request lines become column rows; every other line is handed back as it is."""
 
-    def __init__(self, p: Path) -> None:
+    def __init__(self, p: Path,
+                 sink: Callable[[bytes | bytearray], None] | None = None) -> None:
         self.p = p
-        self.cols = ColumnBuilder()
+        self.cols = ColumnBuilder(sink)
         self.segments: list[tuple[Any, ...]] = []
         self._rows_from = 0  # first row of the open "rows" segment
 
@@ -148,8 +149,7 @@ def read_part(path: Path, offset: int, stop: int | None = None,
               sink: Callable[[bytes | bytearray], None] | None = None) -> Part:
     """The child's work, callable in-process (tests); with `sink`, each block of rows goes
     there as soon as it is full, and the Part's `buf` is empty."""
-    reader = _PartReader(path)
-    reader.cols.sink = sink
+    reader = _PartReader(path, sink)
     part = reader.read_from(offset, stop)
     reader.cols.drain()
     return part

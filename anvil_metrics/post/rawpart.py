@@ -226,7 +226,7 @@ def merge_part(reader: RawReader, part: Part, line0: int) -> None:
         if reader.deferred is not None or reader.run_end is not None:
             # parsed, not interpreted: the kept error is what will be raised; after the
             # run_end line, the one-pass reader keeps the error of its first request line
-            reader.parsed += stop - first
+            reader.skip(stop - first)
             if reader.deferred is None:
                 k = bisect_right(starts, first) - 1
                 line = int(blocks[k][first - starts[k], COL["line"]]) + line0

@@ -220,6 +220,11 @@ class RawReader:
                 self.p, f"invalid request record: {problem}", line=n), n
         return True
 
+    def skip(self, lines: int) -> None:
+        """`lines` request lines parsed and not interpreted (after the run_end line, or an
+        error kept for the end: the merge of a child's part, `rawpart.merge_part`)."""
+        self.parsed += lines
+
     def append_rows(self, rows: Any, failures: dict[int, Any], first: int) -> None:
         """Plain request rows read elsewhere (`rows`: int64 rows of `RAW_COLUMNS` with this
         reader's line numbers and worker codes; `failures` by their position in a table of
