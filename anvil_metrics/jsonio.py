@@ -28,11 +28,16 @@ import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeAlias
 
 import orjson
 
 from anvil_metrics.errors import UsageError
+
+# A JSON value as orjson parses it, and a JSON object: what a document, a block or a raw
+# line is before a typed definition (`fieldtypes`) reads it
+JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+JsonObject: TypeAlias = "dict[str, JsonValue]"
 
 # keys sorted, 2-space indent: the layout of the spec's example files
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS

@@ -18,18 +18,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.errors import VerifyError
-from anvil_metrics.jsonio import JsonFileError, atomic_write_bytes, read_json
+from anvil_metrics.jsonio import JsonFileError, JsonObject, JsonValue, atomic_write_bytes, read_json
 from anvil_metrics.load.criteria import parse_criteria
 from anvil_metrics.post import rowjson, schema, stats
 from anvil_metrics.post.blockkit import ABSENT, Block, BuildInputs, Measured
 from anvil_metrics.post.blocks import BLOCKS
-from anvil_metrics.post.derive import RowColumns, durations_ms, rows_from_raw
+from anvil_metrics.post.derive import Flags, Ints, RowColumns, durations_ms, rows_from_raw
 from anvil_metrics.post.rawcolumns import COL, NULL, RawColumns
 from anvil_metrics.post.rawread import RawRun
 from anvil_metrics.post.steps import attribute
@@ -41,11 +40,11 @@ class BuiltBenchmark:
     `doc["request_timings"]` is an empty placeholder. `to_dict()` gives the plain document;
     `write(path)` writes it as `jsonio.atomic_write_json` would, without building it whole."""
 
-    def __init__(self, doc: dict[str, Any], rows: RowColumns) -> None:
+    def __init__(self, doc: JsonObject, rows: RowColumns) -> None:
         self.doc = doc
         self.rows = rows
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {**self.doc, "request_timings": self.rows.row_dicts()}
 
     def write(self, path: str | Path) -> None:
@@ -55,13 +54,13 @@ class BuiltBenchmark:
         return rowjson.json_chunks(self.doc, self.rows)
 
 
-def build_benchmark(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None,
-                    blocks: tuple[Block, ...] = BLOCKS) -> dict[str, Any]:
+def build_benchmark(raw: RawRun | RawColumns, client: Mapping[str, JsonValue] | None = None,
+                    blocks: tuple[Block, ...] = BLOCKS) -> JsonObject:
     """`build(raw, client, blocks)` as a plain document (rows as dicts)."""
     return build(raw, client, blocks).to_dict()
 
 
-def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None,
+def build(raw: RawRun | RawColumns, client: Mapping[str, JsonValue] | None = None,
           blocks: tuple[Block, ...] = BLOCKS) -> BuiltBenchmark:
     """The full benchmark/v1 document of a run read back from its `requests.jsonl`.
 
@@ -125,7 +124,8 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, Any] | None = None,
     return built
 
 
-def _failures(raw: RawColumns, order: Any, failed: Any, step: Any) -> list[dict[str, Any]]:
+def _failures(raw: RawColumns, order: Ints, failed: Flags, step: Ints
+              ) -> list[JsonObject]:
     """`failures[]`: the measured records that failed, in the document's order (with the
     step each started in, in a stepped run)."""
     out = []
@@ -153,12 +153,12 @@ class MeasuredOrder:
       window (None without one).
     """
 
-    order: Any
-    offset_ns: Any
+    order: Ints
+    offset_ns: Ints
     outside: dict[str, int] | None
 
 
-def _anchor(header: Mapping[str, Any]) -> int | None:
+def _anchor(header: Mapping[str, JsonValue]) -> int | None:
     """The header's `perf_anchor_ns` (None in a raw file without one)."""
     anchor = header.get("perf_anchor_ns")
     return anchor if type(anchor) is int else None
@@ -185,7 +185,7 @@ def measured_order(raw: RawColumns) -> MeasuredOrder:
     return MeasuredOrder(order, offset, outside)
 
 
-def _issued_sizes(planned: Any) -> dict[str, int]:
+def _issued_sizes(planned: Ints) -> dict[str, int]:
     """A run without a request budget: its `context_distribution` is what it issued, the
     measured requests (completed and failed) by planned size, in the order sizes first
     appear."""
@@ -195,7 +195,7 @@ def _issued_sizes(planned: Any) -> dict[str, int]:
     return {str(sizes[i]): int(counts[i]) for i in by_first.tolist()}
 
 
-def wall_clock_ms(start_ns: Any, last_ns: Any) -> float | None:
+def wall_clock_ms(start_ns: Ints, last_ns: Ints) -> float | None:
     """Monotonic duration of the measured run, ms: `(max last − min start) / 1e6`.
 
     Over the measured (non-warm-up) records, completed and failed (`last_ns`: each one's
@@ -220,7 +220,7 @@ def _utc_stamp(wall_ns: int) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _finished_at(raw: RawColumns, last_ns: Any) -> str | None:
+def _finished_at(raw: RawColumns, last_ns: Ints) -> str | None:
     """When the run ended, as UTC `…Z`: the `run_end` line's `finished_at` if the run
     finished; otherwise the wall time of the last stamp of any record (`last_ns`, on the
     master's clock), placed with the header's clock anchors (`wall_anchor_ns + (stamp −
@@ -234,12 +234,12 @@ def _finished_at(raw: RawColumns, last_ns: Any) -> str | None:
 
 
 def _document(raw: RawColumns, *, finished: str | None, wall: float | None, requests: int,
-              failures: list[dict[str, Any]], warmups: int, rows: RowColumns
-              ) -> dict[str, Any]:
+              failures: list[JsonObject], warmups: int, rows: RowColumns
+              ) -> JsonObject:
     """The document's fields around an empty `request_timings`."""
     header = raw.header
     params = header.get("params") or {}
-    doc: dict[str, Any] = {"schema": schema.SCHEMA}
+    doc: JsonObject = {"schema": schema.SCHEMA}
     doc.update({key: params.get(key) for key in schema.PARAM_KEYS})
     doc["base_url"] = schema.redact_url(doc["base_url"])
     doc.update(
@@ -271,7 +271,7 @@ def _document(raw: RawColumns, *, finished: str | None, wall: float | None, requ
     return doc
 
 
-def load_benchmark(path: str | Path) -> dict[str, Any]:
+def load_benchmark(path: str | Path) -> JsonObject:
     """Read a benchmark file with a strict JSON parser (`jsonio.read_json`: NaN/Infinity
     are refused, unlike the standard library's `json`). Raises VerifyError naming the file
     and what is wrong with it if it is not a JSON object."""

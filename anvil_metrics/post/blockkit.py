@@ -25,14 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import numpy as np
 
 from anvil_metrics.fieldtypes import described
 from anvil_metrics.fieldtypes import num as num
+from anvil_metrics.jsonio import JsonValue
 from anvil_metrics.load.criteria import Criterion
-from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.derive import Floats, Ints, RowColumns
 from anvil_metrics.post.rawcolumns import COL, RawColumns
 from anvil_metrics.post.stats import nearest_rank_columns
 
@@ -44,7 +45,7 @@ class _Absent:
         return "ABSENT"
 
 
-ABSENT: Any = _Absent()
+ABSENT: Final = _Absent()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,12 +56,12 @@ class Measured:
     taken when asked for: a million rows' whole table is 200 MB) and `start_ns` / `last_ns`
     (the end, or the start without one) placed on the master's clock."""
 
-    table: Any
-    order: Any
-    start_ns: Any
-    last_ns: Any
+    table: Ints
+    order: Ints
+    start_ns: Ints
+    last_ns: Ints
 
-    def column(self, name: str) -> Any:
+    def column(self, name: str) -> Ints:
         return self.table[:, COL[name]][self.order]
 
 
@@ -75,19 +76,19 @@ class BuildInputs:
     the blocks before this one in `BLOCKS`)."""
 
     raw: RawColumns
-    params: Mapping[str, Any]
-    client: Mapping[str, Any] | None
+    params: Mapping[str, JsonValue]
+    client: Mapping[str, JsonValue] | None
     rows: RowColumns
     measured: Measured
     anchor_ns: int | None
     criteria: tuple[Criterion, ...] | None
     outside: Mapping[str, int] | None
-    doc: MutableMapping[str, Any]
+    doc: MutableMapping[str, JsonValue]
 
 
-Build = Callable[[BuildInputs], Any]
-Verify = Callable[[Mapping[str, Any], RowColumns | None, list[str]], None]
-Summary = Callable[[Mapping[str, Any]], list[str]]
+Build = Callable[[BuildInputs], "JsonValue | _Absent"]
+Verify = Callable[[Mapping[str, JsonValue], RowColumns | None, list[str]], None]
+Summary = Callable[[Mapping[str, JsonValue]], list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,7 @@ class Block:
     summary: Summary | None = None
 
 
-def mean_of(values: Any) -> float | None:
+def mean_of(values: Floats) -> float | None:
     """The mean of a float column's values that are present (NaN: missing), or None."""
     v = values[~np.isnan(values)]
     return float(v.mean()) if len(v) else None

@@ -31,8 +31,9 @@ from msgspec import Struct
 
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.fieldtypes import Count, Figure, described
+from anvil_metrics.jsonio import JsonObject, JsonValue
 from anvil_metrics.load.cancel import KIND, parse_cancel
-from anvil_metrics.post.blockkit import ABSENT, BuildInputs, num
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent, num
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import differing
 
@@ -63,8 +64,8 @@ class Cancel(Struct, forbid_unknown_fields=True):
                                                   "closed: headers, prefill, decode")]
 
 
-def build_cancel(plan: Mapping[str, Any], failures: Sequence[Any], requests: int
-                 ) -> dict[str, Any]:
+def build_cancel(plan: Mapping[str, JsonValue], failures: Sequence[Any], requests: int
+                 ) -> JsonObject:
     """The block (module docstring) of a run whose `params.cancel` is `plan`."""
     mine = [f for f in failures if isinstance(f, Mapping) and f.get("kind") == KIND]
     return {"plan": dict(plan), "aborted": len(mine),
@@ -72,7 +73,7 @@ def build_cancel(plan: Mapping[str, Any], failures: Sequence[Any], requests: int
             "phases": {p: sum(1 for f in mine if f.get("phase") == p) for p in PHASE_KEYS}}
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """The block of a run with planned cancellations (`params.cancel`), else ABSENT."""
     plan = inputs.params.get("cancel")
     if not isinstance(plan, dict):
@@ -80,7 +81,7 @@ def build(inputs: BuildInputs) -> Any:
     return build_cancel(plan, inputs.doc["failures"], inputs.doc["requests"])
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
     """The block recomputed from `failures[]`; aborted failures only with one."""
     block = doc.get("cancel")
     failures = doc.get("failures") if isinstance(doc.get("failures"), list) else []
@@ -101,7 +102,7 @@ def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str])
     problems += differing("cancel", block, want, ("aborted", "share", "phases"), "failures[]")
 
 
-def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     """The CLI's line for the block (none without one)."""
     b = doc.get("cancel")
     if not isinstance(b, dict):

@@ -20,8 +20,9 @@ from typing import Annotated, Any
 from msgspec import UNSET, Struct, UnsetType
 
 from anvil_metrics.fieldtypes import Count, Figure, described, fmt, problems
+from anvil_metrics.jsonio import JsonObject, JsonValue
 from anvil_metrics.post import saturation
-from anvil_metrics.post.blockkit import BuildInputs, num
+from anvil_metrics.post.blockkit import BuildInputs, _Absent, num
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.rawcolumns import NULL
 
@@ -82,9 +83,9 @@ class Client(Struct, forbid_unknown_fields=True, kw_only=True):
 KEYS = Client.__struct_fields__  # the block's keys, in the order it is written
 
 
-def client_block(client: Mapping[str, Any] | None,
-                 figures: Callable[[], tuple[float | None, dict[str, Any] | None]]
-                 ) -> dict[str, Any] | None:
+def client_block(client: Mapping[str, JsonValue] | None,
+                 figures: Callable[[], tuple[float | None, JsonObject | None]]
+                 ) -> JsonObject | None:
     """The block: the load generator's own figures from the raw `run_end` (loop lag, CPU,
     the saturation verdict; missing keys → null) and, from the records,
     `achieved_concurrency` and `start_delay_ms` (`figures()`; see `saturation.py`)."""
@@ -103,12 +104,12 @@ def client_block(client: Mapping[str, Any] | None,
     return block
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """The block from the run's own figures (`inputs.client`, the raw `run_end`'s) and the
     measured records; null when the run recorded none."""
     m, wall = inputs.measured, inputs.doc["wall_clock_ms"]
 
-    def figures() -> tuple[float | None, dict[str, Any] | None]:
+    def figures() -> tuple[float | None, JsonObject | None]:
         end, delay = m.column("end_ns"), m.column("start_delay_ns")
         return (saturation.achieved_concurrency(m.column("start_ns"), end, end != NULL, wall),
                 saturation.start_delay_ms(delay[delay != NULL]))
@@ -116,7 +117,7 @@ def build(inputs: BuildInputs) -> Any:
     return client_block(inputs.client, figures)
 
 
-def rule_problems(client: Mapping[str, Any]) -> list[str]:
+def rule_problems(client: Mapping[str, JsonValue]) -> list[str]:
     """What the block's type cannot say, of a well-typed block: p50 <= p99 <= max in each
     set of quantiles, `saturated` exactly when its own loop lag p99 and CPU cross
     `saturation`'s limits (in a distributed run they are the worst worker's, whose verdict
@@ -143,7 +144,7 @@ def rule_problems(client: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _ordered(client: Mapping[str, Any], key: str, out: list[str]) -> float | None:
+def _ordered(client: Mapping[str, JsonValue], key: str, out: list[str]) -> float | None:
     """p50 <= p99 <= max of `client[key]` (null or a well-typed set); returns its p99."""
     block = client.get(key)
     if block is None:
@@ -155,7 +156,7 @@ def _ordered(client: Mapping[str, Any], key: str, out: list[str]) -> float | Non
     return values[1]
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems_: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems_: list[str]) -> None:
     """The rules of a well-typed block (`rule_problems`)."""
     if doc.get("client") is not None:
         problems_ += rule_problems(doc["client"])
@@ -174,7 +175,7 @@ def raw_client_problems(client: Any) -> list[str]:
     return problems(block, Client | None, "client") or rule_problems(block)
 
 
-def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     """The CLI's lines on the generator's health (none without loop-lag figures)."""
     client = doc.get("client") or {}
     lag = client.get("loop_lag_ms") or {}

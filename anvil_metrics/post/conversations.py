@@ -41,6 +41,7 @@ from msgspec import Struct
 
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.fieldtypes import Count, described
+from anvil_metrics.jsonio import JsonObject, JsonValue
 from anvil_metrics.load.conversation import ConversationPlan, parse_conversation
 from anvil_metrics.post.blockkit import (
     ABSENT,
@@ -49,6 +50,7 @@ from anvil_metrics.post.blockkit import (
     TTFT_P50,
     TTFT_P95,
     BuildInputs,
+    _Absent,
     latencies,
     mean_of,
     num,
@@ -112,7 +114,7 @@ def reuse_ratio(rows: RowColumns, part: str) -> float | None:
     return float(num_[both].sum()) / total if both.any() and total > 0 else None
 
 
-def _turn(rows: RowColumns, k: int) -> dict[str, Any]:
+def _turn(rows: RowColumns, k: int) -> JsonObject:
     mine = rows.select(rows.counts["turn"] == k)
     return {"turn": k, "requests": len(mine), **latencies(mine),
             "prompt_tokens_mean": mean_of(mine.values("prompt_tokens")),
@@ -132,7 +134,7 @@ def plan_of(table: Any) -> ConversationPlan:
     return plan
 
 
-def build_conversation(table: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
+def build_conversation(table: Mapping[str, JsonValue], rows: RowColumns) -> JsonObject:
     """The block (module docstring) of a run whose plan is `table`, from its rows."""
     plan = plan_of(dict(table))
     ids = rows.counts["conversation_id"][rows.present["conversation_id"]]
@@ -150,13 +152,13 @@ def build_conversation(table: Mapping[str, Any], rows: RowColumns) -> dict[str, 
             "turns": [_turn(rows, k) for k in range(1, top + 1)]}
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """The block of a multi-turn run (`params.conversation`), else ABSENT."""
     table = inputs.params.get("conversation")
     return build_conversation(table, inputs.rows) if isinstance(table, dict) else ABSENT
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
     """The block recomputed from the rows (when they are well-typed), and rows that name a
     conversation only in a run that has one."""
     block = doc.get("conversation")
@@ -186,7 +188,7 @@ def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str])
         problems += differing(f"conversation.turns[{i}]", g, w, w, f"the rows of turn {i + 1}")
 
 
-def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     """The CLI's lines for the `conversation` block (none without one): the counts and
     reuse, then a row per turn (the first 20)."""
     b = doc.get("conversation")

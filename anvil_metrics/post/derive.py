@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -29,6 +29,14 @@ from anvil_metrics.catalog import (
 from anvil_metrics.post import rowmodel
 from anvil_metrics.post.rawcolumns import COL, NULL, ColumnBuilder
 from anvil_metrics.records import RequestRecord
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+# a column of a table, as its readers see it (the strings are types, never evaluated)
+Ints: TypeAlias = "npt.NDArray[np.int64]"  # stamps, counts, positions; NULL where missing
+Floats: TypeAlias = "npt.NDArray[np.float64]"  # figures; NaN where missing (null)
+Flags: TypeAlias = "npt.NDArray[np.bool_]"  # a mask
 
 _MEASURED_FLOATS = tuple(n for n in FLOAT_FIELDS if not catalog.BY_NAME[n].derived)
 NULLABLE_FLOATS = frozenset(n for n in FLOAT_FIELDS if catalog.BY_NAME[n].nullable)

@@ -25,8 +25,9 @@ from msgspec import Struct
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.fieldtypes import Count, Figure, described
+from anvil_metrics.jsonio import JsonObject, JsonValue
 from anvil_metrics.load.criteria import OPS, Criterion, parse_criteria
-from anvil_metrics.post.blockkit import ABSENT, BuildInputs
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import fmt, is_ms, same
 
@@ -53,7 +54,7 @@ def meets(rows: RowColumns, criteria: Sequence[Criterion]) -> Any:
 
 
 def goodput(rows: RowColumns, requests: int, wall_clock_ms: float | None,
-            criteria: Sequence[Criterion]) -> tuple[dict[str, Any], float | None]:
+            criteria: Sequence[Criterion]) -> tuple[JsonObject, float | None]:
     """(`goodput` block, `goodput_rps`) of rows out of `requests` issued over the window."""
     met = int(np.count_nonzero(meets(rows, criteria)))
     block = {"criteria": [c.text() for c in criteria], "met": met,
@@ -68,7 +69,7 @@ def rate(met: int, wall_clock_ms: float | None) -> float | None:
     return met / (wall_clock_ms / 1000)
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """The block of a run given criteria, else ABSENT; it sets `metrics.goodput_rps` too
     (the one figure of `metrics` that needs the criteria)."""
     if inputs.criteria is None:
@@ -79,7 +80,7 @@ def build(inputs: BuildInputs) -> Any:
     return block
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
     """`goodput` and `metrics.goodput_rps`, recomputed from the rows (when well-typed)."""
     block = doc.get("goodput")
     metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}

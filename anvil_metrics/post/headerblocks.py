@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from msgspec import Struct
 
 from anvil_metrics.fieldtypes import Count, described
 from anvil_metrics.headers import shown
+from anvil_metrics.jsonio import JsonValue
 from anvil_metrics.load.scenariofields import ENDPOINTS
-from anvil_metrics.post.blockkit import ABSENT, BuildInputs
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import header_problems
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, build_server
@@ -37,18 +38,18 @@ class Dataset(Struct, forbid_unknown_fields=True):
         "", "the usable entries it holds (request k sends entry k mod entries)")]
 
 
-def build_endpoint(inputs: BuildInputs) -> Any:
+def build_endpoint(inputs: BuildInputs) -> JsonValue | _Absent:
     """What the requests were posted to (absent in raw files from before it)."""
     endpoint = inputs.params.get("endpoint")
     return endpoint if isinstance(endpoint, str) else ABSENT
 
 
-def build_prompt_ids(inputs: BuildInputs) -> Any:
+def build_prompt_ids(inputs: BuildInputs) -> JsonValue | _Absent:
     """True for a run that sent token ids (--prompt-ids), else absent."""
     return True if inputs.params.get("prompt_ids") is True else ABSENT
 
 
-def build_dataset(inputs: BuildInputs) -> Any:
+def build_dataset(inputs: BuildInputs) -> JsonValue | _Absent:
     """The header's dataset, as it says (no figure of its own), else absent."""
     dataset = inputs.params.get("dataset")
     if not isinstance(dataset, dict):
@@ -56,20 +57,20 @@ def build_dataset(inputs: BuildInputs) -> Any:
     return {k: dataset.get(k) for k in Dataset.__struct_fields__}
 
 
-def build_request_headers(inputs: BuildInputs) -> Any:
+def build_request_headers(inputs: BuildInputs) -> JsonValue | _Absent:
     """The extra headers, each credential's value redacted (it was before the raw file)."""
     headers = inputs.params.get("request_headers")
     return shown(headers) if isinstance(headers, dict) else ABSENT
 
 
-def verify_request_headers(doc: Mapping[str, Any], rows: RowColumns | None,
+def verify_request_headers(doc: Mapping[str, JsonValue], rows: RowColumns | None,
                            problems: list[str]) -> None:
     """Every credential's value redacted."""
     if isinstance(doc.get("request_headers"), dict):
         problems += header_problems(doc["request_headers"])
 
 
-def build_server_block(inputs: BuildInputs) -> Any:
+def build_server_block(inputs: BuildInputs) -> JsonValue | _Absent:
     """The server's own figures over the window, from `server_metrics.jsonl` beside the raw
     file (`telemetry/servermetrics.py`); absent in a raw file from before the block."""
     server = inputs.params.get("server")

@@ -45,9 +45,10 @@ import numpy as np
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from anvil_metrics.fieldtypes import Count, described
+from anvil_metrics.jsonio import JsonObject, JsonValue
 from anvil_metrics.post import stats
-from anvil_metrics.post.blockkit import ABSENT, BuildInputs, num
-from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent, num
+from anvil_metrics.post.derive import Flags, Ints, RowColumns
 from anvil_metrics.post.schema import fmt, same
 
 MODES = ("budget", "duration", "until_stopped")
@@ -110,10 +111,11 @@ class Load(Struct, forbid_unknown_fields=True, kw_only=True):
             "requests.jsonl, not in the document); null without one")] = UNSET
 
 
-def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: Any,
+def build_load(params: Mapping[str, JsonValue], start_ns: Ints, last_ns: Ints, waited: Flags,
                anchor_ns: int | None, rows: RowColumns, cancelled: int,
                window_ns: tuple[int, int] | None = None,
-               outside: Mapping[str, int] | None = None, turn: Any = None) -> dict[str, Any]:
+               outside: Mapping[str, int] | None = None, turn: Ints | None = None
+               ) -> JsonObject:
     """The block from the raw header's `params.load` and the measured records (their
     `start_ns`, `last_ns` — end, or start without one — on the master's clock, `waited`
     flags and, in a conversation run, `turn`s (`NULL` for none), numpy columns) and the
@@ -148,7 +150,7 @@ def build_load(params: Mapping[str, Any], start_ns: Any, last_ns: Any, waited: A
     }
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """The block of a run whose raw header says how load was offered (`params.load`; a raw
     file from before the block has none: ABSENT)."""
     load = inputs.params.get("load")
@@ -175,7 +177,7 @@ def schedule_lag(rows: RowColumns) -> dict[str, float | None] | None:
 BEHIND_FRACTION = 0.01  # more of the requests than this waited for a user: warn
 
 
-def behind(load: Mapping[str, Any] | None, requests: Any) -> str | None:
+def behind(load: Mapping[str, JsonValue] | None, requests: Any) -> str | None:
     """One line when an open-loop schedule outran its users (more than `BEHIND_FRACTION`
     of the requests fell due with every user busy), else None."""
     waited = (load or {}).get("waited_for_user")
@@ -202,7 +204,7 @@ def _outside(out: Any) -> str:
             f"{out.get('cooldown')} in the cool-down")
 
 
-def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     """What the CLI summary says about the load (nothing for a file without the block)."""
     load = doc.get("load")
     if not isinstance(load, dict):
@@ -236,7 +238,7 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
     """What the block's type cannot say: the open-loop members null exactly in a closed
     loop, the burstiness its arrival process has, a duration run's duration, the window in
     order, `cancelled` = the failures of kind "cancelled", `waited_for_user` at most
@@ -272,7 +274,7 @@ def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str])
                             f"recomputed {fmt(want)} from the rows' schedule_lag_ms")
 
 
-def _check_counts(doc: Mapping[str, Any], load: Mapping[str, Any], problems: list[str]
+def _check_counts(doc: Mapping[str, JsonValue], load: Mapping[str, JsonValue], problems: list[str]
                   ) -> None:
     failures = doc.get("failures") if isinstance(doc.get("failures"), list) else []
     want = sum(1 for f in failures if isinstance(f, dict) and f.get("kind") == "cancelled")

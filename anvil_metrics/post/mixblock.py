@@ -32,6 +32,7 @@ from msgspec import Struct
 
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.fieldtypes import Count, described
+from anvil_metrics.jsonio import JsonObject, JsonValue
 from anvil_metrics.load.mix import Mix, mix_from_table
 from anvil_metrics.post.blockkit import (
     ABSENT,
@@ -40,6 +41,7 @@ from anvil_metrics.post.blockkit import (
     TTFT_P50,
     TTFT_P95,
     BuildInputs,
+    _Absent,
     latencies,
     mean_of,
     num,
@@ -86,7 +88,7 @@ class MixBlock(Struct, forbid_unknown_fields=True):
 
 
 def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
-            expected: tuple[float, ...]) -> list[dict[str, Any]]:
+            expected: tuple[float, ...]) -> list[JsonObject]:
     present = rows.present[column]
     index = rows.counts[column]
     total = int(present.sum())
@@ -100,7 +102,7 @@ def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
     return out
 
 
-def build_mix(table: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
+def build_mix(table: Mapping[str, JsonValue], rows: RowColumns) -> JsonObject:
     """The block (module docstring) of a run whose `params.mix` is `table`, from its rows."""
     mix = mix_from_table(table, "params.mix")
     return {"plan": mix.to_table(),
@@ -109,13 +111,13 @@ def build_mix(table: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
             "models": _groups(rows, "model_index", mix.model_names, mix.model_shares())}
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """The block of a run with a mix (`params.mix`), else ABSENT."""
     table = inputs.params.get("mix")
     return build_mix(table, inputs.rows) if isinstance(table, dict) else ABSENT
 
 
-def _plan(block: Mapping[str, Any], problems: list[str]) -> Mix | None:
+def _plan(block: Mapping[str, JsonValue], problems: list[str]) -> Mix | None:
     try:
         return mix_from_table(block["plan"], "mix.plan")
     except ScenarioError as e:
@@ -123,7 +125,7 @@ def _plan(block: Mapping[str, Any], problems: list[str]) -> Mix | None:
         return None
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
     """The block recomputed from the rows (when they are well-typed), and rows that name a
     class or model only in a run that has a mix."""
     block = doc.get("mix")
@@ -153,7 +155,7 @@ def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str])
             problems += differing(f"mix.{key}[{i}]", g, w, w)
 
 
-def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     """The CLI's lines for the `mix` block (none without one): a row per class and model."""
     b = doc.get("mix")
     if not isinstance(b, dict):

@@ -26,6 +26,7 @@ from anvil_metrics.fieldtypes import FMT_MAX as FMT_MAX
 from anvil_metrics.fieldtypes import Count, Figure, described
 from anvil_metrics.fieldtypes import fmt as fmt
 from anvil_metrics.headers import REDACTED, is_credential
+from anvil_metrics.jsonio import JsonValue
 from anvil_metrics.post.catalogtypes import Methodology, Metrics
 from anvil_metrics.post.rowmodel import Row
 from anvil_metrics.records import ENDED_BY, FAILURE_KINDS, PARTIAL_ENDS, PHASES
@@ -272,7 +273,7 @@ def set_without_block(rows: Any, columns: Iterable[str], block: str) -> list[str
             if c not in rows.absent and rows.present[c].any()]
 
 
-def differing(path: str, got: Mapping[str, Any], want: Mapping[str, Any],
+def differing(path: str, got: Mapping[str, JsonValue], want: Mapping[str, JsonValue],
               keys: Iterable[str], source: str = "the rows") -> list[str]:
     """verify's line for each of `keys` whose value in `got` (a block of the file) is not
     `same` as in `want` (the block recomputed from `source`): `{path}.{key}: file has …,
@@ -297,7 +298,7 @@ def is_float(v: Any) -> bool:
     return isinstance(v, float) and math.isfinite(v)
 
 
-def check_run_fields(doc: Mapping[str, Any], problems: list[str], *,
+def check_run_fields(doc: Mapping[str, JsonValue], problems: list[str], *,
                      whole: bool = True) -> None:
     """The run fields' problems: each field against its definition (`RunFields`), then the
     rules a type cannot say; `whole=False` for part of a document (a raw header's fields),
@@ -326,7 +327,7 @@ def check_run_fields(doc: Mapping[str, Any], problems: list[str], *,
                         "{prefix_tokens, group_size} integers; file has null")
 
 
-def raw_header_problems(header: Mapping[str, Any]) -> list[str]:
+def raw_header_problems(header: Mapping[str, JsonValue]) -> list[str]:
     """`check_run_fields`'s problems with the fields a raw `"run"` header (its `run_id`,
     `started_at` and `params`) becomes in a benchmark, or []: the raw reader asks, so that
     a damaged header is named with its line rather than when the benchmark built from it
@@ -340,7 +341,7 @@ def raw_header_problems(header: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def end_problems(obj: Mapping[str, Any]) -> list[str]:
+def end_problems(obj: Mapping[str, JsonValue]) -> list[str]:
     """Problems with why a run ended, in a raw `run_end` line or a benchmark: `ended_by`
     and `end_reason` against their definitions (`RunFields`)."""
     types = {f.name: f.type for f in FIELDS}

@@ -47,14 +47,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from msgspec import Meta, Struct
 
 from anvil_metrics.fieldtypes import Count, Figure, described
-from anvil_metrics.post.blockkit import BuildInputs
-from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.jsonio import JsonObject, JsonValue
+from anvil_metrics.post.blockkit import BuildInputs, _Absent
+from anvil_metrics.post.derive import Floats, RowColumns
 from anvil_metrics.post.schema import fmt, same
 from anvil_metrics.post.significance import mann_whitney
 from anvil_metrics.post.stats import nearest_rank_columns
@@ -113,7 +114,7 @@ class SteadyState(Struct, forbid_unknown_fields=True):
                                      "than 8 values")]
 
 
-def _in_flight_ms(start: Any, end: Any, at: Any) -> Any:
+def _in_flight_ms(start: Floats, end: Floats, at: Floats) -> Floats:
     """For each time in `at`: Σ over the requests of their time in flight before it,
     Σ max(0, min(t, end) − start), from sorted stamps and prefix sums (no row × bin table,
     so a million rows cost what sorting them costs)."""
@@ -125,7 +126,7 @@ def _in_flight_ms(start: Any, end: Any, at: Any) -> Any:
     return (ns * at - cs[ns]) - (ne * at - ce[ne])
 
 
-def _bins(start: Any, end: Any, closed: bool) -> tuple[Any, float, float]:
+def _bins(start: Floats, end: Floats, closed: bool) -> tuple[Floats, float, float]:
     """(the load per bin, the span's start and each bin's width, ms)."""
     t0, t1 = float(start.min()), float(end.max())
     width = (t1 - t0) / BINS
@@ -138,7 +139,7 @@ def _bins(start: Any, end: Any, closed: bool) -> tuple[Any, float, float]:
     return np.bincount(which, minlength=BINS) / (width / 1000.0), t0, width
 
 
-def _plateau(load: Any, level: float, closed: bool, width_ms: float) -> tuple[int, int]:
+def _plateau(load: Floats, level: float, closed: bool, width_ms: float) -> tuple[int, int]:
     """[first, last) bins of the longest run that holds the level."""
     band = LEVEL_TOLERANCE * level
     if not closed:  # a Poisson count of the level's size: 3 sd, in requests per second
@@ -154,7 +155,7 @@ def _plateau(load: Any, level: float, closed: bool, width_ms: float) -> tuple[in
     return best
 
 
-def _metric(v: Any) -> dict[str, Any] | None:
+def _metric(v: Floats) -> JsonObject | None:
     """A latency's figures over the plateau (values in start order, NaN dropped); None
     with too few values for a quarter of 2."""
     v = v[~np.isnan(v)]
@@ -179,14 +180,14 @@ def _metric(v: Any) -> dict[str, Any] | None:
 
 def _block(verdict: str, reason: str, kind: str, level: float | None = None,
            window: list[float] | None = None, share: float | None = None, requests: int = 0,
-           metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+           metrics: JsonObject | None = None) -> JsonObject:
     return {"verdict": verdict, "reason": reason, "level_kind": kind, "level": level,
             "window_s": window, "share": share, "requests": requests,
             "metrics": metrics or {}}
 
 
 def build_steady(rows: RowColumns, arrival: str | None, intended: float | None = None
-                 ) -> dict[str, Any] | None:
+                 ) -> JsonObject | None:
     """The block (module docstring) of rows with `start_offset_ms`, for a run whose
     load block's `arrival` is `arrival` ("closed", or an open loop's; None: a file without a load
     block, taken as closed) and whose load was asked to be `intended` (users in flight, or
@@ -240,7 +241,7 @@ def build_steady(rows: RowColumns, arrival: str | None, intended: float | None =
     return _block("steady", reason, kind, level, window, share, len(mine), metrics)
 
 
-def steady_of(doc: Mapping[str, Any], rows: RowColumns) -> dict[str, Any] | None:
+def steady_of(doc: Mapping[str, JsonValue], rows: RowColumns) -> JsonObject | None:
     """The block of a document with these rows: none in a stepped run (its load changes by
     design); the intended level is the users of a closed loop or the offered rate of an
     open one, except in a run of conversations (think time between turns, follow-ups off
@@ -257,12 +258,12 @@ def steady_of(doc: Mapping[str, Any], rows: RowColumns) -> dict[str, Any] | None
     return build_steady(rows, arrival, intended)
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """The block of every run (null in a stepped one), after its `load`."""
     return steady_of(inputs.doc, inputs.rows)
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
     """The `steady_state` block recomputed from the rows (when they are well-typed)."""
     if "steady_state" not in doc or rows is None:
         return
@@ -273,7 +274,7 @@ def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str])
                         "the rows' start_offset_ms and latencies")
 
 
-def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     """What the CLI summary says of the verdict: one line (none without a block)."""
     block = doc.get("steady_state")
     if not isinstance(block, dict):

@@ -29,9 +29,10 @@ import numpy as np
 from msgspec import UNSET, Struct, UnsetType
 
 from anvil_metrics.fieldtypes import Count, Figure, described
+from anvil_metrics.jsonio import JsonObject, JsonValue
 from anvil_metrics.load.criteria import Criterion, parse_criteria
 from anvil_metrics.post import stats
-from anvil_metrics.post.blockkit import ABSENT, BuildInputs
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent
 from anvil_metrics.post.catalogtypes import Metrics
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.goodput import meets, rate
@@ -73,9 +74,9 @@ def attribute(step_t_ns: Sequence[int], start_ns: Any) -> Any:
     return np.maximum(at, 0).astype(np.int64)
 
 
-def build_steps(steps: Sequence[Mapping[str, Any]], end_ns: int | None, anchor_ns: int,
+def build_steps(steps: Sequence[Mapping[str, JsonValue]], end_ns: int | None, anchor_ns: int,
                 rows: RowColumns, failure_steps: Sequence[int],
-                criteria: Sequence[Criterion] | None) -> list[dict[str, Any]]:
+                criteria: Sequence[Criterion] | None) -> list[JsonObject]:
     """`steps[]` from the raw step lines, the time the last one ended (`end_ns`), the run's
     anchor, the rows (with their `step`) and the failures' steps."""
     out = []
@@ -84,7 +85,7 @@ def build_steps(steps: Sequence[Mapping[str, Any]], end_ns: int | None, anchor_n
         stop = steps[i + 1]["t_ns"] if i + 1 < len(steps) else end_ns
         started = (line["t_ns"] - anchor_ns) / 1e9
         ended = started if stop is None else (stop - anchor_ns) / 1e9
-        block: dict[str, Any] = {"step": i}
+        block: JsonObject = {"step": i}
         block.update({"rate": line["rate"]} if line.get("rate") is not None
                      else {"users": line.get("users")})
         block.update(_figures(rows, i, started, ended, int(np.count_nonzero(fails == i)),
@@ -93,7 +94,7 @@ def build_steps(steps: Sequence[Mapping[str, Any]], end_ns: int | None, anchor_n
     return out
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """`steps[]` of a stepped run (its raw file has step lines), else ABSENT."""
     raw = inputs.raw
     if not raw.steps:
@@ -107,7 +108,7 @@ def build(inputs: BuildInputs) -> Any:
 
 
 def _figures(rows: RowColumns, i: int, started_s: float, ended_s: float, failed: int,
-             criteria: Sequence[Criterion] | None) -> dict[str, Any]:
+             criteria: Sequence[Criterion] | None) -> JsonObject:
     """A step's counts, metrics and goodput (its window: `ended_s − started_s`)."""
     mine = rows.select(rows.present["step"] & (rows.counts["step"] == i))
     wall_ms = (ended_s - started_s) * 1000
@@ -119,7 +120,7 @@ def _figures(rows: RowColumns, i: int, started_s: float, ended_s: float, failed:
             "metrics": stats.aggregate(mine, wall_ms), "goodput_rps": good}
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
     """`steps[]` and the rows' and failures' `step`, recomputed from the rows (when they
     are well-typed: `rows`)."""
     blocks = doc.get("steps")

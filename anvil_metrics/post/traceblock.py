@@ -17,12 +17,13 @@ size) shows it as the difference.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 from msgspec import UNSET, Struct, UnsetType
 
 from anvil_metrics.fieldtypes import Count, Figure, described
-from anvil_metrics.post.blockkit import ABSENT, BuildInputs, num
+from anvil_metrics.jsonio import JsonObject, JsonValue
+from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent, num
 from anvil_metrics.post.conversations import reuse_ratio
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import differing
@@ -60,19 +61,19 @@ class Trace(Struct, forbid_unknown_fields=True, kw_only=True):
 PLAN_KEYS = Trace.__struct_fields__[:-1]
 
 
-def build_trace(params: Mapping[str, Any], rows: RowColumns) -> dict[str, Any]:
+def build_trace(params: Mapping[str, JsonValue], rows: RowColumns) -> JsonObject:
     """The block from the raw header's `params.trace` and the rows."""
     return {**{k: params.get(k) for k in PLAN_KEYS},
             "reported_reuse": reuse_ratio(rows, "cached_tokens")}
 
 
-def build(inputs: BuildInputs) -> Any:
+def build(inputs: BuildInputs) -> JsonValue | _Absent:
     """The block of a replay (`params.trace`), else ABSENT."""
     params = inputs.params.get("trace")
     return build_trace(params, inputs.rows) if isinstance(params, dict) else ABSENT
 
 
-def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
     """`reported_reuse` recomputed from the rows (when well-typed)."""
     if doc.get("trace") is None or rows is None:
         return
@@ -80,7 +81,7 @@ def verify(doc: Mapping[str, Any], rows: RowColumns | None, problems: list[str])
     problems += differing("trace", doc["trace"], want, want)
 
 
-def summary_lines(doc: Mapping[str, Any]) -> list[str]:
+def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     """The CLI's line for the block (none without one)."""
     b = doc.get("trace")
     if not isinstance(b, dict):

@@ -21,26 +21,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from anvil_metrics import catalog, fieldtypes
-from anvil_metrics.jsonio import strict_json_problems
+from anvil_metrics.jsonio import JsonObject, JsonValue, strict_json_problems
 from anvil_metrics.post import schema, stats
 from anvil_metrics.post.blockkit import Block
 from anvil_metrics.post.blocks import BLOCKS
-from anvil_metrics.post.derive import RowColumns, derive_columns
+from anvil_metrics.post.derive import Flags, Floats, Ints, RowColumns, derive_columns
 from anvil_metrics.post.rowmodel import Row
 from anvil_metrics.post.schema import fmt, same
 
 # the rows checked for values: their columns, and each one's position in the document
-_Typed = tuple[RowColumns, Any]
-_RowAt = Callable[[int], dict[str, Any]]  # the i-th of them, as the file has it
+_Typed = tuple[RowColumns, Ints]
+_RowAt = Callable[[int], JsonObject]  # the i-th of them, as the file has it
 _Found = tuple[int, int, str]  # a row's problem: (position, which check, message)
 
 
-def verify_benchmark(doc: Any, blocks: tuple[Block, ...] = BLOCKS) -> list[str]:
+def verify_benchmark(doc: JsonValue, blocks: tuple[Block, ...] = BLOCKS) -> list[str]:
     """Every way `doc` fails to be a correct benchmark/v1 document; [] when it is one.
 
     Checked: strict JSON (no NaN/±inf); every run field against its definition and the
@@ -74,7 +73,7 @@ def verify_benchmark(doc: Any, blocks: tuple[Block, ...] = BLOCKS) -> list[str]:
     return problems
 
 
-def columns_are_clean(doc: dict[str, Any], rows: RowColumns, *,
+def columns_are_clean(doc: JsonObject, rows: RowColumns, *,
                       recompute: bool = True, blocks: tuple[Block, ...] = BLOCKS) -> bool:
     """True only if `verify_benchmark` finds nothing in `doc` with `rows` as its
     `request_timings` (the key itself is not read: it may be a placeholder). False does not
@@ -92,7 +91,7 @@ def columns_are_clean(doc: dict[str, Any], rows: RowColumns, *,
     return not problems
 
 
-def check_blocks(doc: dict[str, Any], rows: RowColumns | None, problems: list[str],
+def check_blocks(doc: JsonObject, rows: RowColumns | None, problems: list[str],
                  blocks: tuple[Block, ...] = BLOCKS) -> None:
     """Each block against its definition; a well-typed (or absent) one then by its own
     rules (`Block.verify`, with the rows when they are all well typed)."""
@@ -104,7 +103,7 @@ def check_blocks(doc: dict[str, Any], rows: RowColumns | None, problems: list[st
             block.verify(doc, rows, problems)
 
 
-def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt | None,
+def _check(doc: JsonObject, typed: _Typed, all_typed: bool, row_at: _RowAt | None,
            problems: list[str], found: list[_Found], *, recompute: bool = True,
            n_rows: int | None = None, blocks: tuple[Block, ...] = BLOCKS) -> None:
     """Everything after the run fields, in the order the messages are given; `found`: the
@@ -134,7 +133,7 @@ def _check(doc: dict[str, Any], typed: _Typed, all_typed: bool, row_at: _RowAt |
 _FLOATS = tuple(f.name for f in catalog.ROW if f.kind in ("duration", "float"))
 
 
-def _typed_rows(doc: dict[str, Any], problems: list[str], found: list[_Found]
+def _typed_rows(doc: JsonObject, problems: list[str], found: list[_Found]
                 ) -> tuple[_Typed, bool]:
     """Type-check every row, naming each problem (into `found`). Returns the well-typed rows
     as columns with their positions, and whether all rows were (aggregates are recomputed
@@ -147,7 +146,7 @@ def _typed_rows(doc: dict[str, Any], problems: list[str], found: list[_Found]
         return empty, False  # type: ignore[return-value]
     first = next((r for r in rows if isinstance(r, dict)), {})
     absent = catalog.absent_given(first.keys()) or frozenset()
-    good: list[dict[str, Any]] = []
+    good: list[JsonObject] = []
     at: list[int] = []
     for i, row in enumerate(rows):
         path = f"request_timings[{i}]"
@@ -174,7 +173,7 @@ def _typed_rows(doc: dict[str, Any], problems: list[str], found: list[_Found]
     return (typed, np.array(at, dtype=np.int64)), len(good) == len(rows)
 
 
-def _differs(a: Any, b: Any) -> Any:
+def _differs(a: Floats, b: Floats) -> Flags:
     """Where float64 columns (NaN for null) are not `same`: null vs value, or other bits."""
     nulls = np.isnan(a)
     bad = nulls != np.isnan(b)
@@ -183,13 +182,13 @@ def _differs(a: Any, b: Any) -> Any:
     return bad
 
 
-def _check_row_values(rows: RowColumns, at: Any, row_at: _RowAt, found: list[_Found],
+def _check_row_values(rows: RowColumns, at: Ints, row_at: _RowAt, found: list[_Found],
                       recompute: bool) -> None:
     """Each well-typed row's derived values, bit for bit, and its invariants, into `found`:
     a message for each row where a check fails, none otherwise."""
     f, c = rows.floats, rows.counts
 
-    def each(check: int, mask: Any, message: Callable[[int, dict[str, Any]], str]) -> None:
+    def each(check: int, mask: Flags, message: Callable[[int, JsonObject], str]) -> None:
         for i in np.flatnonzero(mask).tolist():
             pos = int(at[i])
             found.append((pos, check, message(pos, row_at(i))))
@@ -201,8 +200,8 @@ def _check_row_values(rows: RowColumns, at: Any, row_at: _RowAt, found: list[_Fo
         want = derived[field.name]
         inputs = catalog.base_inputs(field)
 
-        def recomputed(pos: int, row: dict[str, Any], field: catalog.RowField = field,
-                       want: Any = want, inputs: tuple[str, ...] = inputs) -> str:
+        def recomputed(pos: int, row: JsonObject, field: catalog.RowField = field,
+                       want: Floats = want, inputs: tuple[str, ...] = inputs) -> str:
             i = int(np.searchsorted(at, pos))  # `at` ascends
             value = None if np.isnan(want[i]) else float(want[i])
             given = ", ".join(f"{name}={fmt(row[name])}" for name in inputs)
@@ -239,7 +238,7 @@ def _check_row_values(rows: RowColumns, at: Any, row_at: _RowAt, found: list[_Fo
         "arrived)"))
 
 
-def _check_context_distribution(doc: dict[str, Any], rows: RowColumns, at: Any,
+def _check_context_distribution(doc: JsonObject, rows: RowColumns, at: Ints,
                                 problems: list[str]) -> None:
     """Every row's planned size is a size the plan has, no more often than planned."""
     dist = doc.get("context_distribution")
@@ -274,7 +273,7 @@ def _check_context_distribution(doc: dict[str, Any], rows: RowColumns, at: Any,
                             f"request_timings has {n} rows of that size")
 
 
-def _check_wall_clock(doc: dict[str, Any], rows: RowColumns, at: Any,
+def _check_wall_clock(doc: JsonObject, rows: RowColumns, at: Ints,
                       problems: list[str]) -> float | None:
     """wall_clock_ms is a non-negative float (null only without completed requests) and not
     shorter than any request: max end − min start ≥ end − start of each, and `/ 1e6` is
@@ -301,7 +300,7 @@ def _check_wall_clock(doc: dict[str, Any], rows: RowColumns, at: Any,
 # --- the document's other figures ---------------------------------------------------------
 
 
-def _check_counts(doc: dict[str, Any], problems: list[str], n_rows: int | None) -> None:
+def _check_counts(doc: JsonObject, problems: list[str], n_rows: int | None) -> None:
     counts = {}
     for key in ("requests", "completed", "failed"):
         if key in doc and not schema.is_count(doc[key]):
@@ -323,7 +322,7 @@ def _check_counts(doc: dict[str, Any], problems: list[str], n_rows: int | None) 
                         f"{counts['completed'] + counts['failed']}")
 
 
-def _indices_dense(rows: RowColumns, failures: Any) -> bool:
+def _indices_dense(rows: RowColumns, failures: JsonValue) -> bool:
     """The quick answer for plainly typed rows: each list ascending, together 0 … N−1."""
     if not isinstance(failures, list) or not all(
             isinstance(x, dict) and schema.is_count(x.get("request_index")) for x in failures):
@@ -340,7 +339,7 @@ def _indices_dense(rows: RowColumns, failures: Any) -> bool:
     return bool(np.array_equal(both, np.arange(len(both))))
 
 
-def _check_indices(doc: dict[str, Any], rows: RowColumns | None, problems: list[str]) -> None:
+def _check_indices(doc: JsonObject, rows: RowColumns | None, problems: list[str]) -> None:
     """request_index: unique, dense from 0 across rows and failures, ascending in each.
 
     Every entry counts towards the expected 0..N−1, even one malformed elsewhere (its other
@@ -384,7 +383,7 @@ def _check_indices(doc: dict[str, Any], rows: RowColumns | None, problems: list[
                         "failures (indices must be dense from 0)")
 
 
-def _check_metrics(doc: dict[str, Any], rows: RowColumns | None, wall: float | None,
+def _check_metrics(doc: JsonObject, rows: RowColumns | None, wall: float | None,
                    problems: list[str]) -> None:
     if "metrics" not in doc:
         return
@@ -432,7 +431,7 @@ def _without(rows: RowColumns, absent: frozenset[str]) -> RowColumns:
                       usage_source=rows.usage_source, absent=absent)
 
 
-def _check_prompt_calibration(doc: dict[str, Any], rows: RowColumns,
+def _check_prompt_calibration(doc: JsonObject, rows: RowColumns,
                               problems: list[str]) -> None:
     """`prompt_calibration.planned_vs_counted_error_pct_max`, where present, is the rows'."""
     calib = doc.get("prompt_calibration")
