@@ -131,6 +131,7 @@ def _check(doc: JsonObject, typed: _Typed, all_typed: bool, row_at: _RowAt | Non
 
 
 _FLOATS = tuple(f.name for f in catalog.ROW if f.kind in ("duration", "float"))
+ROW_FIELDS = frozenset(catalog.ROW_FIELDS)
 
 
 def _typed_rows(doc: JsonObject, problems: list[str], found: list[_Found]
@@ -150,6 +151,11 @@ def _typed_rows(doc: JsonObject, problems: list[str], found: list[_Found]
     at: list[int] = []
     for i, row in enumerate(rows):
         path = f"request_timings[{i}]"
+        # a field no row has is named, and the row's values are checked still without it
+        unknown = sorted(row.keys() - ROW_FIELDS, key=str) if isinstance(row, dict) else []
+        if unknown:
+            row = {k: v for k, v in row.items() if k not in unknown}
+            found.extend((i, -1, f"{path}.{name}: unknown field") for name in unknown)
         wrong = fieldtypes.problems(row, Row, path)
         late = [name for name in absent if isinstance(row, dict) and name in row]
         for name in late:
