@@ -16,7 +16,6 @@ emits JSON Schema from the same Structs; it is one small wheel with no dependenc
     Stamp     a perf_counter_ns stamp or clock offset, |n| < 2**62 (sums and differences
               of two fit int64)
     Figure    a number >= 0 (JSON int or float)
-    Number    any finite JSON number
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ SHAPE = "x-shape"  # a text field's shape in words ("like benchmark-YYYYMMDDTHHM
 Count = Annotated[int, Meta(ge=0, lt=COUNT_LIMIT)]
 Stamp = Annotated[int, Meta(gt=-STAMP_LIMIT, lt=STAMP_LIMIT)]
 Figure = Annotated[float, Meta(ge=0)]
-Number = float
 
 
 def described(unit: str, text: str, **constraints: Any) -> Meta:
@@ -138,8 +136,8 @@ def breach(message: str, value: Any, model: Any, path: str) -> str:
     sub, found, ok = _locate(value, sub, got["got"] if got else None)
     node = _node_at(_schema_of(model), sub)
     if at is not None and at["key"]:
-        node, found = (node.get("propertyNames") or {}), (found if ok else None)
-        return f"{_join(path, sub)}: a key is not allowed; keys are {expected(node)}"
+        keys = (node or {}).get("propertyNames") or {}
+        return f"{_join(path, sub)}: a key is not allowed; keys are {expected(keys)}"
     if node is None:
         return f"{_join(path, sub)}: {text[:1].lower()}{text[1:]}"
     shown = f", file has {fmt(found)}" if ok else ""

@@ -230,8 +230,6 @@ class RunFields(Struct, kw_only=True):
 
 
 FIELDS = msgspec.structs.fields(RunFields)
-REQUIRED_FIELDS = frozenset(f.name for f in FIELDS if f.required)
-FAILURE_FIELDS = tuple(f for f in Failure.__struct_fields__ if f != "step")
 # checked whole by recomputation from the catalogue (`verify.py`), not field by field
 RECOMPUTED = ("request_timings", "metrics")
 
@@ -292,10 +290,6 @@ def is_count(v: Any) -> bool:
 
 def is_ms(v: Any) -> bool:
     return isinstance(v, float) and math.isfinite(v) and v >= 0
-
-
-def is_float(v: Any) -> bool:
-    return isinstance(v, float) and math.isfinite(v)
 
 
 def check_run_fields(doc: Mapping[str, JsonValue], problems: list[str], *,
