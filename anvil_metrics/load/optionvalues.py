@@ -141,6 +141,12 @@ timespan = Kind('a time > 0: seconds, or text such as "90s", "5m", "1h30m"',
                 lambda v: seconds_of(v) is not None,
                 lambda t: parse_duration(t) or t)
 
+# a threshold that 0 turns off: a file's number of seconds, a flag's also as a timespan
+seconds_or_off = Kind("a finite number of seconds >= 0 (0: off)",
+                      lambda v: _number(v) and v >= 0,
+                      lambda t: 0.0 if _float(t.rstrip("s")) == 0 else parse_duration(t) or t,
+                      'seconds >= 0 (0: off), e.g. 30, "30s" or "2m"')
+
 
 def _whole_list(text: str) -> list[int] | str:
     try:

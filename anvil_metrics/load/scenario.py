@@ -54,6 +54,7 @@ gave it), the value and what is allowed.
     first_byte_s = 1800                   # each wait until the first output (prefill)
     idle_s = 300                          # silence between reads once streaming
     total_s = 7200                        # the whole request
+    stuck_after_s = 30                    # say which requests wait this long (0: never)
 
     [conversation]                        # multi-turn: see conversation.py
     turns = 4

@@ -40,6 +40,7 @@ from anvil_metrics.load.optionvalues import (
     number,
     positive,
     rates,
+    seconds_or_off,
     timespan,
     whole,
     window_text,
@@ -67,12 +68,16 @@ class Timeouts:
     minutes: `first_byte_s` bounds each wait from the request's write until the stream's
     first output (headers, a role-only chunk and the prefill), `idle_s` each silence
     between two reads after that, `total_s` the whole request. A request that
-    overruns one fails with kind `timeout` in the phase it was in."""
+    overruns one fails with kind `timeout` in the phase it was in. `stuck_after_s` ends
+    nothing: a request that has waited this long for its first output, or sat this long
+    without a byte mid-stream, is said to be stuck (`live/stuck.py`), in the log and the
+    live display, again every further `stuck_after_s`; 0: never said."""
 
     connect_s: float = 30.0
     first_byte_s: float = 1800.0
     idle_s: float = 300.0
     total_s: float = 7200.0
+    stuck_after_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +164,8 @@ _ROWS: tuple[Field, ...] = (
     Field("dataset.format", choice(*DATASET_FORMATS)),
     *(Field(f"meta.{k}", TEXT) for k in META_KEYS),
     Field("headers", TABLE, {}),
-    *(Field(f"timeouts.{f.name}", number("a finite number of seconds > 0"), f.default)
+    *(Field(f"timeouts.{f.name}", seconds_or_off if f.name == "stuck_after_s"
+            else number("a finite number of seconds > 0"), f.default)
       for f in fields(Timeouts)),
     Field("warmup", timespan),
     Field("cooldown", timespan),
@@ -298,6 +304,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--cancel-after", "cancel.after", "when --cancel-rate closes a request: prefill "
          "(once written), decode (at its first output) or a number of milliseconds after "
          "its start", cancel.AFTER),
+    Flag("--stuck-after", "timeouts.stuck_after_s", "say in the log (and the live display) "
+         "when requests have waited this long for their first output, or sat this long "
+         "silent mid-stream, e.g. 30s (the default), then again every further this long; "
+         "0 = never (the timeouts still end them: [timeouts])"),
     Flag("--max-tokens", "max_tokens", "completion cap per request (default: scenario's, "
          f"else {_default('max_tokens')})"),
     Flag("--warmup-requests", "warmup_requests", "warm-up requests before measuring "

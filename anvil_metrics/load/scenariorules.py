@@ -294,7 +294,8 @@ def headers(data: Doc, v: Doc, src: str | None) -> None:
 
 
 def timeouts(data: Doc, v: Doc, src: str | None) -> None:
-    """[timeouts]: the four limits, in seconds (a whole number too)."""
+    """[timeouts]: the four limits and the stuck threshold, in seconds (a whole number
+    too)."""
     v["timeouts"] = Timeouts(**{f.name: float(v[f"timeouts.{f.name}"])
                                 for f in fields(Timeouts)})
 
@@ -318,7 +319,7 @@ RULES_AFTER: dict[str, tuple[Rule, ...]] = {
     "dataset.format": (inputs,),
     "meta.source_recipe": (meta,),
     "headers": (headers,),
-    "timeouts.total_s": (timeouts,),
+    "timeouts.stuck_after_s": (timeouts,),  # the table's last key
     "cooldown": (loadspec.windows,),
 }
 assert set(RULES_AFTER) <= set(FIELDS), set(RULES_AFTER) - set(FIELDS)

@@ -19,7 +19,7 @@ from locust.env import Environment
 from anvil_metrics.cli import main as cli
 from anvil_metrics.cluster.wire import WorkerSetup
 from anvil_metrics.cluster.worker import WorkerSession
-from anvil_metrics.errors import UsageError
+from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.runctx import RunContext, TicketSource, latest_run, run_in_progress, set_run
 from anvil_metrics.live.runerror import ERROR_FILE, ErrorFile, read_error
@@ -125,6 +125,7 @@ def _argparse_error(capsys, argv: list[str]) -> str:
     ("max_tokens", "--max-tokens", "0"), ("warmup_requests", "--warmup-requests", "-1"),
     ("run_nonce", "--run-nonce", "no spaces"), ("run_nonce", "--run-nonce", "a" * 33),
     ("tokenizer", "--tokenizer", "/nonexistent/tokenizer.json"),
+    ("stuck_after", "--stuck-after", "-1"), ("stuck_after", "--stuck-after", "soon"),
 ])
 def test_a_bad_value_reads_the_same_on_both_roads(capsys, tmp_path: Path, dest: str,
                                                   flag: str, value: str) -> None:
@@ -292,3 +293,26 @@ def test_header_flags_go_over_the_scenarios_table(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="both given; use one"):
         run_options({"scenario": str(sc)}, host="http://h:1", users=None, api_key="sk",
                     headers=[("Authorization", "Basic x")])
+
+
+@pytest.mark.parametrize("text,seconds", [("1s", 1.0), ("45", 45.0), ("2m", 120.0),
+                                          ("0", 0.0), ("0s", 0.0), ("", 30.0)])
+def test_stuck_after_is_a_timespan_or_0_for_off(text: str, seconds: float) -> None:
+    """--stuck-after sets [timeouts] stuck_after_s (30 s when not given), on both roads;
+    a file holds it as seconds, and refuses anything else naming the key."""
+    opts = run_options({"stuck_after": text}, host="http://h:1", users=1, api_key=None)
+    assert opts.scenario.timeouts.stuck_after_s == seconds
+    parsed = _locust_parser().parse_args(locust_args({"stuck_after": seconds}))
+    again = run_options(vars(parsed), host="http://h:1", users=1, api_key=None)
+    assert again.scenario.timeouts.stuck_after_s == seconds
+
+
+def test_a_files_stuck_after_is_seconds(tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO + "\n[timeouts]\nstuck_after_s = 5\n")
+    opts = run_options({"scenario": str(sc)}, host="http://h:1", users=1, api_key=None)
+    assert opts.scenario.timeouts.stuck_after_s == 5.0
+    bad = write_scenario(tmp_path / "b.toml", SCENARIO + '\n[timeouts]\nstuck_after_s = "5s"\n')
+    with pytest.raises(ScenarioError) as e:
+        run_options({"scenario": str(bad)}, host="http://h:1", users=1, api_key=None)
+    assert e.value.field == "timeouts.stuck_after_s"
+    assert "a finite number of seconds >= 0 (0: off)" in str(e.value)

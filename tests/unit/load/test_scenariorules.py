@@ -58,6 +58,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
                                                    "zipf_alpha": 1.5}}),
     "--cancel-rate": ("0.5", {"cancel": {"rate": 0.5, "after": "decode"}}),
     "--cancel-after": ("12.5", {"cancel": {"rate": 1, "after": 12.5}}),
+    "--stuck-after": ("2m", {"timeouts": {"stuck_after_s": 120}}),
     "--max-tokens": ("32", {"max_tokens": 32}),
     "--warmup-requests": ("2", {"warmup_requests": 2}),
     "--engine": ("vllm", {"meta": {"engine": "vllm"}}),
@@ -105,7 +106,7 @@ def test_every_rule_follows_a_key_and_every_kept_key_is_written_back() -> None:
                        "system_prompt": "be brief", "extra_body": {"top_k": 2}},
            "models": {"names": ["a", "b"]}, "cancel": {"rate": 0.1, "after": "prefill"},
            "meta": {"gpu": "H100"}, "headers": {"X-Tenant": "t"},
-           "timeouts": {"idle_s": 9}}
+           "timeouts": {"idle_s": 9, "stuck_after_s": 0}}
     sc = scenario_from_dict(doc)
     assert scenario_from_dict(scenario_to_dict(sc)) == sc
     written = scenario_to_dict(sc)
