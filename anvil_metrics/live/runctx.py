@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from anvil_metrics.load.body import ConversationBodies, RequestBodies
     from anvil_metrics.load.scenario import Scenario
     from anvil_metrics.urls import Endpoint
+    from anvil_metrics.wire.observe import StreamObserver
     from anvil_metrics.wire.transport import SendStats
 
 RUN_ATTR = "anvil_run"
@@ -63,7 +64,10 @@ class RunContext(Protocol):
     - `conversations`: with a `[conversation]`, each conversation's turns (None: every
       request is one prompt from `bodies`);
     - `send_stats`: the run's count of request chunks written, which every user's client
-      adds to (the raw `run_end`'s `send_chunk_ms_max`).
+      adds to (the raw `run_end`'s `send_chunk_ms_max`);
+    - `in_flight`: this process's requests in flight, their observers: a user adds its
+      request's before sending it and removes it once recorded (`stuck.StuckWatch` reads
+      them).
     """
 
     @property
@@ -89,6 +93,9 @@ class RunContext(Protocol):
 
     @property
     def send_stats(self) -> SendStats: ...
+
+    @property
+    def in_flight(self) -> set[StreamObserver]: ...
 
 
 def run_in_progress(environment: Environment) -> RunContext | None:

@@ -37,6 +37,7 @@ from anvil_metrics.live.recorder import (
     new_run_id,
 )
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
+from anvil_metrics.live.stuck import StuckReport, StuckWatch
 from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import ConversationBodies, RequestBodies
 from anvil_metrics.load.dataset import DatasetEntry
@@ -51,6 +52,7 @@ from anvil_metrics.prep.provenance import Discovery, discover, merge
 from anvil_metrics.records import ENDED_BY, worker_identity
 from anvil_metrics.telemetry.sampler import ServerTelemetry
 from anvil_metrics.urls import Endpoint
+from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.transport import SendStats
 
 __all__ = ["RunOptions", "RunSession"]
@@ -83,6 +85,9 @@ class RunSession:
         self.header = header
         self.worker = worker_identity()
         self.send_stats = SendStats()  # this run's users' writes (`end_load` reads them)
+        # its users' requests in flight, watched for stuck ones (on a master: its workers')
+        self.in_flight: set[StreamObserver] = set()
+        self.stuck = StuckWatch(opts.scenario.timeouts.stuck_after_s, self.in_flight)
         self.finished = False
         # why the run ended (`records.ENDED_BY`) and, for a signal or an abort, one line
         # saying what happened; the first to end the run names it (`mark_end`)
@@ -143,6 +148,12 @@ class RunSession:
             # the pending records keeps clear of due requests
             self.live.start_flow(self.budget.read_in_flight, self.budget.next_due_ns)
         self.clock.start()  # the duration, a sweep's steps, or the user count watched
+        self.stuck.start()  # the warm-ups too
+
+    def stuck_report(self) -> StuckReport | None:
+        """The requests in flight that are stuck now (`live/stuck.py`; a distributed run's
+        master: its workers' latest reports merged); None when `--stuck-after` is 0."""
+        return self.stuck.report() if self.stuck.on else None
 
     def end_load(self) -> None:
         """Freeze the generator-health figures: the load is over (the budget is spent, or
@@ -245,6 +256,7 @@ class RunSession:
         self.finished = True
         self.budget.close()
         self.clock.stop()
+        self.stuck.stop()
         self.recorder.stop()
         self.live.end_flow()  # every record is in: the live page's series ends here
         if self.telemetry is not None:  # the scrape after the last request, then stop it

@@ -189,6 +189,7 @@ class ChatStreamUser(User):
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)
+        run.in_flight.add(obs)  # watched for a stuck wait (`stuck.py`) until recorded
         nbytes = 0
         # Whatever happens, the request is recorded once and its ticket returned: a run
         # stopped mid-stream records it as `cancelled`, an unforeseen error as
@@ -217,6 +218,7 @@ class ChatStreamUser(User):
             try:
                 self._report(obs, nbytes)
             finally:
+                run.in_flight.discard(obs)
                 if talk is not None:
                     self._answered(talk, obs)
                 self._after(obs, closed_loop=not self._open_loop)

@@ -61,6 +61,7 @@ def read_events(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
     waiting = on_output_started is not None
     try:
         for block, t in blocks:
+            obs.last_bytes_ns = t  # what a stuck request's silence counts from
             nbytes += len(block)
             for data in splitter.feed(block):
                 if obs.on_data(data, t):

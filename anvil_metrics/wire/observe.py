@@ -75,6 +75,7 @@ class StreamObserver:
         "failure",
         "done",
         "_last_ns",
+        "last_bytes_ns",
         "on_first_output",
         "on_first_content",
         "truth",
@@ -117,6 +118,9 @@ class StreamObserver:
         self.failure: Failure | None = None
         self.done = False
         self._last_ns = start_ns
+        # when bytes of the answer last arrived (its start until then), stamped by
+        # `client.read_events` per received block: a stuck request's silence (`live/stuck.py`)
+        self.last_bytes_ns = start_ns
         self.on_first_output = on_first_output
         self.on_first_content = on_first_content
         self.truth: SendStamps | None = None  # the simulator's send stamps, if it sends them
@@ -139,7 +143,7 @@ class StreamObserver:
         `waited_for_user` (open loop; None keeps what was set): no user was free when it
         fell due. The one way a start is set after construction."""
         self.start_ns = t_ns
-        self._last_ns = t_ns
+        self._last_ns = self.last_bytes_ns = t_ns
         self.due_ns = due_ns
         if waited_for_user is not None:
             self.waited_for_user = waited_for_user

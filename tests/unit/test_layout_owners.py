@@ -24,6 +24,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("post/catalogtypes.py", "Metrics.__doc__"): "a generated Struct's docstring",
     ("wire/transport.py", "silence.last_ns"): "the per-read stamp the Silence watchdog reads "
                                               "(the hot path: no call per read)",
+    ("wire/client.py", "obs.last_bytes_ns"): "the per-block stamp the stuck-request watch "
+                                             "reads (the hot path: no call per block)",
     ("cluster/master.py", "w"): "_Worker: the coordinator's own record of each worker",
     ("runs/plugin.py", "state"): "PluginState: the plugin's one documented mutable record",
     ("runs/plugin.py", "plugin_state(environment)"): "PluginState, as above",

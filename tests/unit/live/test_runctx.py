@@ -54,7 +54,8 @@ def test_the_protocols_say_what_a_user_may_read() -> None:
             pass
 
     run = SimpleNamespace(endpoint=None, api_key=None, scenario=None, budget=Budget(),
-                          bodies=None, worker="h:1", conversations=None, send_stats=None)
+                          bodies=None, worker="h:1", conversations=None, send_stats=None,
+                          in_flight=set())
     assert isinstance(Budget(), TicketSource) and isinstance(run, RunContext)
     assert not isinstance(SimpleNamespace(endpoint=None), RunContext)
     assert not isinstance(object(), TicketSource)

@@ -124,7 +124,8 @@ def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int]
     set_run(env, SimpleNamespace(endpoint=Endpoint.parse("http://127.0.0.1:9"), api_key=None,
                                  scenario=Scenario(measurement_protocol="p"), budget=budget,
                                  bodies=_Bodies(), worker="h:1",
-                                 conversations=conversations, send_stats=SendStats()))
+                                 conversations=conversations, send_stats=SendStats(),
+                                 in_flight=set()))
     fired: list[dict] = []
     env.events.request.add_listener(lambda **kw: fired.append(kw))
     user = users.ChatUser(env)
@@ -311,3 +312,25 @@ def test_a_conversation_sends_its_history_its_header_and_waits_its_think_time(
     assert user.run.budget.asked[-2:] == ["take", "dropped"] and user._talk.over
     user.on_stop()  # once only
     assert user.run.budget.asked.count("dropped") == 1
+
+
+@pytest.mark.parametrize("play", [_completes, _busy, _raises, _stopped])
+def test_a_request_is_in_flight_from_its_send_until_recorded(monkeypatch, heard,
+                                                             play: Callable) -> None:
+    """The run's set of requests in flight (what the stuck-request watch scans) holds the
+    request's observer while the client has it, and not once it is recorded, however it
+    ended."""
+    seen: list[bool] = []
+
+    def playing(obs: StreamObserver) -> int:
+        seen.append(obs in user.run.in_flight)
+        return play(obs)
+
+    ticket = Ticket(request_index=4, warmup=False, planned_context_tokens=64)
+    user, _, _ = _user(monkeypatch, playing, ticket)
+    try:
+        user.chat()
+    except GreenletExit:
+        pass
+    assert seen == [True] and len(heard["records"]) == 1
+    assert user.run.in_flight == set()
