@@ -47,6 +47,7 @@ receipt, and a damaged one is refused with one log line and not acted on: `wire.
     worker -> master  anvil_records  {lines: [orjson bytes, ...]} (<= 256 per message)
     master -> worker  anvil_stop     {}                           (stop users, flush)
     worker -> master  anvil_done     {sent, worker, health}       (after the last record)
+    worker -> master  anvil_stuck    {the fields of live.stuck.StuckReport} (when changed)
 
 This module is the master's side (`MasterCoordinator`, `MasterAgent`); `worker.py` is
 the workers' and `wire.py` the messages' shapes and checks.
@@ -66,7 +67,7 @@ import gevent.event
 import orjson
 from locust.runners import STATE_MISSING
 
-from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing
+from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing, stuck_from_wire
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.post import saturation
@@ -312,6 +313,10 @@ class MasterCoordinator:
         if w is not None:
             w.done = dict(msg.data)
 
+    def on_stuck(self, msg: Message) -> None:  # merged into the session's (live/stuck.py)
+        if self._worker_for(msg) is not None:
+            self.session.stuck.take(msg.node_id, stuck_from_wire(msg.data))
+
     # lost workers and the end ------------------------------------------------------------
 
     def _failure_record(self, grant: _Grant, kind: str, message: str) -> RequestRecord:
@@ -456,6 +461,7 @@ class MasterAgent:
             "anvil_drop": lambda c, m: c.on_drop(m),
             "anvil_records": lambda c, m: c.on_records(m),
             "anvil_done": lambda c, m: c.on_done(m),
+            "anvil_stuck": lambda c, m: c.on_stuck(m),
         }
         for name, route in handlers.items():
             self.runner.register_message(name, refusing(name, self._route(route),

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from anvil_metrics.errors import MISSING, ScenarioError, WireError
+from anvil_metrics.live.stuck import StuckReport
 from anvil_metrics.load.scenario import Scenario, scenario_from_dict, scenario_to_dict
 from anvil_metrics.post.schema import CALIBRATION_METHODS
 from anvil_metrics.prep.prompts import Calibration, SharedPrefix
@@ -106,6 +107,14 @@ def need(data: dict[str, Any], key: str, check: Check, message: str, path: str =
 
 # --- the small messages -----------------------------------------------------------------------
 
+# A worker's report of its stuck requests (`live/stuck.py`): each field of `StuckReport`
+STUCK: dict[str, Check] = {
+    "threshold_s": NUMBER, "in_flight_requests": at_least(0),
+    "waiting_first_byte_requests": at_least(0), "idle_mid_stream_requests": at_least(0),
+    "oldest_s": optional(NUMBER), "headers_received_requests": at_least(0),
+    "oldest_waiting_first_byte_s": optional(NUMBER),
+    "oldest_idle_mid_stream_s": optional(NUMBER)}
+
 # The fields each message must carry (more are ignored). `run_id` names the run a message
 # belongs to: one of another run is well-formed, and its receiver ignores it.
 MESSAGES: dict[str, dict[str, Check]] = {
@@ -119,7 +128,18 @@ MESSAGES: dict[str, dict[str, Check]] = {
     "anvil_records": {"run_id": TEXT, "lines": LINES},
     "anvil_stop": {"run_id": TEXT},
     "anvil_done": {"run_id": TEXT, "sent": at_least(0), "health": optional(DICT)},
+    "anvil_stuck": {"run_id": TEXT, **STUCK},
 }
+
+
+def stuck_to_wire(run_id: str, report: StuckReport) -> dict[str, Any]:
+    """A worker's `anvil_stuck` message: the run and its report's fields."""
+    return {"run_id": run_id, **{k: getattr(report, k) for k in STUCK}}
+
+
+def stuck_from_wire(data: dict[str, Any]) -> StuckReport:
+    """The report of an `anvil_stuck` message (checked: `check_message`)."""
+    return StuckReport(**{k: data[k] for k in STUCK})
 
 
 def check_message(message: str, data: Any) -> dict[str, Any]:

@@ -22,13 +22,14 @@ import gevent.event
 import orjson
 from greenlet import GreenletExit
 
-from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing
+from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing, stuck_to_wire
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.recorder import Recorder
+from anvil_metrics.live.stuck import StuckReport, StuckWatch
 from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
@@ -45,6 +46,7 @@ from anvil_metrics.prep.turns import ConversationPrompts, TurnTexts
 from anvil_metrics.records import Failure, RequestRecord, worker_identity
 from anvil_metrics.urls import Endpoint, api_key_from_env
 from anvil_metrics.wire.client import ChatClient
+from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.transport import SendStats
 
 if TYPE_CHECKING:
@@ -198,8 +200,8 @@ def _conversations(setup: WorkerSetup, dataset: list[DatasetEntry] | None
 
 class WorkerSession:
     """A worker's share of a run: what `ChatStreamUser` borrows (a `runctx.RunContext`:
-    endpoint, key, scenario, bodies, budget, send stats), the shipping of its records, and
-    its generator-health figures."""
+    endpoint, key, scenario, bodies, budget, send stats, requests in flight), the shipping
+    of its records and of its stuck requests' reports, and its generator-health figures."""
 
     def __init__(self, setup: WorkerSetup, send: Send
                  ) -> None:
@@ -239,6 +241,17 @@ class WorkerSession:
         self.load = LoadWindow()
         self.recorder = Recorder(anvil_events.request_record, self.shipper)
         self.recorder.start()
+        # its users' requests in flight, watched for stuck ones: each changed report goes
+        # to the master (at most once a second), which logs them merged
+        self.in_flight: set[StreamObserver] = set()
+        self.stuck = StuckWatch(sc.timeouts.stuck_after_s, self.in_flight, say=None,
+                                on_report=self._report_stuck)
+        self._stuck_sent: StuckReport | None = None
+
+    def _report_stuck(self, report: StuckReport) -> None:
+        if report != self._stuck_sent:
+            self._stuck_sent = report
+            self._send("anvil_stuck", stuck_to_wire(self.run_id, report))
 
     def _orphan(self, ticket: Ticket) -> None:
         """A ticket arrived for a user that was stopped while waiting for it: the request
@@ -255,6 +268,7 @@ class WorkerSession:
     def begin_load(self) -> None:
         if not self.load.started:
             self.load.begin()
+        self.stuck.start()
 
     def end_load(self) -> None:
         self.load.end()
@@ -274,6 +288,7 @@ class WorkerSession:
             return
         self.finished = True
         self.budget.close()
+        self.stuck.stop()
         self.end_load()
         self.recorder.stop()
         self.shipper.flush()

@@ -17,16 +17,18 @@ import pytest
 from locust.rpc.protocol import Message
 
 from anvil_metrics.cluster.master import MasterAgent, MasterCoordinator
-from anvil_metrics.cluster.wire import MESSAGES, WorkerSetup
+from anvil_metrics.cluster.wire import MESSAGES, WorkerSetup, stuck_from_wire
 from anvil_metrics.cluster.worker import WorkerAgent, WorkerSession
 from anvil_metrics.errors import WireError
 from anvil_metrics.live.control import RequestBudget, Ticket
+from anvil_metrics.live.stuck import StuckWatch
 from anvil_metrics.load.body import BodyBuilder
 from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, scenario_to_dict
 from anvil_metrics.post.schema import CALIBRATION_METHODS
 from anvil_metrics.prep.prompts import NO_CALIBRATION, Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.records import worker_identity
 from anvil_metrics.urls import api_key_from_env
+from anvil_metrics.wire.observe import StreamObserver
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -314,6 +316,10 @@ def _master() -> tuple[MasterCoordinator, FakeRunner]:
     return coordinator, runner
 
 
+STUCK_SOUND = {"run_id": "run-1", "threshold_s": 30.0, "in_flight_requests": 4,
+               "waiting_first_byte_requests": 2, "idle_mid_stream_requests": 1,
+               "oldest_s": 45.0, "headers_received_requests": 1,
+               "oldest_waiting_first_byte_s": 45.0, "oldest_idle_mid_stream_s": 31.0}
 HELLO = {"run_id": "run-1", "worker": "h:1", "host": "h", "pid": 1, "boot_id": None,
          "error": None}
 BAD_TO_MASTER = [
@@ -329,6 +335,11 @@ BAD_TO_MASTER = [
     ("anvil_records", {"run_id": "run-1", "lines": b"{}"}, "lines"),
     ("anvil_done", {"run_id": "run-1", "sent": -1, "health": None}, "sent"),
     ("anvil_done", {"run_id": "run-1", "sent": 0, "health": [1]}, "health"),
+    ("anvil_stuck", {**STUCK_SOUND, "waiting_first_byte_requests": -1},
+     "waiting_first_byte_requests"),
+    ("anvil_stuck", {**STUCK_SOUND, "oldest_s": "45"}, "oldest_s"),
+    ("anvil_stuck", {k: v for k, v in STUCK_SOUND.items() if k != "threshold_s"},
+     "threshold_s"),
 ]
 
 
@@ -350,13 +361,48 @@ def test_a_damaged_message_to_the_master_is_refused(msg_type: str, data: Any, fi
 
 def test_every_message_type_is_checked() -> None:
     assert set(MESSAGES) == {"anvil_hello", "anvil_ping", "anvil_pong", "anvil_take", "anvil_drop",
-                             "anvil_ticket", "anvil_records", "anvil_stop", "anvil_done"}
+                             "anvil_ticket", "anvil_records", "anvil_stop", "anvil_done",
+                             "anvil_stuck"}
     c, runner = _master()
     runner.receive("anvil_hello", HELLO, node="A")
     runner.receive("anvil_take", {"run_id": "run-1", "seq": 1, "followup": False}, node="A")
     gevent.sleep(0)
     assert c.workers["A"].hello.is_set()
     assert [m[0] for m in runner.sent] == ["anvil_ticket"]
+
+
+def test_a_workers_stuck_requests_reach_the_masters_report_when_they_change() -> None:
+    """A worker's watch sends its report when it differs from the last one sent (never
+    the same twice); the master merges the latest of each worker into its own report."""
+    agent, wrunner = _set_up_worker()
+    session = agent.session
+    assert session is not None
+    waiting = StreamObserver(0, 0)
+    waiting.begin(0)
+    session.in_flight.add(waiting)
+    try:
+        for now_s in (10, 31, 31, 32):
+            session.stuck.check(now_s * 1_000_000_000)
+        sent = [data for msg_type, data, _ in wrunner.sent if msg_type == "anvil_stuck"]
+        assert [(d["in_flight_requests"], d["waiting_first_byte_requests"], d["oldest_s"])
+                for d in sent] == [(1, 0, None), (1, 1, 31.0), (1, 1, 32.0)]
+        assert stuck_from_wire(sent[-1]) == session.stuck.latest
+    finally:
+        session.finish()
+    runner = FakeRunner()
+    env = SimpleNamespace(runner=runner, events=SimpleNamespace(
+        worker_connect=SimpleNamespace(add_listener=lambda f: None)))
+    master = SimpleNamespace(run_id="run-1", budget=RequestBudget(4, 0, [4096]), writer=None,
+                             stuck=StuckWatch(30.0, set()))
+    c = MasterAgent(env).start_run(master, _setup(PLAIN)[0])
+    for node in ("A", "B"):
+        c.add_worker(node)
+    runner.receive("anvil_stuck", sent[-1], node="A")
+    runner.receive("anvil_stuck", STUCK_SOUND, node="B")
+    runner.receive("anvil_stuck", {**STUCK_SOUND, "run_id": "other"}, node="B")  # ignored
+    r = master.stuck.report()
+    assert (r.in_flight_requests, r.waiting_first_byte_requests, r.idle_mid_stream_requests,
+            r.headers_received_requests, r.oldest_s) == (5, 3, 1, 1, 45.0)
 
 
 def test_the_master_routes_messages_to_its_run_until_the_run_ends() -> None:
