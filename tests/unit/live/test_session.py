@@ -11,6 +11,7 @@ begun would each cost the user a run. (The users are stood in for by the same ca
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,10 +23,15 @@ from simfork import start_simulator
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.session import RunOptions, RunSession
+from anvil_metrics.load.body import BodyBuilder
 from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.load.scenariofields import Timeouts
+from anvil_metrics.prep.prompts import NO_CALIBRATION, PromptFactory
 from anvil_metrics.runs.simproc import SimProcess
+from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.observe import StreamObserver
 
@@ -136,3 +142,30 @@ def test_a_duration_run_is_ended_by_its_clock_with_the_controls_it_was_given(
              .splitlines()]
     assert [(x["step"], x["users"]) for x in lines if x["type"] == "step"] == [(0, 1), (1, 2)]
     assert session.finish() is not None
+
+
+@pytest.mark.parametrize("stuck_after_s", [30.0, 0.0])
+def test_the_sessions_stuck_report_reads_its_requests_in_flight(tmp_path: Path,
+                                                               stuck_after_s: float) -> None:
+    """`stuck_report()` (what the live display reads): the requests in its set, stuck or
+    not by the scenario's threshold; None when the threshold is 0 (off)."""
+    sc = Scenario(measurement_protocol="test", requests=2, context_tokens=128,
+                  max_context_tokens=128, context_distribution={128: 2},
+                  timeouts=Timeouts(stuck_after_s=stuck_after_s))
+    bodies = BodyBuilder(sc, "m", PromptFactory(NO_CALIBRATION, 0, "n", None, None))
+    opts = RunOptions(scenario=sc, host="http://127.0.0.1:1", users=1)
+    session = RunSession(opts, Endpoint.parse(opts.host), "m", NO_CALIBRATION, "run-1",
+                         tmp_path, None, bodies, RequestBudget(2, 0, [128]), {})
+    session.recorder.stop()
+    old, new = StreamObserver(0, 0), StreamObserver(1, 0)
+    old.begin(time.perf_counter_ns() - 60 * 1_000_000_000)  # sent a minute ago
+    new.begin(time.perf_counter_ns())
+    session.in_flight.update((old, new))
+    report = session.stuck_report()
+    if stuck_after_s == 0:
+        assert report is None and not session.stuck.on
+        return
+    assert report is not None
+    assert (report.threshold_s, report.in_flight_requests, report.waiting_first_byte_requests,
+            report.idle_mid_stream_requests) == (30.0, 2, 1, 0)
+    assert report.oldest_s is not None and report.oldest_s >= 60.0
