@@ -176,7 +176,7 @@ class StuckLog:
             if self._next_ns is None:
                 return None
             self._next_ns, self._all = None, False
-            return f"no request is stuck any more ({report.text()})"
+            return f"no request is stuck any more ({report.in_flight_requests} in flight)"
         became_all = report.all_stuck and not self._all
         self._all = report.all_stuck
         if self._next_ns is not None and now_ns < self._next_ns and not became_all:
