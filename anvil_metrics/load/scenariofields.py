@@ -148,6 +148,7 @@ _ROWS: tuple[Field, ...] = (
     _own("request.system_prompt", TEXT),
     _own("request.endpoint", choice(*ENDPOINTS), "chat"),
     _own("request.prompt_ids", BOOL, False),
+    _own("request.max_line_bytes", whole(4096), 16 * 1024 * 1024),
     Field("trace.path", NAME),
     Field("trace.format", choice(*TRACE_FORMATS)),
     Field("trace.speed", positive, _TRACE["speed"]),
@@ -298,6 +299,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--cancel-after", "cancel.after", "when --cancel-rate closes a request: prefill "
          "(once written), decode (at its first output) or a number of milliseconds after "
          "its start", cancel.AFTER),
+    Flag("--max-line-bytes", "request.max_line_bytes", "the longest SSE line or event (and "
+         "plain JSON answer) the client holds; a longer one fails its request, bounding the "
+         f"load process's memory (default {_default('request.max_line_bytes')})"),
     Flag("--max-tokens", "max_tokens", "completion cap per request (default: scenario's, "
          f"else {_default('max_tokens')})"),
     Flag("--warmup-requests", "warmup_requests", "warm-up requests before measuring "

@@ -52,7 +52,8 @@ class ResponsesObserver(StreamObserver):
                 self.first_chunk_ns = t_ns
             if delta:
                 output, content = True, kind == "response.output_text.delta"
-                self._output(not content, content, t_ns)
+                if self._output(not content, content, t_ns):
+                    return True
                 if content and self.text is not None:
                     self.text.append(delta)
         elif kind == "response.output_item.added" and self.first_chunk_ns is None:

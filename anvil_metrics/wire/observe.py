@@ -17,7 +17,12 @@ finish chunk, no `[DONE]`) is tested without a network. The rules are those of
 - the end is `[DONE]`, or a clean end of the response after a `finish_reason`; a response
   that ends before any `finish_reason` is a `truncated` failure;
 - an `error` object inside the stream is a `stream_error`; a payload that is not a JSON
-  object is a `malformed_chunk`.
+  object is a `malformed_chunk`;
+- more output chunks (reasoning and content: both count toward `max_tokens` on vLLM and
+  SGLang) than `overrun_limit(max_tokens)` is an `overrun` failure: a server that ignores
+  `max_tokens` would otherwise stream forever. A chunk carries one token or more, so an
+  honest server sends at most `max_tokens` of them; the limit doubles that and adds 64 (a
+  margin no honest server needs), and costs one integer compare per output chunk.
 
 A stream from anvil's stamping simulator also gets `truth`, a `truth.SendStamps` that keeps
 the simulator's send stamps beside the observer's (None for any other server).
@@ -30,6 +35,7 @@ to `on_answer`, the end to `on_eof` or `fail`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +43,12 @@ import orjson
 
 from anvil_metrics.records import Failure, RequestRecord
 from anvil_metrics.wire.truth import SendStamps
+
+
+def overrun_limit(max_tokens: int | None) -> int:
+    """The most output chunks a request capped at `max_tokens` may bring before it is an
+    `overrun` (the module docstring); no cap (None: an embedding's) is no limit."""
+    return sys.maxsize if max_tokens is None else 2 * max_tokens + 64
 
 
 def prompt_tokens_of(usage: object) -> int | None:
@@ -83,6 +95,8 @@ class StreamObserver:
         "text",
         "extra",
         "response_id",
+        "max_tokens",
+        "max_chunks",
     )
 
     def __init__(
@@ -97,6 +111,7 @@ class StreamObserver:
         on_first_content: Callable[[StreamObserver, int], None] | None = None,
         keep_text: bool = False,
         extra: Mapping[str, int | None] | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.request_index = request_index
         self.start_ns = start_ns
@@ -131,6 +146,9 @@ class StreamObserver:
         self.extra = extra
         # the answer's id (a Responses API stream's, `eventsobs`); None for the others
         self.response_id: str | None = None
+        # the request's output cap as sent (None: none), and the output chunks it allows
+        self.max_tokens = max_tokens
+        self.max_chunks = overrun_limit(max_tokens)
 
     def begin(self, t_ns: int, due_ns: int | None = None, *,
               waited_for_user: bool | None = None) -> None:
@@ -207,7 +225,8 @@ class StreamObserver:
             if not isinstance(reasoning or "", str) or not isinstance(content or "", str):
                 raise TypeError("a delta's text is not a string")
             if reasoning or content:
-                self._output(bool(reasoning), bool(content), t_ns)
+                if self._output(bool(reasoning), bool(content), t_ns):
+                    return True
                 if content and self.text is not None:
                     self.text.append(content)
             if self.truth is not None:
@@ -221,8 +240,12 @@ class StreamObserver:
             self.finish_reason = fr
         return False
 
-    def _output(self, reasoning: bool, content: bool, t_ns: int) -> None:
-        self.deltas.append(t_ns - self._last_ns)
+    def _output(self, reasoning: bool, content: bool, t_ns: int) -> bool:
+        """Count one output chunk; True when it is one too many (an `overrun`: over)."""
+        deltas = self.deltas
+        if len(deltas) >= self.max_chunks:
+            return self._overrun(t_ns)
+        deltas.append(t_ns - self._last_ns)
         self._last_ns = t_ns
         if self.first_output_ns is None:
             self.first_output_ns = t_ns
@@ -237,6 +260,13 @@ class StreamObserver:
                 if self.on_first_content is not None:
                     self.on_first_content(self, t_ns)
         self.channels.append("b" if reasoning and content else ("r" if reasoning else "c"))
+        return False
+
+    def _overrun(self, t_ns: int) -> bool:
+        """The chunk past `max_chunks` arrived: it is not counted, the request fails."""
+        return self.fail("overrun", f"more than {self.max_chunks} output chunks (2 x "
+                         f"max_tokens {self.max_tokens} + 64): the server ignored max_tokens; "
+                         "the connection was closed", t_ns, phase=self.phase)
 
     def on_eof(self, t_ns: int) -> bool:
         """The response body ended without `[DONE]`."""
