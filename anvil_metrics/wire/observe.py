@@ -51,6 +51,23 @@ def overrun_limit(max_tokens: int | None) -> int:
     return sys.maxsize if max_tokens is None else 2 * max_tokens + 64
 
 
+_USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens",
+                 "output_tokens")
+
+
+def checked_usage(usage: object) -> dict:
+    """`usage` if it is an object whose token counts (those it has) are whole numbers >= 0;
+    else a ValueError or TypeError naming the bad one (a `malformed_chunk`: a negative or
+    fractional count would be averaged into the run's figures)."""
+    if not isinstance(usage, dict):
+        raise TypeError("usage is not an object")
+    for key in _USAGE_COUNTS:
+        n = usage.get(key)
+        if n is not None and (type(n) is not int or n < 0):
+            raise ValueError(f"usage.{key} is {n!r}, not a count of tokens")
+    return usage
+
+
 def prompt_tokens_of(usage: object) -> int | None:
     """The prompt's count in a usage object: `prompt_tokens`, or the Responses API's
     `input_tokens`; None when it has neither as an integer."""
@@ -205,9 +222,7 @@ class StreamObserver:
                              phase=self.phase)
         usage = chunk.get("usage")
         if usage is not None:
-            if not isinstance(usage, dict):
-                raise TypeError("usage is not an object")
-            self.usage = usage
+            self.usage = checked_usage(usage)
         choices = chunk.get("choices")
         if not choices:
             if self.truth is not None:
