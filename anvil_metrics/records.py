@@ -73,6 +73,8 @@ FAILURE_KINDS = (
     "cancelled",
     "worker_lost",  # a distributed worker vanished with this request in flight
     "aborted",  # closed by the client on purpose (--cancel-rate, `load/cancel.py`)
+    "overrun",  # more output chunks than max_tokens allows (`wire/observe.py`): closed
+    "bad_response",  # answered, but not as asked: no event stream, a head too long
 )
 PHASES = ("connect", "headers", "prefill", "decode")
 

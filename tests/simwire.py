@@ -71,6 +71,9 @@ class FakeTransport(asyncio.Transport):
     def abort(self) -> None:
         self.aborted = True
 
+    def get_write_buffer_size(self) -> int:
+        return 0  # every write is taken at once
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return default
 

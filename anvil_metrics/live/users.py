@@ -125,7 +125,8 @@ class ChatStreamUser(User):
                                      extra_headers=run.scenario.headers,
                                      path=ENDPOINT_PATHS[run.scenario.endpoint],
                                      streamed=run.scenario.endpoint in STREAMED_ENDPOINTS,
-                                     send_stats=run.send_stats)
+                                     send_stats=run.send_stats,
+                                     max_line_bytes=run.scenario.max_line_bytes)
             self.client.connect()
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()
@@ -185,6 +186,9 @@ class ChatStreamUser(User):
             on_first_content=_fire_first_content, keep_text=talk is not None,
             # a conversation's turn, else what the bodies say (a mix's class and model)
             extra=talk.extra() if talk is not None else run.bodies.extra(ticket.request_index),
+            # the cap its body sends: a stream past it is an `overrun` (`wire.observe`)
+            max_tokens=(talk.output_cap if talk is not None
+                        else run.bodies.output_cap(ticket.request_index)),
         )
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)

@@ -77,6 +77,14 @@ def _as_responses(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def output_cap(fields: dict[str, Any]) -> int | None:
+    """The output cap a body's `fields` send: `max_tokens`, or the Responses API's
+    `max_output_tokens` (None: none, an embedding's). The observer ends a stream that
+    overruns it (`wire.observe.overrun_limit`)."""
+    cap = fields.get("max_tokens", fields.get("max_output_tokens"))
+    return cap if type(cap) is int else None
+
+
 def _with_extra(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """`body` with the scenario's `extra_body` merged in (a table into a table)."""
     for k, v in extra.items():
@@ -110,6 +118,10 @@ class RequestBodies(Protocol):
         """What request `index`'s record carries in `extra` (None: nothing)."""
         return None
 
+    def output_cap(self, index: int) -> int | None:
+        """Request `index`'s output cap as its body sends it (`max_tokens`; None: none)."""
+        return None
+
 
 class BodyBuilder(RequestBodies):
     """Serialised request bodies for (planned size, request index)."""
@@ -118,6 +130,7 @@ class BodyBuilder(RequestBodies):
                  ids_of: Callable[[str], list[int]] | None = None) -> None:
         """`ids_of`: the server's token ids of a text (`--prompt-ids`; `token_ids`)."""
         self._fields = body_fields(sc, model)
+        self._cap = output_cap(self._fields)
         self._key = PROMPT_KEYS[sc.endpoint]
         self._text = sc.endpoint in TEXT_ENDPOINTS  # the user message's text is the prompt
         self.prompts = prompts
@@ -187,6 +200,9 @@ class BodyBuilder(RequestBodies):
         """The request body as one bytes object."""
         return b"".join(self.build_parts(size, request_index, warmup))
 
+    def output_cap(self, index: int) -> int | None:
+        return self._cap
+
 
 class ConversationBodies:
     """Request bodies of conversations: the scenario's fields around a conversation's
@@ -207,6 +223,7 @@ class ConversationBodies:
             b'"%s":[]' % key, 1)) for name in names]
         self.by_id = self.plan.previous_response_id  # later turns: the new message, an id
         self.prompts = prompts
+        self.output_cap = output_cap(body_fields(sc, names[0]))  # every turn's cap
 
     def start(self, conversation: int) -> Conversation:
         """Conversation `conversation`'s history (the shared opening only), its draws and
@@ -255,6 +272,11 @@ class Conversation:
         self.history_tokens: int | None = None
         # the last answer's response id (`conversation.previous_response_id`), else None
         self.response_id: str | None = None
+
+    @property
+    def output_cap(self) -> int | None:
+        """Each turn's output cap as its body sends it (`max_tokens`)."""
+        return self._bodies.output_cap
 
     @property
     def over(self) -> bool:
@@ -353,6 +375,10 @@ class TraceBodies(RequestBodies):
                 else f"h-{zlib.crc32(session.encode()):08x}")  # "h-": never a plain id
         return f"{DEFAULT_SESSION_HEADER}: {self._nonce}-{name}\r\n".encode()
 
+    def output_cap(self, index: int) -> int | None:
+        """Request `index`'s `output_tokens`, its `max_tokens`."""
+        return self._reqs[index].output_tokens
+
     def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
         """Request `index` of the trace (a replay has no warm-ups)."""
         out = self._reqs[index].output_tokens
@@ -370,6 +396,7 @@ class DatasetBodies(RequestBodies):
     def __init__(self, sc: Scenario, model: str, entries: list[DatasetEntry],
                  counted: list[int] | None = None) -> None:
         self._fields = body_fields(sc, model)
+        self._cap = output_cap(self._fields)
         self._entries = entries
         self._counted = counted or []
 
@@ -388,6 +415,9 @@ class DatasetBodies(RequestBodies):
         """Entry k mod n's count by the local tokenizer, else None (`size` is not used)."""
         j = index % len(self._entries)
         return self._counted[j] if j < len(self._counted) else None
+
+    def output_cap(self, index: int) -> int | None:
+        return self._cap
 
     def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
         return (orjson.dumps({**self._fields, "messages": self.messages(index)}),)

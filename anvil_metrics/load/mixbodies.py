@@ -131,6 +131,13 @@ class MixBodies(RequestBodies):
         assert klass is not None  # a dataset's or a trace's class
         return b.build_parts(0, index % self._entries[klass], warmup)
 
+    def output_cap(self, index: int) -> int | None:
+        """Request `index`'s class's cap (its entry's, a trace class's)."""
+        klass, model = self.draw(index)
+        b = self._builder(klass, model)
+        return b.output_cap(index if klass is None or isinstance(b, BodyBuilder)
+                            else index % self._entries[klass])
+
     def extra(self, index: int) -> dict[str, int]:
         """What request `index`'s record carries in `extra`: its class and model."""
         klass, model = self.draw(index)

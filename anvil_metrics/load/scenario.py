@@ -48,6 +48,7 @@ gave it), the value and what is allowed.
     include_usage = true                  # stream_options.include_usage
     fixed_output_tokens = false           # ignore_eos + min_tokens = max_tokens
     extra_body = {}                       # merged into every request body
+    max_line_bytes = 16777216             # longest SSE line the client holds (memory)
 
     [timeouts]                            # per request, seconds (defaults fit 393k prefills)
     connect_s = 30                        # TCP connect
@@ -123,6 +124,7 @@ class Scenario:
     system_prompt: str | None = None
     endpoint: str = default("request.endpoint")  # what requests are posted to (`ENDPOINTS`)
     prompt_ids: bool = False  # a text endpoint's prompt as the server's token ids
+    max_line_bytes: int = default("request.max_line_bytes")  # the client's line cap
     meta: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # sent with every request
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -153,6 +153,7 @@ _ROWS: tuple[Field, ...] = (
     _own("request.system_prompt", TEXT),
     _own("request.endpoint", choice(*ENDPOINTS), "chat"),
     _own("request.prompt_ids", BOOL, False),
+    _own("request.max_line_bytes", whole(4096), 16 * 1024 * 1024),
     Field("trace.path", NAME),
     Field("trace.format", choice(*TRACE_FORMATS)),
     Field("trace.speed", positive, _TRACE["speed"]),
@@ -308,6 +309,9 @@ FLAGS: tuple[Flag, ...] = (
          "when requests have waited this long for their first output, or sat this long "
          "silent mid-stream, e.g. 30s (the default), then again every further this long; "
          "0 = never (the timeouts still end them: [timeouts])"),
+    Flag("--max-line-bytes", "request.max_line_bytes", "the longest SSE line or event (and "
+         "plain JSON answer) the client holds; a longer one fails its request, bounding the "
+         f"load process's memory (default {_default('request.max_line_bytes')})"),
     Flag("--max-tokens", "max_tokens", "completion cap per request (default: scenario's, "
          f"else {_default('max_tokens')})"),
     Flag("--warmup-requests", "warmup_requests", "warm-up requests before measuring "

@@ -245,14 +245,18 @@ class ChatStream:
         """The last token's chunk tail: its delta, finish_reason, usage."""
         tail = _choices(self._last_delta(i), orjson.dumps(self._plan.finish_reason))
         if self._usage_in_finish:
-            tail += b',"usage":' + orjson.dumps(self._usage)
+            tail += b',"usage":' + self._usage_bytes()
         return tail + b"}"
+
+    def _usage_bytes(self) -> bytes:
+        """The usage object's JSON (a fault changes it)."""
+        return orjson.dumps(self._usage)
 
     def _finish(self, i: int) -> None:
         """Last token with finish_reason, then usage and [DONE] as configured, then the end."""
         events = [self._enc.event(self._finish_tail(i))]
         if self._include_usage and not self._cfg.usage_in_finish_chunk:
-            events.append(self._enc.event(b'"choices":[],"usage":%s}' % orjson.dumps(self._usage)))
+            events.append(self._enc.event(b'"choices":[],"usage":%s}' % self._usage_bytes()))
         if self._send_done:
             events.append(DONE_EVENT)
         self._end_with(events)

@@ -48,9 +48,20 @@ ARG_OF_KIND: dict[str, str] = {
     "no_usage": NONE,
     "oversize_chunk": NONE,
     "slow_headers": SECONDS,
+    # a hostile server's (`faultchat.py`: what a client must survive, each one bounded)
+    "headers_then_silence": NONE,
+    "endless_stream": NONE,
+    "html_200": NONE,
+    "huge_header": COUNT,
+    "huge_line": COUNT,
+    "invalid_utf8": COUNT,
+    "nan_usage": NONE,
+    "negative_usage": NONE,
+    "comment_flood": COUNT,
 }
 _INTEGER_ARG = frozenset({"http429", "reset_mid_stream", "malformed_chunk", "stream_error",
-                          "end_before_finish"})  # fmt: skip
+                          "end_before_finish", "huge_header", "huge_line", "invalid_utf8",
+                          "comment_flood"})  # fmt: skip
 HTTP_STATUS = {"http400": 400, "http429": 429, "http500": 500, "http503": 503}
 
 ALLOWED = (

@@ -289,6 +289,10 @@ class HttpConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.write(data)
 
+    def buffered(self) -> int:
+        """Bytes written and not yet taken by the socket (a bulk writer waits while many)."""
+        return 0 if self._transport is None else self._transport.get_write_buffer_size()
+
     def _head(self, status: int, headers: Headers) -> bytes:
         lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}", "server: anvil-sim"]
         lines += [f"{name}: {value}" for name, value in headers]

@@ -104,7 +104,10 @@ _FAULT_HELP = (
     "the first matching --fault wins. KIND: http400, http500, http503, http429=SECONDS, "
     "reset_before_headers, reset_mid_stream=K, malformed_chunk=K, stream_error=K, "
     "stall_first_byte=SECONDS, stall_mid_stream=SECONDS, no_done, end_before_finish=K, "
-    "no_usage, oversize_chunk, slow_headers=SECONDS (see anvil_metrics/sim/faultchat.py)")
+    "no_usage, oversize_chunk, slow_headers=SECONDS; a hostile server's: "
+    "headers_then_silence, endless_stream, html_200, huge_header=BYTES, huge_line=BYTES, "
+    "invalid_utf8=K, nan_usage, negative_usage, comment_flood=LINES "
+    "(see anvil_metrics/sim/faultchat.py)")
 
 # In `anvil sim --help`'s order.
 OPTIONS: tuple[SimOption, ...] = (

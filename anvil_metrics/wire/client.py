@@ -29,7 +29,7 @@ from anvil_metrics.wire import truth
 from anvil_metrics.wire.eventsobs import on_whole
 from anvil_metrics.wire.failures import CANCELLED_MESSAGE, CAUGHT, classify
 from anvil_metrics.wire.observe import StreamObserver
-from anvil_metrics.wire.sse import EventSplitter
+from anvil_metrics.wire.sse import EventSplitter, LineTooLong, begins_as_sse
 from anvil_metrics.wire.transport import (
     Cancelled,
     SendStats,
@@ -42,27 +42,62 @@ from anvil_metrics.wire.transport import (
 
 _perf_ns = time.perf_counter_ns
 _ERROR_BODY_LIMIT = 64 * 1024
-MAX_LINE_BYTES = 16 * 1024 * 1024  # one SSE line; a 1 MiB chunk is fine, memory is bounded
+# one SSE line or event, and one plain JSON answer (`transport.MAX_ANSWER_BYTES`); a 1 MiB
+# chunk is fine, memory is bounded (the scenario's `request.max_line_bytes` sets it)
+MAX_LINE_BYTES = 16 * 1024 * 1024
+EVENT_STREAM = "text/event-stream"
+SHOWN_BYTES = 80  # of a body that is not an event stream, in its failure's message
+
+
+def is_event_stream(content_type: str | list[str] | None) -> bool:
+    """Whether a response's content type is an event stream's (none said: it may be)."""
+    if isinstance(content_type, list):
+        content_type = content_type[0] if content_type else None
+    return content_type is None or (
+        content_type.partition(";")[0].strip().lower() == EVENT_STREAM)
+
+
+def not_an_event_stream(content_type: str | list[str] | None, head: bytes) -> str:
+    """The message of a 200 answer that is not an event stream: its content type and its
+    first `SHOWN_BYTES` bytes (escaped as Python writes bytes)."""
+    said = "no content-type" if content_type is None else f"content-type {content_type!r}"
+    return (f"a 200 answer that is not an event stream: {said}, its body begins "
+            f"{head[:SHOWN_BYTES]!r}")
 
 
 def read_events(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
                 on_output_started: Callable[[], None] | None = None,
-                limit: int = MAX_LINE_BYTES) -> int:
+                limit: int = MAX_LINE_BYTES,
+                content_type: str | list[str] | None = EVENT_STREAM) -> int:
     """The one SSE path from body bytes to `obs`: each (block, arrival stamp) is split into
     events (`EventSplitter`) and each event is fed to the observer with its block's stamp,
     until the observer says the stream is over (`[DONE]`, a failure) or the body ends
     (`obs.on_eof`, stamped with the last block). Invalid UTF-8 and an endless line are
-    `malformed_chunk` failures; errors of the transport (timeouts, resets) propagate.
+    `malformed_chunk` failures; a response whose `content_type` is not an event stream's,
+    or whose body does not begin as one (`sse.begins_as_sse`), a `bad_response` at its
+    first block; errors of the transport (timeouts, resets) propagate.
     `on_output_started` is called once, after the block that brought the first output.
     Returns the body bytes read. Tests drive it with blocks cut anywhere."""
     splitter = EventSplitter(limit)
     nbytes = 0
     t: int | None = None
     waiting = on_output_started is not None
+    sse = is_event_stream(content_type)
+    start = b""  # the body's first bytes, until they tell whether it is an event stream
+    deciding, bad = True, False
     try:
         for block, t in blocks:
             obs.last_bytes_ns = t  # what a stuck request's silence counts from
             nbytes += len(block)
+            if deciding and block:
+                start += block
+                verdict = begins_as_sse(start) if sse else False
+                if verdict is None and len(start) > 65536:  # 64 KiB of line ends: may be
+                    verdict = True
+                if verdict is not None:
+                    deciding, bad = False, not verdict
+                    if bad:
+                        break
             for data in splitter.feed(block):
                 if obs.on_data(data, t):
                     return nbytes
@@ -72,6 +107,10 @@ def read_events(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
                 waiting = False
                 on_output_started()  # type: ignore[misc]
         t_end = t if t is not None else _perf_ns()
+        if bad or not sse:  # (no body, with another content type)
+            obs.fail("bad_response", not_an_event_stream(content_type, start), t_end,
+                     phase=obs.phase)
+            return nbytes
         for data in splitter.end():
             if obs.on_data(data, t_end):
                 return nbytes
@@ -82,11 +121,19 @@ def read_events(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
     return nbytes
 
 
-def read_whole(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver) -> int:
-    """A whole JSON answer (an embedding's) into `obs`, ended at its last block's stamp.
-    Returns the body bytes read; errors of the transport propagate."""
-    parts, last = [], None
+def read_whole(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
+               limit: int = MAX_LINE_BYTES) -> int:
+    """A whole JSON answer (an embedding's) into `obs`, ended at its last block's stamp;
+    one longer than `limit` is a `malformed_chunk` failure (memory is bounded). Returns the
+    body bytes read; errors of the transport propagate."""
+    parts, last, total = [], None, 0
     for block, t in blocks:
+        total += len(block)
+        if total > limit:
+            kind, _, msg = classify("events", LineTooLong(
+                f"an answer longer than {limit} bytes"))
+            obs.fail(kind, msg, t, phase=obs.phase)
+            return total
         parts.append(block)
         last = t
     raw = b"".join(parts)
@@ -102,7 +149,8 @@ class ChatClient:
                  idle_timeout_s: float | None = None, total_timeout_s: float | None = None,
                  extra_headers: Mapping[str, str] | None = None,
                  path: str = "/chat/completions", streamed: bool = True,
-                 send_stats: SendStats | None = None) -> None:
+                 send_stats: SendStats | None = None,
+                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
         """`network_timeout_s` bounds each wait until a stream's first output (headers and
         prefill, per read); once it has begun, `idle_timeout_s` bounds each silence;
         `total_timeout_s` the whole request (checked per event); `extra_headers` (checked:
@@ -111,8 +159,10 @@ class ChatClient:
         `--endpoint completions`); `streamed`: False when the answer is one JSON object
         (`/embeddings`), its end the arrival of its last byte (`eventsobs.on_whole`);
         `send_stats`: the run's count of request chunks written, which this client's
-        measured requests add to (None: not counted)."""
+        measured requests add to (None: not counted); `max_line_bytes`: the longest SSE
+        line or event, whole answer or plain JSON answer it holds (longer: a failure)."""
         self.streamed = streamed
+        self.max_line_bytes = max_line_bytes
         self._send_stats = send_stats
         self.endpoint = endpoint
         self.first_byte_s = network_timeout_s
@@ -126,7 +176,8 @@ class ChatClient:
         self.transport = Transport(endpoint.host, endpoint.port,
                                    tls=endpoint.scheme == "https", headers=headers,
                                    connect_timeout_s=connect_timeout_s,
-                                   network_timeout_s=network_timeout_s)
+                                   network_timeout_s=network_timeout_s,
+                                   max_answer_bytes=max_line_bytes)
         host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
         head = [f"POST {endpoint.api_path}{path} HTTP/1.1",
                 f"Host: {host}:{endpoint.port}", "User-Agent: anvil",
@@ -246,8 +297,10 @@ class ChatClient:
 
         nbytes = 0
         try:
-            nbytes = (read_events(body_blocks(resp, silence), obs, prefill_over)
-                      if self.streamed else read_whole(body_blocks(resp, silence), obs))
+            blocks = body_blocks(resp, silence)
+            nbytes = (read_events(blocks, obs, prefill_over, self.max_line_bytes,
+                                  resp.get("content-type")) if self.streamed
+                      else read_whole(blocks, obs, self.max_line_bytes))
         except CAUGHT["body"] as e:
             which = (f"first-byte timeout ({self.first_byte_s:g} s)" if first[0]
                      else f"idle timeout ({self.idle_s:g} s)")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import orjson
 
-from anvil_metrics.wire.observe import StreamObserver
+from anvil_metrics.wire.observe import StreamObserver, checked_usage
 
 _REASONING = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")
 _ENDS = ("response.completed", "response.incomplete")
@@ -52,7 +52,8 @@ class ResponsesObserver(StreamObserver):
                 self.first_chunk_ns = t_ns
             if delta:
                 output, content = True, kind == "response.output_text.delta"
-                self._output(not content, content, t_ns)
+                if self._output(not content, content, t_ns):
+                    return True
                 if content and self.text is not None:
                     self.text.append(delta)
         elif kind == "response.output_item.added" and self.first_chunk_ns is None:
@@ -67,9 +68,7 @@ class ResponsesObserver(StreamObserver):
 
     def _end(self, response: dict, t_ns: int) -> bool:
         usage = response.get("usage")
-        if usage is not None and not isinstance(usage, dict):
-            raise TypeError("usage is not an object")
-        self.usage = usage
+        self.usage = None if usage is None else checked_usage(usage)
         status = response.get("status")
         if status not in _FINISH:
             return self.fail("stream_error", f"the response ended with status {status!r}",

@@ -24,6 +24,7 @@ from anvil_metrics.wire.transport import (
     CONNECTION_ERRORS,
     TIMEOUT_ERRORS,
     Cancelled,
+    HeadTooLong,
     TotalTimeout,
 )
 
@@ -61,6 +62,7 @@ FAILURE_KINDS_BY_EXCEPTION: tuple[FailureRule, ...] = (
     FailureRule("headers", (TotalTimeout,), "timeout", "headers", _TOTAL),
     FailureRule("headers", TIMEOUT_ERRORS, "timeout", "headers",
                 "no response headers within the first-byte timeout ({first_byte_s:g} s)"),
+    FailureRule("headers", (HeadTooLong,), "bad_response", "headers", "{text}"),
     FailureRule("headers", CONNECTION_ERRORS, "connection", "headers",
                 "no valid response headers: {error}"),
     FailureRule("body", (Cancelled,), "aborted", None, CANCELLED_MESSAGE),

@@ -17,7 +17,12 @@ finish chunk, no `[DONE]`) is tested without a network. The rules are those of
 - the end is `[DONE]`, or a clean end of the response after a `finish_reason`; a response
   that ends before any `finish_reason` is a `truncated` failure;
 - an `error` object inside the stream is a `stream_error`; a payload that is not a JSON
-  object is a `malformed_chunk`.
+  object is a `malformed_chunk`;
+- more output chunks (reasoning and content: both count toward `max_tokens` on vLLM and
+  SGLang) than `overrun_limit(max_tokens)` is an `overrun` failure: a server that ignores
+  `max_tokens` would otherwise stream forever. A chunk carries one token or more, so an
+  honest server sends at most `max_tokens` of them; the limit doubles that and adds 64 (a
+  margin no honest server needs), and costs one integer compare per output chunk.
 
 A stream from anvil's stamping simulator also gets `truth`, a `truth.SendStamps` that keeps
 the simulator's send stamps beside the observer's (None for any other server).
@@ -30,6 +35,7 @@ to `on_answer`, the end to `on_eof` or `fail`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +43,29 @@ import orjson
 
 from anvil_metrics.records import Failure, RequestRecord
 from anvil_metrics.wire.truth import SendStamps
+
+
+def overrun_limit(max_tokens: int | None) -> int:
+    """The most output chunks a request capped at `max_tokens` may bring before it is an
+    `overrun` (the module docstring); no cap (None: an embedding's) is no limit."""
+    return sys.maxsize if max_tokens is None else 2 * max_tokens + 64
+
+
+_USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens",
+                 "output_tokens")
+
+
+def checked_usage(usage: object) -> dict:
+    """`usage` if it is an object whose token counts (those it has) are whole numbers >= 0;
+    else a ValueError or TypeError naming the bad one (a `malformed_chunk`: a negative or
+    fractional count would be averaged into the run's figures)."""
+    if not isinstance(usage, dict):
+        raise TypeError("usage is not an object")
+    for key in _USAGE_COUNTS:
+        n = usage.get(key)
+        if n is not None and (type(n) is not int or n < 0):
+            raise ValueError(f"usage.{key} is {n!r}, not a count of tokens")
+    return usage
 
 
 def prompt_tokens_of(usage: object) -> int | None:
@@ -84,6 +113,8 @@ class StreamObserver:
         "text",
         "extra",
         "response_id",
+        "max_tokens",
+        "max_chunks",
     )
 
     def __init__(
@@ -98,6 +129,7 @@ class StreamObserver:
         on_first_content: Callable[[StreamObserver, int], None] | None = None,
         keep_text: bool = False,
         extra: Mapping[str, int | None] | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.request_index = request_index
         self.start_ns = start_ns
@@ -135,6 +167,9 @@ class StreamObserver:
         self.extra = extra
         # the answer's id (a Responses API stream's, `eventsobs`); None for the others
         self.response_id: str | None = None
+        # the request's output cap as sent (None: none), and the output chunks it allows
+        self.max_tokens = max_tokens
+        self.max_chunks = overrun_limit(max_tokens)
 
     def begin(self, t_ns: int, due_ns: int | None = None, *,
               waited_for_user: bool | None = None) -> None:
@@ -191,9 +226,7 @@ class StreamObserver:
                              phase=self.phase)
         usage = chunk.get("usage")
         if usage is not None:
-            if not isinstance(usage, dict):
-                raise TypeError("usage is not an object")
-            self.usage = usage
+            self.usage = checked_usage(usage)
         choices = chunk.get("choices")
         if not choices:
             if self.truth is not None:
@@ -211,7 +244,8 @@ class StreamObserver:
             if not isinstance(reasoning or "", str) or not isinstance(content or "", str):
                 raise TypeError("a delta's text is not a string")
             if reasoning or content:
-                self._output(bool(reasoning), bool(content), t_ns)
+                if self._output(bool(reasoning), bool(content), t_ns):
+                    return True
                 if content and self.text is not None:
                     self.text.append(content)
             if self.truth is not None:
@@ -225,8 +259,12 @@ class StreamObserver:
             self.finish_reason = fr
         return False
 
-    def _output(self, reasoning: bool, content: bool, t_ns: int) -> None:
-        self.deltas.append(t_ns - self._last_ns)
+    def _output(self, reasoning: bool, content: bool, t_ns: int) -> bool:
+        """Count one output chunk; True when it is one too many (an `overrun`: over)."""
+        deltas = self.deltas
+        if len(deltas) >= self.max_chunks:
+            return self._overrun(t_ns)
+        deltas.append(t_ns - self._last_ns)
         self._last_ns = t_ns
         if self.first_output_ns is None:
             self.first_output_ns = t_ns
@@ -241,6 +279,13 @@ class StreamObserver:
                 if self.on_first_content is not None:
                     self.on_first_content(self, t_ns)
         self.channels.append("b" if reasoning and content else ("r" if reasoning else "c"))
+        return False
+
+    def _overrun(self, t_ns: int) -> bool:
+        """The chunk past `max_chunks` arrived: it is not counted, the request fails."""
+        return self.fail("overrun", f"more than {self.max_chunks} output chunks (2 x "
+                         f"max_tokens {self.max_tokens} + 64): the server ignored max_tokens; "
+                         "the connection was closed", t_ns, phase=self.phase)
 
     def on_eof(self, t_ns: int) -> bool:
         """The response body ended without `[DONE]`."""

@@ -31,8 +31,35 @@ _EVENT_ENDS = (b"\r\r", b"\n\n", b"\r\n\r\n")
 _FIELDS = ("id", "event", "data", "retry")
 
 
+_SSE_FIELDS = (b"data", b"event", b"id", b"retry")
+_BOM = b"\xef\xbb\xbf"
+
+
 class LineTooLong(Exception):
     """A stream line grew past the splitter's limit without a newline."""
+
+
+def begins_as_sse(head: bytes) -> bool | None:
+    """Whether a body's first bytes can begin an event stream: after an optional BOM and
+    line ends, a comment (``:``) or one of the four field names followed by ``:`` or a line
+    end; None while too few bytes tell (``da``: fed on, the answer is the same however the
+    body is cut). An HTML page or a JSON object cannot."""
+    if head[:3] == _BOM:
+        head = head[3:]
+    elif _BOM.startswith(head):
+        return None
+    head = head.lstrip(b"\r\n")
+    if not head:
+        return None
+    if head[:1] == b":":
+        return True
+    for name in _SSE_FIELDS:
+        if head.startswith(name):
+            after = head[len(name):len(name) + 1]
+            return None if not after else after in (b":", b"\n", b"\r")
+        if name.startswith(head):
+            return None
+    return False
 
 
 class EventSplitter:
@@ -91,8 +118,10 @@ class EventSplitter:
             for piece in pieces:
                 if piece[:6] == b"data: " and b"\n" not in piece:
                     append(piece[6:])  # bytes: orjson checks the UTF-8 as it parses
-                else:
+                elif piece[:1] != b":" or b"\n" in piece or not piece.isascii():
                     _dispatch(piece + b"\n\n", out)
+            if rest[:1] == b":":
+                rest = _without_comments(rest)
         if len(rest) > self._limit:  # an event that never ends cannot exhaust memory
             raise self._too_long()
         self._pending = rest
@@ -143,6 +172,17 @@ class EventSplitter:
                     block = b""
             start = nl + 1
         return block + data[start:]
+
+
+def _without_comments(rest: bytes) -> bytes:
+    """An event's start (`rest`, no CR, no blank line) without its complete lines when all
+    are ASCII comments: they dispatch nothing, and a server's millions of keep-alive comments
+    must not pile up (nor be re-joined on every block) until the cap."""
+    last = rest.rfind(b"\n")
+    whole = rest[:last]
+    if last < 0 or whole.count(b"\n") != whole.count(b"\n:") or not whole.isascii():
+        return rest  # (a line not UTF-8 fails the stream, as it would have in its event)
+    return rest[last + 1:]
 
 
 def _dispatch(block: bytes, out: list[str | bytes]) -> None:

@@ -56,6 +56,10 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 SEND_CHUNK_BYTES = 64 * 1024
 RECV_BYTES = 64 * 1024
+# the longest response head the client reads (geventhttpclient has no limit: an endless
+# header would grow without bound); real servers send a few KiB
+MAX_HEAD_BYTES = 1024 * 1024
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a plain JSON answer's default limit (set-up's)
 _YIELD_S = 1e-6  # a timer, not sleep(0): the hub polls sockets before timers fire
 
 
@@ -134,6 +138,47 @@ def require_private_api() -> None:
 # -- the read side: timeouts and the body -----------------------------------------------------
 class TotalTimeout(Exception):
     """Raised into a request's greenlet when its total timeout expires."""
+
+
+class HeadTooLong(HTTPParseError):
+    """The response head went on past `MAX_HEAD_BYTES`."""
+
+
+class AnswerTooLong(HTTPParseError):
+    """A plain answer's body went on past the client's limit (`Transport.get`, `post`)."""
+
+
+class _BoundedResponse(HTTPSocketPoolResponse):
+    """geventhttpclient's response, its head bounded by `MAX_HEAD_BYTES` (counted as fed
+    while the head is incomplete: at most one read past the limit is held)."""
+
+    _head_bytes = 0
+
+    def feed(self, data: str | bytes) -> None:
+        if not self.headers_complete:
+            self._head_bytes += len(data)
+            super().feed(data)
+            if not self.headers_complete and self._head_bytes > MAX_HEAD_BYTES:
+                raise HeadTooLong(f"the response head is longer than {MAX_HEAD_BYTES} bytes, "
+                                  "the client's limit")
+            return
+        super().feed(data)
+
+
+def read_at_most(resp: Any, limit: int) -> bytes:
+    """A plain answer's whole body, or `AnswerTooLong` once it is longer than `limit`
+    (never more than one read past it in memory)."""
+    length = resp.content_length
+    if length is not None and length > limit:
+        raise AnswerTooLong(f"an answer of {length} bytes, longer than the client's limit "
+                            f"({limit} bytes)")
+    parts, total = [], 0
+    while piece := resp.read(RECV_BYTES):
+        total += len(piece)
+        if total > limit:
+            raise AnswerTooLong(f"an answer longer than the client's limit ({limit} bytes)")
+        parts.append(piece)
+    return b"".join(parts)
 
 
 class Cancelled(Exception):
@@ -384,8 +429,11 @@ class Transport:
     `pool` is the connection pool the streamed path uses (tests may wrap it)."""
 
     def __init__(self, host: str, port: int, *, tls: bool, headers: dict[str, str],
-                 connect_timeout_s: float, network_timeout_s: float) -> None:
+                 connect_timeout_s: float, network_timeout_s: float,
+                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        """`max_answer_bytes`: the longest plain answer `get` and `post` read."""
         require_private_api()
+        self.max_answer_bytes = max_answer_bytes
         self._http = HTTPClient(
             host, port=port, ssl=tls,
             connection_timeout=connect_timeout_s, network_timeout=network_timeout_s,
@@ -400,18 +448,18 @@ class Transport:
         self._http.close()
 
     def get(self, path: str) -> tuple[int, bytes]:
-        """A plain GET: (status, body)."""
+        """A plain GET: (status, body); `AnswerTooLong` past `max_answer_bytes`."""
         resp = self._http.get(path)
         try:
-            return resp.status_code, resp.read()
+            return resp.status_code, read_at_most(resp, self.max_answer_bytes)
         finally:
             resp.release()
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        """A plain POST: (status, body)."""
+        """A plain POST: (status, body); `AnswerTooLong` past `max_answer_bytes`."""
         resp = self._http.post(path, body=body)
         try:
-            return resp.status_code, resp.read()
+            return resp.status_code, read_at_most(resp, self.max_answer_bytes)
         finally:
             resp.release()
 
@@ -433,7 +481,8 @@ class Transport:
         self.pool.release_socket(sock)
 
     def read_head(self, sock: Any) -> Any:
-        """The response to the request just written, its head read (may raise; on any
-        failure the response has released the socket to the pool itself)."""
-        return HTTPSocketPoolResponse(sock, self.pool, block_size=self._http.block_size,
+        """The response to the request just written, its head read (may raise, e.g.
+        `HeadTooLong`; on any failure the response has released the socket to the pool
+        itself)."""
+        return _BoundedResponse(sock, self.pool, block_size=self._http.block_size,
                                       method="POST")

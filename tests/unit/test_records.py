@@ -84,7 +84,7 @@ def test_a_real_streams_lines_have_no_problem() -> None:
     ({"first_content_ns": None}, "a first-content stamp exists exactly when"),
     ({"end_ns": 1_000 + 10_000_000 + 1_500_000}, "stamps out of order: end_ns"),
     ({"failure": {"kind": "nope"}},
-     'failure.kind: expected one of "aborted", "cancelled", "client_error", '),
+     'failure.kind: expected one of "aborted", "bad_response", "cancelled", '),
     ({"failure": {"message": "m"}}, "failure.kind: missing"),
     ({"failure": "x"}, 'failure: expected an object or null, file has "x"'),
     ({"failure": {"kind": "timeout", "phase": "later"}},

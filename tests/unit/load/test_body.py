@@ -247,3 +247,15 @@ def test_every_body_source_answers_the_one_interface() -> None:
         assert (source.header_for(4), source.extra(4)) == (b"", None)
     assert (planned.planned(4, 100), Fixed().planned(4, 100)) == (100, 100)
     assert dataset.planned(4, 100) is None
+
+
+def test_the_output_cap_is_what_each_body_sends() -> None:
+    """`output_cap`: the body's own `max_tokens` (`max_output_tokens` for responses), none
+    for an embedding: what the observer's overrun limit is made from."""
+    prompts = PromptFactory(CAL, seed=3, run_nonce="ab12cd34")
+    for endpoint in ("chat", "completions", "responses", "embeddings"):
+        builder = BodyBuilder(Scenario(measurement_protocol="p", max_tokens=9,
+                                       endpoint=endpoint), "m", prompts)
+        doc = orjson.loads(builder.build(100, 2))
+        assert builder.output_cap(2) == doc.get("max_tokens", doc.get("max_output_tokens"))
+        assert (builder.output_cap(2) is None) == (endpoint == "embeddings")

@@ -60,6 +60,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--cancel-after": ("12.5", {"cancel": {"rate": 1, "after": 12.5}}),
     "--stuck-after": ("2m", {"timeouts": {"stuck_after_s": 120}}),
     "--max-tokens": ("32", {"max_tokens": 32}),
+    "--max-line-bytes": ("65536", {"request": {"max_line_bytes": 65536}}),
     "--warmup-requests": ("2", {"warmup_requests": 2}),
     "--engine": ("vllm", {"meta": {"engine": "vllm"}}),
     "--gpu": ("H100", {"meta": {"gpu": "H100"}}),

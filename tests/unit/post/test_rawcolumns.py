@@ -670,7 +670,7 @@ def _refused_on(tmp_path: Path, lines: list[bytes], line: int, words: str) -> Ra
 
 @pytest.mark.parametrize(("change", "words"), [
     # what a benchmark takes as it is must have the type it holds there (verify's checks)
-    ({"failure": {"kind": "bogus"}}, 'failure.kind: expected one of "aborted", "cancelled", '),
+    ({"failure": {"kind": "bogus"}}, 'failure.kind: expected one of "aborted", "bad_response", '),
     ({"failure": {"kind": ["timeout"]}},
      "failure.kind: expected one of .*, file has \\[\"timeout\"\\]"),
     ({"failure": {"kind": "timeout", "message": 5}},

@@ -14,6 +14,8 @@ from simwire import Wire, http_chunks
 from anvil_metrics.sim.chat import DONE_EVENT
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.faultchat import (
+    COMMENT_LINE,
+    HTML_PAGE,
     MALFORMED_EVENT,
     OVERSIZE_BYTES,
     STREAM_ERROR_EVENT,
@@ -134,3 +136,22 @@ def test_stream_faults_leave_a_whole_answer_alone() -> None:
     wire = wire_with("end_before_finish=1@0")
     resp = wire.ask("/v1/chat/completions", {"messages": HI})
     assert resp.status == 200 and orjson.loads(resp.body)["usage"]["completion_tokens"] == 5
+
+
+def test_hostile_faults_on_the_wire() -> None:
+    """html_200's page; nan_usage's and negative_usage's counts; invalid_utf8's bytes;
+    huge_line's and comment_flood's one chunk, then the stream as normal."""
+    page = wire_with("html_200@0").ask("/v1/chat/completions", STREAM)
+    assert (page.status, page.headers["content-type"]) == (200, "text/html; charset=utf-8")
+    assert page.body == HTML_PAGE
+    assert b'"completion_tokens":NaN' in wire_with("nan_usage@0").post(
+        "/v1/chat/completions", STREAM)
+    assert b'"completion_tokens":-5' in wire_with("negative_usage@0").post(
+        "/v1/chat/completions", STREAM)
+    assert b'"content":"\xff\xfe"' in wire_with("invalid_utf8=1@0").post(
+        "/v1/chat/completions", STREAM)
+    for spec, body in (("huge_line=70000@0", b"data: " + b"x" * 70000 + b"\n\n"),
+                       ("comment_flood=6000@0", COMMENT_LINE * 6000 + b"\n")):
+        parts = http_chunks(wire_with(spec).post("/v1/chat/completions", STREAM))
+        assert parts[1] == b"%x\r\n%s\r\n" % (len(body), body)  # after the role chunk
+        assert parts[-2:] == [DONE_EVENT, b"0\r\n\r\n"]  # then as normal, to the end

@@ -315,3 +315,21 @@ def test_non_string_text_or_finish_reason_is_malformed(chunk: bytes) -> None:
     """Found by the JSON-level mutations above (their check is only "typed", so they pass)."""
     rec = feed([b"data: " + chunk + b"\n\n"])
     assert rec.failure is not None and rec.failure.kind == "malformed_chunk", rec
+
+
+@pytest.mark.parametrize(("content_type", "body", "shown"), [
+    ("text/html; charset=utf-8", b"<html>" + b"\xff" * 100, b"<html>" + b"\xff" * 74),
+    ("text/event-stream", b"<!DOCTYPE html>", b"<!DOCTYPE html>"),
+    ("application/json", b"", b""),
+])
+def test_a_200_answer_that_is_not_an_event_stream_is_a_bad_response(
+        content_type: str, body: bytes, shown: bytes) -> None:
+    """Another content type, or a body that does not begin as SSE: `bad_response` at once,
+    naming the type and the first 80 bytes (of those that came with the first read) as
+    Python escapes them."""
+    obs = StreamObserver(0, 0)
+    read_events([(body, 1)] if body else [], obs, content_type=content_type)
+    f = obs.finish().failure
+    assert f is not None and (f.kind, f.phase) == ("bad_response", "prefill")
+    assert f.message == (f"a 200 answer that is not an event stream: content-type "
+                         f"{content_type!r}, its body begins {shown!r}")

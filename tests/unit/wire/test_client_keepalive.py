@@ -322,7 +322,7 @@ def test_a_line_that_never_ends_is_malformed_not_unbounded() -> None:
         with conn:
             _read_request(conn)
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                         b"Connection: close\r\n\r\n")
+                         b"Connection: close\r\n\r\ndata: ")
             block = b"x" * 65536
             try:
                 for _ in range(MAX_LINE_BYTES // len(block) + 64):

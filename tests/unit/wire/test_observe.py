@@ -212,3 +212,32 @@ def test_kept_text_is_the_content_only_and_only_when_asked() -> None:
     assert kept.text is not None and "".join(kept.text) == "Héllo 😀"
     assert plain.text is None
     assert kept.finish() == plain.finish()  # the record is the same either way
+
+
+def test_more_output_chunks_than_max_tokens_allows_is_an_overrun() -> None:
+    """2 x max_tokens + 64 output chunks pass (reasoning counted), the next one fails the
+    request as `overrun` and ends it; without a cap there is no limit."""
+    limit = 2 * 3 + 64
+    obs = StreamObserver(0, 0, max_tokens=3)
+    for i in range(limit):
+        delta = {"reasoning": "r"} if i % 2 else {"content": "c"}
+        assert not obs.on_data(chunk(delta)[6:-2], i + 1)
+    assert obs.on_data(chunk({"content": "c"})[6:-2], limit + 1)  # over: the stream ends
+    rec = obs.finish()
+    assert rec.failure is not None and (rec.failure.kind, rec.failure.phase) == (
+        "overrun", "decode")
+    assert f"more than {limit} output chunks (2 x max_tokens 3 + 64)" in rec.failure.message
+    assert rec.reasoning_chunks + rec.content_chunks == len(rec.chunk_deltas_ns) == limit
+    free = StreamObserver(0, 0)
+    assert not any(free.on_data(chunk({"content": "c"})[6:-2], i) for i in range(1, 200))
+
+
+@pytest.mark.parametrize("usage", [{"completion_tokens": -5}, {"prompt_tokens": 1.5},
+                                   {"total_tokens": "7"}])
+def test_a_usage_count_that_is_not_a_count_is_malformed(usage: dict) -> None:
+    obs = StreamObserver(0, 0)
+    assert obs.on_data(chunk({"content": "c"}, usage=usage)[6:-2], 1)
+    failure = obs.finish().failure
+    key = next(iter(usage))
+    assert failure is not None and failure.kind == "malformed_chunk"
+    assert f"usage.{key} is {usage[key]!r}, not a count of tokens" in failure.message

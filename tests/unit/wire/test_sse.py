@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sseref import LineSource, iter_events
 
-from anvil_metrics.wire.sse import EventSplitter, LineTooLong
+from anvil_metrics.wire.sse import EventSplitter, LineTooLong, begins_as_sse
 
 PIECES = [
     b"data: ", b"data:", b"data", b": comment", b":", b"event: x", b"id: 7", b"retry: 5",
@@ -132,3 +132,22 @@ def test_a_long_line_costs_its_length_not_its_length_squared() -> None:
     small = _best_of_5([line[i:i + 8192] for i in range(0, len(line), 8192)])
     whole = _best_of_5([line])
     assert small < 30 * whole + 0.01, (small, whole)
+
+
+@pytest.mark.parametrize(("head", "verdict"), [
+    (b"data: {}", True), (b": ping", True), (b"event: x", True), (b"\xef\xbb\xbfdata:", True),
+    (b"\r\n\ndata\n", True), (b"retry:", True), (b"", None), (b"da", None), (b"\xef", None),
+    (b"data", None), (b"<!DOCTYPE html>", False), (b'{"error":1}', False),
+    (b"database", False), (b"idle", False)])
+def test_begins_as_sse(head: bytes, verdict: bool | None) -> None:
+    assert begins_as_sse(head) is verdict
+
+
+def test_millions_of_comment_lines_do_not_pile_up_to_the_cap() -> None:
+    """Keep-alive comments before an answer: dropped as they come, so neither the line cap
+    nor the re-joining of a growing event is reached (the event after them is read)."""
+    splitter = EventSplitter(limit=64 * 1024)
+    block = b": keep-alive\n" * 5000  # 65 KB a block, a million lines in all
+    for _ in range(200):
+        assert splitter.feed(block) == []
+    assert splitter.feed(b"\ndata: x\n\n") == ["x"]

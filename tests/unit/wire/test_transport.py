@@ -175,3 +175,38 @@ def test_a_requests_chunks_are_counted_in_its_runs_stats_only() -> None:
     assert (other.chunks, other.max_chunk_ns) == (0, 0)
     transport.send_cooperatively(Sock(), parts)  # no stats: nothing counted
     assert mine.chunks == 3
+
+
+def test_a_plain_answer_longer_than_the_limit_is_refused_not_read_whole() -> None:
+    """Set-up's plain JSON answers (a calibration's, a model list) are read up to the
+    client's limit: a 200 MB answer held whole peaked the load process at ~270 MB."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(2)
+
+    def serve() -> None:
+        for chunked in (True, False):
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(65536)
+                head = (b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % (1 << 22) if chunked
+                        else b"Content-Length: %d\r\n\r\n" % (1 << 22))
+                try:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n" + head + b"x" * (1 << 22))
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = srv.getsockname()[1]
+    for said in ("an answer longer than the client's limit (65536 bytes)",
+                 "an answer of 4194304 bytes, longer than the client's limit (65536 bytes)"):
+        t = transport.Transport("127.0.0.1", port, tls=False, headers={},
+                                connect_timeout_s=5, network_timeout_s=5,
+                                max_answer_bytes=65536)
+        with pytest.raises(transport.AnswerTooLong, match=re.escape(said)):
+            t.post("/x", b"{}")
+        t.close()
+    srv.close()
