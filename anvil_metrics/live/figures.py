@@ -261,6 +261,11 @@ class LiveStats:
             self.series.add(t_s, {f: series[f][i] for f in SERIES_FIELDS})
             self.flow.finished(t_s, completed=True, output_tokens=int(tokens[i]))
 
+    def settle(self) -> None:
+        """Derive every pending record now (the progress snapshot's counts, once a second:
+        `progresswatch.py`)."""
+        self._drain()
+
     def bins(self) -> int:
         """Bins held by the table's sketches (what their memory grows with)."""
         return sum(len(v.bins) for v in self.values.values())

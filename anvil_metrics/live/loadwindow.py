@@ -43,6 +43,15 @@ class LoadWindow:
         self._load0_ns = time.perf_counter_ns()
         self.trimmer.start()
 
+    def so_far(self) -> tuple[float | None, float | None]:
+        """(loop lag p99 ms, CPU % of one core) since `begin()`, read while the load goes
+        (the live progress: `progresswatch.py`); (None, None) before it began."""
+        if not self.started:
+            return None, None
+        wall_s = time.perf_counter() - self._wall0_s
+        cpu_s = time.process_time() - self._cpu0_s
+        return self.lag.summary().p99_ms, cpu_s / wall_s * 100 if wall_s > 0 else None
+
     def end(self) -> dict[str, Any]:
         """Freeze the figures (the load is over; shutting down is not load) and return
         them: the `client` block's keys, plus `load_s`/`cpu_s` for the raw `run_end`."""
