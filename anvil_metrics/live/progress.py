@@ -98,7 +98,8 @@ class RateWindow:
         """Read the cumulative counts at `t_s`; returns (requests/s, output tok/s, over how
         many seconds), None before two readings."""
         self._readings.append((t_s, completed, output_tokens))
-        while len(self._readings) > 2 and t_s - self._readings[1][0] >= self.window_s:
+        # (a tick wakes a little late: a reading within 5 % of the window's start is in it)
+        while len(self._readings) > 2 and t_s - self._readings[1][0] >= 0.95 * self.window_s:
             self._readings.popleft()
         t0, c0, o0 = self._readings[0]
         span = t_s - t0
@@ -139,7 +140,7 @@ def _clock(s: float | None) -> str:
 def amount_text(p: Progress) -> str:
     """How far: requests done of planned, or time of the duration, or time so far."""
     if p.phase == "warm-up":
-        return f"warm-up {p.warmup_done}/{p.warmup_planned}"
+        return f"{p.warmup_done}/{p.warmup_planned}"
     if p.requests_planned is not None:
         return f"{p.requests_done}/{p.requests_planned} requests"
     if p.duration_s is not None:

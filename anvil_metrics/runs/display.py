@@ -79,7 +79,8 @@ def table(p: Progress | None, title: str | None) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    head = Text(title or "anvil run", style="bold")
+    head = Text(title or (f"anvil run {p.run_id}" if p is not None else "anvil run"),
+                style="bold")
     if p is None:
         return Group(head, Text(SETTING_UP))
     grid = Table.grid(padding=(0, 1))

@@ -85,7 +85,7 @@ def test_all_stuck_is_said() -> None:
 
 
 def test_warm_up_and_time_only_amounts() -> None:
-    assert "warm-up 1/3" in progress_line(Progress(run_id="r", phase="warm-up",
+    assert "warm-up 1/3 |" in progress_line(Progress(run_id="r", phase="warm-up",
                                                    elapsed_s=1.0, warmup_planned=3,
                                                    warmup_done=1))
     assert "running 1:01:05 elapsed" in progress_line(Progress(
