@@ -64,8 +64,9 @@ def cmd_campaign(a: argparse.Namespace) -> int:
     from anvil_metrics.runs.display import make_display
 
     every_s = None if a.quiet else a.progress_every
+    # on stdout, beside the campaign's own lines of each run (stderr: its failures)
     shown = locust_runner(campaign, os.environ, display=lambda title: make_display(
-        sys.stderr, every_s=every_s, title=title))
+        sys.stdout, every_s=every_s, title=title))
     outcome = run_campaign(campaign, a.results_dir, runner=shown,
                            progress=lambda line: print(line, flush=True),
                            before_run_timeout_s=a.before_run_timeout)

@@ -51,10 +51,15 @@ class PlainLines:
                  ) -> None:
         self.write, self.every_s, self.title, self.clock = write, every_s, title, clock
         self._last_s: float | None = None
+        self._began_s: float | None = None
         self._unshown: Progress | None = None
 
     def show(self, p: Progress | None) -> None:
         now = self.clock()
+        if self._began_s is None:
+            self._began_s = now
+        if p is None and self._last_s is None and now - self._began_s < self.every_s:
+            return  # set-up that ends (or fails, in one line) within the interval: unsaid
         if self._last_s is not None and now - self._last_s < self.every_s:
             self._unshown = p
             return

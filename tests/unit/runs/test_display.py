@@ -30,15 +30,17 @@ def test_plain_lines_come_at_their_interval_and_the_last_state_at_close() -> Non
     out: list[str] = []
     clock = Clock()
     plain = PlainLines(out.append, every_s=10.0, title="run 2 of 4: fp8", clock=clock)
-    plain.show(None)
-    for t in range(1, 25):
+    plain.show(None)  # set-up within the interval: unsaid (a failure stays one line)
+    clock.t = 10.0
+    plain.show(None)  # still setting up after the interval: said
+    for t in range(11, 35):
         clock.t = float(t)
         plain.show(_p(t % 10))
     plain.close()
     assert out[0] == f"run 2 of 4: fp8: {SETTING_UP}"
     assert [line.split(" | ")[0] for line in out[1:]] == [
-        "run 2 of 4: fp8: running 0/10 requests",  # t=10
         "run 2 of 4: fp8: running 0/10 requests",  # t=20
+        "run 2 of 4: fp8: running 0/10 requests",  # t=30
         "run 2 of 4: fp8: running 4/10 requests"]  # the last reading, at close
     assert not any("\x1b" in line or "\r" in line for line in out)
 
