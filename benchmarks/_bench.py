@@ -171,16 +171,18 @@ include_usage = true
 
 def run_anvil(url: str, users: int, requests: int, prompt_tokens: int, max_tokens: int,
               work: Path, timeout_s: float, repo: Path = REPO,
-              label: str = "anvil") -> ClientRun:
+              label: str = "anvil", extra: tuple[str, ...] = ()) -> ClientRun:
     """One headless Locust process (anvil's locustfile), -u N -r N, until `requests` end;
-    anvil as checked out in `repo` (another checkout: a baseline to compare with)."""
+    anvil as checked out in `repo` (another checkout: a baseline to compare with); `extra`:
+    more of its flags (e.g. --quiet)."""
     work.mkdir(parents=True, exist_ok=True)
     scenario = write_scenario(work / "scenario.toml", requests, prompt_tokens, max_tokens)
     results = work / "results"
     locustfile = str(repo / "locustfiles" / "chat.py")
     cmd = [sys.executable, "-m", "locust", "-f", locustfile, "--headless", "-H", url,
            "-u", str(users), "-r", str(users), "--scenario", str(scenario),
-           "--requests", str(requests), "--results-dir", str(results), "--only-summary"]
+           "--requests", str(requests), "--results-dir", str(results), "--only-summary",
+           *extra]
     log_path = work / "locust.log"
     with open(log_path, "wb") as log:
         popen_ns = time.perf_counter_ns()

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anvil_metrics.campaign.checkplan import (
     Checker,
@@ -44,6 +44,9 @@ from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.jsonio import atomic_write_json, read_json
 from anvil_metrics.post.docscan import verify_file
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
+
+if TYPE_CHECKING:
+    from anvil_metrics.runs.display import Display
 
 SCHEMA = "anvil-campaign/v1"
 STATE_FILE = "campaign.json"
@@ -137,11 +140,15 @@ def api_key(v: Variant, environ: Mapping[str, str]) -> str | None:
     return (environ.get(v.api_key_env) if v.api_key_env else None) or v.endpoint.userinfo_key
 
 
-def locust_runner(campaign: Campaign, environ: Mapping[str, str]) -> Runner:
+def locust_runner(campaign: Campaign, environ: Mapping[str, str],
+                  display: Callable[[str], Display | None] | None = None) -> Runner:
     """The real runs: Locust as `anvil run` starts it (`run.run_scenario`), into the run
-    folder made here, with the variant's host, served model and API key."""
+    folder made here, with the variant's host, served model and API key; each run's
+    progress drawn on `display(title)`, titled `run k of n: <variant>`."""
     from anvil_metrics.load.options import LOCUST_OPTIONS, run_options
     from anvil_metrics.runs.launch import run_scenario
+
+    n = len(plan(campaign))
 
     def run(r: CampaignRun, v: Variant, run_dir: Path) -> str | None:
         values: dict[str, Any] = {o.dest: o.default for o in LOCUST_OPTIONS if not o.secret}
@@ -150,7 +157,8 @@ def locust_runner(campaign: Campaign, environ: Mapping[str, str]) -> Runner:
         host = v.endpoint.base_url
         opts = run_options(values, host=host, users=None, api_key=key)
         result = run_scenario(opts.scenario, campaign.scenario_path, host, users=opts.users,
-                              run_dir=run_dir, values=values, api_key=key)
+                              run_dir=run_dir, values=values, api_key=key,
+                              display=display and display(f"run {r.k} of {n}: {v.id}"))
         if result.error:
             return result.error
         if result.benchmark_path is None:

@@ -30,6 +30,14 @@ def add_campaign(sub: Commands) -> None:
     cr.add_argument("--before-run-timeout", type=argtype(timespan, "--before-run-timeout"),
                     default=600.0, help="how long a variant's before_run may take, e.g. 90s, 10m "
                     "(default 600 s)")
+    from anvil_metrics.load.options import option
+
+    for o in (option("progress_every"), option("quiet")):  # each run's live progress
+        if o.switch:
+            cr.add_argument(o.flag, action="store_true", default=o.default, help=o.help)
+        else:
+            cr.add_argument(o.flag, type=argtype(o.parse, o.flag), default=o.default,
+                            help=o.help)
 
 
 def add_summarize(sub: Commands) -> None:
@@ -53,7 +61,13 @@ def cmd_campaign(a: argparse.Namespace) -> int:
         for line in plan_lines(campaign, runs, a.results_dir):
             print(line)
         return 0
-    outcome = run_campaign(campaign, a.results_dir, runner=locust_runner(campaign, os.environ),
+    from anvil_metrics.runs.display import make_display
+
+    every_s = None if a.quiet else a.progress_every
+    # on stdout, beside the campaign's own lines of each run (stderr: its failures)
+    shown = locust_runner(campaign, os.environ, display=lambda title: make_display(
+        sys.stdout, every_s=every_s, title=title))
+    outcome = run_campaign(campaign, a.results_dir, runner=shown,
                            progress=lambda line: print(line, flush=True),
                            before_run_timeout_s=a.before_run_timeout)
     print(f"campaign {campaign.name}: {outcome.done} of {len(runs)} runs done "

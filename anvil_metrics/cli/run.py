@@ -98,7 +98,7 @@ def add_prompts(sub: Commands) -> None:
 # `anvil run`'s options every step of `anvil capacity` takes too
 _CAPACITY_OPTIONS = tuple(option(dest) for dest in (
     "model", "max_tokens", "warmup_requests", "api_key", "goodput", "processes", "results_dir",
-    "stuck_after"))
+    "stuck_after", "progress_every", "quiet"))
 
 
 def add_capacity(sub: Commands) -> None:
@@ -127,8 +127,11 @@ def add_capacity(sub: Commands) -> None:
                    help="by rate: the pool of users (requests in flight at most; default: "
                    "the scenario's concurrency)")
     for o in _CAPACITY_OPTIONS:
-        c.add_argument(o.flag, type=None if o.parse is text else argtype(o.parse, o.flag),
-                       default=o.default, help=o.help)
+        if o.switch:
+            c.add_argument(o.flag, action="store_true", default=o.default, help=o.help)
+        else:
+            c.add_argument(o.flag, type=None if o.parse is text else argtype(o.parse, o.flag),
+                           default=o.default, help=o.help)
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -155,7 +158,8 @@ def cmd_run(a: argparse.Namespace) -> int:
           f"Locust log: {run_dir / 'locust.log'}", flush=True)
     result = run_scenario(sc, a.scenario, a.host, users=opts.users, run_dir=run_dir,
                           values=values, api_key=a.api_key, run_time_s=a.run_time,
-                          processes=a.processes, headers=dict(a.header or ()))
+                          processes=a.processes, headers=dict(a.header or ()),
+                          display=_display(opts.progress_every_s))
     signalled = _signal_exit(result.stopped_by_signal)
     if result.benchmark_path is None:
         if signalled is not None:
@@ -193,6 +197,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _display(every_s: float | None, title: str | None = None) -> Any:
+    """The live progress on stderr (in place on a terminal, else a plain line every
+    `every_s`; None: --quiet): stdout keeps the summary (`runs/display.py`)."""
+    from anvil_metrics.runs.display import make_display
+
+    return make_display(sys.stderr, every_s=every_s, title=title)
+
+
 def _signal_exit(name: str | None) -> int | None:
     """The exit code for a run this process was signalled during: 130 (SIGINT), 143."""
     return ExitCode[name] if name in ("SIGINT", "SIGTERM") else None
@@ -221,7 +233,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         values["requests"] = a.step_requests
     else:
         values["duration"] = a.step_duration or 60.0
-    run_options(values, host=a.host, users=None, api_key=None)  # bad input: one line, now
+    checked = run_options(values, host=a.host, users=None, api_key=None)  # bad input: now
     print(f"capacity search by {by} for {', '.join(s.text() for s in a.slo)}: start "
           f"{start:g}, at most {maximum:g}", flush=True)
 
@@ -235,7 +247,8 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         a.scenario, a.host, by=by, slos=a.slo, start=start, maximum=maximum,
         resolution=1.0 if by == "users" else a.rate_resolution, values=values,
         users=a.users, api_key=a.api_key, processes=a.processes,
-        results_dir=a.results_dir, on_step=show)
+        results_dir=a.results_dir, on_step=show,
+        display=lambda title: _display(checked.progress_every_s, title))
     if doc["stopped"]:
         print(f"anvil capacity: stopped: {doc['stopped']}", file=sys.stderr)
         print(f"result: {folder}/capacity.json")

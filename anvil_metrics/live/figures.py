@@ -261,6 +261,13 @@ class LiveStats:
             self.series.add(t_s, {f: series[f][i] for f in SERIES_FIELDS})
             self.flow.finished(t_s, completed=True, output_tokens=int(tokens[i]))
 
+    def settle(self) -> None:
+        """Derive the pending records now, unless the idle-time drainer has them (a batch
+        or more wait): the progress snapshot's counts once a second (`progresswatch.py`)
+        without a stall of hundreds of rows at once on a busy loop."""
+        if self._drainer is None:
+            self._drain()
+
     def bins(self) -> int:
         """Bins held by the table's sketches (what their memory grows with)."""
         return sum(len(v.bins) for v in self.values.values())

@@ -16,6 +16,8 @@ from anvil_metrics.live.lagmon import LoopLagMonitor
 from anvil_metrics.live.memtrim import Trimmer
 from anvil_metrics.post.saturation import verdict, verdict_text
 
+CPU_MIN_WINDOW_S = 5.0  # the live CPU share is judged over at least this much load
+
 
 class LoadWindow:
     """One load process's own figures over its load window: loop lag (a `LoopLagMonitor`)
@@ -42,6 +44,17 @@ class LoadWindow:
         self._wall0_s = time.perf_counter()
         self._load0_ns = time.perf_counter_ns()
         self.trimmer.start()
+
+    def so_far(self) -> tuple[float | None, float | None]:
+        """(loop lag p99 ms, CPU % of one core) since `begin()`, read while the load goes
+        (the live progress: `progresswatch.py`); (None, None) before it began, and the CPU
+        None over its first CPU_MIN_WINDOW_S (the set-up's last work would read as 100 %)."""
+        if not self.started:
+            return None, None
+        wall_s = time.perf_counter() - self._wall0_s
+        cpu_s = time.process_time() - self._cpu0_s
+        return self.lag.summary().p99_ms, (cpu_s / wall_s * 100 if wall_s >= CPU_MIN_WINDOW_S
+                                           else None)
 
     def end(self) -> dict[str, Any]:
         """Freeze the figures (the load is over; shutting down is not load) and return

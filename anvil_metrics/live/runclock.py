@@ -66,6 +66,10 @@ class RunClock:
         self.on_end = on_end
         self._greenlet: gevent.Greenlet | None = None
         self._stopped = False
+        # what the live progress reads (`progresswatch.py`): when the duration began, and
+        # a sweep's step now as (step, steps, its load in words)
+        self.duration_began_ns: int | None = None
+        self.step: tuple[int, int, str] | None = None
 
     def start(self) -> None:
         """Time the run: its duration when it has one, else watch the target user count
@@ -92,6 +96,7 @@ class RunClock:
         with the measured load (`RequestBudget.wait_ready`): after the scrape before it,
         and for an open loop once its users are ready."""
         self.budget.wait_ready()
+        self.duration_began_ns = time.perf_counter_ns()
         sc = self.scenario
         if sc.warmup_s or sc.cooldown_s:  # the measured window, inside the duration
             self.writer.write(window_line(time.perf_counter_ns(), duration_s, sc.warmup_s,
@@ -122,8 +127,9 @@ class RunClock:
             if rate is not None and sc.arrivals is not None:
                 plan = replace(sc.arrivals, rate_rps=rate, seed=sc.arrivals.seed + i)
                 self.budget.replan(Schedule(plan), t)
-            log.info("anvil: step %d: %s", i, f"{users} users" if users is not None
-                     else f"{rate:g} requests/s")
+            load = f"{users} users" if users is not None else f"{rate:g} requests/s"
+            self.step = (i, len(loads), load)
+            log.info("anvil: step %d: %s", i, load)
             # to the step's planned end: a late wake-up does not shift the steps after it
             gevent.sleep(max(0.0, (t0 + round((i + 1) * step_s * 1e9) - time.perf_counter_ns())
                              / 1e9))

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the scenario module only when a run is actually made
 # be the ones lost (a bias towards short ones); AIPerf's grace period after its
 # --benchmark-duration is 30 s by default too. Set --stop-timeout to change it.
 STOP_TIMEOUT_S = 30
+PROGRESS_EVERY_S = 10.0  # the live progress's plain line, off a terminal (--progress-every)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +169,11 @@ OPTIONS: tuple[Option, ...] = (
            "over this window (e.g. 10s) the median TTFT of the requests that ended doubled "
            "beyond noise while the requests in flight grew, at two checks in a row (off by "
            "default; see live/overload.py)", timespan),
+    Option("--progress-every", "off a terminal (a pipe, a file, CI), print the run's "
+           "progress as one plain line this often, e.g. 30s (default 10s; on a terminal it "
+           "is redrawn in place)", timespan, default=PROGRESS_EVERY_S, web_ui=False),
+    Option("--quiet", "no live progress (neither the display nor the plain lines)",
+           switch=True, default=False, web_ui=False),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
            "this many workers, one exact result); default 1", whole(1), default=1,
            locust=False),
@@ -225,6 +231,8 @@ class RunOptions:
     # in (`live.figures`): only a process with a web UI shows them, and at high open-loop
     # rates their derivation competes with due requests for the event loop
     live_figures: bool = True
+    # the live progress (`live.progresswatch`): its plain line's interval; None: --quiet
+    progress_every_s: float | None = PROGRESS_EVERY_S
 
 
 def scenario_flags(values: Mapping[str, Any]) -> list[Given]:
@@ -282,4 +290,5 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
         server_metrics_url=v["server_metrics_url"],
         server_metrics_interval_s=v["server_metrics_interval"] or 1.0,
         abort=AbortRule(v["abort_after_failures"], v["abort_failure_ratio"],
-                        v["abort_window"], v["stop_overloaded"]))
+                        v["abort_window"], v["stop_overloaded"]),
+        progress_every_s=None if v["quiet"] else v["progress_every"])

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from anvil_metrics import catalog
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.criteria import OPS, parse_bounds
 from anvil_metrics.post import loadblock, stats
+
+if TYPE_CHECKING:
+    from anvil_metrics.runs.display import Display
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +220,13 @@ def run_capacity(scenario_path: str, host: str, *, by: str, slos: Sequence[Slo],
                  start: float, maximum: float, resolution: float,
                  values: Mapping[str, Any], users: int | None, api_key: str | None,
                  processes: int, results_dir: str,
-                 on_step: Callable[[Step], None] | None = None
+                 on_step: Callable[[Step], None] | None = None,
+                 display: Callable[[str], Display | None] | None = None
                  ) -> tuple[dict[str, Any], str]:
     """Run the search with one `anvil run` per step (`values`: the run options every step
     shares, with `requests` or `duration` set); returns `capacity.json`'s document and the
-    folder that holds it and the steps' run folders."""
+    folder that holds it and the steps' run folders. `display(title)`: where a step's
+    progress is drawn, titled with the step."""
     import orjson
 
     from anvil_metrics.jsonio import atomic_write_json
@@ -233,7 +238,10 @@ def run_capacity(scenario_path: str, host: str, *, by: str, slos: Sequence[Slo],
     search_dir = folder.with_name("capacity-" + folder.name.removeprefix("benchmark-"))
     folder.rename(search_dir)
 
+    steps_run: list[float] = []
+
     def run_step(load: float) -> tuple[dict[str, Any] | None, str | None]:
+        steps_run.append(load)
         step_values = dict(values)
         step_users = users
         if by == "users":
@@ -244,7 +252,8 @@ def run_capacity(scenario_path: str, host: str, *, by: str, slos: Sequence[Slo],
         run_dir = prepare_run(host, str(search_dir))
         result = run_scenario(opts.scenario, scenario_path, host, users=opts.users,
                               run_dir=run_dir, values=step_values, api_key=api_key,
-                              processes=processes)
+                              processes=processes, display=display and display(
+                                  f"capacity step {len(steps_run)}: {by} {load:g}"))
         if result.benchmark_path is None:
             return None, str(run_dir)
         return orjson.loads(result.benchmark_path.read_bytes()), str(result.benchmark_path)

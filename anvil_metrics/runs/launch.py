@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import orjson
 from anvil_metrics import catalog
 from anvil_metrics.errors import Terminated, UsageError
 from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
+from anvil_metrics.live.progress import PROGRESS_FILE, read_progress
 from anvil_metrics.live.recorder import create_run_dir
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.load.options import locust_args
@@ -36,6 +37,7 @@ from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.post.blockkit import Block
 from anvil_metrics.post.blocks import BLOCKS
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
+from anvil_metrics.runs.display import Display
 from anvil_metrics.runs.simproc import stop_process
 from anvil_metrics.urls import Endpoint
 
@@ -97,10 +99,12 @@ def prepare_run(host: str, results_dir: str) -> Path:
 def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
                  run_dir: Path, values: Mapping[str, Any] | None = None,
                  api_key: str | None = None, run_time_s: float | None = None,
-                 processes: int = 1, headers: Mapping[str, str] | None = None) -> RunResult:
+                 processes: int = 1, headers: Mapping[str, str] | None = None,
+                 display: Display | None = None) -> RunResult:
     """Run Locust headless until `sc.requests` measured requests have finished, its duration
     is over, or it is interrupted. `values`: the user's anvil options (`--model`,
-    `--run-nonce`, `--recalibrate`, `--duration`, `--rate`, ...)."""
+    `--run-nonce`, `--recalibrate`, `--duration`, `--rate`, ...). `display`: where the
+    run's progress is drawn meanwhile (`display.py`; None: nowhere)."""
     argv = locust_argv(sc, scenario_path, users, run_dir, values=values,
                        run_time_s=run_time_s, processes=processes)
     # The host (it may carry credentials), the key and the --header flags (one may be a
@@ -117,10 +121,14 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
         # (`wait_passing_signals`; Locust takes a Ctrl-C and its copy as one: `stopsignals`)
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 stdin=subprocess.DEVNULL)
+        shown = _show_progress(run_dir, display)
         try:
-            stopped_by = wait_passing_signals(proc)
+            stopped_by = wait_passing_signals(proc, shown)
         finally:
             stop_process(proc)  # nothing when it has exited; else SIGTERM, then SIGKILL
+            if display is not None:
+                shown()  # the last reading, then the terminal back
+                display.close()
     bench = run_dir / BENCHMARK_FILE
     return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path,
                      read_error(run_dir), stopped_by)
@@ -131,8 +139,21 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
 SIGNAL_GRACE_S = 180.0
 
 
-def wait_passing_signals(proc: subprocess.Popen) -> str | None:
-    """Wait for Locust to exit. A Ctrl-C or SIGTERM of this process is passed on to it, as
+PROGRESS_POLL_S = 0.5  # how often the parent reads progress.json (written once a second)
+
+
+def _show_progress(run_dir: Path, display: Display | None) -> Callable[[], None] | None:
+    """Read the run's `progress.json` and show it (None before it exists: setting up)."""
+    if display is None:
+        return None
+    path = run_dir / PROGRESS_FILE
+    return lambda: display.show(read_progress(path))
+
+
+def wait_passing_signals(proc: subprocess.Popen,
+                         tick: Callable[[], None] | None = None) -> str | None:
+    """Wait for Locust to exit, calling `tick` every PROGRESS_POLL_S meanwhile (the
+    progress display). A Ctrl-C or SIGTERM of this process is passed on to it, as
     SIGINT or SIGTERM (Locust then stops the run and writes it: `runs/stopsignals.py`), and
     it is waited for again, at most `SIGNAL_GRACE_S`; a second Ctrl-C is passed on too (it
     cancels the requests still in flight). Returns the first signal's name, or None."""
@@ -140,11 +161,8 @@ def wait_passing_signals(proc: subprocess.Popen) -> str | None:
     deadline: float | None = None
     while True:
         try:
-            if deadline is None:
-                proc.wait()
-            else:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            return first
+            if _waited(proc, deadline, tick):
+                return first
         except subprocess.TimeoutExpired:
             return first  # the caller ends it
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (`errors.Terminated`)
@@ -154,6 +172,24 @@ def wait_passing_signals(proc: subprocess.Popen) -> str | None:
             proc.send_signal(sig)
             if first is None:
                 first, deadline = sig.name, time.monotonic() + SIGNAL_GRACE_S
+
+
+def _waited(proc: subprocess.Popen, deadline: float | None,
+            tick: Callable[[], None] | None) -> bool:
+    """Wait for `proc` at most PROGRESS_POLL_S (with a `tick`) or until `deadline`: True
+    when it has exited; TimeoutExpired past the deadline."""
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if tick is None:
+        proc.wait(left)
+        return True
+    try:
+        proc.wait(PROGRESS_POLL_S if left is None else min(left, PROGRESS_POLL_S))
+        return True
+    except subprocess.TimeoutExpired:
+        if left is not None and left <= PROGRESS_POLL_S:
+            raise
+    tick()
+    return False
 
 
 def plan_text(sc: Scenario, users: int) -> str:

@@ -52,6 +52,7 @@ from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
 from anvil_metrics.headers import checked
 from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.live.control import RequestBudget
+from anvil_metrics.live.progresswatch import ProgressWatch
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile
@@ -62,6 +63,7 @@ from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOption
 from anvil_metrics.post.clientblock import KEYS as CLIENT_KEYS
 from anvil_metrics.prep.turns import ConversationPrompts
 from anvil_metrics.runs import locustfix
+from anvil_metrics.runs.display import Display, LiveTable, PlainLines
 from anvil_metrics.runs.launch import plan_text
 from anvil_metrics.runs.stopsignals import StopSignals, first_mark_sigterm, mark_terminated
 from anvil_metrics.urls import api_key_from_env
@@ -85,7 +87,8 @@ class PluginState:
     - `master` / `worker`: the master's or a worker's message handlers (`cluster/`);
     - `error_file`: where the first error anvil logs goes (`runerror`), given a run folder;
     - `finishing`: set once the ending run's `benchmark.json` is written (`on_quitting`);
-    - `signals`: the process's Ctrl-C handling (`stopsignals`), in Locust's own process only.
+    - `signals`: the process's Ctrl-C handling (`stopsignals`), in Locust's own process only;
+    - `progress` / `display`: the run's live progress and where a headless run shows it.
     """
 
     api_key: str | None = None
@@ -95,6 +98,8 @@ class PluginState:
     error_file: ErrorFile | None = None
     finishing: gevent.event.Event | None = None
     signals: StopSignals | None = None
+    progress: ProgressWatch | None = None
+    display: Display | None = None
 
 
 def plugin_state(environment: Any) -> PluginState:
@@ -248,8 +253,10 @@ def options_from_locust(environment: Any) -> RunOptions:
                        run_time_s=float(run_time) if run_time else None,
                        stop_timeout_s=float(environment.stop_timeout or 0),
                        headers=_header_flags(state))
-    # --headless: no web UI, so nobody reads the running figures; the file has them all
-    return replace(opts, live_figures=environment.web_ui is not None)
+    # the running figures where a web UI or the live progress shows them (--headless
+    # --quiet: nobody reads them; the file has them all)
+    return replace(opts, live_figures=environment.web_ui is not None
+                   or opts.progress_every_s is not None)
 
 
 def _header_flags(state: PluginState) -> list[tuple[str, str]]:
@@ -364,6 +371,39 @@ def on_test_start(environment: Any, **_: Any) -> None:
     log.info("anvil: run %s → %s (model %s, %s prompt sizing: %s)",
              session.run_id, session.run_dir, session.model,
              plan_text(session.scenario, session.opts.users), session.calibration.method)
+    _start_progress(environment, session)
+
+
+def _start_progress(environment: Any, session: RunSession) -> None:
+    """The live progress (`live/progresswatch.py`), unless --quiet: `progress.json` each
+    second and, headless, the display (`runs/display.py`): in place on a terminal, else a
+    plain line every --progress-every through the `anvil` logger (`anvil run`'s child: its
+    log; its parent draws the file)."""
+    every_s = session.opts.progress_every_s
+    if every_s is None:
+        return
+    state = plugin_state(environment)
+    if environment.parsed_options.headless:
+        state.display = (LiveTable(sys.stderr, f"locust: anvil run {session.run_id}",
+                                   route_logs=True) if sys.stderr.isatty()
+                         else PlainLines(lambda line: log.info("anvil: %s", line), every_s))
+    show = state.display.show if state.display is not None else None
+    state.progress = ProgressWatch(
+        session, distributed=isinstance(environment.runner, MasterRunner), on_snapshot=show)
+    state.progress.start()
+
+
+def _stop_progress(state: PluginState) -> None:
+    """The run's last reading shown, then no more (the display gives the terminal back)."""
+    watch, display = state.progress, state.display
+    state.progress = state.display = None
+    try:
+        if watch is not None:
+            watch.stop()
+            watch.tick()
+    finally:
+        if display is not None:
+            display.close()
 
 
 def _stop_cause(environment: Any, session: RunSession) -> str:
@@ -399,8 +439,10 @@ def on_test_stop(environment: Any, **_: Any) -> None:
     if session is None:
         return
     set_run(environment, None)  # ended (it stays the latest, for the web UI)
-    done = plugin_state(environment).finishing = gevent.event.Event()
+    state = plugin_state(environment)
+    done = state.finishing = gevent.event.Event()
     try:
+        _stop_progress(state)
         _finish(environment, session)
     finally:
         done.set()

@@ -94,14 +94,18 @@ def test_options_from_locust_types_the_form() -> None:
     assert (opts.users, opts.host, opts.stop_timeout_s) == (5, "http://127.0.0.1:9", 12.0)
     assert (opts.scenario.requests, opts.scenario.meta["model"]) == (7, "m")
     assert opts.api_key == "sk-typed" and parsed.api_key == ""  # typed in the form: moved
-    assert opts.live_figures is False  # --headless: no web UI shows the running figures
+    assert opts.live_figures is True  # --headless: the live progress shows them
 
 
-def test_the_running_figures_are_derived_only_under_a_web_ui() -> None:
+def test_the_running_figures_are_derived_under_a_web_ui_or_the_progress() -> None:
     parsed = _parsed("--requests", "7")
     parsed.num_users, parsed.run_time = 1, None
     assert plugin.options_from_locust(_environment(parsed, web_ui=object())).live_figures
-    assert not plugin.options_from_locust(_environment(parsed, web_ui=None)).live_figures
+    assert plugin.options_from_locust(_environment(parsed, web_ui=None)).live_figures
+    quiet = _parsed("--requests", "7", "--quiet")
+    quiet.num_users, quiet.run_time = 1, None
+    assert not plugin.options_from_locust(_environment(quiet, web_ui=None)).live_figures
+    assert plugin.options_from_locust(_environment(quiet, web_ui=object())).live_figures
 
 
 def test_the_first_error_goes_to_the_run_folder(tmp_path: Path) -> None:
