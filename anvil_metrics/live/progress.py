@@ -160,13 +160,11 @@ def client_text(p: Progress) -> str:
 
 
 def stuck_text(s: StuckReport | None) -> str | None:
-    """The stuck requests in words, or None when none is stuck."""
+    """The stuck requests in the words the log uses (`StuckReport.text`), or None when none
+    is stuck."""
     if s is None or s.stuck_requests == 0:
         return None
-    return ("ALL " if s.all_stuck else "") + (
-        f"{s.stuck_requests} stuck >= {s.threshold_s:g} s (waiting first byte "
-        f"{s.waiting_first_byte_requests}, idle mid-stream {s.idle_mid_stream_requests}; "
-        f"oldest {_n(s.oldest_s, '.0f')} s)")
+    return s.text()
 
 
 def step_text(p: Progress) -> str | None:

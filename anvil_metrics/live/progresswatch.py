@@ -124,7 +124,9 @@ class ProgressWatch:
             verdict=DISTRIBUTED_VERDICT if self.distributed else verdict_text(
                 saturated, reasons),
             step=None if step is None else step[0], steps=None if step is None else step[1],
-            step_load=None if step is None else step[2], stuck=_stuck(s))
+            step_load=None if step is None else step[2],
+            # a master's merged report can outlive the workers' last requests by a second
+            stuck=_stuck(s) if budget.in_flight else None)
         return msgspec.structs.replace(p, eta_s=eta_s(p))
 
 

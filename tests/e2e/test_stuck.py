@@ -56,7 +56,8 @@ def stuck_lines(run_dir: Path) -> list[str]:
     out = []
     for line in (run_dir / "locust.log").read_text(errors="replace").splitlines():
         m = LINE.search(line)
-        if m and ("stuck" in m.group(1)):
+        # the watch's own lines, not the progress lines that quote its words (" | ")
+        if m and "stuck" in m.group(1) and " | " not in m.group(1):
             out.append(m.group(1))
     return out
 

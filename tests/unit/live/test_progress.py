@@ -55,7 +55,7 @@ FULL = _p(requests_planned=100, requests_done=43, warmup_planned=2, warmup_done=
           rate_window_s=10.0, ttft_p50_ms=120.0, ttft_p95_ms=300.5, decode_tok_s_p50=44.0,
           eta_s=17.6, loop_lag_p99_ms=12.3, cpu_pct=40.0, saturated=True,
           verdict="saturated: event-loop lag p99 12.3 ms > 10 ms", step=1, steps=4,
-          step_load="8 users", stuck=StuckReport(30.0, 7, 2, 1, 45.2))
+          step_load="8 users", stuck=StuckReport(30.0, 7, 2, 1, 45.2, 1, 45.2, 31.0))
 
 
 def test_the_plain_line_has_every_figure() -> None:
@@ -65,7 +65,8 @@ def test_the_plain_line_has_every_figure() -> None:
                  "cancelled 3", "3.2 req/s, 410.0 output tok/s (last 10 s)",
                  "TTFT p50 120.0 p95 300.5 ms", "decode p50 44.0 tok/s", "ETA 0:18",
                  "client SATURATED (event-loop lag p99 12.3 ms > 10 ms)",
-                 "3 stuck >= 30 s (waiting first byte 2, idle mid-stream 1; oldest 45 s)"):
+                 "3 of 7 requests in flight are stuck: 2 waiting for their first byte (the longest 45 s, "
+                 "headers received for 1), 1 idle mid-stream for 31 s"):
         assert part in line, part
     assert "\x1b" not in line and "\r" not in line and "\n" not in line
 
@@ -80,8 +81,9 @@ def test_missing_figures_are_shown_as_missing_never_zero() -> None:
 
 
 def test_all_stuck_is_said() -> None:
-    line = progress_line(_p(stuck=StuckReport(30.0, 4, 4, 0, 31.0)))
-    assert "ALL 4 stuck >= 30 s (waiting first byte 4, idle mid-stream 0; oldest 31 s)" in line
+    line = progress_line(_p(stuck=StuckReport(30.0, 4, 4, 0, 31.0, 0, 31.0, None)))
+    assert ("every request in flight is stuck (4): 4 waiting for their first byte (the "
+            "longest 31 s)") in line
 
 
 def test_warm_up_and_time_only_amounts() -> None:

@@ -121,6 +121,11 @@ def test_duration_step_and_stuck_are_read(tmp_path: Path) -> None:
     s.clock = SimpleNamespace(duration_began_ns=time.perf_counter_ns() - 25_000_000_000,
                               step=(2, 4, "8 users"))
     s.ended_by = "duration"
+    # nothing in flight: a report (a master's merge of its workers' last ones) is not shown
+    assert ProgressWatch(s).read(time.perf_counter()).stuck is None
+    for _ in range(2):  # the warm-ups, done; then one measured request in flight: it is
+        s.budget.give_back(s.budget.take())
+    assert s.budget.take() is not None and s.budget.in_flight == 1
     p = ProgressWatch(s).read(time.perf_counter())
     assert p.phase == "finishing" and p.stuck == report
     assert (p.step, p.steps, p.step_load) == (2, 4, "8 users")

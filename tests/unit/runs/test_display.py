@@ -66,13 +66,13 @@ def test_on_a_terminal_the_table_is_redrawn_in_place() -> None:
     assert isinstance(shown, LiveTable)
     shown.show(None)
     shown.show(_p(4, saturated=True, verdict="saturated: CPU 95 % of one core > 90 %",
-                  stuck=StuckReport(30.0, 2, 2, 0, 31.0)))
+                  stuck=StuckReport(30.0, 2, 2, 0, 31.0, 0, 31.0, None)))
     shown.close()
     text = stream.getvalue()
     assert "capacity step 3: users 8" in text and SETTING_UP in text
     assert "4/10 requests" in text
     assert "SATURATED (CPU 95 % of one core > 90 %)" in text
-    assert "ALL 2 stuck >= 30 s" in text
+    assert "every request in flight is stuck (2)" in text and "the longest 31 s" in text
     assert "\x1b[2K" in text or "\x1b[1A" in text  # the region is erased and redrawn
 
 
