@@ -65,8 +65,8 @@ def test_the_plain_line_has_every_figure() -> None:
                  "cancelled 3", "3.2 req/s, 410.0 output tok/s (last 10 s)",
                  "TTFT p50 120.0 p95 300.5 ms", "decode p50 44.0 tok/s", "ETA 0:18",
                  "client SATURATED (event-loop lag p99 12.3 ms > 10 ms)",
-                 "3 of 7 requests in flight are stuck: 2 waiting for their first byte (the longest 45 s, "
-                 "headers received for 1), 1 idle mid-stream for 31 s"):
+                 "3 of 7 requests in flight are stuck: 2 waiting for their first byte "
+                 "(the longest 45 s, headers received for 1), 1 idle mid-stream for 31 s"):
         assert part in line, part
     assert "\x1b" not in line and "\r" not in line and "\n" not in line
 
