@@ -30,6 +30,7 @@ from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.load.optionvalues import (
     BOOL,
     Parse,
+    error_share,
     http_url,
     nonce,
     ratio,
@@ -168,6 +169,12 @@ OPTIONS: tuple[Option, ...] = (
            "over this window (e.g. 10s) the median TTFT of the requests that ended doubled "
            "beyond noise while the requests in flight grew, at two checks in a row (off by "
            "default; see live/overload.py)", timespan),
+    Option("--fail-on-error-rate", "exit 4 when more than this fraction of the measured "
+           "requests failed (the server's failures; cancelled ones are not), e.g. 0.05; a run "
+           "whose every measured request failed exits 4 without it", error_share),
+    Option("--exit-code-on-error", "Locust's own: exit with this code when any request "
+           "Locust counted failed, warm-ups included (anvil's default: 0; exit codes 3 and 4 "
+           "come first)", whole(0, 255), locust=False),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
            "this many workers, one exact result); default 1", whole(1), default=1,
            locust=False),
@@ -221,6 +228,7 @@ class RunOptions:
     server_metrics_url: str | None = None  # None: <host>/metrics
     server_metrics_interval_s: float = 1.0
     abort: AbortRule = DEFAULT_ABORT  # when the run ends itself: the server is not answering
+    fail_on_error_rate: float | None = None  # exit 4 above this error rate (`post.outcome`)
     # derive the running figures of the web UI's LLM tab and /anvil/metrics as records come
     # in (`live.figures`): only a process with a web UI shows them, and at high open-loop
     # rates their derivation competes with due requests for the event loop
@@ -282,4 +290,5 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
         server_metrics_url=v["server_metrics_url"],
         server_metrics_interval_s=v["server_metrics_interval"] or 1.0,
         abort=AbortRule(v["abort_after_failures"], v["abort_failure_ratio"],
-                        v["abort_window"], v["stop_overloaded"]))
+                        v["abort_window"], v["stop_overloaded"]),
+        fail_on_error_rate=v["fail_on_error_rate"])

@@ -54,12 +54,13 @@ from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
-from anvil_metrics.live.runerror import ErrorFile
+from anvil_metrics.live.runerror import ErrorFile, SetUp, set_set_up
 from anvil_metrics.live.session import RunSession
 from anvil_metrics.load.body import DatasetBodies
 from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
 from anvil_metrics.post.clientblock import KEYS as CLIENT_KEYS
+from anvil_metrics.post.outcome import failure_verdict
 from anvil_metrics.prep.turns import ConversationPrompts
 from anvil_metrics.runs import locustfix
 from anvil_metrics.runs.launch import plan_text
@@ -210,8 +211,10 @@ def report_errors(environment: Any, **_: Any) -> None:
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any, **_: Any) -> None:
     """anvil's options on Locust's parser: strings defaulting to "" (see `load/options.py`);
-    and anvil's default for Locust's own --stop-timeout (`options.STOP_TIMEOUT_S`: why)."""
-    parser.set_defaults(stop_timeout=STOP_TIMEOUT_S)
+    and anvil's defaults for two of Locust's own: --stop-timeout (`options.STOP_TIMEOUT_S`:
+    why) and --exit-code-on-error 0 (a run with some failed requests exits 0, as `anvil run`
+    does; anvil's exit codes say more: `_exit_code`)."""
+    parser.set_defaults(stop_timeout=STOP_TIMEOUT_S, exit_code_on_error=0)
     for o in LOCUST_OPTIONS:
         extra: dict[str, Any] = {}
         if o.env_var:
@@ -339,8 +342,18 @@ def on_test_start(environment: Any, **_: Any) -> None:
     set_run(environment, None)  # until this run has started, users have nothing to send
     try:
         opts = options_from_locust(environment)
-        session = RunSession.start(opts, lambda: _end_run(environment),
-                                   _user_controls(environment))
+        # a signal now stops the set-up: its error.json names the phase (`runerror.SetUp`)
+        setup = SetUp(opts.results_dir, Path(opts.run_dir) if opts.run_dir else None)
+        set_set_up(environment, setup)
+        try:
+            session = RunSession.start(opts, lambda: _end_run(environment),
+                                       _user_controls(environment), setup)
+        finally:
+            set_set_up(environment, None)
+        if setup.stopped is not None:  # a signal came as the set-up ended: no load, kept
+            session.mark_end("signal", setup.stopped)
+            session.finish()
+            return
         # an open loop's arrivals: once the users are ready, or their connect timeout
         session.budget.hold_arrivals(opts.scenario.timeouts.connect_s + 5.0)
         set_run(environment, session)
@@ -408,9 +421,6 @@ def on_test_stop(environment: Any, **_: Any) -> None:
 
 def _finish(environment: Any, session: RunSession | WorkerSession) -> None:
     """Drain the workers (on a master), write `benchmark.json`, set the exit code."""
-    # the server stopped answering (a worker's share of a run names no end of its own)
-    if isinstance(session, RunSession) and session.ended_by == "aborted":
-        environment.process_exit_code = ExitCode.ABORTED
     total = environment.stats.total
     stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
     master = plugin_state(environment).master
@@ -424,6 +434,27 @@ def _finish(environment: Any, session: RunSession | WorkerSession) -> None:
         path = session.finish(stats)
     if path is not None:
         log.info("anvil: wrote %s", path)
+    if isinstance(session, RunSession):  # a worker's share of a run has no exit code of its own
+        _exit_code(environment, session)
+
+
+def _exit_code(environment: Any, session: RunSession) -> None:
+    """The exit code a run's end says (the README's table): 3 when the server stopped
+    answering (whatever came after); else, unless a signal set it, 4 when its measured
+    requests failed (`post.outcome`: the line, last in the log); 1 when a user's task
+    raised (a bug in anvil: Locust's own code for it, under anvil's --exit-code-on-error
+    default of 0, would be 0)."""
+    if session.ended_by == "aborted":  # the first cause named, a signal after it too
+        environment.process_exit_code = ExitCode.ABORTED
+    if environment.process_exit_code is not None:
+        return
+    verdict = (failure_verdict(session.summary, session.opts.fail_on_error_rate)
+               if session.summary is not None else None)
+    if verdict is not None:
+        log.warning(verdict)
+        environment.process_exit_code = ExitCode.FAILED
+    elif getattr(environment.runner, "exceptions", None):
+        environment.process_exit_code = ExitCode.PROBLEM
 
 
 FINISH_WAIT_S = 600.0  # a run of millions of requests takes seconds to post-process
