@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import REPO
-from rawbuild import HEADER, completed, write_raw
+from rawbuild import HEADER, completed, failed, write_raw
 
 import anvil_metrics.report.build as report
 import anvil_metrics.runs.launch as launch
@@ -80,3 +80,17 @@ def test_a_verified_run_prints_its_summary_and_result(fakes, tmp_path: Path, cap
     summary = launch.summary_lines(orjson.loads(fakes["benchmark"].read_bytes()))
     assert out[2:] == [*summary, "verify: OK", f"result: {fakes['benchmark']}",
                        f"report: {run_dir / 'report.html'}"]
+
+
+def test_a_run_whose_every_request_failed_exits_4_saying_so_last(fakes, tmp_path: Path,
+                                                                  capsys) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_raw(run_dir / "requests.jsonl", HEADER, [failed(i) for i in range(2)],
+              {"finished_at": "2026-08-01T16:09:00Z", "client": {}})
+    assert main(["postprocess", str(run_dir)]) == 0
+    fakes["benchmark"] = run_dir / "benchmark.json"
+    capsys.readouterr()
+    assert main(["demo", "--results-dir", str(tmp_path)]) == 4
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("anvil: every one of the 2 measured requests failed (2 ")
