@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO, load_json, write_scenario
+from conftest import REPO, finish_group, load_json, write_scenario
 
 from anvil_metrics.live.runerror import read_error
 from anvil_metrics.post.verify import verify_benchmark
@@ -71,13 +71,8 @@ def start(argv: list[str], out: Path) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def finish(proc: subprocess.Popen, timeout_s: float = WAIT_S) -> int:
-    try:
-        return proc.wait(timeout_s)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+def finish(proc: subprocess.Popen) -> int:
+    return finish_group(proc, WAIT_S)
 
 
 def one_run(res: Path) -> Path:
