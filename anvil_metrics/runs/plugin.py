@@ -421,6 +421,9 @@ def on_test_stop(environment: Any, **_: Any) -> None:
 
 def _finish(environment: Any, session: RunSession | WorkerSession) -> None:
     """Drain the workers (on a master), write `benchmark.json`, set the exit code."""
+    # the server stopped answering (a worker's share of a run names no end of its own)
+    if isinstance(session, RunSession) and session.ended_by == "aborted":
+        environment.process_exit_code = ExitCode.ABORTED
     total = environment.stats.total
     stats = {"num_requests": total.num_requests, "num_failures": total.num_failures}
     master = plugin_state(environment).master
@@ -439,13 +442,10 @@ def _finish(environment: Any, session: RunSession | WorkerSession) -> None:
 
 
 def _exit_code(environment: Any, session: RunSession) -> None:
-    """The exit code a run's end says (the README's table): 3 when the server stopped
-    answering (whatever came after); else, unless a signal set it, 4 when its measured
-    requests failed (`post.outcome`: the line, last in the log); 1 when a user's task
-    raised (a bug in anvil: Locust's own code for it, under anvil's --exit-code-on-error
-    default of 0, would be 0)."""
-    if session.ended_by == "aborted":  # the first cause named, a signal after it too
-        environment.process_exit_code = ExitCode.ABORTED
+    """The exit code a run's end says (the README's table), unless an abort (3) or a signal
+    set it: 4 when its measured requests failed (`post.outcome`: the line, last in the log);
+    1 when a user's task raised (a bug in anvil: Locust's own code for it, under anvil's
+    --exit-code-on-error default of 0, would be 0)."""
     if environment.process_exit_code is not None:
         return
     verdict = (failure_verdict(session.summary, session.opts.fail_on_error_rate)

@@ -192,7 +192,7 @@ ONE_FAILED = {"requests": 4, "failures": [{"kind": "http_error"}]}
     ("requests", ONE_FAILED, 0.2, None, {}, 4),
     ("requests", ONE_FAILED, 0.25, None, {}, None),
     ("signal", ALL_FAILED, None, 130, {}, 130),  # a signal's code stays
-    ("aborted", ALL_FAILED, None, 130, {}, 3),  # the abort came first: 3, whatever after
+    ("aborted", ALL_FAILED, None, 3, {}, 3),  # `_finish` set 3 before the file was written
     ("requests", None, None, None, {"x": 1}, 1),  # a user's task raised: a bug
 ])  # fmt: skip
 def test_a_runs_end_sets_the_exit_code_the_table_says(ended_by: str, summary: dict | None,
