@@ -90,6 +90,10 @@ class SetUp:
     def enter(self, phase: str) -> None:
         self.phase = phase
 
+    def made(self, run_dir: Path) -> None:
+        """The set-up made (or took) the run's folder: error.json goes there."""
+        self.run_dir = run_dir
+
     def stop(self, reason: str) -> str:
         """A signal stops the set-up: write error.json (the first error stays) and return
         its line."""

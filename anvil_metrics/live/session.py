@@ -215,7 +215,7 @@ class RunSession:
                                before_measured=scrape_first)
         setup.enter("writing the run folder")
         run_id, run_dir = _run_folder(opts)
-        setup.run_dir = run_dir
+        setup.made(run_dir)
         writer = RawWriter(run_dir / "requests.jsonl")
         params = _header_params(opts, endpoint, identity, ready, nonce, concurrency, shared_doc,
                                 _context_distribution(sc, lambda i: ready.bodies.planned(
