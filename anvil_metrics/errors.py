@@ -52,6 +52,7 @@ class ExitCode(enum.IntEnum):
     PROBLEM = 1  # a check or verify found a problem; a campaign's run failed; a bug
     USAGE = 2  # usage: a bad flag, field or value, or an input file missing or unreadable
     ABORTED = 3  # a run ended itself: the server stopped answering (`benchmark.json` says why)
+    FAILED = 4  # a run's measured requests failed: all of them, or over --fail-on-error-rate
     SIGINT = 130  # interrupted (Ctrl-C): what was measured is kept, marked partial
     SIGTERM = 143  # terminated (SIGTERM): as for Ctrl-C
 

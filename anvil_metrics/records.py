@@ -84,6 +84,9 @@ PHASES = ("connect", "headers", "prefill", "decode")
 # The last two mark the run partial: it did not do what it planned.
 ENDED_BY = ("requests", "duration", "stopped", "signal", "aborted")
 PARTIAL_ENDS = ("signal", "aborted")
+# failure kinds the client made itself, never the server's failures: the run's end cut the
+# request (`cancelled`), or it was closed on purpose (`aborted`)
+NOT_THE_SERVERS = ("cancelled", "aborted")
 
 # how deep a run / run_end / worker line may nest (anvil writes at most ~8 levels; far below
 # the 254 that orjson writes, however a value is placed in a benchmark)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -122,8 +123,6 @@ def anvil(*args: str, timeout: float = 120, env: dict | None = None
     """Run the `anvil` CLI as a new user would (a real process). It runs in a process group
     of its own, so that on a timeout the Locust processes it started (master, workers) are
     killed with it (by that group's id) instead of being left behind."""
-    import signal
-
     proc = subprocess.Popen(
         [sys.executable, "-m", "anvil_metrics", *args], stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, **(env or {})},
@@ -147,6 +146,17 @@ def set_script_faults(url: str, faults: list[str]) -> None:
                                      data=orjson.dumps(faults))
     with urllib.request.urlopen(request, timeout=10) as response:
         assert orjson.loads(response.read()) == sorted(faults)
+
+
+def finish_group(proc: subprocess.Popen, timeout_s: float = 60) -> int:
+    """`proc`'s exit code, waited for at most `timeout_s`; its process group (a session of
+    its own) killed if it is still running then."""
+    try:
+        return proc.wait(timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def write_scenario(path: Path, text: str) -> Path:

@@ -40,9 +40,10 @@ from anvil_metrics.campaign.plan import CampaignRun, plan
 from anvil_metrics.campaign.restoration import RestorationResult, check_aliases
 from anvil_metrics.campaign.spec import Campaign, Variant
 from anvil_metrics.checks.runner import write_checks
-from anvil_metrics.errors import AnvilError, UsageError
+from anvil_metrics.errors import AnvilError, ExitCode, UsageError
 from anvil_metrics.jsonio import atomic_write_json, read_json
-from anvil_metrics.post.docscan import verify_file
+from anvil_metrics.post.docscan import scan_benchmark, verify_file
+from anvil_metrics.post.outcome import failure_verdict
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
 
 if TYPE_CHECKING:
@@ -164,6 +165,9 @@ def locust_runner(campaign: Campaign, environ: Mapping[str, str],
         if result.benchmark_path is None:
             return (f"no {BENCHMARK_FILE} (Locust exit code {result.locust_exit_code}); "
                     f"its log is {result.log_path}")
+        if result.locust_exit_code == ExitCode.FAILED:  # every measured request failed
+            return failure_verdict(scan_benchmark(result.benchmark_path).doc) or (
+                "every measured request failed")
         return None
 
     return run

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from anvil_metrics.cli.parsing import Commands
-from anvil_metrics.errors import UsageError
+from anvil_metrics.errors import ExitCode, UsageError
 
 
 def add_sim(sub: Commands) -> None:
@@ -31,6 +31,7 @@ def add_demo(sub: Commands) -> None:
 def cmd_demo(a: argparse.Namespace) -> int:
     from anvil_metrics.jsonio import read_json
     from anvil_metrics.load.scenario import load_scenario
+    from anvil_metrics.post.outcome import failure_verdict
     from anvil_metrics.post.verify import verify_benchmark
     from anvil_metrics.runs.launch import prepare_run, run_scenario, summary_lines
     from anvil_metrics.runs.simproc import pinned_apart, start_simulator
@@ -68,4 +69,8 @@ def cmd_demo(a: argparse.Namespace) -> int:
         from anvil_metrics.report.build import make_report
 
         print(f"report: {make_report(result.benchmark_path.parent).html_path}")
+    verdict = failure_verdict(doc)  # every request failed: the demo did not work
+    if verdict is not None:
+        print(verdict, file=sys.stderr)
+        return ExitCode.FAILED
     return 0 if not problems else 1

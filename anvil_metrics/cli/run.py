@@ -144,6 +144,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     sc = opts.scenario
     # the run's machinery (numpy, gevent, the document builder: ~0.25 s) only once the
     # options hold: a mistake is answered at once
+    from anvil_metrics.live.runerror import ERROR_FILE
     from anvil_metrics.post import cachecheck
     from anvil_metrics.post.docscan import scan_benchmark
     from anvil_metrics.runs.launch import plan_text, prepare_run, run_scenario, summary_lines
@@ -162,9 +163,9 @@ def cmd_run(a: argparse.Namespace) -> int:
                           display=_display(opts.progress_every_s))
     signalled = _signal_exit(result.stopped_by_signal)
     if result.benchmark_path is None:
-        if signalled is not None:
-            print(f"\nanvil: {result.stopped_by_signal}: the run stopped before it wrote "
-                  f"benchmark.json; its log is {result.log_path}", file=sys.stderr)
+        if signalled is not None:  # stopped in its set-up: error.json says where
+            print(f"\n{result.error or f'anvil: {result.stopped_by_signal}: the run stopped'}"
+                  f"; see {result.run_dir / ERROR_FILE}", file=sys.stderr)
             return signalled
         if result.error:  # anvil's own one-line reason (e.g. the server cannot be reached)
             print(result.error, file=sys.stderr)
@@ -178,7 +179,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     params = cachecheck.run_params(result.benchmark_path.parent)
     scanned = scan_benchmark(result.benchmark_path, cachecheck.limit(params))
     aborted = scanned.doc.get("ended_by") == "aborted"
-    if result.error and not aborted:  # the run failed (e.g. no worker could set up)
+    # the run failed (e.g. no worker could set up); a signal's error.json is no failure
+    if result.error and scanned.doc.get("ended_by") not in ("aborted", "signal"):
         print(result.error, file=sys.stderr)
         print(f"anvil: the run failed; what it wrote is in {result.run_dir}", file=sys.stderr)
         return ExitCode.PROBLEM
@@ -194,6 +196,25 @@ def cmd_run(a: argparse.Namespace) -> int:
               f"kept, marked partial", file=sys.stderr)
         # Locust exits 130/143 itself for a run a signal ended (`stopsignals`)
         return signalled if signalled is not None else result.locust_exit_code
+    return _failures_exit(scanned.doc, opts.fail_on_error_rate, a.exit_code_on_error,
+                          result.locust_exit_code)
+
+
+def _failures_exit(doc: dict[str, Any], fail_on_error_rate: float | None,
+                   exit_code_on_error: int | None, locust_exit_code: int) -> int:
+    """A finished run's exit code (the README's table): 4 when its measured requests failed
+    (`post.outcome`; its line, last), else Locust's own code when the user gave
+    --exit-code-on-error and Locust exited with it (a request Locust counted failed), else 0."""
+    from anvil_metrics.post.outcome import failure_verdict
+
+    verdict = failure_verdict(doc, fail_on_error_rate)
+    if verdict is not None:
+        print(verdict, file=sys.stderr)
+        return ExitCode.FAILED
+    if exit_code_on_error and locust_exit_code == exit_code_on_error:
+        print(f"anvil: a request failed (Locust counts warm-ups too); exit code "
+              f"{exit_code_on_error}, as --exit-code-on-error asks", file=sys.stderr)
+        return exit_code_on_error
     return ExitCode.OK
 
 

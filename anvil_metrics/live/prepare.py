@@ -10,6 +10,7 @@ refused here, before a run folder exists.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,11 +66,14 @@ class Prepared:
 def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: list[int],
                      shared: SharedPrefix | None,
                      trace: list[TraceRequest] | None = None,
-                     dataset: list[DatasetEntry] | None = None) -> Prepared:
+                     dataset: list[DatasetEntry] | None = None,
+                     phase: Callable[[str], None] = lambda _: None) -> Prepared:
     """Resolve the model (the scenario's, checked against the server's list, or the
     server's first), find how the server counts tokens, refuse a plan beyond its context
-    limit, size every prompt and build every body; one probe client, closed at the end."""
+    limit, size every prompt and build every body; one probe client, closed at the end.
+    `phase` is told each step as it begins (a signal's error.json names it: `runerror`)."""
     sc = opts.scenario
+    phase("finding the model")
     client = ChatClient(endpoint, opts.api_key, connect_timeout_s=sc.timeouts.connect_s,
                         network_timeout_s=sc.timeouts.first_byte_s, extra_headers=sc.headers)
     try:
@@ -81,6 +85,7 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
         for name in sc.mix.model_names if sc.mix is not None else ():
             check_model_served(client, name)  # a mix's models and adapters: each served
         fields = _chat_fields(sc, model)
+        phase("asking how the server counts tokens")
         counter = (text_counter(client, fields, sc.endpoint, opts.tokenizer_path)
                    if sc.endpoint in TEXT_ENDPOINTS
                    else server_counter(client, fields, opts.tokenizer_path))
@@ -101,8 +106,10 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
                 bodies = DatasetBodies(sc, model, dataset,
                                        [counter.count(bodies.messages(j)) for j in range(used)])
             return Prepared(model, prompts, sizing, bodies)
+        phase("sizing the prompts")
         prompts, sizing = prepare_prompts(opts, client, counter, fields, model, nonce, sizes,
                                           shared)
+        phase("building the request bodies")
         if mixed:
             template = 0  # the chat template's tokens, which trace classes are sized around
             if any(c.trace is not None for c in sc.mix.classes):

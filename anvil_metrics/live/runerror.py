@@ -8,15 +8,26 @@ that line to `<run_dir>/error.json` as `{"message": ...}`, and `read_error` give
 Only the first error is kept, also across the processes of one run (`--processes`): the
 file is created whole and linked into place, never overwritten, so a reader never sees a
 half-written one. Nothing is written when nothing goes wrong.
+
+A signal that stops a run in its set-up (before its first request: model discovery, prompt
+sizing, the bodies) leaves an `error.json` too, naming the signal and the phase: the set-up
+(`RunSession.start`) says each phase as it begins to a `SetUp` the plugin keeps on Locust's
+`Environment` (as `runctx` keeps the run), and the signal's handler (`runs/stopsignals.py`)
+writes it, in the run folder (plain Locust makes its folder late in the set-up: one is made
+then, so a stopped run never leaves nothing).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
+
+from anvil_metrics.live.recorder import create_run_dir
 
 ERROR_FILE = "error.json"
 
@@ -61,3 +72,44 @@ def read_error(run_dir: Path) -> str | None:
         return None
     message = doc.get("message") if isinstance(doc, dict) else None
     return message if isinstance(message, str) and message else None
+
+
+SETUP_ATTR = "anvil_setup"  # the set-up in progress, on Locust's Environment
+
+
+@dataclass
+class SetUp:
+    """A run's set-up in progress: the phase it is in, and its run folder once there is one
+    (given: `anvil run`'s; else made by the set-up, or when a signal stops it first)."""
+
+    results_dir: str
+    run_dir: Path | None = None
+    phase: str = "reading the options"
+    stopped: str | None = None  # the signal's reason, once one stopped it
+
+    def enter(self, phase: str) -> None:
+        self.phase = phase
+
+    def made(self, run_dir: Path) -> None:
+        """The set-up made (or took) the run's folder: error.json goes there."""
+        self.run_dir = run_dir
+
+    def stop(self, reason: str) -> str:
+        """A signal stops the set-up: write error.json (the first error stays) and return
+        its line."""
+        message = (f"anvil: {reason} in the run's set-up ({self.phase}), before its first "
+                   "request: nothing was measured")
+        if self.stopped is None:
+            self.stopped = reason
+            if self.run_dir is None:
+                self.run_dir = create_run_dir(self.results_dir)[1]
+            write_error(self.run_dir, message)
+        return message
+
+
+def set_up_in_progress(environment: Any) -> SetUp | None:
+    return getattr(environment, SETUP_ATTR, None)
+
+
+def set_set_up(environment: Any, setup: SetUp | None) -> None:
+    setattr(environment, SETUP_ATTR, setup)

@@ -37,6 +37,7 @@ from anvil_metrics.live.recorder import (
     new_run_id,
 )
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
+from anvil_metrics.live.runerror import SetUp
 from anvil_metrics.live.stuck import StuckReport, StuckWatch
 from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import ConversationBodies, RequestBodies
@@ -95,6 +96,7 @@ class RunSession:
         self.began_ns: int | None = None  # when the load began (`begin_load`)
         self.end_reason: str | None = None
         self.benchmark_path: Path | None = None
+        self.summary: dict[str, Any] | None = None  # the written document, without its rows
         self.cache_warning: str | None = None
         self.live = LiveStats(run_id, opts.scenario.requests)
         self._on_end = on_end
@@ -175,11 +177,13 @@ class RunSession:
 
     @classmethod
     def start(cls, opts: RunOptions, on_exhausted: Callable[[], None],
-              controls: Controls = NO_CONTROLS) -> RunSession:
+              controls: Controls = NO_CONTROLS, setup: SetUp | None = None) -> RunSession:
         """Everything before the first measured byte (module docstring); `on_exhausted` is
         called when the last measured request is done (or the duration is over);
-        `controls`: the users, as Locust lets the run reach them (`runclock.Controls`)."""
+        `controls`: the users, as Locust lets the run reach them (`runclock.Controls`);
+        `setup`: told each phase as it begins, and the run folder (`runerror.SetUp`)."""
         sc = opts.scenario
+        setup = setup or SetUp(opts.results_dir)
         endpoint = Endpoint.parse(opts.host)
         nonce = opts.run_nonce or secrets.token_hex(4)
         trace = sc.trace.read() if sc.trace is not None else None  # a replay (replay.py)
@@ -192,7 +196,9 @@ class RunSession:
         if sc.step_users is not None:
             concurrency = max(sc.step_users)
         dataset = sc.dataset.read() if sc.dataset is not None else None
-        ready = prepare_requests(opts, endpoint, nonce, sizes, shared, trace, dataset)
+        ready = prepare_requests(opts, endpoint, nonce, sizes, shared, trace, dataset,
+                                 setup.enter)
+        setup.enter("asking the server what it is")
         # who the server is (bounded probes; the flags and [meta] win): provenance.py
         identity = merge(discover(endpoint.base_url, headers={**_auth(opts.api_key),
                                                               **sc.headers},
@@ -218,7 +224,9 @@ class RunSession:
                                schedule=_schedule(sc, trace),
                                conversations=sc.conversation and sc.conversation.conversations,
                                before_measured=scrape_first)
+        setup.enter("writing the run folder")
         run_id, run_dir = _run_folder(opts)
+        setup.made(run_dir)
         writer = RawWriter(run_dir / "requests.jsonl")
         params = _header_params(opts, endpoint, identity, ready, nonce, concurrency, shared_doc,
                                 _context_distribution(sc, lambda i: ready.bodies.planned(
@@ -286,7 +294,7 @@ class RunSession:
             log.error("anvil: could not build benchmark.json for %s: %s", self.run_dir, e)
             self.benchmark_path = None
         else:
-            self.benchmark_path = done.path
+            self.benchmark_path, self.summary = done.path, done.summary
             self.cache_warning = done.cache_warning
             if self.cache_warning:
                 log.warning("anvil: %s", self.cache_warning)

@@ -36,6 +36,7 @@ from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import RunContext, run_in_progress
 from anvil_metrics.load.body import Conversation
 from anvil_metrics.load.scenariofields import ENDPOINT_PATHS, STREAMED_ENDPOINTS
+from anvil_metrics.records import NOT_THE_SERVERS
 from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.eventsobs import ResponsesObserver
 from anvil_metrics.wire.observe import StreamObserver, prompt_tokens_of
@@ -53,8 +54,6 @@ def _wall_s(perf_ns: int) -> float:
 
 
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 1.0
-# failures the client made itself: the run's end (`cancelled`), on purpose (`aborted`)
-NOT_THE_SERVERS = ("cancelled", "aborted")
 
 
 def backoff_s(failed_in_row: int) -> float:

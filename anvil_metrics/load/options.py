@@ -30,6 +30,7 @@ from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.load.optionvalues import (
     BOOL,
     Parse,
+    error_share,
     http_url,
     nonce,
     ratio,
@@ -174,6 +175,12 @@ OPTIONS: tuple[Option, ...] = (
            "is redrawn in place)", timespan, default=PROGRESS_EVERY_S, web_ui=False),
     Option("--quiet", "no live progress (neither the display nor the plain lines)",
            switch=True, default=False, web_ui=False),
+    Option("--fail-on-error-rate", "exit 4 when more than this fraction of the measured "
+           "requests failed (the server's failures; cancelled ones are not), e.g. 0.05; a run "
+           "whose every measured request failed exits 4 without it", error_share),
+    Option("--exit-code-on-error", "Locust's own: exit with this code when any request "
+           "Locust counted failed, warm-ups included (anvil's default: 0; exit codes 3 and 4 "
+           "come first)", whole(0, 255), locust=False),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
            "this many workers, one exact result); default 1", whole(1), default=1,
            locust=False),
@@ -227,6 +234,7 @@ class RunOptions:
     server_metrics_url: str | None = None  # None: <host>/metrics
     server_metrics_interval_s: float = 1.0
     abort: AbortRule = DEFAULT_ABORT  # when the run ends itself: the server is not answering
+    fail_on_error_rate: float | None = None  # exit 4 above this error rate (`post.outcome`)
     # derive the running figures of the web UI's LLM tab and /anvil/metrics as records come
     # in (`live.figures`): only a process with a web UI shows them, and at high open-loop
     # rates their derivation competes with due requests for the event loop
@@ -291,4 +299,5 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
         server_metrics_interval_s=v["server_metrics_interval"] or 1.0,
         abort=AbortRule(v["abort_after_failures"], v["abort_failure_ratio"],
                         v["abort_window"], v["stop_overloaded"]),
-        progress_every_s=None if v["quiet"] else v["progress_every"])
+        progress_every_s=None if v["quiet"] else v["progress_every"],
+        fail_on_error_rate=v["fail_on_error_rate"])

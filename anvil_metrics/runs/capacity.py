@@ -19,7 +19,11 @@ over the step's rows), or `error_rate` (failed requests other than `cancelled`, 
 requests). A missing value (no rows) does not meet an SLO.
 
 A step whose load generator was saturated (`client.saturated`), or whose open-loop schedule
-outran its users, is not trusted: the search stops there and says so, with the advice.
+outran its users, is not trusted: the search stops there and says so, with the advice; so
+does a step the server stopped answering (aborted: refused, silent) or a signal stopped. A
+step whose every request failed (its run exits 4) is a step that fails its SLOs, also when
+the run ended itself on them, as long as the server answered them (an HTTP status): it is
+there, and this load is too much for it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from anvil_metrics import catalog
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.criteria import OPS, parse_bounds
 from anvil_metrics.post import loadblock, stats
+from anvil_metrics.post.outcome import error_rate, server_failures
 
 if TYPE_CHECKING:
     from anvil_metrics.runs.display import Display
@@ -85,10 +90,7 @@ def parse_slos(text: str, flag: str = "--slo") -> tuple[Slo, ...]:
 def slo_value(slo: Slo, doc: Mapping[str, Any]) -> float | None:
     """The step's measured value of `slo`'s key (None when it has none)."""
     if slo.key == "error_rate":
-        requests = doc.get("requests") or 0
-        failed = sum(1 for f in doc.get("failures") or []
-                     if f.get("kind") not in ("cancelled", "aborted"))
-        return failed / requests if requests else None
+        return error_rate(doc)
     if slo.field is None:
         v = (doc.get("metrics") or {}).get(slo.key)
         return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
@@ -187,6 +189,8 @@ def search(by: str, slos: Sequence[Slo], run_step: RunStep, *, start: float,
 
 
 def _untrusted(doc: Mapping[str, Any]) -> str | None:
+    if doc.get("ended_by") == "aborted" and _answered_with_errors(doc):
+        return None  # the server is there, failing this load: a step that fails its SLOs
     if doc.get("ended_by") in ("aborted", "signal"):  # not the load it planned: stop there
         return f"the run was {'aborted' if doc['ended_by'] == 'aborted' else 'interrupted'}: " \
             f"{doc.get('end_reason')}"
@@ -198,6 +202,15 @@ def _untrusted(doc: Mapping[str, Any]) -> str | None:
     if late:
         return late
     return None
+
+
+def _answered_with_errors(doc: Mapping[str, Any]) -> bool:
+    """Every measured request failed, and the server answered some with an HTTP status: it
+    is up and failing this load (a step that fails its SLOs), not gone (refused, silent)."""
+    requests = doc.get("requests") or 0
+    failures = doc.get("failures") or []
+    return (requests > 0 and sum(server_failures(doc).values()) == requests
+            and any(f.get("http_status") for f in failures))
 
 
 def result_doc(by: str, slos: Sequence[Slo], s: Search, steps: Sequence[Step],

@@ -31,7 +31,7 @@ from anvil_metrics.errors import Terminated, UsageError
 from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
 from anvil_metrics.live.progress import PROGRESS_FILE, read_progress
 from anvil_metrics.live.recorder import create_run_dir
-from anvil_metrics.live.runerror import read_error
+from anvil_metrics.live.runerror import read_error, write_error
 from anvil_metrics.load.options import locust_args
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.post.blockkit import Block
@@ -65,9 +65,10 @@ def locust_argv(sc: Scenario, scenario_path: str, users: int, run_dir: Path, *,
     argv = [
         sys.executable, "-m", "anvil_metrics.runs.locustmain", "-f", str(LOCUSTFILE), "--headless",
         "-u", str(users), "-r", str(users),
-        "--csv", str(run_dir / "locust"), "--exit-code-on-error", "0",
-        "--only-summary", *locust_args(own),
+        "--csv", str(run_dir / "locust"), "--only-summary", *locust_args(own),
     ]
+    if own.get("exit_code_on_error") is not None:  # Locust's own flag (the plugin's default: 0)
+        argv += ["--exit-code-on-error", str(own["exit_code_on_error"])]
     if run_time_s:
         argv += ["--run-time", f"{math.ceil(run_time_s)}s"]
     if processes > 1:  # Locust forks a master and this many workers
@@ -130,8 +131,24 @@ def run_scenario(sc: Scenario, scenario_path: str, host: str, *, users: int,
                 shown()  # the last reading, then the terminal back
                 display.close()
     bench = run_dir / BENCHMARK_FILE
+    error = read_error(run_dir)
+    if error is None and not bench.exists():
+        write_error(run_dir, _left_nothing(proc.returncode, stopped_by, run_dir))
     return RunResult(run_dir, bench if bench.exists() else None, proc.returncode, log_path,
-                     read_error(run_dir), stopped_by)
+                     error, stopped_by)
+
+
+def _left_nothing(returncode: int, stopped_by: str | None, run_dir: Path) -> str:
+    """error.json's line, written here when Locust exited without writing benchmark.json or
+    error.json (killed, or stopped before anvil's plugin was loaded): a run folder is never
+    left with nothing that says why."""
+    how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    cause = f"{stopped_by} stopped it; " if stopped_by else ""
+    kept = (f"what it recorded is in requests.jsonl (`anvil postprocess {run_dir}` builds "
+            "benchmark.json from it)" if (run_dir / "requests.jsonl").exists()
+            else "nothing was measured")
+    return (f"anvil: {cause}Locust ({how}) wrote neither benchmark.json nor error.json: "
+            f"{kept}; its log is {run_dir / 'locust.log'}")
 
 
 # after a signal was passed on: how long Locust may take to stop (its --stop-timeout for the

@@ -52,19 +52,19 @@ from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
 from anvil_metrics.headers import checked
 from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.live.control import RequestBudget
-from anvil_metrics.live.progresswatch import ProgressWatch
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
-from anvil_metrics.live.runerror import ErrorFile
+from anvil_metrics.live.runerror import ErrorFile, SetUp, set_set_up
 from anvil_metrics.live.session import RunSession
 from anvil_metrics.load.body import DatasetBodies
 from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
 from anvil_metrics.post.clientblock import KEYS as CLIENT_KEYS
+from anvil_metrics.post.outcome import failure_verdict
 from anvil_metrics.prep.turns import ConversationPrompts
 from anvil_metrics.runs import locustfix
-from anvil_metrics.runs.display import Display, LiveTable, PlainLines
 from anvil_metrics.runs.launch import plan_text
+from anvil_metrics.runs.progressrun import ProgressRun
 from anvil_metrics.runs.stopsignals import StopSignals, first_mark_sigterm, mark_terminated
 from anvil_metrics.urls import api_key_from_env
 
@@ -88,7 +88,7 @@ class PluginState:
     - `error_file`: where the first error anvil logs goes (`runerror`), given a run folder;
     - `finishing`: set once the ending run's `benchmark.json` is written (`on_quitting`);
     - `signals`: the process's Ctrl-C handling (`stopsignals`), in Locust's own process only;
-    - `progress` / `display`: the run's live progress and where a headless run shows it.
+    - `progress`: the run's live progress and, headless, where it is shown (`progressrun`).
     """
 
     api_key: str | None = None
@@ -98,8 +98,7 @@ class PluginState:
     error_file: ErrorFile | None = None
     finishing: gevent.event.Event | None = None
     signals: StopSignals | None = None
-    progress: ProgressWatch | None = None
-    display: Display | None = None
+    progress: ProgressRun | None = None
 
 
 def plugin_state(environment: Any) -> PluginState:
@@ -215,8 +214,10 @@ def report_errors(environment: Any, **_: Any) -> None:
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any, **_: Any) -> None:
     """anvil's options on Locust's parser: strings defaulting to "" (see `load/options.py`);
-    and anvil's default for Locust's own --stop-timeout (`options.STOP_TIMEOUT_S`: why)."""
-    parser.set_defaults(stop_timeout=STOP_TIMEOUT_S)
+    and anvil's defaults for two of Locust's own: --stop-timeout (`options.STOP_TIMEOUT_S`:
+    why) and --exit-code-on-error 0 (a run with some failed requests exits 0, as `anvil run`
+    does; anvil's exit codes say more: `_exit_code`)."""
+    parser.set_defaults(stop_timeout=STOP_TIMEOUT_S, exit_code_on_error=0)
     for o in LOCUST_OPTIONS:
         extra: dict[str, Any] = {}
         if o.env_var:
@@ -346,8 +347,18 @@ def on_test_start(environment: Any, **_: Any) -> None:
     set_run(environment, None)  # until this run has started, users have nothing to send
     try:
         opts = options_from_locust(environment)
-        session = RunSession.start(opts, lambda: _end_run(environment),
-                                   _user_controls(environment))
+        # a signal now stops the set-up: its error.json names the phase (`runerror.SetUp`)
+        setup = SetUp(opts.results_dir, Path(opts.run_dir) if opts.run_dir else None)
+        set_set_up(environment, setup)
+        try:
+            session = RunSession.start(opts, lambda: _end_run(environment),
+                                       _user_controls(environment), setup)
+        finally:
+            set_set_up(environment, None)
+        if setup.stopped is not None:  # a signal came as the set-up ended: no load, kept
+            session.mark_end("signal", setup.stopped)
+            session.finish()
+            return
         # an open loop's arrivals: once the users are ready, or their connect timeout
         session.budget.hold_arrivals(opts.scenario.timeouts.connect_s + 5.0)
         set_run(environment, session)
@@ -371,39 +382,9 @@ def on_test_start(environment: Any, **_: Any) -> None:
     log.info("anvil: run %s → %s (model %s, %s prompt sizing: %s)",
              session.run_id, session.run_dir, session.model,
              plan_text(session.scenario, session.opts.users), session.calibration.method)
-    _start_progress(environment, session)
-
-
-def _start_progress(environment: Any, session: RunSession) -> None:
-    """The live progress (`live/progresswatch.py`), unless --quiet: `progress.json` each
-    second and, headless, the display (`runs/display.py`): in place on a terminal, else a
-    plain line every --progress-every through the `anvil` logger (`anvil run`'s child: its
-    log; its parent draws the file)."""
-    every_s = session.opts.progress_every_s
-    if every_s is None:
-        return
-    state = plugin_state(environment)
-    if environment.parsed_options.headless:
-        state.display = (LiveTable(sys.stderr, f"locust: anvil run {session.run_id}",
-                                   route_logs=True) if sys.stderr.isatty()
-                         else PlainLines(lambda line: log.info("anvil: %s", line), every_s))
-    show = state.display.show if state.display is not None else None
-    state.progress = ProgressWatch(
-        session, distributed=isinstance(environment.runner, MasterRunner), on_snapshot=show)
-    state.progress.start()
-
-
-def _stop_progress(state: PluginState) -> None:
-    """The run's last reading shown, then no more (the display gives the terminal back)."""
-    watch, display = state.progress, state.display
-    state.progress = state.display = None
-    try:
-        if watch is not None:
-            watch.stop()
-            watch.tick()
-    finally:
-        if display is not None:
-            display.close()
+    plugin_state(environment).progress = ProgressRun.start(
+        session, headless=environment.parsed_options.headless,
+        distributed=isinstance(environment.runner, MasterRunner))
 
 
 def _stop_cause(environment: Any, session: RunSession) -> str:
@@ -442,7 +423,9 @@ def on_test_stop(environment: Any, **_: Any) -> None:
     state = plugin_state(environment)
     done = state.finishing = gevent.event.Event()
     try:
-        _stop_progress(state)
+        progress, state.progress = state.progress, None
+        if progress is not None:
+            progress.stop()
         _finish(environment, session)
     finally:
         done.set()
@@ -466,6 +449,24 @@ def _finish(environment: Any, session: RunSession | WorkerSession) -> None:
         path = session.finish(stats)
     if path is not None:
         log.info("anvil: wrote %s", path)
+    if isinstance(session, RunSession):  # a worker's share of a run has no exit code of its own
+        _exit_code(environment, session)
+
+
+def _exit_code(environment: Any, session: RunSession) -> None:
+    """The exit code a run's end says (the README's table), unless an abort (3) or a signal
+    set it: 4 when its measured requests failed (`post.outcome`: the line, last in the log);
+    1 when a user's task raised (a bug in anvil: Locust's own code for it, under anvil's
+    --exit-code-on-error default of 0, would be 0)."""
+    if environment.process_exit_code is not None:
+        return
+    verdict = (failure_verdict(session.summary, session.opts.fail_on_error_rate)
+               if session.summary is not None else None)
+    if verdict is not None:
+        log.warning(verdict)
+        environment.process_exit_code = ExitCode.FAILED
+    elif getattr(environment.runner, "exceptions", None):
+        environment.process_exit_code = ExitCode.PROBLEM
 
 
 FINISH_WAIT_S = 600.0  # a run of millions of requests takes seconds to post-process

@@ -48,6 +48,7 @@ from locust.runners import WorkerRunner
 from anvil_metrics.cluster.worker import WorkerSession
 from anvil_metrics.errors import ExitCode
 from anvil_metrics.live.runctx import run_in_progress
+from anvil_metrics.live.runerror import set_up_in_progress
 from anvil_metrics.live.session import RunSession
 
 log = logging.getLogger("anvil")
@@ -92,6 +93,7 @@ class StopSignals:
             if runner is not None:
                 runner.user_greenlets.kill(block=False)
             return
+        _stop_set_up(env, SIGINT_REASON, ExitCode.SIGINT)
         if isinstance(session, RunSession) and not session.finished:
             session.mark_end("signal", SIGINT_REASON)
             if env.process_exit_code is None:
@@ -110,6 +112,7 @@ def mark_terminated(environment: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         drain_worker(environment)
         return
+    _stop_set_up(environment, SIGTERM_REASON, ExitCode.SIGTERM)
     session = run_in_progress(environment)
     if isinstance(session, RunSession) and not session.finished and session.ended_by is None:
         session.mark_end("signal", SIGTERM_REASON)
@@ -117,6 +120,17 @@ def mark_terminated(environment: Any) -> None:
             environment.process_exit_code = ExitCode.SIGTERM
         log.warning("anvil: SIGTERM: stopping the run; requests in flight get up to "
                     "--stop-timeout and are then cancelled")
+
+
+def _stop_set_up(environment: Any, reason: str, code: ExitCode) -> None:
+    """A signal during a run's set-up (before its first request): error.json names the
+    signal and the phase (`runerror.SetUp`), and the process exits 130 or 143."""
+    setup = set_up_in_progress(environment)
+    if setup is None or setup.stopped is not None:
+        return
+    log.warning("%s; in %s", setup.stop(reason), setup.run_dir)
+    if environment.process_exit_code is None:
+        environment.process_exit_code = code
 
 
 def drain_worker(environment: Any) -> None:

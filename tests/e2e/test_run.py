@@ -217,7 +217,7 @@ def test_http_errors_become_typed_failures(simulator, tmp_path: Path) -> None:
     """The scenario claims an 8k context, the server has 200 tokens and no tokenize
     endpoint to say so: every request (and the calibration probes: sizing falls back to an
     estimate) gets the server's OpenAI-style 400, recorded as a typed failure; the run
-    still completes. (A server that reports its limit is refused up front: see
+    still completes, and exits 4. (A server that reports its limit is refused up front: see
     test_e2e_prompt_modes.)"""
     sim = simulator(*FAST_SIM[:-2], "--max-context", "200", "--tokenize-api", "none")
     sc = write_scenario(tmp_path / "s.toml", SCENARIO.format(warmup=0))
@@ -225,7 +225,9 @@ def test_http_errors_become_typed_failures(simulator, tmp_path: Path) -> None:
     # process of its own beside the run (~0.3 CPU-s)
     proc = anvil("run", str(sc), "--host", sim.url, "--requests", "5", "--users", "2",
                  "--no-server-metrics", "--results-dir", str(tmp_path))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # every measured request failed
+    assert proc.stderr.splitlines()[-1].startswith(
+        "anvil: every one of the 5 measured requests failed (5 http_error)")
     doc = load_json(result_path(proc))
     assert (doc["requests"], doc["completed"], doc["failed"]) == (5, 0, 5)
     for f in doc["failures"]:

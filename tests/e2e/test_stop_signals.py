@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, check_every_record_once, load_json, raw_lines
+from conftest import finish_group as finish
 from simfork import start_simulator
 
 from anvil_metrics.runs.simproc import SimProcess
@@ -64,15 +65,6 @@ def wait_for_records(results: Path, count: int, proc: subprocess.Popen,
                 return
         time.sleep(0.1)
     raise AssertionError(f"fewer than {count} requests recorded in {timeout_s} s")
-
-
-def finish(proc: subprocess.Popen, timeout_s: float = 60) -> int:
-    try:
-        return proc.wait(timeout_s)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def check_kept(results: Path, logs: list[Path], reason: str) -> dict:

@@ -266,3 +266,30 @@ def test_a_variants_key_is_its_variable_else_its_urls_password(tmp_path: Path) -
     assert api_key(off, {"K": "sk-k"}) == "pw"  # no api_key_env: the URL's
     assert api_key(on, {"K": "sk-k"}) == "sk-k"  # the variable first
     assert api_key(on, {"K": ""}) == "url-key"  # an empty variable: the URL's
+
+
+def test_a_run_whose_every_request_failed_is_a_failed_run(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """The real runner: a run that exited 4 (every measured request failed) is a failed
+    run, named by the verdict's line (`post.outcome`); one that exited 0 is done."""
+    import orjson
+
+    from anvil_metrics.campaign.runner import locust_runner
+    from anvil_metrics.campaign.spec import Variant
+    from anvil_metrics.runs import launch
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "benchmark.json").write_bytes(orjson.dumps(
+        {"requests": 2, "failures": [{"request_index": i, "kind": "timeout"} for i in (0, 1)]}))
+    codes = iter([4, 0])
+    monkeypatch.setattr(launch, "run_scenario", lambda *a, **k: launch.RunResult(
+        run_dir, run_dir / "benchmark.json", next(codes), run_dir / "locust.log"))
+    campaign = load_campaign(campaign_file(tmp_path))
+    run = locust_runner(campaign, {})
+    variant: Variant = campaign.variants[0]
+    assert run(None, variant, run_dir) == (  # type: ignore[arg-type]
+        "anvil: every one of the 2 measured requests failed (2 timeout); see "
+        "benchmark.json's failures")
+    assert run(None, variant, run_dir) is None  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import REPO
-from rawbuild import HEADER, completed, write_raw
+from rawbuild import HEADER, completed, failed, write_raw
 
 import anvil_metrics.report.build as report
 import anvil_metrics.runs.launch as launch
@@ -67,16 +67,29 @@ def test_a_run_without_a_benchmark_is_one_line_exit_1(fakes, tmp_path: Path, cap
     assert captured.err.count("\n") == 1
 
 
-def test_a_verified_run_prints_its_summary_and_result(fakes, tmp_path: Path, capsys) -> None:
+def demo_of(fakes: dict[str, Any], tmp_path: Path, records: list[Any], capsys: Any) -> int:
+    """`anvil demo` whose run recorded `records` (its benchmark.json built from them)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    write_raw(run_dir / "requests.jsonl", HEADER, [completed(i) for i in range(3)],
+    write_raw(run_dir / "requests.jsonl", HEADER, records,
               {"finished_at": "2026-08-01T16:09:00Z", "client": {}})
     assert main(["postprocess", str(run_dir)]) == 0
     fakes["benchmark"] = run_dir / "benchmark.json"
     capsys.readouterr()
-    assert main(["demo", "--results-dir", str(tmp_path)]) == 0
+    return main(["demo", "--results-dir", str(tmp_path)])
+
+
+def test_a_verified_run_prints_its_summary_and_result(fakes, tmp_path: Path, capsys) -> None:
+    assert demo_of(fakes, tmp_path, [completed(i) for i in range(3)], capsys) == 0
+    run_dir = tmp_path / "run"
     out = capsys.readouterr().out.splitlines()
     summary = launch.summary_lines(orjson.loads(fakes["benchmark"].read_bytes()))
     assert out[2:] == [*summary, "verify: OK", f"result: {fakes['benchmark']}",
                        f"report: {run_dir / 'report.html'}"]
+
+
+def test_a_run_whose_every_request_failed_exits_4_saying_so_last(fakes, tmp_path: Path,
+                                                                  capsys) -> None:
+    assert demo_of(fakes, tmp_path, [failed(i) for i in range(2)], capsys) == 4
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("anvil: every one of the 2 measured requests failed (2 ")

@@ -1,6 +1,6 @@
 """The README's exit-code table, command by command: every `anvil` command is run here (in
 process, through the same `main` the console script calls) into each code it can give
-without a server, and the codes only a real run gives (3, 130, 143) are named with the
+without a server, and the codes only a real run gives (3, 4, 130, 143) are named with the
 end-to-end test that sees them from a real process.
 
 Why: a script that drives anvil (CI, a campaign wrapper) branches on the exit code; one
@@ -29,6 +29,8 @@ CAMPAIGN = str(REPO / "scenarios" / "campaigns" / "fp8-vs-nvfp4.toml")
 CASES: list[tuple[str, list[str], ExitCode, str]] = [
     ("run", ["run", "{missing}.toml", "-H", "http://127.0.0.1:9"], ExitCode.USAGE,
      "missing.toml' does not exist"),
+    ("run", ["run", SMOKE, "-H", "http://127.0.0.1:9", "--fail-on-error-rate", "1"],
+     ExitCode.USAGE, "--fail-on-error-rate '1' is not allowed; expected a fraction >= 0 and < 1"),
     ("postprocess", ["postprocess", "{run}"], ExitCode.OK, ""),
     ("postprocess", ["postprocess", "{empty}"], ExitCode.USAGE, "no requests.jsonl"),
     ("verify", ["verify", "{run}/benchmark.json"], ExitCode.OK, ""),
@@ -63,6 +65,8 @@ CASES: list[tuple[str, list[str], ExitCode, str]] = [
 # the codes only a real run can give, and the end-to-end test that sees each from a process
 FROM_REAL_RUNS = {
     ExitCode.ABORTED: ("tests/e2e/test_abort.py", "assert code == 3"),
+    # every measured request failed, or more than --fail-on-error-rate of them
+    ExitCode.FAILED: ("tests/e2e/test_exit_codes.py", '("all_failed", anvil_run'),
     ExitCode.SIGINT: ("tests/e2e/test_stop_signals.py", "(signal.SIGINT, 130"),
     ExitCode.SIGTERM: ("tests/e2e/test_stop_signals.py", "(signal.SIGTERM, 143"),
     # a campaign whose run failed: 1, named on stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from anvil_metrics.live.runerror import ERROR_FILE, ErrorFile, read_error, write_error
+from anvil_metrics.live.runerror import ERROR_FILE, ErrorFile, SetUp, read_error, write_error
 
 
 def test_the_first_error_is_kept(tmp_path: Path) -> None:
@@ -47,3 +47,27 @@ def test_a_handler_that_cannot_write_does_not_raise(tmp_path: Path) -> None:
     handler.handleError = lambda record: None  # type: ignore[method-assign]  # quiet
     handler.emit(logging.makeLogRecord({"msg": "x", "levelno": logging.ERROR}))
     assert handler.written and not (tmp_path / "missing-folder").exists()
+
+
+def test_a_signal_in_the_set_up_names_its_phase_once(tmp_path: Path) -> None:
+    """Given a run folder (`anvil run`'s), error.json goes there; the first signal's line is
+    kept, a second changes nothing."""
+    setup = SetUp(str(tmp_path / "results"), tmp_path)
+    setup.enter("sizing the prompts")
+    line = setup.stop("SIGINT (Ctrl-C): stopped by hand")
+    assert line == ("anvil: SIGINT (Ctrl-C): stopped by hand in the run's set-up (sizing the "
+                    "prompts), before its first request: nothing was measured")
+    setup.enter("building the request bodies")
+    setup.stop("SIGTERM: the process was asked to stop")
+    assert read_error(tmp_path) == line and setup.stopped == "SIGINT (Ctrl-C): stopped by hand"
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_set_up_without_a_folder_yet_makes_one_for_its_error(tmp_path: Path) -> None:
+    """Plain Locust makes its run folder late in the set-up: a signal before it makes one."""
+    setup = SetUp(str(tmp_path))
+    setup.stop("SIGTERM: the process was asked to stop")
+    (run_dir,) = tmp_path.glob("benchmark-*")
+    assert setup.run_dir == run_dir
+    assert read_error(run_dir).endswith("(reading the options), before its first request: "
+                                        "nothing was measured")

@@ -169,3 +169,26 @@ def test_the_sessions_stuck_report_reads_its_requests_in_flight(tmp_path: Path,
     assert (report.threshold_s, report.in_flight_requests, report.waiting_first_byte_requests,
             report.idle_mid_stream_requests) == (30.0, 2, 1, 0)
     assert report.oldest_s is not None and report.oldest_s >= 60.0
+def test_the_set_up_says_its_phases_and_a_session_ended_before_its_load_is_kept(
+        sim: SimProcess, tmp_path: Path) -> None:
+    """`start` tells its `SetUp` each phase and the run folder (a signal's error.json names
+    them: `runerror`); a session a signal stopped as its set-up ended is finished without
+    any load (the plugin's path): a benchmark.json of nothing measured, partial."""
+    from anvil_metrics.live.runerror import SetUp
+
+    phases: list[str] = []
+
+    class Seen(SetUp):
+        def enter(self, phase: str) -> None:
+            phases.append(phase)
+            super().enter(phase)
+
+    setup = Seen(str(tmp_path))
+    session = RunSession.start(_opts(sim, tmp_path), lambda: None, setup=setup)
+    assert phases == ["finding the model", "asking how the server counts tokens",
+                      "sizing the prompts", "building the request bodies",
+                      "asking the server what it is", "writing the run folder"]
+    assert setup.run_dir == tmp_path / "run" and setup.stopped is None
+    session.mark_end("signal", "SIGTERM: the process was asked to stop")
+    doc = orjson.loads(session.finish().read_bytes())
+    assert (doc["requests"], doc["partial"], doc["ended_by"]) == (0, True, "signal")

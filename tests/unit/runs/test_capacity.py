@@ -358,3 +358,38 @@ def test_search_stops_at_an_aborted_step_with_its_cause() -> None:
     assert stopped == ("the step at users 4 is not trusted: the run was aborted: the server "
                        "at http://h stopped answering at 3.0 s: refused")
     assert steps[-1].trusted is False
+
+
+def _all_failed(load: float, status: int | None, ended_by: str = "requests") -> dict[str, Any]:
+    """A step whose every one of its 12 measured requests failed (HTTP `status`, or none)."""
+    kind = "http_error" if status else "connection"
+    return {**fake_doc(load), "requests": 12, "ended_by": ended_by,
+            "end_reason": "the server failed 12 of the 12 requests",
+            "failures": [{"request_index": i, "kind": kind, "http_status": status}
+                         for i in range(12)],
+            "metrics": {"ttft_p95_ms": None, "goodput_rps": 0.0}, "request_timings": []}
+
+
+@pytest.mark.parametrize("ended_by", ["requests", "aborted"])
+def test_a_step_whose_every_request_failed_fails_its_slos_and_the_search_goes_on(
+        ended_by: str) -> None:
+    """Above 8 users the server answers every request 503 (its run exits 4, or ends itself
+    on them): those steps fail the SLO, the search bisects, and finds 8."""
+    runs = FakeRuns(lambda load: fake_doc(load) if load <= 8 else _all_failed(load, 503,
+                                                                                ended_by))
+    s, steps, stopped = capacity.search("users", parse_slos("ttft_p95_ms<=150,error_rate<=0.1"),
+                                        runs, start=1, maximum=256, resolution=1)
+    assert stopped is None and s.capacity() == 8
+    assert runs.loads == [1, 2, 4, 8, 16, 12, 10, 9]
+    assert steps[4].values == {"ttft_p95_ms": None, "error_rate": 1.0}
+    assert (steps[4].meets, steps[4].trusted) == (False, True)
+
+
+def test_a_step_aborted_with_no_answer_still_stops_the_search() -> None:
+    """Every request refused (no HTTP status): the server is gone, not slow."""
+    runs = FakeRuns(lambda load: fake_doc(load) if load <= 2 else _all_failed(load, None,
+                                                                                "aborted"))
+    _, steps, stopped = capacity.search("users", SLOS, runs, start=1, maximum=256,
+                                        resolution=1)
+    assert runs.loads == [1, 2, 4] and steps[-1].trusted is False
+    assert stopped is not None and "the run was aborted" in stopped

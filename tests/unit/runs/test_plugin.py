@@ -184,3 +184,27 @@ def test_init_brings_the_loops_clock_up_to_now() -> None:
     assert loop.now() == before  # cached
     plugin.fresh_loop_clock()
     assert loop.now() - before >= 0.05
+
+
+ALL_FAILED = {"requests": 2, "failures": [{"kind": "timeout"}, {"kind": "timeout"}]}
+ONE_FAILED = {"requests": 4, "failures": [{"kind": "http_error"}]}
+
+
+@pytest.mark.parametrize("ended_by,summary,rate,set_before,exceptions,want", [
+    ("requests", ALL_FAILED, None, None, {}, 4),
+    ("requests", ONE_FAILED, None, None, {}, None),  # some failed: Locust's default, 0
+    ("requests", ONE_FAILED, 0.2, None, {}, 4),
+    ("requests", ONE_FAILED, 0.25, None, {}, None),
+    ("signal", ALL_FAILED, None, 130, {}, 130),  # a signal's code stays
+    ("aborted", ALL_FAILED, None, 3, {}, 3),  # `_finish` set 3 before the file was written
+    ("requests", None, None, None, {"x": 1}, 1),  # a user's task raised: a bug
+])  # fmt: skip
+def test_a_runs_end_sets_the_exit_code_the_table_says(ended_by: str, summary: dict | None,
+                                                      rate: float | None, set_before: int | None,
+                                                      exceptions: dict, want: int | None) -> None:
+    session = SimpleNamespace(ended_by=ended_by, summary=summary,
+                              opts=SimpleNamespace(fail_on_error_rate=rate))
+    env = SimpleNamespace(process_exit_code=set_before,
+                          runner=SimpleNamespace(exceptions=exceptions))
+    plugin._exit_code(env, session)  # type: ignore[arg-type]
+    assert env.process_exit_code == want

@@ -110,3 +110,24 @@ def test_ctrl_c_stops_once_then_cancels(monkeypatch, worker: bool) -> None:
     assert quits == [1] and kills == []
     handler.on_sigint()
     assert quits == [1] and kills == [False]
+
+
+def test_a_signal_in_the_set_up_writes_error_json_and_sets_its_code(tmp_path) -> None:
+    """SIGTERM while `RunSession.start` asks the server (no run in progress yet): error.json
+    names the signal and the phase, the exit code is 143; marked once."""
+    from anvil_metrics.live.runerror import SetUp, read_error, set_set_up
+
+    env = environment()
+    setup = SetUp(str(tmp_path), tmp_path)
+    setup.enter("sizing the prompts")
+    set_set_up(env, setup)
+    stopsignals.mark_terminated(env)
+    stopsignals.mark_terminated(env)  # Locust's `quitting` marks again: nothing changes
+    assert env.process_exit_code == ExitCode.SIGTERM
+    assert read_error(tmp_path) == (f"anvil: {stopsignals.SIGTERM_REASON} in the run's set-up "
+                                    "(sizing the prompts), before its first request: nothing "
+                                    "was measured")
+    set_set_up(env, None)
+    fresh = environment()
+    stopsignals.mark_terminated(fresh)  # no set-up, no run: nothing
+    assert fresh.process_exit_code is None
