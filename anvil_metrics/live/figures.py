@@ -206,16 +206,18 @@ class LiveStats:
             self._drainer = gevent.spawn(self._drain_when_idle)
 
     def _drain_when_idle(self) -> None:
-        """Derive the pending records when the event loop is idle: all at once, or, while an
-        open loop's next request waits for its due time, a slice at a time, each started
-        only with room for it before that time. Why: a batch of 64 took ~2.6 ms here, and
-        at 500 req/s every 64th request went out that late (lag p99 2.8 ms)."""
+        """Derive the pending records when the event loop is idle, a slice of DRAIN_SLICE at
+        a time (one idle turn each); while an open loop's next request waits for its due
+        time, each slice is started only with room for it before that time. Why: a batch
+        of 64 took ~2.6 ms here, and at 500 req/s every 64th request went out that late
+        (lag p99 2.8 ms); a closed loop's streams waited as long (256 streams with the
+        live progress: lag p99 1.32 ms against 0.90 without, `benchmarks/progress_cost.py`)."""
         try:
             while self._pending:
                 gevent.idle()
                 due_ns = None if self._next_due_ns is None else self._next_due_ns()
                 if due_ns is None:
-                    self._drain()
+                    self._drain(DRAIN_SLICE)
                     continue
                 room_ns = due_ns - time.perf_counter_ns()
                 if (room_ns < ROOM_FACTOR * self._slice_ns
@@ -261,12 +263,15 @@ class LiveStats:
             self.series.add(t_s, {f: series[f][i] for f in SERIES_FIELDS})
             self.flow.finished(t_s, completed=True, output_tokens=int(tokens[i]))
 
-    def settle(self) -> None:
-        """Derive the pending records now, unless the idle-time drainer has them (a batch
-        or more wait): the progress snapshot's counts once a second (`progresswatch.py`)
-        without a stall of hundreds of rows at once on a busy loop."""
-        if self._drainer is None:
+    def settle(self, final: bool = False) -> None:
+        """Have the pending records derived: by the idle-time drainer, a slice at a time (the
+        progress snapshot's counts once a second, `progresswatch.py`, a second behind at
+        most, never a stall of a batch on a busy loop), or now when `final` (the load is
+        over: the last reading has every record)."""
+        if final:
             self._drain()
+        elif self._pending and self._drainer is None:
+            self._drainer = gevent.spawn(self._drain_when_idle)
 
     def bins(self) -> int:
         """Bins held by the table's sketches (what their memory grows with)."""

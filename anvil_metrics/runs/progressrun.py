@@ -49,7 +49,7 @@ class ProgressRun:
         back)."""
         try:
             self.watch.stop()
-            self.watch.tick()
+            self.watch.tick(final=True)
         finally:
             if self.display is not None:
                 self.display.close()
