@@ -88,3 +88,15 @@ def test_log_handlers_print_above_the_region_and_are_put_back() -> None:
         assert handler.stream is sys.__stderr__
     finally:
         logger.removeHandler(handler)
+
+
+def test_a_reading_a_little_early_is_on_time() -> None:
+    """Snapshots come once a second with the loop's jitter: a line every 2 s stays every 2 s
+    (seen: 2 s, then 3 s, when a reading came a millisecond before the interval)."""
+    out: list[str] = []
+    clock = Clock()
+    plain = PlainLines(out.append, every_s=2.0, clock=clock)
+    for t in (0.0, 1.0, 1.999, 2.999, 3.998, 4.998, 5.997):
+        clock.t = t
+        plain.show(_p(1))
+    assert len(out) == 4  # at 0, 1.999, 3.998, 5.997
