@@ -390,6 +390,11 @@ class RequestBudget:
         """Measured requests started (ticket handed out) and not yet finished (given back)."""
         return self._out
 
+    @property
+    def warmups_in_flight(self) -> int:
+        """Warm-up requests started and not yet finished (the live progress shows them)."""
+        return self._next_warmup - self._warmup_done
+
     def read_in_flight(self) -> InFlight:
         """In flight now, its integral so far and its peak since the previous call (which
         this call starts again: one reader, the live page's sampler)."""

@@ -44,7 +44,7 @@ class Progress(msgspec.Struct, frozen=True, kw_only=True):
     requests_done: int = 0  # completed + failed + cancelled
     warmup_planned: int = 0
     warmup_done: int = 0
-    in_flight_requests: int | None = None
+    in_flight_requests: int | None = None  # warm-ups included
     completed_requests: int = 0
     failed_by_kind: dict[str, int] = msgspec.field(default_factory=dict)
     cancelled_requests: int = 0

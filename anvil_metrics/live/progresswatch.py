@@ -99,6 +99,7 @@ class ProgressWatch:
         """The snapshot at `now_s` (`perf_counter`); `final`: with every record derived."""
         s = self.session
         live, budget, sc = s.live, s.budget, s.scenario
+        in_flight = budget.in_flight + budget.warmups_in_flight  # a stuck warm-up is shown too
         live.settle(final)
         kinds = dict(live.failure_kinds)
         cancelled = sum(kinds.pop(k, 0) for k in CANCELLED_KINDS)
@@ -118,7 +119,7 @@ class ProgressWatch:
                 time.perf_counter_ns() / 1e9 - began / 1e9, 3),
             requests_planned=sc.requests, requests_done=live.completed + live.failed,
             warmup_planned=budget.warmup, warmup_done=live.warmups,
-            in_flight_requests=budget.in_flight, completed_requests=live.completed,
+            in_flight_requests=in_flight, completed_requests=live.completed,
             failed_by_kind=kinds, cancelled_requests=cancelled,
             requests_per_s=per_s, output_tok_s=tok_s, rate_window_s=span_s,
             ttft_p50_ms=ttft["p50"], ttft_p95_ms=ttft["p95"],
@@ -129,7 +130,7 @@ class ProgressWatch:
             step=None if step is None else step[0], steps=None if step is None else step[1],
             step_load=None if step is None else step[2],
             # a master's merged report can outlive the workers' last requests by a second
-            stuck=_stuck(s) if budget.in_flight else None)
+            stuck=_stuck(s) if in_flight else None)
         return msgspec.structs.replace(p, eta_s=eta_s(p))
 
 
