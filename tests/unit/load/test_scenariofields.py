@@ -160,7 +160,9 @@ def scenario_table() -> str:
             return str(v).lower()
         if isinstance(v, str):
             return f'"{v}"'
-        if isinstance(v, int | float):
+        if isinstance(v, int):
+            return str(v)  # as TOML writes it: 16777216, not 1.67772e+07
+        if isinstance(v, float):
             return format(v, "g")
         return ""
 
