@@ -225,8 +225,9 @@ class Flag:
 
 
 def _default(key: str) -> str:
-    """A key's default as a flag's help says it."""
-    return format(default(key), "g")
+    """A key's default as a flag's help says it (a whole number whole: 16777216)."""
+    v = default(key)
+    return str(v) if isinstance(v, int) else format(v, "g")
 
 
 FLAGS: tuple[Flag, ...] = (
