@@ -1,7 +1,9 @@
 """Recorded traces: read a file of timed requests, check every line, and say what replaying
 it will ask of a server before any GPU time is spent (`anvil trace stats`).
 
-Three formats, each one request per line, told by `--trace-format` or by the file itself:
+Three formats of requests, each one request per line, told by `--trace-format` or by the
+file itself (and three of agent jobs, `AGENT_FORMATS`, which `detect_format` tells apart
+here and `load/agentjob.py` reads: a trace of jobs is not a list of requests):
 
 - `mooncake` (Mooncake's published traces, JSONL): `timestamp` (ms from the trace's start),
   `input_length`, `output_length`, `hash_ids` (one id per block of `block_tokens` input
@@ -39,6 +41,8 @@ from anvil_metrics.errors import InputEntryError, UsageError
 from anvil_metrics.jsonio import object_lines
 
 FORMATS = ("mooncake", "burstgpt", "jsonl")
+AGENT_FORMATS = ("weka", "otel", "agent-jsonl")  # agent jobs: load/agentjob.py
+ALL_FORMATS = FORMATS + AGENT_FORMATS
 MOONCAKE_BLOCK_TOKENS = 512
 _BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 
@@ -62,22 +66,50 @@ class TraceRequest:
     prefix_tokens: int = 0
 
 
-def detect_format(path: Path) -> str:
-    """The format of `path` from its first non-empty line: a CSV header with BurstGPT's
-    columns, or a JSON object with `hash_ids` (mooncake) or `input_tokens` (jsonl)."""
+def _agent_format(obj: Any) -> str | None:
+    """The agent-job format of one parsed trace object (module docstring), or None."""
+    if not isinstance(obj, dict):
+        return None
+    if "spans" in obj:
+        return "otel"
+    if "requests" in obj and ("block_size" in obj or "hash_id_scope" in obj):
+        return "weka"
+    return "agent-jsonl" if obj.get("type") == "job" else None
+
+
+def _first_line(path: Path) -> bytes:
     with path.open("rb") as f:
         for raw in f:
-            first = raw.strip()
-            if first:
-                break
-        else:
-            raise UsageError(f"{path}: the trace is empty")
+            if raw.strip():
+                return raw.strip()
+    raise UsageError(f"{path}: the trace is empty")
+
+
+def detect_format(path: Path) -> str:
+    """The format of `path` from its first non-empty line: a CSV header with BurstGPT's
+    columns, or a JSON object with `hash_ids` (mooncake) or `input_tokens` (jsonl), or one
+    of the agent-job formats (`_agent_format`; a folder: its first `.json` file's; a
+    `.json` file written over many lines: the whole file's)."""
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise UsageError(f"{path}: the folder holds no .json trace file")
+        path = files[0]
+    first = _first_line(path)
     if first.startswith(b"{"):
         try:
             obj = orjson.loads(first)
         except orjson.JSONDecodeError:
             obj = None
+            if path.suffix == ".json":
+                try:
+                    obj = orjson.loads(path.read_bytes())
+                except orjson.JSONDecodeError:
+                    obj = None
         keys = obj if isinstance(obj, dict) else {}
+        agent = _agent_format(obj)
+        if agent is not None:
+            return agent
         if "hash_ids" in keys or "input_length" in keys:
             return "mooncake"
         if "input_tokens" in keys:
@@ -85,22 +117,28 @@ def detect_format(path: Path) -> str:
     elif all(c.encode() in first for c in _BURSTGPT_COLUMNS):
         return "burstgpt"
     raise UsageError(f"{path}: cannot tell the trace's format from its first line; name it "
-                     f"with --trace-format ({', '.join(FORMATS)})")
+                     f"with --trace-format ({', '.join(ALL_FORMATS)})")
 
 
-def _count(path: str, line: int, obj: dict, key: str, least: int) -> int:
+def count_field(path: str, line: int | str, obj: dict, key: str, least: int,
+                name: str | None = None) -> int:
+    """`obj[key]`, a whole number >= `least`, else a `TraceError` naming the field (`name`:
+    where it sits, as `requests[3].in`; default the key)."""
     v = obj.get(key)
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or v < least:
-        raise TraceError(path, line, key, v, f"a whole number >= {least}")
+        raise TraceError(path, line, name or key, v, f"a whole number >= {least}")
     return v
 
 
-def _ms(path: str, line: int, obj: dict, key: str, scale: float = 1.0) -> float:
+def number_field(path: str, line: int | str, obj: dict, key: str, scale: float = 1.0,
+                 name: str | None = None) -> float:
+    """`obj[key]` times `scale`, a finite number >= 0, else a `TraceError` (as
+    `count_field`)."""
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-        raise TraceError(path, line, key, v, "a number >= 0")
+        raise TraceError(path, line, name or key, v, "a number >= 0")
     return float(v) * scale
 
 
@@ -111,9 +149,9 @@ def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
 def _mooncake(path: Path, block_tokens: int) -> Iterator[TraceRequest]:
     p = str(path)
     for n, obj in _json_lines(path):
-        at_ms = _ms(p, n, obj, "timestamp")  # the fields in a line's order
-        size = _count(p, n, obj, "input_length", 1)
-        out = _count(p, n, obj, "output_length", 1)
+        at_ms = number_field(p, n, obj, "timestamp")  # the fields in a line's order
+        size = count_field(p, n, obj, "input_length", 1)
+        out = count_field(p, n, obj, "output_length", 1)
         ids = obj.get("hash_ids")  # missing: None, named as such
         if not isinstance(ids, list) or not all(
                 isinstance(x, int) and not isinstance(x, bool) for x in ids):
@@ -131,8 +169,8 @@ def _plain(path: Path) -> Iterator[TraceRequest]:
         prefix_id = obj.get("prefix_id")
         prefix_tokens = 0
         if prefix_id is not None:
-            prefix_tokens = _count(p, n, obj, "prefix_tokens", 1)
-        size = _count(p, n, obj, "input_tokens", 1)
+            prefix_tokens = count_field(p, n, obj, "prefix_tokens", 1)
+        size = count_field(p, n, obj, "input_tokens", 1)
         if prefix_tokens >= size:
             raise TraceError(p, n, "prefix_tokens", prefix_tokens,
                              f"fewer than input_tokens ({size})")
@@ -140,8 +178,8 @@ def _plain(path: Path) -> Iterator[TraceRequest]:
             v = obj.get(key)
             if isinstance(v, bool) or (v is not None and not isinstance(v, str | int)):
                 raise TraceError(p, n, key, v, "a string or a whole number")
-        yield TraceRequest(n, _ms(p, n, obj, "timestamp"), size,
-                           _count(p, n, obj, "output_tokens", 1),
+        yield TraceRequest(n, number_field(p, n, obj, "timestamp"), size,
+                           count_field(p, n, obj, "output_tokens", 1),
                            session_id=None if obj.get("session_id") is None
                            else str(obj["session_id"]),
                            prefix_id=None if prefix_id is None else str(prefix_id),
@@ -173,9 +211,9 @@ def _burstgpt(path: Path, model: str | None) -> Iterator[TraceRequest]:
                     raise TraceError(p, n, key, row[at[key]], "a number") from None
             if obj["Response tokens"] == 0:
                 continue  # BurstGPT logs failed requests with no response: nothing to replay
-            yield TraceRequest(n, _ms(p, n, obj, "Timestamp", 1000.0),
-                               _count(p, n, obj, "Request tokens", 1),
-                               _count(p, n, obj, "Response tokens", 1))
+            yield TraceRequest(n, number_field(p, n, obj, "Timestamp", 1000.0),
+                               count_field(p, n, obj, "Request tokens", 1),
+                               count_field(p, n, obj, "Response tokens", 1))
 
 
 def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int =
@@ -185,11 +223,17 @@ def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int =
     `window_s` (`[start, end)` seconds after the trace's first request; None: all), of
     those the first `limit`."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir() and (fmt in AGENT_FORMATS or fmt is None):
+        fmt = fmt or detect_format(p)
+    elif not p.is_file():
         raise UsageError(f"--trace {str(p)!r}: no such file; pass a trace file")
-    if fmt is not None and fmt not in FORMATS:
-        raise UsageError(f"--trace-format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt is not None and fmt not in ALL_FORMATS:
+        raise UsageError(f"--trace-format {fmt!r}: use one of {', '.join(ALL_FORMATS)}")
     fmt = fmt or detect_format(p)
+    if fmt in AGENT_FORMATS:
+        raise UsageError(f"--trace {str(p)!r}: its format {fmt!r} holds agent jobs (sub-agents, "
+                         "tool waits), which 'anvil trace stats' reads; their replay is not "
+                         "built yet: use a request trace (" + ", ".join(FORMATS) + ")")
     lines = (_mooncake(p, block_tokens) if fmt == "mooncake" else _plain(p)
              if fmt == "jsonl" else _burstgpt(p, model))
     out: list[TraceRequest] = []
