@@ -141,9 +141,12 @@ def text_field(path: str, where: int | str, obj: dict, key: str, name: str | Non
 
 def optional_ms(path: str, where: int | str, obj: dict, key: str, scale: float,
                 name: str | None = None) -> float | None:
-    """`obj[key]` times `scale` (seconds to ms: 1000), a number >= 0; absent or null:
-    None (not recorded)."""
-    return None if obj.get(key) is None else number_field(path, where, obj, key, scale, name)
+    """`obj[key]` times `scale` (seconds to ms: 1000), a number >= 0 to the nanosecond
+    (a recorded 0.037 s is 37.0 ms, not 36.99999999999999); absent or null: None (not
+    recorded)."""
+    if obj.get(key) is None:
+        return None
+    return round(number_field(path, where, obj, key, scale, name), 6)
 
 
 def optional_count(path: str, where: int | str, obj: dict, key: str,

@@ -45,7 +45,7 @@ from anvil_metrics.load.optionvalues import (
     whole,
     window_text,
 )
-from anvil_metrics.load.trace import FORMATS as TRACE_FORMATS
+from anvil_metrics.load.trace import ALL_FORMATS as TRACE_FORMATS
 from anvil_metrics.load.trace import TracePlan
 
 # what a run's requests are posted to (`body.py`), under the API path; which of them answer
@@ -259,7 +259,8 @@ FLAGS: tuple[Flag, ...] = (
          "BurstGPT CSV or anvil's JSONL; its timestamps are the due times): see "
          "load/replay.py"),
     Flag("--trace-format", "trace.format", "the trace's format: mooncake, burstgpt or jsonl "
-         "(default: told by the file)"),
+         "(agent jobs: weka, otel, agent-jsonl; read by 'anvil trace stats', not replayed "
+         "yet) (default: told by the file)"),
     Flag("--trace-speed", "trace.speed", "replay the trace this many times faster (default "
          f"{_default('trace.speed')})"),
     Flag("--trace-limit", "trace.limit", "replay only the trace's first N requests"),
