@@ -14,10 +14,10 @@ from dataclasses import asdict
 import orjson
 
 from anvil_metrics.cli.parsing import Commands, argtype
-from anvil_metrics.load.optionvalues import whole, window
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.agentread import is_agent_trace, read_jobs
 from anvil_metrics.load.agentstats import AgentTraceStats, agent_stats
+from anvil_metrics.load.optionvalues import whole, window
 from anvil_metrics.load.trace import ALL_FORMATS, MOONCAKE_BLOCK_TOKENS, read_trace, trace_stats
 
 

@@ -3,7 +3,7 @@
 
 Why this graph format and not TensorRT-LLM's (`parallel_start`/`parallel_end` with tool
 `duration_ms`): inference-perf documents its OTel replay in full (repo
-`kubernetes-sigs/inference-perf`, `docs/otel_trace_replay.md` at commit
+`kubernetes-sigs/inference-perf`, its page `otel_trace_replay` in `docs` at commit
 03e89d4a5badf37093c96dab524801ab420a0b18: the file format, the graph rules, the
 loader's options), on the OpenTelemetry GenAI semantic conventions that agent frameworks
 already emit; TensorRT-LLM's agentic format has no published description to read.
@@ -33,7 +33,7 @@ counting per trace.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +50,17 @@ def _kind(span: dict) -> str:
     return "chat" if "gen_ai.input.messages" in attrs else op
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
 def _time_s(path: str, where: str, span: dict, key: str, i: int) -> float:
+    """A span's time in seconds since the epoch, exact to its microsecond (a naive time is
+    UTC): a float of the epoch's seconds would blur milliseconds."""
     v = span.get(key)
     try:
-        return datetime.fromisoformat(v).timestamp()  # type: ignore[arg-type]
+        dt = datetime.fromisoformat(v)  # type: ignore[arg-type]
+        return ((dt if dt.tzinfo else dt.replace(tzinfo=UTC)) - _EPOCH) // _US / 1e6
     except (TypeError, ValueError):
         raise TraceError(path, where, f"spans[{i}].{key}", v,
                          "an ISO 8601 time (2024-01-01T00:00:00.125Z)") from None
@@ -109,13 +116,13 @@ def _turn(path: str, where: str, s: dict, t0: float, ids: list[int], before: Tur
     stop = reasons[0] if isinstance(reasons, list) and reasons else None
     model = a.get("gen_ai.request.model")
     tool_ms, idle_ms = gap
-    return Turn(t_s=s["_start"] - t0, input_tokens=size,
+    return Turn(t_s=round(s["_start"] - t0, 6), input_tokens=size,
                 output_tokens=count_field(path, where, a, out_key, 0, f"{name}.{out_key}"),
                 hash_ids=tuple(blocks), model=model if isinstance(model, str) else None,
                 input_type="text" if tool_ms == 0.0 else "tool_result",
                 stop=_STOPS.get(stop, stop) if isinstance(stop, str) else None,
                 tool_wait_ms=tool_ms, idle_ms=idle_ms,
-                api_ms=max(0.0, s["_end"] - s["_start"]) * 1000)
+                api_ms=round(max(0.0, s["_end"] - s["_start"]) * 1000, 3))
 
 
 def _gap(before: dict | None, s: dict, tools: list[dict]) -> tuple[float | None, float | None]:
@@ -125,9 +132,10 @@ def _gap(before: dict | None, s: dict, tools: list[dict]) -> tuple[float | None,
     inside = [x for x in tools if x["_start"] >= before["_end"] and x["_end"] <= s["_start"]]
     gap_ms = max(0.0, s["_start"] - before["_end"]) * 1000
     if not inside:
-        return 0.0, gap_ms
-    tool_ms = (max(x["_end"] for x in inside) - min(x["_start"] for x in inside)) * 1000
-    return tool_ms, max(0.0, gap_ms - tool_ms)
+        return 0.0, round(gap_ms, 3)
+    tool_ms = round((max(x["_end"] for x in inside) - min(x["_start"] for x in inside)) * 1000,
+                    3)
+    return tool_ms, round(max(0.0, gap_ms - tool_ms), 3)
 
 
 def otel_job(path: str, line: int, obj: dict) -> Job:
@@ -186,9 +194,9 @@ def _sessions(path: str, where: str, tid: str, spans: dict, order: list, turns: 
             continue
         a, parent = spans[key], session_of(owner[key])
         depth[key] = depth[parent] + 1
-        start_s = a["_start"] - t0
+        start_s = round(a["_start"] - t0, 6)
         after = max((k for k, t in enumerate(turns[parent]) if t.t_s < start_s), default=None)
-        dur = (a["_end"] - a["_start"]) * 1000
+        dur = round((a["_end"] - a["_start"]) * 1000, 3)
         name = a["attributes"].get("gen_ai.agent.name")
         out.append(Session(id=key, turns=tuple(turns[key]),
                            parent_id=tid if parent is None else parent, depth=depth[key],

@@ -2,9 +2,9 @@
 
 Why this format: SemiAnalysis' AgentX replays Weka's Claude-Code captures through AIPerf,
 so the published corpora are in it. The field list is read (never copied) from AIPerf's
-loader, repo `ai-dynamo/aiperf`, `src/aiperf/dataset/loader/weka_trace_models.py` at
-commit 90f31d18c57a572640729b1070a01b1bf2c7c7e4 and `weka_trace.py` at commit
-0cea22b0afbec0218a2973bf76b4c3afb428a969:
+loader in repo `ai-dynamo/aiperf`, folder `src/aiperf/dataset/loader`: its modules
+`weka_trace_models` (at commit 90f31d18c57a572640729b1070a01b1bf2c7c7e4) and `weka_trace`
+(at commit 0cea22b0afbec0218a2973bf76b4c3afb428a969):
 
 - a trace (one job): `id`, `models`, `block_size` (> 0; 64 in the published captures),
   `hash_id_scope` (only "local": ids count per trace; anything else is refused, as

@@ -64,3 +64,26 @@ def test_stats_of_a_window_are_those_of_the_requests_a_replay_of_it_sends(tmp_pa
     with pytest.raises(SystemExit) as exc:
         main(["trace", "stats", str(path), "--trace-window", "3:1"])
     assert exc.value.code == 2
+
+
+def test_stats_of_agent_jobs_print_agentstats_figures(tmp_path: Path, capsys) -> None:
+    from agentgen import agent_jobs, write_weka
+
+    from anvil_metrics.load.agentread import read_jobs
+    from anvil_metrics.load.agentstats import agent_stats
+
+    path = write_weka(tmp_path / "w.jsonl", agent_jobs(200, seed=2))
+    assert main(["trace", "stats", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    st = agent_stats(read_jobs(path))
+    assert out[0] == (f"agent jobs {path}: 200 jobs, {st.sessions} sessions, "
+                      f"{st.requests} requests")
+    assert out[-1].startswith(f"expected prefix reuse: {st.cached_tokens} of "
+                              f"{st.input_tokens} input tokens")
+    assert main(["trace", "stats", str(path), "--json", "--trace-limit", "10"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["jobs"] == 10 and doc["expected_reuse"] == (
+        doc["cached_tokens"] / doc["input_tokens"])
+    assert main(["trace", "stats", str(path), "--trace-window", "0:5"]) == 2
+    err = capsys.readouterr().err
+    assert "--trace-window: not for a trace of agent jobs" in err and err.count("\n") == 1

@@ -1,0 +1,33 @@
+"""A file of jobs read in its format, told or named; request traces are not jobs, and a
+replay of agent jobs is refused in one line until it is built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agentgen import agent_jobs, write_agent_jsonl, write_weka
+from tracebuild import mooncake_trace
+
+from anvil_metrics.errors import UsageError
+from anvil_metrics.load.agentread import is_agent_trace, read_jobs
+from anvil_metrics.load.trace import read_trace
+
+
+def test_formats_told_named_and_refused(tmp_path: Path) -> None:
+    jobs = agent_jobs(3, seed=1)
+    native = write_agent_jsonl(tmp_path / "a.jsonl", jobs)
+    weka = write_weka(tmp_path / "w.jsonl", jobs)
+    mooncake_trace(tmp_path / "m.jsonl", 5)
+    assert is_agent_trace(native) and is_agent_trace(weka)
+    assert not is_agent_trace(tmp_path / "m.jsonl")
+    assert read_jobs(native, "agent-jsonl") == jobs
+    with pytest.raises(UsageError, match=r"--trace-format 'mooncake': agent jobs are one"):
+        read_jobs(tmp_path / "m.jsonl")
+    with pytest.raises(UsageError, match=r"holds agent jobs .* replay is not built yet"):
+        read_trace(weka)
+    with pytest.raises(UsageError, match="no such file or folder"):
+        read_jobs(tmp_path / "none.jsonl")
+    write_weka(tmp_path / "twice.jsonl", [jobs[0], jobs[0]])
+    with pytest.raises(UsageError, match="job id 'j0' appears twice"):
+        read_jobs(tmp_path / "twice.jsonl")
