@@ -46,6 +46,11 @@ counts those step by step; here one source, the request's usage, defines them).
 
 The counts live in one process-wide `LEDGER` (as the stream counts always did), fed by
 three hooks the streams call: `Ledger.started`, `first_token`, `completed`.
+
+Each answer's own stamps (`AnswerStamps`) go to `Ledger.on_answer` when it is set (`anvil
+sim --log-answers`, `requestlog.py`): when a stream's response ends, on the monotonic clock
+of t0, the write of its first generated token (TTFT's stamp) and the moment just after its
+final write. Nothing is kept per answer beyond the running stream's entry, so it is bounded.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -226,11 +232,29 @@ class Snapshot:
 
 @dataclass(slots=True)
 class _Live:
-    """A running stream: its prompt (KV held from admission) and whether TTFT was taken."""
+    """A running stream: its prompt (KV held from admission), whether TTFT was taken (and
+    when: `first_ns`) and whether it completed."""
 
     prompt_tokens: int
     first_seen: bool = False
     completed: bool = False
+    first_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerStamps:
+    """One answer as the server saw it (module docstring): its arrival `t0_ns`, the write of
+    its first generated token (None: it wrote none) and the end of its response (just after
+    its final write, or when its connection ended), all monotonic ns; its prompt tokens and
+    prefix-cache hit tokens as its `usage` says (None: no prefix cache); whether it
+    completed (False: its client went, or a fault cut it)."""
+
+    t0_ns: int
+    first_sent_ns: int | None
+    last_sent_ns: int
+    prompt_tokens: int
+    cached_tokens: int | None
+    completed: bool
 
 
 class Ledger:
@@ -251,6 +275,7 @@ class Ledger:
         self.e2e = Histogram(LATENCY_BUCKETS_S)
         self.aborted = {"prefill": 0, "decode": 0}
         self.finished: dict[str, int] = {}
+        self.on_answer: Callable[[AnswerStamps], None] | None = None  # --log-answers
         self.set_max_context(max_context)
 
     def set_max_context(self, max_context: int) -> None:
@@ -286,6 +311,12 @@ class Ledger:
         live = self._live.pop(stream, None)
         if live is not None and not live.completed:
             self.aborted["decode" if live.first_seen else "prefill"] += 1
+        if live is not None and self.on_answer is not None:
+            usage = stream._usage
+            details = usage.get("prompt_tokens_details")
+            self.on_answer(AnswerStamps(
+                stream._t0, live.first_ns, time.monotonic_ns(), usage["prompt_tokens"],
+                None if details is None else details["cached_tokens"], live.completed))
 
     def first_token(self, stream: StreamView) -> None:
         """The chunk carrying generated token 0 is being written: TTFT (once per stream)."""
@@ -293,7 +324,8 @@ class Ledger:
         if live is None or live.first_seen or not stream._usage["completion_tokens"]:
             return
         live.first_seen = True
-        self.ttft.observe((time.monotonic_ns() - stream._t0) / 1e9)
+        live.first_ns = now = time.monotonic_ns()
+        self.ttft.observe((now - stream._t0) / 1e9)
 
     def ending(self, stream: StreamView) -> None:
         """Its last chunk is about to be written: when its response ends it completed."""

@@ -193,6 +193,9 @@ OPTIONS: tuple[SimOption, ...] = (
               metavar="FILE"),
     SimOption("--session-header", "the header --log-requests records for each request",
               default="X-Session-ID", metavar="NAME"),
+    SimOption("--log-answers", "with --log-requests, also a line when each streamed chat "
+              "answer ends: its first and last send stamps, prompt tokens and prefix-cache "
+              "hits (sim/requestlog.py)", action="store_true"),
 )
 
 
@@ -217,6 +220,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"argument --prefix-cache-tokens: must be >= --prefix-cache-block "
             f"({args.prefix_cache_block}), got {args.prefix_cache_tokens}"
         )
+    if args.log_answers and not args.log_requests:
+        parser.error("argument --log-answers: needs --log-requests FILE")
     args.faults = tuple(args.faults or ())
     args.aliases = tuple(dict.fromkeys(a for a in args.aliases or () if a != args.model))
     if args.burst > 1 and args.faults:

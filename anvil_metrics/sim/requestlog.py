@@ -21,6 +21,26 @@ count, crc32] for token ids; null for a chat body). A `/v1/responses` or `/v1/em
 has `"input"` (each item's or text's digest) and `"previous_response_id"`; its `max_tokens` is
 `max_output_tokens`. A body that is not a JSON object is logged with `"messages": null`.
 Each line is written and flushed as the request arrives, before it is answered.
+
+Agent jobs: a line also names the replay's job, session and turn from the headers it sends
+on each request (`AGENT_HEADERS`): `"anvil_job"`, `"anvil_session"` (strings) and
+`"anvil_turn"` (the 0-based turn, an int when the value is one), each null when absent.
+
+With `--log-answers` (`log_answers`), a second line when each streamed chat answer's response
+ends (`ledger.AnswerStamps`), so a test can set the job's order and timing against truth:
+
+    {"answer_t0_ns": <the arrival line's t_ns>, "first_sent_ns": <its first generated
+     token's write, or null>, "last_sent_ns": <just after its final write>,
+     "prompt_tokens": <as the simulator counted them>, "cached_tokens": <its prefix-cache
+     hits, or null without --prefix-cache>, "completed": <false: cut before its end>}
+
+Every stamp is `time.monotonic_ns()` (`perf_counter_ns`'s clock on Linux): the clock of
+`anvil-t0-ns` and of the chunks' `anvil_sent_ns` (`--stamp-send`, `wire/truth.py`), and of
+a client's own `perf_counter_ns` on the same host, so a test compares them with a run's
+stamps directly. The key `answer_t0_ns` is the request's arrival stamp, its `t_ns` (one
+monotonic reading per request received; an injected `stall_first_byte` or `slow_headers`
+fault moves it, as it moves `anvil-t0-ns`). The line is written when the response has ended,
+off the stream's per-token path; non-streamed answers and other endpoints get none.
 """
 
 from __future__ import annotations
@@ -30,6 +50,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
+
+from anvil_metrics.sim.ledger import AnswerStamps
+
+# the replay's headers on every request of an agent job, and the line's keys for them
+AGENT_HEADERS = (("x-anvil-job", "anvil_job"), ("x-anvil-session", "anvil_session"),
+                 ("x-anvil-turn", "anvil_turn"))
 
 
 def message_digest(message: Any) -> list[Any]:
@@ -84,9 +110,22 @@ class RequestLog:
                              if isinstance(messages, list) else None),
                 "prompt": prompt_digest(data.get("prompt")),
                 "headers": dict(headers)}
+        for name, key in AGENT_HEADERS:
+            value = headers.get(name)
+            whole = value is not None and value.isascii() and value.isdigit()
+            line[key] = int(value) if key == "anvil_turn" and whole else value
         if path in ("/v1/responses", "/v1/embeddings"):
             line["input"] = input_digest(data.get("input"))
             line["previous_response_id"] = data.get("previous_response_id")
+        self._file.write(orjson.dumps(line) + b"\n")
+        self._file.flush()
+
+    def answer(self, stamps: AnswerStamps) -> None:
+        """The `--log-answers` line of an answer whose response has ended (module
+        docstring)."""
+        line = {"answer_t0_ns": stamps.t0_ns, "first_sent_ns": stamps.first_sent_ns,
+                "last_sent_ns": stamps.last_sent_ns, "prompt_tokens": stamps.prompt_tokens,
+                "cached_tokens": stamps.cached_tokens, "completed": stamps.completed}
         self._file.write(orjson.dumps(line) + b"\n")
         self._file.flush()
 

@@ -80,6 +80,8 @@ class App:
         self._script_faults = frozenset(cfg.script_faults)
         self.request_log = (RequestLog(cfg.log_requests, cfg.session_header)
                             if cfg.log_requests else None)
+        LEDGER.on_answer = (self.request_log.answer
+                            if self.request_log is not None and cfg.log_answers else None)
         self.responses: Any = None  # responsesload.ResponseStore, made on the first request
 
     def _other_endpoint(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
