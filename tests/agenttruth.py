@@ -28,6 +28,17 @@ and its result):
   (`reported_job_latency` reads them from `benchmark.json`'s rows: a job's first row's
   start to its last row's end, from `start_offset_ms` and `e2e_ms`).
 
+The prompt layout under which the simulator's prefix cache counts exactly what `agentstats`
+expects (`block_prompt`; `tests/unit/sim/test_prefixcache_agents.py` holds it over 200
+jobs): one user message whose blocks are the trace's, with the chat template's tokens
+inside them (the first block less the template's opening, the last block its remainder
+less the closing), so every `hash_id` is one `block_size` block of the templated prompt as
+the server counts it; the simulator runs with `--prefix-cache-block` equal to the trace's
+block size and `--prefix-cache-tokens` at least the trace's summed input tokens (nothing is
+evicted: the unbounded cache `agentstats` assumes). Each last block must hold the template's
+closing and one token (`fit_job` lengthens the generator's shorter ones; a real trace's
+counts include the template, so its blocks do).
+
 Every check names what it could not find in the log (a turn never received or never
 answered) as a violation, so a check never passes on a log that lacks its evidence.
 """
@@ -35,11 +46,18 @@ answered) as a violation, so a check never passes on a log that lacks its eviden
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
-from anvil_metrics.load.agentjob import Job, Session
+import numpy as np
+
+from anvil_metrics.load.agentjob import Job, Session, Turn
 from anvil_metrics.load.agentstats import job_figures
+from anvil_metrics.prep.traceprompts import block_text
+from anvil_metrics.sim.tokenizer import prompt_token_ids
+
+BLOCK_SEED = 7  # the seed of every block's words
 
 Key = tuple[str, str, int]  # (job id, session id, turn index in its session)
 
@@ -280,3 +298,38 @@ def check_job_latency(truth: Mapping[str, float], reported: Mapping[str, float |
             out.append(f"job latency: job {job} reported {got:.3f} ms, the log's truth "
                        f"is {want:.3f} ms (± {tol_ms} ms)")
     return out
+
+
+@cache
+def template_tokens() -> tuple[int, int]:
+    """(opening, closing): the simulator's template tokens before and after a one-message
+    prompt's text (the generation prompt included)."""
+    a, b = (prompt_token_ids([{"role": "user", "content": w}]) for w in ("an", "by"))
+    opening = int(np.argmax(a != b))
+    return opening, len(a) - opening - 1
+
+
+def fit_job(job: Job) -> Job:
+    """The job with each turn's last block long enough for the template (module
+    docstring)."""
+    opening, closing = template_tokens()
+
+    def fit(t: Turn) -> Turn:
+        n = len(t.hash_ids)
+        least = job.block_size * (n - 1) + closing + 1 + (opening if n == 1 else 0)
+        return replace(t, input_tokens=max(t.input_tokens, least))
+    return replace(job, sessions=tuple(replace(s, turns=tuple(map(fit, s.turns)))
+                                       for s in job.sessions))
+
+
+def block_prompt(t: Turn, block_size: int) -> list[dict[str, str]]:
+    """A turn's messages under the module docstring's layout: `t.input_tokens` long by
+    the simulator's count, block k the words of id k (the same words wherever it is)."""
+    opening, closing = template_tokens()
+    n = len(t.hash_ids)
+    words = [block_size] * n
+    words[0] -= opening
+    words[-1] = t.input_tokens - block_size * (n - 1) - closing - (opening if n == 1 else 0)
+    text = " ".join(block_text(BLOCK_SEED, h, w) for h, w in zip(t.hash_ids, words,
+                                                                   strict=True))
+    return [{"role": "user", "content": text}]
