@@ -49,8 +49,9 @@ three hooks the streams call: `Ledger.started`, `first_token`, `completed`.
 
 Each answer's own stamps (`AnswerStamps`) go to `Ledger.on_answer` when it is set (`anvil
 sim --log-answers`, `requestlog.py`): when a stream's response ends, on the monotonic clock
-of t0, the write of its first generated token (TTFT's stamp) and the moment just after its
-final write. Nothing is kept per answer beyond the running stream's entry, so it is bounded.
+of t0, the write of its first generated token (TTFT's stamp) and the moment just before its
+final write (the chunks' own `anvil_sent_ns` rule; a stream cut short: when it ended).
+Nothing is kept per answer beyond the running stream's entry, so it is bounded.
 """
 
 from __future__ import annotations
@@ -239,12 +240,13 @@ class _Live:
     first_seen: bool = False
     completed: bool = False
     first_ns: int | None = None
+    last_ns: int | None = None  # just before its final write (with `on_answer` only)
 
 
 @dataclass(frozen=True, slots=True)
 class AnswerStamps:
     """One answer as the server saw it (module docstring): its arrival `t0_ns`, the write of
-    its first generated token (None: it wrote none) and the end of its response (just after
+    its first generated token (None: it wrote none) and the end of its response (just before
     its final write, or when its connection ended), all monotonic ns; its prompt tokens and
     prefix-cache hit tokens as its `usage` says (None: no prefix cache); whether it
     completed (False: its client went, or a fault cut it)."""
@@ -314,8 +316,9 @@ class Ledger:
         if live is not None and self.on_answer is not None:
             usage = stream._usage
             details = usage.get("prompt_tokens_details")
+            last = live.last_ns if live.last_ns is not None else time.monotonic_ns()
             self.on_answer(AnswerStamps(
-                stream._t0, live.first_ns, time.monotonic_ns(), usage["prompt_tokens"],
+                stream._t0, live.first_ns, last, usage["prompt_tokens"],
                 None if details is None else details["cached_tokens"], live.completed))
 
     def first_token(self, stream: StreamView) -> None:
@@ -332,6 +335,8 @@ class Ledger:
         live = self._live.get(stream)
         if live is not None:
             live.completed = True
+            if self.on_answer is not None:
+                live.last_ns = time.monotonic_ns()
 
     def completed(self, stream: StreamView) -> None:
         """The last chunk was written: e2e, tokens, drafts."""

@@ -30,7 +30,7 @@ With `--log-answers` (`log_answers`), a second line when each streamed chat answ
 ends (`ledger.AnswerStamps`), so a test can set the job's order and timing against truth:
 
     {"answer_t0_ns": <the arrival line's t_ns>, "first_sent_ns": <its first generated
-     token's write, or null>, "last_sent_ns": <just after its final write>,
+     token's write, or null>, "last_sent_ns": <just before its final write>,
      "prompt_tokens": <as the simulator counted them>, "cached_tokens": <its prefix-cache
      hits, or null without --prefix-cache>, "completed": <false: cut before its end>}
 

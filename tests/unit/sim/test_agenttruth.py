@@ -3,14 +3,22 @@ log passes every check, and each planted violation is named by its check."""
 
 from __future__ import annotations
 
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
 import pytest
+from agentgen import agent_jobs
 from agenttruth import (
+    block_prompt,
     check_job_latency,
     check_joins,
     check_prompt_sizes,
     check_reuse,
     check_spawns,
     check_tool_waits,
+    fit_job,
     job_latency_truth,
     logged_turns,
     reported_job_latency,
@@ -128,3 +136,56 @@ def test_job_latency_against_the_runs_rows() -> None:
     assert check_job_latency({"j": 25.0}, reported) == []
     assert check_job_latency({"j": 24.0}, reported) == [
         "job latency: job j reported 25.300 ms, the log's truth is 24.000 ms (± 1.0 ms)"]
+
+
+def _send(url: str, job: Job, session: str, k: int) -> None:
+    """One turn as the replay sends it: its prompt (`block_prompt`), streamed, its ids in
+    the three headers."""
+    t = next(s for s in job.sessions if s.id == session).turns[k]
+    body = orjson.dumps({"model": "sim-model", "messages": block_prompt(t, job.block_size),
+                         "max_tokens": t.output_tokens, "stream": True})
+    req = urllib.request.Request(url + "/v1/chat/completions", data=body, method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          "X-Anvil-Job": job.id, "X-Anvil-Session": session,
+                                          "X-Anvil-Turn": str(k)})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+
+
+def test_a_real_simulators_log_feeds_every_check(simulator, tmp_path: Path) -> None:
+    """One generated job sent in an order its rules allow (the root to its spawn turn,
+    each child whole, then the root's rest; tool waits slept at speed 10) to a real
+    simulator: its log passes every check, and its stamps lie on the client's own
+    `perf_counter_ns` clock, inside the span the client saw."""
+    log = tmp_path / "requests.jsonl"
+    job = fit_job(agent_jobs(1, seed=3)[0])
+    sim = simulator("--prefill-ms", "1", "--interval-ms", "0.2", "--max-context", "16384",
+                    "--prefix-cache", "--prefix-cache-block", str(job.block_size),
+                    "--log-requests", str(log), "--log-answers")
+    root, children = job.root, job.children(job.root.id)
+    spawn = children[0].spawn_after_turn
+    order = [(root.id, k) for k in range(spawn + 1)]
+    order += [(c.id, k) for c in children for k in range(len(c.turns))]
+    order += [(root.id, k) for k in range(spawn + 1, len(root.turns))]
+    sessions = {s.id: s for s in job.sessions}
+    begin = time.perf_counter_ns()
+    for session, k in order:
+        wait = sessions[session].turns[k].tool_wait_ms or 0.0
+        time.sleep(wait / 10 / 1000)
+        _send(sim.url, job, session, k)
+    end = time.perf_counter_ns()
+    deadline = time.monotonic() + 10  # the last answer's line follows its last write
+    while len(lines := [orjson.loads(x) for x in log.read_bytes().splitlines()]) < 2 * len(
+            order):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    truth = logged_turns(lines)
+    assert truth.problems == () and len(truth.turns) == job.requests == len(order)
+    for check in (check_spawns, check_joins, check_prompt_sizes, check_reuse):
+        assert check([job], truth) == [], check.__name__
+    assert check_tool_waits([job], truth, speed=10.0, tol_ms=50.0) == []
+    assert sum(t.cached_tokens or 0 for t in truth.turns.values()) > 0
+    latency, missing = job_latency_truth([job], truth)
+    assert missing == []
+    first = min(t.arrival_ns for t in truth.turns.values())
+    assert begin < first and first + latency[job.id] * 1e6 < end  # one clock, inside
