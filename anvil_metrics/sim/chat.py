@@ -33,7 +33,7 @@ from anvil_metrics.sim.chatrequest import (
 )
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import Headers, HttpConnection
-from anvil_metrics.sim.ledger import LEDGER  # the server's own counts (/metrics)
+from anvil_metrics.sim.ledger import LEDGER, AnswerStamps  # its own counts (/metrics)
 from anvil_metrics.sim.prefixcache import PrefixCache
 from anvil_metrics.sim.scheduler import Scheduler, Timed
 from anvil_metrics.sim.tokenizer import prompt_token_ids
@@ -271,20 +271,31 @@ class ChatStream:
 
 
 class DelayedCompletion:
-    """A non-streaming answer, sent whole when its last token would have been generated."""
+    """A non-streaming answer, sent whole when its last token would have been generated.
 
-    __slots__ = ("_conn", "_body", "_headers")
+    Given its request's `t0_ns` (a chat completion's), it tells `LEDGER.on_answer` (`anvil
+    sim --log-answers`) when it was sent: its first and last byte, one write."""
 
-    def __init__(self, conn: HttpConnection, body: dict[str, Any], headers: Headers) -> None:
-        self._conn, self._body, self._headers = conn, body, headers
+    __slots__ = ("_conn", "_body", "_headers", "_t0")
+
+    def __init__(self, conn: HttpConnection, body: dict[str, Any], headers: Headers,
+                 t0_ns: int | None = None) -> None:
+        self._conn, self._body, self._headers, self._t0 = conn, body, headers, t0_ns
 
     def fire(self) -> None:
         if not self._conn.closed:
+            hook = LEDGER.on_answer if self._t0 is not None else None
+            sent_ns = time.monotonic_ns()
             try:
                 self._conn.respond_json(200, self._body, self._headers)
             except Exception:
                 self._conn.abort()
                 raise
+            if hook is not None and self._t0 is not None:
+                usage = self._body["usage"]
+                details = usage.get("prompt_tokens_details")
+                hook(AnswerStamps(self._t0, sent_ns, sent_ns, usage["prompt_tokens"],
+                                  None if details is None else details["cached_tokens"], True))
 
 
 class Deferred:
@@ -404,7 +415,7 @@ def answer_chat(
     prefill_end = t0_ns + cfg.prefill_ns(request.computed_tokens, t0_ns)
     end = prefill_end + max(plan.total - 1, 0) * cfg.interval_ns
     body = completion_body(request, plan, cfg)
-    completion = DelayedCompletion(conn, body, t0_header(cfg, t0_ns))
+    completion = DelayedCompletion(conn, body, t0_header(cfg, t0_ns), t0_ns)
     if cache is None:
         sched.at(end, completion)
     elif end == prefill_end:

@@ -56,7 +56,7 @@ class SimConfig:
     script_faults: tuple[str, ...] = ()  # "suite:kind": answer that way wrong (`script.py`)
     log_requests: str | None = None  # a JSON line per chat request (`requestlog.py`)
     session_header: str = "X-Session-ID"  # the header `log_requests` records
-    log_answers: bool = False  # also a line when each streamed answer ends (`requestlog.py`)
+    log_answers: bool = False  # also a line when each chat answer ends (`requestlog.py`)
 
     def prefill_ns(self, prompt_tokens: int, start_ns: int | None = None) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds;

@@ -193,8 +193,8 @@ OPTIONS: tuple[SimOption, ...] = (
               metavar="FILE"),
     SimOption("--session-header", "the header --log-requests records for each request",
               default="X-Session-ID", metavar="NAME"),
-    SimOption("--log-answers", "with --log-requests, also a line when each streamed chat "
-              "answer ends: its first and last send stamps, prompt tokens and prefix-cache "
+    SimOption("--log-answers", "with --log-requests, also a line when each chat answer "
+              "ends: its first and last send stamps, prompt tokens and prefix-cache "
               "hits (sim/requestlog.py)", action="store_true"),
 )
 

@@ -26,8 +26,9 @@ Agent jobs: a line also names the replay's job, session and turn from the header
 on each request (`AGENT_HEADERS`): `"anvil_job"`, `"anvil_session"` (strings) and
 `"anvil_turn"` (the 0-based turn, an int when the value is one), each null when absent.
 
-With `--log-answers` (`log_answers`), a second line when each streamed chat answer's response
-ends (`ledger.AnswerStamps`), so a test can set the job's order and timing against truth:
+With `--log-answers` (`log_answers`), a second line when each chat answer's response ends
+(`ledger.AnswerStamps`; a non-streamed answer's first and last byte are its one write), so
+a test can set the job's order and timing against truth:
 
     {"answer_t0_ns": <the arrival line's t_ns>, "first_sent_ns": <its first generated
      token's write, or null>, "last_sent_ns": <just before its final write>,
@@ -40,7 +41,7 @@ a client's own `perf_counter_ns` on the same host, so a test compares them with 
 stamps directly. The key `answer_t0_ns` is the request's arrival stamp, its `t_ns` (one
 monotonic reading per request received; an injected `stall_first_byte` or `slow_headers`
 fault moves it, as it moves `anvil-t0-ns`). The line is written when the response has ended,
-off the stream's per-token path; non-streamed answers and other endpoints get none.
+off the stream's per-token path; other endpoints' answers get none.
 """
 
 from __future__ import annotations

@@ -99,6 +99,16 @@ def test_log_answers_adds_agent_headers_and_each_answers_stamps(simulator, tmp_p
         assert chunks[-1]["anvil_sent_ns"] <= end["last_sent_ns"]
     assert ends[arrivals[0]["t_ns"]]["cached_tokens"] == 0
     assert ends[arrivals[1]["t_ns"]]["cached_tokens"] > 0  # the same prompt again
+    # a whole (non-streamed) answer: its first and last byte are one write
+    assert _post(sim.url, orjson.dumps({"model": "sim-model", "messages": turn,
+                                        "max_tokens": 3}), agent) == 200
+    while len(lines := [orjson.loads(x) for x in log.read_bytes().splitlines()]) < 6:
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.01)
+    arrival, end = lines[-2:] if "t_ns" in lines[-2] else lines[-1:-3:-1]
+    assert end["answer_t0_ns"] == arrival["t_ns"] < end["first_sent_ns"] == end["last_sent_ns"]
+    assert end["prompt_tokens"] == ends[arrivals[0]["t_ns"]]["prompt_tokens"]
+    assert end["cached_tokens"] > 0 and end["completed"] is True
 
 
 def test_log_answers_needs_log_requests() -> None:
