@@ -22,7 +22,11 @@ and its result):
   longest wait (an unrecorded duration is not checked);
 - (d) `check_prompt_sizes`: the simulator's prompt tokens equal the turn's `input_tokens`;
 - (e) `check_reuse`: the simulator's prefix-cache hits against `agentstats.job_figures`'s
-  expected reuse, within `tol_points` percentage points, overall and (`per_job`) per job;
+  expected reuse, within `tol_points` percentage points, overall and (`per_job`) per job.
+  Overall is item 6's figure. Per job is exact too except where jobs race: a request that
+  arrives while another's equal prefix is still in prefill misses it (as on a real server:
+  no in-batch sharing), so at `--agents 16` the first wave's jobs miss the trace's global
+  prefix that `agentstats` (jobs one after another) counts; `per_job=False` then;
 - (f) `job_latency_truth`: each job's latency (its first request's arrival to its last
   answer's end) from the log, and `check_job_latency` against a run's own figures
   (`reported_job_latency` reads them from `benchmark.json`'s rows: a job's first row's
