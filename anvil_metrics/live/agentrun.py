@@ -4,7 +4,7 @@ Why a module apart from the Locust user: the order of a job's requests is the re
 whole truth (a child's first request after its spawn turn's answer, a joined parent turn
 after all its children's last answers, background children blocking nothing, a tool
 result after its tool's recorded time), and it must be testable without a server. So the
-runner knows nothing of HTTP: it is handed `send(session, turn_index, tool_wait_ms) ->
+runner knows nothing of HTTP: it is handed `send(session, turn_index, tool_wait_ns) ->
 answered` (the user builds the body and records the request) and `sleep`, and owns only
 the order (`agentjob`'s docstring states the semantics it follows).
 
@@ -16,7 +16,7 @@ the order (`agentjob`'s docstring states the semantics it follows).
   time ÷ `--tool-speed`, capped by `--max-tool-wait`; else the recorded idle time, capped
   by `--max-idle`), timed from the previous answer's end, then the join: every child whose
   `join_before_turn` is this turn must have ended. The tool wait actually slept goes into
-  the request's record (`tool_wait_ms`).
+  the request's record (`tool_wait_ns`; the row's `tool_wait_ms`).
 - A failed turn ends its session: its later turns are not sent and the children it had
   not spawned yet never start (a parent's joins still wait for the children that run).
   The job ends when every session it started has ended.
@@ -59,7 +59,7 @@ class Waits:
         return tool, idle
 
 
-Send = Callable[[Session, int, float], bool]  # (session, turn, tool wait slept ms) → answered
+Send = Callable[[Session, int, int], bool]  # (session, turn, tool wait slept ns) → answered
 
 
 class JobRun:
@@ -100,11 +100,11 @@ class JobRun:
             free_ns = time.perf_counter_ns()  # the previous answer's end
             for k, turn in enumerate(session.turns):
                 tool_s, idle_s = self._waits.before(turn)
-                slept_ms = self._wait_from(free_ns, tool_s + idle_s, tool_s)
+                slept_ns = self._wait_from(free_ns, tool_s + idle_s, tool_s)
                 for child in self._children[session.id]:
                     if child.join_before_turn == k:
                         self._ended[child.id].wait()
-                answered = self._send(session, k, slept_ms)
+                answered = self._send(session, k, slept_ns)
                 free_ns = time.perf_counter_ns()
                 if not answered:
                     return
@@ -114,13 +114,13 @@ class JobRun:
             if self._on_end is not None:
                 self._on_end(session)
 
-    def _wait_from(self, free_ns: int, total_s: float, tool_s: float) -> float:
-        """Sleep until `total_s` after `free_ns`; the tool's part of what was slept, ms
-        (0.0 when the turn carries no tool time)."""
+    def _wait_from(self, free_ns: int, total_s: float, tool_s: float) -> int:
+        """Sleep until `total_s` after `free_ns`; the tool's part of what was slept, ns
+        (0 when the turn carries no tool time)."""
         if total_s <= 0:
-            return 0.0
+            return 0
         left_s = total_s - (time.perf_counter_ns() - free_ns) / 1e9
         if left_s > 0:
             self._sleep(left_s)
-        slept_s = (time.perf_counter_ns() - free_ns) / 1e9
-        return round(min(slept_s, tool_s) * 1000, 3) if tool_s > 0 else 0.0
+        slept_ns = time.perf_counter_ns() - free_ns
+        return min(slept_ns, round(tool_s * 1e9)) if tool_s > 0 else 0

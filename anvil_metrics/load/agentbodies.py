@@ -84,7 +84,7 @@ class AgentBodies:
         return (f"{AGENT_JOB}: {header_id(self.jobs[job_index].id)}\r\n"
                 f"{AGENT_SESSION}: {header_id(session.id)}\r\n{AGENT_TURN}: {k}\r\n").encode()
 
-    def extra(self, job_index: int, session: Session, k: int, tool_wait_ms: float
+    def extra(self, job_index: int, session: Session, k: int, tool_wait_ns: int
               ) -> dict[str, Any]:
         """The record's `extra` of the turn: its job and session as positions (the run's
         header lists the ids: `params.agent`), its parent's, its turn from 1, its depth and
@@ -94,4 +94,4 @@ class AgentBodies:
         return {"job": job_index, "session": place[session.id],
                 "parent_session": None if session.parent_id is None
                 else place[session.parent_id],
-                "turn": k + 1, "depth": session.depth, "tool_wait_ms": tool_wait_ms}
+                "turn": k + 1, "depth": session.depth, "tool_wait_ns": tool_wait_ns}

@@ -36,12 +36,12 @@ class _Fake:
         self.log: list[tuple[str, str, int]] = []
         self.slow = slow
         self.fail = fail
-        self.waits: list[tuple[str, int, float]] = []
+        self.waits: list[tuple[str, int, float]] = []  # (session, turn, ms)
         self.ended: list[str] = []
 
-    def send(self, s: Session, k: int, tool_ms: float) -> bool:
+    def send(self, s: Session, k: int, tool_ns: int) -> bool:
         self.log.append(("start", s.id, k))
-        self.waits.append((s.id, k, tool_ms))
+        self.waits.append((s.id, k, tool_ns / 1e6))
         for _ in range(self.slow.get(s.id, 1)):
             gevent.sleep(0)
         self.log.append(("end", s.id, k))

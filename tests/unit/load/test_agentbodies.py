@@ -37,6 +37,6 @@ def test_sizes_exact_history_is_the_prefix_and_headers_name_the_turn():
     assert h == (f"{AGENT_JOB}: {header_id('job two')}\r\n{AGENT_SESSION}: root\r\n"
                  f"{AGENT_TURN}: 1\r\n")
     assert header_id("job two").startswith("h-")
-    assert bodies.extra(0, jobs[0].root, 1, 0.0) == {
+    assert bodies.extra(0, jobs[0].root, 1, 0) == {
         "job": 0, "session": 0, "parent_session": None, "turn": 2, "depth": 0,
-        "tool_wait_ms": 0.0}
+        "tool_wait_ns": 0}
