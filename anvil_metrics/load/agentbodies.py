@@ -28,7 +28,7 @@ import orjson
 
 from anvil_metrics.headers import AGENT_JOB, AGENT_SESSION, AGENT_TURN
 from anvil_metrics.load.agentjob import Job, Session
-from anvil_metrics.load.body import SAFE_SESSION, body_fields
+from anvil_metrics.load.body import SAFE_SESSION, RequestBodies, body_fields
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.prep.traceprompts import TracePrompts
 
@@ -36,15 +36,15 @@ _JOB_SHIFT = 40  # a local id's job: (job index + 1) << 40
 _OWN_IDS = 1 << 60  # a turn's own block, past the trace's ids
 
 
-def block_ids(job: Job, job_index: int, session: Session, k: int) -> tuple[int, ...]:
-    """The blocks of turn `k` of `session` (module docstring): its ids, namespaced, and an
-    own block when its input reaches past them."""
+def block_ids(job: Job, n: int, session: Session, k: int) -> tuple[int, ...]:
+    """The blocks of turn `k` of `session` in the run's job `n` (module docstring): its
+    ids, namespaced, and an own block when its input reaches past them."""
     turn = session.turns[k]
-    base = (job_index + 1) << _JOB_SHIFT if job.hash_scope == "local" else 0
+    base = (n + 1) << _JOB_SHIFT if job.hash_scope == "local" else 0
     ids = tuple(base | h for h in turn.hash_ids)
     if len(ids) * job.block_size < turn.input_tokens:
-        own = zlib.crc32(f"{job_index}/{session.id}/{k}".encode())
-        ids += (_OWN_IDS + (job_index << 32) + own,)
+        own = zlib.crc32(f"{session.id}/{k}".encode())
+        ids += (_OWN_IDS + (n << 32) + own,)
     return ids
 
 
@@ -53,9 +53,11 @@ def header_id(name: str) -> str:
     return name if SAFE_SESSION.fullmatch(name) else f"h-{zlib.crc32(name.encode()):08x}"
 
 
-class AgentBodies:
-    """Bodies and headers of every agent turn (module docstring); `jobs` in the trace's
-    order, a job's index its place there."""
+class AgentBodies(RequestBodies):
+    """Bodies and headers of every agent turn (module docstring). The run's jobs are
+    numbered in the order they start (`next_job`): job `n` replays the trace's job
+    `n % len(jobs)` (a run of more jobs than the trace holds goes round again), and `n` is
+    what its records carry (`extra.job`, the row's `job_id`); its blocks are its own."""
 
     def __init__(self, sc: Scenario, model: str, jobs: list[Job], run_nonce: str,
                  overhead_tokens: int) -> None:
@@ -64,34 +66,52 @@ class AgentBodies:
                         if k not in ("max_tokens", "ignore_eos", "min_tokens")}
         self._prompts = {b: TracePrompts(run_nonce, b, overhead_tokens)
                          for b in {j.block_size for j in jobs}}
+        self._started = 0
 
-    def text(self, job_index: int, session: Session, k: int) -> str:
-        job = self.jobs[job_index]
+    def next_job(self) -> int:
+        """The run's number of the next job to start (this process's count)."""
+        n, self._started = self._started, self._started + 1
+        return n
+
+    def job(self, n: int) -> Job:
+        return self.jobs[n % len(self.jobs)]
+
+    def text(self, n: int, session: Session, k: int) -> str:
+        job = self.job(n)
         turn = session.turns[k]
-        return self._prompts[job.block_size].text(
-            turn.input_tokens, block_ids(job, job_index, session, k))
+        return self._prompts[job.block_size].text(turn.input_tokens,
+                                                  block_ids(job, n, session, k))
 
-    def body(self, job_index: int, session: Session, k: int) -> bytes:
+    def body(self, n: int, session: Session, k: int) -> bytes:
         out = session.turns[k].output_tokens
         return orjson.dumps({**self._fields, "max_tokens": out, "ignore_eos": True,
                              "min_tokens": out, "messages": [
-                                 {"role": "user", "content": self.text(job_index, session, k)}]})
+                                 {"role": "user", "content": self.text(n, session, k)}]})
 
-    def headers(self, job_index: int, session: Session, k: int) -> bytes:
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+        raise NotImplementedError("an agent turn's body is `body(job, session, turn)`")
+
+    def planned(self, index: int, size: int) -> int | None:
+        return None  # each turn's own `in` (the user passes it with the turn)
+
+    def headers(self, n: int, session: Session, k: int) -> bytes:
         """The three header lines naming the request (`headers.AGENT_JOB` and the two
         after it): an id as it is when it is plain (`body.SAFE_SESSION`), else "h-" and its
-        CRC-32."""
-        return (f"{AGENT_JOB}: {header_id(self.jobs[job_index].id)}\r\n"
-                f"{AGENT_SESSION}: {header_id(session.id)}\r\n{AGENT_TURN}: {k}\r\n").encode()
+        CRC-32; a job replayed again (`n` past the trace's jobs) is "<id>.<round>"."""
+        job = header_id(self.job(n).id)
+        if n >= len(self.jobs):
+            job = f"{job}.{n // len(self.jobs)}"
+        return (f"{AGENT_JOB}: {job}\r\n{AGENT_SESSION}: {header_id(session.id)}\r\n"
+                f"{AGENT_TURN}: {k}\r\n").encode()
 
-    def extra(self, job_index: int, session: Session, k: int, tool_wait_ns: int
-              ) -> dict[str, Any]:
-        """The record's `extra` of the turn: its job and session as positions (the run's
-        header lists the ids: `params.agent`), its parent's, its turn from 1, its depth and
-        the tool wait slept before it."""
-        job = self.jobs[job_index]
-        place = {s.id: n for n, s in enumerate(job.sessions)}
-        return {"job": job_index, "session": place[session.id],
+    def turn_extra(self, n: int, session: Session, k: int, tool_wait_ns: int
+                   ) -> dict[str, Any]:
+        """The record's `extra` of the turn: the run's job number, the session as its
+        position in the job (the header lists the ids: `params.agent`), its parent's, its
+        turn from 1, its depth and the tool wait slept before it."""
+        job = self.job(n)
+        place = {s.id: i for i, s in enumerate(job.sessions)}
+        return {"job": n, "session": place[session.id],
                 "parent_session": None if session.parent_id is None
                 else place[session.parent_id],
                 "turn": k + 1, "depth": session.depth, "tool_wait_ns": tool_wait_ns}

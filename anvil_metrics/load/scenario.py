@@ -147,8 +147,9 @@ class Scenario:
     def load_mode(self) -> str:
         """`loadspec.load_mode`: "budget", "duration" or "until_stopped"."""
         conversation = self.conversation
-        return load_mode(self.requests, conversation and conversation.conversations,
-                         self.duration_s)
+        starts = (conversation.conversations if conversation is not None else
+                  self.trace.jobs if self.trace is not None and self.trace.agent else None)
+        return load_mode(self.requests, starts, self.duration_s)
 
     @property
     def no_thinking(self) -> bool:

@@ -358,6 +358,12 @@ class TracePlan:
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
     model: str | None = None
     window_s: tuple[float, float | None] | None = None  # [start, end) of the trace's time
+    # a file of agent jobs (`AGENT_FORMATS`): its replay's jobs and waits (live/agentrun.py)
+    agent: bool = False
+    jobs: int | None = None  # measured jobs (None: each of the trace's once)
+    tool_speed: float = 1.0  # a tool's recorded time is waited ÷ this
+    max_tool_wait_s: float | None = None  # None: no cap
+    max_idle_s: float = 10.0  # the longest idle gap replayed (agentrun.DEFAULT_MAX_IDLE_S)
 
     def read(self) -> list[TraceRequest]:
         """The requests replayed, checked (`TraceError` names a bad line)."""

@@ -37,6 +37,10 @@ def test_sizes_exact_history_is_the_prefix_and_headers_name_the_turn():
     assert h == (f"{AGENT_JOB}: {header_id('job two')}\r\n{AGENT_SESSION}: root\r\n"
                  f"{AGENT_TURN}: 1\r\n")
     assert header_id("job two").startswith("h-")
-    assert bodies.extra(0, jobs[0].root, 1, 0) == {
+    # the run's job 2 replays the trace's job 0 again: its own blocks, its own header id
+    assert bodies.job(2) is jobs[0] and bodies.headers(2, jobs[0].root, 0).startswith(
+        f"{AGENT_JOB}: a.1\r\n".encode())
+    assert bodies.text(2, jobs[0].root, 0) != bodies.text(0, jobs[0].root, 0)
+    assert bodies.turn_extra(0, jobs[0].root, 1, 0) == {
         "job": 0, "session": 0, "parent_session": None, "turn": 2, "depth": 0,
         "tool_wait_ns": 0}

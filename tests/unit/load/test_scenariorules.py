@@ -43,6 +43,12 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--trace-window": ("60:", {"trace": {"path": "t.jsonl", "window": "60:"}}),
     "--trace-block": ("16", {"trace": {"path": "t.jsonl", "block_tokens": 16}}),
     "--trace-model": ("gpt", {"trace": {"path": "t.jsonl", "model": "gpt"}}),
+    "--agents": ("4", {"concurrency": 4}),
+    **{flag: (text, {"trace": {"path": "a.jsonl", "format": "agent-jsonl", key: value}})
+       for flag, text, key, value in (("--jobs", "7", "jobs", 7),
+                                      ("--tool-speed", "2", "tool_speed", 2),
+                                      ("--max-tool-wait", "1.5", "max_tool_wait", 1.5),
+                                      ("--max-idle", "0", "max_idle", 0))},
     "--dataset": ("d.jsonl", {"dataset": {"path": "d.jsonl"}}),
     "--dataset-format": ("text", {"dataset": {"path": "d.jsonl", "format": "text"}}),
     "--conversation": ("turns=uniform:2:4,turn_tokens=32", {"conversation": {
@@ -80,6 +86,8 @@ for _name in ("--trace-format", "--trace-speed", "--trace-limit", "--trace-windo
               "--trace-block", "--trace-model"):
     NEEDS[_name] = {"trace": "t.jsonl"}
 NEEDS["--dataset-format"] = {"dataset": "d.jsonl"}
+for _name in ("--jobs", "--tool-speed", "--max-tool-wait", "--max-idle"):
+    NEEDS[_name] = {"trace": "a.jsonl", "trace_format": "agent-jsonl"}
 
 
 def flagged(doc: dict[str, Any], **values: str) -> Scenario:
