@@ -115,12 +115,13 @@ class JobRun:
                 self._on_end(session)
 
     def _wait_from(self, free_ns: int, total_s: float, tool_s: float) -> int:
-        """Sleep until `total_s` after `free_ns`; the tool's part of what was slept, ns
-        (0 when the turn carries no tool time)."""
+        """Sleep until `total_s` after `free_ns` (again if a timer wakes early); what was
+        slept less the idle part, ns: the tool wait, a late wake-up included (0 when the
+        turn carries no tool time)."""
         if total_s <= 0:
             return 0
-        left_s = total_s - (time.perf_counter_ns() - free_ns) / 1e9
-        if left_s > 0:
-            self._sleep(left_s)
+        end_ns = free_ns + round(total_s * 1e9)
+        while (left_ns := end_ns - time.perf_counter_ns()) > 0:
+            self._sleep(left_ns / 1e9)
         slept_ns = time.perf_counter_ns() - free_ns
-        return min(slept_ns, round(tool_s * 1e9)) if tool_s > 0 else 0
+        return max(0, slept_ns - round((total_s - tool_s) * 1e9)) if tool_s > 0 else 0

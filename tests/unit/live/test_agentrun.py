@@ -108,23 +108,22 @@ def test_idle_capped_by_max_idle():
     assert Waits().before(Turn(0, 10, 1, idle_ms=None))[1] == 0.0
 
 
-def test_the_runner_sleeps_the_wait_and_records_what_it_slept():
+def test_the_runner_sleeps_the_whole_wait_and_records_what_it_slept():
     asked: list[float] = []
 
-    def sleep(s: float) -> None:
+    def sleep(s: float) -> None:  # a timer that wakes at half the time asked
         asked.append(s)
-        gevent.sleep(0)
+        gevent.sleep(s / 2)
 
     f = _Fake({})
-    job = Job("j", 64, (Session("root", _turns(2, tool_ms=300.0)),))
+    job = Job("j", 64, (Session("root", _turns(2, tool_ms=30.0)),))
     JobRun(job, f.send, Waits(tool_speed=3.0), sleep=sleep).run()
-    assert len(asked) == 2 and all(0 < s <= 0.1 for s in asked)
-    # the fake sleep returns at once: what was really slept is recorded, never the plan
-    assert all(0 <= ms < 100 for _, _, ms in f.waits)
+    assert len(asked) > 2  # slept again after each early wake
+    assert [w[2] >= 10.0 for w in f.waits] == [True, True]  # never less than 30 ms / 3
 
 
-def test_a_real_sleep_is_recorded_within_its_plan():
+def test_a_real_sleep_is_recorded_as_slept():
     f = _Fake({})
-    job = Job("j", 64, (Session("root", _turns(1, tool_ms=40.0)),))
+    job = Job("j", 64, (Session("root", _turns(1, tool_ms=40.0, idle_ms=5.0)),))
     JobRun(job, f.send, Waits(tool_speed=2.0)).run()
-    assert f.waits[0][2] >= 20.0 - 0.5  # slept at least its 20 ms (to the timer's grain)
+    assert f.waits[0][2] >= 20.0  # its 20 ms at least (the idle 5 ms not counted in)
