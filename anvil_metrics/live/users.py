@@ -10,6 +10,11 @@ For every request it fires anvil's events (`first_output`, `first_content` live;
 the end-to-end time, so Locust's UI and `--csv` count requests and failures. Locust's
 figures are rounded; anvil's exact ones come from the records.
 
+With agent jobs (`--trace` of jobs: `load/agentbodies.py`), a user is one agent slot: a
+task is one whole job, its root session sent here and each sub-agent's requests on a
+connection of its own (`live/agentrun.py` keeps their order); every request is recorded
+the same way (`_stream`).
+
 After a failed request a closed-loop user waits before its next one (`backoff_s`: 50 ms
 doubling to 1 s, reset by an answer), so a dead server is not hammered in a tight loop;
 when it stays dead, the run ends itself (`abort.py`).

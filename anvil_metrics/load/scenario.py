@@ -225,8 +225,11 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
         t = sc.trace
         window = None if t.window_s is None else ":".join(
             "" if x is None else repr(x) for x in t.window_s)
-        doc["trace"] = {"path": t.path, "format": t.fmt, "speed": t.speed, "limit": t.limit,
-                        "block_tokens": t.block_tokens, "model": t.model, "window": window}
+        doc["trace"] = ({"path": t.path, "format": t.fmt, "jobs": t.jobs,
+                         "tool_speed": t.tool_speed, "max_tool_wait": t.max_tool_wait_s,
+                         "max_idle": t.max_idle_s} if t.agent else
+                        {"path": t.path, "format": t.fmt, "speed": t.speed, "limit": t.limit,
+                         "block_tokens": t.block_tokens, "model": t.model, "window": window})
     if sc.dataset is not None:
         doc["dataset"] = {"path": sc.dataset.path, "format": sc.dataset.fmt}
     return _no_nulls(doc)

@@ -231,9 +231,9 @@ def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int =
         raise UsageError(f"--trace-format {fmt!r}: use one of {', '.join(ALL_FORMATS)}")
     fmt = fmt or detect_format(p)
     if fmt in AGENT_FORMATS:
-        raise UsageError(f"--trace {str(p)!r}: its format {fmt!r} holds agent jobs (sub-agents, "
-                         "tool waits), which 'anvil trace stats' reads; their replay is not "
-                         "built yet: use a request trace (" + ", ".join(FORMATS) + ")")
+        raise UsageError(f"{str(p)!r}: its format {fmt!r} holds agent jobs (sub-agents, tool "
+                         "waits), which replay as a run's own --trace, not as a request "
+                         "class's: use a request trace here (" + ", ".join(FORMATS) + ")")
     lines = (_mooncake(p, block_tokens) if fmt == "mooncake" else _plain(p)
              if fmt == "jsonl" else _burstgpt(p, model))
     out: list[TraceRequest] = []

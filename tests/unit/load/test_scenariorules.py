@@ -171,3 +171,22 @@ def test_a_scenario_file_may_hold_what_the_flags_give(tmp_path: Path) -> None:
     sc = run_options({"scenario": str(path)}, host="http://h", users=None,
                      api_key=None).scenario
     assert (sc.step_users, sc.duration_s, sc.cancel.rate) == ((1, 2), 4.0, 0.5)
+
+
+def test_agent_keys_go_with_agent_jobs_only_and_are_written_back() -> None:
+    agent = {**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl", "jobs": 7,
+                               "tool_speed": 2, "max_tool_wait": 1.5, "max_idle": 0},
+             "rate": 2, "concurrency": 4}
+    sc = scenario_from_dict(agent)
+    assert sc.trace is not None and sc.trace.agent and sc.arrivals is not None
+    assert (sc.trace.jobs, sc.trace.tool_speed, sc.trace.max_tool_wait_s,
+            sc.trace.max_idle_s, sc.load_mode) == (7, 2.0, 1.5, 0.0, "budget")
+    assert scenario_from_dict(scenario_to_dict(sc)) == sc
+    for doc, key in (({**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl",
+                                         "limit": 3}}, "trace.limit"),
+                     ({**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl"},
+                       "warmup_requests": 2}, "warmup_requests"),
+                     ({**BASE, "trace": {"path": "t.jsonl", "format": "mooncake",
+                                         "max_idle": 3}}, "trace.max_idle")):
+        with pytest.raises(ScenarioError, match=key):
+            scenario_from_dict(doc)
