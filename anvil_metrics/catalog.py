@@ -307,18 +307,17 @@ ROW: tuple[RowField, ...] = (
                f"in mix.{ks}, which names it (null: {none})", presence="added", since=6,
                source=f"extra.{k}_index") for k, ks, none in (("class", "classes", "no "
                "request classes"), ("model", "models", "the run's own model"))),
-    RowField("job_id", "", "count", True, "the agent job the request belongs to: its "
-             "position in the trace, whose ids params.agent.job_ids lists (null outside an "
-             "agent replay)", presence="added", since=7, source="extra.job"),
-    RowField("session_id", "", "count", True, "the request's session (agent) in its job: "
-             "its position among the job's sessions, the root 0 (null outside an agent "
-             "replay)", presence="added", since=7, source="extra.session"),
-    RowField("parent_session_id", "", "count", True, "the session that spawned the "
-             "request's session (a position in its job; null for a root or outside an agent "
-             "replay)", presence="added", since=7, source="extra.parent_session"),
-    RowField("depth", "", "count", True, "the request's session's depth: the root 0, a "
-             "sub-agent 1, its sub-agent 2 (null outside an agent replay)", presence="added",
-             since=7, source="extra.depth"),
+    *(RowField(name, "", "count", True, f"{words} (null outside an agent replay)",
+               presence="added", since=7, source=f"extra.{key}") for name, key, words in (
+        ("job_id", "job", "the agent job the request belongs to: the run's job number, in "
+         "start order (the trace's job it replays: params.agent.job_ids[job_id % their "
+         "count])"),
+        ("session_id", "session", "the request's session (agent) in its job: its position "
+         "among the job's sessions, the root 0"),
+        ("parent_session_id", "parent_session", "the session that spawned the request's "
+         "session, a position in its job (null for a root)"),
+        ("depth", "depth", "the request's session's depth: the root 0, a sub-agent 1, its "
+         "sub-agent 2"))),
     RowField("tool_wait_ms", "ms", "duration", True, "the tool wait the client slept before "
              "the request (its tool's recorded time ÷ --tool-speed, capped; 0 when none; null "
              "outside an agent replay)", presence="added", since=7,

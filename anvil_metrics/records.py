@@ -242,8 +242,8 @@ class Extra(Struct, frozen=True, gc=False):
     model_index: Annotated[Count | None, described(
         "", "a mix's request: its model (a position in the model names)")] = None
     job: Annotated[Count | None, described(
-        "", "an agent job's request: its job (a position in the trace, whose ids the "
-        "header's params.agent.job_ids lists)")] = None
+        "", "an agent job's request: the run's job number, in start order (it replays the "
+        "header's params.agent.job_ids[job % their count])")] = None
     session: Annotated[Count | None, described(
         "", "an agent job's request: its session (a position in its job, the root 0)")] = None
     parent_session: Annotated[Count | None, described(
