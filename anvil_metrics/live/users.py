@@ -307,6 +307,7 @@ class ChatStreamUser(User):
         finally:
             for c in clients.values():
                 c.close()
+            agents.job_ended(n)
             run.budget.conversation_dropped()  # the job is over
 
     @staticmethod

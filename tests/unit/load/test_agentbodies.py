@@ -9,6 +9,7 @@ from anvil_metrics.headers import AGENT_JOB, AGENT_SESSION, AGENT_TURN
 from anvil_metrics.load.agentbodies import AgentBodies, block_ids, header_id
 from anvil_metrics.load.agentjob import Job, Session, Turn
 from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.prep.traceprompts import TracePrompts
 
 
 def _job(jid: str, scope: str) -> Job:
@@ -44,3 +45,15 @@ def test_sizes_exact_history_is_the_prefix_and_headers_name_the_turn():
     assert bodies.turn_extra(0, jobs[0].root, 1, 0) == {
         "job": 0, "session": 0, "parent_session": None, "turn": 2, "depth": 0,
         "tool_wait_ns": 0}
+
+
+def test_a_jobs_kept_blocks_give_the_same_text_and_go_with_the_job():
+    jobs = [_job("a", "global")]
+    kept = AgentBodies(Scenario(measurement_protocol="p"), "m", jobs, "nonce", 10)
+    plain = TracePrompts("nonce", 64, 10)
+    for k in (0, 1, 1):
+        ids = block_ids(jobs[0], 0, jobs[0].root, k)
+        assert kept.text(0, jobs[0].root, k) == plain.text(jobs[0].root.turns[k].input_tokens,
+                                                           ids)
+    kept.job_ended(0)
+    assert kept._blocks == {}
