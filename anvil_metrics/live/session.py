@@ -382,11 +382,13 @@ def _starts_budget(sc: Scenario, jobs: list[Job] | None) -> int | None:
 
 def _agent_params(sc: Scenario, jobs: list[Job]) -> dict[str, Any]:
     """The raw header's `params.agent`: the file, the trace's job ids (a row's `job_id` n
-    is the run's job n, which replays `job_ids[n % len]`), the jobs measured and the waits."""
+    is the run's job n, which replays `job_ids[n % len]`) and their requests, the jobs
+    measured and the waits."""
     assert sc.trace is not None
     return {"file": Path(sc.trace.path).name, "format": sc.trace.fmt,
             "job_ids": [j.id for j in jobs], "jobs": _starts_budget(sc, jobs),
-            "requests_per_round": sum(j.requests for j in jobs),
+            # each trace job's requests: a run's job with fewer rows and failures was cut
+            "job_requests": [j.requests for j in jobs],
             "tool_speed": sc.trace.tool_speed, "max_tool_wait_s": sc.trace.max_tool_wait_s,
             "max_idle_s": sc.trace.max_idle_s}
 

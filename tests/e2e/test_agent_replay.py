@@ -73,7 +73,9 @@ def test_every_job_every_request_once_with_its_fields_and_exact_sizes(replay: di
         assert r["output_tokens"] == turn.output_tokens
         seen.add((r["job_id"], r["session_id"], r["turn"]))
     assert len(seen) == len(rows)  # none twice
-    assert replay["params"]["agent"]["job_ids"] == [j.id for j in jobs]
+    agent = replay["params"]["agent"]
+    assert agent["job_ids"] == [j.id for j in jobs] and agent["jobs"] == JOBS
+    assert agent["job_requests"] == [j.requests for j in jobs]
 
 
 def test_spawn_join_and_tool_waits_hold_on_the_raw_stamps(replay: dict) -> None:
@@ -107,6 +109,33 @@ def test_spawn_join_and_tool_waits_hold_on_the_raw_stamps(replay: dict) -> None:
         assert at[key]["start_ns"] >= max(c["end_ns"] for c in lasts), key
         checked["join"] += 1
     assert min(checked.values()) > 0, checked  # the trace has each kind
+
+
+def test_open_loop_job_starts_and_a_budget_past_the_traces_jobs(replay: dict) -> None:
+    """`--rate`: each job's first request falls due on the schedule (its due time, start −
+    start delay, is the job's; the rest follow); `--jobs 13` of 10: jobs 10-12 replay the
+    trace's 0-2 again with blocks of their own."""
+    jobs, res = replay["jobs"], replay["tmp"] / "open"
+    with start_simulator(["--prefill-ms", "1", "--interval-ms", "1", "--reasoning-tokens",
+                          "0", "--max-context", "32768"]) as sim:
+        proc = anvil("run", "scenarios/smoke.toml", "--trace", str(replay["trace"]), "-H",
+                     sim.url, "--rate", "25", "--jobs", "13", "-u", "8", "--max-idle", "0",
+                     "--no-server-metrics", "--results-dir", str(res))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "13 jobs" in proc.stdout and "poisson job arrivals at 25/s" in proc.stdout
+    (bench,) = res.glob("benchmark-*/benchmark.json")
+    doc = orjson.loads(bench.read_bytes())
+    assert verify_benchmark(doc) == [] and doc["load"]["arrival"] == "poisson"
+    per_job = defaultdict(int)
+    for r in doc["request_timings"]:
+        per_job[r["job_id"]] += 1
+    assert per_job == {n: jobs[n % JOBS].requests for n in range(13)}
+    raw = [x for x in map(orjson.loads, bench.with_name("requests.jsonl").read_bytes()
+                          .splitlines()) if x.get("type") == "request"]
+    firsts = sorted((x for x in raw if x["extra"]["session"] == 0 and x["extra"]["turn"] == 1),
+                    key=lambda x: x["extra"]["job"])
+    due = [x["start_ns"] - x["extra"]["start_delay_ns"] for x in firsts]
+    assert due == sorted(due) and len(set(due)) == 13  # one arrival each, in start order
 
 
 def test_refused_in_one_line_before_any_load(replay: dict) -> None:
