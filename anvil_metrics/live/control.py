@@ -132,7 +132,10 @@ class RequestBudget:
             raise ValueError("an arrival schedule and shared-prefix bursts exclude each other")
         self.group_size = group_size
         self.schedule = schedule
-        self.conversations = conversations  # a budget of conversations (starts), not requests
+        # a budget of conversations or agent jobs (starts), not requests: a start's later
+        # requests are follow-ups, and its end is `give_back(…, True)` or
+        # `conversation_dropped` (an agent job's, when its last session ends)
+        self.conversations = conversations
         self._started = 0  # conversations started (measured takes that were not follow-ups)
         self._going = 0  # of those, not over yet
         self.origin_ns: int | None = None  # open loop: when arrival 0 fell due
