@@ -142,9 +142,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     opts = run_options(values, host=a.host, users=a.users, api_key=a.api_key,
                        headers=a.header or ())
     sc = opts.scenario
-    from anvil_metrics.load.replay import refuse_distributed_agents  # read by run_options
-
-    refuse_distributed_agents(sc, (a.processes or 1) > 1)
     # the run's machinery (numpy, gevent, the document builder: ~0.25 s) only once the
     # options hold: a mistake is answered at once
     from anvil_metrics.live.runerror import ERROR_FILE

@@ -100,8 +100,11 @@ LOST_POLL_S = 0.5
 def conversation_over(record: RequestRecord) -> bool:
     """No later turn of the record's conversation will be asked for: it failed, it was its
     conversation's last drawn turn, or it is no conversation's (what the worker's user
-    decided, read back from the record for the master's budget)."""
+    decided, read back from the record for the master's budget); never an agent job's
+    request (its job ends when its worker says so)."""
     extra = record.extra or {}
+    if "job" in extra:  # an agent job's: its end is the worker's `anvil_drop`
+        return False
     if record.failure is not None or "conversation" not in extra:
         return True
     turn, turns = extra.get("turn"), extra.get("turns")
@@ -256,7 +259,7 @@ class MasterCoordinator:
                 due -= w.offset_ns or 0
             raw: list[int | bool | None] | None = [
                 ticket.request_index, ticket.warmup, ticket.planned_context_tokens, due,
-                ticket.waited]
+                ticket.waited, ticket.start]
         else:
             raw = None
         self.runner.send_message("anvil_ticket", {"run_id": self.run_id, "seq": seq,

@@ -60,7 +60,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gevent.event
 import gevent.lock
@@ -95,6 +95,7 @@ class Ticket:
     planned_context_tokens: int
     due_ns: int | None = None
     waited: bool = False
+    start: int | None = None  # a budget of starts: this start's number, 0-based (a job's)
 
 
 # A due time is slept to until this much before it (gevent's loop wakes in whole ms, rounded
@@ -262,6 +263,7 @@ class RequestBudget:
 
     def _count_start(self, ticket: Ticket) -> Ticket:
         if self.conversations is not None:
+            ticket = replace(ticket, start=self._started)
             self._started += 1
             self._going += 1
         return ticket

@@ -266,7 +266,8 @@ class ChatStreamUser(User):
         if first is None:
             self._idle_until_stopped()
             return
-        n = agents.next_job()
+        n = first.start  # the run's job number (a budget of jobs numbers its starts)
+        assert n is not None
         job = agents.job(n)
         tickets = [first]
         clients: dict[str, ChatClient] = {}

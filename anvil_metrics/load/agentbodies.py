@@ -55,7 +55,8 @@ def header_id(name: str) -> str:
 
 class AgentBodies(RequestBodies):
     """Bodies and headers of every agent turn (module docstring). The run's jobs are
-    numbered in the order they start (`next_job`): job `n` replays the trace's job
+    numbered in the order they start (the budget's `Ticket.start`, a master's on every
+    worker): job `n` replays the trace's job
     `n % len(jobs)` (a run of more jobs than the trace holds goes round again), and `n` is
     what its records carry (`extra.job`, the row's `job_id`); its blocks are its own."""
 
@@ -66,16 +67,10 @@ class AgentBodies(RequestBodies):
                         if k not in ("max_tokens", "ignore_eos", "min_tokens")}
         self._prompts = {b: TracePrompts(run_nonce, b, overhead_tokens)
                          for b in {j.block_size for j in jobs}}
-        self._started = 0
         # each job's blocks, kept while it runs: a job's context (30k tokens: 470 blocks)
         # outgrows `block_text`'s cache when many run at once, and making one block again
         # costs ~12 µs (a 30k-token prompt: 6 ms of the event loop, against 0.1 ms kept)
         self._blocks: dict[int, dict[tuple[int, int], str]] = {}
-
-    def next_job(self) -> int:
-        """The run's number of the next job to start (this process's count)."""
-        n, self._started = self._started, self._started + 1
-        return n
 
     def job(self, n: int) -> Job:
         return self.jobs[n % len(self.jobs)]

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from pathlib import Path
 
-from anvil_metrics.errors import UsageError
 from anvil_metrics.load.agentread import read_jobs
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
@@ -54,11 +52,3 @@ def read_inputs(sc: Scenario) -> Scenario:
     plan = replace(sc.trace, limit=min(limits) if limits else None)
     return replace(sc, trace=plan, requests=len(plan.read()))
 
-
-def refuse_distributed_agents(sc: Scenario, distributed: bool) -> None:
-    """Agent jobs replay in one load process for now (a job and its sub-agents must share
-    one process, which a master's tickets do not yet say): a master and workers, or
-    `--processes` above 1, are refused in one line."""
-    if distributed and sc.trace is not None and sc.trace.agent:
-        raise UsageError(f"--processes: agent jobs ({Path(sc.trace.path).name}) replay in one "
-                         "load process; run them without --processes or a master and workers")

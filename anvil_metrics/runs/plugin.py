@@ -59,7 +59,6 @@ from anvil_metrics.live.session import RunSession
 from anvil_metrics.load.body import DatasetBodies
 from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
-from anvil_metrics.load.replay import refuse_distributed_agents
 from anvil_metrics.post.clientblock import KEYS as CLIENT_KEYS
 from anvil_metrics.post.outcome import failure_verdict
 from anvil_metrics.prep.turns import ConversationPrompts
@@ -348,7 +347,6 @@ def on_test_start(environment: Any, **_: Any) -> None:
     set_run(environment, None)  # until this run has started, users have nothing to send
     try:
         opts = options_from_locust(environment)
-        refuse_distributed_agents(opts.scenario, isinstance(environment.runner, MasterRunner))
         # a signal now stops the set-up: its error.json names the phase (`runerror.SetUp`)
         setup = SetUp(opts.results_dir, Path(opts.run_dir) if opts.run_dir else None)
         set_set_up(environment, setup)

@@ -7,7 +7,8 @@ once, with its job fields; each prompt is its turn's `in` tokens as the server c
 from the raw stamps, each sub-agent's first request starts after its spawn turn's answer
 ended, each joined parent turn after all its children's last answers, and each tool wait
 slept is at least its recorded time ÷ `--tool-speed`; `anvil verify` recomputes the
-document. And the refusals: `--processes 2` and a request trace's flag with agent jobs.
+document; by one process and by `--processes 2` (each job on one worker). An open loop
+of job starts, and the refusals of a request trace's flags with agent jobs.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ pytestmark = pytest.mark.e2e
 JOBS, AGENTS, SPEED = 10, 4, 2.0
 
 
-@pytest.fixture(scope="module")
-def replay(tmp_path_factory: pytest.TempPathFactory) -> dict:
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-process", "processes-2"])
+def replay(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The replay by one Locust process, and by a master with two workers (each job and
+    its sub-agents on one worker; the master's budget counts jobs)."""
     tmp = tmp_path_factory.mktemp("agents")
     jobs = agent_jobs(JOBS, seed=3)
     trace = write_agent_jsonl(tmp / "jobs.jsonl", jobs)
@@ -39,14 +42,15 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> dict:
                           "--prefix-cache-block", "64"]) as sim:
         proc = anvil("run", "scenarios/smoke.toml", "--trace", str(trace), "-H", sim.url,
                      "--agents", str(AGENTS), "--tool-speed", str(SPEED),
-                     "--no-server-metrics", "--results-dir", str(tmp / "res"))
+                     "--processes", str(request.param), "--no-server-metrics",
+                     "--results-dir", str(tmp / "res"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (bench,) = (tmp / "res").glob("benchmark-*/benchmark.json")
     lines = list(map(orjson.loads, bench.with_name("requests.jsonl").read_bytes().splitlines()))
     raw = [x for x in lines if x.get("type") == "request"]
     return {"doc": orjson.loads(bench.read_bytes()), "path": bench, "jobs": jobs,
             "raw": raw, "params": lines[0]["params"], "stdout": proc.stdout, "trace": trace,
-            "tmp": tmp}
+            "tmp": tmp, "processes": request.param}
 
 
 def test_every_job_every_request_once_with_its_fields_and_exact_sizes(replay: dict) -> None:
@@ -73,6 +77,12 @@ def test_every_job_every_request_once_with_its_fields_and_exact_sizes(replay: di
         assert r["output_tokens"] == turn.output_tokens
         seen.add((r["job_id"], r["session_id"], r["turn"]))
     assert len(seen) == len(rows)  # none twice
+    if replay["processes"] == 2:  # a job and its sub-agents on one worker; both used
+        worker = {(x["extra"]["job"]): set() for x in replay["raw"]}
+        for x in replay["raw"]:
+            worker[x["extra"]["job"]].add(x["worker"])
+        assert all(len(w) == 1 for w in worker.values()), worker
+        assert len({x["worker"] for x in replay["raw"]}) == 2
     agent = replay["params"]["agent"]
     assert agent["job_ids"] == [j.id for j in jobs] and agent["jobs"] == JOBS
     assert agent["job_requests"] == [j.requests for j in jobs]
@@ -112,9 +122,11 @@ def test_spawn_join_and_tool_waits_hold_on_the_raw_stamps(replay: dict) -> None:
 
 
 def test_open_loop_job_starts_and_a_budget_past_the_traces_jobs(replay: dict) -> None:
-    """`--rate`: each job's first request falls due on the schedule (its due time, start −
-    start delay, is the job's; the rest follow); `--jobs 13` of 10: jobs 10-12 replay the
-    trace's 0-2 again with blocks of their own."""
+    """(Once, beside the one-process replay.) `--rate`: each job's first request falls due
+    on the schedule (its due time, start − start delay, is the job's; the rest follow);
+    `--jobs 13` of 10: jobs 10-12 replay the trace's 0-2 again with blocks of their own."""
+    if replay["processes"] != 1:
+        pytest.skip("run once")
     jobs, res = replay["jobs"], replay["tmp"] / "open"
     with start_simulator(["--prefill-ms", "1", "--interval-ms", "1", "--reasoning-tokens",
                           "0", "--max-context", "32768"]) as sim:
@@ -139,9 +151,10 @@ def test_open_loop_job_starts_and_a_budget_past_the_traces_jobs(replay: dict) ->
 
 
 def test_refused_in_one_line_before_any_load(replay: dict) -> None:
+    if replay["processes"] != 1:
+        pytest.skip("run once")
     trace, res = str(replay["trace"]), str(replay["tmp"] / "refused")
-    for extra, words in ((["--processes", "2"], "--processes: agent jobs"),
-                         (["--trace-limit", "3"], "trace.limit"),
+    for extra, words in ((["--trace-limit", "3"], "trace.limit"),
                          (["--tool-speed", "0"], "--tool-speed")):
         proc = anvil("run", "scenarios/smoke.toml", "--trace", trace, "-H",
                      "http://127.0.0.1:9", *extra, "--results-dir", res, timeout=30)
