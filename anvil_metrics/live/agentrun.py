@@ -14,9 +14,10 @@ the order (`agentjob`'s docstring states the semantics it follows).
   clients by session: a job's sessions in flight each need one).
 - Before a turn: first the client's wait (`Waits.before`: a tool round trip's recorded
   time ÷ `--tool-speed`, capped by `--max-tool-wait`; else the recorded idle time, capped
-  by `--max-idle`), timed from the previous answer's end, then the join: every child whose
-  `join_before_turn` is this turn must have ended. The tool wait actually slept goes into
-  the request's record (`tool_wait_ns`; the row's `tool_wait_ms`).
+  by `--max-idle`), timed from the previous answer's end and waited to the microsecond
+  (`wait_until`), then the join: every child whose `join_before_turn` is this turn must
+  have ended. The tool wait actually slept goes into the request's record
+  (`tool_wait_ns`; the row's `tool_wait_ms`).
 - A failed turn ends its session: its later turns are not sent and the children it had
   not spawned yet never start (a parent's joins still wait for the children that run).
   The job ends when every session it started has ended.
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 import gevent
 from gevent.event import Event
 
+from anvil_metrics.live.control import SLEEP_MARGIN_NS
+from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.load.agentjob import Job, Session, Turn
 
 # the largest idle gap replayed by default: a recorded idle gap is mostly a person reading
@@ -59,16 +62,33 @@ class Waits:
         return tool, idle
 
 
+_TIMERS: list[DueTimer] = []  # free timers: one per session waiting at once
+
+
+def wait_until(end_ns: int) -> None:
+    """Wait until `end_ns` (`perf_counter_ns`) to the microsecond: gevent's sleep to just
+    before it (its loop wakes in whole milliseconds, rounded up: a tool wait would run
+    ~1 ms long), then a `DueTimer` (`duetimer.py`), as an open loop's due times are."""
+    left_ns = end_ns - time.perf_counter_ns() - SLEEP_MARGIN_NS
+    if left_ns > 0:
+        gevent.sleep(left_ns / 1e9)
+    timer = _TIMERS.pop() if _TIMERS else DueTimer()
+    try:
+        timer.wait_until(end_ns)
+    finally:
+        _TIMERS.append(timer)
+
+
 Send = Callable[[Session, int, int], bool]  # (session, turn, tool wait slept ns) → answered
 
 
 class JobRun:
     """One job's replay (module docstring). `send` sends one turn and says whether it was
-    answered; `sleep` waits (gevent's, a test's fake); `on_session_end` is told each
-    session that ended (the caller closes its connection)."""
+    answered; `sleep` waits (None: `wait_until`, to the microsecond; a test's fake);
+    `on_session_end` is told each session that ended (the caller closes its connection)."""
 
     def __init__(self, job: Job, send: Send, waits: Waits = Waits(), *,
-                 sleep: Callable[[float], None] = gevent.sleep,
+                 sleep: Callable[[float], None] | None = None,
                  on_session_end: Callable[[Session], None] | None = None) -> None:
         self.job = job
         self._send = send
@@ -121,7 +141,9 @@ class JobRun:
         if total_s <= 0:
             return 0
         end_ns = free_ns + round(total_s * 1e9)
-        while (left_ns := end_ns - time.perf_counter_ns()) > 0:
-            self._sleep(left_ns / 1e9)
+        if self._sleep is None:
+            wait_until(end_ns)
+        while (left_ns := end_ns - time.perf_counter_ns()) > 0:  # a timer woke early
+            (self._sleep or gevent.sleep)(left_ns / 1e9)
         slept_ns = time.perf_counter_ns() - free_ns
         return max(0, slept_ns - round((total_s - tool_s) * 1e9)) if tool_s > 0 else 0
