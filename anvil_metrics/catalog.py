@@ -292,8 +292,9 @@ ROW: tuple[RowField, ...] = (
     RowField("conversation_id", "", "count", True, "the conversation the request is a turn "
              "of: its first turn's request index (null without conversations)",
              presence="added", since=4, source="extra.conversation"),
-    RowField("turn", "", "count", True, "the request's user turn in its conversation, from "
-             "1 (null without conversations)", presence="added", since=4, source="extra.turn"),
+    RowField("turn", "", "count", True, "the request's user turn in its conversation, or its "
+             "turn in its agent session, from 1 (null without either)", presence="added",
+             since=4, source="extra.turn"),
     RowField("history_tokens", "tok", "count", True, "the server's count of the previous "
              "turn's prompt, which begins this one's: the most a prefix cache can serve from "
              "the conversation (null on a first turn, or uncounted)", presence="added",
@@ -306,6 +307,21 @@ ROW: tuple[RowField, ...] = (
                f"in mix.{ks}, which names it (null: {none})", presence="added", since=6,
                source=f"extra.{k}_index") for k, ks, none in (("class", "classes", "no "
                "request classes"), ("model", "models", "the run's own model"))),
+    *(RowField(name, "", "count", True, f"{words} (null outside an agent replay)",
+               presence="added", since=7, source=f"extra.{key}") for name, key, words in (
+        ("job_id", "job", "the agent job the request belongs to: the run's job number, in "
+         "start order (the trace's job it replays: params.agent.job_ids[job_id % their "
+         "count])"),
+        ("session_id", "session", "the request's session (agent) in its job: its position "
+         "among the job's sessions, the root 0"),
+        ("parent_session_id", "parent_session", "the session that spawned the request's "
+         "session, a position in its job (null for a root)"),
+        ("depth", "depth", "the request's session's depth: the root 0, a sub-agent 1, its "
+         "sub-agent 2"))),
+    RowField("tool_wait_ms", "ms", "duration", True, "the tool wait the client slept before "
+             "the request (its tool's recorded time ÷ --tool-speed, capped; 0 when none; null "
+             "outside an agent replay)", presence="added", since=7,
+             source="extra.tool_wait_ns / 1e6"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

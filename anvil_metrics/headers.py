@@ -33,6 +33,12 @@ RESERVED = frozenset({"host", "content-length", "content-type", "accept", "user-
                       "transfer-encoding", "connection", "expect", "te", "upgrade",
                       "keep-alive", "trailer"})
 
+# an agent job's request says which job, session and turn it is (`live/agentrun.py`), so a
+# server's log can tell them apart; the simulator's request log reads the same names
+AGENT_JOB = "X-Anvil-Job"  # the trace's job id
+AGENT_SESSION = "X-Anvil-Session"  # the session's id within its job
+AGENT_TURN = "X-Anvil-Turn"  # the turn's 0-based index in its session
+
 
 def is_credential(name: str) -> bool:
     """True when `name` looks like it carries a secret: its value is never shown."""

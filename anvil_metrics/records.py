@@ -232,7 +232,8 @@ class Extra(Struct, frozen=True, gc=False):
         "", "a conversation's turn: the conversation's number (its first request index)")
     ] = UNSET
     turn: Annotated[Turn | UnsetType, described(
-        "", "a conversation's turn: the user turn, from 1")] = UNSET
+        "", "a conversation's turn: the user turn, from 1; an agent job's request: its "
+        "turn in its session, from 1")] = UNSET
     history_tokens: Annotated[Count | None, described(
         "tok", "a conversation's turn: the previous turn's usage.prompt_tokens; null on "
         "a first turn or when not counted")] = None
@@ -240,6 +241,20 @@ class Extra(Struct, frozen=True, gc=False):
         "", "a mix's request: its request class (a position in the plan)")] = None
     model_index: Annotated[Count | None, described(
         "", "a mix's request: its model (a position in the model names)")] = None
+    job: Annotated[Count | None, described(
+        "", "an agent job's request: the run's job number, in start order (it replays the "
+        "header's params.agent.job_ids[job % their count])")] = None
+    session: Annotated[Count | None, described(
+        "", "an agent job's request: its session (a position in its job, the root 0)")] = None
+    parent_session: Annotated[Count | None, described(
+        "", "an agent job's request: its session's parent (a position in its job); null "
+        "for a root")] = None
+    depth: Annotated[Count | None, described(
+        "", "an agent job's request: its session's depth (the root 0, a sub-agent 1, …)")
+    ] = None
+    tool_wait_ns: Annotated[Annotated[int, Meta(ge=0, lt=STAMP_LIMIT)] | None, described(
+        "ns", "an agent job's request: the tool wait the client slept before it (0: none)")
+    ] = None
 
 
 class Usage(Struct, frozen=True, gc=False):

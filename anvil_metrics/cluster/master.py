@@ -102,6 +102,8 @@ def conversation_over(record: RequestRecord) -> bool:
     conversation's last drawn turn, or it is no conversation's (what the worker's user
     decided, read back from the record for the master's budget)."""
     extra = record.extra or {}
+    if "job" in extra:  # an agent job's request: its job ends by its worker's `anvil_drop`
+        return False
     if record.failure is not None or "conversation" not in extra:
         return True
     turn, turns = extra.get("turn"), extra.get("turns")
@@ -251,12 +253,10 @@ class MasterCoordinator:
         if ticket is not None:
             self.outstanding[(ticket.warmup, ticket.request_index)] = _Grant(
                 w.client_id, ticket, time.perf_counter_ns())
-            due = ticket.due_ns  # the master's clock → the worker's (0 on one kernel)
-            if due is not None:
-                due -= w.offset_ns or 0
-            raw: list[int | bool | None] | None = [
-                ticket.request_index, ticket.warmup, ticket.planned_context_tokens, due,
-                ticket.waited]
+            # the due time from the master's clock to the worker's (0 on one kernel)
+            due = None if ticket.due_ns is None else ticket.due_ns - (w.offset_ns or 0)
+            raw: list[int | bool | None] | None = [ticket.request_index, ticket.warmup,
+                ticket.planned_context_tokens, due, ticket.waited, ticket.start]
         else:
             raw = None
         self.runner.send_message("anvil_ticket", {"run_id": self.run_id, "seq": seq,
@@ -302,7 +302,7 @@ class MasterCoordinator:
         self.session.budget.give_back(grant.ticket, over)
 
     def on_drop(self, msg: Message) -> None:
-        """A worker's user was stopped between two turns of its conversation."""
+        """A worker's user left a conversation between two turns, or ended an agent job."""
         w = self._worker_for(msg)
         if w is not None and w.going > 0:
             w.going -= 1

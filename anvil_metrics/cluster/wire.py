@@ -81,11 +81,13 @@ BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 NUMBER: Check = (lambda v: _is_int(v) or (isinstance(v, float) and math.isfinite(v)),
                  "a finite number")
 TICKET: Check = (lambda v: v is None or (
-    isinstance(v, list) and len(v) == 5 and _is_int(v[0]) and v[0] >= 0
+    isinstance(v, list) and len(v) == 6 and _is_int(v[0]) and v[0] >= 0
     and isinstance(v[1], bool) and _is_int(v[2]) and v[2] >= 1
-    and (v[3] is None or _is_int(v[3])) and isinstance(v[4], bool)),
+    and (v[3] is None or _is_int(v[3])) and isinstance(v[4], bool)
+    and (v[5] is None or (_is_int(v[5]) and v[5] >= 0))),
     "null or [request_index >= 0, warmup true/false, planned_context_tokens >= 1, "
-    "due_ns (an integer on the worker's clock) or null, waited true/false]")
+    "due_ns (an integer on the worker's clock) or null, waited true/false, start (a "
+    "budget of starts: its number >= 0) or null]")
 COUNTS: Check = (lambda v: isinstance(v, list) and all(_is_int(n) and n >= 0 for n in v),
                  "a list of token counts")
 SIZES: Check = (lambda v: isinstance(v, list) and len(v) > 0 and all(

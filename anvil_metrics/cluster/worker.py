@@ -30,6 +30,8 @@ from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.recorder import Recorder
 from anvil_metrics.live.stuck import StuckReport, StuckWatch
+from anvil_metrics.load.agentbodies import AgentBodies
+from anvil_metrics.load.agentread import read_jobs
 from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
@@ -216,7 +218,10 @@ class WorkerSession:
         sc = setup.scenario
         dataset = sc.dataset.read() if sc.dataset is not None else None  # the same file
         self.bodies: RequestBodies
-        if sc.trace is not None:  # a replay: the same trace file, read here
+        if sc.trace is not None and sc.trace.agent:  # agent jobs: the same file, read here
+            self.bodies = AgentBodies(sc, setup.model, read_jobs(sc.trace.path, sc.trace.fmt),
+                                      setup.run_nonce, round(setup.calibration.overhead_tokens))
+        elif sc.trace is not None:  # a replay: the same trace file, read here
             self.bodies = TraceBodies(sc, setup.model, sc.trace.read(),
                                       TracePrompts(setup.run_nonce, sc.trace.block_tokens,
                                                    round(setup.calibration.overhead_tokens)),
@@ -234,8 +239,8 @@ class WorkerSession:
         self.send_stats = SendStats()  # its users' writes (a worker does not report them)
         self._send = send
         self.budget = RemoteBudget(send, setup.run_id, conversations=bool(
-            sc.conversation is not None and sc.conversation.conversations is not None),
-            on_orphan=self._orphan)
+            sc.conversation is not None and sc.conversation.conversations is not None
+            or sc.trace is not None and sc.trace.agent), on_orphan=self._orphan)
         self.shipper = RecordShipper(send, setup.run_id)
         self.finished = False
         self.load = LoadWindow()

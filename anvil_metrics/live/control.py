@@ -60,7 +60,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gevent.event
 import gevent.lock
@@ -95,6 +95,7 @@ class Ticket:
     planned_context_tokens: int
     due_ns: int | None = None
     waited: bool = False
+    start: int | None = None  # a budget of starts: this start's number, 0-based (a job's)
 
 
 # A due time is slept to until this much before it (gevent's loop wakes in whole ms, rounded
@@ -132,7 +133,10 @@ class RequestBudget:
             raise ValueError("an arrival schedule and shared-prefix bursts exclude each other")
         self.group_size = group_size
         self.schedule = schedule
-        self.conversations = conversations  # a budget of conversations (starts), not requests
+        # a budget of conversations or agent jobs (starts), not requests: a start's later
+        # requests are follow-ups, and its end is `give_back(…, True)` or
+        # `conversation_dropped` (an agent job's, when its last session ends)
+        self.conversations = conversations
         self._started = 0  # conversations started (measured takes that were not follow-ups)
         self._going = 0  # of those, not over yet
         self.origin_ns: int | None = None  # open loop: when arrival 0 fell due
@@ -259,6 +263,7 @@ class RequestBudget:
 
     def _count_start(self, ticket: Ticket) -> Ticket:
         if self.conversations is not None:
+            ticket = replace(ticket, start=self._started)
             self._started += 1
             self._going += 1
         return ticket

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.load.agentbodies import AgentBodies
+from anvil_metrics.load.agentjob import Job
 from anvil_metrics.load.body import (
     BodyBuilder,
     ConversationBodies,
@@ -67,7 +69,8 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
                      shared: SharedPrefix | None,
                      trace: list[TraceRequest] | None = None,
                      dataset: list[DatasetEntry] | None = None,
-                     phase: Callable[[str], None] = lambda _: None) -> Prepared:
+                     phase: Callable[[str], None] = lambda _: None,
+                     jobs: list[Job] | None = None) -> Prepared:
     """Resolve the model (the scenario's, checked against the server's list, or the
     server's first), find how the server counts tokens, refuse a plan beyond its context
     limit, size every prompt and build every body; one probe client, closed at the end.
@@ -89,6 +92,8 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
         counter = (text_counter(client, fields, sc.endpoint, opts.tokenizer_path)
                    if sc.endpoint in TEXT_ENDPOINTS
                    else server_counter(client, fields, opts.tokenizer_path))
+        if jobs is not None:  # agent jobs: each turn's blocks, built as it is sent
+            return prepare_agents(opts, counter, model, nonce, jobs)
         mixed = sc.mix is not None and sc.conversation is None
         planned = sizes  # request k's size is planned[k % len], or its class's own
         if mixed:
@@ -176,6 +181,27 @@ def prepare_trace(opts: RunOptions, counter: Counter, model: str, nonce: str,
               "expected_shared_tokens": None, "template_tokens": overhead}
     calibration = Calibration(counter.method, float(overhead), 1.0)  # a word is a token
     prompts = PromptFactory(calibration, sc.context_seed, nonce, None, None)
+    return Prepared(model, prompts, sizing, bodies)
+
+
+def prepare_agents(opts: RunOptions, counter: Counter, model: str, nonce: str,
+                   jobs: list[Job]) -> Prepared:
+    """An agent replay's bodies (`load/agentbodies.py`), sized as a trace's: the chat
+    template's tokens counted once, the first job's first prompt counted to check it. No
+    turn exceeding the server's context is refused here: AgentX counts such overflows
+    against a run's validity, so they are sent and fail as the server answers."""
+    overhead, checked = template_tokens(counter), None
+    bodies = AgentBodies(opts.scenario, model, jobs, nonce, overhead)
+    first = jobs[0].root
+    try:
+        checked = counter.count([{"role": "user", "content": bodies.text(0, first, 0)}])
+    except Exception as e:
+        log.warning("anvil: could not count the first agent prompt (%s)", e)
+    sizing = {"counter": counter.source, "cache": "off",
+              "counted": {str(first.turns[0].input_tokens): checked},
+              "expected_shared_tokens": None, "template_tokens": overhead}
+    calibration = Calibration(counter.method, float(overhead), 1.0)  # a word is a token
+    prompts = PromptFactory(calibration, opts.scenario.context_seed, nonce, None, None)
     return Prepared(model, prompts, sizing, bodies)
 
 

@@ -35,10 +35,10 @@ LATEST_ATTR = "anvil_latest"
 class TicketSource(Protocol):
     """The run's request budget: `take` blocks until the next request may be sent and
     returns its ticket (None: the budget is spent or the run is stopping); `take_followup`
-    returns a conversation's next turn at once (an open loop's arrivals are conversation
-    starts); every ticket taken is given back once its request is recorded; `user_ready`
-    says one user of this process has finished its start (an open loop's arrivals wait for
-    every user: `control.RequestBudget`)."""
+    returns a conversation's next turn (or an agent job's next request) at once (an open
+    loop's arrivals are conversation or job starts); every ticket taken is given back once
+    its request is recorded; `user_ready` says one user of this process has finished its
+    start (an open loop's arrivals wait for every user: `control.RequestBudget`)."""
 
     def take(self) -> Ticket | None: ...
 

@@ -39,6 +39,8 @@ from anvil_metrics.live.recorder import (
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.live.runerror import SetUp
 from anvil_metrics.live.stuck import StuckReport, StuckWatch
+from anvil_metrics.load.agentjob import Job
+from anvil_metrics.load.agentread import read_jobs
 from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import ConversationBodies, RequestBodies
 from anvil_metrics.load.dataset import DatasetEntry
@@ -186,8 +188,12 @@ class RunSession:
         setup = setup or SetUp(opts.results_dir)
         endpoint = Endpoint.parse(opts.host)
         nonce = opts.run_nonce or secrets.token_hex(4)
-        trace = sc.trace.read() if sc.trace is not None else None  # a replay (replay.py)
-        sizes = [r.input_tokens for r in trace] if trace else sc.planned_sizes()
+        # agent jobs (live/agentrun.py), or a request trace's replay (replay.py)
+        jobs = read_jobs(sc.trace.path, sc.trace.fmt) if sc.trace and sc.trace.agent else None
+        trace = sc.trace.read() if sc.trace is not None and jobs is None else None
+        sizes = ([r.input_tokens for r in trace] if trace else [
+            t.input_tokens for j in jobs for x in j.sessions for t in x.turns] if jobs
+            else sc.planned_sizes())
         shared_doc = sc.shared_prefix(users=opts.users)
         shared = SharedPrefix(**shared_doc) if shared_doc else None
         # bursts hold the load to one group at a time: that many streams at most; a sweep
@@ -197,7 +203,7 @@ class RunSession:
             concurrency = max(sc.step_users)
         dataset = sc.dataset.read() if sc.dataset is not None else None
         ready = prepare_requests(opts, endpoint, nonce, sizes, shared, trace, dataset,
-                                 setup.enter)
+                                 setup.enter, jobs)
         setup.enter("asking the server what it is")
         # who the server is (bounded probes; the flags and [meta] win): provenance.py
         identity = merge(discover(endpoint.base_url, headers={**_auth(opts.api_key),
@@ -222,7 +228,7 @@ class RunSession:
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
                                schedule=_schedule(sc, trace),
-                               conversations=sc.conversation and sc.conversation.conversations,
+                               conversations=_starts_budget(sc, jobs),
                                before_measured=scrape_first)
         setup.enter("writing the run folder")
         run_id, run_dir = _run_folder(opts)
@@ -232,6 +238,8 @@ class RunSession:
                                 _context_distribution(sc, lambda i: ready.bodies.planned(
                                     i, budget.size_for(i))),
                                 trace, dataset)
+        if jobs is not None:
+            params["agent"] = _agent_params(sc, jobs)
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
@@ -361,6 +369,28 @@ def _context_distribution(sc: Scenario, size_for: Callable[[int], int | None]
             return None
         distribution[str(size)] = distribution.get(str(size), 0) + 1
     return distribution
+
+
+def _starts_budget(sc: Scenario, jobs: list[Job] | None) -> int | None:
+    """A budget of starts rather than requests (`RequestBudget`'s `conversations`): a
+    `[conversation]`'s conversations, or an agent replay's jobs (`--jobs`; none given: each
+    job of the trace once). Each start's later requests are its follow-ups."""
+    if jobs is not None and sc.trace is not None:
+        return sc.trace.jobs or len(jobs)
+    return sc.conversation.conversations if sc.conversation is not None else None
+
+
+def _agent_params(sc: Scenario, jobs: list[Job]) -> dict[str, Any]:
+    """The raw header's `params.agent`: the file, the trace's job ids (a row's `job_id` n
+    is the run's job n, which replays `job_ids[n % len]`) and their requests, the jobs
+    measured and the waits."""
+    assert sc.trace is not None
+    return {"file": Path(sc.trace.path).name, "format": sc.trace.fmt,
+            "job_ids": [j.id for j in jobs], "jobs": _starts_budget(sc, jobs),
+            # each trace job's requests: a run's job with fewer rows and failures was cut
+            "job_requests": [j.requests for j in jobs],
+            "tool_speed": sc.trace.tool_speed, "max_tool_wait_s": sc.trace.max_tool_wait_s,
+            "max_idle_s": sc.trace.max_idle_s}
 
 
 def _schedule(sc: Scenario, trace: list[TraceRequest] | None

@@ -10,6 +10,11 @@ For every request it fires anvil's events (`first_output`, `first_content` live;
 the end-to-end time, so Locust's UI and `--csv` count requests and failures. Locust's
 figures are rounded; anvil's exact ones come from the records.
 
+With agent jobs (`--trace` of jobs: `load/agentbodies.py`), a user is one agent slot: a
+task is one whole job, its root session sent here and each sub-agent's requests on a
+connection of its own (`live/agentrun.py` keeps their order); every request is recorded
+the same way (`_stream`).
+
 After a failed request a closed-loop user waits before its next one (`backoff_s`: 50 ms
 doubling to 1 s, reset by an answer), so a dead server is not hammered in a tight loop;
 when it stays dead, the run ends itself (`abort.py`).
@@ -26,14 +31,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 import gevent
 from greenlet import GreenletExit
 from locust import User, task
 
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.agentrun import JobRun, Waits
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import RunContext, run_in_progress
+from anvil_metrics.load.agentbodies import AgentBodies
+from anvil_metrics.load.agentjob import Session
 from anvil_metrics.load.body import Conversation
 from anvil_metrics.load.scenariofields import ENDPOINT_PATHS, STREAMED_ENDPOINTS
 from anvil_metrics.records import NOT_THE_SERVERS
@@ -65,6 +75,17 @@ def backoff_s(failed_in_row: int) -> float:
     if failed_in_row <= 0:
         return 0.0
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(failed_in_row - 1, 16))
+
+
+def _client(run: RunContext) -> ChatClient:
+    """A user's HTTP client (one connection), as the scenario sets it up."""
+    sc = run.scenario
+    return ChatClient(run.endpoint, run.api_key, connect_timeout_s=sc.timeouts.connect_s,
+                      network_timeout_s=sc.timeouts.first_byte_s,
+                      idle_timeout_s=sc.timeouts.idle_s, total_timeout_s=sc.timeouts.total_s,
+                      extra_headers=sc.headers, path=ENDPOINT_PATHS[sc.endpoint],
+                      streamed=sc.endpoint in STREAMED_ENDPOINTS, send_stats=run.send_stats,
+                      max_line_bytes=sc.max_line_bytes)
 
 
 class StreamFailure(Exception):
@@ -116,16 +137,7 @@ class ChatStreamUser(User):
         if run is None:  # the run failed to start (logged); the plugin is ending it
             return
         try:
-            self.client = ChatClient(run.endpoint, run.api_key,
-                                     connect_timeout_s=run.scenario.timeouts.connect_s,
-                                     network_timeout_s=run.scenario.timeouts.first_byte_s,
-                                     idle_timeout_s=run.scenario.timeouts.idle_s,
-                                     total_timeout_s=run.scenario.timeouts.total_s,
-                                     extra_headers=run.scenario.headers,
-                                     path=ENDPOINT_PATHS[run.scenario.endpoint],
-                                     streamed=run.scenario.endpoint in STREAMED_ENDPOINTS,
-                                     send_stats=run.send_stats,
-                                     max_line_bytes=run.scenario.max_line_bytes)
+            self.client = _client(run)
             self.client.connect()
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()
@@ -153,6 +165,9 @@ class ChatStreamUser(User):
             self._idle_until_stopped()
             return
         self._think_s = 0.0  # waited (Locust's wait) before this task
+        if isinstance(run.bodies, AgentBodies):
+            self._agent_job(run, run.bodies)
+            return
         take0 = time.perf_counter_ns()
         # a conversation going on sends its next turn now: in an open loop the schedule's
         # arrivals are conversation starts, so its later turns are follow-ups
@@ -177,18 +192,38 @@ class ChatStreamUser(User):
             headers = b"" if ticket.warmup else run.bodies.header_for(ticket.request_index)
         else:  # the conversation's history and its next message
             body, headers = talk.next_body(), talk.header
-        now = time.perf_counter_ns()
-        obs = self._observer(
-            ticket.request_index, now, warmup=ticket.warmup,
-            planned_context_tokens=self._planned(run, ticket, talk),
-            worker=run.worker, on_first_output=_fire_first_output,
-            on_first_content=_fire_first_content, keep_text=talk is not None,
+        cancel = run.scenario.cancel  # a planned cancellation (`load/cancel.py`)
+
+        def done(obs: StreamObserver) -> None:
+            if talk is not None:
+                self._answered(talk, obs)
+            self._after(obs, closed_loop=not self._open_loop)
+            run.budget.give_back(ticket, talk is None or talk.over)
+
+        self._stream(
+            run, self.client, ticket, due_ns, body, headers, done,
+            planned=self._planned(run, ticket, talk), keep_text=talk is not None,
             # a conversation's turn, else what the bodies say (a mix's class and model)
             extra=talk.extra() if talk is not None else run.bodies.extra(ticket.request_index),
             # the cap its body sends: a stream past it is an `overrun` (`wire.observe`)
             max_tokens=(talk.output_cap if talk is not None
                         else run.bodies.output_cap(ticket.request_index)),
-        )
+            cancel_after=(cancel.after if cancel is not None and not ticket.warmup
+                          and cancel.cancels(ticket.request_index) else None))
+
+    def _stream(self, run: RunContext, client: ChatClient, ticket: Ticket, due_ns: int,
+                body: tuple[bytes, ...] | bytes, headers: bytes,
+                done: Callable[[StreamObserver], None], *, planned: int | None,
+                keep_text: bool, extra: dict[str, Any] | None, max_tokens: int | None,
+                cancel_after: Any = None) -> StreamObserver:
+        """Send one request on `client`, observe it, record it, and call `done` with its
+        observer (whatever happened: its ticket goes back there)."""
+        now = time.perf_counter_ns()
+        obs = self._observer(
+            ticket.request_index, now, warmup=ticket.warmup, planned_context_tokens=planned,
+            worker=run.worker, on_first_output=_fire_first_output,
+            on_first_content=_fire_first_content, keep_text=keep_text, extra=extra,
+            max_tokens=max_tokens)
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)
@@ -198,11 +233,8 @@ class ChatStreamUser(User):
         # stopped mid-stream records it as `cancelled`, an unforeseen error as
         # `client_error` (with its traceback in the log), a stream already finished keeps
         # its result even if the stop lands during the bookkeeping below.
-        cancel = run.scenario.cancel  # a planned cancellation (`load/cancel.py`)
-        cancel_after = (cancel.after if cancel is not None and not ticket.warmup
-                        and cancel.cancels(ticket.request_index) else None)
         try:
-            nbytes = self.client.stream_chat(body, obs, headers, cancel_after)
+            nbytes = client.stream_chat(body, obs, headers, cancel_after)
             # Yield once before the bookkeeping: streams of one server batch end together,
             # and every other stream whose end is already readable gets to stamp it first,
             # rather than after this one's record, Locust event and next request.
@@ -222,10 +254,62 @@ class ChatStreamUser(User):
                 self._report(obs, nbytes)
             finally:
                 run.in_flight.discard(obs)
-                if talk is not None:
-                    self._answered(talk, obs)
-                self._after(obs, closed_loop=not self._open_loop)
-                run.budget.give_back(ticket, talk is None or talk.over)
+                done(obs)
+        return obs
+
+    def _agent_job(self, run: RunContext, agents: AgentBodies) -> None:
+        """One agent job, start to end (`live/agentrun.py`): its first request takes the
+        budget's next start (an open loop's: at its due time), every later one a follow-up;
+        each sub-agent sends on a connection of its own, closed when it ends. The job's end
+        counts it over (`conversation_dropped`: a budget of jobs ends when the last is)."""
+        first = run.budget.take()
+        if first is None:
+            self._idle_until_stopped()
+            return
+        n = first.start  # the run's job number (a budget of jobs numbers its starts)
+        assert n is not None
+        job = agents.job(n)
+        tickets = [first]
+        clients: dict[str, ChatClient] = {}
+        plan = run.scenario.trace
+        assert plan is not None
+
+        def send(session: Session, k: int, tool_wait_ns: int) -> bool:
+            ticket = tickets.pop() if tickets else run.budget.take_followup()
+            if ticket is None:  # the budget is spent or the run is stopping
+                return False
+            # due now (after the job's waits), or at the schedule's arrival: a sub-agent's
+            # connection, opened before its first request, is the client's delay
+            due_ns = ticket.due_ns if ticket.due_ns is not None else time.perf_counter_ns()
+            client = self.client if session.parent_id is None else clients.get(session.id)
+            if client is None:
+                client = clients[session.id] = _client(run)
+                client.connect()
+            turn = session.turns[k]
+            obs = self._stream(
+                run, client, ticket, due_ns, agents.body(n, session, k),
+                agents.headers(n, session, k),
+                lambda o: run.budget.give_back(ticket, conversation_over=False),
+                planned=turn.input_tokens, keep_text=False,
+                extra=agents.turn_extra(n, session, k, tool_wait_ns),
+                max_tokens=turn.output_tokens)
+            if session.parent_id is None:  # a closed loop's backoff follows the root's
+                self._after(obs, closed_loop=first.due_ns is None)
+            return obs.failure is None
+
+        def ended(session: Session) -> None:
+            client = clients.pop(session.id, None)
+            if client is not None:
+                client.close()
+
+        try:
+            JobRun(job, send, Waits(plan.tool_speed, plan.max_tool_wait_s, plan.max_idle_s),
+                   on_session_end=ended).run()
+        finally:
+            for c in clients.values():
+                c.close()
+            agents.job_ended(n)
+            run.budget.conversation_dropped()  # the job is over
 
     @staticmethod
     def _planned(run: RunContext, ticket: Ticket, talk: Conversation | None) -> int | None:

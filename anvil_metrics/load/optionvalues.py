@@ -101,6 +101,8 @@ def choice(*values: str) -> Kind:
 
 seconds = number("a number of seconds > 0")
 positive = number("a number > 0")
+seconds_or_zero = Kind("a finite number of seconds >= 0", lambda v: _number(v) and v >= 0,
+                       _float)
 ratio = number("a fraction > 0 and <= 1, e.g. 0.5 (1: every request)", at_most=1.0)
 error_share = Kind("a fraction >= 0 and < 1, e.g. 0.05 (0: any failed request)",
                    lambda v: _number(v) and 0 <= v < 1, _float)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from anvil_metrics.load.agentread import read_jobs
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
 
@@ -38,11 +39,16 @@ class TraceSchedule:
 def read_inputs(sc: Scenario) -> Scenario:
     """`sc` with its trace and dataset read and checked, so a bad line stops the run before
     any load: a replay's budget is the trace's request count (`requests`, like the trace's
-    `limit`, replays only the first that many: the plan keeps the lower)."""
+    `limit`, replays only the first that many: the plan keeps the lower); an agent
+    replay's, its jobs (`--jobs`, else each of the trace's once)."""
     if sc.dataset is not None:
         sc.dataset.read()
     if sc.trace is None:
         return sc
+    if sc.trace.agent:  # agent jobs: read and checked here, replayed by `live/agentrun.py`
+        jobs = read_jobs(sc.trace.path, sc.trace.fmt)
+        return replace(sc, trace=replace(sc.trace, jobs=sc.trace.jobs or len(jobs)))
     limits = [n for n in (sc.trace.limit, sc.requests) if n is not None]
     plan = replace(sc.trace, limit=min(limits) if limits else None)
     return replace(sc, trace=plan, requests=len(plan.read()))
+

@@ -147,8 +147,9 @@ class Scenario:
     def load_mode(self) -> str:
         """`loadspec.load_mode`: "budget", "duration" or "until_stopped"."""
         conversation = self.conversation
-        return load_mode(self.requests, conversation and conversation.conversations,
-                         self.duration_s)
+        starts = (conversation.conversations if conversation is not None else
+                  self.trace.jobs if self.trace is not None and self.trace.agent else None)
+        return load_mode(self.requests, starts, self.duration_s)
 
     @property
     def no_thinking(self) -> bool:
@@ -224,8 +225,11 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
         t = sc.trace
         window = None if t.window_s is None else ":".join(
             "" if x is None else repr(x) for x in t.window_s)
-        doc["trace"] = {"path": t.path, "format": t.fmt, "speed": t.speed, "limit": t.limit,
-                        "block_tokens": t.block_tokens, "model": t.model, "window": window}
+        doc["trace"] = ({"path": t.path, "format": t.fmt, "jobs": t.jobs,
+                         "tool_speed": t.tool_speed, "max_tool_wait": t.max_tool_wait_s,
+                         "max_idle": t.max_idle_s} if t.agent else
+                        {"path": t.path, "format": t.fmt, "speed": t.speed, "limit": t.limit,
+                         "block_tokens": t.block_tokens, "model": t.model, "window": window})
     if sc.dataset is not None:
         doc["dataset"] = {"path": sc.dataset.path, "format": sc.dataset.fmt}
     return _no_nulls(doc)

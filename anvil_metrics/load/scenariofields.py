@@ -41,6 +41,7 @@ from anvil_metrics.load.optionvalues import (
     positive,
     rates,
     seconds_or_off,
+    seconds_or_zero,
     timespan,
     whole,
     window_text,
@@ -161,6 +162,10 @@ _ROWS: tuple[Field, ...] = (
     Field("trace.window", window_text),
     Field("trace.block_tokens", whole(1), _TRACE["block_tokens"]),
     Field("trace.model", TEXT),
+    Field("trace.jobs", whole(1)),
+    Field("trace.tool_speed", positive, _TRACE["tool_speed"]),
+    Field("trace.max_tool_wait", seconds_or_zero),
+    Field("trace.max_idle", seconds_or_zero, _TRACE["max_idle_s"]),
     Field("dataset.path", NAME),
     Field("dataset.format", choice(*DATASET_FORMATS)),
     *(Field(f"meta.{k}", TEXT) for k in META_KEYS),
@@ -258,9 +263,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--trace", "trace.path", "replay this recorded trace as the load (Mooncake JSONL, "
          "BurstGPT CSV or anvil's JSONL; its timestamps are the due times): see "
          "load/replay.py"),
-    Flag("--trace-format", "trace.format", "the trace's format: mooncake, burstgpt or jsonl "
-         "(agent jobs: weka, otel, agent-jsonl; read by 'anvil trace stats', not replayed "
-         "yet) (default: told by the file)"),
+    Flag("--trace-format", "trace.format", "the trace's format: mooncake, burstgpt or jsonl, "
+         "or agent jobs: weka, otel or agent-jsonl (default: told by the file)"),
     Flag("--trace-speed", "trace.speed", "replay the trace this many times faster (default "
          f"{_default('trace.speed')})"),
     Flag("--trace-limit", "trace.limit", "replay only the trace's first N requests"),
@@ -270,6 +274,17 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--trace-block", "trace.block_tokens", "tokens per hash id block of a Mooncake "
          f"trace (default {_default('trace.block_tokens')})"),
     Flag("--trace-model", "trace.model", "a BurstGPT trace: only this model's rows"),
+    Flag("--agents", "concurrency", "agent jobs: this many jobs at once, a new one when one "
+         "ends (each job's sub-agents run beside it, on connections of their own)",
+         locust=False),
+    Flag("--jobs", "trace.jobs", "agent jobs: measure this many jobs, then stop (the "
+         "trace's jobs in order, again from its first; default: each job of the trace once)"),
+    Flag("--tool-speed", "trace.tool_speed", "agent jobs: wait each tool's recorded time "
+         f"divided by this (default {_default('trace.tool_speed')})"),
+    Flag("--max-tool-wait", "trace.max_tool_wait", "agent jobs: wait at most this many "
+         "seconds for one tool (default: no cap)"),
+    Flag("--max-idle", "trace.max_idle", "agent jobs: replay at most this many seconds of "
+         f"a recorded idle gap (default {_default('trace.max_idle')}; 0: none)"),
     Flag("--dataset", "dataset.path", "send prompts from this file (ShareGPT JSON, JSONL of "
          "prompt or messages, or plain text paragraphs): see load/dataset.py"),
     Flag("--dataset-format", "dataset.format", "the dataset's format: sharegpt, jsonl or "
@@ -329,7 +344,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--source-recipe", "meta.source_recipe", "the recipe the server was started from "
          "(recorded as given)"),
 )
-FLAG_OF = {f.key: f.name for f in FLAGS}
+FLAG_OF = {f.key: f.name for f in reversed(FLAGS)}  # a key's first flag (-u, not --agents)
 
 # A key a flag changes, and the file's keys it replaces: those the rules would refuse
 # beside it, which a flag means to override (a key matches its table's entry too)

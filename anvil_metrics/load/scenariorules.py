@@ -21,6 +21,7 @@ import orjson
 from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.headers import REDACTED, is_credential, problem
 from anvil_metrics.load import loadspec
+from anvil_metrics.load.agentread import is_agent_trace
 from anvil_metrics.load.cancel import parse_cancel
 from anvil_metrics.load.conversation import parse_conversation
 from anvil_metrics.load.dataset import DatasetPlan
@@ -34,7 +35,7 @@ from anvil_metrics.load.scenariofields import (
     Timeouts,
     table_of,
 )
-from anvil_metrics.load.trace import TracePlan
+from anvil_metrics.load.trace import TraceError, TracePlan
 from anvil_metrics.prep.prompts import MAX_GROUP_SIZE, MIN_UNIQUE_TOKENS
 
 # body fields that anvil sets and reports; extra_body may not silently change them
@@ -244,20 +245,28 @@ def inputs(data: Doc, v: Doc, src: str | None) -> None:
         if data.get(table) and v[f"{table}.path"] is None:
             raise _err(f"{table}.path", None, f"the file's path (required in [{table}])", src)
     path = v["trace.path"]
+    agent = path is not None and _agent_trace(path, v["trace.format"])
+    _agent_keys(data, agent, src)
     if path is not None:
         for key in ("duration", "rate", "rates", "steps", "warmup_requests"):
-            if data.get(key):
+            if data.get(key) and not (agent and key in ("duration", "rate")):
                 raise _err(key, data[key], "none with a trace: a replay's arrivals, warm-ups, "
                            "request count and sizes are the trace's (use trace.limit, "
-                           "trace.speed)", src)
+                           "trace.speed)" if not agent else "none with agent jobs (a job's "
+                           "requests are the trace's; --rate offers job starts, --duration "
+                           "limits the run)", src)
         if v["conversation"] is not None or v["shared_prefix_burst"]:
             raise _err("trace.path", path, "none beside a [conversation] or shared-prefix "
                        "bursts: each makes the load itself", src)
         _chat_only("trace.path", path, v, src)
         window = v["trace.window"]
+        wait = v["trace.max_tool_wait"]
         v["trace"] = TracePlan(path, v["trace.format"], float(v["trace.speed"]),
                                v["trace.limit"], v["trace.block_tokens"], v["trace.model"],
-                               None if window is None else window_of(window))
+                               None if window is None else window_of(window), agent=agent,
+                               jobs=v["trace.jobs"], tool_speed=float(v["trace.tool_speed"]),
+                               max_tool_wait_s=None if wait is None else float(wait),
+                               max_idle_s=float(v["trace.max_idle"]))
     path = v["dataset.path"]
     if path is not None:
         if v["trace"] is not None or v["shared_prefix_burst"]:
@@ -265,6 +274,29 @@ def inputs(data: Doc, v: Doc, src: str | None) -> None:
                        "those make their own prompts", src)
         _chat_only("dataset.path", path, v, src)
         v["dataset"] = DatasetPlan(path, v["dataset.format"])
+
+
+# a request trace's keys an agent trace has no use for, and the agent replay's own
+_REQUEST_TRACE_KEYS = ("limit", "window", "model", "block_tokens", "speed")
+_AGENT_KEYS = ("jobs", "tool_speed", "max_tool_wait", "max_idle")
+
+
+def _agent_trace(path: str, fmt: str | None) -> bool:
+    """Whether the trace holds agent jobs (a missing file: not said here; its reading will)."""
+    try:
+        return is_agent_trace(path, fmt)
+    except (UsageError, TraceError):
+        return False
+
+
+def _agent_keys(data: Doc, agent: bool, src: str | None) -> None:
+    """An agent replay's keys only with agent jobs; a request trace's only without them."""
+    table = data.get("trace") or {}
+    for key in _REQUEST_TRACE_KEYS if agent else _AGENT_KEYS:
+        if key in table:
+            raise _err(f"trace.{key}", table[key], "none with agent jobs (use trace.jobs, "
+                       "--jobs)" if agent else "none without a trace of agent jobs (weka, "
+                       "otel, agent-jsonl)", src)
 
 
 def _chat_only(key: str, path: str, v: Doc, src: str | None) -> None:

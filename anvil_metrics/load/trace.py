@@ -231,9 +231,9 @@ def read_trace(path: str | Path, fmt: str | None = None, *, block_tokens: int =
         raise UsageError(f"--trace-format {fmt!r}: use one of {', '.join(ALL_FORMATS)}")
     fmt = fmt or detect_format(p)
     if fmt in AGENT_FORMATS:
-        raise UsageError(f"--trace {str(p)!r}: its format {fmt!r} holds agent jobs (sub-agents, "
-                         "tool waits), which 'anvil trace stats' reads; their replay is not "
-                         "built yet: use a request trace (" + ", ".join(FORMATS) + ")")
+        raise UsageError(f"{str(p)!r}: its format {fmt!r} holds agent jobs (sub-agents, tool "
+                         "waits), which replay as a run's own --trace, not as a request "
+                         "class's: use a request trace here (" + ", ".join(FORMATS) + ")")
     lines = (_mooncake(p, block_tokens) if fmt == "mooncake" else _plain(p)
              if fmt == "jsonl" else _burstgpt(p, model))
     out: list[TraceRequest] = []
@@ -358,6 +358,12 @@ class TracePlan:
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
     model: str | None = None
     window_s: tuple[float, float | None] | None = None  # [start, end) of the trace's time
+    # a file of agent jobs (`AGENT_FORMATS`): its replay's jobs and waits (live/agentrun.py)
+    agent: bool = False
+    jobs: int | None = None  # measured jobs (None: each of the trace's once)
+    tool_speed: float = 1.0  # a tool's recorded time is waited ÷ this
+    max_tool_wait_s: float | None = None  # None: no cap
+    max_idle_s: float = 10.0  # the longest idle gap replayed (agentrun.DEFAULT_MAX_IDLE_S)
 
     def read(self) -> list[TraceRequest]:
         """The requests replayed, checked (`TraceError` names a bad line)."""

@@ -62,6 +62,11 @@ RAW_COLUMNS = (
     "history_tokens",  # extra.history_tokens: the previous turn's usage.prompt_tokens
     "class_index",  # extra.class_index: a mix's request class (a position in its plan)
     "model_index",  # extra.model_index: a mix's model (a position in its model names)
+    "job_id",  # extra.job: an agent job's position in its trace
+    "session_id",  # extra.session: its session's position in the job (the root 0)
+    "parent_session_id",  # extra.parent_session: the parent session's (null: a root)
+    "depth",  # extra.depth: the session's depth (root 0)
+    "tool_wait_ns",  # extra.tool_wait_ns: the tool wait slept before the request
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -169,18 +174,20 @@ BLOCK_ROWS = 4096  # rows a block of `ColumnBuilder` holds
 
 def _extra_columns(x: Extra) -> tuple[int, ...]:
     """The row's last columns, from a record's `extra` (`RAW_COLUMNS` from start_delay_ns to
-    model_index), NULL where it has none."""
-    delay, chunk, waited, conversation, turn, history, klass, model = astuple(x)
+    tool_wait_ns), NULL where it has none."""
+    (delay, chunk, waited, conversation, turn, history, klass, model, job, session, parent,
+     depth, tool_wait) = astuple(x)
     if conversation is UNSET:  # no conversation's turn (a turn alone is not read)
-        conversation = turn = history = NULL
+        conversation = history = NULL
+        turn = NULL if job is None or turn is UNSET else turn  # an agent job's turn is
     elif history is None:
         history = NULL
     return (NULL if delay is None else delay, waited, NULL if chunk is None else chunk,
-            conversation, turn, history, NULL if klass is None else klass,
-            NULL if model is None else model)
+            conversation, turn, history, *(NULL if v is None else v for v in (
+                klass, model, job, session, parent, depth, tool_wait)))
 
 
-_NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL)
+_NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
 
 
 class ColumnBuilder:
@@ -215,15 +222,13 @@ class ColumnBuilder:
             code = self.worker_codes[w] = len(self.worker_codes)
         out, from_usage, prompt, cached, reasoning = (
             (rc + cc, False, NULL, NULL, NULL) if u is None else usage_counts(u, rc, cc))
-        delay, waited, chunk, conversation, turn, history, klass, model = (
-            _NO_EXTRA if x is None else _extra_columns(x))
+        extra = _NO_EXTRA if x is None else _extra_columns(x)
         if self.at == len(self.block):
             self._full()
         _ROW.pack_into(self.block, self.at, n, warmup, ri, s,
                        NULL if e is None else e, NULL if fo is None else fo,
                        NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
-                       from_usage, prompt, cached, reasoning, code, f is not None, delay,
-                       waited, chunk, conversation, turn, history, klass, model)
+                       from_usage, prompt, cached, reasoning, code, f is not None, *extra)
         self.at += _ROW.size
         self.n_records += 1
 

@@ -131,6 +131,9 @@ class Failure(Struct, forbid_unknown_fields=True, kw_only=True):
             "when unknown")]
     step: Annotated[Count | None | UnsetType, described(
         "", "the step in force when the request started (stepped runs only)")] = UNSET
+    job_id: Annotated[Count | UnsetType, described(
+        "", "the run's job number of the failed request (agent jobs only; the rows' "
+            "job_id): a job with a failed request was cut")] = UNSET
 
 
 class RunFields(Struct, kw_only=True):

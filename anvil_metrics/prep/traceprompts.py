@@ -59,9 +59,11 @@ class TracePrompts:
         self.overhead_tokens = overhead_tokens
 
     def text(self, input_tokens: int, hash_ids: tuple[int, ...] = (), line: int = 0,
-             prefix_id: str | None = None, prefix_tokens: int = 0) -> str:
+             prefix_id: str | None = None, prefix_tokens: int = 0,
+             memo: dict[tuple[int, int], str] | None = None) -> str:
         """A trace request's message (`load.trace.TraceRequest`'s fields): `input_tokens`
-        less the template's tokens, as blocks of words."""
+        less the template's tokens, as blocks of words; `memo` keeps the blocks made
+        (an agent job's: its context outgrows `block_text`'s cache)."""
         body = max(1, input_tokens - self.overhead_tokens)
         if hash_ids:
             n = len(hash_ids)
@@ -74,8 +76,16 @@ class TracePrompts:
                 words[k - 1] += words[k] - 1
                 words[k] = 1
             words[0] = max(1, words[0])
-            return " ".join(block_text(self.seed, h, w)
-                            for h, w in zip(hash_ids, words, strict=True))
+            if memo is None:
+                return " ".join(block_text(self.seed, h, w)
+                                for h, w in zip(hash_ids, words, strict=True))
+            out = []
+            for h, w in zip(hash_ids, words, strict=True):
+                t = memo.get((h, w))
+                if t is None:
+                    t = memo[h, w] = block_text(self.seed, h, w)
+                out.append(t)
+            return " ".join(out)
         parts = []
         if prefix_id is not None and 0 < prefix_tokens < body:
             parts.append(block_text(self.seed, _PREFIX_IDS + zlib.crc32(prefix_id.encode()),

@@ -213,7 +213,8 @@ def plan_text(sc: Scenario, users: int) -> str:
     """What a run will do, in words: its end and its load."""
     mode = sc.load_mode
     talks = sc.conversation.conversations if sc.conversation is not None else None
-    end = (f"{talks} conversations" if talks is not None else
+    end = (f"{sc.trace.jobs} jobs" if sc.trace is not None and sc.trace.agent else
+           f"{talks} conversations" if talks is not None else
            f"{sc.requests} requests" if mode == "budget" else
            f"for {sc.duration_s:g} s" if mode == "duration" else "until stopped (Ctrl-C)")
     if mode == "budget" and sc.duration_s is not None:
@@ -225,6 +226,10 @@ def plan_text(sc: Scenario, users: int) -> str:
         load = (f"{sc.arrivals.arrival} arrivals in steps of "
                 f"{', '.join(f'{r:g}' for r in sc.step_rates)} requests/s, "
                 f"{sc.step_duration_s:g} s each, at most {users} in flight")
+    elif sc.trace is not None and sc.trace.agent:
+        starts = (f"{sc.arrivals.arrival} job arrivals at {sc.arrivals.rate_rps:g}/s, at most "
+                  f"{users} at once" if sc.arrivals is not None else f"{users} at once")
+        load = f"agent jobs of {Path(sc.trace.path).name}, {starts}"
     elif sc.trace is not None:
         load = (f"the trace {Path(sc.trace.path).name} at {sc.trace.speed:g}x, at most "
                 f"{users} in flight")

@@ -251,9 +251,12 @@ def _set_up_worker() -> tuple[WorkerAgent, FakeRunner]:
 
 
 BAD_TO_WORKER = [
-    ("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": ["0", False, 4096, None, False]},
-     "ticket"),
-    ("anvil_ticket", {"run_id": "run-1", "seq": 1, "ticket": [0, 0, 4096, None, False]}, "ticket"),
+    ("anvil_ticket", {"run_id": "run-1", "seq": 1,
+                      "ticket": ["0", False, 4096, None, False, None]}, "ticket"),
+    ("anvil_ticket", {"run_id": "run-1", "seq": 1,
+                      "ticket": [0, 0, 4096, None, False, None]}, "ticket"),
+    ("anvil_ticket", {"run_id": "run-1", "seq": 1,
+                      "ticket": [0, False, 4096, None, False, -1]}, "ticket"),
     ("anvil_ticket", {"run_id": "run-1", "ticket": None}, "seq"),
     ("anvil_ticket", "run-1", "data"),
     ("anvil_ping", {"run_id": "run-1", "seq": 0}, "t_master_ns"),
@@ -293,7 +296,7 @@ def test_sound_messages_to_a_worker_still_act() -> None:
     waiting = gevent.spawn(session.budget.take)
     gevent.sleep(0)
     runner.receive("anvil_ticket",
-                   {"run_id": "run-1", "seq": 1, "ticket": [4, True, 2048, None, False]})
+                   {"run_id": "run-1", "seq": 1, "ticket": [4, True, 2048, None, False, None]})
     assert waiting.get(timeout=1) == Ticket(4, True, 2048)
     runner.receive("anvil_ticket", {"run_id": "other", "seq": 1, "ticket": None})  # ignored
     runner.receive("anvil_ping", {"run_id": "run-1", "seq": 3, "t_master_ns": 11})

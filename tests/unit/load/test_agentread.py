@@ -24,7 +24,7 @@ def test_formats_told_named_and_refused(tmp_path: Path) -> None:
     assert read_jobs(native, "agent-jsonl") == jobs
     with pytest.raises(UsageError, match=r"--trace-format 'mooncake': agent jobs are one"):
         read_jobs(tmp_path / "m.jsonl")
-    with pytest.raises(UsageError, match=r"holds agent jobs .* replay is not built yet"):
+    with pytest.raises(UsageError, match=r"holds agent jobs .* replay as a run's own --trace"):
         read_trace(weka)
     with pytest.raises(UsageError, match="no such file or folder"):
         read_jobs(tmp_path / "none.jsonl")

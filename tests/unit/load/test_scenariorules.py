@@ -43,6 +43,12 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--trace-window": ("60:", {"trace": {"path": "t.jsonl", "window": "60:"}}),
     "--trace-block": ("16", {"trace": {"path": "t.jsonl", "block_tokens": 16}}),
     "--trace-model": ("gpt", {"trace": {"path": "t.jsonl", "model": "gpt"}}),
+    "--agents": ("4", {"concurrency": 4}),
+    **{flag: (text, {"trace": {"path": "a.jsonl", "format": "agent-jsonl", key: value}})
+       for flag, text, key, value in (("--jobs", "7", "jobs", 7),
+                                      ("--tool-speed", "2", "tool_speed", 2),
+                                      ("--max-tool-wait", "1.5", "max_tool_wait", 1.5),
+                                      ("--max-idle", "0", "max_idle", 0))},
     "--dataset": ("d.jsonl", {"dataset": {"path": "d.jsonl"}}),
     "--dataset-format": ("text", {"dataset": {"path": "d.jsonl", "format": "text"}}),
     "--conversation": ("turns=uniform:2:4,turn_tokens=32", {"conversation": {
@@ -80,6 +86,8 @@ for _name in ("--trace-format", "--trace-speed", "--trace-limit", "--trace-windo
               "--trace-block", "--trace-model"):
     NEEDS[_name] = {"trace": "t.jsonl"}
 NEEDS["--dataset-format"] = {"dataset": "d.jsonl"}
+for _name in ("--jobs", "--tool-speed", "--max-tool-wait", "--max-idle"):
+    NEEDS[_name] = {"trace": "a.jsonl", "trace_format": "agent-jsonl"}
 
 
 def flagged(doc: dict[str, Any], **values: str) -> Scenario:
@@ -163,3 +171,22 @@ def test_a_scenario_file_may_hold_what_the_flags_give(tmp_path: Path) -> None:
     sc = run_options({"scenario": str(path)}, host="http://h", users=None,
                      api_key=None).scenario
     assert (sc.step_users, sc.duration_s, sc.cancel.rate) == ((1, 2), 4.0, 0.5)
+
+
+def test_agent_keys_go_with_agent_jobs_only_and_are_written_back() -> None:
+    agent = {**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl", "jobs": 7,
+                               "tool_speed": 2, "max_tool_wait": 1.5, "max_idle": 0},
+             "rate": 2, "concurrency": 4}
+    sc = scenario_from_dict(agent)
+    assert sc.trace is not None and sc.trace.agent and sc.arrivals is not None
+    assert (sc.trace.jobs, sc.trace.tool_speed, sc.trace.max_tool_wait_s,
+            sc.trace.max_idle_s, sc.load_mode) == (7, 2.0, 1.5, 0.0, "budget")
+    assert scenario_from_dict(scenario_to_dict(sc)) == sc
+    for doc, key in (({**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl",
+                                         "limit": 3}}, "trace.limit"),
+                     ({**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl"},
+                       "warmup_requests": 2}, "warmup_requests"),
+                     ({**BASE, "trace": {"path": "t.jsonl", "format": "mooncake",
+                                         "max_idle": 3}}, "trace.max_idle")):
+        with pytest.raises(ScenarioError, match=key):
+            scenario_from_dict(doc)

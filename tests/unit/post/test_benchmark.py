@@ -25,6 +25,7 @@ from anvil_metrics.post.benchmark import (
     wall_clock_ms,
 )
 from anvil_metrics.post.rawread import read_raw
+from anvil_metrics.post.verify import verify_benchmark
 
 MS = 1_000_000
 
@@ -47,6 +48,18 @@ def test_counts_and_renumbering(tmp_path: Path) -> None:
                                 "message": "503 busy", "phase": "headers"}]
     assert doc["partial"] is True  # no run_end line
     assert doc["concurrency"] == 1 and doc["model"] is None
+
+
+def test_an_agent_jobs_failed_request_names_its_job(tmp_path: Path) -> None:
+    agent = {"session": 0, "turn": 1, "depth": 0, "tool_wait_ns": 0}
+    path = tmp_path / "requests.jsonl"
+    write_raw(path, HEADER, [completed(0, extra={"job": 0, **agent}),
+                             failed(1, extra={"job": 5, **agent})])
+    doc = build_benchmark(read_raw(path))
+    assert [f.get("job_id") for f in doc["failures"]] == [5]
+    assert verify_benchmark(doc) == []
+    assert doc["request_timings"][0]["job_id"] == 0
+    assert "job_id" not in build_benchmark(read_raw(_raw(tmp_path)))["failures"][0]
 
 
 def test_wall_clock_and_finished_at_by_hand(tmp_path: Path) -> None:

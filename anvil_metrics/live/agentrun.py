@@ -1,0 +1,149 @@
+"""One agent job replayed: its sessions in order, its sub-agents beside them, its waits.
+
+Why a module apart from the Locust user: the order of a job's requests is the replay's
+whole truth (a child's first request after its spawn turn's answer, a joined parent turn
+after all its children's last answers, background children blocking nothing, a tool
+result after its tool's recorded time), and it must be testable without a server. So the
+runner knows nothing of HTTP: it is handed `send(session, turn_index, tool_wait_ns) ->
+answered` (the user builds the body and records the request) and `sleep`, and owns only
+the order (`agentjob`'s docstring states the semantics it follows).
+
+- The root session runs in the caller's greenlet (the Locust user's); each sub-agent in a
+  greenlet of its own, started when its `spawn_after_turn` answer has ended (None: with
+  its parent's start), each sending on its own connection (the caller's `send` keys its
+  clients by session: a job's sessions in flight each need one).
+- Before a turn: first the client's wait (`Waits.before`: a tool round trip's recorded
+  time ÷ `--tool-speed`, capped by `--max-tool-wait`; else the recorded idle time, capped
+  by `--max-idle`), timed from the previous answer's end and waited to the microsecond
+  (`wait_until`), then the join: every child whose `join_before_turn` is this turn must
+  have ended. The tool wait actually slept goes into the request's record
+  (`tool_wait_ns`; the row's `tool_wait_ms`).
+- A failed turn ends its session: its later turns are not sent and the children it had
+  not spawned yet never start (a parent's joins still wait for the children that run).
+  The job ends when every session it started has ended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gevent
+from gevent.event import Event
+
+from anvil_metrics.live.control import SLEEP_MARGIN_NS
+from anvil_metrics.live.duetimer import DueTimer
+from anvil_metrics.load.agentjob import Job, Session, Turn
+
+# the largest idle gap replayed by default: a recorded idle gap is mostly a person reading
+# or typing (minutes in the published captures), which measures nothing about the server
+# and would leave a short run mostly idle; 10 s keeps the shape (a prefix cache may evict)
+DEFAULT_MAX_IDLE_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """The client's waits before a turn: `tool_speed` divides a tool's recorded time,
+    `max_tool_wait_s` caps it (None: no cap), `max_idle_s` caps an idle gap (None: none)."""
+
+    tool_speed: float = 1.0
+    max_tool_wait_s: float | None = None
+    max_idle_s: float | None = DEFAULT_MAX_IDLE_S
+
+    def before(self, turn: Turn) -> tuple[float, float]:
+        """(tool wait, idle wait) in seconds before `turn`; a time not recorded is 0."""
+        tool = (turn.tool_wait_ms or 0.0) / 1000 / self.tool_speed
+        if self.max_tool_wait_s is not None:
+            tool = min(tool, self.max_tool_wait_s)
+        idle = (turn.idle_ms or 0.0) / 1000
+        if self.max_idle_s is not None:
+            idle = min(idle, self.max_idle_s)
+        return tool, idle
+
+
+_TIMERS: list[DueTimer] = []  # free timers: one per session waiting at once
+
+
+def wait_until(end_ns: int) -> None:
+    """Wait until `end_ns` (`perf_counter_ns`) to the microsecond: gevent's sleep to just
+    before it (its loop wakes in whole milliseconds, rounded up: a tool wait would run
+    ~1 ms long), then a `DueTimer` (`duetimer.py`), as an open loop's due times are."""
+    left_ns = end_ns - time.perf_counter_ns() - SLEEP_MARGIN_NS
+    if left_ns > 0:
+        gevent.sleep(left_ns / 1e9)
+    timer = _TIMERS.pop() if _TIMERS else DueTimer()
+    try:
+        timer.wait_until(end_ns)
+    finally:
+        _TIMERS.append(timer)
+
+
+Send = Callable[[Session, int, int], bool]  # (session, turn, tool wait slept ns) → answered
+
+
+class JobRun:
+    """One job's replay (module docstring). `send` sends one turn and says whether it was
+    answered; `sleep` waits (None: `wait_until`, to the microsecond; a test's fake);
+    `on_session_end` is told each session that ended (the caller closes its connection)."""
+
+    def __init__(self, job: Job, send: Send, waits: Waits = Waits(), *,
+                 sleep: Callable[[float], None] | None = None,
+                 on_session_end: Callable[[Session], None] | None = None) -> None:
+        self.job = job
+        self._send = send
+        self._waits = waits
+        self._sleep = sleep
+        self._on_end = on_session_end
+        self._ended = {s.id: Event() for s in job.sessions}
+        self._children = {s.id: job.children(s.id) for s in job.sessions}
+        self._greenlets: list[gevent.Greenlet] = []
+
+    def run(self) -> None:
+        """Replay the job: its root here, every sub-agent in its own greenlet; return when
+        every session that started has ended (a kill stops the children too)."""
+        try:
+            self._session(self.job.root)
+            while any(not g.dead for g in self._greenlets):  # children may spawn children
+                gevent.joinall([g for g in self._greenlets if not g.dead])
+        finally:
+            gevent.killall([g for g in self._greenlets if not g.dead])
+
+    def _spawn(self, session: Session, after_turn: int | None) -> None:
+        for child in self._children[session.id]:
+            if child.spawn_after_turn == after_turn:
+                self._greenlets.append(gevent.spawn(self._session, child))
+
+    def _session(self, session: Session) -> None:
+        try:
+            self._spawn(session, None)
+            free_ns = time.perf_counter_ns()  # the previous answer's end
+            for k, turn in enumerate(session.turns):
+                tool_s, idle_s = self._waits.before(turn)
+                slept_ns = self._wait_from(free_ns, tool_s + idle_s, tool_s)
+                for child in self._children[session.id]:
+                    if child.join_before_turn == k:
+                        self._ended[child.id].wait()
+                answered = self._send(session, k, slept_ns)
+                free_ns = time.perf_counter_ns()
+                if not answered:
+                    return
+                self._spawn(session, k)
+        finally:
+            self._ended[session.id].set()
+            if self._on_end is not None:
+                self._on_end(session)
+
+    def _wait_from(self, free_ns: int, total_s: float, tool_s: float) -> int:
+        """Sleep until `total_s` after `free_ns` (again if a timer wakes early); what was
+        slept less the idle part, ns: the tool wait, a late wake-up included (0 when the
+        turn carries no tool time)."""
+        if total_s <= 0:
+            return 0
+        end_ns = free_ns + round(total_s * 1e9)
+        if self._sleep is None:
+            wait_until(end_ns)
+        while (left_ns := end_ns - time.perf_counter_ns()) > 0:  # a timer woke early
+            (self._sleep or gevent.sleep)(left_ns / 1e9)
+        slept_ns = time.perf_counter_ns() - free_ns
+        return max(0, slept_ns - round((total_s - tool_s) * 1e9)) if tool_s > 0 else 0

@@ -1,0 +1,129 @@
+"""The job runner's order with fake clients: a child starts after its spawn turn's answer,
+a join waits for all its joined children, a background child blocks nothing, a failed turn
+ends its session, and a tool wait is its recorded time ÷ speed, capped."""
+
+from __future__ import annotations
+
+import gevent
+import pytest
+
+from anvil_metrics.live.agentrun import JobRun, Waits
+from anvil_metrics.load.agentjob import Job, Session, Turn
+
+
+def _turns(n: int, tool_ms: float = 0.0, idle_ms: float | None = None) -> tuple[Turn, ...]:
+    return tuple(Turn(t_s=k, input_tokens=100, output_tokens=10, tool_wait_ms=tool_ms,
+                      idle_ms=idle_ms) for k in range(n))
+
+
+def _job() -> Job:
+    """Root of 4 turns; a, b spawned after turn 0 and joined before turn 2; c spawned after
+    turn 1 in the background; d spawned by a after its turn 0, joined before a's turn 1."""
+    return Job("j", 64, (
+        Session("root", _turns(4)),
+        Session("a", _turns(2), "root", 1, spawn_after_turn=0, join_before_turn=2),
+        Session("b", _turns(3), "root", 1, spawn_after_turn=0, join_before_turn=2),
+        Session("c", _turns(5), "root", 1, spawn_after_turn=1),
+        Session("d", _turns(1), "a", 2, spawn_after_turn=0, join_before_turn=1),
+    ))
+
+
+class _Fake:
+    """A fake client: each send logs its start and end, yielding `slow[session]` times
+    between them (other greenlets run meanwhile); `fail` = (session, turn) not answered."""
+
+    def __init__(self, slow: dict[str, int], fail: tuple[str, int] | None = None) -> None:
+        self.log: list[tuple[str, str, int]] = []
+        self.slow = slow
+        self.fail = fail
+        self.waits: list[tuple[str, int, float]] = []  # (session, turn, ms)
+        self.ended: list[str] = []
+
+    def send(self, s: Session, k: int, tool_ns: int) -> bool:
+        self.log.append(("start", s.id, k))
+        self.waits.append((s.id, k, tool_ns / 1e6))
+        for _ in range(self.slow.get(s.id, 1)):
+            gevent.sleep(0)
+        self.log.append(("end", s.id, k))
+        return (s.id, k) != self.fail
+
+    def at(self, what: str, sid: str, k: int) -> int:
+        return self.log.index((what, sid, k))
+
+
+def _run(fake: _Fake, job: Job | None = None, waits: Waits | None = None) -> None:
+    JobRun(job or _job(), fake.send, waits or Waits(),
+           on_session_end=lambda s: fake.ended.append(s.id)).run()
+
+
+@pytest.mark.parametrize("slow", [{}, {"root": 9}, {"a": 7, "b": 2, "c": 30, "d": 11}])
+def test_spawn_after_answer_join_waits_for_all_background_blocks_nothing(slow):
+    f = _Fake(slow)
+    _run(f)
+    assert len(f.log) == 2 * (4 + 2 + 3 + 5 + 1)  # every turn of every session sent
+    for child, parent, after in (("a", "root", 0), ("b", "root", 0), ("c", "root", 1),
+                                 ("d", "a", 0)):
+        assert f.at("start", child, 0) > f.at("end", parent, after)
+    for child, last in (("a", 1), ("b", 2)):
+        assert f.at("start", "root", 2) > f.at("end", child, last)
+    assert f.at("start", "a", 1) > f.at("end", "d", 0)
+    assert sorted(f.ended) == ["a", "b", "c", "d", "root"]
+
+
+def test_background_child_outlives_its_parent_and_the_job_waits_for_it():
+    f = _Fake({"c": 200})
+    _run(f)
+    assert f.at("end", "root", 3) < f.at("end", "c", 4)  # the root went on without c
+    assert f.ended[-1] == "c"  # and the job ended with it
+
+
+def test_a_failed_turn_ends_its_session_and_spawns_nothing_after():
+    f = _Fake({}, fail=("root", 0))
+    _run(f)
+    assert [e for e in f.log if e[1] != "root"] == []  # a, b spawn after turn 0: never
+    assert ("start", "root", 1) not in f.log
+    assert f.ended == ["root"]
+
+
+def test_a_failed_child_still_releases_its_join():
+    f = _Fake({}, fail=("a", 0))
+    _run(f)
+    assert ("start", "a", 1) not in f.log
+    assert f.at("start", "root", 2) > f.at("end", "a", 0)
+    # a's turn 0 failed, so d (spawned after its answer) never ran
+    assert ("start", "d", 0) not in f.log
+
+
+@pytest.mark.parametrize("tool_ms,speed,cap_s,want_s", [
+    (800.0, 1.0, None, 0.8), (800.0, 4.0, None, 0.2), (800.0, 1.0, 0.5, 0.5),
+    (0.0, 2.0, None, 0.0), (None, 1.0, None, 0.0)])
+def test_tool_wait_is_duration_over_speed_capped(tool_ms, speed, cap_s, want_s):
+    w = Waits(tool_speed=speed, max_tool_wait_s=cap_s)
+    assert w.before(Turn(0, 10, 1, tool_wait_ms=tool_ms))[0] == pytest.approx(want_s)
+
+
+def test_idle_capped_by_max_idle():
+    assert Waits(max_idle_s=10.0).before(Turn(0, 10, 1, idle_ms=60_000.0))[1] == 10.0
+    assert Waits(max_idle_s=None).before(Turn(0, 10, 1, idle_ms=60_000.0))[1] == 60.0
+    assert Waits().before(Turn(0, 10, 1, idle_ms=None))[1] == 0.0
+
+
+def test_the_runner_sleeps_the_whole_wait_and_records_what_it_slept():
+    asked: list[float] = []
+
+    def sleep(s: float) -> None:  # a timer that wakes at half the time asked
+        asked.append(s)
+        gevent.sleep(s / 2)
+
+    f = _Fake({})
+    job = Job("j", 64, (Session("root", _turns(2, tool_ms=30.0)),))
+    JobRun(job, f.send, Waits(tool_speed=3.0), sleep=sleep).run()
+    assert len(asked) > 2  # slept again after each early wake
+    assert [w[2] >= 10.0 for w in f.waits] == [True, True]  # never less than 30 ms / 3
+
+
+def test_a_real_sleep_is_recorded_as_slept():
+    f = _Fake({})
+    job = Job("j", 64, (Session("root", _turns(1, tool_ms=40.0, idle_ms=5.0)),))
+    JobRun(job, f.send, Waits(tool_speed=2.0)).run()
+    assert f.waits[0][2] >= 20.0  # its 20 ms at least (the idle 5 ms not counted in)
