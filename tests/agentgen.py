@@ -48,7 +48,10 @@ def _session_turns(rng: random.Random, ids: _Ids, start_s: float, n: int,
     for k in range(n):
         new = rng.randint(1, 3)
         blocks = history + ids.take(new)
-        size = len(blocks) * BLOCK - rng.randint(0, BLOCK - 1)  # a partial last block
+        # a partial last block, long enough to hold the chat template's closing and a word
+        # (every prompt sized exactly): at least 6 tokens in the last block, 9 in all
+        size = max(len(blocks) * BLOCK - rng.randint(0, BLOCK - 1),
+                   BLOCK * (len(blocks) - 1) + 6, 9)
         tool = k > 0 and turns[-1].stop == "tool_use"
         wait = float(rng.randint(5, 60)) if tool else 0.0
         idle = 0.0 if tool else float(rng.randint(0, 20))

@@ -32,6 +32,12 @@ and its result):
   (`reported_job_latency` reads them from `benchmark.json`'s rows: a job's first row's
   start to its last row's end, from `start_offset_ms` and `e2e_ms`).
 
+A row and a log line name a turn differently, both on purpose: a row's `job_id` is the
+run's job number and its `session_id` the session's place in the job, its `turn` counts
+from 1 (as a conversation's rows do); the log has the headers, the trace's job and session
+ids and `X-Anvil-Turn` from 0 (the index into the session's turns). `row_key` joins a row
+to its log key.
+
 The prompt layout under which the simulator's prefix cache counts exactly what `agentstats`
 expects (`block_prompt`; `tests/unit/sim/test_prefixcache_agents.py` holds it over 200
 jobs): one user message whose blocks are the trace's, with the chat template's tokens
@@ -276,14 +282,24 @@ def job_latency_truth(jobs: list[Job], log: TruthLog) -> tuple[dict[str, float],
     return out, find.out
 
 
-def reported_job_latency(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """A run's job latency in ms from `benchmark.json`'s rows: a job's earliest row start
-    to its latest row end (`start_offset_ms`, `+ e2e_ms`), over its rows with both."""
+def row_key(row: Mapping[str, Any], jobs: list[Job]) -> Key:
+    """The log's key of a row (module docstring): the trace's job and session ids, and
+    the turn from 0 (a row's `turn` counts from 1, `X-Anvil-Turn` from 0)."""
+    job = jobs[row["job_id"]]
+    return job.id, job.sessions[row["session_id"]].id, row["turn"] - 1
+
+
+def reported_job_latency(rows: Iterable[Mapping[str, Any]], jobs: list[Job]
+                         ) -> dict[str, float]:
+    """A run's job latency in ms from `benchmark.json`'s rows, by the trace's job id: a
+    job's earliest row start to its latest row end (`start_offset_ms`, `+ e2e_ms`), over
+    its rows with both."""
     spans: dict[str, list[float]] = {}
     for r in rows:
-        job, start, e2e = r.get("job_id"), r.get("start_offset_ms"), r.get("e2e_ms")
-        if job is None or start is None or e2e is None:
+        start, e2e = r.get("start_offset_ms"), r.get("e2e_ms")
+        if r.get("job_id") is None or start is None or e2e is None:
             continue
+        job = row_key(r, jobs)[0]
         span = spans.setdefault(job, [start, start + e2e])
         span[0], span[1] = min(span[0], start), max(span[1], start + e2e)
     return {job: end - start for job, (start, end) in spans.items()}

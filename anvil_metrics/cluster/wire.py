@@ -195,6 +195,8 @@ class WorkerSetup:
     dataset_counted: list[int] | None = None
     # a mix's trace classes: the chat template's tokens their blocks are sized around
     template_tokens: int = 0
+    # agent jobs: the template's tokens before a message, inside each first block
+    opening_tokens: int = 0
 
     def to_wire(self) -> dict[str, Any]:
         """The set-up as plain data (see the module docstring)."""
@@ -214,6 +216,7 @@ class WorkerSetup:
             "turn_texts": self.turn_texts,
             "dataset_counted": self.dataset_counted,
             "template_tokens": self.template_tokens,
+            "opening_tokens": self.opening_tokens,
         }
 
     @classmethod
@@ -242,6 +245,7 @@ class WorkerSetup:
             turn_texts=_turn_texts_from_wire(need(data, "turn_texts", optional(DICT), SETUP)),
             dataset_counted=need(data, "dataset_counted", optional(COUNTS), SETUP),
             template_tokens=need(data, "template_tokens", at_least(0), SETUP),
+            opening_tokens=need(data, "opening_tokens", at_least(0), SETUP),
         )
 
 

@@ -220,7 +220,8 @@ class WorkerSession:
         self.bodies: RequestBodies
         if sc.trace is not None and sc.trace.agent:  # agent jobs: the same file, read here
             self.bodies = AgentBodies(sc, setup.model, read_jobs(sc.trace.path, sc.trace.fmt),
-                                      setup.run_nonce, round(setup.calibration.overhead_tokens))
+                                      setup.run_nonce, round(setup.calibration.overhead_tokens),
+                                      setup.opening_tokens)
         elif sc.trace is not None:  # a replay: the same trace file, read here
             self.bodies = TraceBodies(sc, setup.model, sc.trace.read(),
                                       TracePrompts(setup.run_nonce, sc.trace.block_tokens,

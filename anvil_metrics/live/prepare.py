@@ -191,7 +191,11 @@ def prepare_agents(opts: RunOptions, counter: Counter, model: str, nonce: str,
     turn exceeding the server's context is refused here: AgentX counts such overflows
     against a run's validity, so they are sent and fail as the server answers."""
     overhead, checked = template_tokens(counter), None
-    bodies = AgentBodies(opts.scenario, model, jobs, nonce, overhead)
+    opening = counter.opening_tokens
+    if opening is None:
+        log.warning("anvil: the server does not show the chat template's opening tokens; "
+                    "agent prompts put them before the first block (its cache blocks shift)")
+    bodies = AgentBodies(opts.scenario, model, jobs, nonce, overhead, opening or 0)
     first = jobs[0].root
     try:
         checked = counter.count([{"role": "user", "content": bodies.text(0, first, 0)}])
@@ -199,7 +203,8 @@ def prepare_agents(opts: RunOptions, counter: Counter, model: str, nonce: str,
         log.warning("anvil: could not count the first agent prompt (%s)", e)
     sizing = {"counter": counter.source, "cache": "off",
               "counted": {str(first.turns[0].input_tokens): checked},
-              "expected_shared_tokens": None, "template_tokens": overhead}
+              "expected_shared_tokens": None, "template_tokens": overhead,
+              "template_opening_tokens": opening}
     calibration = Calibration(counter.method, float(overhead), 1.0)  # a word is a token
     prompts = PromptFactory(calibration, opts.scenario.context_seed, nonce, None, None)
     return Prepared(model, prompts, sizing, bodies)

@@ -5,8 +5,12 @@ Why: the server's prefix cache must see exactly the sharing the trace records. A
 `hash_ids` are its session's history blocks and then its new ones, so its prompt is those
 blocks' texts in order (`prep/traceprompts.TracePrompts`: each id one text of
 `block_size` one-token words, the same id the same text everywhere), sized to the turn's
-`in` tokens with the chat template's own tokens counted (the last block takes the
-remainder); the next turn of the session begins with the same blocks, which is its
+`in` tokens with the chat template's own tokens inside the blocks: the first block less
+the template's opening (`opening_tokens`, where the server's `/tokenize` shows it), the
+last block its remainder less the closing, so every id is one exact block of the prompt
+as the server counts it and the server's prefix-cache blocks fall on the trace's (with the
+opening unknown, 0, the server's blocks are shifted by it and the first hit is a block
+late); the next turn of the session begins with the same blocks, which is its
 history. The answer is not sent back: the trace's ids already say what the next prompt
 shares, and the server's answer text would make the sizes inexact.
 
@@ -61,11 +65,12 @@ class AgentBodies(RequestBodies):
     what its records carry (`extra.job`, the row's `job_id`); its blocks are its own."""
 
     def __init__(self, sc: Scenario, model: str, jobs: list[Job], run_nonce: str,
-                 overhead_tokens: int) -> None:
+                 overhead_tokens: int, opening_tokens: int = 0) -> None:
         self.jobs = jobs
+        self.opening_tokens = opening_tokens  # a master's workers get it (`WorkerSetup`)
         self._fields = {k: v for k, v in body_fields(sc, model).items()
                         if k not in ("max_tokens", "ignore_eos", "min_tokens")}
-        self._prompts = {b: TracePrompts(run_nonce, b, overhead_tokens)
+        self._prompts = {b: TracePrompts(run_nonce, b, overhead_tokens, opening_tokens)
                          for b in {j.block_size for j in jobs}}
         # each job's blocks, kept while it runs: a job's context (30k tokens: 470 blocks)
         # outgrows `block_text`'s cache when many run at once, and making one block again

@@ -47,6 +47,8 @@ class Counter:
     method: str  # "tokenize" | "local_tokenizer" | "probe"
     source: str  # human-readable: which endpoint(s) answer
     max_model_len: int | None = None  # the server's context limit, where it says (vLLM)
+    opening_tokens: int | None = None  # the template's tokens before a message's text,
+    # where the server shows its tokens (vLLM); an agent replay puts them in its first block
 
 
 def _root(client: ChatClient) -> str:
@@ -83,9 +85,11 @@ def _works(count: Callable[[Any], Any], arg: Any) -> bool:
 
 
 def vllm_counter(client: ChatClient, fields: dict[str, Any]
-                 ) -> tuple[CountTokens, int | None] | None:
-    """vLLM-style `POST /tokenize` with `messages` (chat template applied), and the
-    `max_model_len` it reports (None if absent or not a positive integer)."""
+                 ) -> tuple[CountTokens, int | None, int | None] | None:
+    """vLLM-style `POST /tokenize` with `messages` (chat template applied), the
+    `max_model_len` it reports (None if absent or not a positive integer) and the template's
+    opening tokens (where two one-word messages' token lists first differ; None without
+    tokens)."""
     root = _root(client)
     base = {k: fields[k] for k in ("model", "chat_template_kwargs") if k in fields}
     seen: dict[str, Any] = {}
@@ -96,14 +100,28 @@ def vllm_counter(client: ChatClient, fields: dict[str, Any]
         n = body.get("count") if isinstance(body, dict) else None
         if status != 200 or not isinstance(n, int):
             raise AnvilError(f"/tokenize answered HTTP {status}: {str(body)[:200]}")
-        seen["max_model_len"] = body.get("max_model_len")
+        seen["max_model_len"], seen["tokens"] = body.get("max_model_len"), body.get("tokens")
         return n
 
     if not _works(count, _HELLO):
         return None
     limit = seen.get("max_model_len")
     ok = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
-    return count, limit if ok else None
+    return count, limit if ok else None, _opening(count, seen)
+
+
+def _opening(count: CountTokens, seen: dict[str, Any]) -> int | None:
+    """The template's tokens before a message's text: where the token lists of two
+    one-word messages ("an", "by") first differ; None if the server lists no tokens."""
+    lists = []
+    for word in ("an", "by"):
+        if not _works(count, [{"role": "user", "content": word}]):
+            return None
+        lists.append(seen.get("tokens"))
+    a, b = lists
+    if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 
 
 def llamacpp_counter(client: ChatClient, fields: dict[str, Any]) -> CountTokens | None:
@@ -300,7 +318,7 @@ def server_counter(client: ChatClient, fields: dict[str, Any],
         return Counter(count, "local_tokenizer", f"{tokenizer_path} + one probe for the template")
     vllm = vllm_counter(client, fields)
     if vllm is not None:
-        return Counter(vllm[0], "tokenize", "/tokenize with messages (vLLM)", vllm[1])
+        return Counter(vllm[0], "tokenize", "/tokenize with messages (vLLM)", *vllm[1:])
     count = llamacpp_counter(client, fields)
     if count is not None:
         return Counter(count, "tokenize", "/apply-template + /tokenize (llama.cpp)")

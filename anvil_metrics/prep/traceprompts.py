@@ -11,7 +11,11 @@ models and under both of the simulator's rules (`words4`, `syllable3`). The chat
 own tokens (`overhead_tokens`, counted once before the load) come off the last block, which
 holds the remainder as Mooncake's does, so the templated prompt is `input_tokens` long (a
 remainder shorter than the template's tokens takes words from the block before it, whose
-text stays the start of its id's); `prepare` counts one whole prompt to check it.
+text stays the start of its id's); `prepare` counts one whole prompt to check it. Where
+the template's opening tokens are known (`opening_tokens`, those before the message's text:
+an agent replay's), they come off the first block instead, so every id is one exact
+`block_tokens` block of the templated prompt as the server counts it, on the boundaries of
+the server's prefix-cache blocks (`load/agentbodies.py`).
 
 A plain trace's `session_id` makes its requests one conversation's turns, as far as the
 prefix cache sees them: a session's request begins with the whole message of the session's
@@ -53,10 +57,12 @@ def block_text(seed: int, block_id: int, words: int) -> str:
 class TracePrompts:
     """The prompt text of each trace request (module docstring)."""
 
-    def __init__(self, run_nonce: str, block_tokens: int, overhead_tokens: int) -> None:
+    def __init__(self, run_nonce: str, block_tokens: int, overhead_tokens: int,
+                 opening_tokens: int = 0) -> None:
         self.seed = nonce_seed(run_nonce)
         self.block_tokens = block_tokens
         self.overhead_tokens = overhead_tokens
+        self.opening_tokens = min(opening_tokens, overhead_tokens)
 
     def text(self, input_tokens: int, hash_ids: tuple[int, ...] = (), line: int = 0,
              prefix_id: str | None = None, prefix_tokens: int = 0,
@@ -68,6 +74,9 @@ class TracePrompts:
         if hash_ids:
             n = len(hash_ids)
             words = [self.block_tokens] * (n - 1) + [body - self.block_tokens * (n - 1)]
+            if n > 1:  # the template's opening inside the first block, its closing the last
+                words[0] -= self.opening_tokens
+                words[-1] += self.opening_tokens
             # a remainder shorter than the template's tokens takes words from the blocks
             # before it (their texts stay the start of their ids'): the size is kept
             for k in range(n - 1, 0, -1):

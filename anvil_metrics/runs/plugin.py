@@ -56,6 +56,7 @@ from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile, SetUp, set_set_up
 from anvil_metrics.live.session import RunSession
+from anvil_metrics.load.agentbodies import AgentBodies
 from anvil_metrics.load.body import DatasetBodies
 from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.options import LOCUST_OPTIONS, STOP_TIMEOUT_S, RunOptions, run_options
@@ -324,7 +325,8 @@ def _start_workers(environment: Any, session: RunSession) -> None:
         prefix_words=prompts.prefix_words, sizes=session.sizes,
         turn_texts=_turn_texts(session),
         dataset_counted=bodies.counted if isinstance(bodies, DatasetBodies) else None,
-        template_tokens=bodies.template_tokens if isinstance(bodies, MixBodies) else 0)
+        template_tokens=bodies.template_tokens if isinstance(bodies, MixBodies) else 0,
+        opening_tokens=bodies.opening_tokens if isinstance(bodies, AgentBodies) else 0)
     coordinator = master.start_run(session, setup)
     runner = environment.runner
     ids = [w.id for w in runner.clients.ready + runner.clients.running + runner.clients.spawning]

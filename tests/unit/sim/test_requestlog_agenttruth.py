@@ -22,6 +22,7 @@ from agenttruth import (
     job_latency_truth,
     logged_turns,
     reported_job_latency,
+    row_key,
 )
 
 from anvil_metrics.load.agentjob import Job, Session, Turn
@@ -127,11 +128,19 @@ def test_a_request_logged_twice_is_a_problem() -> None:
 
 
 def test_job_latency_against_the_runs_rows() -> None:
-    rows = [{"job_id": "j", "start_offset_ms": 100.2, "e2e_ms": 4.9},
-            {"job_id": "j", "start_offset_ms": 121.3, "e2e_ms": 4.2},
-            {"job_id": "j", "start_offset_ms": None, "e2e_ms": 3.0},
+    """A row names the run's job number, the session's place and the turn from 1; the
+    log the trace's ids and the turn from 0 (`row_key`)."""
+    rows = [{"job_id": 0, "session_id": 0, "turn": 1, "start_offset_ms": 100.2,
+             "e2e_ms": 4.9},
+            {"job_id": 0, "session_id": 1, "turn": 1, "start_offset_ms": 121.3,
+             "e2e_ms": 4.2},
+            {"job_id": 0, "session_id": 0, "turn": 2, "start_offset_ms": None,
+             "e2e_ms": 3.0},
             {"job_id": None, "start_offset_ms": 0.0, "e2e_ms": 900.0}]
-    reported = reported_job_latency(rows)
+    assert [row_key(r, [JOB]) for r in rows[:3]] == [
+        ("j", JOB.sessions[0].id, 0), ("j", JOB.sessions[1].id, 0),
+        ("j", JOB.sessions[0].id, 1)]
+    reported = reported_job_latency(rows, [JOB])
     assert reported == {"j": pytest.approx(25.3)}
     assert check_job_latency({"j": 25.0}, reported) == []
     assert check_job_latency({"j": 24.0}, reported) == [
