@@ -19,7 +19,9 @@ and its result):
   its last answer;
 - (c) `check_tool_waits`: each tool wait (the answer before a `tool_result` turn to that
   turn's arrival) is within `tol_ms` of its recorded duration / speed, capped by the
-  longest wait (an unrecorded duration is not checked);
+  longest wait (an unrecorded duration is not checked); a turn that also joins children
+  is due at the later of that and their last answers (the replay waits the tool, then
+  the join);
 - (d) `check_prompt_sizes`: the simulator's prompt tokens equal the turn's `input_tokens`;
 - (e) `check_reuse`: the simulator's prefix-cache hits against `agentstats.job_figures`'s
   expected reuse, within `tol_points` percentage points, overall and (`per_job`) per job.
@@ -200,9 +202,11 @@ def check_joins(jobs: list[Job], log: TruthLog) -> list[str]:
 
 
 def check_tool_waits(jobs: list[Job], log: TruthLog, speed: float = 1.0,
-                     max_wait_ms: float | None = None, tol_ms: float = 2.0) -> list[str]:
+                     max_wait_ms: float | None = None, tol_ms: float = 2.0,
+                     late_ms: float | None = None) -> list[str]:
     """(c): each tool wait is its recorded duration / `speed` (capped at `max_wait_ms`;
-    None: no cap) within `tol_ms`."""
+    None: no cap) within `tol_ms` early and `late_ms` late (None: `tol_ms`)."""
+    late = tol_ms if late_ms is None else late_ms
     find = _Find(log)
     for job in jobs:
         for s in job.sessions:
@@ -214,10 +218,14 @@ def check_tool_waits(jobs: list[Job], log: TruthLog, speed: float = 1.0,
                     want = min(want, max_wait_ms)
                 before = find.answered((job.id, s.id, k - 1))
                 arrival = find.arrival((job.id, s.id, k))
-                if before is None or arrival is None:
+                joined = [find.answered((job.id, c.id, len(c.turns) - 1))
+                          for c in job.children(s.id) if c.join_before_turn == k]
+                if before is None or arrival is None or None in joined:
                     continue
+                last = max((c.last_sent_ns or 0 for c in joined if c is not None), default=0)
+                want = max(want, (last - before.last_sent_ns) / 1e6)
                 got = (arrival - before.last_sent_ns) / 1e6
-                if abs(got - want) > tol_ms:
+                if not -tol_ms <= got - want <= late:
                     find.out.append(f"tool wait: {_name((job.id, s.id, k))} waited "
                                     f"{got:.3f} ms, not {want:.3f} ms (± {tol_ms} ms)")
     return find.out
