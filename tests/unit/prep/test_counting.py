@@ -494,3 +494,24 @@ def test_text_counter_counts_with_the_local_tokenizer_and_the_servers_specials(
     with pytest.raises(UsageError, match="does not match the server"):
         counting.text_counter(_TextServer(lambda t: 2 * len(t.split())), {"model": MODEL},
                               "completions", str(path))
+
+
+def test_the_templates_opening_is_where_two_one_word_messages_differ() -> None:
+    """`_opening`: the tokens before a message's text, from the token lists `/tokenize`
+    returned for "an" and "by" (None when it lists none, or they differ in length)."""
+    from anvil_metrics.prep.counting import _opening
+
+    def counter(lists: dict[str, object]) -> tuple[object, dict[str, object]]:
+        seen: dict[str, object] = {}
+
+        def count(messages: list[dict]) -> int:
+            seen["tokens"] = lists[messages[0]["content"]]
+            return 0
+        return count, seen
+
+    count, seen = counter({"an": [1, 2, 3, 10, 4, 5], "by": [1, 2, 3, 11, 4, 5]})
+    assert _opening(count, seen) == 3
+    count, seen = counter({"an": None, "by": None})  # a server that lists no tokens
+    assert _opening(count, seen) is None
+    count, seen = counter({"an": [1, 10], "by": [1, 11, 12]})  # no common shape
+    assert _opening(count, seen) is None

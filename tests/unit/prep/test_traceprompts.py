@@ -50,3 +50,21 @@ def test_plain_traces_share_only_their_prefix_id() -> None:
     c = p.text(300, line=1)
     assert a.split()[:200] == b.split()[:200] and a.split()[200:] != b.split()[200:]
     assert len(a.split()) == len(c.split()) == 300 and a != c
+
+
+def test_the_templates_opening_goes_inside_the_first_block() -> None:
+    """With the template's opening tokens known (`opening_tokens`), the first block gives up
+    that many words and the last takes them: the prompt keeps its size, and the token chain
+    a server's prefix cache hashes (the opening, then the words) fills whole blocks."""
+    rule = "words4"
+    overhead = count_chat_tokens(user(WORDS[0]), rule) - 1
+    plain = TracePrompts("n0nce", 64, overhead)
+    opened = TracePrompts("n0nce", 64, overhead, opening_tokens=3)
+    for size, ids in ((64 * 3 + 20, (1, 2, 3)), (64 + overhead + 2, (1, 2)), (300, (5,))):
+        assert count_chat_tokens(user(opened.text(size, ids)), rule) == size, (size, ids)
+    a, b = plain.text(200, (1, 2, 3)).split(), opened.text(200, (1, 2, 3)).split()
+    assert len(a) == len(b)
+    assert b[:61] == block_text(opened.seed, 1, 61).split()  # 64 - 3 words of id 1
+    assert b[61:125] == block_text(opened.seed, 2, 64).split()  # id 2 whole, after it
+    assert a[:64] == block_text(plain.seed, 1, 64).split()  # without: the whole block
+    assert TracePrompts("n", 64, 2, opening_tokens=9).opening_tokens == 2  # within overhead
