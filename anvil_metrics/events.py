@@ -60,6 +60,18 @@ class AnvilEvents:
     :param record: the `anvil_metrics.records.RequestRecord`
     """
 
+    job_end: EventHook
+    """
+    Fired once per agent job when its last session has ended (`live/users.py`; on a
+    distributed master, when a worker says so), whether or not it completed.
+
+    Event arguments:
+
+    :param job: the run's job number (the records' `extra.job`)
+    :param requests: the measured requests the job sent (each has a record)
+    :param completed: every request of the job was sent and answered
+    """
+
     run_finished: EventHook
     """
     Fired once the run's raw file is closed and `benchmark.json` written.

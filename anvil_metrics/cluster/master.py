@@ -48,6 +48,7 @@ receipt, and a damaged one is refused with one log line and not acted on: `wire.
     master -> worker  anvil_stop     {}                           (stop users, flush)
     worker -> master  anvil_done     {sent, worker, health}       (after the last record)
     worker -> master  anvil_stuck    {the fields of live.stuck.StuckReport} (when changed)
+    worker -> master  anvil_job_end  {job, requests, completed}   (an agent job ended)
 
 This module is the master's side (`MasterCoordinator`, `MasterAgent`); `worker.py` is
 the workers' and `wire.py` the messages' shapes and checks.
@@ -67,6 +68,7 @@ import gevent.event
 import orjson
 from locust.runners import STATE_MISSING
 
+from anvil_metrics.cluster import wire
 from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing, stuck_from_wire
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
@@ -95,19 +97,6 @@ LOST_POLL_S = 0.5
 
 
 # --- master side ---------------------------------------------------------------------------
-
-
-def conversation_over(record: RequestRecord) -> bool:
-    """No later turn of the record's conversation will be asked for: it failed, it was its
-    conversation's last drawn turn, or it is no conversation's (what the worker's user
-    decided, read back from the record for the master's budget)."""
-    extra = record.extra or {}
-    if "job" in extra:  # an agent job's request: its job ends by its worker's `anvil_drop`
-        return False
-    if record.failure is not None or "conversation" not in extra:
-        return True
-    turn, turns = extra.get("turn"), extra.get("turns")
-    return not (isinstance(turn, int) and isinstance(turns, int) and turn < turns)
 
 
 @dataclass(slots=True)
@@ -296,7 +285,7 @@ class MasterCoordinator:
         else:
             record = RequestRecord.from_json_dict(d)
         anvil_events.request_record.fire(record=record)
-        over = conversation_over(record)
+        over = wire.conversation_over(record)
         if over and not grant.ticket.warmup and w.going > 0:
             w.going -= 1
         self.session.budget.give_back(grant.ticket, over)
@@ -307,6 +296,11 @@ class MasterCoordinator:
         if w is not None and w.going > 0:
             w.going -= 1
             self.session.budget.conversation_dropped()
+
+    def on_job_end(self, msg: Message) -> None:
+        """A worker's agent job ended: fired as a local user fires it (`jobfigures.py`)."""
+        if self._worker_for(msg) is not None:
+            anvil_events.job_end.fire(**{k: msg.data[k] for k in wire.JOB_END})
 
     def on_done(self, msg: Message) -> None:
         w = self._worker_for(msg)
@@ -462,6 +456,7 @@ class MasterAgent:
             "anvil_records": lambda c, m: c.on_records(m),
             "anvil_done": lambda c, m: c.on_done(m),
             "anvil_stuck": lambda c, m: c.on_stuck(m),
+            "anvil_job_end": lambda c, m: c.on_job_end(m),
         }
         for name, route in handlers.items():
             self.runner.register_message(name, refusing(name, self._route(route),

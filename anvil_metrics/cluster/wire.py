@@ -38,6 +38,7 @@ from anvil_metrics.live.stuck import StuckReport
 from anvil_metrics.load.scenario import Scenario, scenario_from_dict, scenario_to_dict
 from anvil_metrics.post.schema import CALIBRATION_METHODS
 from anvil_metrics.prep.prompts import Calibration, SharedPrefix
+from anvil_metrics.records import RequestRecord
 
 log = logging.getLogger("anvil")
 
@@ -131,7 +132,26 @@ MESSAGES: dict[str, dict[str, Check]] = {
     "anvil_stop": {"run_id": TEXT},
     "anvil_done": {"run_id": TEXT, "sent": at_least(0), "health": optional(DICT)},
     "anvil_stuck": {"run_id": TEXT, **STUCK},
+    "anvil_job_end": {"run_id": TEXT, "job": at_least(0), "requests": at_least(0),
+                      "completed": BOOL},
 }
+
+
+# An agent job's end (`anvil_events.job_end`'s arguments): a worker's `anvil_job_end`
+JOB_END = ("job", "requests", "completed")
+
+
+def conversation_over(record: RequestRecord) -> bool:
+    """No later turn of the record's conversation will be asked for: it failed, it was its
+    conversation's last drawn turn, or it is no conversation's (what the worker's user
+    decided, read back from the record for the master's budget)."""
+    extra = record.extra or {}
+    if "job" in extra:  # an agent job's request: its job ends by its worker's `anvil_drop`
+        return False
+    if record.failure is not None or "conversation" not in extra:
+        return True
+    turn, turns = extra.get("turn"), extra.get("turns")
+    return not (isinstance(turn, int) and isinstance(turns, int) and turn < turns)
 
 
 def stuck_to_wire(run_id: str, report: StuckReport) -> dict[str, Any]:

@@ -247,12 +247,18 @@ class WorkerSession:
         self.load = LoadWindow()
         self.recorder = Recorder(anvil_events.request_record, self.shipper)
         self.recorder.start()
+        anvil_events.job_end.add_listener(self._job_end)  # the master's live job figures
         # its users' requests in flight, watched for stuck ones: each changed report goes
         # to the master (at most once a second), which logs them merged
         self.in_flight: set[StreamObserver] = set()
         self.stuck = StuckWatch(sc.timeouts.stuck_after_s, self.in_flight, say=None,
                                 on_report=self._report_stuck)
         self._stuck_sent: StuckReport | None = None
+
+    def _job_end(self, job: int, requests: int, completed: bool, **_: Any) -> None:
+        if not self.finished:
+            self._send("anvil_job_end", {"run_id": self.run_id, "job": job,
+                                         "requests": requests, "completed": completed})
 
     def _report_stuck(self, report: StuckReport) -> None:
         if report != self._stuck_sent:
@@ -297,6 +303,7 @@ class WorkerSession:
         self.stuck.stop()
         self.end_load()
         self.recorder.stop()
+        anvil_events.job_end.remove_listener(self._job_end)
         self.shipper.flush()
         self._send("anvil_done", {"run_id": self.run_id, "sent": self.shipper.sent,
                                   "worker": self.worker, "health": self.load.end()})

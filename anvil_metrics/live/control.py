@@ -396,6 +396,12 @@ class RequestBudget:
         return self._out
 
     @property
+    def starts_going(self) -> int | None:
+        """A budget of starts (conversations, agent jobs): those started and not over yet
+        (None for a budget of requests)."""
+        return None if self.conversations is None else self._going
+
+    @property
     def warmups_in_flight(self) -> int:
         """Warm-up requests started and not yet finished (the live progress shows them)."""
         return self._next_warmup - self._warmup_done

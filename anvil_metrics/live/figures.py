@@ -33,6 +33,9 @@ Two more views for the `/anvil/` page, both bounded:
 - the flow (`series.Flow`): per second of the run, the measured requests in flight and what
   finished in it; in flight is read from the request budget by one greenlet here, once a
   tick (`start_flow`).
+
+An agent replay's job figures (jobs in flight, completed, cut, job latency) are kept beside
+them, from the same records and the jobs' ends (`jobfigures.JobFigures`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.live.control import InFlight
+from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.series import SERIES_FIELDS, Flow, Series
 from anvil_metrics.live.sketch import Sketch
 from anvil_metrics.post import stats
@@ -103,8 +107,10 @@ def ttft_cdf(count: int, values: list[float | None]) -> dict[str, Any]:
 class LiveStats:
     """Exact figures over the measured records seen so far (warm-ups are only counted)."""
 
-    def __init__(self, run_id: str, requests_planned: int | None) -> None:
+    def __init__(self, run_id: str, requests_planned: int | None,
+                 jobs: JobFigures | None = None) -> None:
         self.run_id = run_id
+        self.jobs = jobs  # an agent replay's (None: any other run)
         self.requests_planned = requests_planned
         self.t0_s = time.perf_counter()
         self.completed = 0
@@ -127,10 +133,15 @@ class LiveStats:
         self._next_due_ns: Callable[[], int | None] | None = None
         self._slice_ns = FIRST_SLICE_NS
 
-    def finish(self, rows: RowColumns | None = None) -> None:
+    def finish(self, rows: RowColumns | None = None,
+               jobs_block: dict[str, Any] | None = None) -> None:
         """The run has ended: the clock stops; with `rows` (those `benchmark.json` was built
-        from), the table's figures become the exact ones."""
+        from), the table's figures become the exact ones, and with `jobs_block` (its
+        `jobs` block) the job figures."""
         self.finished = True
+        if self.jobs is not None:
+            self._drain()
+            self.jobs.finish(jobs_block)
         if self._end_s is None:
             self._end_s = time.perf_counter()
         self.end_flow()
@@ -239,6 +250,8 @@ class LiveStats:
         done = ColumnBuilder()
         arrived: list[float] = []
         for record, t_s in pending:
+            if self.jobs is not None:
+                self.jobs.take(record)
             if record.warmup:
                 self.warmups += 1
             elif record.failure is not None:
@@ -262,6 +275,11 @@ class LiveStats:
         for i, t_s in enumerate(arrived):
             self.series.add(t_s, {f: series[f][i] for f in SERIES_FIELDS})
             self.flow.finished(t_s, completed=True, output_tokens=int(tokens[i]))
+
+    def job_ended(self, job: int, requests: int, completed: bool, **_: Any) -> None:
+        """An agent job has ended (a listener on `anvil_events.job_end`)."""
+        if self.jobs is not None:
+            self.jobs.ended(job, requests, completed)
 
     def settle(self, final: bool = False) -> None:
         """Have the pending records derived: by the idle-time drainer, a slice at a time (the
@@ -304,6 +322,7 @@ class LiveStats:
             "series": self.series.as_json(),
             "ttft_cdf": self._cdf(),
             "flow": self.flow.as_json(),
+            "jobs": None if self.jobs is None else self.jobs.snapshot(),
         }
 
     def _cdf(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from anvil_metrics.headers import shown
 from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
+from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.overload import OverloadWatch
 from anvil_metrics.live.prepare import Prepared, prepare_requests
@@ -100,7 +101,7 @@ class RunSession:
         self.benchmark_path: Path | None = None
         self.summary: dict[str, Any] | None = None  # the written document, without its rows
         self.cache_warning: str | None = None
-        self.live = LiveStats(run_id, opts.scenario.requests)
+        self.live = LiveStats(run_id, opts.scenario.requests, _job_figures(opts, budget))
         self._on_end = on_end
         # the run ends itself when the server stops answering (`abort.py`): one line per
         # unit of --abort-after-failures is a user (closed loop) or an arrival (open loop)
@@ -118,6 +119,7 @@ class RunSession:
                                        began_ns=lambda: self.began_ns))
         self.recorder = Recorder(anvil_events.request_record, *sinks)
         self.recorder.start()
+        anvil_events.job_end.add_listener(self.live.job_ended)  # agent jobs' ends
         self.load = LoadWindow()
         self._health: dict[str, Any] | None = None
         # the run's timing (`runclock.py`): `on_end` ends the run when its duration is over
@@ -274,6 +276,7 @@ class RunSession:
         self.clock.stop()
         self.stuck.stop()
         self.recorder.stop()
+        anvil_events.job_end.remove_listener(self.live.job_ended)
         self.live.end_flow()  # every record is in: the live page's series ends here
         if self.telemetry is not None:  # the scrape after the last request, then stop it
             self.telemetry.finish()
@@ -313,7 +316,8 @@ class RunSession:
                 "scrapes")
             if scrapes:  # once per run: the samples file has every failure
                 log.warning("anvil: server metrics: %s", scrapes)
-        self.live.finish(done.rows if done is not None else None)  # the file's figures
+        self.live.finish(done.rows if done is not None else None,  # the file's figures
+                         None if done is None else done.summary.get("jobs"))
         anvil_events.run_finished.fire(run_dir=self.run_dir, benchmark_path=self.benchmark_path)
         return self.benchmark_path
 
@@ -369,6 +373,15 @@ def _context_distribution(sc: Scenario, size_for: Callable[[int], int | None]
             return None
         distribution[str(size)] = distribution.get(str(size), 0) + 1
     return distribution
+
+
+def _job_figures(opts: RunOptions, budget: RequestBudget) -> JobFigures | None:
+    """An agent replay's running job figures (`live/jobfigures.py`), else None."""
+    sc = opts.scenario
+    if sc.trace is None or not sc.trace.agent:
+        return None
+    return JobFigures(budget.conversations, from_due=budget.schedule is not None,
+                      in_flight=lambda: budget.starts_going)
 
 
 def _starts_budget(sc: Scenario, jobs: list[Job] | None) -> int | None:

@@ -271,12 +271,14 @@ class ChatStreamUser(User):
         job = agents.job(n)
         tickets = [first]
         clients: dict[str, ChatClient] = {}
+        sent, answered_all = [0], [True]  # the job's end says them (`live/jobfigures.py`)
         plan = run.scenario.trace
         assert plan is not None
 
         def send(session: Session, k: int, tool_wait_ns: int) -> bool:
             ticket = tickets.pop() if tickets else run.budget.take_followup()
             if ticket is None:  # the budget is spent or the run is stopping
+                answered_all[0] = False
                 return False
             # due now (after the job's waits), or at the schedule's arrival: a sub-agent's
             # connection, opened before its first request, is the client's delay
@@ -295,6 +297,8 @@ class ChatStreamUser(User):
                 max_tokens=turn.output_tokens)
             if session.parent_id is None:  # a closed loop's backoff follows the root's
                 self._after(obs, closed_loop=first.due_ns is None)
+            sent[0] += not ticket.warmup
+            answered_all[0] = answered_all[0] and obs.failure is None
             return obs.failure is None
 
         def ended(session: Session) -> None:
@@ -302,13 +306,17 @@ class ChatStreamUser(User):
             if client is not None:
                 client.close()
 
+        ran = False
         try:
             JobRun(job, send, Waits(plan.tool_speed, plan.max_tool_wait_s, plan.max_idle_s),
                    on_session_end=ended).run()
+            ran = True
         finally:
             for c in clients.values():
                 c.close()
             agents.job_ended(n)
+            anvil_events.job_end.fire(job=n, requests=sent[0],
+                                      completed=ran and answered_all[0])
             run.budget.conversation_dropped()  # the job is over
 
     @staticmethod

@@ -12,7 +12,8 @@ serves the rest itself:
   p99, min, max) of time to first output, TTFT, E2E, decode tok/s, ITL and prefill, from
   `LiveStats.snapshot()` (raw records, as in `benchmark.json`; never Locust's buckets), and
   one line saying so (`figures.ACCURACY_RUNNING` / `ACCURACY_FINAL`: sketched within 1 %
-  while the run goes, exact at its end); and, while the server's metrics are scraped, one
+  while the run goes, exact at its end); for an agent replay, its jobs in flight, completed
+  and cut and the job latency p50/p95 (`jobfigures.py`); and, while the server's metrics are scraped, one
   line of its newest gauges (running, waiting, KV cache, speculative acceptance), read
   from the tail of `server_metrics.jsonl` when the page asks;
 - `/anvil/`: one self-contained page (inline CSS and JS, nothing fetched from elsewhere)
@@ -140,6 +141,7 @@ def tab_rows(snap: dict[str, Any] | None, server: dict[str, Any] | None = None
         _count_row("warm-up requests (not measured)", snap["warmup_requests"]),
         _count_row(snap["accuracy"], "", ""),
     ]
+    rows += job_rows(snap.get("jobs"))
     line = server_text(server)
     if line is not None:
         rows.append(_count_row(line, "", ""))
@@ -148,6 +150,20 @@ def tab_rows(snap: dict[str, Any] | None, server: dict[str, Any] | None = None
                      **{c: _shown(m[c]) for c in PERCENTILE_COLUMNS}})
     rows.append(_count_row("charts and downloads: open /anvil/ (or Download Data)", "", ""))
     return _numbered(rows)
+
+
+def job_rows(jobs: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """An agent replay's rows (`jobfigures.JobFigures.snapshot`); none for other runs."""
+    if jobs is None:
+        return []
+    planned = f" (of {jobs['planned']} planned)" if jobs["planned"] else ""
+    latency = _count_row("job latency, completed jobs (first start to last answer)",
+                         jobs["completed"], "ms")
+    latency.update(p50=_shown(jobs["latency_p50_ms"]), p95=_shown(jobs["latency_p95_ms"]))
+    return [_count_row("agent jobs in flight", _shown(jobs["in_flight"]), "jobs"),
+            _count_row(f"agent jobs completed{planned}", jobs["completed"], "jobs"),
+            _count_row("agent jobs cut (a request failed or was never sent)", jobs["cut"],
+                       "jobs"), latency]
 
 
 def _numbered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

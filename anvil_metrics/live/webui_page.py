@@ -16,7 +16,9 @@ every value with `textContent`, never as HTML. It draws:
 It says what the figures are (`accuracy`, from `figures.ACCURACY_RUNNING` / `ACCURACY_FINAL`):
 while the run goes, percentiles within 1 % from bounded sketches; at its end, the table's
 and the CDF's exact figures from benchmark.json's rows.
-Element ids (`anvil-table`, `chart-cdf`, `chart-inflight`, `chart-throughput`,
+An agent replay's job figures (`jobs`: in flight, completed of planned, cut, job latency
+p50/p95, `jobfigures.py`) are one line, `jobs`, shown only for such a run.
+Element ids (`jobs`, `anvil-table`, `chart-cdf`, `chart-inflight`, `chart-throughput`,
 `chart-ttft`, `chart-decode`, `downloads`, `status`, `accuracy`, `server`: the server's
 newest gauges) are what the tests read; each chart's `data-points` is how many points it
 drew. The per-bucket p50 charts, their captions and `series` keys are made from the
@@ -69,6 +71,7 @@ _TEMPLATE = """<!doctype html>
 <body>
 <header><h1>anvil · LLM</h1><a href="../">back to Locust</a></header>
 <p id="status">waiting for figures…</p>
+<p id="jobs" hidden></p>
 <h2>Exact percentiles (nearest rank over every completed request so far)</h2>
 <table id="anvil-table">
   <thead><tr><th>metric</th><th>unit</th><th>count</th><th>p50</th><th>p90</th><th>p95</th>
@@ -255,6 +258,17 @@ function renderStatus(s) {
     ? "failures by kind: " + kinds.map(([k, n]) => k + " " + n).join(", ") : "";
 }
 
+function renderJobs(j) {  // an agent replay's jobs (null for any other run: hidden)
+  const p = document.getElementById("jobs");
+  p.hidden = !j;
+  if (!j) return;
+  const planned = j.planned ? " of " + j.planned : "";
+  p.textContent = "agent jobs: " + (j.in_flight === null ? "-" : j.in_flight) +
+    " in flight · " + j.completed + planned + " completed · " + j.cut + " cut · " +
+    "job latency p50 " + fmt(j.latency_p50_ms) + " ms, p95 " + fmt(j.latency_p95_ms) +
+    " ms" + (j.exact ? " (exact, benchmark.json)" : " (completed jobs so far, within 1 %)");
+}
+
 function renderDownloads(s) {
   const list = document.getElementById("downloads");
   const names = Object.keys(s.downloads || {});
@@ -276,6 +290,7 @@ function renderDownloads(s) {
 
 function render(s) {
   renderStatus(s);
+  renderJobs(s.jobs);
   renderTable(s.metrics || []);
   const series = s.series || {t_s: [], @SERIES_EMPTY@};
   drawCdf(document.getElementById("chart-cdf"), s.ttft_cdf);

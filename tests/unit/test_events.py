@@ -11,7 +11,8 @@ from locust.event import EventHook
 
 from anvil_metrics.events import AnvilEvents, anvil_events
 
-NAMES = ("first_output", "first_content", "stream_end", "request_record", "run_finished")
+NAMES = ("first_output", "first_content", "stream_end", "request_record", "job_end",
+         "run_finished")
 
 
 def test_every_declared_moment_is_its_own_hook() -> None:

@@ -20,6 +20,7 @@ from anvil_metrics.cluster.master import MasterAgent, MasterCoordinator
 from anvil_metrics.cluster.wire import MESSAGES, WorkerSetup, stuck_from_wire
 from anvil_metrics.cluster.worker import WorkerAgent, WorkerSession
 from anvil_metrics.errors import WireError
+from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import RequestBudget, Ticket
 from anvil_metrics.live.stuck import StuckWatch
 from anvil_metrics.load.body import BodyBuilder
@@ -365,7 +366,7 @@ def test_a_damaged_message_to_the_master_is_refused(msg_type: str, data: Any, fi
 def test_every_message_type_is_checked() -> None:
     assert set(MESSAGES) == {"anvil_hello", "anvil_ping", "anvil_pong", "anvil_take", "anvil_drop",
                              "anvil_ticket", "anvil_records", "anvil_stop", "anvil_done",
-                             "anvil_stuck"}
+                             "anvil_stuck", "anvil_job_end"}
     c, runner = _master()
     runner.receive("anvil_hello", HELLO, node="A")
     runner.receive("anvil_take", {"run_id": "run-1", "seq": 1, "followup": False}, node="A")
@@ -406,6 +407,38 @@ def test_a_workers_stuck_requests_reach_the_masters_report_when_they_change() ->
     r = master.stuck.report()
     assert (r.in_flight_requests, r.waiting_first_byte_requests, r.idle_mid_stream_requests,
             r.headers_received_requests, r.oldest_s) == (5, 3, 1, 1, 45.0)
+
+
+def test_a_workers_job_end_is_fired_again_on_the_master() -> None:
+    """An agent job's end on a worker (`anvil_events.job_end`) goes to the master as
+    `anvil_job_end`, where it is fired again for the live job figures; a damaged one or one
+    of another run is not, and a finished worker sends none."""
+    agent, wrunner = _set_up_worker()
+    session = agent.session
+    assert session is not None
+    try:
+        anvil_events.job_end.fire(job=7, requests=12, completed=True)
+    finally:
+        session.finish()
+    anvil_events.job_end.fire(job=8, requests=1, completed=False)  # after its finish
+    sent = [data for msg_type, data, _ in wrunner.sent if msg_type == "anvil_job_end"]
+    assert sent == [{"run_id": session.run_id, "job": 7, "requests": 12, "completed": True}]
+    c, runner = _master()
+    runner.receive("anvil_hello", HELLO, node="A")
+    heard: list[tuple[int, int, bool]] = []
+
+    def hear(job: int, requests: int, completed: bool, **_: Any) -> None:
+        heard.append((job, requests, completed))
+
+    anvil_events.job_end.add_listener(hear)
+    try:
+        runner.receive("anvil_job_end", {**sent[0], "run_id": "run-1"}, node="A")
+        runner.receive("anvil_job_end", {**sent[0], "run_id": "other"}, node="A")
+        runner.receive("anvil_job_end", {"run_id": "run-1", "job": -1, "requests": 1,
+                                         "completed": True}, node="A")
+    finally:
+        anvil_events.job_end.remove_listener(hear)
+    assert heard == [(7, 12, True)]
 
 
 def test_the_master_routes_messages_to_its_run_until_the_run_ends() -> None:
