@@ -11,7 +11,9 @@ The figures are the ones the load process already keeps live (`figures.LiveStats
 failures by kind, the sketches' percentiles; the request budget's in flight; the loop-lag
 monitor and CPU share judged by `post.saturation.verdict`, the one rule of the `client`
 block); none is computed a second way. Missing is None, shown as "-" in the plain line, never
-as 0.
+as 0. An agent replay counts jobs too (`jobfigures.JobFigures`: done of the budget's jobs,
+in flight, completed, cut, the job latency p50), and its amount is jobs, not requests;
+any other run has no job figures (None) and its line is unchanged.
 """
 
 from __future__ import annotations
@@ -63,6 +65,19 @@ class Progress(msgspec.Struct, frozen=True, kw_only=True):
     steps: int | None = None
     step_load: str | None = None  # e.g. "8 users", "20 requests/s"
     stuck: StuckReport | None = None
+    # an agent replay's jobs (`jobfigures.py`); None for any other run
+    jobs_planned: int | None = None
+    jobs_completed: int | None = None
+    jobs_cut: int | None = None
+    jobs_in_flight: int | None = None
+    job_latency_p50_ms: float | None = None
+
+    @property
+    def jobs_done(self) -> int | None:
+        """Jobs over: completed + cut (None: not an agent replay)."""
+        if self.jobs_completed is None or self.jobs_cut is None:
+            return None
+        return self.jobs_completed + self.jobs_cut
 
     @property
     def failed_requests(self) -> int:
@@ -141,6 +156,8 @@ def amount_text(p: Progress) -> str:
     """How far: requests done of planned, or time of the duration, or time so far."""
     if p.phase == "warm-up":
         return f"{p.warmup_done}/{p.warmup_planned}"
+    if p.jobs_planned is not None and p.requests_planned is None:
+        return f"{p.jobs_done}/{p.jobs_planned} jobs"
     if p.requests_planned is not None:
         return f"{p.requests_done}/{p.requests_planned} requests"
     if p.duration_s is not None:
@@ -167,6 +184,14 @@ def stuck_text(s: StuckReport | None) -> str | None:
     return s.text()
 
 
+def jobs_text(p: Progress) -> str | None:
+    """An agent replay's jobs in one phrase; None for any other run."""
+    if p.jobs_completed is None:
+        return None
+    return (f"jobs in flight {_n(p.jobs_in_flight, 'd')}, completed {p.jobs_completed}, "
+            f"cut {p.jobs_cut}, job latency p50 {_n(p.job_latency_p50_ms)} ms")
+
+
 def step_text(p: Progress) -> str | None:
     if p.step is None:
         return None
@@ -179,7 +204,7 @@ def progress_line(p: Progress | None, title: str | None = None) -> str:
     head = f"{title}: " if title else ""
     if p is None:
         return f"{head}{SETTING_UP}"
-    parts = [f"{head}{p.phase} {amount_text(p)}", step_text(p),
+    parts = [f"{head}{p.phase} {amount_text(p)}", step_text(p), jobs_text(p),
              f"in flight {_n(p.in_flight_requests, 'd')}",
              f"completed {p.completed_requests}", f"failed {failed_text(p)}",
              f"cancelled {p.cancelled_requests}",

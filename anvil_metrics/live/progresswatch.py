@@ -29,6 +29,7 @@ from typing import Any
 import gevent
 import msgspec
 
+from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.progress import (
     CANCELLED_KINDS,
     PROGRESS_FILE,
@@ -130,8 +131,18 @@ class ProgressWatch:
             step=None if step is None else step[0], steps=None if step is None else step[1],
             step_load=None if step is None else step[2],
             # a master's merged report can outlive the workers' last requests by a second
-            stuck=_stuck(s) if in_flight else None)
+            stuck=_stuck(s) if in_flight else None, **_jobs(live.jobs))
         return msgspec.structs.replace(p, eta_s=eta_s(p))
+
+
+def _jobs(jobs: JobFigures | None) -> dict[str, Any]:
+    """An agent replay's job figures for the snapshot (none for any other run)."""
+    if jobs is None:
+        return {}
+    j = jobs.snapshot()
+    return {"jobs_planned": j["planned"], "jobs_completed": j["completed"],
+            "jobs_cut": j["cut"], "jobs_in_flight": j["in_flight"],
+            "job_latency_p50_ms": j["latency_p50_ms"]}
 
 
 def _stuck(session: Any) -> StuckReport | None:

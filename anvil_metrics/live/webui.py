@@ -13,9 +13,9 @@ serves the rest itself:
   `LiveStats.snapshot()` (raw records, as in `benchmark.json`; never Locust's buckets), and
   one line saying so (`figures.ACCURACY_RUNNING` / `ACCURACY_FINAL`: sketched within 1 %
   while the run goes, exact at its end); for an agent replay, its jobs in flight, completed
-  and cut and the job latency p50/p95 (`jobfigures.py`); and, while the server's metrics are scraped, one
-  line of its newest gauges (running, waiting, KV cache, speculative acceptance), read
-  from the tail of `server_metrics.jsonl` when the page asks;
+  and cut and the job latency p50/p95 (`jobfigures.py`); and, while the server's metrics
+  are scraped, one line of its newest gauges (running, waiting, KV cache, speculative
+  acceptance), read from the tail of `server_metrics.jsonl` when the page asks;
 - `/anvil/`: one self-contained page (inline CSS and JS, nothing fetched from elsewhere)
   polling `/anvil/live.json` once a second and drawing SVG charts that move while the run
   goes: the TTFT CDF (nearest-rank p0…p100 over the completed requests: within 1 % while

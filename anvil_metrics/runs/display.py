@@ -30,6 +30,7 @@ from anvil_metrics.live.progress import (
     amount_text,
     client_text,
     failed_text,
+    jobs_text,
     progress_line,
     step_text,
     stuck_text,
@@ -95,6 +96,8 @@ def table(p: Progress | None, title: str | None) -> Any:
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column()
     done, total = ((p.warmup_done, p.warmup_planned) if p.phase == "warm-up" else
+                   (p.jobs_done or 0, p.jobs_planned) if p.jobs_planned is not None
+                   and p.requests_planned is None else
                    (p.requests_done, p.requests_planned) if p.requests_planned is not None
                    else (p.duration_elapsed_s or 0.0, p.duration_s))
     bar = ProgressBar(total=total or None, completed=done, width=30)
@@ -103,6 +106,9 @@ def table(p: Progress | None, title: str | None) -> Any:
     row.add_row(bar, Text(f"{amount_text(p)}  ETA {eta}  ({p.phase}"
                           + (f", {step_text(p)}" if p.step is not None else "") + ")"))
     grid.add_row("progress", row)
+    jobs = jobs_text(p)
+    if jobs is not None:  # an agent replay
+        grid.add_row("jobs", jobs.removeprefix("jobs "))
     grid.add_row("requests", f"in flight {_na(p.in_flight_requests, 'd')}  completed "
                  f"{p.completed_requests}  failed {failed_text(p)}  cancelled "
                  f"{p.cancelled_requests}")

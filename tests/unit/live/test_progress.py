@@ -103,3 +103,20 @@ def test_the_file_round_trips_and_a_bad_file_is_none(tmp_path: Path) -> None:
     path.write_bytes(b'{"run_id": 3}')
     assert read_progress(path) is None
     assert msgspec.json.decode(msgspec.json.encode(FULL))["stuck"]["oldest_s"] == 45.2
+
+
+def test_an_agent_replay_counts_jobs_and_any_other_run_does_not() -> None:
+    agent = Progress(run_id="r", phase="running", elapsed_s=30.0, requests_done=240,
+                     completed_requests=238, in_flight_requests=19, jobs_planned=200,
+                     jobs_completed=11, jobs_cut=1, jobs_in_flight=16,
+                     job_latency_p50_ms=8125.5)
+    assert agent.jobs_done == 12
+    line = progress_line(agent)
+    assert line.startswith("running 12/200 jobs | jobs in flight 16, completed 11, cut 1, "
+                           "job latency p50 8125.5 ms | in flight 19 | completed 238")
+    waiting = progress_line(msgspec.structs.replace(
+        agent, jobs_completed=0, jobs_cut=0, jobs_in_flight=None, job_latency_p50_ms=None))
+    assert "0/200 jobs" in waiting and "jobs in flight -, completed 0, cut 0, job latency " \
+        "p50 - ms" in waiting  # none done yet: missing, never 0 ms
+    plain = progress_line(FULL)
+    assert "job" not in plain and FULL.jobs_done is None

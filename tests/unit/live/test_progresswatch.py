@@ -138,3 +138,27 @@ def test_duration_step_and_stuck_are_read(tmp_path: Path) -> None:
     assert (p.step, p.steps, p.step_load) == (2, 4, "8 users")
     assert p.duration_elapsed_s is not None and 25.0 <= p.duration_elapsed_s < 35.0
     assert p.eta_s == 40.0 - p.duration_elapsed_s
+
+
+def test_an_agent_replay_snapshot_counts_its_jobs(tmp_path: Path) -> None:
+    """Jobs in flight are the budget's starts not over; completed, cut and the latency
+    p50 the live job figures' (`jobfigures.py`); the amount is jobs of the budget's."""
+    from anvil_metrics.live.jobfigures import JobFigures
+
+    budget = RequestBudget(None, 0, [512], conversations=3)
+    jobs = JobFigures(3, in_flight=lambda: budget.starts_going)
+    s = _session(tmp_path)
+    s.budget, s.live = budget, LiveStats("r1", None, jobs)
+    s.scenario = SimpleNamespace(duration_s=None, requests=None)
+    first = [budget.take() for _ in range(2)]  # two jobs started
+    r = _record(0)
+    s.live.take(RequestRecord(**{**{f: getattr(r, f) for f in r.__struct_fields__},
+                                 "extra": {"job": first[0].start}}))
+    s.live.job_ended(job=first[0].start, requests=1, completed=True)
+    budget.give_back(first[0], conversation_over=True)
+    p = ProgressWatch(s).read(time.perf_counter(), final=True)
+    assert (p.jobs_planned, p.jobs_completed, p.jobs_cut, p.jobs_in_flight) == (3, 1, 0, 1)
+    latency_ms = (r.end_ns - r.start_ns) / 1e6
+    assert abs(p.job_latency_p50_ms - latency_ms) <= SKETCH_REL_ERROR * latency_ms
+    plain = ProgressWatch(_session(tmp_path)).read(time.perf_counter())
+    assert plain.jobs_planned is None and plain.jobs_completed is None

@@ -100,3 +100,28 @@ def test_a_reading_a_little_early_is_on_time() -> None:
         clock.t = t
         plain.show(_p(1))
     assert len(out) == 4  # at 0, 1.999, 3.998, 5.997
+
+
+def test_an_agent_replay_shows_its_jobs_on_a_terminal_and_in_plain_lines() -> None:
+    agent = Progress(run_id="r1", phase="running", elapsed_s=9.0, requests_done=90,
+                     completed_requests=90, jobs_planned=40, jobs_completed=9, jobs_cut=1,
+                     jobs_in_flight=4, job_latency_p50_ms=1530.25)
+    stream = Tty()
+    shown = make_display(stream, every_s=10.0)
+    assert isinstance(shown, LiveTable)
+    shown.show(agent)
+    shown.close()
+    text = stream.getvalue()
+    assert "10/40 jobs" in text
+    assert "in flight 4, completed 9, cut 1, job latency p50 1530.2 ms" in text
+    plain = io.StringIO()
+    lines = make_display(plain, every_s=1.0)
+    assert isinstance(lines, PlainLines)
+    lines.show(agent)
+    assert plain.getvalue().startswith("running 10/40 jobs | jobs in flight 4, completed 9")
+    other = Tty()  # any other run: no jobs row
+    table = make_display(other, every_s=10.0)
+    assert isinstance(table, LiveTable)
+    table.show(_p(4))
+    table.close()
+    assert "job" not in other.getvalue()
