@@ -166,3 +166,20 @@ def test_refused_in_one_line_before_any_load(replay: dict) -> None:
                   "--tool-speed", "2", "-H", "http://127.0.0.1:9", "--results-dir", res,
                   timeout=30)
     assert plain.returncode == 2 and "trace.tool_speed" in plain.stderr
+
+
+def test_the_progress_counts_jobs_by_one_process_and_a_master(replay: dict) -> None:
+    """The last progress reading (`progress.json`, what `anvil run` draws) counts the jobs
+    as the raw records have them: all done, none in flight, the job latency p50 within the
+    live sketch's 1 % of the nearest rank of each job's first start to its last answer's
+    end (on a master: from the workers' `anvil_job_end` messages and records)."""
+    progress = orjson.loads(replay["path"].with_name("progress.json").read_bytes())
+    assert (progress["jobs_planned"], progress["jobs_completed"], progress["jobs_cut"],
+            progress["jobs_in_flight"]) == (JOBS, JOBS, 0, 0)
+    spans: dict[int, list[int]] = defaultdict(list)
+    for r in replay["raw"]:
+        if not r["warmup"]:
+            spans[r["extra"]["job"]] += [r["start_ns"], r["end_ns"]]
+    truth = sorted((max(s) - min(s)) / 1e6 for s in spans.values())
+    want = truth[(len(truth) + 1) // 2 - 1]  # nearest rank p50: the ceil(n / 2)-th
+    assert abs(progress["job_latency_p50_ms"] - want) <= 0.01 * want + 1.0

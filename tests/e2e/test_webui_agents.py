@@ -1,0 +1,79 @@
+"""Agent jobs from Locust's web UI: the start form has every agent option (they come from
+the scenario's flag table, so a flag added there is in the form too), a run started by
+POST /swarm with them replays agent jobs with exactly those values (the raw header's
+`params.agent`, the rows' jobs), and the live page's job figures at its end agree with
+the jobs' truth from the raw stamps (each job's first start to its last answer's end).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+from agentgen import agent_jobs, write_agent_jsonl
+from locust_ui import locust_ui
+from simfork import start_simulator
+
+from anvil_metrics.live.sketch import SKETCH_REL_ERROR
+from anvil_metrics.load.options import LOCUST_OPTIONS
+from anvil_metrics.post import stats
+
+pytestmark = pytest.mark.e2e
+
+AGENT_FIELDS = ("trace", "trace_format", "jobs", "tool_speed", "max_tool_wait", "max_idle")
+
+
+def _job_latencies_ms(raw: list[dict]) -> list[float]:
+    """Each job's first request's start to its last answer's end (every job completed)."""
+    spans: dict[int, list[int]] = {}
+    for r in raw:
+        first, last = spans.setdefault(r["extra"]["job"], [r["start_ns"], r["end_ns"]])
+        spans[r["extra"]["job"]] = [min(first, r["start_ns"]), max(last, r["end_ns"])]
+    return [(b - a) / 1e6 for a, b in spans.values()]
+
+
+def test_agent_options_in_the_form_and_a_form_run_replays_jobs(tmp_path: Path) -> None:
+    trace = write_agent_jsonl(tmp_path / "jobs.jsonl", agent_jobs(4, seed=5))
+    with start_simulator(["--prefill-ms", "1", "--interval-ms", "1", "--reasoning-tokens",
+                          "0", "--max-context", "32768"]) as sim, locust_ui(
+            sim.url, tmp_path, "--scenario", "scenarios/smoke.toml", "--results-dir",
+            str(tmp_path / "res"), "--no-server-metrics") as ui:
+        page = ui.get("/")
+        m = re.search(rb"templateArgs = (\{.*?\});?\s*</script>", page, re.S)
+        assert m, "Locust's page has no templateArgs"
+        extra = json.loads(m.group(1))["extra_options"]
+        for o in LOCUST_OPTIONS:  # every flag of the table, agent ones (and later ones) too
+            assert (o.dest in extra) == o.web_ui, o.flag
+        assert set(AGENT_FIELDS) <= set(extra)
+        # the form's "Number of users" is --agents: that many jobs at once
+        assert ui.swarm({"user_count": 3, "spawn_rate": 3, "host": sim.url,
+                         "trace": str(trace), "trace_format": "agent-jsonl", "jobs": 6,
+                         "tool_speed": 20, "max_tool_wait": 0.05,
+                         "max_idle": 0.05})["success"] is True
+        live = ui.wait_run_finished(timeout_s=60)
+        rows = ui.json("/stats/requests")["extended_stats"][0]["data"]
+        page = ui.get("/anvil/")
+    (raw_path,) = (tmp_path / "res").glob("benchmark-*/requests.jsonl")
+    lines = [orjson.loads(x) for x in raw_path.read_bytes().splitlines()]
+    agent = lines[0]["params"]["agent"]
+    assert (agent["file"], agent["format"], agent["jobs"]) == ("jobs.jsonl", "agent-jsonl", 6)
+    assert (agent["tool_speed"], agent["max_tool_wait_s"], agent["max_idle_s"]) == (
+        20.0, 0.05, 0.05)
+    raw = [x for x in lines if x.get("type") == "request" and not x["warmup"]]
+    assert {r["extra"]["job"] for r in raw} == set(range(6))  # 6 jobs: the trace's 4, again
+    assert all(r["failure"] is None for r in raw)
+    jobs = live["jobs"]
+    assert (jobs["planned"], jobs["completed"], jobs["cut"], jobs["in_flight"]) == (6, 6, 0, 0)
+    truth = _job_latencies_ms(raw)
+    for p in (50, 95):
+        (want,) = stats.nearest_rank_columns(sorted(truth), (p,))
+        got = jobs[f"latency_p{p}_ms"]
+        # within the sketch's 1 % (and 1 ms: the file's block, once built, counts from the
+        # first due, which a closed loop's first request follows within a millisecond)
+        assert abs(got - want) <= SKETCH_REL_ERROR * want + 1.0, (p, got, want)
+    shown = {r["metric"]: r for r in rows}
+    assert shown["agent jobs completed (of 6 planned)"]["count"] == 6
+    assert b'id="jobs"' in page
