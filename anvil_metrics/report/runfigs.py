@@ -32,6 +32,7 @@ from anvil_metrics.post.postprocess import BENCHMARK_FILE, RAW_FILE, build_run
 from anvil_metrics.post.rawcolumns import COL, NULL
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS
+from anvil_metrics.report.jobsfigs import jobs_section, read_jobs, verdict_text
 from anvil_metrics.report.page import Figure, Section, Table, cell
 from anvil_metrics.telemetry.livegauges import live_gauges
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, read_samples
@@ -455,6 +456,9 @@ def run_sections(d: RunData) -> list[Section]:
     if steps is not None:
         out.append(Section("The sweep", "Each step's figures from benchmark.json steps[].",
                            tables=(steps_table(d),), figures=(steps,)))
+    jobs = jobs_section(doc.get("jobs"))  # an agent replay's (`jobsfigs.py`)
+    if jobs is not None:
+        out.append(jobs)
     out.append(Section("Latency", tables=(counts, key_table(d)),
                        figures=(latency_cdf(d), prefill(d), decode(d))))
     out.append(Section("Over time", figures=(timeline(d), load_over_time(d))))
@@ -479,5 +483,8 @@ def run_page(folder: Path) -> tuple[str, str, list[str], list[Section], list[str
              f"load: {load.get('mode') or 'budget'}"
              + (f", {len(doc['steps'])} steps" if doc.get("steps") else "")
              + f"; concurrency {doc.get('concurrency')}; {doc['requests']} measured requests"]
+    jobs = read_jobs(doc.get("jobs"))
+    if jobs is not None:  # an agent replay: its verdict at the top, plainly
+        lines.append(f"agent jobs: {verdict_text(jobs)}")
     title = f"anvil {kind} {doc['run_id']}"
     return kind, title, lines, run_sections(d), list(d.sources)
