@@ -119,7 +119,9 @@ class RunSession:
                                        began_ns=lambda: self.began_ns))
         self.recorder = Recorder(anvil_events.request_record, *sinks)
         self.recorder.start()
-        anvil_events.job_end.add_listener(self.live.job_ended)  # agent jobs' ends
+        self._jobs_heard = opts.live_figures and self.live.jobs is not None
+        if self._jobs_heard:  # agent jobs' ends, for the live job figures
+            anvil_events.job_end.add_listener(self.live.job_ended)
         self.load = LoadWindow()
         self._health: dict[str, Any] | None = None
         # the run's timing (`runclock.py`): `on_end` ends the run when its duration is over
@@ -276,7 +278,8 @@ class RunSession:
         self.clock.stop()
         self.stuck.stop()
         self.recorder.stop()
-        anvil_events.job_end.remove_listener(self.live.job_ended)
+        if self._jobs_heard:
+            anvil_events.job_end.remove_listener(self.live.job_ended)
         self.live.end_flow()  # every record is in: the live page's series ends here
         if self.telemetry is not None:  # the scrape after the last request, then stop it
             self.telemetry.finish()
