@@ -45,6 +45,22 @@ class _Open:
     told: int | None = None  # the measured requests its end said it sent (None: not told)
     answered: bool = False  # its end said every one was answered
 
+    def add(self, start_ns: int, end_ns: int | None, failed: bool) -> None:
+        """One more of its records: its start (or due), its end, whether it failed."""
+        self.first_ns = start_ns if self.first_ns is None else min(self.first_ns, start_ns)
+        if end_ns is not None:
+            self.last_ns = end_ns if self.last_ns is None else max(self.last_ns, end_ns)
+        self.records += 1
+        self.failed = self.failed or failed
+
+    def tell(self, requests: int, completed: bool) -> None:
+        """Its end: how many measured requests it sent, whether all were answered."""
+        self.told, self.answered = requests, completed
+
+    def counted(self) -> bool:
+        """Its end is told and every record it names is in."""
+        return self.told is not None and self.records >= self.told
+
 
 class JobFigures:
     """The running job figures (module docstring). `planned`: the jobs the budget measures
@@ -69,25 +85,20 @@ class JobFigures:
         if not isinstance(n, int) or record.warmup:
             return
         job = self._open.setdefault(n, _Open())
-        start = record.start_ns - (int(extra.get("start_delay_ns") or 0)
-                                   if self._from_due else 0)
-        job.first_ns = start if job.first_ns is None else min(job.first_ns, start)
-        if record.end_ns is not None:
-            job.last_ns = record.end_ns if job.last_ns is None else max(job.last_ns,
-                                                                         record.end_ns)
-        job.records += 1
-        job.failed = job.failed or record.failure is not None
+        job.add(record.start_ns - (int(extra.get("start_delay_ns") or 0)
+                                   if self._from_due else 0),
+                record.end_ns, record.failure is not None)
         self._settle(n, job)
 
     def ended(self, job: int, requests: int, completed: bool) -> None:
         """Job `job` has ended, having sent `requests` measured requests; `completed`:
         every one was answered and none was left unsent."""
         j = self._open.setdefault(job, _Open())
-        j.told, j.answered = requests, completed
+        j.tell(requests, completed)
         self._settle(job, j)
 
     def _settle(self, n: int, job: _Open) -> None:
-        if job.told is None or job.records < job.told:
+        if not job.counted():
             return  # its end, or some of its records, are still on their way
         del self._open[n]
         if job.told == 0:
