@@ -30,6 +30,7 @@ client stamps it. Every consumer reads `start_ns`: the record, the `first_output
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -306,17 +307,17 @@ class ChatStreamUser(User):
             if client is not None:
                 client.close()
 
-        ran = False
         try:
             JobRun(job, send, Waits(plan.tool_speed, plan.max_tool_wait_s, plan.max_idle_s),
                    on_session_end=ended).run()
-            ran = True
         finally:
             for c in clients.values():
                 c.close()
             agents.job_ended(n)
-            anvil_events.job_end.fire(job=n, requests=sent[0],
-                                      completed=ran and answered_all[0])
+            # completed: every request answered, and the job not stopped (no exception:
+            # a user stopped between two turns has all it sent answered, yet is cut)
+            anvil_events.job_end.fire(job=n, requests=sent[0], completed=answered_all[0]
+                                      and sys.exc_info()[0] is None)
             run.budget.conversation_dropped()  # the job is over
 
     @staticmethod

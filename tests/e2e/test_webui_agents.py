@@ -3,6 +3,8 @@ the scenario's flag table, so a flag added there is in the form too), a run star
 POST /swarm with them replays agent jobs with exactly those values (the raw header's
 `params.agent`, the rows' jobs), and the live page's job figures at its end agree with
 the jobs' truth from the raw stamps (each job's first start to its last answer's end).
+And a run whose duration ends mid-job: the live figures count a job stopped between two
+turns (all it sent answered) as cut, as the raw file has it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 from agentgen import agent_jobs, write_agent_jsonl
+from conftest import anvil
 from locust_ui import locust_ui
 from simfork import start_simulator
 
@@ -77,3 +80,33 @@ def test_agent_options_in_the_form_and_a_form_run_replays_jobs(tmp_path: Path) -
     shown = {r["metric"]: r for r in rows}
     assert shown["agent jobs completed (of 6 planned)"]["count"] == 6
     assert b'id="jobs"' in page
+
+
+def test_jobs_the_runs_end_stopped_are_cut(tmp_path: Path) -> None:
+    jobs = agent_jobs(10, seed=3)
+    trace = write_agent_jsonl(tmp_path / "jobs.jsonl", jobs)
+    # ~5 ms a token: a job takes ~0.6 s (its waits and tokens, not the CPU's speed), 40 of
+    # them 4 at once ~6 s, so a 1.5 s run completes some and stops some mid-way
+    with start_simulator(["--prefill-ms", "1", "--interval-ms", "5", "--reasoning-tokens",
+                          "0", "--max-context", "32768"]) as sim:
+        proc = anvil("run", "scenarios/smoke.toml", "--trace", str(trace), "-H", sim.url,
+                     "--agents", "4", "--jobs", "40", "--duration", "1.5s",
+                     "--no-server-metrics",
+                     "--results-dir", str(tmp_path / "res"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (raw_path,) = (tmp_path / "res").glob("benchmark-*/requests.jsonl")
+    raw = [x for x in map(orjson.loads, raw_path.read_bytes().splitlines())
+           if x.get("type") == "request" and not x["warmup"]]
+    sent: dict[int, int] = {}
+    failed: set[int] = set()
+    for r in raw:
+        n = r["extra"]["job"]
+        sent[n] = sent.get(n, 0) + 1
+        if r["failure"] is not None:
+            failed.add(n)
+    completed = sum(1 for n, k in sent.items()
+                    if k == jobs[n % len(jobs)].requests and n not in failed)
+    progress = orjson.loads(raw_path.with_name("progress.json").read_bytes())
+    assert (progress["jobs_completed"], progress["jobs_cut"], progress["jobs_in_flight"]) == (
+        completed, len(sent) - completed, 0)
+    assert 0 < completed < len(sent)  # the run did stop jobs mid-way (else: nothing tested)
