@@ -68,8 +68,9 @@ class AnvilEvents:
     Event arguments:
 
     :param job: the run's job number (the records' `extra.job`)
-    :param requests: the measured requests the job sent (each has a record)
-    :param completed: every request of the job was sent and answered
+    :param answered: how many of the job's measured requests were answered (each has a
+        record)
+    :param completed: every request of the job was sent and answered (it was not stopped)
     """
 
     run_finished: EventHook

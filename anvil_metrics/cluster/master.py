@@ -48,7 +48,7 @@ receipt, and a damaged one is refused with one log line and not acted on: `wire.
     master -> worker  anvil_stop     {}                           (stop users, flush)
     worker -> master  anvil_done     {sent, worker, health}       (after the last record)
     worker -> master  anvil_stuck    {the fields of live.stuck.StuckReport} (when changed)
-    worker -> master  anvil_job_end  {job, requests, completed}   (an agent job ended)
+    worker -> master  anvil_job_end  {job, answered, completed}   (an agent job ended)
 
 This module is the master's side (`MasterCoordinator`, `MasterAgent`); `worker.py` is
 the workers' and `wire.py` the messages' shapes and checks.

@@ -132,13 +132,13 @@ MESSAGES: dict[str, dict[str, Check]] = {
     "anvil_stop": {"run_id": TEXT},
     "anvil_done": {"run_id": TEXT, "sent": at_least(0), "health": optional(DICT)},
     "anvil_stuck": {"run_id": TEXT, **STUCK},
-    "anvil_job_end": {"run_id": TEXT, "job": at_least(0), "requests": at_least(0),
+    "anvil_job_end": {"run_id": TEXT, "job": at_least(0), "answered": at_least(0),
                       "completed": BOOL},
 }
 
 
 # An agent job's end (`anvil_events.job_end`'s arguments): a worker's `anvil_job_end`
-JOB_END = ("job", "requests", "completed")
+JOB_END = ("job", "answered", "completed")
 
 
 def conversation_over(record: RequestRecord) -> bool:

@@ -255,10 +255,10 @@ class WorkerSession:
                                 on_report=self._report_stuck)
         self._stuck_sent: StuckReport | None = None
 
-    def _job_end(self, job: int, requests: int, completed: bool, **_: Any) -> None:
+    def _job_end(self, job: int, answered: int, completed: bool, **_: Any) -> None:
         if not self.finished:
             self._send("anvil_job_end", {"run_id": self.run_id, "job": job,
-                                         "requests": requests, "completed": completed})
+                                         "answered": answered, "completed": completed})
 
     def _report_stuck(self, report: StuckReport) -> None:
         if report != self._stuck_sent:

@@ -276,10 +276,10 @@ class LiveStats:
             self.series.add(t_s, {f: series[f][i] for f in SERIES_FIELDS})
             self.flow.finished(t_s, completed=True, output_tokens=int(tokens[i]))
 
-    def job_ended(self, job: int, requests: int, completed: bool, **_: Any) -> None:
+    def job_ended(self, job: int, answered: int, completed: bool, **_: Any) -> None:
         """An agent job has ended (a listener on `anvil_events.job_end`)."""
         if self.jobs is not None:
-            self.jobs.ended(job, requests, completed)
+            self.jobs.ended(job, answered, completed)
 
     def settle(self, final: bool = False) -> None:
         """Have the pending records derived: by the idle-time drainer, a slice at a time (the

@@ -6,11 +6,14 @@ ended, never that its job has no more to send (a sampled start skips turns, a fa
 ends its session and the children it had not spawned, the run's end stops a job between
 two turns). The user that ran the job knows, once its last session has ended
 (`live/users._agent_job`): it fires `anvil_events.job_end` with the job's number, how many
-measured requests it sent and whether every one was answered. On a distributed worker that
-event goes to the master as an `anvil_job_end` message (`cluster/`), where it is fired
-again, as the workers' records are. A job's figures are final once its end is told and
-all the records it names have arrived, in either order (a worker ships its records in
-batches beside the message).
+of its measured requests were answered and whether all were (none failed, none left
+unsent, the job not stopped). On a distributed worker that event goes to the master as an
+`anvil_job_end` message (`cluster/`), where it is fired again, as the workers' records are.
+Records and ends arrive in either order (a worker ships its records in batches beside the
+message; a single process derives its records when its loop is idle): a completed job is
+counted once its end is told and its answered requests' records are all in (its latency
+needs the last); a cut job when either its end is told or, if no record of it was seen by
+then, its first record (a failed first request) arrives — its later records are ignored.
 
 Definitions, those of the `jobs` block (`post/jobsblock.py`), so the running figures
 become the file's: a job is completed when every request it sent was answered (none
@@ -19,7 +22,8 @@ loop: `start_ns − start_delay_ns`) to its last answer's end. Jobs in flight ar
 request budget's starts not yet over (`RequestBudget.starts_going`), which counts a job
 from its first ticket, before any of its records. The latency's percentiles come from a
 log-binned sketch (within 1 %, `sketch.py`: nothing grows with the run); when the run is
-over, `finish` takes the file's `jobs` block, exact.
+over, `finish` takes the file's `jobs` block, exact. What grows with the run: the numbers
+of the cut jobs (a set of small integers, to ignore their late records).
 """
 
 from __future__ import annotations
@@ -42,8 +46,7 @@ class _Open:
     last_ns: int | None = None  # its last answer's end
     records: int = 0
     failed: bool = False
-    told: int | None = None  # the measured requests its end said it sent (None: not told)
-    answered: bool = False  # its end said every one was answered
+    told: int | None = None  # its answered requests, as its end said (None: not told)
 
     def add(self, start_ns: int, end_ns: int | None, failed: bool) -> None:
         """One more of its records: its start (or due), its end, whether it failed."""
@@ -53,9 +56,9 @@ class _Open:
         self.records += 1
         self.failed = self.failed or failed
 
-    def tell(self, requests: int, completed: bool) -> None:
-        """Its end: how many measured requests it sent, whether all were answered."""
-        self.told, self.answered = requests, completed
+    def tell(self, answered: int) -> None:
+        """Its end, completed: how many of its measured requests were answered."""
+        self.told = answered
 
     def counted(self) -> bool:
         """Its end is told and every record it names is in."""
@@ -73,6 +76,8 @@ class JobFigures:
         self._from_due = from_due
         self._in_flight = in_flight
         self._open: dict[int, _Open] = {}
+        self._cut: set[int] = set()  # cut jobs counted (their late records are ignored)
+        self._cut_unseen: set[int] = set()  # cut with no record seen yet (maybe none)
         self.completed = 0
         self.cut = 0
         self.latency = Sketch()
@@ -82,7 +87,11 @@ class JobFigures:
         """One measured record (warm-ups are no job's); not an agent job's: ignored."""
         extra = record.extra or {}
         n = extra.get("job")
-        if not isinstance(n, int) or record.warmup:
+        if not isinstance(n, int) or record.warmup or n in self._cut:
+            return
+        if n in self._cut_unseen:  # a job told cut before any record: it had one
+            self._cut_unseen.discard(n)
+            self._count_cut(n)
             return
         job = self._open.setdefault(n, _Open())
         job.add(record.start_ns - (int(extra.get("start_delay_ns") or 0)
@@ -90,25 +99,32 @@ class JobFigures:
                 record.end_ns, record.failure is not None)
         self._settle(n, job)
 
-    def ended(self, job: int, requests: int, completed: bool) -> None:
-        """Job `job` has ended, having sent `requests` measured requests; `completed`:
-        every one was answered and none was left unsent."""
-        j = self._open.setdefault(job, _Open())
-        j.tell(requests, completed)
-        self._settle(job, j)
+    def ended(self, job: int, answered: int, completed: bool) -> None:
+        """Job `job` has ended with `answered` of its measured requests answered;
+        `completed`: all were, none was left unsent, it was not stopped."""
+        if completed and answered > 0:
+            j = self._open.setdefault(job, _Open())
+            j.tell(answered)
+            self._settle(job, j)
+        elif job in self._open or answered > 0:
+            self._open.pop(job, None)
+            self._count_cut(job)
+        else:  # no record of it seen: a failed first request's may still come, or none
+            self._cut_unseen.add(job)
+
+    def _count_cut(self, n: int) -> None:
+        self._cut.add(n)
+        self.cut += 1
 
     def _settle(self, n: int, job: _Open) -> None:
         if not job.counted():
-            return  # its end, or some of its records, are still on their way
+            return  # some of its records are still on their way
         del self._open[n]
-        if job.told == 0:
-            return  # no measured request: never started (the block does not count it)
-        if job.answered and not job.failed and job.first_ns is not None \
-                and job.last_ns is not None:
-            self.completed += 1
-            self.latency.add((job.last_ns - job.first_ns) / 1e6)
-        else:
-            self.cut += 1
+        if job.failed or job.first_ns is None or job.last_ns is None:
+            self._count_cut(n)  # (a record failed though its end said all were answered)
+            return
+        self.completed += 1
+        self.latency.add((job.last_ns - job.first_ns) / 1e6)
 
     def finish(self, block: dict[str, Any] | None) -> None:
         """The run is over: with the file's `jobs` block, its exact figures from now on."""

@@ -272,14 +272,12 @@ class ChatStreamUser(User):
         job = agents.job(n)
         tickets = [first]
         clients: dict[str, ChatClient] = {}
-        sent, answered_all = [0], [True]  # the job's end says them (`live/jobfigures.py`)
         plan = run.scenario.trace
         assert plan is not None
 
         def send(session: Session, k: int, tool_wait_ns: int) -> bool:
             ticket = tickets.pop() if tickets else run.budget.take_followup()
             if ticket is None:  # the budget is spent or the run is stopping
-                answered_all[0] = False
                 return False
             # due now (after the job's waits), or at the schedule's arrival: a sub-agent's
             # connection, opened before its first request, is the client's delay
@@ -298,14 +296,15 @@ class ChatStreamUser(User):
                 max_tokens=turn.output_tokens)
             if session.parent_id is None:  # a closed loop's backoff follows the root's
                 self._after(obs, closed_loop=first.due_ns is None)
-            sent[0] += not ticket.warmup
-            answered_all[0] = answered_all[0] and obs.failure is None
             return obs.failure is None
 
         def ended(session: Session) -> None:
             client = clients.pop(session.id, None)
             if client is not None:
                 client.close()
+
+        tally = _JobTally()  # what the job's end tells the live figures (`jobfigures.py`)
+        send = tally.counting(send)
 
         try:
             JobRun(job, send, Waits(plan.tool_speed, plan.max_tool_wait_s, plan.max_idle_s),
@@ -314,10 +313,10 @@ class ChatStreamUser(User):
             for c in clients.values():
                 c.close()
             agents.job_ended(n)
-            # completed: every request answered, and the job not stopped (no exception:
-            # a user stopped between two turns has all it sent answered, yet is cut)
-            anvil_events.job_end.fire(job=n, requests=sent[0], completed=answered_all[0]
-                                      and sys.exc_info()[0] is None)
+            # completed: every turn answered, and not stopped (no exception in flight: a
+            # user stopped between two turns has all it sent answered, yet is cut)
+            anvil_events.job_end.fire(job=n, answered=tally.answered,
+                                      completed=tally.all_answered and sys.exc_info()[0] is None)
             run.budget.conversation_dropped()  # the job is over
 
     @staticmethod
@@ -399,3 +398,24 @@ class ChatUser(ChatStreamUser):
     """The concrete user a locustfile exposes (subclass `ChatStreamUser` to customise)."""
 
     abstract = False
+
+
+class _JobTally:
+    """An agent job's turns as its end tells them (`anvil_events.job_end`): how many were
+    answered, and whether all were (a failed turn, or one the budget did not let go, is
+    not). Counted around the job's `send`, which says so by what it returns (nothing, or
+    False: not answered)."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.all_answered = True
+
+    def counting(self, send: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any) -> Any:
+            got = send(*args)
+            if got is None or got is False:
+                self.all_answered = False
+            else:
+                self.answered += 1
+            return got
+        return counted

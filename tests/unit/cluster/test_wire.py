@@ -417,24 +417,24 @@ def test_a_workers_job_end_is_fired_again_on_the_master() -> None:
     session = agent.session
     assert session is not None
     try:
-        anvil_events.job_end.fire(job=7, requests=12, completed=True)
+        anvil_events.job_end.fire(job=7, answered=12, completed=True)
     finally:
         session.finish()
-    anvil_events.job_end.fire(job=8, requests=1, completed=False)  # after its finish
+    anvil_events.job_end.fire(job=8, answered=1, completed=False)  # after its finish
     sent = [data for msg_type, data, _ in wrunner.sent if msg_type == "anvil_job_end"]
-    assert sent == [{"run_id": session.run_id, "job": 7, "requests": 12, "completed": True}]
+    assert sent == [{"run_id": session.run_id, "job": 7, "answered": 12, "completed": True}]
     c, runner = _master()
     runner.receive("anvil_hello", HELLO, node="A")
     heard: list[tuple[int, int, bool]] = []
 
-    def hear(job: int, requests: int, completed: bool, **_: Any) -> None:
-        heard.append((job, requests, completed))
+    def hear(job: int, answered: int, completed: bool, **_: Any) -> None:
+        heard.append((job, answered, completed))
 
     anvil_events.job_end.add_listener(hear)
     try:
         runner.receive("anvil_job_end", {**sent[0], "run_id": "run-1"}, node="A")
         runner.receive("anvil_job_end", {**sent[0], "run_id": "other"}, node="A")
-        runner.receive("anvil_job_end", {"run_id": "run-1", "job": -1, "requests": 1,
+        runner.receive("anvil_job_end", {"run_id": "run-1", "job": -1, "answered": 1,
                                          "completed": True}, node="A")
     finally:
         anvil_events.job_end.remove_listener(hear)

@@ -1,8 +1,9 @@
-"""The live job figures (`live/jobfigures.py`), held to jobs built by hand: a job is
-counted once its end is told and all the records it names have arrived, in either order;
-completed only when every request was answered; its latency is its first start (its due
-in an open loop) to its last answer's end; in flight is the budget's; the final figures are
-the file's block; a run without agent jobs shows none (LiveStats, the tab's rows)."""
+"""The live job figures (`live/jobfigures.py`), held to jobs built by hand: a completed
+job is counted once its end is told and all its answered requests' records have arrived,
+in either order; a cut one once its end or its first record is in, never twice; its
+latency is its first start (its due in an open loop) to its last answer's end; in flight
+is the budget's; the final figures are the file's block; a run without agent jobs shows
+none (LiveStats, the tab's rows)."""
 
 from __future__ import annotations
 
@@ -50,14 +51,18 @@ def test_a_job_counts_once_its_end_and_all_its_records_are_in_either_order() -> 
 def test_a_failed_request_or_an_unfinished_job_is_cut_and_has_no_latency() -> None:
     jobs = JobFigures(None)
     jobs.take(_rec(0, 5, 0, 10))
-    jobs.take(_rec(1, 5, 10, 20, failed=True))
-    jobs.ended(5, 2, False)
+    jobs.ended(5, 1, False)  # its second request failed: cut at once, whatever comes later
+    jobs.take(_rec(1, 5, 10, 20, failed=True))  # its failure's record, late: ignored
     jobs.take(_rec(2, 6, 0, 10))
     jobs.ended(6, 1, False)  # stopped between two turns: all it sent answered, still cut
-    jobs.ended(7, 0, False)  # never sent a measured request: not a started job
+    jobs.ended(7, 0, False)  # nothing answered and no record seen: not counted yet
     snap = jobs.snapshot()
     assert (snap["completed"], snap["cut"], snap["latency_p50_ms"]) == (0, 2, None)
-    assert snap["in_flight"] is None  # no budget to read
+    jobs.take(_rec(3, 7, 0, 5, failed=True))  # its failed first request: started, cut
+    jobs.take(_rec(4, 7, 0, 5, failed=True))  # (another would be ignored)
+    jobs.ended(8, 0, False)  # never sent a measured request: never counted
+    assert (jobs.snapshot()["completed"], jobs.snapshot()["cut"]) == (0, 3)
+    assert jobs.snapshot()["in_flight"] is None  # no budget to read
 
 
 def test_an_open_loop_counts_from_the_first_due() -> None:
@@ -88,9 +93,9 @@ def test_the_final_figures_are_the_files_block() -> None:
 def test_live_stats_feeds_its_jobs_from_records_and_ends_and_shows_them() -> None:
     live = LiveStats("run", None, JobFigures(2, in_flight=lambda: 0))
     live.take(_rec(0, 0, 0, 40))
-    live.job_ended(job=0, requests=1, completed=True)  # before its record was derived
+    live.job_ended(job=0, answered=1, completed=True)  # before its record was derived
     live.take(_rec(1, 1, 0, 50, failed=True))
-    live.job_ended(job=1, requests=1, completed=False)
+    live.job_ended(job=1, answered=1, completed=False)
     snap = live.snapshot()
     assert (snap["jobs"]["completed"], snap["jobs"]["cut"]) == (1, 1)
     assert abs(snap["jobs"]["latency_p50_ms"] - 40) <= 0.4
@@ -101,6 +106,6 @@ def test_live_stats_feeds_its_jobs_from_records_and_ends_and_shows_them() -> Non
     assert latency["count"] == 1 and abs(latency["p50"] - 40) <= 0.4
     plain = LiveStats("run", None)  # any other run: no job figures anywhere
     plain.take(_rec(0, 0, 0, 40))
-    plain.job_ended(job=0, requests=1, completed=True)
+    plain.job_ended(job=0, answered=1, completed=True)
     assert plain.snapshot()["jobs"] is None and job_rows(None) == []
     assert not any("job" in r["metric"] for r in tab_rows(plain.snapshot()))

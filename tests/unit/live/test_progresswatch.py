@@ -154,7 +154,7 @@ def test_an_agent_replay_snapshot_counts_its_jobs(tmp_path: Path) -> None:
     r = _record(0)
     s.live.take(RequestRecord(**{**{f: getattr(r, f) for f in r.__struct_fields__},
                                  "extra": {"job": first[0].start}}))
-    s.live.job_ended(job=first[0].start, requests=1, completed=True)
+    s.live.job_ended(job=first[0].start, answered=1, completed=True)
     budget.give_back(first[0], conversation_over=True)
     p = ProgressWatch(s).read(time.perf_counter(), final=True)
     assert (p.jobs_planned, p.jobs_completed, p.jobs_cut, p.jobs_in_flight) == (3, 1, 0, 1)
