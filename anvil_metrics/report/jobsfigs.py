@@ -95,7 +95,7 @@ def split_figure(j: Jobs) -> Figure | None:
     shares = [getattr(j, key) for key, _, _ in SPLIT]
     if any(s is None for s in shares):
         return None
-    fig, axes = draw.new((10.0, 1.8))
+    fig, axes = draw.new((10.0, 1.6))
     ax, left = axes[0][0], 0.0
     for (_, label, colour), share in zip(SPLIT, shares, strict=True):
         width = max(0.0, share * 100)  # `other` may be a hair below 0 by rounding
@@ -104,7 +104,7 @@ def split_figure(j: Jobs) -> Figure | None:
     ax.set_xlim(0, max(100.0, left))
     ax.set_yticks([])
     ax.set_xlabel("% of completed jobs' latency")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=4)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.02), ncol=4)
     return draw.finish(fig, "job-time-split.png", "Where a job's time went",
                        "The jobs block's shares: the root session's model time, tool "
                        "waits and joins, pooled over completed jobs.", (BENCHMARK_FILE,))
