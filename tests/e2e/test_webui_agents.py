@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import orjson
@@ -56,7 +57,16 @@ def test_agent_options_in_the_form_and_a_form_run_replays_jobs(tmp_path: Path) -
                          "trace": str(trace), "trace_format": "agent-jsonl", "jobs": 6,
                          "tool_speed": 20, "max_tool_wait": 0.05,
                          "max_idle": 0.05})["success"] is True
-        live = ui.wait_run_finished(timeout_s=60)
+        readings = []  # the live page's job figures while the run goes
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            live = ui.json("/anvil/live.json")
+            if live["run_id"] is not None and live["jobs"] is not None:
+                readings.append(live["jobs"])
+                if live["finished"]:
+                    break
+            time.sleep(0.05)
+        assert readings and live["finished"], ui.log()[-3000:]
         rows = ui.json("/stats/requests")["extended_stats"][0]["data"]
         page = ui.get("/anvil/")
     (raw_path,) = (tmp_path / "res").glob("benchmark-*/requests.jsonl")
@@ -68,6 +78,11 @@ def test_agent_options_in_the_form_and_a_form_run_replays_jobs(tmp_path: Path) -
     raw = [x for x in lines if x.get("type") == "request" and not x["warmup"]]
     assert {r["extra"]["job"] for r in raw} == set(range(6))  # 6 jobs: the trace's 4, again
     assert all(r["failure"] is None for r in raw)
+    for j in readings:  # at most the form's 3 at once; done only grows, up to the 6
+        assert j["in_flight"] is None or 0 <= j["in_flight"] <= 3, j
+        assert j["completed"] + j["cut"] <= 6
+    done = [j["completed"] + j["cut"] for j in readings]
+    assert done == sorted(done)
     jobs = live["jobs"]
     assert (jobs["planned"], jobs["completed"], jobs["cut"], jobs["in_flight"]) == (6, 6, 0, 0)
     truth = _job_latencies_ms(raw)
