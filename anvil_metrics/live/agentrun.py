@@ -4,9 +4,9 @@ Why a module apart from the Locust user: the order of a job's requests is the re
 whole truth (a child's first request after its spawn turn's answer, a joined parent turn
 after all its children's last answers, background children blocking nothing, a tool
 result after its tool's recorded time), and it must be testable without a server. So the
-runner knows nothing of HTTP: it is handed `send(session, turn_index, tool_wait_ns) ->
-answered` (the user builds the body and records the request) and `sleep`, and owns only
-the order (`agentjob`'s docstring states the semantics it follows).
+runner knows nothing of HTTP: it is handed `send(session, turn_index, tool_wait_ns,
+join_wait_ns) -> answered` (the user builds the body and records the request) and `sleep`,
+and owns only the order (`agentjob`'s docstring states the semantics it follows).
 
 - The root session runs in the caller's greenlet (the Locust user's); each sub-agent in a
   greenlet of its own, started when its `spawn_after_turn` answer has ended (None: with
@@ -17,7 +17,9 @@ the order (`agentjob`'s docstring states the semantics it follows).
   by `--max-idle`), timed from the previous answer's end and waited to the microsecond
   (`wait_until`), then the join: every child whose `join_before_turn` is this turn must
   have ended. The tool wait actually slept goes into the request's record
-  (`tool_wait_ns`; the row's `tool_wait_ms`).
+  (`tool_wait_ns`; the row's `tool_wait_ms`), and so does the time the join held the
+  turn after it (`join_wait_ns`; the row's `join_wait_ms`: what the job's time split
+  counts as waiting for sub-agents).
 - A failed turn ends its session: its later turns are not sent and the children it had
   not spawned yet never start (a parent's joins still wait for the children that run).
   The job ends when every session it started has ended.
@@ -79,7 +81,8 @@ def wait_until(end_ns: int) -> None:
         _TIMERS.append(timer)
 
 
-Send = Callable[[Session, int, int], bool]  # (session, turn, tool wait slept ns) → answered
+# (session, turn, tool wait slept ns, join wait ns) → answered
+Send = Callable[[Session, int, int, int], bool]
 
 
 class JobRun:
@@ -121,10 +124,8 @@ class JobRun:
             for k, turn in enumerate(session.turns):
                 tool_s, idle_s = self._waits.before(turn)
                 slept_ns = self._wait_from(free_ns, tool_s + idle_s, tool_s)
-                for child in self._children[session.id]:
-                    if child.join_before_turn == k:
-                        self._ended[child.id].wait()
-                answered = self._send(session, k, slept_ns)
+                join_ns = self._join(session, k)
+                answered = self._send(session, k, slept_ns, join_ns)
                 free_ns = time.perf_counter_ns()
                 if not answered:
                     return
@@ -133,6 +134,17 @@ class JobRun:
             self._ended[session.id].set()
             if self._on_end is not None:
                 self._on_end(session)
+
+    def _join(self, session: Session, k: int) -> int:
+        """Wait until every child joining before turn `k` of `session` has ended; the
+        time that took, ns (0: the turn joins none)."""
+        joins = [c for c in self._children[session.id] if c.join_before_turn == k]
+        if not joins:
+            return 0
+        t0 = time.perf_counter_ns()
+        for child in joins:
+            self._ended[child.id].wait()
+        return time.perf_counter_ns() - t0
 
     def _wait_from(self, free_ns: int, total_s: float, tool_s: float) -> int:
         """Sleep until `total_s` after `free_ns` (again if a timer wakes early); what was

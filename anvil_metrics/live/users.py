@@ -274,7 +274,7 @@ class ChatStreamUser(User):
         plan = run.scenario.trace
         assert plan is not None
 
-        def send(session: Session, k: int, tool_wait_ns: int) -> bool:
+        def send(session: Session, k: int, tool_wait_ns: int, join_wait_ns: int) -> bool:
             ticket = tickets.pop() if tickets else run.budget.take_followup()
             if ticket is None:  # the budget is spent or the run is stopping
                 return False
@@ -291,7 +291,7 @@ class ChatStreamUser(User):
                 agents.headers(n, session, k),
                 lambda o: run.budget.give_back(ticket, conversation_over=False),
                 planned=turn.input_tokens, keep_text=False,
-                extra=agents.turn_extra(n, session, k, tool_wait_ns),
+                extra=agents.turn_extra(n, session, k, tool_wait_ns, join_wait_ns),
                 max_tokens=turn.output_tokens)
             if session.parent_id is None:  # a closed loop's backoff follows the root's
                 self._after(obs, closed_loop=first.due_ns is None)

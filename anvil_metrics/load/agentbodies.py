@@ -113,14 +113,16 @@ class AgentBodies(RequestBodies):
         return (f"{AGENT_JOB}: {job}\r\n{AGENT_SESSION}: {header_id(session.id)}\r\n"
                 f"{AGENT_TURN}: {k}\r\n").encode()
 
-    def turn_extra(self, n: int, session: Session, k: int, tool_wait_ns: int
-                   ) -> dict[str, Any]:
+    def turn_extra(self, n: int, session: Session, k: int, tool_wait_ns: int,
+                   join_wait_ns: int = 0) -> dict[str, Any]:
         """The record's `extra` of the turn: the run's job number, the session as its
         position in the job (the header lists the ids: `params.agent`), its parent's, its
-        turn from 1, its depth and the tool wait slept before it."""
+        turn from 1, its depth, the tool wait slept before it and its wait for its
+        sub-agents' joins."""
         job = self.job(n)
         place = {s.id: i for i, s in enumerate(job.sessions)}
         return {"job": n, "session": place[session.id],
                 "parent_session": None if session.parent_id is None
                 else place[session.parent_id],
-                "turn": k + 1, "depth": session.depth, "tool_wait_ns": tool_wait_ns}
+                "turn": k + 1, "depth": session.depth, "tool_wait_ns": tool_wait_ns,
+                "join_wait_ns": join_wait_ns}
