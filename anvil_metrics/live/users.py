@@ -44,6 +44,7 @@ from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import RunContext, run_in_progress
 from anvil_metrics.load.agentbodies import AgentBodies
 from anvil_metrics.load.agentjob import Session
+from anvil_metrics.load.agentstart import start_turn
 from anvil_metrics.load.body import Conversation
 from anvil_metrics.load.scenariofields import ENDPOINT_PATHS, STREAMED_ENDPOINTS
 from anvil_metrics.records import NOT_THE_SERVERS
@@ -261,7 +262,9 @@ class ChatStreamUser(User):
         """One agent job, start to end (`live/agentrun.py`): its first request takes the
         budget's next start (an open loop's: at its due time), every later one a follow-up;
         each sub-agent sends on a connection of its own, closed when it ends. The job's end
-        counts it over (`conversation_dropped`: a budget of jobs ends when the last is)."""
+        counts it over (`conversation_dropped`: a budget of jobs ends when the last is).
+        A sampled start (`load/agentstart.py`) first sends its prime, a warm-up of its own
+        (index n: an agent run has no other warm-ups), outside the budget."""
         first = run.budget.take()
         if first is None:
             self._idle_until_stopped()
@@ -303,8 +306,17 @@ class ChatStreamUser(User):
                 client.close()
 
         try:
+            k = 0 if plan.start_at == "first" else start_turn(plan.start_seed, n,
+                                                               len(job.root.turns))
+            prime = agents.prime(n, k)
+            if prime is not None:
+                self._stream(run, self.client, Ticket(n, True, prime[1]),
+                             time.perf_counter_ns(), prime[0],
+                             agents.headers(n, job.root, k), lambda o: None,
+                             planned=prime[1], keep_text=False,
+                             extra=agents.turn_extra(n, job.root, k, 0), max_tokens=1)
             JobRun(job, send, Waits(plan.tool_speed, plan.max_tool_wait_s, plan.max_idle_s),
-                   on_session_end=ended).run()
+                   on_session_end=ended, start_turn=k).run()
         finally:
             for c in clients.values():
                 c.close()

@@ -146,3 +146,19 @@ def test_a_joined_turn_reports_its_wait_for_the_join_and_others_none():
     JobRun(job, send).run()
     assert joins[("root", 0)] == joins[("root", 2)] == joins[("a", 0)] == 0
     assert 25e6 <= joins[("root", 1)] < 1e9  # loose: the machine is shared
+
+
+@pytest.mark.parametrize(("k", "sent"), [
+    (0, {"root", "a", "b", "c", "d"}),
+    (1, {"root", "c"}),  # a, b (and a's d) were spawned after turn 0: in the past
+    (2, {"root"}),  # c too; the join before turn 2 is satisfied
+])
+def test_a_sampled_start_sends_the_root_from_k_and_skips_the_past_sub_agents(k, sent):
+    f = _Fake({})
+    JobRun(_job(), f.send, on_session_end=lambda s: f.ended.append(s.id), start_turn=k).run()
+    starts = [(sid, t) for what, sid, t in f.log if what == "start"]
+    assert {sid for sid, _ in starts} == sent
+    assert [t for sid, t in starts if sid == "root"] == list(range(k, 4))
+    assert sorted(f.ended) == sorted(sent)
+    if k == 2:
+        assert f.joins[("root", 2)] == 0  # the joined children are in the past
