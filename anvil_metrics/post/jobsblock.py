@@ -284,6 +284,6 @@ def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     if b.get("validity") == "invalid":
         lines.append(f"INVALID RUN: {fmt(b.get('context_overflows'))} of "
                      f"{fmt(b.get('requests'))} requests ({pct('overflow_share')}) overflowed "
-                     f"the context; over {INVALID_OVERFLOW_SHARE:.0%} makes a run invalid "
-                     "(AgentX's rule)")
+                     f"the context; a run with over {100 * INVALID_OVERFLOW_SHARE:g} % of its "
+                     "requests overflowing is invalid (AgentX's rule)")
     return lines
