@@ -280,6 +280,11 @@ class MasterCoordinator:
             log.error("anvil: dropped an unreadable record from worker %s", w.client_id)
             return
         grant = self.outstanding.get(key)
+        if grant is None and key[0] and isinstance(d.get("extra"), dict) and (
+                d["extra"].get("job") is not None) and not record_problem(d):
+            # an agent job's prime (--start-at sampled): a warm-up of its own, no ticket
+            anvil_events.request_record.fire(record=RequestRecord.from_json_dict(d))
+            return
         if grant is None or grant.client_id != w.client_id:
             why = "already recorded as lost" if w.lost else "never granted to it"
             self.dropped.append(f"record {key[1]}{' (warm-up)' if key[0] else ''} from "

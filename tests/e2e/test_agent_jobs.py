@@ -6,7 +6,8 @@ job started past its first turn sends exactly one primed request before its meas
 (`max_tokens` 1, the blocks its start turn shares with the turn before it, whole, plus the
 chat template's closing), and the first measured request then finds exactly those blocks
 in the prefix cache; the rows start at the turn `agentstart.start_turn` draws; every job
-completes and `anvil verify` passes. The verdict: a trace with a few turns over the
+completes and `anvil verify` passes; by one process and by `--processes 2` (the master
+records each worker's primes as warm-ups though it granted them no ticket). The verdict: a trace with a few turns over the
 simulator's `--max-context` is refused for them (vLLM's 400), so over 1 % of the requests
 overflow the context: the block says `invalid` and the run's summary says so in capitals.
 Each run is a dozen small jobs, a few seconds.
@@ -48,11 +49,12 @@ def _run(tmp: Path, jobs: list[Job], sim_args: list[str], *flags: str) -> dict:
             "answers": {x["answer_t0_ns"]: x for x in lines if "answer_t0_ns" in x}}
 
 
+@pytest.mark.parametrize("processes", [1, 2], ids=["one-process", "processes-2"])
 def test_a_sampled_start_primes_each_job_once_and_its_first_turn_finds_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, processes: int) -> None:
     jobs = agent_jobs(JOBS, seed=SEED)
     run = _run(tmp_path, jobs, ["--max-context", "32768"], "--start-at", "sampled",
-               "--start-seed", "3")
+               "--start-seed", "3", "--processes", str(processes))
     proc, doc = run["proc"], run["doc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     b = doc["jobs"]
