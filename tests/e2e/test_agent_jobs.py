@@ -7,9 +7,10 @@ job started past its first turn sends exactly one primed request before its meas
 chat template's closing), and the first measured request then finds exactly those blocks
 in the prefix cache; the rows start at the turn `agentstart.start_turn` draws; every job
 completes and `anvil verify` passes; by one process and by `--processes 2` (the master
-records each worker's primes as warm-ups though it granted them no ticket). The verdict: a trace with a few turns over the
-simulator's `--max-context` is refused for them (vLLM's 400), so over 1 % of the requests
-overflow the context: the block says `invalid` and the run's summary says so in capitals.
+records each worker's primes as warm-ups though it granted them no ticket). The verdict:
+a trace with a few turns over the simulator's `--max-context` is refused for them (vLLM's
+400), so over 1 % of the requests overflow the context: the block says `invalid` and the
+run's summary says so in capitals.
 Each run is a dozen small jobs, a few seconds.
 """
 
