@@ -322,6 +322,10 @@ ROW: tuple[RowField, ...] = (
              "the request (its tool's recorded time ÷ --tool-speed, capped; 0 when none; null "
              "outside an agent replay)", presence="added", since=7,
              source="extra.tool_wait_ns / 1e6"),
+    RowField("join_wait_ms", "ms", "duration", True, "the time the request's turn waited "
+             "for its sub-agents' joins after its tool or idle wait (0 when none; null "
+             "outside an agent replay)", presence="added", since=7,
+             source="extra.join_wait_ns / 1e6"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

@@ -255,6 +255,9 @@ class Extra(Struct, frozen=True, gc=False):
     tool_wait_ns: Annotated[Annotated[int, Meta(ge=0, lt=STAMP_LIMIT)] | None, described(
         "ns", "an agent job's request: the tool wait the client slept before it (0: none)")
     ] = None
+    join_wait_ns: Annotated[Annotated[int, Meta(ge=0, lt=STAMP_LIMIT)] | None, described(
+        "ns", "an agent job's request: the time its turn waited for its sub-agents' joins "
+        "(0: none)")] = None
 
 
 class Usage(Struct, frozen=True, gc=False):

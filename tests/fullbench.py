@@ -5,7 +5,8 @@ writers write.
 What it holds: an open-loop (gamma) run with rate steps, a measured window with requests
 outside it, goodput criteria, a failure and a cancelled request, a shared prefix, a prompt
 calibration, the generator's health in `run_end` and a `server_metrics.jsonl` of vLLM
-samples (counters for speculative decoding and the prefix cache) beside it.
+samples (counters for speculative decoding and the prefix cache) beside it; and its
+requests are also three agent jobs' (the `jobs` block) on 8 GPUs.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def _records() -> list[Any]:
         # conversations of two turns: requests 1 and 2 are conversation 1, 3 and 4 are 3, …
         extra.update(conversation=i - 1 + i % 2, turn=2 - i % 2, turns=2,
                      history_tokens=None if i % 2 else 130,
-                     class_index=i % 2, model_index=i % 3)  # a mix's: 2 classes, 3 models
+                     class_index=i % 2, model_index=i % 3,  # a mix's: 2 classes, 3 models
+                     job=i % 3, session=i % 2, parent_session=None if i % 2 == 0 else 0,
+                     depth=i % 2, tool_wait_ns=MS * (i % 2), join_wait_ns=0)  # 3 agent jobs
         if i == 6:
             recs.append(failed(i, start_ns=start, extra=extra))
         elif i == 9:  # closed on purpose at its first output (--cancel-after decode)
@@ -98,6 +101,10 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
         "trace": {"file": "t.jsonl", "format": "mooncake", "speed": 2.0, "limit": None,
                   "block_tokens": 512, "model": None, "requests": 10, "expected_reuse": 0.5},
         "cancel": {"rate": 0.1, "after": "decode", "seed": 0},
+        "gpus": 8,
+        "agent": {"file": "a.jsonl", "format": "agent-jsonl", "job_ids": ["a"], "jobs": 3,
+                  "job_requests": [3], "job_tokens": [[384, 128]], "start_at": "first",
+                  "start_seed": 0},
         "endpoint": "chat",
         "prompt_ids": True,
         "mix": {"request_class": [{"name": "a", "weight": 1.0},

@@ -156,8 +156,7 @@ class MasterCoordinator:
                           "will stay idle", cid, HELLO_TIMEOUT_S)
                 continue
             if w.info.get("error"):
-                log.error("anvil: worker %s could not set up the run: %s", cid,
-                          w.info["error"])
+                log.error("anvil: worker %s could not set up the run: %s", cid, w.info["error"])
                 continue
             self._sync_clock(w)
             ready += 1
@@ -269,6 +268,9 @@ class MasterCoordinator:
             log.error("anvil: dropped an unreadable record from worker %s", w.client_id)
             return
         grant = self.outstanding.get(key)
+        prime = key[0] and isinstance(d.get("extra"), dict) and "job" in d["extra"]
+        if grant is None and prime:  # an agent job's prime (--start-at sampled): no ticket
+            grant = self.outstanding[key] = _Grant(w.client_id, Ticket(key[1], True, 1), 0)
         if grant is None or grant.client_id != w.client_id:
             why = "already recorded as lost" if w.lost else "never granted to it"
             self.dropped.append(f"record {key[1]}{' (warm-up)' if key[0] else ''} from "
@@ -278,8 +280,7 @@ class MasterCoordinator:
         del self.outstanding[key]
         problem = record_problem(d)
         if problem:  # a worker bug: keep the request, as a failure that says so
-            log.error("anvil: invalid record %s from worker %s: %s", key[1], w.client_id,
-                      problem)
+            log.error("anvil: invalid record %s from worker %s: %s", key[1], w.client_id, problem)
             record = self._failure_record(grant, "client_error",
                                           f"the worker sent an invalid record: {problem}")
         else:
@@ -374,8 +375,7 @@ class MasterCoordinator:
         self.session.budget.close()
         for cid in self.workers:
             if not self._gone(cid):
-                self.runner.send_message("anvil_stop", {"run_id": self.run_id},
-                                         client_id=cid)
+                self.runner.send_message("anvil_stop", {"run_id": self.run_id}, client_id=cid)
 
     def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:
         """Wait until every granted ticket is back and every live worker confirmed its

@@ -4,9 +4,9 @@ Why a module apart from the Locust user: the order of a job's requests is the re
 whole truth (a child's first request after its spawn turn's answer, a joined parent turn
 after all its children's last answers, background children blocking nothing, a tool
 result after its tool's recorded time), and it must be testable without a server. So the
-runner knows nothing of HTTP: it is handed `send(session, turn_index, tool_wait_ns) ->
-answered` (the user builds the body and records the request) and `sleep`, and owns only
-the order (`agentjob`'s docstring states the semantics it follows).
+runner knows nothing of HTTP: it is handed `send(session, turn_index, tool_wait_ns,
+join_wait_ns) -> answered` (the user builds the body and records the request) and `sleep`,
+and owns only the order (`agentjob`'s docstring states the semantics it follows).
 
 - The root session runs in the caller's greenlet (the Locust user's); each sub-agent in a
   greenlet of its own, started when its `spawn_after_turn` answer has ended (None: with
@@ -17,7 +17,13 @@ the order (`agentjob`'s docstring states the semantics it follows).
   by `--max-idle`), timed from the previous answer's end and waited to the microsecond
   (`wait_until`), then the join: every child whose `join_before_turn` is this turn must
   have ended. The tool wait actually slept goes into the request's record
-  (`tool_wait_ns`; the row's `tool_wait_ms`).
+  (`tool_wait_ns`; the row's `tool_wait_ms`), and so does the time the join held the
+  turn after it (`join_wait_ns`; the row's `join_wait_ms`: what the job's time split
+  counts as waiting for sub-agents).
+- A job started at root turn k (`--start-at sampled`: `load/agentstart.py`, its prime
+  sent by the caller before `run`) sends the root's turns from k, with no wait before
+  the first; the sub-agents it skips never start and count as ended (a join on one is
+  satisfied).
 - A failed turn ends its session: its later turns are not sent and the children it had
   not spawned yet never start (a parent's joins still wait for the children that run).
   The job ends when every session it started has ended.
@@ -35,6 +41,7 @@ from gevent.event import Event
 from anvil_metrics.live.control import SLEEP_MARGIN_NS
 from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.load.agentjob import Job, Session, Turn
+from anvil_metrics.load.agentstart import skipped
 
 # the largest idle gap replayed by default: a recorded idle gap is mostly a person reading
 # or typing (minutes in the published captures), which measures nothing about the server
@@ -79,17 +86,20 @@ def wait_until(end_ns: int) -> None:
         _TIMERS.append(timer)
 
 
-Send = Callable[[Session, int, int], bool]  # (session, turn, tool wait slept ns) → answered
+# (session, turn, tool wait slept ns, join wait ns) → answered
+Send = Callable[[Session, int, int, int], bool]
 
 
 class JobRun:
     """One job's replay (module docstring). `send` sends one turn and says whether it was
     answered; `sleep` waits (None: `wait_until`, to the microsecond; a test's fake);
-    `on_session_end` is told each session that ended (the caller closes its connection)."""
+    `on_session_end` is told each session that ended (the caller closes its connection);
+    `start_turn`: the root turn the job starts at (module docstring)."""
 
     def __init__(self, job: Job, send: Send, waits: Waits = Waits(), *,
                  sleep: Callable[[float], None] | None = None,
-                 on_session_end: Callable[[Session], None] | None = None) -> None:
+                 on_session_end: Callable[[Session], None] | None = None,
+                 start_turn: int = 0) -> None:
         self.job = job
         self._send = send
         self._waits = waits
@@ -98,6 +108,9 @@ class JobRun:
         self._ended = {s.id: Event() for s in job.sessions}
         self._children = {s.id: job.children(s.id) for s in job.sessions}
         self._greenlets: list[gevent.Greenlet] = []
+        self._start = start_turn
+        for sid in skipped(job, start_turn):  # in the past: a join on one is satisfied
+            self._ended[sid].set()
 
     def run(self) -> None:
         """Replay the job: its root here, every sub-agent in its own greenlet; return when
@@ -115,16 +128,18 @@ class JobRun:
                 self._greenlets.append(gevent.spawn(self._session, child))
 
     def _session(self, session: Session) -> None:
+        first = self._start if session is self.job.root else 0
         try:
-            self._spawn(session, None)
+            if first == 0:
+                self._spawn(session, None)
             free_ns = time.perf_counter_ns()  # the previous answer's end
-            for k, turn in enumerate(session.turns):
-                tool_s, idle_s = self._waits.before(turn)
+            for k in range(first, len(session.turns)):
+                turn = session.turns[k]
+                # a sampled start's first turn follows its prime at once
+                tool_s, idle_s = (0.0, 0.0) if 0 < first == k else self._waits.before(turn)
                 slept_ns = self._wait_from(free_ns, tool_s + idle_s, tool_s)
-                for child in self._children[session.id]:
-                    if child.join_before_turn == k:
-                        self._ended[child.id].wait()
-                answered = self._send(session, k, slept_ns)
+                join_ns = self._join(session, k)
+                answered = self._send(session, k, slept_ns, join_ns)
                 free_ns = time.perf_counter_ns()
                 if not answered:
                     return
@@ -133,6 +148,18 @@ class JobRun:
             self._ended[session.id].set()
             if self._on_end is not None:
                 self._on_end(session)
+
+    def _join(self, session: Session, k: int) -> int:
+        """Wait until every child joining before turn `k` of `session` has ended; the
+        time that took, ns (0: the turn joins none, or each had ended)."""
+        joins = [c for c in self._children[session.id]
+                 if c.join_before_turn == k and not self._ended[c.id].is_set()]
+        if not joins:  # none, or every one already over (a skipped one: in the past)
+            return 0
+        t0 = time.perf_counter_ns()
+        for child in joins:
+            self._ended[child.id].wait()
+        return time.perf_counter_ns() - t0
 
     def _wait_from(self, free_ns: int, total_s: float, tool_s: float) -> int:
         """Sleep until `total_s` after `free_ns` (again if a timer wakes early); what was

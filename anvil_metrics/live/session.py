@@ -42,6 +42,8 @@ from anvil_metrics.live.runerror import SetUp
 from anvil_metrics.live.stuck import StuckReport, StuckWatch
 from anvil_metrics.load.agentjob import Job
 from anvil_metrics.load.agentread import read_jobs
+from anvil_metrics.load.agentstart import start_turn
+from anvil_metrics.load.agentstats import job_figures, start_figures
 from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import ConversationBodies, RequestBodies
 from anvil_metrics.load.dataset import DatasetEntry
@@ -399,14 +401,28 @@ def _starts_budget(sc: Scenario, jobs: list[Job] | None) -> int | None:
 def _agent_params(sc: Scenario, jobs: list[Job]) -> dict[str, Any]:
     """The raw header's `params.agent`: the file, the trace's job ids (a row's `job_id` n
     is the run's job n, which replays `job_ids[n % len]`) and their requests, the jobs
-    measured and the waits."""
-    assert sc.trace is not None
-    return {"file": Path(sc.trace.path).name, "format": sc.trace.fmt,
-            "job_ids": [j.id for j in jobs], "jobs": _starts_budget(sc, jobs),
-            # each trace job's requests: a run's job with fewer rows and failures was cut
-            "job_requests": [j.requests for j in jobs],
-            "tool_speed": sc.trace.tool_speed, "max_tool_wait_s": sc.trace.max_tool_wait_s,
-            "max_idle_s": sc.trace.max_idle_s}
+    measured and the waits; what the `jobs` block needs of the trace: each trace job's
+    [input tokens, expected cached tokens] (`agentstats`), and with a sampled start each
+    run job's [start turn, requests, input tokens, expected cached tokens] (`agentstart`)."""
+    t = sc.trace
+    assert t is not None
+    budget = _starts_budget(sc, jobs)
+    assert budget is not None
+    out = {"file": Path(t.path).name, "format": t.fmt,
+           "job_ids": [j.id for j in jobs], "jobs": budget,
+           # each trace job's requests: a run's job with fewer rows and failures was cut
+           "job_requests": [j.requests for j in jobs],
+           "job_tokens": [[f.input_tokens, f.cached_tokens] for f in job_figures(jobs)],
+           "tool_speed": t.tool_speed, "max_tool_wait_s": t.max_tool_wait_s,
+           "max_idle_s": t.max_idle_s, "start_at": t.start_at, "start_seed": t.start_seed}
+    if t.start_at == "sampled":
+        starts = []
+        for n in range(budget):
+            job = jobs[n % len(jobs)]
+            k = start_turn(t.start_seed, n, len(job.root.turns))
+            starts.append([k, *start_figures(job, k)])
+        out["starts"] = starts
+    return out
 
 
 def _schedule(sc: Scenario, trace: list[TraceRequest] | None
@@ -435,6 +451,7 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         "model": ready.model,
         "engine": identity.engine,
         "gpu": sc.meta.get("gpu"),
+        "gpus": sc.meta.get("gpus"),
         "tier": sc.meta.get("tier"),
         "manifest": sc.meta.get("manifest"),
         "source_recipe": sc.meta.get("source_recipe"),

@@ -45,6 +45,7 @@ from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import RunContext, run_in_progress
 from anvil_metrics.load.agentbodies import AgentBodies
 from anvil_metrics.load.agentjob import Session
+from anvil_metrics.load.agentstart import start_turn
 from anvil_metrics.load.body import Conversation
 from anvil_metrics.load.scenariofields import ENDPOINT_PATHS, STREAMED_ENDPOINTS
 from anvil_metrics.records import NOT_THE_SERVERS
@@ -262,7 +263,9 @@ class ChatStreamUser(User):
         """One agent job, start to end (`live/agentrun.py`): its first request takes the
         budget's next start (an open loop's: at its due time), every later one a follow-up;
         each sub-agent sends on a connection of its own, closed when it ends. The job's end
-        counts it over (`conversation_dropped`: a budget of jobs ends when the last is)."""
+        counts it over (`conversation_dropped`: a budget of jobs ends when the last is).
+        A sampled start (`load/agentstart.py`) first sends its prime, a warm-up of its own
+        (index n: an agent run has no other warm-ups), outside the budget."""
         first = run.budget.take()
         if first is None:
             self._idle_until_stopped()
@@ -275,7 +278,7 @@ class ChatStreamUser(User):
         plan = run.scenario.trace
         assert plan is not None
 
-        def send(session: Session, k: int, tool_wait_ns: int) -> bool:
+        def send(session: Session, k: int, tool_wait_ns: int, join_wait_ns: int) -> bool:
             ticket = tickets.pop() if tickets else run.budget.take_followup()
             if ticket is None:  # the budget is spent or the run is stopping
                 return False
@@ -292,7 +295,7 @@ class ChatStreamUser(User):
                 agents.headers(n, session, k),
                 lambda o: run.budget.give_back(ticket, conversation_over=False),
                 planned=turn.input_tokens, keep_text=False,
-                extra=agents.turn_extra(n, session, k, tool_wait_ns),
+                extra=agents.turn_extra(n, session, k, tool_wait_ns, join_wait_ns),
                 max_tokens=turn.output_tokens)
             if session.parent_id is None:  # a closed loop's backoff follows the root's
                 self._after(obs, closed_loop=first.due_ns is None)
@@ -307,8 +310,17 @@ class ChatStreamUser(User):
         send = tally.counting(send)
 
         try:
+            k = 0 if plan.start_at == "first" else start_turn(plan.start_seed, n,
+                                                               len(job.root.turns))
+            prime = agents.prime(n, k)
+            if prime is not None:
+                self._stream(run, self.client, Ticket(n, True, prime[1]),
+                             time.perf_counter_ns(), prime[0],
+                             agents.headers(n, job.root, k), lambda o: None,
+                             planned=prime[1], keep_text=False,
+                             extra=agents.turn_extra(n, job.root, k, 0), max_tokens=1)
             JobRun(job, send, Waits(plan.tool_speed, plan.max_tool_wait_s, plan.max_idle_s),
-                   on_session_end=ended).run()
+                   on_session_end=ended, start_turn=k).run()
         finally:
             for c in clients.values():
                 c.close()

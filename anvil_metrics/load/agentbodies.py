@@ -32,6 +32,7 @@ import orjson
 
 from anvil_metrics.headers import AGENT_JOB, AGENT_SESSION, AGENT_TURN
 from anvil_metrics.load.agentjob import Job, Session
+from anvil_metrics.load.agentstart import prime_ids
 from anvil_metrics.load.body import SAFE_SESSION, RequestBodies, body_fields
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.prep.traceprompts import TracePrompts
@@ -40,12 +41,17 @@ _JOB_SHIFT = 40  # a local id's job: (job index + 1) << 40
 _OWN_IDS = 1 << 60  # a turn's own block, past the trace's ids
 
 
+def scoped(job: Job, n: int, ids: tuple[int, ...]) -> tuple[int, ...]:
+    """Trace ids as run job `n`'s blocks (module docstring: a "local" id is its job's)."""
+    base = (n + 1) << _JOB_SHIFT if job.hash_scope == "local" else 0
+    return tuple(base | h for h in ids)
+
+
 def block_ids(job: Job, n: int, session: Session, k: int) -> tuple[int, ...]:
     """The blocks of turn `k` of `session` in the run's job `n` (module docstring): its
     ids, namespaced, and an own block when its input reaches past them."""
     turn = session.turns[k]
-    base = (n + 1) << _JOB_SHIFT if job.hash_scope == "local" else 0
-    ids = tuple(base | h for h in turn.hash_ids)
+    ids = scoped(job, n, turn.hash_ids)
     if len(ids) * job.block_size < turn.input_tokens:
         own = zlib.crc32(f"{session.id}/{k}".encode())
         ids += (_OWN_IDS + (n << 32) + own,)
@@ -91,6 +97,21 @@ class AgentBodies(RequestBodies):
         """Job `n` has ended: its blocks are let go."""
         self._blocks.pop(n, None)
 
+    def prime(self, n: int, k: int) -> tuple[bytes, int] | None:
+        """The warm-up request priming run job `n` started at root turn `k`
+        (`load/agentstart.py`) and its prompt's size as the server counts it: the blocks
+        of `prime_ids`, each whole (the template's closing after the last), `max_tokens`
+        1; None when there is nothing to prime."""
+        job = self.job(n)
+        ids = prime_ids(job.root, k)
+        if not ids:
+            return None
+        prompts = self._prompts[job.block_size]
+        size = len(ids) * job.block_size + prompts.overhead_tokens - prompts.opening_tokens
+        text = prompts.text(size, scoped(job, n, ids), memo=self._blocks.setdefault(n, {}))
+        return orjson.dumps({**self._fields, "max_tokens": 1, "messages": [
+            {"role": "user", "content": text}]}), size
+
     def body(self, n: int, session: Session, k: int) -> bytes:
         out = session.turns[k].output_tokens
         return orjson.dumps({**self._fields, "max_tokens": out, "ignore_eos": True,
@@ -113,14 +134,16 @@ class AgentBodies(RequestBodies):
         return (f"{AGENT_JOB}: {job}\r\n{AGENT_SESSION}: {header_id(session.id)}\r\n"
                 f"{AGENT_TURN}: {k}\r\n").encode()
 
-    def turn_extra(self, n: int, session: Session, k: int, tool_wait_ns: int
-                   ) -> dict[str, Any]:
+    def turn_extra(self, n: int, session: Session, k: int, tool_wait_ns: int,
+                   join_wait_ns: int = 0) -> dict[str, Any]:
         """The record's `extra` of the turn: the run's job number, the session as its
         position in the job (the header lists the ids: `params.agent`), its parent's, its
-        turn from 1, its depth and the tool wait slept before it."""
+        turn from 1, its depth, the tool wait slept before it and its wait for its
+        sub-agents' joins."""
         job = self.job(n)
         place = {s.id: i for i, s in enumerate(job.sessions)}
         return {"job": n, "session": place[session.id],
                 "parent_session": None if session.parent_id is None
                 else place[session.parent_id],
-                "turn": k + 1, "depth": session.depth, "tool_wait_ns": tool_wait_ns}
+                "turn": k + 1, "depth": session.depth, "tool_wait_ns": tool_wait_ns,
+                "join_wait_ns": join_wait_ns}

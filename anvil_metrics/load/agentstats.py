@@ -13,6 +13,11 @@ whole chain of ids (this block's id after the same ids before it) was sent earli
 most its input less one token (a server computes at least one); a partial last block is
 never cached, nor blocks past its ids. Ids count per job when the job's `hash_scope` is
 "local", across jobs when "global". A job's share is its cached over its input tokens.
+
+A job started at root turn k (`--start-at sampled`, `load/agentstart.py`) is counted the
+same way over what it sends (`start_figures`), its prime's blocks sent first and not
+counted, on a cache of its own (a "global" trace's sharing between jobs is not counted
+then: which job ran before which is the run's, not the trace's).
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from anvil_metrics.load.agentjob import Job, Turn
+from anvil_metrics.load.agentstart import prime_ids, sent_turns
+
+Chain = dict[tuple[int, object], int]  # (parent node, id) -> node; node 0: the root
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,25 +60,40 @@ def _job_order(job: Job) -> list[Turn]:
     return sorted(turns, key=lambda t: t.t_s)  # stable: a tie keeps the job's order
 
 
+def _cached(t: Turn, job: Job, n: int, chain: Chain) -> int:
+    """Turn `t`'s expected cached tokens, its blocks then kept in `chain` (module
+    docstring); `n` is its job's place (a "local" id's scope)."""
+    full = min(len(t.hash_ids), t.input_tokens // job.block_size)
+    node, hit = 0, 0
+    for k in range(full):
+        key = (node, t.hash_ids[k] if job.hash_scope == "global" else (n, t.hash_ids[k]))
+        nxt = chain.get(key)
+        if nxt is None:  # a miss: every later block of the request misses too
+            nxt = chain[key] = len(chain) + 1
+        else:
+            hit += job.block_size
+        node = nxt
+    return min(hit, t.input_tokens - 1)
+
+
+def start_figures(job: Job, k: int) -> tuple[int, int, int]:
+    """(requests, input tokens, expected cached tokens) of `job` started at root turn `k`
+    (module docstring): what it sends measured, its prime's blocks cached first."""
+    chain: Chain = {}
+    ids = prime_ids(job.root, k)
+    if ids:
+        _cached(Turn(0.0, len(ids) * job.block_size + 1, 1, ids), job, 0, chain)
+    turns = sorted(sent_turns(job, k), key=lambda t: t.t_s)
+    return (len(turns), sum(t.input_tokens for t in turns),
+            sum(_cached(t, job, 0, chain) for t in turns))
+
+
 def job_figures(jobs: list[Job]) -> list[JobFigures]:
     """Every job's figures, expected reuse included (module docstring)."""
-    chain: dict[tuple[int, object], int] = {}  # (parent node, id) -> node; node 0: the root
+    chain: Chain = {}
     out = []
     for n, job in enumerate(jobs):
-        cached = 0
-        for t in _job_order(job):
-            full = min(len(t.hash_ids), t.input_tokens // job.block_size)
-            node, hit = 0, 0
-            for k in range(full):
-                key = (node, t.hash_ids[k] if job.hash_scope == "global"
-                       else (n, t.hash_ids[k]))
-                nxt = chain.get(key)
-                if nxt is None:  # a miss: every later block of the request misses too
-                    nxt = chain[key] = len(chain) + 1
-                else:
-                    hit += job.block_size
-                node = nxt
-            cached += min(hit, t.input_tokens - 1)
+        cached = sum(_cached(t, job, n, chain) for t in _job_order(job))
         turns = [t for s in job.sessions for t in s.turns]
         tools = [t for t in turns if t.input_type == "tool_result"]
         out.append(JobFigures(

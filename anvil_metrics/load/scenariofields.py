@@ -166,9 +166,12 @@ _ROWS: tuple[Field, ...] = (
     Field("trace.tool_speed", positive, _TRACE["tool_speed"]),
     Field("trace.max_tool_wait", seconds_or_zero),
     Field("trace.max_idle", seconds_or_zero, _TRACE["max_idle_s"]),
+    Field("trace.start_at", choice("first", "sampled"), _TRACE["start_at"]),
+    Field("trace.start_seed", whole(0), _TRACE["start_seed"]),
     Field("dataset.path", NAME),
     Field("dataset.format", choice(*DATASET_FORMATS)),
     *(Field(f"meta.{k}", TEXT) for k in META_KEYS),
+    Field("meta.gpus", whole(1)),
     Field("headers", TABLE, {}),
     *(Field(f"timeouts.{f.name}", seconds_or_off if f.name == "stuck_after_s"
             else number("a finite number of seconds > 0"), f.default)
@@ -283,6 +286,11 @@ FLAGS: tuple[Flag, ...] = (
          f"divided by this (default {_default('trace.tool_speed')})"),
     Flag("--max-tool-wait", "trace.max_tool_wait", "agent jobs: wait at most this many "
          "seconds for one tool (default: no cap)"),
+    Flag("--start-at", "trace.start_at", "agent jobs: start each job at its first turn, or "
+         "(sampled) at a seeded random turn of its root, its history primed by one "
+         "unmeasured request (default first)"),
+    Flag("--start-seed", "trace.start_seed", "agent jobs: the seed of --start-at sampled "
+         f"(default {_default('trace.start_seed')})"),
     Flag("--max-idle", "trace.max_idle", "agent jobs: replay at most this many seconds of "
          f"a recorded idle gap (default {_default('trace.max_idle')}; 0: none)"),
     Flag("--dataset", "dataset.path", "send prompts from this file (ShareGPT JSON, JSONL of "
@@ -337,6 +345,8 @@ FLAGS: tuple[Flag, ...] = (
          "discovered from the server)"),
     Flag("--gpu", "meta.gpu", "the GPU the server runs on, e.g. H100-80GB (recorded as "
          "given)"),
+    Flag("--gpus", "meta.gpus", "how many GPUs serve the run, a whole number >= 1 "
+         "(recorded as the run's gpus; the jobs block's per-GPU figures)"),
     Flag("--tier", "meta.tier", "the serving tier, as your team names it (recorded as "
          "given)"),
     Flag("--manifest", "meta.manifest", "the deployment manifest this server came from "

@@ -266,7 +266,9 @@ def inputs(data: Doc, v: Doc, src: str | None) -> None:
                                None if window is None else window_of(window), agent=agent,
                                jobs=v["trace.jobs"], tool_speed=float(v["trace.tool_speed"]),
                                max_tool_wait_s=None if wait is None else float(wait),
-                               max_idle_s=float(v["trace.max_idle"]))
+                               max_idle_s=float(v["trace.max_idle"]),
+                               start_at=v["trace.start_at"],
+                               start_seed=v["trace.start_seed"])
     path = v["dataset.path"]
     if path is not None:
         if v["trace"] is not None or v["shared_prefix_burst"]:
@@ -278,7 +280,7 @@ def inputs(data: Doc, v: Doc, src: str | None) -> None:
 
 # a request trace's keys an agent trace has no use for, and the agent replay's own
 _REQUEST_TRACE_KEYS = ("limit", "window", "model", "block_tokens", "speed")
-_AGENT_KEYS = ("jobs", "tool_speed", "max_tool_wait", "max_idle")
+_AGENT_KEYS = ("jobs", "tool_speed", "max_tool_wait", "max_idle", "start_at", "start_seed")
 
 
 def _agent_trace(path: str, fmt: str | None) -> bool:
@@ -311,7 +313,8 @@ def _chat_only(key: str, path: str, v: Doc, src: str | None) -> None:
 
 
 def meta(data: Doc, v: Doc, src: str | None) -> None:
-    """[meta]: what was measured, each a string (or left out: unknown), as given."""
+    """[meta]: what was measured, each a string (gpus: a whole number >= 1; any left out:
+    unknown), as given."""
     v["meta"] = dict(data.get("meta", {}))
 
 

@@ -364,6 +364,8 @@ class TracePlan:
     tool_speed: float = 1.0  # a tool's recorded time is waited ÷ this
     max_tool_wait_s: float | None = None  # None: no cap
     max_idle_s: float = 10.0  # the longest idle gap replayed (agentrun.DEFAULT_MAX_IDLE_S)
+    start_at: str = "first"  # "sampled": each job at a seeded random root turn (agentstart)
+    start_seed: int = 0  # the seed of a sampled start
 
     def read(self) -> list[TraceRequest]:
         """The requests replayed, checked (`TraceError` names a bad line)."""

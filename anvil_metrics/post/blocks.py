@@ -19,6 +19,7 @@ from anvil_metrics.post import (
     conversations,
     goodput,
     headerblocks,
+    jobsblock,
     loadblock,
     mixblock,
     steady,
@@ -56,6 +57,12 @@ BLOCKS: tuple[Block, ...] = (
           "how load was offered (closed or open loop) and what the run achieved of it; "
           "absent in files from before the block", loadblock.build, loadblock.verify,
           loadblock.summary_lines),
+    # after `load`: a job's latency from due reads its arrival (an open loop's)
+    Block("jobs", jobsblock.Jobs | None,
+          "an agent replay's jobs: completed and cut, job latency, jobs per hour (per "
+          "GPU), where a job's time went, per-job requests, tokens and prefix reuse, context "
+          "overflows and the validity verdict (post/jobsblock.py); absent without agent "
+          "jobs", jobsblock.build, jobsblock.verify, jobsblock.summary_lines),
     Block("steady_state", steady.SteadyState | None,
           "did the run reach a steady state: the plateau of its load and whether its "
           "latencies held there (post/steady.py); null in a stepped run; absent in a file "

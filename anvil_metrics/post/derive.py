@@ -198,8 +198,9 @@ def rows_from_raw(t: Any, new_index: Any, step: Any = None, start_ns: Any = None
     else:  # the integer difference is exact, one division rounds it (module docstring)
         floats["start_offset_ms"] = ((start if start_ns is None else start_ns) - anchor_ns
                                      ).astype(np.float64) / 1e6
-    wait = c["tool_wait_ns"]
-    floats["tool_wait_ms"] = durations_ms(np.zeros_like(wait), wait, wait != NULL)
+    for name in ("tool_wait", "join_wait"):  # the agent replay's waits before a turn
+        wait = c[f"{name}_ns"]
+        floats[f"{name}_ms"] = durations_ms(np.zeros_like(wait), wait, wait != NULL)
     assert tuple(floats) == _MEASURED_FLOATS
     present = {name: c[name] != NULL for name in OPTIONAL_COUNT_FIELDS}
     counts = {name: np.where(present[name], c[name], 0) for name in OPTIONAL_COUNT_FIELDS}

@@ -67,6 +67,7 @@ RAW_COLUMNS = (
     "parent_session_id",  # extra.parent_session: the parent session's (null: a root)
     "depth",  # extra.depth: the session's depth (root 0)
     "tool_wait_ns",  # extra.tool_wait_ns: the tool wait slept before the request
+    "join_wait_ns",  # extra.join_wait_ns: the wait for its sub-agents' joins
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -174,9 +175,9 @@ BLOCK_ROWS = 4096  # rows a block of `ColumnBuilder` holds
 
 def _extra_columns(x: Extra) -> tuple[int, ...]:
     """The row's last columns, from a record's `extra` (`RAW_COLUMNS` from start_delay_ns to
-    tool_wait_ns), NULL where it has none."""
+    join_wait_ns), NULL where it has none."""
     (delay, chunk, waited, conversation, turn, history, klass, model, job, session, parent,
-     depth, tool_wait) = astuple(x)
+     depth, tool_wait, join_wait) = astuple(x)
     if conversation is UNSET:  # no conversation's turn (a turn alone is not read)
         conversation = history = NULL
         turn = NULL if job is None or turn is UNSET else turn  # an agent job's turn is
@@ -184,10 +185,11 @@ def _extra_columns(x: Extra) -> tuple[int, ...]:
         history = NULL
     return (NULL if delay is None else delay, waited, NULL if chunk is None else chunk,
             conversation, turn, history, *(NULL if v is None else v for v in (
-                klass, model, job, session, parent, depth, tool_wait)))
+                klass, model, job, session, parent, depth, tool_wait, join_wait)))
 
 
-_NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+_NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL)
 
 
 class ColumnBuilder:

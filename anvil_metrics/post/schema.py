@@ -46,6 +46,7 @@ PARAM_KEYS = (
     "model",
     "engine",
     "gpu",
+    "gpus",
     "tier",
     "manifest",
     "source_recipe",
@@ -230,6 +231,10 @@ class RunFields(Struct, kw_only=True):
             "before measuring and, with --warmup/--cooldown, those started outside the "
             "window (load.outside_window); they are in requests.jsonl, not in "
             "request_timings, failures or the counts")] = UNSET
+    gpus: Annotated[Count | None | UnsetType, described(
+        "", "how many GPUs served the run (--gpus, the scenario's meta.gpus), as given: "
+            "per-GPU figures divide by it (the jobs block's jobs_per_hour_per_gpu); null: "
+            "not given")] = UNSET
 
 
 FIELDS = msgspec.structs.fields(RunFields)

@@ -11,12 +11,16 @@ message. An exception no row of its stage matches is not a failure of the reques
 bug: `client_error`; a stop: `cancelled`, both recorded by `users.py`). Locust keeps the
 same idea in its `FAILURE_EXCEPTIONS` tuple.
 
+`is_context_overflow` says which HTTP failures were refusals for length, as each engine
+words them (the `jobs` block's validity verdict counts them).
+
 Messages are `str.format` templates over: `error` (`TypeName: text`), `text` (the
 exception's own text) and what the caller passes (`total_s`, `first_byte_s`, `which`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from anvil_metrics.wire.sse import LineTooLong
@@ -96,3 +100,25 @@ def classify(stage: str, exc: BaseException, **fields: object) -> tuple[str, str
                                       **fields)
             return rule.kind, rule.phase, msg
     raise LookupError(f"no failure rule of stage {stage!r} covers {type(exc).__name__}")
+
+
+# How servers word a prompt too long for the context (HTTP 400, or 413): vLLM ("This
+# model's maximum context length is N tokens. However, you requested …"; V1's "The decoder
+# prompt (length N) is longer than the maximum model length of M"), SGLang ("The input (N
+# tokens) is longer than the model's context length (M tokens)."; "Requested token count
+# exceeds the model's maximum context length of N tokens"), llama.cpp (error type
+# `exceed_context_size_error`: "request (N tokens) exceeds the available context size (M
+# tokens)", older "the request exceeds the available context size, try increasing it"),
+# OpenAI's code `context_length_exceeded`, and `anvil sim` (vLLM's words)
+_CONTEXT_OVERFLOW = re.compile(
+    r"maximum context length|longer than the (?:model's context length|maximum model "
+    r"length)|exceeds? the (?:available context size|model's maximum context length)|"
+    r"exceed_context_size_error|context_length_exceeded", re.IGNORECASE)
+CONTEXT_OVERFLOW_STATUSES = (400, 413)
+
+
+def is_context_overflow(http_status: int | None, message: str | None) -> bool:
+    """Whether a failed request was refused for its length: an HTTP 400 or 413 whose
+    message names the context as vLLM, SGLang, llama.cpp or the simulator word it."""
+    return (http_status in CONTEXT_OVERFLOW_STATUSES and message is not None
+            and _CONTEXT_OVERFLOW.search(message) is not None)

@@ -6,8 +6,9 @@ process and by `--processes 2`, and held to the simulator's own request log
 answer, joins after every child's last answer, tool waits never early against duration ÷
 speed, every prompt's size exact, the prefix-cache hits equal to `agentstats`' expected
 reuse within 2 points over all jobs (not per job at 16 agents: `agenttruth`'s docstring),
-each job's latency from `benchmark.json`'s rows never shorter than the log's; how late
-waits and jobs run is only sanity-bounded here (`LATE_MS`); `anvil verify` passes.
+each job's latency from `benchmark.json`'s rows (and the `jobs` block's percentiles of
+them) never shorter than the log's; how late waits and jobs run is only sanity-bounded
+here (`LATE_MS`); the block's counts are the run's jobs; `anvil verify` passes.
 
 Why the simulator is set so: its prefix cache in the trace's 64-token blocks and large
 enough to hold every prompt of the run (nothing evicted: the unbounded cache `agentstats`
@@ -35,6 +36,8 @@ from agenttruth import (
 )
 from conftest import anvil
 from simfork import start_simulator
+
+from anvil_metrics.load.agentstats import rank
 
 pytestmark = pytest.mark.e2e
 
@@ -106,6 +109,17 @@ def test_job_latency_is_the_logs_and_the_document_verifies(truth: dict) -> None:
     # truth; item 6's 1 ms is not held here (see the tool waits), LATE_MS is
     assert all(got[j] >= want[j] - 0.5 for j in want if j in got)
     assert check_job_latency(want, got, tol_ms=LATE_MS) == []
+    # the jobs block: its latency percentiles are the rows' jobs', so never under the
+    # log's truth by more than 0.5 ms, and its counts are the run's jobs
+    block = doc["jobs"]
+    for q in (50, 95, 99):
+        mine, truth_q = block[f"latency_p{q}_ms"], rank(list(want.values()), q)
+        assert mine == rank(list(got.values()), q)
+        assert truth_q is not None and truth_q - 0.5 <= mine <= truth_q + LATE_MS
+    failed = [f for f in doc["failures"] if f.get("job_id") is not None]
+    assert block["started"] == block["completed"] + block["cut"] == JOBS
+    assert block["completed"] == JOBS and block["validity"] == "valid"
+    assert block["requests"] == len(doc["request_timings"]) + len(failed)
     verify = anvil("verify", str(truth["bench"]), timeout=60)
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
 

@@ -37,10 +37,12 @@ class _Fake:
         self.slow = slow
         self.fail = fail
         self.waits: list[tuple[str, int, float]] = []  # (session, turn, ms)
+        self.joins: dict[tuple[str, int], int] = {}  # (session, turn) -> join wait ns
         self.ended: list[str] = []
 
-    def send(self, s: Session, k: int, tool_ns: int) -> bool:
+    def send(self, s: Session, k: int, tool_ns: int, join_ns: int = 0) -> bool:
         self.log.append(("start", s.id, k))
+        self.joins[(s.id, k)] = join_ns
         self.waits.append((s.id, k, tool_ns / 1e6))
         for _ in range(self.slow.get(s.id, 1)):
             gevent.sleep(0)
@@ -127,3 +129,36 @@ def test_a_real_sleep_is_recorded_as_slept():
     job = Job("j", 64, (Session("root", _turns(1, tool_ms=40.0, idle_ms=5.0)),))
     JobRun(job, f.send, Waits(tool_speed=2.0)).run()
     assert f.waits[0][2] >= 20.0  # its 20 ms at least (the idle 5 ms not counted in)
+
+
+def test_a_joined_turn_reports_its_wait_for_the_join_and_others_none():
+    job = Job("j", 64, (Session("root", _turns(3)),
+                        Session("a", _turns(1), "root", 1, spawn_after_turn=0,
+                                join_before_turn=1)))
+    joins: dict[tuple[str, int], int] = {}
+
+    def send(s: Session, k: int, tool_ns: int, join_ns: int) -> bool:
+        joins[(s.id, k)] = join_ns
+        if s.id == "a":
+            gevent.sleep(0.03)  # the child's answer takes 30 ms: the root's turn 1 waits
+        return True
+
+    JobRun(job, send).run()
+    assert joins[("root", 0)] == joins[("root", 2)] == joins[("a", 0)] == 0
+    assert 25e6 <= joins[("root", 1)] < 1e9  # loose: the machine is shared
+
+
+@pytest.mark.parametrize(("k", "sent"), [
+    (0, {"root", "a", "b", "c", "d"}),
+    (1, {"root", "c"}),  # a, b (and a's d) were spawned after turn 0: in the past
+    (2, {"root"}),  # c too; the join before turn 2 is satisfied
+])
+def test_a_sampled_start_sends_the_root_from_k_and_skips_the_past_sub_agents(k, sent):
+    f = _Fake({})
+    JobRun(_job(), f.send, on_session_end=lambda s: f.ended.append(s.id), start_turn=k).run()
+    starts = [(sid, t) for what, sid, t in f.log if what == "start"]
+    assert {sid for sid, _ in starts} == sent
+    assert [t for sid, t in starts if sid == "root"] == list(range(k, 4))
+    assert sorted(f.ended) == sorted(sent)
+    if k == 2:
+        assert f.joins[("root", 2)] == 0  # the joined children are in the past

@@ -44,7 +44,7 @@ def test_sizes_exact_history_is_the_prefix_and_headers_name_the_turn():
     assert bodies.text(2, jobs[0].root, 0) != bodies.text(0, jobs[0].root, 0)
     assert bodies.turn_extra(0, jobs[0].root, 1, 0) == {
         "job": 0, "session": 0, "parent_session": None, "turn": 2, "depth": 0,
-        "tool_wait_ns": 0}
+        "tool_wait_ns": 0, "join_wait_ns": 0}
 
 
 def test_a_jobs_kept_blocks_give_the_same_text_and_go_with_the_job():

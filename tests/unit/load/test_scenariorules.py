@@ -48,7 +48,9 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
        for flag, text, key, value in (("--jobs", "7", "jobs", 7),
                                       ("--tool-speed", "2", "tool_speed", 2),
                                       ("--max-tool-wait", "1.5", "max_tool_wait", 1.5),
-                                      ("--max-idle", "0", "max_idle", 0))},
+                                      ("--max-idle", "0", "max_idle", 0),
+                                      ("--start-at", "sampled", "start_at", "sampled"),
+                                      ("--start-seed", "3", "start_seed", 3))},
     "--dataset": ("d.jsonl", {"dataset": {"path": "d.jsonl"}}),
     "--dataset-format": ("text", {"dataset": {"path": "d.jsonl", "format": "text"}}),
     "--conversation": ("turns=uniform:2:4,turn_tokens=32", {"conversation": {
@@ -70,6 +72,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--warmup-requests": ("2", {"warmup_requests": 2}),
     "--engine": ("vllm", {"meta": {"engine": "vllm"}}),
     "--gpu": ("H100", {"meta": {"gpu": "H100"}}),
+    "--gpus": ("8", {"meta": {"gpus": 8}}),
     "--tier": ("gold", {"meta": {"tier": "gold"}}),
     "--manifest": ("m.yaml", {"meta": {"manifest": "m.yaml"}}),
     "--source-recipe": ("r", {"meta": {"source_recipe": "r"}}),
@@ -86,7 +89,8 @@ for _name in ("--trace-format", "--trace-speed", "--trace-limit", "--trace-windo
               "--trace-block", "--trace-model"):
     NEEDS[_name] = {"trace": "t.jsonl"}
 NEEDS["--dataset-format"] = {"dataset": "d.jsonl"}
-for _name in ("--jobs", "--tool-speed", "--max-tool-wait", "--max-idle"):
+for _name in ("--jobs", "--tool-speed", "--max-tool-wait", "--max-idle", "--start-at",
+              "--start-seed"):
     NEEDS[_name] = {"trace": "a.jsonl", "trace_format": "agent-jsonl"}
 
 
@@ -175,18 +179,25 @@ def test_a_scenario_file_may_hold_what_the_flags_give(tmp_path: Path) -> None:
 
 def test_agent_keys_go_with_agent_jobs_only_and_are_written_back() -> None:
     agent = {**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl", "jobs": 7,
-                               "tool_speed": 2, "max_tool_wait": 1.5, "max_idle": 0},
+                               "tool_speed": 2, "max_tool_wait": 1.5, "max_idle": 0,
+                               "start_at": "sampled", "start_seed": 5},
              "rate": 2, "concurrency": 4}
     sc = scenario_from_dict(agent)
     assert sc.trace is not None and sc.trace.agent and sc.arrivals is not None
     assert (sc.trace.jobs, sc.trace.tool_speed, sc.trace.max_tool_wait_s,
             sc.trace.max_idle_s, sc.load_mode) == (7, 2.0, 1.5, 0.0, "budget")
+    assert (sc.trace.start_at, sc.trace.start_seed) == ("sampled", 5)
     assert scenario_from_dict(scenario_to_dict(sc)) == sc
     for doc, key in (({**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl",
                                          "limit": 3}}, "trace.limit"),
                      ({**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl"},
                        "warmup_requests": 2}, "warmup_requests"),
                      ({**BASE, "trace": {"path": "t.jsonl", "format": "mooncake",
-                                         "max_idle": 3}}, "trace.max_idle")):
+                                         "max_idle": 3}}, "trace.max_idle"),
+                     ({**BASE, "trace": {"path": "t.jsonl", "format": "mooncake",
+                                         "start_at": "sampled"}}, "trace.start_at"),
+                     ({**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl",
+                                         "start_at": "middle"}}, "trace.start_at"),
+                     ({**BASE, "meta": {"gpus": 0}}, "meta.gpus")):
         with pytest.raises(ScenarioError, match=key):
             scenario_from_dict(doc)

@@ -53,10 +53,12 @@ def test_counts_and_renumbering(tmp_path: Path) -> None:
 def test_an_agent_jobs_failed_request_names_its_job(tmp_path: Path) -> None:
     agent = {"session": 0, "turn": 1, "depth": 0, "tool_wait_ns": 0}
     path = tmp_path / "requests.jsonl"
-    write_raw(path, HEADER, [completed(0, extra={"job": 0, **agent}),
-                             failed(1, extra={"job": 5, **agent})])
+    plan = {"jobs": 6, "job_requests": [1], "job_tokens": [[100, 0]], "start_at": "first"}
+    write_raw(path, {**HEADER, "params": {"concurrency": 1, "agent": plan}},
+              [completed(0, extra={"job": 0, **agent}), failed(1, extra={"job": 5, **agent})])
     doc = build_benchmark(read_raw(path))
     assert [f.get("job_id") for f in doc["failures"]] == [5]
+    assert (doc["jobs"]["started"], doc["jobs"]["completed"]) == (2, 1)
     assert verify_benchmark(doc) == []
     assert doc["request_timings"][0]["job_id"] == 0
     assert "job_id" not in build_benchmark(read_raw(_raw(tmp_path)))["failures"][0]

@@ -42,18 +42,20 @@ def test_without_usage_the_chunks_count_and_the_extras_are_read() -> None:
 
 def test_an_agent_turns_row_carries_its_job_fields_and_others_have_none() -> None:
     rec = completed(0, extra={"job": 3, "session": 2, "parent_session": 0, "turn": 4,
-                              "depth": 1, "tool_wait_ns": 250_500_000})
+                              "depth": 1, "tool_wait_ns": 250_500_000,
+                              "join_wait_ns": 1_250_000})
     row = derive_row(rec)
     assert {k: row[k] for k in ("job_id", "session_id", "parent_session_id", "turn", "depth",
-                                "tool_wait_ms", "conversation_id")} == {
+                                "tool_wait_ms", "join_wait_ms", "conversation_id")} == {
         "job_id": 3, "session_id": 2, "parent_session_id": 0, "turn": 4, "depth": 1,
-        "tool_wait_ms": 250.5, "conversation_id": None}
+        "tool_wait_ms": 250.5, "join_wait_ms": 1.25, "conversation_id": None}
     root = derive_row(completed(1, extra={"job": 3, "session": 0, "turn": 1, "depth": 0,
                                           "tool_wait_ns": 0}))
     assert (root["parent_session_id"], root["tool_wait_ms"]) == (None, 0.0)
     plain = derive_row(completed(2))
     assert all(plain[k] is None for k in ("job_id", "session_id", "parent_session_id",
-                                          "turn", "depth", "tool_wait_ms"))
+                                          "turn", "depth", "tool_wait_ms",
+                                          "join_wait_ms"))
 
 
 def test_a_failed_record_has_no_row() -> None:

@@ -64,7 +64,8 @@ def test_a_document_names_its_file() -> None:
     Draft202012Validator.check_schema(d)
 
 
-UNITS = {"", "ms", "s", "tok", "tok/s", "req/s", "%", "ratio", "chunks", "chunks/s", "rows"}
+UNITS = {"", "ms", "s", "tok", "tok/s", "req/s", "%", "ratio", "chunks", "chunks/s", "rows",
+         "jobs/h"}
 
 
 @pytest.mark.parametrize("module", [summary_fields, docverify])

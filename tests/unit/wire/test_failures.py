@@ -1,7 +1,8 @@
 """The failure table: every rule names a known kind, stage and phase, and each stage maps the
 exceptions it meets to the kind the client has always given them (a reset is `connection`
 before the response head, `truncated` after; a timeout is always `timeout`; a
-gevent.Timeout while writing, like GreenletExit, is not a failure but propagates)."""
+gevent.Timeout while writing, like GreenletExit, is not a failure but propagates); and a
+refusal for length as each engine words it is a context overflow, nothing else is."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import pytest
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from anvil_metrics.records import FAILURE_KINDS, PHASES
-from anvil_metrics.wire.failures import CAUGHT, FAILURE_KINDS_BY_EXCEPTION, STAGES, classify
+from anvil_metrics.wire.failures import (
+    CAUGHT,
+    FAILURE_KINDS_BY_EXCEPTION,
+    STAGES,
+    classify,
+    is_context_overflow,
+)
 from anvil_metrics.wire.sse import LineTooLong
 from anvil_metrics.wire.transport import SilenceTimeout, TotalTimeout
 
@@ -78,3 +85,33 @@ def test_what_no_rule_covers_propagates(stage: str, exc: BaseException) -> None:
     assert not isinstance(exc, CAUGHT[stage])
     with pytest.raises(LookupError):
         classify(stage, exc, **FIELDS)
+
+
+@pytest.mark.parametrize("status,message", [
+    (400, "This model's maximum context length is 4096 tokens. However, you requested 5000 "
+          "tokens (4990 in the messages, 10 in the completion). Please reduce the length of "
+          "the messages or completion."),  # vLLM, and anvil sim
+    (400, "'max_tokens' or 'max_completion_tokens' is too large: 100. This model's maximum "
+          "context length is 4096 tokens and your request has 4090 input tokens (100 > 4096 "
+          "- 4090)."),  # newer vLLM
+    (400, "The decoder prompt (length 5000) is longer than the maximum model length of "
+          "4096. Make sure that `max_model_len` is no smaller than the number of text "
+          "tokens."),  # vLLM V1
+    (400, "The input (5000 tokens) is longer than the model's context length (4096 "
+          "tokens)."),  # SGLang
+    (400, "Requested token count exceeds the model's maximum context length of 4096 tokens. "
+          "You requested a total of 5000 tokens: 4990 tokens from the input messages and 10 "
+          "tokens for the completion."),  # SGLang
+    (400, "request (5000 tokens) exceeds the available context size (4096 tokens)"),  # llama
+    (400, "the request exceeds the available context size, try increasing it"),  # llama.cpp
+    (413, "context_length_exceeded"),
+])
+def test_each_engines_refusal_for_length_is_a_context_overflow(status, message) -> None:
+    assert is_context_overflow(status, message)
+
+
+@pytest.mark.parametrize("status,message", [
+    (500, "This model's maximum context length is 4096 tokens."),  # not a refusal
+    (400, "temperature must be >= 0"), (503, "busy"), (400, None), (None, "x")])
+def test_other_failures_are_not(status, message) -> None:
+    assert not is_context_overflow(status, message)
