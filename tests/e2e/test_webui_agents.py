@@ -2,7 +2,8 @@
 the scenario's flag table, so a flag added there is in the form too), a run started by
 POST /swarm with them replays agent jobs with exactly those values (the raw header's
 `params.agent`, the rows' jobs), and the live page's job figures at its end agree with
-the jobs' truth from the raw stamps (each job's first start to its last answer's end).
+the jobs' truth from the raw stamps (each job's first start to its last answer's end) and
+are the `jobs` block's of benchmark.json, bit for bit.
 And a run whose duration ends mid-job: the live figures count a job stopped between two
 turns (all it sent answered) as cut, as the raw file has it.
 """
@@ -92,6 +93,10 @@ def test_agent_options_in_the_form_and_a_form_run_replays_jobs(tmp_path: Path) -
         # within the sketch's 1 % (and 1 ms: the file's block, once built, counts from the
         # first due, which a closed loop's first request follows within a millisecond)
         assert abs(got - want) <= SKETCH_REL_ERROR * want + 1.0, (p, got, want)
+    block = orjson.loads(raw_path.with_name("benchmark.json").read_bytes())["jobs"]
+    assert jobs["exact"] is True  # the run written: the file's block, bit for bit
+    assert [jobs[k] for k in ("completed", "cut", "latency_p50_ms", "latency_p95_ms")] == [
+        block[k] for k in ("completed", "cut", "latency_p50_ms", "latency_p95_ms")]
     shown = {r["metric"]: r for r in rows}
     assert shown["agent jobs completed (of 6 planned)"]["count"] == 6
     assert b'id="jobs"' in page
