@@ -24,6 +24,7 @@ from anvil_metrics.errors import AnvilError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.headers import shown
 from anvil_metrics.live.abort import FailureWatch
+from anvil_metrics.live.agentrun import next_wait_due_ns
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.loadwindow import LoadWindow
@@ -149,10 +150,15 @@ class RunSession:
         self.began_ns = time.perf_counter_ns()
         self.load.begin()
         if self.opts.live_figures:  # the live page's in-flight series; the derivation of
-            # the pending records keeps clear of due requests
-            self.live.start_flow(self.budget.read_in_flight, self.budget.next_due_ns)
+            # the pending records keeps clear of due requests and agent jobs' waits
+            self.live.start_flow(self.budget.read_in_flight, self._next_due_ns)
         self.clock.start()  # the duration, a sweep's steps, or the user count watched
         self.stuck.start()  # the warm-ups too
+
+    def _next_due_ns(self) -> int | None:
+        """The earliest of the open loop's next due request and the agent waits' ends."""
+        dues = [d for d in (self.budget.next_due_ns(), next_wait_due_ns()) if d is not None]
+        return min(dues) if dues else None
 
     def stuck_report(self) -> StuckReport | None:
         """The requests in flight that are stuck now (`live/stuck.py`; a distributed run's

@@ -77,6 +77,12 @@ def backoff_s(failed_in_row: int) -> float:
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(failed_in_row - 1, 16))
 
 
+def _connected(run: RunContext) -> ChatClient:
+    client = _client(run)
+    client.connect()
+    return client
+
+
 def _client(run: RunContext) -> ChatClient:
     """A user's HTTP client (one connection), as the scenario sets it up."""
     sc = run.scenario
@@ -134,11 +140,14 @@ class ChatStreamUser(User):
         run = run_in_progress(self.environment)
         self.run = run
         self.client = None
+        self._spares: list[ChatClient] = []  # an agent slot's connections for sub-agents
         if run is None:  # the run failed to start (logged); the plugin is ending it
             return
         try:
             self.client = _client(run)
             self.client.connect()
+            if isinstance(run.bodies, AgentBodies):  # sub-agents' connections, opened now
+                self._spares = [_connected(run) for _ in range(run.bodies.spare_connections)]
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()
         self._free_ns = time.perf_counter_ns()  # when this user could send its next request
@@ -152,6 +161,8 @@ class ChatStreamUser(User):
         client = getattr(self, "client", None)
         if client is not None:
             client.close()
+        for spare in getattr(self, "_spares", ()):
+            spare.close()
         run = getattr(self, "run", None)
         if self._talk is not None and not self._talk.over and run is not None:
             # stopped between two turns: the conversation takes no more
@@ -260,8 +271,11 @@ class ChatStreamUser(User):
     def _agent_job(self, run: RunContext, agents: AgentBodies) -> None:
         """One agent job, start to end (`live/agentrun.py`): its first request takes the
         budget's next start (an open loop's: at its due time), every later one a follow-up;
-        each sub-agent sends on a connection of its own, closed when it ends. The job's end
-        counts it over (`conversation_dropped`: a budget of jobs ends when the last is)."""
+        each sub-agent sends on a connection of its own, this user's spare (opened before
+        the load: a job's fan-out opening several at once took ~0.3 ms of the loop each,
+        and the first wave's ~60 made waits due then ~20 ms late), given back when it ends
+        answered (closed if not). The job's end counts it over (`conversation_dropped`: a
+        budget of jobs ends when the last is)."""
         first = run.budget.take()
         if first is None:
             self._idle_until_stopped()
@@ -274,17 +288,20 @@ class ChatStreamUser(User):
         plan = run.scenario.trace
         assert plan is not None
 
-        def send(session: Session, k: int, tool_wait_ns: int) -> bool:
+        answered_last: set[str] = set()  # sessions whose latest turn was answered
+
+        def send(session: Session, k: int, tool_wait_ns: int) -> int | None:
+            answered_last.discard(session.id)
             ticket = tickets.pop() if tickets else run.budget.take_followup()
             if ticket is None:  # the budget is spent or the run is stopping
-                return False
+                return None
             # due now (after the job's waits), or at the schedule's arrival: a sub-agent's
             # connection, opened before its first request, is the client's delay
             due_ns = ticket.due_ns if ticket.due_ns is not None else time.perf_counter_ns()
             client = self.client if session.parent_id is None else clients.get(session.id)
             if client is None:
-                client = clients[session.id] = _client(run)
-                client.connect()
+                client = clients[session.id] = (self._spares.pop() if self._spares
+                                                else _connected(run))
             turn = session.turns[k]
             obs = self._stream(
                 run, client, ticket, due_ns, agents.body(n, session, k),
@@ -295,11 +312,18 @@ class ChatStreamUser(User):
                 max_tokens=turn.output_tokens)
             if session.parent_id is None:  # a closed loop's backoff follows the root's
                 self._after(obs, closed_loop=first.due_ns is None)
-            return obs.failure is None
+            if obs.failure is not None:
+                return None
+            answered_last.add(session.id)
+            return obs.end_ns if obs.end_ns is not None else time.perf_counter_ns()
 
         def ended(session: Session) -> None:
             client = clients.pop(session.id, None)
-            if client is not None:
+            if client is None:
+                return
+            if session.id in answered_last:  # its connection is sound: kept for the next
+                self._spares.append(client)
+            else:
                 client.close()
 
         try:
