@@ -46,7 +46,7 @@ from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import ConversationBodies, RequestBodies
 from anvil_metrics.load.dataset import DatasetEntry
 from anvil_metrics.load.options import RunOptions
-from anvil_metrics.load.replay import TraceSchedule
+from anvil_metrics.load.replay import JobSchedule, TraceSchedule
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.post.loadblock import behind
@@ -233,7 +233,7 @@ class RunSession:
 
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
-                               schedule=_schedule(sc, trace),
+                               schedule=_schedule(sc, trace, jobs),
                                conversations=_starts_budget(sc, jobs),
                                before_measured=scrape_first)
         setup.enter("writing the run folder")
@@ -246,6 +246,8 @@ class RunSession:
                                 trace, dataset)
         if jobs is not None:
             params["agent"] = _agent_params(sc, jobs)
+            if isinstance(budget.schedule, JobSchedule):  # the jobs' own starts
+                params["load"]["arrivals"] = budget.schedule.arrivals()
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
@@ -399,11 +401,14 @@ def _agent_params(sc: Scenario, jobs: list[Job]) -> dict[str, Any]:
             "max_idle_s": sc.trace.max_idle_s}
 
 
-def _schedule(sc: Scenario, trace: list[TraceRequest] | None
+def _schedule(sc: Scenario, trace: list[TraceRequest] | None, jobs: list[Job] | None = None
               ) -> Schedule | TraceSchedule | None:
-    """An open loop's due times: the trace's (a replay), the `--rate` plan's, or None."""
+    """An open loop's due times: the trace's (a replay; agent jobs' recorded starts), the
+    `--rate` plan's, or None."""
     if trace is not None and sc.trace is not None:
         return TraceSchedule(trace, sc.trace.speed)
+    if jobs is not None and sc.trace is not None and sc.trace.job_times:
+        return JobSchedule(jobs, sc.trace.speed)
     return Schedule(sc.arrivals) if sc.arrivals else None
 
 

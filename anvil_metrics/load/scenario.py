@@ -227,7 +227,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
             "" if x is None else repr(x) for x in t.window_s)
         doc["trace"] = ({"path": t.path, "format": t.fmt, "jobs": t.jobs,
                          "tool_speed": t.tool_speed, "max_tool_wait": t.max_tool_wait_s,
-                         "max_idle": t.max_idle_s} if t.agent else
+                         "max_idle": t.max_idle_s,
+                         "speed": t.speed if t.job_times else None} if t.agent else
                         {"path": t.path, "format": t.fmt, "speed": t.speed, "limit": t.limit,
                          "block_tokens": t.block_tokens, "model": t.model, "window": window})
     if sc.dataset is not None:

@@ -364,6 +364,9 @@ class TracePlan:
     tool_speed: float = 1.0  # a tool's recorded time is waited ÷ this
     max_tool_wait_s: float | None = None  # None: no cap
     max_idle_s: float = 10.0  # the longest idle gap replayed (agentrun.DEFAULT_MAX_IDLE_S)
+    # agent jobs started at their recorded starts ÷ `speed` (`trace.speed` given: an open
+    # loop of job starts, `replay.JobSchedule`); False: `--agents` (closed) or `--rate`
+    job_times: bool = False
 
     def read(self) -> list[TraceRequest]:
         """The requests replayed, checked (`TraceError` names a bad line)."""
