@@ -201,21 +201,44 @@ def check_joins(jobs: list[Job], log: TruthLog) -> list[str]:
     return find.out
 
 
-def check_tool_waits(jobs: list[Job], log: TruthLog, speed: float = 1.0,
-                     max_wait_ms: float | None = None, tol_ms: float = 2.0,
-                     late_ms: float | None = None) -> list[str]:
-    """(c): each tool wait is its recorded duration / `speed` (capped at `max_wait_ms`;
-    None: no cap) within `tol_ms` early and `late_ms` late (None: `tol_ms`)."""
-    late = tol_ms if late_ms is None else late_ms
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """How long the log shows the client waited before one turn (the previous answer's
+    last send to its arrival, ms) against what the replay owes: `want_ms`, its tool time /
+    speed (capped) plus its idle time (capped), or the last joined child's answer if later.
+    `kind`: "join" when the join is the later, else "tool" (a `tool_result` turn), "idle"
+    (an idle gap) or "none" (due at once)."""
+
+    key: Key
+    kind: str
+    tool: bool  # the turn carries a tool's result
+    want_ms: float
+    got_ms: float
+
+    @property
+    def late_ms(self) -> float:
+        return self.got_ms - self.want_ms
+
+
+def logged_waits(jobs: list[Job], log: TruthLog, speed: float = 1.0,
+                 max_wait_ms: float | None = None, max_idle_ms: float | None = 0.0
+                 ) -> tuple[list[Wait], list[str]]:
+    """Every turn's wait after its session's previous answer (`Wait`), and what the log
+    lacks for them. A tool time not recorded is not a wait (skipped); `max_idle_ms` caps
+    an idle gap (None: no cap; 0: none replayed)."""
     find = _Find(log)
+    out: list[Wait] = []
     for job in jobs:
         for s in job.sessions:
             for k, t in enumerate(s.turns):
-                if k == 0 or t.input_type != "tool_result" or t.tool_wait_ms is None:
+                tool = t.input_type == "tool_result"
+                if k == 0 or (tool and t.tool_wait_ms is None):
                     continue
-                want = t.tool_wait_ms / speed
+                want = (t.tool_wait_ms or 0.0) / speed
                 if max_wait_ms is not None:
                     want = min(want, max_wait_ms)
+                idle = t.idle_ms or 0.0
+                want += idle if max_idle_ms is None else min(idle, max_idle_ms)
                 before = find.answered((job.id, s.id, k - 1))
                 arrival = find.arrival((job.id, s.id, k))
                 joined = [find.answered((job.id, c.id, len(c.turns) - 1))
@@ -223,12 +246,26 @@ def check_tool_waits(jobs: list[Job], log: TruthLog, speed: float = 1.0,
                 if before is None or arrival is None or None in joined:
                     continue
                 last = max((c.last_sent_ns or 0 for c in joined if c is not None), default=0)
-                want = max(want, (last - before.last_sent_ns) / 1e6)
-                got = (arrival - before.last_sent_ns) / 1e6
-                if not -tol_ms <= got - want <= late:
-                    find.out.append(f"tool wait: {_name((job.id, s.id, k))} waited "
-                                    f"{got:.3f} ms, not {want:.3f} ms (± {tol_ms} ms)")
-    return find.out
+                join_ms = (last - before.last_sent_ns) / 1e6
+                kind = ("join" if joined and join_ms > want else "tool" if tool
+                        else "idle" if want > 0 else "none")
+                out.append(Wait((job.id, s.id, k), kind, tool, max(want, join_ms),
+                                (arrival - before.last_sent_ns) / 1e6))
+    return out, find.out
+
+
+def check_tool_waits(jobs: list[Job], log: TruthLog, speed: float = 1.0,
+                     max_wait_ms: float | None = None, tol_ms: float = 2.0,
+                     late_ms: float | None = None) -> list[str]:
+    """(c): each tool wait is its recorded duration / `speed` (capped at `max_wait_ms`;
+    None: no cap) within `tol_ms` early and `late_ms` late (None: `tol_ms`)."""
+    late = tol_ms if late_ms is None else late_ms
+    waits, out = logged_waits(jobs, log, speed, max_wait_ms)
+    for w in waits:
+        if w.tool and not -tol_ms <= w.late_ms <= late:
+            out.append(f"tool wait: {_name(w.key)} waited {w.got_ms:.3f} ms, not "
+                       f"{w.want_ms:.3f} ms (± {tol_ms} ms)")
+    return out
 
 
 def check_prompt_sizes(jobs: list[Job], log: TruthLog) -> list[str]:

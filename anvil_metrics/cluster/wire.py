@@ -12,7 +12,7 @@ another anvil version) raises `WireError`, which names the message, the field, t
 
 The set-up (`WorkerSetup`) crosses as `setup.to_wire()`::
 
-    {"version": 1, "run_id": str, "host": str, "api_key": str | None, "model": str,
+    {"version": 6, "run_id": str, "host": str, "api_key": str | None, "model": str,
      "scenario": {"source": str | None, "document": <the scenario's TOML-shaped document>},
      "calibration": {"method": str, "overhead_tokens": float, "tokens_per_word": float},
      "run_nonce": str, "shared": {"prefix_tokens": int, "group_size": int} | None,
@@ -43,7 +43,8 @@ from anvil_metrics.records import RequestRecord
 log = logging.getLogger("anvil")
 
 SETUP = "anvil_setup"
-SETUP_VERSION = 5  # bump when the set-up's shape changes: an older worker then refuses it
+SETUP_VERSION = 6  # bump when the set-up's shape changes: an older worker then refuses it
+# (6: `opening_tokens`, the chat template's tokens inside an agent prompt's first block)
 
 
 def boot_id() -> str | None:

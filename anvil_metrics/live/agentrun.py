@@ -5,8 +5,9 @@ whole truth (a child's first request after its spawn turn's answer, a joined par
 after all its children's last answers, background children blocking nothing, a tool
 result after its tool's recorded time), and it must be testable without a server. So the
 runner knows nothing of HTTP: it is handed `send(session, turn_index, tool_wait_ns,
-join_wait_ns) -> answered` (the user builds the body and records the request) and `sleep`,
-and owns only the order (`agentjob`'s docstring states the semantics it follows).
+join_wait_ns) -> end_ns` (the user builds the body and records the request; the answer's
+end, None when it was not answered) and `sleep`, and owns only the order (`agentjob`'s
+docstring states the semantics it follows).
 
 - The root session runs in the caller's greenlet (the Locust user's); each sub-agent in a
   greenlet of its own, started when its `spawn_after_turn` answer has ended (None: with
@@ -14,7 +15,9 @@ and owns only the order (`agentjob`'s docstring states the semantics it follows)
   clients by session: a job's sessions in flight each need one).
 - Before a turn: first the client's wait (`Waits.before`: a tool round trip's recorded
   time ÷ `--tool-speed`, capped by `--max-tool-wait`; else the recorded idle time, capped
-  by `--max-idle`), timed from the previous answer's end and waited to the microsecond
+  by `--max-idle`), timed from the previous answer's end (its last byte's arrival, as
+  `send` tells it: not from when its record was written, which would make every wait
+  late by that work) and waited to the microsecond
   (`wait_until`), then the join: every child whose `join_before_turn` is this turn must
   have ended. The tool wait actually slept goes into the request's record
   (`tool_wait_ns`; the row's `tool_wait_ms`), and so does the time the join held the
@@ -70,31 +73,44 @@ class Waits:
 
 
 _TIMERS: list[DueTimer] = []  # free timers: one per session waiting at once
+_DUE: list[int] = []  # the end of every wait going on (`next_wait_due_ns`)
+
+
+def next_wait_due_ns() -> int | None:
+    """The earliest end of the waits going on (`perf_counter_ns`; None: none), so work that
+    can wait (the live figures' derivation, `figures.LiveStats`) fits itself before it, as
+    it does before an open loop's next due request."""
+    return min(_DUE) if _DUE else None
 
 
 def wait_until(end_ns: int) -> None:
     """Wait until `end_ns` (`perf_counter_ns`) to the microsecond: gevent's sleep to just
     before it (its loop wakes in whole milliseconds, rounded up: a tool wait would run
     ~1 ms long), then a `DueTimer` (`duetimer.py`), as an open loop's due times are."""
-    left_ns = end_ns - time.perf_counter_ns() - SLEEP_MARGIN_NS
-    if left_ns > 0:
-        gevent.sleep(left_ns / 1e9)
-    timer = _TIMERS.pop() if _TIMERS else DueTimer()
+    _DUE.append(end_ns)
     try:
-        timer.wait_until(end_ns)
+        left_ns = end_ns - time.perf_counter_ns() - SLEEP_MARGIN_NS
+        if left_ns > 0:
+            gevent.sleep(left_ns / 1e9)
+        timer = _TIMERS.pop() if _TIMERS else DueTimer()
+        try:
+            timer.wait_until(end_ns)
+        finally:
+            _TIMERS.append(timer)
     finally:
-        _TIMERS.append(timer)
+        _DUE.remove(end_ns)
 
 
-# (session, turn, tool wait slept ns, join wait ns) → answered
-Send = Callable[[Session, int, int, int], bool]
+# (session, turn, tool wait slept ns, join wait ns) → the answer's end (perf_counter_ns),
+# None: unanswered
+Send = Callable[[Session, int, int, int], int | None]
 
 
 class JobRun:
-    """One job's replay (module docstring). `send` sends one turn and says whether it was
-    answered; `sleep` waits (None: `wait_until`, to the microsecond; a test's fake);
-    `on_session_end` is told each session that ended (the caller closes its connection);
-    `start_turn`: the root turn the job starts at (module docstring)."""
+    """One job's replay (module docstring). `send` sends one turn and tells when its answer
+    ended (None: not answered); `sleep` waits (None: `wait_until`, to the microsecond; a
+    test's fake); `on_session_end` is told each session that ended (the caller gives its
+    connection back); `start_turn`: the root turn the job starts at (module docstring)."""
 
     def __init__(self, job: Job, send: Send, waits: Waits = Waits(), *,
                  sleep: Callable[[float], None] | None = None,
@@ -139,10 +155,10 @@ class JobRun:
                 tool_s, idle_s = (0.0, 0.0) if 0 < first == k else self._waits.before(turn)
                 slept_ns = self._wait_from(free_ns, tool_s + idle_s, tool_s)
                 join_ns = self._join(session, k)
-                answered = self._send(session, k, slept_ns, join_ns)
-                free_ns = time.perf_counter_ns()
-                if not answered:
+                end_ns = self._send(session, k, slept_ns, join_ns)
+                if end_ns is None:
                     return
+                free_ns = end_ns
                 self._spawn(session, k)
         finally:
             self._ended[session.id].set()

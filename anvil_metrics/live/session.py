@@ -24,6 +24,7 @@ from anvil_metrics.errors import AnvilError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.headers import shown
 from anvil_metrics.live.abort import FailureWatch
+from anvil_metrics.live.agentrun import next_wait_due_ns
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.jobfigures import JobFigures
@@ -41,14 +42,13 @@ from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.live.runerror import SetUp
 from anvil_metrics.live.stuck import StuckReport, StuckWatch
 from anvil_metrics.load.agentjob import Job
+from anvil_metrics.load.agentparams import agent_params, starts_budget
 from anvil_metrics.load.agentread import read_jobs
-from anvil_metrics.load.agentstart import start_turn
-from anvil_metrics.load.agentstats import job_figures, start_figures
 from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import ConversationBodies, RequestBodies
 from anvil_metrics.load.dataset import DatasetEntry
 from anvil_metrics.load.options import RunOptions
-from anvil_metrics.load.replay import TraceSchedule
+from anvil_metrics.load.replay import JobSchedule, TraceSchedule
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.post.loadblock import behind
@@ -155,10 +155,15 @@ class RunSession:
         self.began_ns = time.perf_counter_ns()
         self.load.begin()
         if self.opts.live_figures:  # the live page's in-flight series; the derivation of
-            # the pending records keeps clear of due requests
-            self.live.start_flow(self.budget.read_in_flight, self.budget.next_due_ns)
+            # the pending records keeps clear of due requests and agent jobs' waits
+            self.live.start_flow(self.budget.read_in_flight, self._next_due_ns)
         self.clock.start()  # the duration, a sweep's steps, or the user count watched
         self.stuck.start()  # the warm-ups too
+
+    def _next_due_ns(self) -> int | None:
+        """The earliest of the open loop's next due request and the agent waits' ends."""
+        dues = [d for d in (self.budget.next_due_ns(), next_wait_due_ns()) if d is not None]
+        return min(dues) if dues else None
 
     def stuck_report(self) -> StuckReport | None:
         """The requests in flight that are stuck now (`live/stuck.py`; a distributed run's
@@ -233,8 +238,8 @@ class RunSession:
 
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
-                               schedule=_schedule(sc, trace),
-                               conversations=_starts_budget(sc, jobs),
+                               schedule=_schedule(sc, trace, jobs),
+                               conversations=starts_budget(sc, jobs),
                                before_measured=scrape_first)
         setup.enter("writing the run folder")
         run_id, run_dir = _run_folder(opts)
@@ -245,7 +250,9 @@ class RunSession:
                                     i, budget.size_for(i))),
                                 trace, dataset)
         if jobs is not None:
-            params["agent"] = _agent_params(sc, jobs)
+            params["agent"] = agent_params(sc, jobs)
+            if isinstance(budget.schedule, JobSchedule):  # the jobs' own starts
+                params["load"]["arrivals"] = budget.schedule.arrivals()
         header = writer.write_header(run_id, params)
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
@@ -389,47 +396,14 @@ def _job_figures(opts: RunOptions, budget: RequestBudget) -> JobFigures | None:
                       in_flight=lambda: budget.starts_going)
 
 
-def _starts_budget(sc: Scenario, jobs: list[Job] | None) -> int | None:
-    """A budget of starts rather than requests (`RequestBudget`'s `conversations`): a
-    `[conversation]`'s conversations, or an agent replay's jobs (`--jobs`; none given: each
-    job of the trace once). Each start's later requests are its follow-ups."""
-    if jobs is not None and sc.trace is not None:
-        return sc.trace.jobs or len(jobs)
-    return sc.conversation.conversations if sc.conversation is not None else None
-
-
-def _agent_params(sc: Scenario, jobs: list[Job]) -> dict[str, Any]:
-    """The raw header's `params.agent`: the file, the trace's job ids (a row's `job_id` n
-    is the run's job n, which replays `job_ids[n % len]`) and their requests, the jobs
-    measured and the waits; what the `jobs` block needs of the trace: each trace job's
-    [input tokens, expected cached tokens] (`agentstats`), and with a sampled start each
-    run job's [start turn, requests, input tokens, expected cached tokens] (`agentstart`)."""
-    t = sc.trace
-    assert t is not None
-    budget = _starts_budget(sc, jobs)
-    assert budget is not None
-    out = {"file": Path(t.path).name, "format": t.fmt,
-           "job_ids": [j.id for j in jobs], "jobs": budget,
-           # each trace job's requests: a run's job with fewer rows and failures was cut
-           "job_requests": [j.requests for j in jobs],
-           "job_tokens": [[f.input_tokens, f.cached_tokens] for f in job_figures(jobs)],
-           "tool_speed": t.tool_speed, "max_tool_wait_s": t.max_tool_wait_s,
-           "max_idle_s": t.max_idle_s, "start_at": t.start_at, "start_seed": t.start_seed}
-    if t.start_at == "sampled":
-        starts = []
-        for n in range(budget):
-            job = jobs[n % len(jobs)]
-            k = start_turn(t.start_seed, n, len(job.root.turns))
-            starts.append([k, *start_figures(job, k)])
-        out["starts"] = starts
-    return out
-
-
-def _schedule(sc: Scenario, trace: list[TraceRequest] | None
+def _schedule(sc: Scenario, trace: list[TraceRequest] | None, jobs: list[Job] | None = None
               ) -> Schedule | TraceSchedule | None:
-    """An open loop's due times: the trace's (a replay), the `--rate` plan's, or None."""
+    """An open loop's due times: the trace's (a replay; agent jobs' recorded starts), the
+    `--rate` plan's, or None."""
     if trace is not None and sc.trace is not None:
         return TraceSchedule(trace, sc.trace.speed)
+    if jobs is not None and sc.trace is not None and sc.trace.job_times:
+        return JobSchedule(jobs, sc.trace.speed)
     return Schedule(sc.arrivals) if sc.arrivals else None
 
 

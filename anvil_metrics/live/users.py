@@ -79,6 +79,12 @@ def backoff_s(failed_in_row: int) -> float:
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(failed_in_row - 1, 16))
 
 
+def _connected(run: RunContext) -> ChatClient:
+    client = _client(run)
+    client.connect()
+    return client
+
+
 def _client(run: RunContext) -> ChatClient:
     """A user's HTTP client (one connection), as the scenario sets it up."""
     sc = run.scenario
@@ -136,11 +142,17 @@ class ChatStreamUser(User):
         run = run_in_progress(self.environment)
         self.run = run
         self.client = None
+        # an agent slot's connections for sub-agents, opened before the load: a job's
+        # fan-out opening several at once took ~0.3 ms of the loop each, and the first
+        # wave's ~60 made waits due then ~20 ms late
+        self._spares: list[ChatClient] = []
         if run is None:  # the run failed to start (logged); the plugin is ending it
             return
         try:
             self.client = _client(run)
             self.client.connect()
+            if isinstance(run.bodies, AgentBodies):  # sub-agents' connections, opened now
+                self._spares = [_connected(run) for _ in range(run.bodies.spare_connections)]
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
             run.budget.user_ready()
         self._free_ns = time.perf_counter_ns()  # when this user could send its next request
@@ -154,6 +166,8 @@ class ChatStreamUser(User):
         client = getattr(self, "client", None)
         if client is not None:
             client.close()
+        for spare in getattr(self, "_spares", ()):
+            spare.close()
         run = getattr(self, "run", None)
         if self._talk is not None and not self._talk.over and run is not None:
             # stopped between two turns: the conversation takes no more
@@ -262,10 +276,10 @@ class ChatStreamUser(User):
     def _agent_job(self, run: RunContext, agents: AgentBodies) -> None:
         """One agent job, start to end (`live/agentrun.py`): its first request takes the
         budget's next start (an open loop's: at its due time), every later one a follow-up;
-        each sub-agent sends on a connection of its own, closed when it ends. The job's end
-        counts it over (`conversation_dropped`: a budget of jobs ends when the last is).
-        A sampled start (`load/agentstart.py`) first sends its prime, a warm-up of its own
-        (index n: an agent run has no other warm-ups), outside the budget."""
+        each sub-agent sends on a connection of its own, this user's spare (`_spares`),
+        given back when it ends answered (closed if not). The job's end counts it over
+        (`conversation_dropped`: a budget of jobs ends when the last is). A sampled start
+        first sends its prime (`_start_turn`)."""
         first = run.budget.take()
         if first is None:
             self._idle_until_stopped()
@@ -277,21 +291,29 @@ class ChatStreamUser(User):
         clients: dict[str, ChatClient] = {}
         plan = run.scenario.trace
         assert plan is not None
+        answered_last: set[str] = set()  # sessions whose latest turn was answered
+        # each session's next body, built once its previous answer ended: during the wait
+        # before it, not between its due time and its send (a 30k-token prompt: ~0.2 ms)
+        ahead: dict[str, tuple[int, bytes]] = {}
 
-        def send(session: Session, k: int, tool_wait_ns: int, join_wait_ns: int) -> bool:
+        def send(session: Session, k: int, tool_wait_ns: int, join_wait_ns: int) -> int | None:
+            answered_last.discard(session.id)
             ticket = tickets.pop() if tickets else run.budget.take_followup()
             if ticket is None:  # the budget is spent or the run is stopping
-                return False
+                return None
             # due now (after the job's waits), or at the schedule's arrival: a sub-agent's
             # connection, opened before its first request, is the client's delay
             due_ns = ticket.due_ns if ticket.due_ns is not None else time.perf_counter_ns()
             client = self.client if session.parent_id is None else clients.get(session.id)
             if client is None:
-                client = clients[session.id] = _client(run)
-                client.connect()
+                client = clients[session.id] = (self._spares.pop() if self._spares
+                                                else _connected(run))
             turn = session.turns[k]
+            built = ahead.pop(session.id, None)
+            body = built[1] if built is not None and built[0] == k else agents.body(
+                n, session, k)
             obs = self._stream(
-                run, client, ticket, due_ns, agents.body(n, session, k),
+                run, client, ticket, due_ns, body,
                 agents.headers(n, session, k),
                 lambda o: run.budget.give_back(ticket, conversation_over=False),
                 planned=turn.input_tokens, keep_text=False,
@@ -299,26 +321,27 @@ class ChatStreamUser(User):
                 max_tokens=turn.output_tokens)
             if session.parent_id is None:  # a closed loop's backoff follows the root's
                 self._after(obs, closed_loop=first.due_ns is None)
-            return obs.failure is None
+            if obs.failure is not None:
+                return None
+            answered_last.add(session.id)
+            if k + 1 < len(session.turns):
+                ahead[session.id] = (k + 1, agents.body(n, session, k + 1))
+            return obs.end_ns if obs.end_ns is not None else time.perf_counter_ns()
 
         def ended(session: Session) -> None:
             client = clients.pop(session.id, None)
-            if client is not None:
+            if client is None:
+                return
+            if session.id in answered_last:  # its connection is sound: kept for the next
+                self._spares.append(client)
+            else:
                 client.close()
 
         tally = _JobTally()  # what the job's end tells the live figures (`jobfigures.py`)
         send = tally.counting(send)
 
         try:
-            k = 0 if plan.start_at == "first" else start_turn(plan.start_seed, n,
-                                                               len(job.root.turns))
-            prime = agents.prime(n, k)
-            if prime is not None:
-                self._stream(run, self.client, Ticket(n, True, prime[1]),
-                             time.perf_counter_ns(), prime[0],
-                             agents.headers(n, job.root, k), lambda o: None,
-                             planned=prime[1], keep_text=False,
-                             extra=agents.turn_extra(n, job.root, k, 0), max_tokens=1)
+            k = self._start_turn(run, agents, n)
             JobRun(job, send, Waits(plan.tool_speed, plan.max_tool_wait_s, plan.max_idle_s),
                    on_session_end=ended, start_turn=k).run()
         finally:
@@ -330,6 +353,23 @@ class ChatStreamUser(User):
             anvil_events.job_end.fire(job=n, answered=tally.answered,
                                       completed=tally.all_answered and sys.exc_info()[0] is None)
             run.budget.conversation_dropped()  # the job is over
+
+    def _start_turn(self, run: RunContext, agents: AgentBodies, n: int) -> int:
+        """The root turn run job `n` starts at (`load/agentstart.py`: 0, or a sampled
+        start's seeded draw), its prime sent first where it has one (a warm-up of its own,
+        index n, outside the budget)."""
+        plan = run.scenario.trace
+        assert plan is not None
+        job = agents.job(n)
+        k = 0 if plan.start_at == "first" else start_turn(plan.start_seed, n,
+                                                           len(job.root.turns))
+        prime = agents.prime(n, k)
+        if prime is not None:
+            self._stream(run, self.client, Ticket(n, True, prime[1]),
+                         time.perf_counter_ns(), prime[0], agents.headers(n, job.root, k),
+                         lambda o: None, planned=prime[1], keep_text=False,
+                         extra=agents.turn_extra(n, job.root, k, 0), max_tokens=1)
+        return k
 
     @staticmethod
     def _planned(run: RunContext, ticket: Ticket, talk: Conversation | None) -> int | None:

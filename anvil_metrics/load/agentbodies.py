@@ -39,6 +39,7 @@ from anvil_metrics.prep.traceprompts import TracePrompts
 
 _JOB_SHIFT = 40  # a local id's job: (job index + 1) << 40
 _OWN_IDS = 1 << 60  # a turn's own block, past the trace's ids
+MAX_SPARES = 8  # sub-agent connections opened per agent slot before the load
 
 
 def scoped(job: Job, n: int, ids: tuple[int, ...]) -> tuple[int, ...]:
@@ -82,6 +83,12 @@ class AgentBodies(RequestBodies):
         # outgrows `block_text`'s cache when many run at once, and making one block again
         # costs ~12 µs (a 30k-token prompt: 6 ms of the event loop, against 0.1 ms kept)
         self._blocks: dict[int, dict[tuple[int, int], str]] = {}
+
+    @property
+    def spare_connections(self) -> int:
+        """How many sub-agent connections an agent slot opens before the load: the most
+        sub-agents of one job, at most `MAX_SPARES` (more are opened when needed)."""
+        return min(MAX_SPARES, max((len(j.sessions) - 1 for j in self.jobs), default=0))
 
     def job(self, n: int) -> Job:
         return self.jobs[n % len(self.jobs)]

@@ -10,8 +10,11 @@ into `Job`s, so what follows is defined once, here.
 
 - A `Job` is one trace: its id, the tokens of one `hash_ids` block (`block_size`), whether
   its ids count per job (`hash_scope` "local": id 7 of one job is not id 7 of another) or
-  across the file ("global": a system prompt shared by every job is the same ids), and its
-  sessions, the root first and every parent before its children.
+  across the file ("global": a system prompt shared by every job is the same ids), its
+  sessions, the root first and every parent before its children, and its recorded start
+  (`start_s`, seconds on the trace's own clock: an open loop of job starts replays them,
+  `replay.JobSchedule`; None: not recorded, as in AIPerf's Weka traces, whose times are
+  all relative to their job's start).
 - A `Session` is one agent: its turns in order, its parent session (None: the root), its
   depth (root 0, its sub-agents 1, theirs 2), and how it relates to its parent:
   `spawn_after_turn` (it starts when that parent turn's answer ends; None: with the
@@ -105,6 +108,7 @@ class Job:
     block_size: int
     sessions: tuple[Session, ...]
     hash_scope: str = "local"
+    start_s: float | None = None
 
     @property
     def root(self) -> Session:

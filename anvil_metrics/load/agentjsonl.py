@@ -7,7 +7,8 @@ belongs to. Sub-agents nest to any depth (Weka's format holds one level).
 
 - `{"type": "job", "job": ID, "block_size": 64, "hash_scope": "local"}` opens a job
   (`hash_scope` "global": ids mean the same blocks in every job of the file; default
-  "local"). Every line after it, up to the next job line, is the job's.
+  "local"; optional `start_s`: when the job started, seconds on the file's own clock, what
+  `--trace-speed` replays). Every line after it, up to the next job line, is the job's.
 - `{"type": "session", "session": ID, ...}`: the job's first session line is its root
   (no `parent`); a sub-agent names its `parent` (declared before it), `spawn_after` (the
   parent turn, from 0, after whose answer it starts; absent: with the parent's start) and
@@ -55,6 +56,8 @@ class _Open:
         self.id = text_field(path, line, obj, "job")
         where = kv_where(line, job=self.id)
         self.block = count_field(path, where, obj, "block_size", 1)
+        self.start_s = (None if obj.get("start_s") is None
+                        else number_field(path, where, obj, "start_s"))
         self.scope = obj.get("hash_scope", "local")
         if self.scope not in HASH_SCOPES:
             raise TraceError(path, where, "hash_scope", self.scope,
@@ -132,7 +135,7 @@ class _Open:
                 _check_relation(path, where, s, len(self.turns[s.parent_id]))
             done[sid] = replace(s, turns=tuple(self.turns[sid]))
         return Job(id=self.id, block_size=self.block, sessions=tuple(done.values()),
-                   hash_scope=self.scope)
+                   hash_scope=self.scope, start_s=self.start_s)
 
 
 def _check_relation(path: str, where: str, s: Session, parent_turns: int) -> None:
@@ -177,8 +180,9 @@ def read_agent_jsonl(path: Path) -> list[Job]:
 def job_lines(job: Job) -> list[dict[str, Any]]:
     """The job as this format's lines (what `read_agent_jsonl` reads back): the fields
     that are recorded, none that are not."""
-    out: list[dict[str, Any]] = [{"type": "job", "job": job.id, "block_size": job.block_size,
-                                  "hash_scope": job.hash_scope}]
+    head = {"type": "job", "job": job.id, "block_size": job.block_size,
+            "hash_scope": job.hash_scope, "start_s": job.start_s}
+    out: list[dict[str, Any]] = [{k: v for k, v in head.items() if v is not None}]
     for s in job.sessions:
         line: dict[str, Any] = {"type": "session", "session": s.id, "parent": s.parent_id,
                                 "spawn_after": s.spawn_after_turn,

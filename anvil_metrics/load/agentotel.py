@@ -29,6 +29,9 @@ end; the rest of the gap is idle time. OTel holds no block ids: each request's
 `hash_ids` are its session's history (the previous request's whole blocks, as far as the
 shorter of the two) and then new ids, in blocks of `BLOCK_TOKENS` (AgentX's 64), ids
 counting per trace.
+
+A job's start (`Job.start_s`, what `--trace-speed` replays) is its earliest span's start
+(its root's, in a well-formed trace), in seconds since the epoch.
 """
 
 from __future__ import annotations
@@ -176,7 +179,7 @@ def otel_job(path: str, line: int, obj: dict) -> Job:
             turns[key].append(_turn(path, where, c, t0, list(before.hash_ids) if before
                                     else [], before, _gap(mine[k - 1] if k else None, c, tools),
                                     next_id))
-    return Job(id=tid, block_size=BLOCK_TOKENS, hash_scope="local",
+    return Job(id=tid, block_size=BLOCK_TOKENS, hash_scope="local", start_s=t0,
                sessions=tuple(_sessions(path, where, tid, spans, order, turns, owner,
                                         session_of, t0)))
 

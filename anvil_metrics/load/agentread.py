@@ -31,7 +31,9 @@ def is_agent_trace(path: str | Path, fmt: str | None = None) -> bool:
 
 def read_jobs(path: str | Path, fmt: str | None = None) -> list[Job]:
     """Every job of the file (or folder of `.json` traces), checked: a bad entry is one
-    `trace.TraceError` line."""
+    `trace.TraceError` line. Jobs that all record their start (`Job.start_s`) come in the
+    order they started (ties: the file's), the order an open loop of their starts sends
+    them and a row's `job_id` counts them; else in the file's order."""
     p = Path(path)
     if not (p.is_file() or p.is_dir()):
         raise UsageError(f"{str(p)!r}: no such file or folder; pass a trace")
@@ -45,4 +47,6 @@ def read_jobs(path: str | Path, fmt: str | None = None) -> list[Job]:
         if j.id in ids:
             raise UsageError(f"{p}: job id {j.id!r} appears twice; each job needs its own id")
         ids.add(j.id)
+    if jobs and all(j.start_s is not None for j in jobs):
+        jobs = sorted(jobs, key=lambda j: j.start_s)  # type: ignore[arg-type, return-value]
     return jobs

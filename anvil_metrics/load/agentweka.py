@@ -27,6 +27,10 @@ chains by hash-id heuristics; anvil keeps one marker one session, as recorded.
 
 Accepted: one trace per `.json` file (a file, or a folder of them: AIPerf's loader) and
 one trace per JSONL line (the published corpora).
+
+No job start: every time of the format is relative to its trace's start, and neither a
+trace nor AIPerf's loader holds a wall-clock or file-wide time (`Job.start_s` is None), so
+these jobs replay closed (`--agents`) or at `--rate`; `--trace-speed` is refused.
 """
 
 from __future__ import annotations

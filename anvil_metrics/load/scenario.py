@@ -228,7 +228,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
         doc["trace"] = ({"path": t.path, "format": t.fmt, "jobs": t.jobs,
                          "tool_speed": t.tool_speed, "max_tool_wait": t.max_tool_wait_s,
                          "max_idle": t.max_idle_s, "start_at": t.start_at,
-                         "start_seed": t.start_seed} if t.agent else
+                         "start_seed": t.start_seed,
+                         "speed": t.speed if t.job_times else None} if t.agent else
                         {"path": t.path, "format": t.fmt, "speed": t.speed, "limit": t.limit,
                          "block_tokens": t.block_tokens, "model": t.model, "window": window})
     if sc.dataset is not None:

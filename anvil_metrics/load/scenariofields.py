@@ -269,7 +269,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--trace-format", "trace.format", "the trace's format: mooncake, burstgpt or jsonl, "
          "or agent jobs: weka, otel or agent-jsonl (default: told by the file)"),
     Flag("--trace-speed", "trace.speed", "replay the trace this many times faster (default "
-         f"{_default('trace.speed')})"),
+         f"{_default('trace.speed')}); agent jobs: start each at its recorded start divided "
+         "by this (an open loop of job starts)"),
     Flag("--trace-limit", "trace.limit", "replay only the trace's first N requests"),
     Flag("--trace-window", "trace.window", "replay only the requests in this time window "
          "of the trace, START:END seconds after its first (60:120; 60: to the end); the "

@@ -261,6 +261,10 @@ def inputs(data: Doc, v: Doc, src: str | None) -> None:
         _chat_only("trace.path", path, v, src)
         window = v["trace.window"]
         wait = v["trace.max_tool_wait"]
+        job_times = agent and "speed" in (data.get("trace") or {})
+        if job_times and data.get("rate"):
+            raise _err("trace.speed", v["trace.speed"], "none beside rate: the jobs start "
+                       "at the trace's own times (trace.speed) or at --rate, not both", src)
         v["trace"] = TracePlan(path, v["trace.format"], float(v["trace.speed"]),
                                v["trace.limit"], v["trace.block_tokens"], v["trace.model"],
                                None if window is None else window_of(window), agent=agent,
@@ -268,7 +272,7 @@ def inputs(data: Doc, v: Doc, src: str | None) -> None:
                                max_tool_wait_s=None if wait is None else float(wait),
                                max_idle_s=float(v["trace.max_idle"]),
                                start_at=v["trace.start_at"],
-                               start_seed=v["trace.start_seed"])
+                               start_seed=v["trace.start_seed"], job_times=job_times)
     path = v["dataset.path"]
     if path is not None:
         if v["trace"] is not None or v["shared_prefix_burst"]:
@@ -279,7 +283,8 @@ def inputs(data: Doc, v: Doc, src: str | None) -> None:
 
 
 # a request trace's keys an agent trace has no use for, and the agent replay's own
-_REQUEST_TRACE_KEYS = ("limit", "window", "model", "block_tokens", "speed")
+# (`speed` is both: agent jobs start at their recorded starts ÷ it, `TracePlan.job_times`)
+_REQUEST_TRACE_KEYS = ("limit", "window", "model", "block_tokens")
 _AGENT_KEYS = ("jobs", "tool_speed", "max_tool_wait", "max_idle", "start_at", "start_seed")
 
 

@@ -366,6 +366,9 @@ class TracePlan:
     max_idle_s: float = 10.0  # the longest idle gap replayed (agentrun.DEFAULT_MAX_IDLE_S)
     start_at: str = "first"  # "sampled": each job at a seeded random root turn (agentstart)
     start_seed: int = 0  # the seed of a sampled start
+    # agent jobs started at their recorded starts ÷ `speed` (`trace.speed` given: an open
+    # loop of job starts, `replay.JobSchedule`); False: `--agents` (closed) or `--rate`
+    job_times: bool = False
 
     def read(self) -> list[TraceRequest]:
         """The requests replayed, checked (`TraceError` names a bad line)."""

@@ -17,7 +17,7 @@ import pytest
 from locust.rpc.protocol import Message
 
 from anvil_metrics.cluster.master import MasterAgent, MasterCoordinator
-from anvil_metrics.cluster.wire import MESSAGES, WorkerSetup, stuck_from_wire
+from anvil_metrics.cluster.wire import MESSAGES, SETUP_VERSION, WorkerSetup, stuck_from_wire
 from anvil_metrics.cluster.worker import WorkerAgent, WorkerSession
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
@@ -184,6 +184,10 @@ DAMAGED = [
     pytest.param(_without("run_id"), "run_id is missing", id="missing-run-id"),
     pytest.param(_without("version"), "version is missing", id="missing-version"),
     pytest.param(_with("version", 1), "version = 1", id="other-version"),
+    # the shape before `opening_tokens` (agent prompts): a worker of that version is refused
+    pytest.param({k: v for k, v in _with("version", SETUP_VERSION - 1).items()
+                  if k != "opening_tokens"},
+                 f"version = {SETUP_VERSION - 1}", id="previous-version"),
     pytest.param(_with("sizes", "4096"), "sizes = '4096'", id="sizes-a-string"),
     pytest.param(_with("sizes", [4096, True]), "sizes = [4096, True]", id="sizes-a-bool"),
     pytest.param(_with("words", {"4096": 10}), "words = <a dict", id="words-a-dict"),

@@ -4,6 +4,8 @@ ends its session, and a tool wait is its recorded time ÷ speed, capped."""
 
 from __future__ import annotations
 
+import time
+
 import gevent
 import pytest
 
@@ -40,14 +42,14 @@ class _Fake:
         self.joins: dict[tuple[str, int], int] = {}  # (session, turn) -> join wait ns
         self.ended: list[str] = []
 
-    def send(self, s: Session, k: int, tool_ns: int, join_ns: int = 0) -> bool:
+    def send(self, s: Session, k: int, tool_ns: int, join_ns: int = 0) -> int | None:
         self.log.append(("start", s.id, k))
         self.joins[(s.id, k)] = join_ns
         self.waits.append((s.id, k, tool_ns / 1e6))
         for _ in range(self.slow.get(s.id, 1)):
             gevent.sleep(0)
         self.log.append(("end", s.id, k))
-        return (s.id, k) != self.fail
+        return None if (s.id, k) == self.fail else time.perf_counter_ns()
 
     def at(self, what: str, sid: str, k: int) -> int:
         return self.log.index((what, sid, k))
@@ -137,11 +139,11 @@ def test_a_joined_turn_reports_its_wait_for_the_join_and_others_none():
                                 join_before_turn=1)))
     joins: dict[tuple[str, int], int] = {}
 
-    def send(s: Session, k: int, tool_ns: int, join_ns: int) -> bool:
+    def send(s: Session, k: int, tool_ns: int, join_ns: int) -> int | None:
         joins[(s.id, k)] = join_ns
         if s.id == "a":
             gevent.sleep(0.03)  # the child's answer takes 30 ms: the root's turn 1 waits
-        return True
+        return time.perf_counter_ns()
 
     JobRun(job, send).run()
     assert joins[("root", 0)] == joins[("root", 2)] == joins[("a", 0)] == 0
@@ -162,3 +164,34 @@ def test_a_sampled_start_sends_the_root_from_k_and_skips_the_past_sub_agents(k, 
     assert sorted(f.ended) == sorted(sent)
     if k == 2:
         assert f.joins[("root", 2)] == 0  # the joined children are in the past
+
+
+def test_a_wait_is_timed_from_the_answers_end_that_send_tells():
+    """The answer ended 20 ms before `send` returned (its record written since): the next
+    turn's 30 ms tool wait ends 30 ms after that end, ~10 ms after the return."""
+    returned: list[int] = []
+    starts: list[int] = []
+
+    def send(s: Session, k: int, tool_ns: int, join_ns: int) -> int | None:
+        starts.append(time.perf_counter_ns())
+        gevent.sleep(0.02)
+        returned.append(time.perf_counter_ns())
+        return returned[-1] - 20_000_000
+
+    job = Job("j", 64, (Session("root", _turns(2, tool_ms=30.0)),))
+    JobRun(job, send, Waits()).run()
+    gap_ms = (starts[1] - returned[0]) / 1e6
+    assert 10.0 - 0.5 <= gap_ms < 30.0  # not the whole 30 ms after the return
+
+
+def test_a_wait_going_on_is_told_to_work_that_can_wait():
+    """`next_wait_due_ns` names the earliest end of the waits going on (the live figures
+    fit their derivation before it), and nothing once they are over."""
+    from anvil_metrics.live.agentrun import next_wait_due_ns, wait_until
+    now = time.perf_counter_ns()
+    ends = [now + 30_000_000, now + 20_000_000]
+    waiters = [gevent.spawn(wait_until, e) for e in ends]
+    gevent.sleep(0)
+    assert next_wait_due_ns() == min(ends)
+    gevent.joinall(waiters)
+    assert next_wait_due_ns() is None

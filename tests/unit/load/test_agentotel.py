@@ -48,6 +48,7 @@ def test_the_span_tree_is_the_job(tmp_path: Path) -> None:
     (job,) = read_otel(path)
     root, b, c = job.sessions
     assert job.id == "T" and [s.depth for s in job.sessions] == [0, 1, 2]
+    assert job.start_s == 1704067200.0  # its earliest span's start: 2024-01-01T00:00:00Z
     assert [t.t_s for t in root.turns] == [0.0, 1.5, 4.2]
     assert root.turns[0].stop == "tool_use" and root.turns[1].input_type == "tool_result"
     assert root.turns[1].tool_wait_ms == pytest.approx(800) and root.turns[1].idle_ms == (

@@ -81,3 +81,32 @@ def test_flags_that_would_make_their_own_load_are_refused(tmp_path: Path, flags:
     assert str(e.value).startswith(named) and "\n" not in str(e.value), str(e.value)
     with pytest.raises(UsageError, match="makes the load itself"):
         replay(path, "scenarios/conversation.toml")
+
+
+def test_agent_job_starts_are_their_recorded_times_over_the_speed(tmp_path: Path) -> None:
+    """`JobSchedule`: start k due (start_k − start_0) / speed after the origin; past the
+    trace's last job, round again one span and one mean gap later. A trace without starts
+    (Weka) asked for them is refused in one line naming the flag, the job and the way out."""
+    from dataclasses import replace
+
+    from agentgen import agent_jobs, write_agent_jsonl, write_weka
+
+    from anvil_metrics.load.replay import JobSchedule
+
+    jobs = [replace(j, start_s=s) for j, s in zip(agent_jobs(3, seed=4), (100.0, 100.5, 102.0),
+                                                   strict=True)]
+    s = JobSchedule(jobs, 2.0)
+    assert [s.offset_ns(k) for k in range(5)] == [0, 250_000_000, 1_000_000_000,
+                                                  1_500_000_000, 1_750_000_000]
+    assert s.arrivals()["rate_rps"] == pytest.approx(2.0) and s.arrivals()["arrival"] == "trace"
+    with pytest.raises(ValueError, match="recorded start"):
+        JobSchedule(agent_jobs(2, seed=4), 1.0)
+    timed = write_agent_jsonl(tmp_path / "t.jsonl", jobs)
+    sc = run_options({"trace": str(timed), "trace_speed": "2"}, host="http://h", users=None,
+                     api_key=None).scenario
+    assert sc.trace is not None and sc.trace.job_times
+    weka = write_weka(tmp_path / "w.jsonl", jobs)
+    with pytest.raises(UsageError, match=r"^--trace-speed 2: job 'j0' of .*w.jsonl records "
+                       r"no start time \(a Weka trace never does.*--agents N or --rate R$"):
+        run_options({"trace": str(weka), "trace_speed": "2"}, host="http://h", users=None,
+                    api_key=None)

@@ -201,3 +201,17 @@ def test_agent_keys_go_with_agent_jobs_only_and_are_written_back() -> None:
                      ({**BASE, "meta": {"gpus": 0}}, "meta.gpus")):
         with pytest.raises(ScenarioError, match=key):
             scenario_from_dict(doc)
+
+
+def test_trace_speed_with_agent_jobs_starts_them_at_the_traces_own_times() -> None:
+    """`trace.speed` beside agent jobs is an open loop of their recorded starts (written
+    back, so a worker reads the same plan); beside `rate` it is refused naming it."""
+    timed = {**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl", "speed": 2}}
+    sc = scenario_from_dict(timed)
+    assert sc.trace is not None and sc.trace.job_times and sc.trace.speed == 2.0
+    assert scenario_from_dict(scenario_to_dict(sc)) == sc
+    closed = scenario_from_dict({**BASE, "trace": {"path": "a.jsonl", "format": "agent-jsonl"}})
+    assert closed.trace is not None and not closed.trace.job_times
+    assert not scenario_from_dict(scenario_to_dict(closed)).trace.job_times  # type: ignore
+    with pytest.raises(ScenarioError, match=r"trace.speed = 2.*none beside rate"):
+        scenario_from_dict({**timed, "rate": 3})
