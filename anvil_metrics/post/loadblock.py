@@ -16,8 +16,8 @@ found no free user when they fell due. Members (null where they do not apply):
 - `achieved_rate_rps`: `(n − 1) / ((last start − first start) / 1e9)` over the measured
   requests (completed and failed): the rate they were actually written at; in an open
   loop of conversations over their first turns only, the conversation starts the schedule
-  gives (a later turn follows its think time, not the schedule), so offered and achieved
-  count the same thing;
+  gives (a later turn follows its think time, not the schedule), and of agent jobs over
+  each job's first request (its start), so offered and achieved count the same thing;
 - `duration_s`: the duration asked for; `window_s`: `[first start, last end]` of the
   measured requests, in seconds after the run's header (its `perf_anchor_ns`) — or, with
   `--warmup`/`--cooldown`, the measured window itself: only requests that started in it
@@ -158,9 +158,25 @@ def build(inputs: BuildInputs) -> JsonValue | _Absent:
         return ABSENT
     m, doc = inputs.measured, inputs.doc
     cancelled = sum(1 for f in doc["failures"] if f["kind"] == "cancelled")
+    turn = None
+    if inputs.params.get("conversation"):
+        turn = m.column("turn")
+    elif inputs.params.get("agent"):  # an agent replay's arrivals are its jobs' starts
+        turn = job_starts(m.column("job_id"), m.start_ns)
     return build_load(load, m.start_ns, m.last_ns, m.column("waited") != 0, inputs.anchor_ns,
-                      inputs.rows, cancelled, inputs.raw.window_ns, inputs.outside,
-                      turn=m.column("turn") if inputs.params.get("conversation") else None)
+                      inputs.rows, cancelled, inputs.raw.window_ns, inputs.outside, turn=turn)
+
+
+def job_starts(job: Ints, start_ns: Ints) -> Ints:
+    """1 where a measured record is its agent job's first (the earliest start of its
+    `job_id`), else 0: as a conversation's first turns are, the starts an open loop's
+    schedule offers (a job's later requests follow its waits, not the schedule)."""
+    out = np.zeros(len(job), dtype=np.int64)
+    if len(job):
+        by = np.lexsort((start_ns, job))
+        first = np.r_[True, job[by][1:] != job[by][:-1]]
+        out[by[first]] = 1
+    return out
 
 
 def schedule_lag(rows: RowColumns) -> dict[str, float | None] | None:
@@ -216,8 +232,9 @@ def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     unit = "req/s"
     if load.get("arrival") == "closed":
         offered = f"closed loop, {doc.get('concurrency')} users"
-    else:  # an open loop of conversations offers (and counts) conversation starts
-        unit = "conversations/s" if isinstance(doc.get("conversation"), dict) else unit
+    else:  # an open loop of conversations (agent jobs) offers and counts their starts
+        unit = ("conversations/s" if isinstance(doc.get("conversation"), dict) else
+                "job starts/s" if isinstance(doc.get("jobs"), dict) else unit)
         offered = (f"open loop {load.get('arrival')} at {_num(load.get('offered_rate_rps'))} "
                    f"{unit} offered (burstiness {load.get('burstiness')})")
     lines = [f"load: {how}; {offered}; achieved {_num(load.get('achieved_rate_rps'))} {unit}; "

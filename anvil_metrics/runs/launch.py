@@ -230,6 +230,8 @@ def plan_text(sc: Scenario, users: int) -> str:
         starts = (f"{sc.arrivals.arrival} job arrivals at {sc.arrivals.rate_rps:g}/s, at most "
                   f"{users} at once" if sc.arrivals is not None else f"{users} at once")
         load = f"agent jobs of {Path(sc.trace.path).name}, {starts}"
+        if sc.trace.start_at == "sampled":  # each job's prime is a warm-up of its own
+            return f"{end} (each at a sampled turn, primed by one warm-up), {load},"
     elif sc.trace is not None:
         load = (f"the trace {Path(sc.trace.path).name} at {sc.trace.speed:g}x, at most "
                 f"{users} in flight")

@@ -232,3 +232,16 @@ def test_an_open_loop_of_conversations_counts_first_turns_only_as_arrivals() -> 
     block = build_load(params, start, start + 10, np.zeros(6, dtype=bool), 0, empty, 0,
                        turn=turn)
     assert block["achieved_rate_rps"] == 1.0  # (3 - 1) / 2 s: the NULL one would make it 1.5
+
+
+def test_an_agent_replays_arrivals_are_its_jobs_first_requests():
+    """An open loop of agent jobs offers job starts: each job's earliest measured record
+    (in any order of the records) is its arrival, its later requests and sub-agents none."""
+    import numpy as np
+
+    from anvil_metrics.post.loadblock import job_starts
+
+    job = np.array([2, 0, 0, 1, 2, 1, 0], dtype=np.int64)
+    start = np.array([50, 10, 5, 30, 40, 35, 7], dtype=np.int64)
+    assert job_starts(job, start).tolist() == [0, 0, 1, 1, 1, 0, 0]
+    assert job_starts(job[:0], start[:0]).tolist() == []

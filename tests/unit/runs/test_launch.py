@@ -18,6 +18,7 @@ from rawbuild import HEADER, completed, failed, write_raw
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.load.scenario import Scenario
+from anvil_metrics.load.trace import TracePlan
 from anvil_metrics.post.benchmark import build_benchmark
 from anvil_metrics.post.rawread import read_raw
 from anvil_metrics.runs import launch
@@ -88,6 +89,11 @@ def test_the_child_gets_the_host_and_key_by_environment(tmp_path: Path,
     (_sc(duration_s=20.0, step_users=(1, 4), step_duration_s=10.0), 4,
      "for 20 s (0 warm-up), steps of 1, 4 users back to back, 10 s each,"),
     (_sc(), 2, "until stopped (Ctrl-C) (0 warm-up), 2 users back to back,"),
+    (_sc(trace=TracePlan("/d/jobs.jsonl", agent=True, jobs=60)), 16,
+     "60 jobs (0 warm-up), agent jobs of jobs.jsonl, 16 at once,"),
+    (_sc(trace=TracePlan("/d/jobs.jsonl", agent=True, jobs=60, start_at="sampled")), 16,
+     "60 jobs (each at a sampled turn, primed by one warm-up), agent jobs of "
+     "jobs.jsonl, 16 at once,"),
 ])
 def test_plan_text(sc: Scenario, users: int, want: str) -> None:
     assert launch.plan_text(sc, users) == want
