@@ -175,6 +175,13 @@ def raw_client_problems(client: Any) -> list[str]:
     return problems(block, Client | None, "client") or rule_problems(block)
 
 
+def _of_what(doc: Mapping[str, JsonValue]) -> str:
+    """What the concurrency counts where it is not requests: an agent replay's is jobs at
+    once, whose sub-agents put more requests in flight than that."""
+    return " jobs (their sub-agents' requests beside them)" if isinstance(
+        doc.get("jobs"), dict) else ""
+
+
 def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
     """The CLI's lines on the generator's health (none without loop-lag figures)."""
     client = doc.get("client") or {}
@@ -184,7 +191,8 @@ def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
         lines.append(f"client: event-loop lag p50 {lag.get('p50')} ms, p99 {lag.get('p99')} "
                      f"ms, max {lag['max']:.1f} ms; CPU {num(client.get('cpu_pct'), ',.1f')} "
                      f"%; achieved concurrency {num(client.get('achieved_concurrency'), ',.1f')}"
-                     f" of {doc.get('concurrency')}; verdict {client.get('verdict')}")
+                     f" of {doc.get('concurrency')}{_of_what(doc)}; verdict "
+                     f"{client.get('verdict')}")
     if client.get("saturated"):
         lines.append("WARNING: the load generator was saturated; these figures may include "
                      "its own delays, not only the server's (use --processes N or fewer "

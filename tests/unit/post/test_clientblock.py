@@ -40,3 +40,14 @@ def test_saturated_is_held_to_its_own_figures() -> None:
     assert problems[0].startswith("client.saturated: file has false, its own figures")
     assert rule_problems({**client, "saturated": True, "verdict": "fine"}) == [
         'client.verdict: "fine" does not say what saturated true says ("saturated: <why>")']
+
+
+def test_the_summary_says_an_agent_replays_concurrency_counts_jobs() -> None:
+    from anvil_metrics.post.clientblock import summary_lines
+
+    client = {"loop_lag_ms": {"p50": 0.1, "p99": 1.0, "max": 3.6}, "cpu_pct": 44.8,
+              "achieved_concurrency": 25.0, "verdict": "ok"}
+    plain = summary_lines({"client": client, "concurrency": 16})[0]
+    assert "achieved concurrency 25.0 of 16; verdict ok" in plain
+    agents = summary_lines({"client": client, "concurrency": 16, "jobs": {}})[0]
+    assert "25.0 of 16 jobs (their sub-agents' requests beside them); verdict ok" in agents
