@@ -15,9 +15,7 @@ import time
 from typing import Any
 
 import gevent
-import pytest
 
-from anvil_metrics.events import anvil_events
 from anvil_metrics.live.agentahead import JobTickets
 from anvil_metrics.live.agentrun import JobRun, Waits
 from anvil_metrics.live.control import RequestBudget, Ticket
@@ -56,17 +54,6 @@ def _job(tool_ms: float) -> Job:
     turns = tuple(Turn(t_s=k, input_tokens=100, output_tokens=10, tool_wait_ms=tool_ms)
                   for k in range(3))
     return Job("j", 64, (Session("root", turns),))
-
-
-@pytest.fixture
-def records() -> Any:
-    got: list[Any] = []
-
-    def keep(record: Any, **_: Any) -> None:
-        got.append(record)
-    anvil_events.request_record.add_listener(keep)
-    yield got
-    anvil_events.request_record.remove_listener(keep)
 
 
 def test_a_follow_up_is_asked_for_before_its_wait_ends_and_taken_at_once() -> None:
@@ -128,7 +115,7 @@ def test_in_one_process_nothing_is_asked_ahead() -> None:
     assert follow is not None and follow.request_index == 1 and budget.in_flight == 2
 
 
-def test_a_job_stopped_during_a_wait_records_the_ticket_it_held(records: list[Any]) -> None:
+def test_a_job_stopped_during_a_wait_records_the_ticket_it_held(fired: list[Any]) -> None:
     master = _Master()
     tickets = JobTickets(master, Ticket(0, False, 64, start=0), "h:1", _extra)
     job = Job("j", 64, (Session("root", _job(0).root.turns),
@@ -145,7 +132,7 @@ def test_a_job_stopped_during_a_wait_records_the_ticket_it_held(records: list[An
     gevent.sleep(TRIP_S * 3)
     tickets.close()
     assert len(master.asked_ns) == 2  # a's was never asked for
-    (record,) = records  # root's ticket, held: recorded and given back
+    (record,) = fired  # root's ticket, held: recorded and given back
     assert record.request_index == 1 and record.failure.kind == "cancelled"
     assert record.extra == {"job": 3, "session": "root", "turn": 2, "tool_wait_ns": None,
                             "join_wait_ns": None}
