@@ -96,6 +96,24 @@ def test_partial_coverage_is_stated_and_per_token_figures_null(tmp_path: Path) -
         assert e[key] is None and "cover 75.0% of the window" in e["null_reasons"][key]
     assert e["failed_samples"] == 1 and "1 of " in e["null_reasons"]["readings"]
     assert e["idle"] is None and e["null_reasons"]["idle"].startswith("no idle baseline")
+    lines = summary_lines({"energy": e})
+    assert lines[0].startswith("energy: 2 GPUs (dcgm), 5,250 J over 10.0 s (coverage 75.0%); "
+                               "mean null W, peak 700 W; null J/output token, null tok/J")
+    assert lines[1] == f"energy: {e['null_reasons']['coverage']}"
+    assert "127.0.0.1:9400/1 50.0%" in lines[1]
+
+
+def test_a_counter_reset_is_said_and_nulls_the_per_token_figures(tmp_path: Path) -> None:
+    def reset(t: float) -> float:
+        return _joules(t) if t < 10.2 else _joules(t) - _joules(10.2)
+
+    e = _doc(tmp_path, series(1, range(0, 16 * S + 1, S // 2), {6 * S: "first",
+                                                                 16 * S: "last"},
+                              _watts, reset))["energy"]
+    assert e["gpus"][0]["counter_resets"] == 1 and e["coverage"] == 0.95
+    assert e["energy_j"] == pytest.approx(WATTS * 9.5)
+    assert e["j_per_output_token"] is None
+    assert "1 counter reset(s) not counted" in e["null_reasons"]["j_per_output_token"]
 
 
 def test_without_the_window_marks_every_figure_is_null(tmp_path: Path) -> None:
