@@ -27,12 +27,14 @@ import numpy as np
 
 from anvil_metrics import summaryfigures
 from anvil_metrics.campaign.checkplan import checks_file
+from anvil_metrics.compare.runs import read_run
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import read_json
 from anvil_metrics.post.docscan import verify_file
 from anvil_metrics.post.significance import RESAMPLES, bootstrap_mean_ci
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import PALETTE
+from anvil_metrics.report.frontier import Curve, frontier_section, run_load, run_point
 from anvil_metrics.report.page import Figure, Section, Table
 from anvil_metrics.summary.decide import (
     DELTAS,
@@ -351,6 +353,17 @@ def page_text(d: CampaignData) -> tuple[str, list[str], list[str]]:
     return f"anvil campaign {c.get('name') or d.folder.name}", lines, sources
 
 
+def campaign_curves(d: CampaignData) -> list[Curve]:
+    """One curve of the frontier per variant: each of its runs a point, from its own file."""
+    curves = []
+    for vid, files in d.run_files.items():
+        runs = [read_run(d.folder / f) for f in files]
+        curves.append(Curve(vid, tuple(
+            run_point(r.doc, r.rows, f"run {i + 1}", run_load(r.doc))
+            for i, r in enumerate(runs))))
+    return curves
+
+
 def campaign_page(folder: Path, verify: Callable[[Path], list[str]] = verify_file
                   ) -> tuple[str, list[str], list[Section], list[str]]:
     """(title, lines under it, sections, source files) of a campaign's report."""
@@ -360,6 +373,8 @@ def campaign_page(folder: Path, verify: Callable[[Path], list[str]] = verify_fil
     sections = [Section("Decision", tables=by["Decision"]),
                 Section("Performance", tables=by["Performance"],
                         figures=(variants_figure(d), deltas_figure(d)))]
+    sections.append(frontier_section(campaign_curves(d), [
+        f for files in d.run_files.values() for f in files]))
     if EXTRA in by:
         sections.append(Section(EXTRA, tables=by[EXTRA]))
     return title, lines, sections, sources

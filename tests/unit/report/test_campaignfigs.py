@@ -71,7 +71,7 @@ def test_campaign_tables_hold_the_summarys_values(campaign) -> None:
 
 def test_campaign_figures_are_valid_pngs(campaign) -> None:
     _, report, page = campaign
-    check_pngs(report, page, ["campaign-variants.png", "campaign-deltas.png"])
+    check_pngs(report, page, ["campaign-variants.png", "campaign-deltas.png", "frontier.png"])
 
 
 def test_without_summary_json_it_is_computed_and_said(campaign, tmp_path: Path) -> None:
