@@ -41,6 +41,7 @@ from anvil_metrics.summary.decide import (
     DISPLAY_DECIMALS,
     IMPROVEMENT_GATES,
     OFF,
+    OPTIONAL,
     PASSING,
     ROW_METRICS,
 )
@@ -144,12 +145,15 @@ def _role(d: CampaignData, vid: str) -> str:
 def variants_figure(d: CampaignData) -> Figure:
     seed, resamples = _bootstrap(d.summary)
     rows = d.summary["performance"]
-    fig, axes = draw.new((10.0, 7.0), ncols=3, nrows=2)
-    for k, (field, metric) in enumerate(ROW_METRICS):
+    shown = [(field, metric) for field, metric in ROW_METRICS
+             if field not in OPTIONAL or any(field in r for r in rows)]
+    nrows = -(-len(shown) // 3)
+    fig, axes = draw.new((10.0, 3.5 * nrows), ncols=3, nrows=nrows)
+    for k, (field, metric) in enumerate(shown):
         ax = axes[k // 3][k % 3]
         for i, (row, v) in enumerate(zip(rows, d.read.variants, strict=True)):
             colour = _colour(d, row)
-            runs = [(r.get("metrics") or {}).get(metric) for r in v.runs]
+            runs = [summaryfigures.run_figure(r, metric) for r in v.runs]
             values = [float(x) for x in runs if isinstance(x, int | float)]
             if row.get(field) is None:
                 ax.text(i, 0, "null", ha="center", va="bottom", fontsize=7)
@@ -287,7 +291,8 @@ def tables(d: CampaignData) -> dict[str, tuple[Table, ...]]:
                               g["outcome"]) for g in gates),
                        classes=tuple("pass" if g["outcome"] in PASSING else "fail"
                                      for g in gates))
-    fields = [f for f, _ in ROW_METRICS]
+    fields = [f for f, _ in ROW_METRICS
+              if f not in OPTIONAL or any(f in r for r in s["performance"])]
     perf = Table("Performance (mean of run medians)", ("variant", "runs", *fields),
                  tuple((f"{r['model']}/{r['speculation']}", str(r.get("runs")),
                         *(display(f, r.get(f)) for f in fields)) for r in s["performance"]))

@@ -40,7 +40,7 @@ from anvil_metrics.report.page import Figure, Section, Table, cell
 X_KEY, Y_KEY = "decode_tok_s_p50", "output_tok_s_per_gpu"
 X_LABEL = "tok/s per user (p50 of decode_tok_s: 1 / TPOT)"
 Y_LABEL = "output tok/s per GPU"
-ENERGY_FIGURE = ("energy", "j_per_output_token")  # post/energyblock.py (issue 49 item 2)
+ENERGY_FIGURE = ("energy", "j_per_output_token")  # the energy block's (issue 49 item 2)
 BAND_RESAMPLES, MAX_ROWS, SEED = 200, 10_000, 49
 
 Band = tuple[float, float] | None

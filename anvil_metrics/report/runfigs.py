@@ -32,8 +32,8 @@ from anvil_metrics.post.postprocess import BENCHMARK_FILE, RAW_FILE, build_run
 from anvil_metrics.post.rawcolumns import COL, NULL
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS
-from anvil_metrics.report.jobsfigs import jobs_section, read_jobs, verdict_text
 from anvil_metrics.report.frontier import frontier_section, sweep_curve
+from anvil_metrics.report.jobsfigs import jobs_section, read_jobs, verdict_text
 from anvil_metrics.report.page import Figure, Section, Table, cell
 from anvil_metrics.telemetry.livegauges import live_gauges
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, read_samples

@@ -68,7 +68,8 @@ def _figure_rows() -> Text:
     (`summaryfigures.py`: a figure added there is described here without another edit)."""
     out: Text = {}
     for f in summaryfigures.SUMMARY_FIGURES:
-        out[f.name] = (f.unit, f"mean over the variant's runs of each run's metrics.{f.metric} "
+        out[f.name] = (f.unit, "mean over the variant's runs of each run's "
+                               f"{summaryfigures.figure_source(f.metric)} "
                                f"({f.long_label})")
         if f.delta:
             base = f.delta.removesuffix("_percent")

@@ -15,7 +15,13 @@ import numpy as np
 import pytest
 from comparebuild import run_of
 
-from anvil_metrics.compare.runs import PERCENTILE_FIGURES, SCHEMA, compare_runs, read_run
+from anvil_metrics.compare.runs import (
+    PERCENTILE_FIGURES,
+    RUN_FIGURES,
+    SCHEMA,
+    compare_runs,
+    read_run,
+)
 from anvil_metrics.errors import UsageError
 
 
@@ -75,8 +81,9 @@ def test_the_document_is_the_same_for_the_same_runs_and_seed(tmp_path: Path, dra
     assert all(f["vs_baseline"][0] is None for f in first["figures"])
     names = [f["name"] for f in first["figures"]]
     order = [name for name, _, _ in PERCENTILE_FIGURES]
-    assert names[:-1] == sorted(names[:-1], key=order.index)  # the catalogue's order
-    assert names[-1] == "throughput_tok_s"  # one value a run: no interval
+    cut = names.index("throughput_tok_s")  # then the run figures: one value a run
+    assert names[:cut] == sorted(names[:cut], key=order.index)  # the catalogue's order
+    assert names[cut:] == [n for n in RUN_FIGURES if n in names[cut:]]
     assert ttft(first, "throughput_tok_s")["vs_baseline"][1]["ci"] is None
     assert ttft(first)["vs_baseline"][2]["change"] == "better"
 

@@ -65,6 +65,7 @@ def test_a_document_names_its_file() -> None:
 
 
 UNITS = {"", "ms", "s", "tok", "tok/s", "req/s", "%", "ratio", "chunks", "chunks/s", "rows",
+         "USD/Mtok", "USD", "h", "J/tok",
          "jobs/h"}
 
 
