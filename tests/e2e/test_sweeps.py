@@ -227,3 +227,31 @@ def test_capacity_report_of_the_real_search(capacity_run: tuple[Any, float],
                 f'<td class="src">{hashlib.sha256(data).hexdigest()}</td></tr>') in page
     # as its reader opens it: headless Chromium, offline, every figure shown
     view_report(report.html_path, tmp_path, "report-capacity-search.png")
+
+
+def test_a_sweep_per_gpu_and_its_frontier(sim: SimProcess, tmp_path: Path) -> None:
+    """--gpus and --gpu-hour-price on a real sweep: each step's per-GPU figures are its own
+    throughput ÷ gpus, the file verifies, and the report's frontier points are the steps'."""
+    from anvil_metrics.report.frontier import sweep_curve
+    from anvil_metrics.report.runfigs import load_run
+
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    proc = anvil("run", str(sc), "--host", sim.url, "--steps", "1,4", "--step-duration", "1s",
+                 "--gpus", "2", "--gpu-hour-price", "2.5", "--results-dir", str(tmp_path),
+                 timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"per GPU \(2\): [\d,.]+ output tok/s, [\d.]+ req/s; per user: ", proc.stdout)
+    path = result_path(proc)
+    doc = load_json(path)
+    assert verify_benchmark(doc) == []
+    wall_h = doc["wall_clock_ms"] / 3_600_000
+    assert doc["metrics"]["usd_per_m_output_tokens"] == (
+        2.5 * 2 * wall_h / doc["metrics"]["output_tokens"] * 1e6)
+    curve = sweep_curve(doc, load_run(path.parent).rows, "sweep")
+    for p, s in zip(curve.points, doc["steps"], strict=True):
+        assert s["metrics"]["output_tok_s_per_gpu"] == s["metrics"]["throughput_tok_s"] / 2
+        assert (p.x, p.y) == (s["metrics"]["decode_tok_s_p50"],
+                              s["metrics"]["output_tok_s_per_gpu"])
+    print("\n[per GPU sweep] " + "; ".join(
+        f"{s['users']} users: {s['metrics']['output_tok_s_per_gpu']:.1f} tok/s/GPU at "
+        f"{s['metrics']['decode_tok_s_p50']:.1f} tok/s/user" for s in doc["steps"]))
