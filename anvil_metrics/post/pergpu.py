@@ -127,6 +127,8 @@ def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list
                 problems.append(f"{where}.{key}: set, but the file has no per_gpu block")
         return
     gpus, price = got.get("gpus"), got.get("gpu_hour_price_usd")
+    if type(gpus) is not int or gpus < 1 or not (price is None or type(price) is float):
+        return  # the block's type check names it
     want = block(gpus, price, doc.get("wall_clock_ms"))
     for key, value in want.items():
         if not same(got.get(key), value):

@@ -74,3 +74,10 @@ def test_verify_names_a_changed_figure(tmp_path: Path) -> None:
     assert "steps[1].metrics.output_tok_s_per_gpu" in problems
     del doc["per_gpu"]
     assert any("set, but the file has no per_gpu block" in p for p in verify_benchmark(doc))
+
+
+def test_verify_of_a_block_of_the_wrong_type_says_so_once(tmp_path: Path) -> None:
+    doc = _run(tmp_path, gpus=2)
+    doc["per_gpu"]["gpus"] = "two"
+    problems = verify_benchmark(doc)
+    assert problems and any("per_gpu.gpus" in p for p in problems)
