@@ -96,3 +96,19 @@ def test_a_run_that_is_not_there_or_no_benchmark_is_one_line(tmp_path: Path) -> 
         read_run(tmp_path / "x.json")
     with pytest.raises(UsageError, match="1 run given; pass two or more"):
         compare_runs([run_of(tmp_path / "a", np.full(5, 100.0))])
+
+
+def test_the_energy_blocks_joules_per_token_is_compared(tmp_path: Path, draws) -> None:
+    """A run figure outside `metrics` (energy.j_per_output_token: summaryfigures'
+    BLOCK_FIGURES) is read from its block, in its direction, and printed with its unit."""
+    from anvil_metrics.compare.text import compare_lines
+
+    runs = [run_of(tmp_path / "a", draws), run_of(tmp_path / "b", draws)]
+    for run, joules in zip(runs, (0.5, 0.4), strict=True):
+        run.doc["energy"] = {"j_per_output_token": joules}
+    got = compare_runs(runs, seed=1)
+    j = next(f for f in got["figures"] if f["name"] == "j_per_output_token")
+    assert (j["unit"], j["better"], j["values"]) == ("J/tok", "lower", [0.5, 0.4])
+    assert j["vs_baseline"][1]["change"] == "better"
+    assert any(line.startswith("j_per_output_token (J/tok)") and " 0.5 " in line
+               for line in compare_lines(got))
