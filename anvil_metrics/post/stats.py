@@ -158,6 +158,12 @@ def per_user(rows: RowColumns) -> dict[str, float | None]:
             "decode_tok_s_weighted": _rate(after_first, seconds)}
 
 
+# keys added on their own (not a percentile of an added row field, which rows without the
+# field lack): a file written before one lacks it, in `metrics` and in each step's
+ADDED_KEYS = frozenset(a.name for a in catalog.AGGREGATES
+                       if a.added and not a.conditional and not set(a.inputs) & catalog.ADDED)
+
+
 def expected_keys(absent: frozenset[str]) -> frozenset[str]:
     """The `metrics` keys of rows that lack the `absent` added fields."""
     return frozenset(a.name for a in catalog.AGGREGATES

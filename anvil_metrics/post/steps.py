@@ -169,6 +169,8 @@ def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list
             got = b.get(key)
             if key == "metrics" and isinstance(got, dict):  # per_gpu's keys: pergpu.verify
                 got = {k: v for k, v in got.items() if k not in PER_GPU_KEYS}
+                value = {k: v for k, v in value.items()  # keys added after the file
+                         if k in got or k not in stats.ADDED_KEYS}
             if not same(got, value):
                 problems.append(f"steps[{i}].{key}: file has {fmt(b.get(key))}, recomputed "
                                 f"{fmt(value)} from the rows of step {i}")

@@ -81,3 +81,14 @@ def test_verify_of_a_block_of_the_wrong_type_says_so_once(tmp_path: Path) -> Non
     doc["per_gpu"]["gpus"] = "two"
     problems = verify_benchmark(doc)
     assert problems and any("per_gpu.gpus" in p for p in problems)
+
+
+def test_a_file_written_before_the_per_user_keys_still_verifies(tmp_path: Path) -> None:
+    """decode_tok_s_mean and decode_tok_s_weighted are added keys: a stepped file from
+    before them (its metrics and its steps' metrics lack both) verifies."""
+    doc = _run(tmp_path)
+    for m in (doc["metrics"], *(s["metrics"] for s in doc["steps"])):
+        del m["decode_tok_s_mean"], m["decode_tok_s_weighted"]
+    assert verify_benchmark(doc) == []
+    doc["steps"][0]["metrics"]["decode_tok_s_mean"] = 1.0  # present: recomputed
+    assert any(p.startswith("steps[0].metrics") for p in verify_benchmark(doc))
