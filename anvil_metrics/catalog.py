@@ -402,6 +402,26 @@ class Aggregate:
     better: str | None = None
 
 
+_GPU = "; only with gpus (the per_gpu block)"
+# per GPU and per dollar: the run's own figures over its measured window (`wall_clock_ms`;
+# a step's: its own), set by `post/pergpu.py` where the run names its GPUs
+PER_GPU_AGGREGATES: tuple[Aggregate, ...] = (
+    Aggregate("output_tok_s_per_gpu", "tok/s", f"throughput_tok_s / gpus{_GPU}",
+              ("output_tokens",), added=True, conditional=True, better="higher"),
+    Aggregate("requests_s_per_gpu", "req/s", "completed / (wall_clock_ms / 1000) / gpus"
+              + _GPU, (), added=True, conditional=True, better="higher"),
+    Aggregate("usd_per_m_output_tokens", "USD/Mtok", "gpu_hour_price_usd × gpus × "
+              "(wall_clock_ms / 3600000) / output_tokens × 1e6: the window's GPU-hours all "
+              f"charged to the output tokens; null without a price{_GPU}", ("output_tokens",),
+              added=True, conditional=True, better="lower"),
+    Aggregate("usd_per_m_input_tokens", "USD/Mtok", "gpu_hour_price_usd × gpus × "
+              "(wall_clock_ms / 3600000) / prompt_tokens × 1e6: the same GPU-hours all "
+              "charged to the prompt tokens (each figure on its own, as a price list's); null "
+              f"without a price or prompt tokens{_GPU}", ("prompt_tokens",), added=True,
+              conditional=True, better="lower"),
+)
+
+
 def _aggregates() -> tuple[Aggregate, ...]:
     out = [Aggregate(name, f.unit, f"nearest-rank p{p} of {f.name} over the rows that have "
                      "it", (f.name,), f.presence == "added", better=f.better)
@@ -430,6 +450,17 @@ def _aggregates() -> tuple[Aggregate, ...]:
                   "fsum(cached_tokens / prompt_tokens) / rows, over the rows that have "
                   "cached_tokens and a positive prompt_tokens",
                   ("cached_tokens", "prompt_tokens")),
+        Aggregate("decode_tok_s_mean", "tok/s", "fsum(decode_tok_s) / rows, over the rows "
+                  "that have it: tok/s per user, each request's own (InferenceX's "
+                  "interactivity, 1 / TPOT)", ("output_tokens", "e2e_ms",
+                                               "time_to_first_output_ms"),
+                  added=True, better="higher"),
+        Aggregate("decode_tok_s_weighted", "tok/s", "Σ (output_tokens − 1) / fsum(generation_ms"
+                  " / 1000), over the rows that have a decode_tok_s: tok/s per user weighted "
+                  "by each request's generation time (its time in flight after the first "
+                  "output)", ("output_tokens", "e2e_ms", "time_to_first_output_ms"),
+                  added=True, better="higher"),
+        *PER_GPU_AGGREGATES,
         Aggregate("goodput_rps", "req/s",
                   "requests meeting every goodput criterion / (wall_clock_ms / 1000); only "
                   "when criteria were given (goodput.criteria)", (), added=True,

@@ -19,9 +19,48 @@ improvement is a rise for a rate and a fall for a time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from anvil_metrics.catalog import AGGREGATES_BY_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class BlockFigure:
+    """A run's figure outside its `metrics`: `doc[block][key]`, its unit and direction
+    (the energy block's joules per output token, issue 49 item 2)."""
+
+    name: str
+    block: str
+    key: str
+    unit: str
+    better: str
+
+
+BLOCK_FIGURES: dict[str, BlockFigure] = {f.name: f for f in (
+    BlockFigure("j_per_output_token", "energy", "j_per_output_token", "J/tok", "lower"),)}
+
+
+def run_figure(doc: Mapping[str, Any], name: str) -> Any:
+    """A run's figure by name: a `BLOCK_FIGURES` entry's block value, else `metrics[name]`
+    (None where the run lacks it)."""
+    f = BLOCK_FIGURES.get(name)
+    where = doc.get("metrics") if f is None else doc.get(f.block)
+    return where.get(name if f is None else f.key) if isinstance(where, Mapping) else None
+
+
+def figure_source(name: str) -> str:
+    """Where a run's figure is read, as words say it: `metrics.<key>` or `<block>.<key>`."""
+    f = BLOCK_FIGURES.get(name)
+    return f"metrics.{name}" if f is None else f"{f.block}.{f.key}"
+
+
+def unit_and_better(name: str) -> tuple[str, str | None]:
+    """A run figure's unit and direction, from its aggregate or its `BLOCK_FIGURES` entry."""
+    f = BLOCK_FIGURES.get(name)
+    a = AGGREGATES_BY_NAME[name] if f is None else f
+    return a.unit, a.better
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +70,9 @@ class SummaryFigure:
     `label` (summary.md's column) or `long_label` (the report's panel title). `better` is
     its metric's (`Aggregate.better`); `delta`, if any, is the row field of its change
     against the speculation-off variant, in percent, shown to `DELTA_DECIMALS` places;
-    `added` figures are anvil's own, absent from the spec's example."""
+    `added` figures are anvil's own, absent from the spec's example; an `optional` one (a
+    figure only some runs have: per GPU, per dollar, per joule) is left out of a row whose
+    runs all lack it, and its column out of summary.md where no row has it."""
 
     name: str
     unit: str
@@ -41,10 +82,11 @@ class SummaryFigure:
     metric: str
     delta: str = ""
     added: bool = False
+    optional: bool = False  # left out of a row whose runs all lack it, and of summary.md
 
     @property
     def better(self) -> str | None:
-        return AGGREGATES_BY_NAME[self.metric].better
+        return unit_and_better(self.metric)[1]
 
 
 DELTA_DECIMALS = 1
@@ -61,6 +103,14 @@ SUMMARY_FIGURES: tuple[SummaryFigure, ...] = (
                   "aggregate output (tok/s)", "throughput_tok_s"),
     SummaryFigure("prompt_tokens_p50", "tok", 0, "prompt tokens",
                   "prompt tokens p50 (server-counted)", "prompt_tokens_p50", added=True),
+    # per GPU, per dollar and per joule (issue 49): null without --gpus, a price, energy
+    SummaryFigure("output_tok_s_per_gpu", "tok/s", 1, "output tok/s/GPU",
+                  "output per GPU (tok/s)", "output_tok_s_per_gpu", added=True, optional=True),
+    SummaryFigure("usd_per_m_output_tokens", "USD/Mtok", 4, "$/M output tok",
+                  "cost per million output tokens (USD)", "usd_per_m_output_tokens",
+                  added=True, optional=True),
+    SummaryFigure("j_per_output_token", "J/tok", 4, "J/output tok",
+                  "energy per output token (J)", "j_per_output_token", added=True, optional=True),
 )
 SUMMARY_BY_NAME: dict[str, SummaryFigure] = {f.name: f for f in SUMMARY_FIGURES}
 
@@ -73,6 +123,9 @@ IMPROVEMENT_GATE_FIGURES: tuple[tuple[str, str], ...] = (
     ("decode_p50_improvement_percent", "decode_tok_s_p50"),
     ("effective_prefill_p50_improvement_percent", "effective_prefill_tok_s_p50"),
     ("aggregate_output_improvement_percent", "aggregate_output_tok_s"),
+    ("output_per_gpu_improvement_percent", "output_tok_s_per_gpu"),
+    ("usd_per_m_output_improvement_percent", "usd_per_m_output_tokens"),
+    ("j_per_output_token_improvement_percent", "j_per_output_token"),
 )
 IMPROVEMENT_GATES: dict[str, tuple[str, bool]] = {
     gate: (name, SUMMARY_BY_NAME[name].better == "higher")

@@ -154,6 +154,9 @@ def locust_runner(campaign: Campaign, environ: Mapping[str, str],
     def run(r: CampaignRun, v: Variant, run_dir: Path) -> str | None:
         values: dict[str, Any] = {o.dest: o.default for o in LOCUST_OPTIONS if not o.secret}
         values.update(scenario=campaign.scenario_path, model=v.served_model)
+        if v.gpus is not None:  # as --gpus and --gpu-hour-price: over the scenario's meta
+            values.update(gpus=str(v.gpus), gpu_hour_price=None if v.gpu_hour_price is None
+                          else str(v.gpu_hour_price))
         key = api_key(v, environ)  # never on a command line
         host = v.endpoint.base_url
         opts = run_options(values, host=host, users=None, api_key=key)

@@ -25,6 +25,8 @@ the field, the bad value and what is allowed. The CLI prints it; nothing here pr
     host = "http://127.0.0.1:8000"          # credentials in it are used, never shown
     before_run = "switch-placement first"   # optional shell command before each of its runs
     api_key_env = "GPU_A_KEY"               # optional: the variable holding its API key
+    gpus = 8                                # optional: its runs' --gpus (per-GPU figures)
+    gpu_hour_price = 2.49                   # optional, beside gpus: its runs' --gpu-hour-price
 
     [gates]                                 # at least one; the names and meanings: GATES
     e2e_p50_improvement_percent = 10
@@ -102,7 +104,8 @@ assert set(GATES) == set(KNOWN_GATES), "campaign and summary disagree on the gat
 
 _TOP_KEYS = ("name", "scenario", "runs_per_variant", "placements", "order", "baseline",
              "candidate", "incumbent", "facts", "variants", "gates", "restoration", "checks")
-_VARIANT_KEYS = ("model", "served_model", "speculation", "host", "before_run", "api_key_env")
+_VARIANT_KEYS = ("model", "served_model", "speculation", "host", "before_run", "api_key_env",
+                 "gpus", "gpu_hour_price")
 _RESTORATION_KEYS = ("aliases", "host")
 
 
@@ -126,6 +129,8 @@ class Variant:
     endpoint: Endpoint  # its `base_url` is safe to show; `userinfo_key` is not
     before_run: str | None = None
     api_key_env: str | None = None
+    gpus: int | None = None  # its runs' --gpus (TP1 against TP2: each variant its own)
+    gpu_hour_price: float | None = None  # its runs' --gpu-hour-price, only beside gpus
 
     @property
     def id(self) -> str:
@@ -235,9 +240,27 @@ def _variant(p: _Problems, raw: Any, where: str) -> Variant | None:
         p.bad(f"{where}.api_key_env", key_env, "an environment variable's name, e.g. GPU_A_KEY")
         key_env = None
     endpoint = _host(p, raw.get("host"), f"{where}.host", required=True)
+    gpus, price = _hardware(p, raw, where)
     if model is None or served is None or spec is None or endpoint is None:
         return None
-    return Variant(model, served, spec, endpoint, before, key_env)
+    return Variant(model, served, spec, endpoint, before, key_env, gpus, price)
+
+
+def _hardware(p: _Problems, raw: dict, where: str) -> tuple[int | None, float | None]:
+    """A variant's `gpus` (a whole number >= 1) and `gpu_hour_price` (USD > 0, with gpus):
+    its runs' --gpus and --gpu-hour-price, for the per-GPU and $ per million figures."""
+    gpus, price = raw.get("gpus"), raw.get("gpu_hour_price")
+    if gpus is not None and (type(gpus) is not int or gpus < 1):
+        p.bad(f"{where}.gpus", gpus, "a whole number >= 1 (the GPUs serving the variant)")
+        gpus = None
+    if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)
+                              or not math.isfinite(price) or price <= 0):
+        p.bad(f"{where}.gpu_hour_price", price, "a number > 0 (USD per GPU-hour)")
+        price = None
+    elif price is not None and raw.get("gpus") is None:
+        p.bad(f"{where}.gpu_hour_price", price, "a price only beside the variant's gpus")
+        price = None
+    return gpus, None if price is None else float(price)
 
 
 def _raw_id(raw: Any) -> str | None:

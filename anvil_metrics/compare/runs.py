@@ -13,7 +13,8 @@ Definitions (`compare_runs`):
 
 - A run is a `benchmark.json` or a folder holding one; the first is the baseline.
 - The figures are the `metrics` keys that are percentiles of a row field (the catalogue's
-  aggregates, in its order), then `throughput_tok_s` and `goodput_rps`; a figure null in
+  aggregates, in its order), then the run figures (`RUN_FIGURES`: throughput, goodput,
+  tok/s per user, the per-GPU and per-dollar keys, energy.j_per_output_token); a figure null in
   every run is left out. `values` are the documents' own figures.
 - `delta` is `value − baseline`, `delta_pct` is `100 × (value / baseline − 1)` (null when
   either is null or the baseline is 0); `change` is "better" or "worse" by the catalogue's
@@ -47,10 +48,12 @@ from anvil_metrics.post.benchmark import load_benchmark
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.significance import CONFIDENCE, percentile_interval
 from anvil_metrics.post.stats import nearest_rank_index
+from anvil_metrics.summaryfigures import BLOCK_FIGURES, run_figure, unit_and_better
 
 SCHEMA = "anvil-serving.compare/v1"
 MAX_VALUES = 10_000
-RUN_FIGURES = ("throughput_tok_s", "goodput_rps")
+RUN_FIGURES = ("throughput_tok_s", "goodput_rps", "decode_tok_s_mean", "decode_tok_s_weighted",
+               *(a.name for a in catalog.PER_GPU_AGGREGATES), *BLOCK_FIGURES)
 # (metrics key, row field, percentile) of every percentile aggregate, in the catalogue's order
 PERCENTILE_FIGURES: tuple[tuple[str, str, int], ...] = tuple(
     (name, f.name, p) for f in catalog.ROW if f.percentiles
@@ -137,18 +140,18 @@ def compare_runs(runs: list[ComparedRun], *, seed: int = 0, resamples: int = RES
     keys = [(name, field, p) for name, field, p in PERCENTILE_FIGURES] + [
         (name, None, None) for name in RUN_FIGURES]
     for position, (name, field, p) in enumerate(keys):
-        values = [(r.doc.get("metrics") or {}).get(name) for r in runs]
+        values = [run_figure(r.doc, name) for r in runs]
         values = [v if isinstance(v, int | float) and math.isfinite(v) else None
                   for v in values]
         if all(v is None for v in values):
             continue
-        agg = catalog.AGGREGATES_BY_NAME[name]
+        unit, better = unit_and_better(name)
         versus: list[dict[str, Any] | None] = [None]
         for i in range(1, len(runs)):
             ci = None if field is None or p is None or None in (values[0], values[i]) else (
                 _interval(runs, field, p, i, seed, position, resamples, confidence))
-            versus.append(_versus(values[0], values[i], agg.better, ci))
-        figures.append({"name": name, "unit": agg.unit, "better": agg.better,
+            versus.append(_versus(values[0], values[i], better, ci))
+        figures.append({"name": name, "unit": unit, "better": better,
                         "values": values, "vs_baseline": versus})
     return {"schema": SCHEMA, "baseline": 0, "seed": seed, "resamples": resamples,
             "confidence": confidence, "max_values": MAX_VALUES,

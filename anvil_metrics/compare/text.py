@@ -11,6 +11,7 @@ from typing import Any
 
 from anvil_metrics import catalog
 from anvil_metrics.compare.runs import PERCENTILE_FIGURES
+from anvil_metrics.summaryfigures import unit_and_better
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _FIELD_OF = {name: (field, p) for name, field, p in PERCENTILE_FIGURES}
@@ -22,11 +23,17 @@ def figure_label(name: str) -> str:
         field, p = _FIELD_OF[name]
         f = catalog.BY_NAME[field]
         return f"{f.label or f.name} p{p} ({f.unit})" if f.unit else f"{f.label} p{p}"
-    agg = catalog.AGGREGATES_BY_NAME[name]
-    return f"{name.removesuffix('_tok_s').removesuffix('_rps')} ({agg.unit})"
+    unit, _ = unit_and_better(name)
+    return f"{name.removesuffix('_tok_s').removesuffix('_rps')} ({unit})"
 
 
-def _num(v: float | None) -> str:
+# figures well below 1 (dollars per million tokens, joules per token): significant digits
+SMALL_UNITS = frozenset({"USD/Mtok", "J/tok"})
+
+
+def _num(v: float | None, unit: str = "") -> str:
+    if v is not None and unit in SMALL_UNITS:
+        return f"{v:.4g}"
     return "null" if v is None else f"{v:,.1f}"
 
 
@@ -57,7 +64,7 @@ def compare_lines(result: dict[str, Any]) -> list[str]:
     lines.append(head + "".join(f"   change {x} (Δ, Δ%, {100 * result['confidence']:g} % "
                                 f"interval of Δ)" for x in others))
     for f in result["figures"]:
-        row = f"{figure_label(f['name']):<{width}}" + "".join(f"{_num(v):>12}"
+        row = f"{figure_label(f['name']):<{width}}" + "".join(f"{_num(v, f['unit']):>12}"
                                                               for v in f["values"])
         row += "".join(f"   {_versus(v)}" for v in f["vs_baseline"][1:])
         lines.append(row)

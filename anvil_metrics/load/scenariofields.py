@@ -172,6 +172,7 @@ _ROWS: tuple[Field, ...] = (
     Field("dataset.format", choice(*DATASET_FORMATS)),
     *(Field(f"meta.{k}", TEXT) for k in META_KEYS),
     Field("meta.gpus", whole(1)),
+    Field("meta.gpu_hour_price", positive),
     Field("headers", TABLE, {}),
     *(Field(f"timeouts.{f.name}", seconds_or_off if f.name == "stuck_after_s"
             else number("a finite number of seconds > 0"), f.default)
@@ -348,6 +349,8 @@ FLAGS: tuple[Flag, ...] = (
          "given)"),
     Flag("--gpus", "meta.gpus", "how many GPUs serve the run, a whole number >= 1 "
          "(recorded as the run's gpus; the jobs block's per-GPU figures)"),
+    Flag("--gpu-hour-price", "meta.gpu_hour_price", "the price of one GPU-hour in USD, a "
+         "number > 0, with --gpus (gives $ per million output and input tokens)"),
     Flag("--tier", "meta.tier", "the serving tier, as your team names it (recorded as "
          "given)"),
     Flag("--manifest", "meta.manifest", "the deployment manifest this server came from "

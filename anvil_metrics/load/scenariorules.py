@@ -318,9 +318,13 @@ def _chat_only(key: str, path: str, v: Doc, src: str | None) -> None:
 
 
 def meta(data: Doc, v: Doc, src: str | None) -> None:
-    """[meta]: what was measured, each a string (gpus: a whole number >= 1; any left out:
-    unknown), as given."""
+    """[meta]: what was measured, each a string (gpus: a whole number >= 1; gpu_hour_price:
+    USD > 0, only beside gpus; any left out: unknown), as given."""
     v["meta"] = dict(data.get("meta", {}))
+    price = v["meta"].get("gpu_hour_price")
+    if price is not None and v["meta"].get("gpus") is None:
+        raise _err("meta.gpu_hour_price", price, "a price only beside meta.gpus (--gpus N): "
+                   "$ per million tokens is price × gpus × hours ÷ tokens", src)
 
 
 def headers(data: Doc, v: Doc, src: str | None) -> None:

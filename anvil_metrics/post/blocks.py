@@ -23,6 +23,7 @@ from anvil_metrics.post import (
     jobsblock,
     loadblock,
     mixblock,
+    pergpu,
     steady,
     steps,
     traceblock,
@@ -38,6 +39,12 @@ BLOCKS: tuple[Block, ...] = (
           "one block per step of a stepped run (a sweep or a load shape); a request belongs "
           "to the step in force when it started; absent without steps",
           steps.build, steps.verify),
+    # after `steps`: it sets the per-GPU keys of each step's metrics too
+    Block("per_gpu", pergpu.PerGpu | None,
+          "the inputs of the per-GPU and per-dollar metrics (output_tok_s_per_gpu, "
+          "requests_s_per_gpu, usd_per_m_output_tokens, usd_per_m_input_tokens): gpus, the "
+          "GPU-hour price, the window and its GPU-hours (post/pergpu.py); absent without "
+          "gpus", pergpu.build, pergpu.verify, pergpu.summary_lines),
     Block("conversation", conversations.Conversation | None,
           "a multi-turn run's conversations and each turn's figures; absent without a "
           "[conversation]", conversations.build, conversations.verify,

@@ -43,7 +43,7 @@ Definitions:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -115,6 +115,22 @@ def bootstrap_mean_ci(values: Sequence[float], *, seed: int, resamples: int = RE
         return None
     means = _resampled_means(np.random.default_rng(seed), values, resamples)
     return percentile_interval(means, confidence)
+
+
+def bootstrap_rows_ci(n: int, statistics: Callable[[Any], Sequence[float | None]], *,
+                      seed: int, resamples: int = RESAMPLES, confidence: float = CONFIDENCE
+                      ) -> list[tuple[float, float] | None]:
+    """The percentile bootstrap interval of each of `statistics(indices)`, a tuple of figures
+    of n rows: the rows are resampled with replacement (`indices`, n of them) `resamples`
+    times; a figure null in any resample, or fewer than 2 rows, has no interval (None)."""
+    rng = np.random.default_rng(seed)
+    draws = [statistics(rng.integers(0, n, size=n)) for _ in range(resamples if n >= 2 else 0)]
+    out: list[tuple[float, float] | None] = []
+    for k in range(len(draws[0]) if draws else 0):
+        got = [d[k] for d in draws]
+        out.append(None if any(v is None for v in got)
+                   else percentile_interval(np.asarray(got, dtype=np.float64), confidence))
+    return out
 
 
 def _resampled_means(rng: Any, values: Sequence[float], resamples: int) -> Any:

@@ -132,6 +132,7 @@ def aggregate(rows: RowColumns, wall_clock_ms: float | None) -> dict[str, Any]:
     if picked.any():
         chunks = sum(counts["content_chunks"][picked].tolist())
         m["content_chunks_s"] = _rate(chunks, math.fsum((visible[picked] / 1000).tolist()))
+    m.update(per_user(rows))
     cached = present["cached_tokens"] & prompt_present & (counts["prompt_tokens"] > 0)
     m["prefix_cache_hit_avg"] = None
     if cached.any():
@@ -140,6 +141,27 @@ def aggregate(rows: RowColumns, wall_clock_ms: float | None) -> dict[str, Any]:
         m["prefix_cache_hit_avg"] = math.fsum(ratios.tolist()) / len(ratios)
     assert m.keys() == expected_keys(rows.absent), "catalog.AGGREGATES and aggregate disagree"
     return m
+
+
+def per_user(rows: RowColumns) -> dict[str, float | None]:
+    """Tok/s per user from the rows (never throughput ÷ concurrency): the mean of each
+    request's `decode_tok_s` (its p50 is the percentile beside it), and the same weighted
+    by each request's generation time, `Σ (output_tokens − 1) / fsum(generation_ms /
+    1000)`, over the rows that have a `decode_tok_s`."""
+    decode = rows.floats["decode_tok_s"]
+    picked = ~np.isnan(decode)
+    if not picked.any():
+        return {"decode_tok_s_mean": None, "decode_tok_s_weighted": None}
+    after_first = sum((rows.counts["output_tokens"][picked] - 1).tolist())
+    seconds = math.fsum((rows.floats["generation_ms"][picked] / 1000).tolist())
+    return {"decode_tok_s_mean": math.fsum(decode[picked].tolist()) / int(picked.sum()),
+            "decode_tok_s_weighted": _rate(after_first, seconds)}
+
+
+# keys added on their own (not a percentile of an added row field, which rows without the
+# field lack): a file written before one lacks it, in `metrics` and in each step's
+ADDED_KEYS = frozenset(a.name for a in catalog.AGGREGATES
+                       if a.added and not a.conditional and not set(a.inputs) & catalog.ADDED)
 
 
 def expected_keys(absent: frozenset[str]) -> frozenset[str]:

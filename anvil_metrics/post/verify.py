@@ -427,9 +427,7 @@ def _check_metrics(doc: JsonObject, rows: RowColumns | None, wall: float | None,
 
 
 CONDITIONAL_KEYS = frozenset(a.name for a in catalog.AGGREGATES if a.conditional)
-# keys added on their own (not a percentile of an added row field, which `_without` drops)
-ADDED_KEYS = frozenset(a.name for a in catalog.AGGREGATES
-                       if a.added and not a.conditional and not set(a.inputs) & catalog.ADDED)
+ADDED_KEYS = stats.ADDED_KEYS
 
 
 def _without(rows: RowColumns, absent: frozenset[str]) -> RowColumns:

@@ -27,18 +27,21 @@ import numpy as np
 
 from anvil_metrics import summaryfigures
 from anvil_metrics.campaign.checkplan import checks_file
+from anvil_metrics.compare.runs import read_run
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import read_json
 from anvil_metrics.post.docscan import verify_file
 from anvil_metrics.post.significance import RESAMPLES, bootstrap_mean_ci
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import PALETTE
+from anvil_metrics.report.frontier import Curve, frontier_section, run_load, run_point
 from anvil_metrics.report.page import Figure, Section, Table
 from anvil_metrics.summary.decide import (
     DELTAS,
     DISPLAY_DECIMALS,
     IMPROVEMENT_GATES,
     OFF,
+    OPTIONAL,
     PASSING,
     ROW_METRICS,
 )
@@ -142,12 +145,15 @@ def _role(d: CampaignData, vid: str) -> str:
 def variants_figure(d: CampaignData) -> Figure:
     seed, resamples = _bootstrap(d.summary)
     rows = d.summary["performance"]
-    fig, axes = draw.new((10.0, 7.0), ncols=3, nrows=2)
-    for k, (field, metric) in enumerate(ROW_METRICS):
+    shown = [(field, metric) for field, metric in ROW_METRICS
+             if field not in OPTIONAL or any(field in r for r in rows)]
+    nrows = -(-len(shown) // 3)
+    fig, axes = draw.new((10.0, 3.5 * nrows), ncols=3, nrows=nrows)
+    for k, (field, metric) in enumerate(shown):
         ax = axes[k // 3][k % 3]
         for i, (row, v) in enumerate(zip(rows, d.read.variants, strict=True)):
             colour = _colour(d, row)
-            runs = [(r.get("metrics") or {}).get(metric) for r in v.runs]
+            runs = [summaryfigures.run_figure(r, metric) for r in v.runs]
             values = [float(x) for x in runs if isinstance(x, int | float)]
             if row.get(field) is None:
                 ax.text(i, 0, "null", ha="center", va="bottom", fontsize=7)
@@ -285,7 +291,8 @@ def tables(d: CampaignData) -> dict[str, tuple[Table, ...]]:
                               g["outcome"]) for g in gates),
                        classes=tuple("pass" if g["outcome"] in PASSING else "fail"
                                      for g in gates))
-    fields = [f for f, _ in ROW_METRICS]
+    fields = [f for f, _ in ROW_METRICS
+              if f not in OPTIONAL or any(f in r for r in s["performance"])]
     perf = Table("Performance (mean of run medians)", ("variant", "runs", *fields),
                  tuple((f"{r['model']}/{r['speculation']}", str(r.get("runs")),
                         *(display(f, r.get(f)) for f in fields)) for r in s["performance"]))
@@ -351,6 +358,17 @@ def page_text(d: CampaignData) -> tuple[str, list[str], list[str]]:
     return f"anvil campaign {c.get('name') or d.folder.name}", lines, sources
 
 
+def campaign_curves(d: CampaignData) -> list[Curve]:
+    """One curve of the frontier per variant: each of its runs a point, from its own file."""
+    curves = []
+    for vid, files in d.run_files.items():
+        runs = [read_run(d.folder / f) for f in files]
+        curves.append(Curve(vid, tuple(
+            run_point(r.doc, r.rows, f"run {i + 1}", run_load(r.doc))
+            for i, r in enumerate(runs))))
+    return curves
+
+
 def campaign_page(folder: Path, verify: Callable[[Path], list[str]] = verify_file
                   ) -> tuple[str, list[str], list[Section], list[str]]:
     """(title, lines under it, sections, source files) of a campaign's report."""
@@ -360,6 +378,8 @@ def campaign_page(folder: Path, verify: Callable[[Path], list[str]] = verify_fil
     sections = [Section("Decision", tables=by["Decision"]),
                 Section("Performance", tables=by["Performance"],
                         figures=(variants_figure(d), deltas_figure(d)))]
+    sections.append(frontier_section(campaign_curves(d), [
+        f for files in d.run_files.values() for f in files]))
     if EXTRA in by:
         sections.append(Section(EXTRA, tables=by[EXTRA]))
     return title, lines, sections, sources

@@ -27,12 +27,14 @@ from typing import Any
 import numpy as np
 
 from anvil_metrics import catalog
+from anvil_metrics.compare.runs import read_run
 from anvil_metrics.errors import UsageError
 from anvil_metrics.jsonio import read_json
 from anvil_metrics.post.docscan import scan_benchmark, verify_file
 from anvil_metrics.post.schema import fmt, same
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS
+from anvil_metrics.report.frontier import Curve, frontier_section, run_point
 from anvil_metrics.report.page import Figure, Section, Table, cell
 from anvil_metrics.runs.capacity import Search, Slo, meets, parse_slos, slo_value
 
@@ -340,6 +342,14 @@ def page_text(doc: dict[str, Any], slos: tuple[Slo, ...], relatives: list[str],
     return lines, result, steps_table(doc, slos, relatives, note)
 
 
+def capacity_curve(folder: Path, doc: dict[str, Any], relatives: list[str]) -> Curve:
+    """The search's steps as one curve of the frontier, each from its own run and rows."""
+    return Curve(f"capacity search ({doc['by']})", tuple(
+        run_point(r.doc, r.rows, f"{doc['by']} {_load_text(s[doc['by']])}", s[doc["by"]])
+        for s, r in zip(doc["steps"], (read_run(folder / rel) for rel in relatives),
+                        strict=True)))
+
+
 def capacity_page(folder: Path) -> tuple[str, list[str], list[Section], list[str]]:
     """(title, lines under it, sections, source files) of a capacity search's report."""
     doc, slos, relatives, docs = load_capacity(folder)
@@ -347,6 +357,7 @@ def capacity_page(folder: Path) -> tuple[str, list[str], list[Section], list[str
     sections = [Section("Capacity", tables=(result,),
                         figures=(slo_figure(doc, slos), goodput_figure(doc))),
                 Section("The steps", tables=(steps,),
-                        figures=(key_figure(doc, docs, relatives), order_figure(doc)))]
+                        figures=(key_figure(doc, docs, relatives), order_figure(doc))),
+                frontier_section([capacity_curve(folder, doc, relatives)], relatives)]
     return (f"anvil capacity {folder.name}", lines, sections,
             [CAPACITY_FILE, *dict.fromkeys(relatives)])

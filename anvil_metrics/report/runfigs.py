@@ -32,6 +32,7 @@ from anvil_metrics.post.postprocess import BENCHMARK_FILE, RAW_FILE, build_run
 from anvil_metrics.post.rawcolumns import COL, NULL
 from anvil_metrics.report import draw
 from anvil_metrics.report.draw import COLOURS
+from anvil_metrics.report.frontier import frontier_section, sweep_curve
 from anvil_metrics.report.jobsfigs import jobs_section, read_jobs, verdict_text
 from anvil_metrics.report.page import Figure, Section, Table, cell
 from anvil_metrics.telemetry.livegauges import live_gauges
@@ -456,6 +457,8 @@ def run_sections(d: RunData) -> list[Section]:
     if steps is not None:
         out.append(Section("The sweep", "Each step's figures from benchmark.json steps[].",
                            tables=(steps_table(d),), figures=(steps,)))
+        out.append(frontier_section([sweep_curve(doc, d.rows, doc["run_id"])],
+                                    list(d.sources)))
     jobs = jobs_section(doc.get("jobs"))  # an agent replay's (`jobsfigs.py`)
     if jobs is not None:
         out.append(jobs)

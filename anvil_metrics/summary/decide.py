@@ -76,11 +76,13 @@ from anvil_metrics.summaryfigures import (
     IMPROVEMENT_GATES,
     KNOWN_GATES,
     SUMMARY_FIGURES,
+    run_figure,
 )
 
 OFF = "off"
 # summary row field -> the benchmark's `metrics` key it is the mean of
 ROW_METRICS = tuple((f.name, f.metric) for f in SUMMARY_FIGURES)
+OPTIONAL = frozenset(f.name for f in SUMMARY_FIGURES if f.optional)
 # delta field -> the summary row field it is the change of
 DELTAS = tuple((f.delta, f.name) for f in SUMMARY_FIGURES if f.delta)
 TELEMETRY_DECIMALS = {"accepted_length_range": 2, "acceptance_rate_range": 2}
@@ -169,7 +171,7 @@ def run_values(variant: VariantRuns, metric: str) -> tuple[list[float], str | No
         return [], f"{variant.id} has no runs"
     values, missing = [], []
     for i, run in enumerate(variant.runs):
-        v = (run.get("metrics") or {}).get(metric)
+        v = run_figure(run, metric)
         if not _number(v):
             missing.append(run_name(run, i))
         else:
@@ -206,6 +208,8 @@ def performance_row(variant: VariantRuns, off: VariantRuns | None, *, seed: int,
     row: dict[str, Any] = {"model": variant.model, "speculation": variant.speculation}
     reasons: dict[str, str] = {}
     for field, metric in ROW_METRICS:
+        if field in OPTIONAL and all(run_figure(r, metric) is None for r in variant.runs):
+            continue  # a figure none of its runs has (no --gpus, no energy): left out
         values, why = run_values(variant, metric)
         row[field] = mean(values) if why is None else None
         if why:

@@ -68,8 +68,11 @@ def _figure_rows() -> Text:
     (`summaryfigures.py`: a figure added there is described here without another edit)."""
     out: Text = {}
     for f in summaryfigures.SUMMARY_FIGURES:
-        out[f.name] = (f.unit, f"mean over the variant's runs of each run's metrics.{f.metric} "
-                               f"({f.long_label})")
+        out[f.name] = (f.unit, "mean over the variant's runs of each run's "
+                               f"{summaryfigures.figure_source(f.metric)} "
+                               f"({f.long_label})" + (
+                                   "; an addition to the spec, optional: absent from a row "
+                                   "none of whose runs has it" if f.optional else ""))
         if f.delta:
             base = f.delta.removesuffix("_percent")
             out[f.delta] = ("%", f"100 × (mean {f.name} / the same model's speculation "

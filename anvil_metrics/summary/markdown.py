@@ -18,6 +18,16 @@ from anvil_metrics.summaryfigures import IMPROVEMENT_GATES, SUMMARY_FIGURES
 
 # the performance table's columns: the summary's figures under their labels, then the runs
 COLUMNS = (*((f.name, f.label) for f in SUMMARY_FIGURES), ("runs", "runs"))
+OPTIONAL = frozenset(f.name for f in SUMMARY_FIGURES if f.optional)
+
+
+def columns(doc: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The table's columns: every figure's, but an optional one no row has."""
+    rows = doc.get("performance") or []
+    return tuple((k, t) for k, t in COLUMNS
+                 if k not in OPTIONAL or any(k in r for r in rows))
+
+
 # delta field -> the stem of its interval and p-value fields (`<stem>_ci95_percent` …)
 DELTA_NAMES = tuple((name, name.removesuffix("_percent")) for name, _ in DELTAS)
 
@@ -141,11 +151,11 @@ def markdown(doc: Mapping[str, Any]) -> str:
               f"tokens configured, at most {proto.get('max_output_tokens')} output tokens; "
               f"{proto.get('aggregation')}.", ""]
     lines += ["## Performance", "",
-              "| model | speculation | " + " | ".join(t for _, t in COLUMNS) + " |",
-              "|---|---|" + "---:|" * len(COLUMNS)]
+              "| model | speculation | " + " | ".join(t for _, t in columns(doc)) + " |",
+              "|---|---|" + "---:|" * len(columns(doc))]
     for row in doc.get("performance") or []:
         lines.append(f"| {row['model']} | {row['speculation']} | "
-                     + " | ".join(_cell(row, k) for k, _ in COLUMNS) + " |")
+                     + " | ".join(_cell(row, k) for k, _ in columns(doc)) + " |")
     lines += ["", "Deltas against the same model with speculation off (100 × (variant / off "
               "− 1)), with 95 % bootstrap intervals:", ""]
     lines += delta_lines(doc) or ["- none (no speculative variant with an off variant)"]

@@ -41,6 +41,7 @@ from sendstamps import lag_bounds_ms, readable_ns
 from simfork import start_simulator
 
 from anvil_metrics.errors import UsageError
+from anvil_metrics.post.significance import mean
 from anvil_metrics.post.stats import nearest_rank
 from anvil_metrics.report.build import make_report
 from anvil_metrics.schemas.build import FILES, shipped
@@ -86,12 +87,15 @@ model = "m"
 served_model = "sim"
 speculation = "off"
 host = "{off}"
+gpus = 2
+gpu_hour_price = 2.0
 
 [[variants]]
 model = "m"
 served_model = "sim"
 speculation = "mtp3"
 host = "{on}"
+gpus = 1
 
 [gates]
 e2e_p50_improvement_percent = {threshold}
@@ -265,6 +269,26 @@ def test_promotion_with_the_configured_deltas(runs, summarized) -> None:
     assert f"**{doc['decision']}**" in md and "| m | mtp3 |" in md
 
 
+def test_the_summary_carries_each_variants_per_gpu_figures(runs, summarized) -> None:
+    """Each variant's gpus (and price) reach its runs: the summary's per-GPU and $ figures
+    are the means of the runs' own, the runs' throughput ÷ their variant's gpus."""
+    root, entries, _ = runs
+    _, doc, md = summarized
+    for row, gpus in zip(doc["performance"], (2, 1), strict=True):
+        mine = [load_json(root / e["folder"] / "benchmark.json") for e in entries
+                if e["variant"] == f"m/{row['speculation']}"]
+        assert all(d["gpus"] == gpus and d["metrics"]["output_tok_s_per_gpu"]
+                   == d["metrics"]["throughput_tok_s"] / gpus for d in mine)
+        per_gpu = [d["metrics"]["output_tok_s_per_gpu"] for d in mine]
+        assert row["output_tok_s_per_gpu"] == mean(per_gpu)  # the summary's own mean
+        assert "j_per_output_token" not in row  # no energy block: left out, not null
+    off, on = doc["performance"]
+    assert off["usd_per_m_output_tokens"] > 0  # mtp3 has no price: none of its runs has one
+    assert "usd_per_m_output_tokens" not in on and "usd_per_m_output_tokens" not in on[
+        "null_reasons"]
+    assert "| output tok/s/GPU | $/M output tok | runs |" in md
+
+
 def test_no_promotion_when_the_threshold_is_inside_the_interval(tmp_path: Path, runs,
                                                                 summarized) -> None:
     _, first, _ = summarized
@@ -359,7 +383,7 @@ def test_report_draws_the_summary_the_runs_give(tmp_path: Path, runs) -> None:
     write_summary(doc, markdown(doc), folder / "summary.json", folder / "summary.md")
     report = make_report(folder, tmp_path / "out")
     page = report.html_path.read_text()
-    assert report.kind == "campaign" and len(report.png_paths) == 2
+    assert report.kind == "campaign" and len(report.png_paths) == 3  # and the frontier
     assert all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in report.png_paths)
     _, entries, _ = runs
     files = ["campaign.json", "summary.json",

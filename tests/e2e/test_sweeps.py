@@ -33,6 +33,7 @@ from stepcheck import check_each_request_in_one_step, measured
 from anvil_metrics.load.arrivals import ArrivalPlan, Schedule
 from anvil_metrics.post.verify import verify_benchmark
 from anvil_metrics.report.build import make_report
+from anvil_metrics.report.capacityfigs import capacity_curve
 from anvil_metrics.runs.simproc import SimProcess
 
 pytestmark = pytest.mark.e2e
@@ -150,6 +151,8 @@ CAPACITY_SIM = ("--prefill-ms", "40", "--interval-ms", "25", "--reasoning-tokens
 def capacity_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, float]:
     """One capacity search (shared by the tests below): the CLI's process and its seconds."""
     tmp_path = tmp_path_factory.mktemp("capacity")
+    scenario = tmp_path / "smoke-2-gpus.toml"  # the smoke scenario served by 2 GPUs
+    scenario.write_text(Path("scenarios/smoke.toml").read_text() + "\n[meta]\ngpus = 2\n")
     with start_simulator(list(CAPACITY_SIM)) as sim:
         t0 = time.monotonic()
         # 48 requests a step: at 9 users one request in 9 waits for a slot (#9, 17, 25, 33,
@@ -158,7 +161,7 @@ def capacity_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, float]:
         # sides of the slots' edge in three steps (each step is a Locust process, ~3 CPU-s;
         # the search's own rules, over longer paths: tests/unit/runs/test_capacity.py)
         for attempt in (1, 2):
-            proc = anvil("capacity", "scenarios/smoke.toml", "-H", sim.url, "--slo",
+            proc = anvil("capacity", str(scenario), "-H", sim.url, "--slo",
                          SLO, "--start", "7", "--max", "9", "--step-requests",
                          "48", "--results-dir", str(tmp_path / str(attempt)), timeout=120)
             # a step whose client was starved is not trusted and the search says so and stops
@@ -216,7 +219,7 @@ def test_capacity_report_of_the_real_search(capacity_run: tuple[Any, float],
     report = make_report(folder, tmp_path)
     print(f"\n[capacity report] {time.monotonic() - t0:.1f} s")
     page = report.html_path.read_text()
-    assert report.kind == "capacity" and len(report.png_paths) == 4
+    assert report.kind == "capacity" and len(report.png_paths) == 5  # and the frontier
     assert all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in report.png_paths)
     doc = load_json(folder / "capacity.json")
     assert f"capacity 8 users; {len(doc['steps'])} steps" in page
@@ -225,5 +228,41 @@ def test_capacity_report_of_the_real_search(capacity_run: tuple[Any, float],
         data = (folder / relative).read_bytes()
         assert (f"<tr><td>{relative}</td><td>{len(data)}</td>"
                 f'<td class="src">{hashlib.sha256(data).hexdigest()}</td></tr>') in page
+    # the frontier's points are the steps' own figures (each step a run, --gpus 2)
+    curve = capacity_curve(folder, doc, [f"{Path(s['benchmark']).parent.name}/benchmark.json"
+                                         for s in doc["steps"]])
+    for p, s in zip(curve.points, doc["steps"], strict=True):
+        m = load_json(Path(s["benchmark"]))["metrics"]
+        assert (p.load, p.x, p.y) == (s["users"], m["decode_tok_s_p50"],
+                                      m["output_tok_s_per_gpu"])
+        assert m["output_tok_s_per_gpu"] == m["throughput_tok_s"] / 2
     # as its reader opens it: headless Chromium, offline, every figure shown
     view_report(report.html_path, tmp_path, "report-capacity-search.png")
+
+
+def test_a_sweep_per_gpu_and_its_frontier(sim: SimProcess, tmp_path: Path) -> None:
+    """--gpus and --gpu-hour-price on a real sweep: each step's per-GPU figures are its own
+    throughput ÷ gpus, the file verifies, and the report's frontier points are the steps'."""
+    from anvil_metrics.report.frontier import sweep_curve
+    from anvil_metrics.report.runfigs import load_run
+
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    proc = anvil("run", str(sc), "--host", sim.url, "--steps", "1,4", "--step-duration", "1s",
+                 "--gpus", "2", "--gpu-hour-price", "2.5", "--results-dir", str(tmp_path),
+                 timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"per GPU \(2\): [\d,.]+ output tok/s, [\d.]+ req/s; per user: ", proc.stdout)
+    path = result_path(proc)
+    doc = load_json(path)
+    assert verify_benchmark(doc) == []
+    wall_h = doc["wall_clock_ms"] / 3_600_000
+    assert doc["metrics"]["usd_per_m_output_tokens"] == (
+        2.5 * 2 * wall_h / doc["metrics"]["output_tokens"] * 1e6)
+    curve = sweep_curve(doc, load_run(path.parent).rows, "sweep")
+    for p, s in zip(curve.points, doc["steps"], strict=True):
+        assert s["metrics"]["output_tok_s_per_gpu"] == s["metrics"]["throughput_tok_s"] / 2
+        assert (p.x, p.y) == (s["metrics"]["decode_tok_s_p50"],
+                              s["metrics"]["output_tok_s_per_gpu"])
+    print("\n[per GPU sweep] " + "; ".join(
+        f"{s['users']} users: {s['metrics']['output_tok_s_per_gpu']:.1f} tok/s/GPU at "
+        f"{s['metrics']['decode_tok_s_p50']:.1f} tok/s/user" for s in doc["steps"]))

@@ -45,6 +45,9 @@ def test_display_decimals_are_the_figures():
 
 def test_summary_figures_read_real_metrics_in_their_fields_direction():
     for f in SUMMARY_FIGURES:
+        if f.metric in summaryfigures.BLOCK_FIGURES:  # a block's figure: its own unit
+            assert f.unit == summaryfigures.BLOCK_FIGURES[f.metric].unit
+            continue
         aggregate = catalog.AGGREGATES_BY_NAME[f.metric]  # KeyError: no such metric
         assert f.unit == aggregate.unit, f.name
         if aggregate.inputs and catalog.BY_NAME[aggregate.inputs[0]].percentiles:
@@ -75,19 +78,26 @@ def test_report_and_summary_labels_unchanged():
         "effective_prefill_tok_s_p50": "effective prefill p50 (tok/s)",
         "decode_tok_s_p50": "decode rate p50 (tok/s)", "e2e_p50_ms": "end to end p50 (ms)",
         "aggregate_output_tok_s": "aggregate output (tok/s)",
-        "prompt_tokens_p50": "prompt tokens p50 (server-counted)"}
+        "prompt_tokens_p50": "prompt tokens p50 (server-counted)",
+        # issue 49's additions (optional: only where runs have them)
+        "output_tok_s_per_gpu": "output per GPU (tok/s)",
+        "usd_per_m_output_tokens": "cost per million output tokens (USD)",
+        "j_per_output_token": "energy per output token (J)"}
     assert [t for _, t in markdown.COLUMNS] == [
         "TTFT p50 ms", "prefill tok/s p50", "decode tok/s p50", "e2e p50 ms", "output tok/s",
-        "prompt tokens", "runs"]
+        "prompt tokens", "output tok/s/GPU", "$/M output tok", "J/output tok", "runs"]
     assert decide.DISPLAY_DECIMALS == {
         "ttft_p50_ms": 1, "effective_prefill_tok_s_p50": 0, "decode_tok_s_p50": 1,
         "e2e_p50_ms": 1, "aggregate_output_tok_s": 1, "prompt_tokens_p50": 0,
+        "output_tok_s_per_gpu": 1, "usd_per_m_output_tokens": 4, "j_per_output_token": 4,
         "decode_delta_percent": 1, "e2e_delta_percent": 1,
         "accepted_length_range": 2, "acceptance_rate_range": 2}
     assert list(KNOWN_GATES) == [
         "e2e_p50_improvement_percent", "ttft_p50_improvement_percent",
         "decode_p50_improvement_percent", "effective_prefill_p50_improvement_percent",
-        "aggregate_output_improvement_percent", "no_saturated_runs", "functional"]
+        "aggregate_output_improvement_percent", "output_per_gpu_improvement_percent",
+        "usd_per_m_output_improvement_percent", "j_per_output_token_improvement_percent",
+        "no_saturated_runs", "functional"]
 
 
 NEW_FIGURE = textwrap.dedent("""

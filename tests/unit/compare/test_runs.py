@@ -15,7 +15,13 @@ import numpy as np
 import pytest
 from comparebuild import run_of
 
-from anvil_metrics.compare.runs import PERCENTILE_FIGURES, SCHEMA, compare_runs, read_run
+from anvil_metrics.compare.runs import (
+    PERCENTILE_FIGURES,
+    RUN_FIGURES,
+    SCHEMA,
+    compare_runs,
+    read_run,
+)
 from anvil_metrics.errors import UsageError
 
 
@@ -75,8 +81,9 @@ def test_the_document_is_the_same_for_the_same_runs_and_seed(tmp_path: Path, dra
     assert all(f["vs_baseline"][0] is None for f in first["figures"])
     names = [f["name"] for f in first["figures"]]
     order = [name for name, _, _ in PERCENTILE_FIGURES]
-    assert names[:-1] == sorted(names[:-1], key=order.index)  # the catalogue's order
-    assert names[-1] == "throughput_tok_s"  # one value a run: no interval
+    cut = names.index("throughput_tok_s")  # then the run figures: one value a run
+    assert names[:cut] == sorted(names[:cut], key=order.index)  # the catalogue's order
+    assert names[cut:] == [n for n in RUN_FIGURES if n in names[cut:]]
     assert ttft(first, "throughput_tok_s")["vs_baseline"][1]["ci"] is None
     assert ttft(first)["vs_baseline"][2]["change"] == "better"
 
@@ -89,3 +96,19 @@ def test_a_run_that_is_not_there_or_no_benchmark_is_one_line(tmp_path: Path) -> 
         read_run(tmp_path / "x.json")
     with pytest.raises(UsageError, match="1 run given; pass two or more"):
         compare_runs([run_of(tmp_path / "a", np.full(5, 100.0))])
+
+
+def test_the_energy_blocks_joules_per_token_is_compared(tmp_path: Path, draws) -> None:
+    """A run figure outside `metrics` (energy.j_per_output_token: summaryfigures'
+    BLOCK_FIGURES) is read from its block, in its direction, and printed with its unit."""
+    from anvil_metrics.compare.text import compare_lines
+
+    runs = [run_of(tmp_path / "a", draws), run_of(tmp_path / "b", draws)]
+    for run, joules in zip(runs, (0.5, 0.4), strict=True):
+        run.doc["energy"] = {"j_per_output_token": joules}
+    got = compare_runs(runs, seed=1)
+    j = next(f for f in got["figures"] if f["name"] == "j_per_output_token")
+    assert (j["unit"], j["better"], j["values"]) == ("J/tok", "lower", [0.5, 0.4])
+    assert j["vs_baseline"][1]["change"] == "better"
+    assert any(line.startswith("j_per_output_token (J/tok)") and " 0.5 " in line
+               for line in compare_lines(got))

@@ -73,6 +73,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--engine": ("vllm", {"meta": {"engine": "vllm"}}),
     "--gpu": ("H100", {"meta": {"gpu": "H100"}}),
     "--gpus": ("8", {"meta": {"gpus": 8}}),
+    "--gpu-hour-price": ("2.5", {"meta": {"gpus": 8, "gpu_hour_price": 2.5}}),
     "--tier": ("gold", {"meta": {"tier": "gold"}}),
     "--manifest": ("m.yaml", {"meta": {"manifest": "m.yaml"}}),
     "--source-recipe": ("r", {"meta": {"source_recipe": "r"}}),
@@ -89,6 +90,7 @@ for _name in ("--trace-format", "--trace-speed", "--trace-limit", "--trace-windo
               "--trace-block", "--trace-model"):
     NEEDS[_name] = {"trace": "t.jsonl"}
 NEEDS["--dataset-format"] = {"dataset": "d.jsonl"}
+NEEDS["--gpu-hour-price"] = {"gpus": "8"}
 for _name in ("--jobs", "--tool-speed", "--max-tool-wait", "--max-idle", "--start-at",
               "--start-seed"):
     NEEDS[_name] = {"trace": "a.jsonl", "trace_format": "agent-jsonl"}
@@ -215,3 +217,11 @@ def test_trace_speed_with_agent_jobs_starts_them_at_the_traces_own_times() -> No
     assert not scenario_from_dict(scenario_to_dict(closed)).trace.job_times  # type: ignore
     with pytest.raises(ScenarioError, match=r"trace.speed = 2.*none beside rate"):
         scenario_from_dict({**timed, "rate": 3})
+
+
+def test_a_gpu_hour_price_needs_gpus() -> None:
+    """$ per million tokens is price × gpus × hours ÷ tokens: a price alone is one line."""
+    with pytest.raises(ScenarioError, match=r"meta.gpu_hour_price.*2.5.*beside meta.gpus"):
+        scenario_from_dict({**BASE, "meta": {"gpu_hour_price": 2.5}}, "s.toml")
+    assert scenario_from_dict({**BASE, "meta": {"gpus": 2, "gpu_hour_price": 2.5}}).meta == {
+        "gpus": 2, "gpu_hour_price": 2.5}

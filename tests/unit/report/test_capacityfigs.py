@@ -69,7 +69,7 @@ def test_capacity_tables_hold_the_files_values(capacity) -> None:
 def test_capacity_figures_are_valid_pngs(capacity) -> None:
     _, report, page = capacity
     check_pngs(report, page, ["capacity-slo.png", "capacity-goodput.png",
-                              "capacity-figures.png", "capacity-search.png"])
+                              "capacity-figures.png", "capacity-search.png", "frontier.png"])
     assert "[capacity-figures.png from benchmark-step004/benchmark.json, " in page
 
 

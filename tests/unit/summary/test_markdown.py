@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from anvil_metrics.summary.markdown import COLUMNS, delta_lines, markdown
+from anvil_metrics.summary.markdown import COLUMNS, columns, delta_lines, markdown
 
 
 def _row(spec: str, **kw: Any) -> dict[str, Any]:
@@ -78,7 +78,8 @@ def test_the_report_rounds_the_table_and_gives_the_decision() -> None:
     assert lines[0] == "# Benchmark summary: c1"
     assert "Decision: **no-promotion**." in lines[2]
     assert "10 requests per run, 5 runs per variant, concurrency 1" in md
-    header = "| model | speculation | " + " | ".join(t for _, t in COLUMNS) + " |"
+    header = "| model | speculation | " + " | ".join(t for _, t in columns(_doc())) + " |"
+    assert len(columns(_doc())) == len(COLUMNS) - 3  # no row has per GPU, $ or J figures
     assert header in lines
     assert "| m | off | 123.5 | 4,568 | 50.0 | 1000.0 | 10.0 | 2,048 | 5 |" in lines
     assert "- decode_p50_improvement_percent = 10: **fail**: the interval reaches below 10 %" \

@@ -1,0 +1,54 @@
+"""A variant's gpus and GPU-hour price (campaign/spec.py): its runs' --gpus and
+--gpu-hour-price; a bad value is one line naming the key."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from anvil_metrics.campaign.spec import Campaign, CampaignError, campaign_from_dict
+
+BASE = """
+name = "c"
+scenario = "s.toml"
+runs_per_variant = 1
+candidate = "m/on"
+incumbent = "m/off"
+[[variants]]
+model = "m"
+served_model = "m"
+speculation = "off"
+host = "http://127.0.0.1:1"
+{first}
+[[variants]]
+model = "m"
+served_model = "m"
+speculation = "on"
+host = "http://127.0.0.1:2"
+[gates]
+usd_per_m_output_improvement_percent = 5
+"""
+
+
+def parse_campaign_text(text: str, source: str, base: Path | None = None) -> Campaign:
+    return campaign_from_dict(tomllib.loads(text), source, base or Path("."))
+
+
+def test_a_variants_gpus_and_price_are_kept(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text('measurement_protocol = "p"\n')
+    c = parse_campaign_text(BASE.format(first="gpus = 2\ngpu_hour_price = 2.5"), "c.toml",
+                            tmp_path)
+    assert (c.variants[0].gpus, c.variants[0].gpu_hour_price) == (2, 2.5)
+    assert (c.variants[1].gpus, c.variants[1].gpu_hour_price) == (None, None)
+    assert c.gates == {"usd_per_m_output_improvement_percent": 5}
+
+
+@pytest.mark.parametrize(("first", "said"), [
+    ("gpus = 0", "variants[1].gpus"), ("gpus = 1.5", "variants[1].gpus"),
+    ("gpu_hour_price = 2.0", "a price only beside the variant's gpus"),
+    ("gpus = 1\ngpu_hour_price = -1", "variants[1].gpu_hour_price")])
+def test_a_bad_value_names_its_key(first: str, said: str) -> None:
+    with pytest.raises(CampaignError, match=said.replace("[", r"\[").replace("]", r"\]")):
+        parse_campaign_text(BASE.format(first=first), "c.toml")
