@@ -1,10 +1,11 @@
 """Agent jobs started at the trace's own times (issue 48 item 3): a file of 12 generated
 jobs whose job lines record `start_s` (written out of order: the replay sends them in start
-order), replayed by `anvil run --trace F --trace-speed 2` against the simulator, and held
-to the simulator's request log: each job's first request arrives at the first job's due
-time plus its recorded start's offset ÷ 2, never before it (the client's clock and the
-server's are one: `agenttruth`), late by at most a loose bound (a busy machine's, not
-the schedule's: `LATE_MS`); the run records the trace's arrivals and its schedule lag.
+order), replayed by `anvil run --trace F --trace-speed 2` against the simulator: each job's
+first request is due at the first job's due plus its recorded start's offset ÷ 2 (the
+client's own schedule, exactly), and the simulator's request log shows it never arrived
+before that (the client's clock and the server's are one: `agenttruth`); how late it
+arrived after the client's start is the machine's, held to a sanity bound (`LATE_MS`);
+the run records the trace's arrivals and its schedule lag.
 
 Why the first job's due time from the client's raw record (its start less its
 `start_delay_ns`): the schedule's origin is the run's first measured take, which only the
@@ -27,7 +28,7 @@ from anvil_metrics.load.agentjob import Job
 pytestmark = pytest.mark.e2e
 
 JOBS, SPEED, GAP_S = 12, 2.0, 0.2
-LATE_MS = 250.0  # sanity only: how late a start runs is the machine's as much as anvil's
+LATE_MS = 1000.0  # sanity only: how late a start arrives is the machine's as much as anvil's
 
 
 def _timed_jobs() -> list[Job]:
@@ -58,19 +59,27 @@ def test_jobs_start_at_their_recorded_times_over_the_speed(tmp_path) -> None:
                 and d["anvil_session"] == d["anvil_job"]:
             first[d["anvil_job"]] = d["t_ns"]
     assert sorted(first) == sorted(j.id for j in jobs)
-    due0 = None  # the run's job 0 (the earliest start): its root's first request's due
+    # each job's first request: its due and start on the client's clock (one clock with
+    # the server's log), by the trace's job it replays (job n replays ordered[n])
+    due, start = {}, {}
     for line in (run_dir / "requests.jsonl").read_bytes().splitlines():
         d = orjson.loads(line)
         x = d.get("extra") or {}
-        if d.get("type") == "request" and x.get("job") == 0 and x.get("session") == 0 \
-                and x.get("turn") == 1:
-            due0 = d["start_ns"] - x["start_delay_ns"]
-    assert due0 is not None
-    late_ms = [(first[j.id] - due0) / 1e6 - (j.start_s - ordered[0].start_s) * 1000 / SPEED
-               for j in ordered]
-    assert all(-0.5 <= x <= LATE_MS for x in late_ms), late_ms  # never early
-    # the starts keep the trace's order (each ~100 ms apart at speed 2)
-    assert [first[j.id] for j in ordered] == sorted(first.values())
+        if d.get("type") == "request" and x.get("session") == 0 and x.get("turn") == 1:
+            job_id = ordered[x["job"] % len(ordered)].id
+            due[job_id] = d["start_ns"] - x["start_delay_ns"]
+            start[job_id] = d["start_ns"]
+    assert sorted(due) == sorted(first)
+    # the schedule is the trace's: each job due its recorded start ÷ the speed after the
+    # first, exactly (the client's own arithmetic, not the machine's speed)
+    due0 = due[ordered[0].id]
+    for j in ordered:
+        want_ms = (j.start_s - ordered[0].start_s) * 1000 / SPEED
+        assert (due[j.id] - due0) / 1e6 == pytest.approx(want_ms, abs=0.01), j.id
+    # never early at the server; how late is the machine's (judged from the client's own
+    # start, against a sanity bound only)
+    assert all(first[k] >= due[k] - 500_000 for k in first), "a job arrived before its due"
+    assert all(first[k] - start[k] <= LATE_MS * 1e6 for k in first)
     doc = orjson.loads((run_dir / "benchmark.json").read_bytes())
     load = doc["load"]
     assert load["arrival"] == "trace" and load["schedule_lag_ms"]["p50"] is not None
