@@ -172,21 +172,22 @@ def test_a_sampled_start_sends_the_root_from_k_and_skips_the_past_sub_agents(k, 
 
 
 def test_a_wait_is_timed_from_the_answers_end_that_send_tells():
-    """The answer ended 20 ms before `send` returned (its record written since): the next
-    turn's 30 ms tool wait ends 30 ms after that end, ~10 ms after the return."""
+    """The answer ended 1,990 ms before `send` returned (its record written since): the
+    next turn's 2 s tool wait ends 2 s after that end, ~10 ms after the return, not 2 s
+    after it (the contrast is wide: a busy machine's delays cannot blur it)."""
     returned: list[int] = []
     starts: list[int] = []
 
     def send(s: Session, k: int, tool_ns: int, join_ns: int) -> int | None:
         starts.append(time.perf_counter_ns())
-        gevent.sleep(0.02)
+        gevent.sleep(0.001)
         returned.append(time.perf_counter_ns())
-        return returned[-1] - 20_000_000
+        return returned[-1] - 1_990_000_000
 
-    job = Job("j", 64, (Session("root", _turns(2, tool_ms=30.0)),))
+    job = Job("j", 64, (Session("root", _turns(2, tool_ms=2000.0)),))
     JobRun(job, send, Waits()).run()
     gap_ms = (starts[1] - returned[0]) / 1e6
-    assert 10.0 - 0.5 <= gap_ms < 30.0  # not the whole 30 ms after the return
+    assert 10.0 - 0.5 <= gap_ms < 1000.0  # never early; nowhere near 2 s after the return
 
 
 def test_a_wait_going_on_is_told_to_work_that_can_wait():
