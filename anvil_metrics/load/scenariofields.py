@@ -25,6 +25,7 @@ from anvil_metrics.load import cancel
 from anvil_metrics.load.arrivals import ARRIVALS, ArrivalPlan
 from anvil_metrics.load.conversation import table_flag
 from anvil_metrics.load.dataset import FORMATS as DATASET_FORMATS
+from anvil_metrics.load.energyplan import INTERVAL_S, SOURCES, URLS
 from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, assignment_flag
 from anvil_metrics.load.optionvalues import (
     BOOL,
@@ -178,6 +179,11 @@ _ROWS: tuple[Field, ...] = (
       for f in fields(Timeouts)),
     Field("warmup", timespan),
     Field("cooldown", timespan),
+    Field("energy.source", choice(*SOURCES)),  # energyplan.py: the rule `energy`
+    Field("energy.urls", URLS),
+    Field("energy.metric", NAME),
+    Field("energy.interval", positive, INTERVAL_S),
+    Field("energy.idle", timespan),
 )
 FIELDS = {f.key: f for f in _ROWS}
 
@@ -348,6 +354,19 @@ FLAGS: tuple[Flag, ...] = (
          "given)"),
     Flag("--gpus", "meta.gpus", "how many GPUs serve the run, a whole number >= 1 "
          "(recorded as the run's gpus; the jobs block's per-GPU figures)"),
+    Flag("--energy", "energy.source", "read the GPUs' energy during the run: nvml (this "
+         "host's GPUs; needs anvil-metrics[nvml]), dcgm (DCGM exporters, --energy-url) or "
+         "metric (--energy-metric); energy.jsonl in the run folder (README: Energy)"),
+    Flag("--energy-url", "energy.urls", "a DCGM exporter's (or --energy-metric's) /metrics, "
+         "one per node, comma-separated, e.g. http://node1:9400/metrics (implies --energy "
+         "dcgm)"),
+    Flag("--energy-metric", "energy.metric", "any Prometheus metric as the energy source, "
+         'with its unit: NAME{label="value"}:W (power) or :J (energy counter), e.g. '
+         "gpu_energy_consumed:J; one series per GPU (implies --energy metric)"),
+    Flag("--energy-interval", "energy.interval", "seconds between two energy readings "
+         f"(default {_default('energy.interval')})"),
+    Flag("--energy-idle", "energy.idle", "read an idle baseline this long (e.g. 10s) before "
+         "the load starts; the load waits for it"),
     Flag("--tier", "meta.tier", "the serving tier, as your team names it (recorded as "
          "given)"),
     Flag("--manifest", "meta.manifest", "the deployment manifest this server came from "
