@@ -10,9 +10,10 @@ from the load's loop.
 - `source = "dcgm"`: each URL of `urls` is a DCGM exporter's `/metrics` (one per node);
 - `source = "nvml"`: NVML on the load host (the `nvml` extra: nvidia-ml-py);
 - `source = "metric"`: any Prometheus metric at `urls`, written `NAME{label="value",..}:U`
-  with its unit U, `W` (a power gauge) or `J` (a cumulative energy counter, joules); every
-  series of NAME whose labels hold the given ones is one GPU (AMD's device-metrics-exporter:
-  `gpu_power_usage:W`, `gpu_energy_consumed:J`).
+  with its unit U as the exporter's HELP line states it: `W` or `mW` (a power gauge), `J`,
+  `mJ` or `uJ` (a cumulative energy counter); every series of NAME whose labels hold the
+  given ones is one GPU (AMD's device-metrics-exporter: `gpu_power_usage:W`; Triton's
+  `nv_energy_consumption:J`).
 
 Given `urls` alone the source is dcgm; given `metric`, metric.
 """
@@ -27,11 +28,14 @@ from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.optionvalues import Kind, seconds_of
 
 SOURCES = ("dcgm", "nvml", "metric")
-UNITS = ("W", "J")
+# a unit: what it measures (power: a gauge; energy: a counter) and its factor to W or J
+UNITS = {"W": ("power", 1.0), "mW": ("power", 1e-3), "J": ("energy", 1.0),
+         "mJ": ("energy", 1e-3), "uJ": ("energy", 1e-6)}
 INTERVAL_S = 0.5  # between two readings (DCGM's exporter refreshes every 30 s by default)
-_SELECTOR = re.compile(r'([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?:(W|J)')
+_SELECTOR = re.compile(r'([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?:(W|mW|J|mJ|uJ)')
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"?([^",]*)"?\s*')
-SELECTOR_ALLOWED = 'NAME{label="value",...}:W or :J, e.g. gpu_power_usage:W'
+SELECTOR_ALLOWED = ('NAME{label="value",...}:UNIT, UNIT one of W, mW (power), J, mJ, uJ '
+                    '(an energy counter), e.g. gpu_power_usage:W')
 
 
 def _urls(text: str) -> list[str]:
@@ -59,9 +63,20 @@ class MetricSelector:
         inner = ",".join(f'{k}="{v}"' for k, v in self.labels)
         return f"{self.name}{{{inner}}}:{self.unit}" if inner else f"{self.name}:{self.unit}"
 
+    @property
+    def energy(self) -> bool:
+        """True: an energy counter; False: a power gauge."""
+        return UNITS[self.unit][0] == "energy"
+
+    @property
+    def factor(self) -> float:
+        """A value times this is in J (a counter) or W (a gauge)."""
+        return UNITS[self.unit][1]
+
     def matches(self, name: str, labels: dict[str, str]) -> bool:
         # (prometheus_client's parser names a counter's samples NAME_total, as OpenMetrics)
-        return name in (self.name, f"{self.name}_total") and all(labels.get(k) == v for k, v in self.labels)
+        return name in (self.name, f"{self.name}_total") and all(
+            labels.get(k) == v for k, v in self.labels)
 
 
 def parse_selector(text: str) -> MetricSelector | None:
@@ -112,17 +127,17 @@ def parse_energy(v: dict[str, Any], src: str | None) -> EnergyPlan | None:
                 raise ScenarioError(key, v[key], "an energy source beside it (--energy nvml, "
                                     "--energy-url or --energy-metric)", source=src)
         return None
-    if source != "nvml" and not urls:
-        raise ScenarioError("energy.source", source, "--energy-url URL (the exporter's "
-                            "/metrics) beside it, or --energy nvml", source=src)
-    if source == "nvml" and urls:
-        raise ScenarioError("energy.urls", ",".join(urls), "none with --energy nvml (NVML "
-                            "is read on this host)", source=src)
     metric = None
     if source == "metric" or text:
         metric = parse_selector(text or "")
         if metric is None or source != "metric":
             raise ScenarioError("energy.metric", text, SELECTOR_ALLOWED + (
                 "" if source == "metric" else ", with --energy metric"), source=src)
+    if source != "nvml" and not urls:
+        raise ScenarioError("energy.source", source, "--energy-url URL (the exporter's "
+                            "/metrics) beside it, or --energy nvml", source=src)
+    if source == "nvml" and urls:
+        raise ScenarioError("energy.urls", ",".join(urls), "none with --energy nvml (NVML "
+                            "is read on this host)", source=src)
     return EnergyPlan(source, tuple(urls or ()), metric, float(v["energy.interval"]),
                       seconds_of(v["energy.idle"]))

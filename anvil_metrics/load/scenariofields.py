@@ -361,8 +361,9 @@ FLAGS: tuple[Flag, ...] = (
          "one per node, comma-separated, e.g. http://node1:9400/metrics (implies --energy "
          "dcgm)"),
     Flag("--energy-metric", "energy.metric", "any Prometheus metric as the energy source, "
-         'with its unit: NAME{label="value"}:W (power) or :J (energy counter), e.g. '
-         "gpu_energy_consumed:J; one series per GPU (implies --energy metric)"),
+         'with its unit: NAME{label="value"}:W (power; or mW) or :J (an energy counter; '
+         "or mJ, uJ), as its HELP line says, e.g. gpu_power_usage:W; one series per GPU "
+         "(implies --energy metric)"),
     Flag("--energy-interval", "energy.interval", "seconds between two energy readings "
          f"(default {_default('energy.interval')})"),
     Flag("--energy-idle", "energy.idle", "read an idle baseline this long (e.g. 10s) before "

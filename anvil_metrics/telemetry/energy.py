@@ -20,7 +20,8 @@ The three readers (each: the GPUs it sees now, or OSError/ValueError with one li
   every device NVML counts; a device whose handle fails (lost) is left out, a call a device
   does not support is null;
 - metric: every series of the selector's name holding its labels, one GPU each (its key:
-  the node and the series' other labels), W as power, J as the energy counter.
+  the node and the series' other labels), a power unit as power, an energy unit as the
+  counter, converted to W or J.
 
 A GPU's key is unique over the run: the node (the URL's host:port) and its index, so eight
 GPUs on each of two nodes are sixteen. A URL that fails fails the reading (`ok` false, its
@@ -97,10 +98,10 @@ def metric_gpus(samples: Samples, node: str, selector: MetricSelector) -> list[G
         if not selector.matches(name, labels):
             continue
         rest = ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in given)
-        j = selector.unit == "J"
+        v, j = value * selector.factor, selector.energy
         out.append(GpuReading(key=f"{node}/{rest}", name=_first(labels, NAME_LABELS),
                               uuid=_first(labels, UUID_LABELS),
-                              energy_j=value if j else None, power_w=None if j else value))
+                              energy_j=v if j else None, power_w=None if j else v))
     if not out:
         raise ValueError(f"no series {selector.text} in the reply")
     return out
