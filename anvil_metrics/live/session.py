@@ -272,7 +272,7 @@ class RunSession:
         `start`), and one after the last (`finish`)."""
         plan = self.opts.scenario.energy
         if plan is not None:  # the GPUs' energy (energy.jsonl), an idle baseline first
-            self.energy = ServerTelemetry.start_energy(plan, self.run_dir, SCRAPE_TIMEOUT_S)
+            self.energy = ServerTelemetry.start_energy(plan, self.run_dir)
             if plan.idle_s is not None and self.energy.mark("idle_start"):
                 gevent.sleep(plan.idle_s)  # the load waits: nothing is sent meanwhile
                 self.energy.mark("idle_end")

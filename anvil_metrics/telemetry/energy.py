@@ -45,6 +45,9 @@ from anvil_metrics.telemetry.energyfile import MARKS, EnergySample, EnergySource
 from anvil_metrics.telemetry.scrape import Sampler, scrape_samples
 from anvil_metrics.urls import strip_credentials
 
+# one reading's bound: an exporter answers in milliseconds, and the window's edges wait for
+# their readings (at most two: one under way, then the mark's)
+READ_TIMEOUT_S = 1.0
 DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # mJ since boot (a counter)
 DCGM_POWER = "DCGM_FI_DEV_POWER_USAGE"  # W (a gauge)
 NAME_LABELS = ("modelName", "card_model", "gpu_model", "model")
@@ -228,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", action="append", default=[])
     ap.add_argument("--metric")
     ap.add_argument("--interval-s", type=float, default=0.5)
-    ap.add_argument("--timeout-s", type=float, default=2.0)
+    ap.add_argument("--timeout-s", type=float, default=READ_TIMEOUT_S)
     ap.add_argument("--max-s", type=float, default=7 * 24 * 3600.0)
     a = ap.parse_args(argv)
     plan = EnergyPlan(a.source, tuple(a.url), parse_selector(a.metric) if a.metric else None,

@@ -27,7 +27,7 @@ from pathlib import Path
 import gevent
 
 from anvil_metrics.load.energyplan import EnergyPlan
-from anvil_metrics.telemetry.energy import child_args
+from anvil_metrics.telemetry.energy import READ_TIMEOUT_S, child_args
 from anvil_metrics.telemetry.energyfile import ENERGY_FILE
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE
 
@@ -67,10 +67,10 @@ class ServerTelemetry:
         return cls(proc, path, timeout_s)
 
     @classmethod
-    def start_energy(cls, plan: EnergyPlan, run_dir: Path, timeout_s: float
-                     ) -> ServerTelemetry:
+    def start_energy(cls, plan: EnergyPlan, run_dir: Path,
+                     timeout_s: float = READ_TIMEOUT_S) -> ServerTelemetry:
         """Start the energy child (`energy.py`) reading `plan`'s source into `run_dir`'s
-        ENERGY_FILE."""
+        ENERGY_FILE, each reading bounded by `timeout_s`."""
         path = run_dir / ENERGY_FILE
         proc = subprocess.Popen(child_args(plan, str(path), timeout_s), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
