@@ -43,13 +43,14 @@ class ServerTelemetry:
     """One run's sampler child: `start`, then `mark("first")`, `finish()`. The energy
     reader's child (`energy.py`) is handled alike (`start_energy`)."""
 
-    # what the warnings call the child's reading, and where the run says it is missing
-    what, told_in = "server-metrics scrape", "server.null_reasons"
-
-    def __init__(self, proc: subprocess.Popen[bytes], path: Path, timeout_s: float) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], path: Path, timeout_s: float,
+                 told: tuple[str, str] = ("server-metrics scrape", "server.null_reasons")
+                 ) -> None:
         self.proc = proc
         self.path = path
         self.timeout_s = timeout_s
+        # what the warnings call the child's reading, and where the run says it is missing
+        self.what, self.told_in = told
         self.marked: dict[str, bool] = {}  # mark -> answered in time
         # a periodic scrape may be under way when a mark is asked for: two scrapes' worth
         self.wait_s = 2 * timeout_s + MARK_WAIT_S
@@ -74,9 +75,7 @@ class ServerTelemetry:
         path = run_dir / ENERGY_FILE
         proc = subprocess.Popen(child_args(plan, str(path), timeout_s), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        out = cls(proc, path, timeout_s)
-        out.what, out.told_in = "energy reading", "the energy block"
-        return out
+        return cls(proc, path, timeout_s, ("energy reading", "the energy block"))
 
     def mark(self, which: str) -> bool:
         """Ask for the `first` / `last` scrape and wait (bounded) until it is written.
