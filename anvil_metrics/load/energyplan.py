@@ -136,6 +136,10 @@ def parse_energy(v: dict[str, Any], src: str | None) -> EnergyPlan | None:
     if source != "nvml" and not urls:
         raise ScenarioError("energy.source", source, "--energy-url URL (the exporter's "
                             "/metrics) beside it, or --energy nvml", source=src)
+    nodes = [re.sub(r"^\w+://(?:[^@/]*@)?", "", u).split("/", 1)[0] for u in urls or ()]
+    if len(set(nodes)) < len(nodes):  # a GPU's key is its node's and its index
+        raise ScenarioError("energy.urls", ",".join(urls), "one URL per node (host:port), "
+                            "each once", source=src)
     if source == "nvml" and urls:
         raise ScenarioError("energy.urls", ",".join(urls), "none with --energy nvml (NVML "
                             "is read on this host)", source=src)

@@ -226,6 +226,7 @@ class Flag:
     kind: Parse | None = None
     short: str | None = None
     locust: bool = True  # False: Locust has the flag itself (-u)
+    repeat: bool = False  # may be given many times: its lists (a kind's) joined into one
 
     @property
     def parse(self) -> Parse:
@@ -358,8 +359,8 @@ FLAGS: tuple[Flag, ...] = (
          "host's GPUs; needs anvil-metrics[nvml]), dcgm (DCGM exporters, --energy-url) or "
          "metric (--energy-metric); energy.jsonl in the run folder (README: Energy)"),
     Flag("--energy-url", "energy.urls", "a DCGM exporter's (or --energy-metric's) /metrics, "
-         "one per node, comma-separated, e.g. http://node1:9400/metrics (implies --energy "
-         "dcgm)"),
+         "one per node: repeatable, or comma-separated, e.g. http://node1:9400/metrics "
+         "(implies --energy dcgm)", repeat=True),
     Flag("--energy-metric", "energy.metric", "any Prometheus metric as the energy source, "
          'with its unit: NAME{label="value"}:W (power; or mW) or :J (an energy counter; '
          "or mJ, uJ), as its HELP line says, e.g. gpu_power_usage:W; one series per GPU "

@@ -7,7 +7,7 @@ import pytest
 
 from anvil_metrics.errors import ScenarioError
 from anvil_metrics.load.energyplan import EnergyPlan, MetricSelector, parse_selector
-from anvil_metrics.load.options import run_options
+from anvil_metrics.load.options import locust_args, run_options
 from anvil_metrics.load.scenario import scenario_from_dict, scenario_to_dict
 
 BASE = {"measurement_protocol": "t"}
@@ -47,6 +47,7 @@ def test_the_table_reads_back_into_the_same_plan(energy: dict) -> None:
      "with --energy metric"),
     ({"idle": "10s"}, "energy.idle", "an energy source beside it"),
     ({"urls": ["ftp://x"]}, "energy.urls", "http(s) URLs"),
+    ({"urls": [URL, "http://u:p@10.0.0.5:9400/other"]}, "energy.urls", "one URL per node"),
     ({"source": "rapl"}, "energy.source", "one of"),
     ({"source": "nvml", "interval": 0}, "energy.interval", "> 0"),
     ({"source": "nvml", "watts": 1}, "energy.watts", "one of the keys"),
@@ -63,6 +64,14 @@ def test_the_flags_set_the_keys_and_a_bad_one_is_named() -> None:
                        host="http://h:1", users=None, api_key=None)
     assert opts.scenario.energy == EnergyPlan("dcgm", (URL, "http://n2:9400/metrics"), None,
                                               0.25, 2.0)
+    # repeated: Locust's parser gives its texts, anvil run's argparse each text's list
+    n2 = "http://n2:9400/metrics"
+    for given in ([URL, n2], [[URL], [n2]]):
+        opts = run_options({"energy_url": given}, host="http://h:1", users=None,
+                           api_key=None)
+        assert opts.scenario.energy == EnergyPlan("dcgm", (URL, n2))
+    assert locust_args({"energy_url": [[URL, n2], [URL]]}) == [
+        "--energy-url", f"{URL},{n2}", "--energy-url", URL]
     with pytest.raises(ScenarioError, match="--energy-metric 'x{a=1': energy.metric"):
         run_options({"energy_metric": "x{a=1"}, host="http://h:1", users=None, api_key=None)
 
