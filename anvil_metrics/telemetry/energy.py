@@ -24,8 +24,9 @@ The three readers (each: the GPUs it sees now, or OSError/ValueError with one li
   counter, converted to W or J.
 
 A GPU's key is unique over the run: the node (the URL's host:port) and its index, so eight
-GPUs on each of two nodes are sixteen. A URL that fails fails the reading (`ok` false, its
-error names the URL): a reading is all nodes' or none.
+GPUs on each of two nodes are sixteen. The nodes are read at once (a thread each); a URL
+that fails fails the reading (`ok` false, its error names the URL): a reading is all
+nodes' or none.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
@@ -111,18 +113,22 @@ def metric_gpus(samples: Samples, node: str, selector: MetricSelector) -> list[G
 
 
 def url_reader(plan: EnergyPlan, timeout_s: float, fetch: Any = scrape_samples) -> Reader:
-    """A reading of every URL of `plan` (dcgm or metric), in order."""
+    """A reading of every URL of `plan` (dcgm or metric): the nodes at once (a thread
+    each, so one sample is one moment), their GPUs in the URLs' order."""
+    def one(url: str) -> list[GpuReading]:
+        try:
+            samples = fetch(url, timeout_s)
+            node = node_of(url)
+            return (metric_gpus(samples, node, plan.metric) if plan.metric is not None
+                    else dcgm_gpus(samples, node))
+        except (OSError, ValueError) as e:
+            raise type(e)(f"{url}: {e}") from None
+
+    pool = ThreadPoolExecutor(len(plan.urls)) if len(plan.urls) > 1 else None
+
     def read() -> list[GpuReading]:
-        out: list[GpuReading] = []
-        for url in plan.urls:
-            try:
-                samples = fetch(url, timeout_s)
-                node = node_of(url)
-                out += (metric_gpus(samples, node, plan.metric) if plan.metric is not None
-                        else dcgm_gpus(samples, node))
-            except (OSError, ValueError) as e:
-                raise type(e)(f"{url}: {e}") from None
-        return out
+        parts = pool.map(one, plan.urls) if pool is not None else map(one, plan.urls)
+        return [g for part in parts for g in part]  # the first URL that failed raises
     return read
 
 

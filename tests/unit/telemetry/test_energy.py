@@ -247,3 +247,20 @@ def test_the_childs_command_line_and_head_line(tmp_path: Any) -> None:
     head = msgspec.json.decode(out.read_bytes().splitlines()[0], type=EnergyLine)
     assert head == EnergySource(source="metric", where=["http://10.0.0.5:5000/metrics"],
                                 metric='gpu_power_usage{gpu_id="0"}:W', interval_s=0.25)
+
+
+def test_the_nodes_are_read_at_once() -> None:
+    """Each node's fetch waits at a barrier for the other's: read one after the other, the
+    barrier would break."""
+    import threading
+
+    both = threading.Barrier(2, timeout=10)
+
+    def fetch(url: str, timeout_s: float) -> Any:
+        both.wait()
+        return exposition_samples(DCGM)
+
+    urls = ("http://10.0.0.5:9400/metrics", "http://10.0.0.6:9400/metrics")
+    gpus = energy.url_reader(EnergyPlan("dcgm", urls), 1.0, fetch)()
+    assert [g.key for g in gpus] == ["10.0.0.5:9400/0", "10.0.0.5:9400/1", "10.0.0.6:9400/0",
+                                     "10.0.0.6:9400/1"]
