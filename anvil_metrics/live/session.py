@@ -267,9 +267,10 @@ class RunSession:
         return session
 
     def _start_telemetry(self, server: dict[str, Any]) -> None:
-        """Start the server-metrics sampler when its metrics are scraped: a scrape just
-        before the first measured request (the budget's `before_measured`, given in
-        `start`), and one after the last (`finish`)."""
+        """Start the server-metrics sampler when its metrics are scraped, and the energy
+        reader with `--energy` (after its idle baseline, which the load waits for): a
+        reading just before the first measured request (the budget's `before_measured`,
+        given in `start`), and one after the last (`finish`)."""
         plan = self.opts.scenario.energy
         if plan is not None:  # the GPUs' energy (energy.jsonl), an idle baseline first
             self.energy = ServerTelemetry.start_energy(plan, self.run_dir)

@@ -86,10 +86,10 @@ def parse_exposition(text: str) -> dict[str, float]:
 
 def scrape_once(url: str, timeout_s: float) -> dict[str, float]:
     """One scrape: the parsed series. Raises OSError/ValueError with a one-line reason."""
-    return _parsed(fetch_text(url, timeout_s), parse_exposition)
+    return parse_reply(fetch_text(url, timeout_s), parse_exposition)
 
 
-def _parsed(text: str, parse: Any) -> Any:
+def parse_reply(text: str, parse: Any) -> Any:
     """`parse(text)`, a refusal as one ValueError; an empty result refused too."""
     try:
         out = parse(text)
@@ -102,7 +102,7 @@ def _parsed(text: str, parse: Any) -> Any:
 
 def scrape_samples(url: str, timeout_s: float) -> list[tuple[str, dict[str, str], float]]:
     """One scrape as `exposition_samples`. Raises OSError/ValueError (one line)."""
-    return _parsed(fetch_text(url, timeout_s), exposition_samples)
+    return parse_reply(fetch_text(url, timeout_s), exposition_samples)
 
 
 def fetch_text(url: str, timeout_s: float) -> str:

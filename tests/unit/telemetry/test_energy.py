@@ -123,8 +123,8 @@ def test_reset_gone_gpu_garbage_and_a_failed_node_as_the_file_says_them() -> Non
                                   "DCGM_FI_DEV_POWER_USAGE{gpu=0 12\n", ""])
 def test_garbage_is_a_failed_reading_of_one_line(text: str) -> None:
     def fetch(url: str, timeout_s: float) -> Any:
-        from anvil_metrics.telemetry.scrape import _parsed
-        return _parsed(text, exposition_samples)
+        from anvil_metrics.telemetry.scrape import parse_reply
+        return parse_reply(text, exposition_samples)
 
     out = io.BytesIO()
     energy.EnergySampler(energy.url_reader(EnergyPlan("dcgm", ("http://x:1/m",)), 1, fetch),
