@@ -14,8 +14,9 @@ The three readers (each: the GPUs it sees now, or OSError/ValueError with one li
 
 - dcgm: each URL's `/metrics` (dcgm-exporter), per GPU (its `gpu` label) the counter
   `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (mJ since boot, converted to J as read: a reset
-  shows as a decrease, written as read) and the gauge `DCGM_FI_DEV_POWER_USAGE` (W); a GPU
-  with neither is left out; name and UUID from `modelName` and `UUID`;
+  shows as a decrease, written as read) and the gauge `DCGM_FI_DEV_POWER_USAGE` (W), a
+  DCGM blank ("not supported") as none; a GPU with neither is left out; name and UUID
+  from `modelName` and `UUID`;
 - nvml: `nvmlDeviceGetTotalEnergyConsumption` (mJ) and `nvmlDeviceGetPowerUsage` (mW) of
   every device NVML counts; a device whose handle fails (lost) is left out, a call a device
   does not support is null;
@@ -52,6 +53,10 @@ from anvil_metrics.urls import strip_credentials
 READ_TIMEOUT_S = 1.0
 DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # mJ since boot (a counter)
 DCGM_POWER = "DCGM_FI_DEV_POWER_USAGE"  # W (a gauge)
+# DCGM's "blank" values (dcgm_structs.h: no value, not found, not supported, not permitted)
+# are printed as numbers (9223372036854775794 for a field a GPU does not support): not
+# readings. An int64 field's blanks start at DCGM_INT64_BLANK, a double's at DCGM_FP64_BLANK
+DCGM_BLANK = {DCGM_ENERGY: float(0x7FFFFFFFFFFFFFF0), DCGM_POWER: 140737488355328.0}
 NAME_LABELS = ("modelName", "card_model", "gpu_model", "model")
 UUID_LABELS = ("UUID", "uuid", "gpu_uuid")
 Samples = list[tuple[str, dict[str, str], float]]
@@ -76,8 +81,8 @@ def dcgm_gpus(samples: Samples, node: str) -> list[GpuReading]:
         name = name.removesuffix("_total")
         if name not in (DCGM_ENERGY, DCGM_POWER) or "gpu" not in labels:
             continue
-        if labels.get("GPU_I_ID"):  # a MIG instance's series: the device's is the GPU's
-            continue
+        if labels.get("GPU_I_ID") or value >= DCGM_BLANK[name]:  # a MIG instance's series
+            continue  # (the device's is the GPU's), or DCGM's "no value"
         g = gpus.setdefault(labels["gpu"], {"name": _first(labels, NAME_LABELS),
                                             "uuid": _first(labels, UUID_LABELS)})
         if name == DCGM_ENERGY:

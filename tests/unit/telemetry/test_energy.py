@@ -23,7 +23,8 @@ TEXTS = Path(__file__).resolve().parents[2] / "fixtures" / "energy"
 # dcgm-exporter 3.x with its default counters (default-counters.csv's HELP words), two GPUs
 # of a node, as it labels them (gpu, UUID, device, modelName, Hostname, the driver's version)
 DCGM = (TEXTS / "dcgm-exporter.prom").read_text()
-# an older exporter (2.x): a space after each comma, no modelName, no energy counter
+# an older exporter (2.x, as its README shows it): a space after each comma, no modelName,
+# and DCGM's blank "not supported" (9223372036854775794) for a field the GPU lacks
 DCGM_OLD = (TEXTS / "dcgm-exporter-2.prom").read_text()
 # AMD's device-metrics-exporter (its mandatory labels: hostname, serial number, ...)
 AMD = (TEXTS / "amd-device-metrics-exporter.prom").read_text()
@@ -44,7 +45,11 @@ def test_a_dcgm_exporters_reply_gives_each_gpus_joules_watts_name_and_uuid() -> 
 
 
 def test_without_the_energy_counter_the_power_is_read_and_the_energy_is_null() -> None:
+    """Its energy is DCGM's blank (not supported), never 9.2e15 J; or not there at all."""
     (gpu,) = energy.dcgm_gpus(exposition_samples(DCGM_OLD), NODE)
+    assert (gpu.energy_j, gpu.power_w, gpu.name) == (None, 23.528, None)
+    no_counter = "\n".join(x for x in DCGM_OLD.splitlines() if "ENERGY" not in x) + "\n"
+    (gpu,) = energy.dcgm_gpus(exposition_samples(no_counter), NODE)
     assert (gpu.energy_j, gpu.power_w, gpu.name) == (None, 23.528, None)
     assert gpu.uuid == "GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52"
 
