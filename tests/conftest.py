@@ -242,3 +242,18 @@ def GONE_SINCE(*_args: Any, **_kwargs: Any) -> Any:  # noqa: N802 - a constant-l
     from anvil_metrics.prep.provenance import Discovery
 
     return Discovery()
+
+
+@pytest.fixture
+def fired() -> Iterator[list[Any]]:
+    """Every record fired on `anvil_events.request_record` while the test runs."""
+    from anvil_metrics.events import anvil_events
+
+    records: list[Any] = []
+
+    def listen(record: Any, **_: Any) -> None:
+        records.append(record)
+
+    anvil_events.request_record.add_listener(listen)
+    yield records
+    anvil_events.request_record.remove_listener(listen)

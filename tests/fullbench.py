@@ -5,8 +5,9 @@ writers write.
 What it holds: an open-loop (gamma) run with rate steps, a measured window with requests
 outside it, goodput criteria, a failure and a cancelled request, a shared prefix, a prompt
 calibration, the generator's health in `run_end` and a `server_metrics.jsonl` of vLLM
-samples (counters for speculative decoding and the prefix cache) beside it; and its
-requests are also three agent jobs' (the `jobs` block) on 8 GPUs.
+samples (counters for speculative decoding and the prefix cache) and an `energy.jsonl` of
+two GPUs with an idle baseline beside it; and its requests are also three agent jobs' (the
+`jobs` block) on 8 GPUs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from energybuild import S, series, write_energy
 from rawbuild import HEADER, completed, failed
 
 from anvil_metrics.jsonio import dump_line
@@ -135,5 +137,8 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
     raw = folder / "requests.jsonl"
     raw.write_bytes(b"".join(dump_line(x) for x in lines))
     _samples(folder / "server_metrics.jsonl")
+    write_energy(folder, series(2, range(0, 3 * S + 1, S // 2), {
+        0: "idle_start", S // 2: "idle_end", S: "first", 3 * S: "last"},
+        lambda t: 100.0 + t, lambda t: 100.0 * t + t * t / 2))
     run = read_raw(raw)
     return build_benchmark(run, (run.run_end or {}).get("client"))

@@ -69,7 +69,14 @@ import orjson
 from locust.runners import STATE_MISSING
 
 from anvil_metrics.cluster import wire
-from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing, stuck_from_wire
+from anvil_metrics.cluster.wire import (
+    SETUP,
+    TICKET_LEAD_NS,
+    WorkerSetup,
+    boot_id,
+    refusing,
+    stuck_from_wire,
+)
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.post import saturation
@@ -83,11 +90,6 @@ if TYPE_CHECKING:
     from anvil_metrics.live.session import RunSession
 
 log = logging.getLogger("anvil")
-# An open loop's ticket goes to its worker this long before it falls due, and the worker
-# waits out the rest on its own clock (`worker.RemoteBudget`): the message's way (~1-4 ms,
-# more on a busy master) is then not in the request's lag. A stop in that time still lets
-# the request go (at most this late in the run's end).
-TICKET_LEAD_NS = 10_000_000
 
 PING_ROUNDS = 8
 HELLO_TIMEOUT_S = 120.0  # a worker builds every planned body (a 393k-token one: ~0.1 s)

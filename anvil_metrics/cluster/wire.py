@@ -41,6 +41,12 @@ from anvil_metrics.prep.prompts import Calibration, SharedPrefix
 from anvil_metrics.records import RequestRecord
 
 log = logging.getLogger("anvil")
+# An open loop's ticket goes to its worker this long before it falls due, and the worker
+# waits out the rest on its own clock (`worker.RemoteBudget`): the message's way (~1-4 ms,
+# more on a busy master) is then not in the request's lag. A stop in that time still lets
+# the request go (at most this late in the run's end). An agent job's follow-up is asked
+# for this long before its wait ends, for the same reason (`live/agentahead.py`).
+TICKET_LEAD_NS = 10_000_000
 
 SETUP = "anvil_setup"
 SETUP_VERSION = 6  # bump when the set-up's shape changes: an older worker then refuses it

@@ -22,7 +22,14 @@ import gevent.event
 import orjson
 from greenlet import GreenletExit
 
-from anvil_metrics.cluster.wire import SETUP, WorkerSetup, boot_id, refusing, stuck_to_wire
+from anvil_metrics.cluster.wire import (
+    SETUP,
+    TICKET_LEAD_NS,
+    WorkerSetup,
+    boot_id,
+    refusing,
+    stuck_to_wire,
+)
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
@@ -70,7 +77,11 @@ class RemoteBudget:
     worker's clock); `give_back` is a no-op (the record returns the ticket). A None ends
     the asking, but for a budget of `conversations` a start's None ends only the starts:
     later turns are still asked for. `on_orphan` is given each ticket that arrives for a
-    user no longer waiting for it."""
+    user no longer waiting for it. An agent job's follow-up is asked for
+    `followup_lead_ns` before its wait ends (`live/agentahead.py`): the master's round
+    trip then runs during the wait, not after it."""
+
+    followup_lead_ns = TICKET_LEAD_NS
 
     def __init__(self, send: Send, run_id: str,
                  conversations: bool = False,

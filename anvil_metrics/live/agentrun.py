@@ -30,6 +30,10 @@ docstring states the semantics it follows).
 - A failed turn ends its session: its later turns are not sent and the children it had
   not spawned yet never start (a parent's joins still wait for the children that run).
   The job ends when every session it started has ended.
+- `before_wait` (optional) is told each wait as it begins, with the turn it comes before
+  and its end, when no join can hold that turn past it (every child it joins has ended):
+  a distributed worker asks the master for that turn's ticket during the wait
+  (`agentahead.py`), not after it.
 """
 
 from __future__ import annotations
@@ -110,12 +114,15 @@ class JobRun:
     """One job's replay (module docstring). `send` sends one turn and tells when its answer
     ended (None: not answered); `sleep` waits (None: `wait_until`, to the microsecond; a
     test's fake); `on_session_end` is told each session that ended (the caller gives its
-    connection back); `start_turn`: the root turn the job starts at (module docstring)."""
+    connection back); `start_turn`: the root turn the job starts at; `before_wait`: told
+    (session, turn, the wait's end ns) as a wait not followed by a join begins (module
+    docstring)."""
 
     def __init__(self, job: Job, send: Send, waits: Waits = Waits(), *,
                  sleep: Callable[[float], None] | None = None,
                  on_session_end: Callable[[Session], None] | None = None,
-                 start_turn: int = 0) -> None:
+                 start_turn: int = 0,
+                 before_wait: Callable[[Session, int, int], None] | None = None) -> None:
         self.job = job
         self._send = send
         self._waits = waits
@@ -125,6 +132,7 @@ class JobRun:
         self._children = {s.id: job.children(s.id) for s in job.sessions}
         self._greenlets: list[gevent.Greenlet] = []
         self._start = start_turn
+        self._before_wait = before_wait
         for sid in skipped(job, start_turn):  # in the past: a join on one is satisfied
             self._ended[sid].set()
 
@@ -153,6 +161,9 @@ class JobRun:
                 turn = session.turns[k]
                 # a sampled start's first turn follows its prime at once
                 tool_s, idle_s = (0.0, 0.0) if 0 < first == k else self._waits.before(turn)
+                if (self._before_wait is not None and tool_s + idle_s > 0
+                        and not self._joins(session, k)):
+                    self._before_wait(session, k, free_ns + round((tool_s + idle_s) * 1e9))
                 slept_ns = self._wait_from(free_ns, tool_s + idle_s, tool_s)
                 join_ns = self._join(session, k)
                 end_ns = self._send(session, k, slept_ns, join_ns)
@@ -168,14 +179,18 @@ class JobRun:
     def _join(self, session: Session, k: int) -> int:
         """Wait until every child joining before turn `k` of `session` has ended; the
         time that took, ns (0: the turn joins none, or each had ended)."""
-        joins = [c for c in self._children[session.id]
-                 if c.join_before_turn == k and not self._ended[c.id].is_set()]
+        joins = self._joins(session, k)
         if not joins:  # none, or every one already over (a skipped one: in the past)
             return 0
         t0 = time.perf_counter_ns()
         for child in joins:
             self._ended[child.id].wait()
         return time.perf_counter_ns() - t0
+
+    def _joins(self, session: Session, k: int) -> list[Session]:
+        """The children of `session` joining before its turn `k` that have not ended."""
+        return [c for c in self._children[session.id]
+                if c.join_before_turn == k and not self._ended[c.id].is_set()]
 
     def _wait_from(self, free_ns: int, total_s: float, tool_s: float) -> int:
         """Sleep until `total_s` after `free_ns` (again if a timer wakes early); what was

@@ -121,6 +121,8 @@ class RequestBudget:
     `requests=None` means unbounded (a run ended by time or by the user).
     """
 
+    followup_lead_ns = 0  # a follow-up is taken when it is due: it is handed out at once
+
     def __init__(self, requests: int | None, warmup: int, sizes: list[int],
                  on_exhausted: Callable[[], None] | None = None,
                  group_size: int | None = None,

@@ -38,7 +38,12 @@ class TicketSource(Protocol):
     returns a conversation's next turn (or an agent job's next request) at once (an open
     loop's arrivals are conversation or job starts); every ticket taken is given back once
     its request is recorded; `user_ready` says one user of this process has finished its
-    start (an open loop's arrivals wait for every user: `control.RequestBudget`)."""
+    start (an open loop's arrivals wait for every user: `control.RequestBudget`).
+    `followup_lead_ns`: how long before an agent job's follow-up is due its ticket is asked
+    for (0: when due; a distributed worker's: the master's round trip kept out of the
+    wait, `live/agentahead.py`)."""
+
+    followup_lead_ns: int
 
     def take(self) -> Ticket | None: ...
 

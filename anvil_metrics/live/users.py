@@ -33,6 +33,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gevent
@@ -40,6 +41,7 @@ from greenlet import GreenletExit
 from locust import User, task
 
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.agentahead import JobTickets
 from anvil_metrics.live.agentrun import JobRun, Waits
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.runctx import RunContext, run_in_progress
@@ -275,19 +277,17 @@ class ChatStreamUser(User):
 
     def _agent_job(self, run: RunContext, agents: AgentBodies) -> None:
         """One agent job, start to end (`live/agentrun.py`): its first request takes the
-        budget's next start (an open loop's: at its due time), every later one a follow-up;
-        each sub-agent sends on a connection of its own, this user's spare (`_spares`),
+        budget's next start (an open loop's: at its due time), every later one a follow-up
+        (`agentahead.py`); each sub-agent sends on a connection of its own, its spare,
         given back when it ends answered (closed if not). The job's end counts it over
-        (`conversation_dropped`: a budget of jobs ends when the last is). A sampled start
-        first sends its prime (`_start_turn`)."""
+        (`conversation_dropped`). A sampled start first sends its prime (`_start_turn`)."""
         first = run.budget.take()
         if first is None:
             self._idle_until_stopped()
             return
         n = first.start  # the run's job number (a budget of jobs numbers its starts)
         assert n is not None
-        job = agents.job(n)
-        tickets = [first]
+        tickets = JobTickets(run.budget, first, run.worker, partial(agents.turn_extra, n))
         clients: dict[str, ChatClient] = {}
         plan = run.scenario.trace
         assert plan is not None
@@ -298,7 +298,7 @@ class ChatStreamUser(User):
 
         def send(session: Session, k: int, tool_wait_ns: int, join_wait_ns: int) -> int | None:
             answered_last.discard(session.id)
-            ticket = tickets.pop() if tickets else run.budget.take_followup()
+            ticket = tickets.next(session)
             if ticket is None:  # the budget is spent or the run is stopping
                 return None
             # due now (after the job's waits), or at the schedule's arrival: a sub-agent's
@@ -342,9 +342,11 @@ class ChatStreamUser(User):
 
         try:
             k = self._start_turn(run, agents, n)
-            JobRun(job, send, Waits(plan.tool_speed, plan.max_tool_wait_s, plan.max_idle_s),
-                   on_session_end=ended, start_turn=k).run()
+            JobRun(agents.job(n), send, Waits(plan.tool_speed, plan.max_tool_wait_s,
+                                              plan.max_idle_s),
+                   on_session_end=ended, start_turn=k, before_wait=tickets.before_wait).run()
         finally:
+            tickets.close()
             for c in clients.values():
                 c.close()
             agents.job_ended(n)

@@ -17,6 +17,7 @@ from anvil_metrics.post import (
     cancelblock,
     clientblock,
     conversations,
+    energyblock,
     goodput,
     headerblocks,
     jobsblock,
@@ -71,6 +72,12 @@ BLOCKS: tuple[Block, ...] = (
           "what the server's metrics endpoint said about itself over the measured window; "
           "absent in files from before the block", headerblocks.build_server_block, None,
           servermetrics.summary_lines),
+    Block("energy", energyblock.Energy | None,
+          "the joules the server's GPUs spent over the measured window (energy.jsonl: "
+          "--energy-url, --energy nvml, --energy-metric), per output token and per request "
+          "where energy and tokens cover the same window (post/energyblock.py); absent "
+          "without an energy source", energyblock.build, energyblock.verify,
+          energyblock.summary_lines),
     Block("client", clientblock.Client | None,
           "the load generator's own health over the load, so that its delays are not taken "
           "for the server's; null when not measured", clientblock.build, clientblock.verify,

@@ -33,10 +33,12 @@ import orjson
 from anvil_metrics.post import cachecheck, rowparts
 from anvil_metrics.post.benchmark import load_benchmark
 from anvil_metrics.post.derive import RowColumns
+from anvil_metrics.post.energyblock import check_energy_file
 from anvil_metrics.post.heap import keep_freed_memory
 from anvil_metrics.post.rawpart import MAX_PARTS, usable_cpus
 from anvil_metrics.post.rowparts import BLOCK_BYTES, CLOSE, OPEN, ROW_END, RowBlocks, close_at
 from anvil_metrics.post.verify import columns_are_clean, verify_benchmark
+from anvil_metrics.telemetry.energyfile import ENERGY_FILE
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, check_server_file
 
 _ROW_START = b"\n    {"
@@ -74,12 +76,15 @@ def scan_benchmark(path: str | Path, cached_above: int | None = None,
 
 
 def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
-                load: Callable[[Path], Any] = load_benchmark) -> list[str]:
+                load: Callable[[Path], Any] = load_benchmark,
+                notes: list[str] | None = None) -> list[str]:
     """`verify_benchmark(load(path))`: [] when the file holds a correct benchmark/v1
     document, else every problem. A clean file laid out as anvil writes it is checked as
     columns built a block of rows at a time (a large one's in parts, a child process each:
     `rowparts.py`), and `load` (which raises for a file that cannot be read or parsed) is
-    called only when that does not settle it."""
+    called only when that does not settle it. The blocks computed from a samples file
+    beside it (server, energy) are recomputed from it; `notes` gets what could not be (no
+    file), which is not a problem."""
     p = Path(path)
     keep_freed_memory()
     got = _in_parts(p)
@@ -91,14 +96,20 @@ def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
     if got is not None:
         doc, rows = got
         if rows is not None and columns_are_clean(doc, rows):
-            check_server_file(doc, rows, p.with_name(SAMPLES_FILE), problems)
+            _check_files(doc, rows, p, problems, notes)
             return problems
     doc = load(p)
     problems = verify_benchmark(doc)
     if isinstance(doc, dict):
-        check_server_file(doc, RowColumns.from_rows(doc.get("request_timings")),
-                          p.with_name(SAMPLES_FILE), problems)
+        _check_files(doc, RowColumns.from_rows(doc.get("request_timings")), p, problems,
+                     notes)
     return problems
+
+
+def _check_files(doc: dict[str, Any], rows: RowColumns | None, p: Path, problems: list[str],
+                 notes: list[str] | None) -> None:
+    check_server_file(doc, rows, p.with_name(SAMPLES_FILE), problems)
+    check_energy_file(doc, rows, p.with_name(ENERGY_FILE), problems, notes)
 
 
 def _in_parts(p: Path) -> tuple[dict[str, Any], RowColumns] | None:

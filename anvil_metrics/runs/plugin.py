@@ -424,13 +424,17 @@ def on_test_stop(environment: Any, **_: Any) -> None:
     set_run(environment, None)  # ended (it stays the latest, for the web UI)
     state = plugin_state(environment)
     done = state.finishing = gevent.event.Event()
+    progress, state.progress = state.progress, None
     try:
-        progress, state.progress = state.progress, None
         if progress is not None:
-            progress.stop()
+            progress.watch.stop()  # no readings while the workers drain and the file is built
         _finish(environment, session)
     finally:
-        done.set()
+        try:  # the last reading after `benchmark.json`: its exact figures (a distributed
+            if progress is not None:  # run's jobs stopped mid-way are only counted there)
+                progress.stop()
+        finally:
+            done.set()
 
 
 def _finish(environment: Any, session: RunSession | WorkerSession) -> None:

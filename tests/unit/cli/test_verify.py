@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+from energybuild import S, series, write_energy
 from rawbuild import HEADER, completed, write_raw
 from summarybuild import example_checks
 
@@ -94,3 +95,21 @@ def test_someone_elses_json_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
         assert captured.err == (f"anvil: verify: {path} is not an anvil-serving document "
                                 f"({found}); expected a benchmark.json or summary.json\n")
         assert captured.out == ""
+
+
+def test_an_energy_block_whose_file_is_gone_verifies_and_says_so(tmp_path: Path,
+                                                                 capsys) -> None:
+    write_energy(tmp_path, series(1, range(0, 2 * S + 1, S // 2), {0: "first", 2 * S: "last"},
+                                  lambda t: 100.0, lambda t: 100.0 * t))
+    path = benchmark(tmp_path)
+    assert orjson.loads(path.read_bytes())["energy"]["energy_j"] == 200.0
+    capsys.readouterr()
+    assert main(["verify", str(path)]) == 0
+    said = capsys.readouterr().out.splitlines()  # recomputed from the file: nothing to add
+    assert len(said) == 2 and said[-1].endswith(": every per-request value and aggregate "
+                                                "recomputes exactly")
+    (tmp_path / "energy.jsonl").unlink()
+    assert main(["verify", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"{path}: energy: no energy.jsonl beside the file: its joules were not recomputed "
+        "(its per-token figures were, from the rows)")

@@ -16,7 +16,6 @@ from rawbuild import write_raw
 from anvil_metrics.cluster.master import MasterCoordinator
 from anvil_metrics.cluster.wire import WorkerSetup
 from anvil_metrics.errors import RawFileError
-from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.series import MAX_BUCKETS
@@ -71,18 +70,6 @@ def _line(index: int, worker: str = "h:1", start: int = 1_000) -> bytes:
                         content_chunks=2, chunk_deltas_ns=(100, 400), chunk_channels="cc",
                         usage={"prompt_tokens": 10, "completion_tokens": 2}, worker=worker)
     return orjson.dumps(rec.to_json_dict())
-
-
-@pytest.fixture
-def fired() -> Any:
-    records: list[RequestRecord] = []
-
-    def listen(record: RequestRecord, **_: Any) -> None:
-        records.append(record)
-
-    anvil_events.request_record.add_listener(listen)
-    yield records
-    anvil_events.request_record.remove_listener(listen)
 
 
 def _grant_two(c: MasterCoordinator, runner: FakeRunner) -> None:

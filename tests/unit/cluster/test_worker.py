@@ -165,3 +165,29 @@ def test_a_ticket_sent_ahead_is_handed_to_its_user_at_its_due_time() -> None:
     # at once, not after the others' waits: before either timed ticket, judged by their
     # order rather than a wall time (a busy machine once held this loop past the 20 ms)
     assert max(got[3], got[4]) < min(got[1], got[2])
+
+
+def test_a_follow_up_asked_ahead_and_stopped_on_its_way_is_recorded_when_it_comes() -> None:
+    """An agent job's follow-up is asked for `TICKET_LEAD_NS` before its wait ends
+    (`live/agentahead.py`); a job stopped while that ask is on its way still gets its
+    ticket recorded (the orphan), so the master matches every grant to a record."""
+    from anvil_metrics.cluster.wire import TICKET_LEAD_NS
+    from anvil_metrics.live.agentahead import JobTickets
+    from anvil_metrics.load.agentjob import Session, Turn
+
+    sent: list[tuple[str, dict]] = []
+    orphans: list[Ticket] = []
+    budget = RemoteBudget(lambda t, d: sent.append((t, d)), "r", conversations=True,
+                          on_orphan=orphans.append)
+    assert budget.followup_lead_ns == TICKET_LEAD_NS > 0
+    tickets = JobTickets(budget, Ticket(0, False, 64, start=0), "h:1",
+                         lambda s, k, w: {"job": 0})
+    root = Session("root", tuple(Turn(t_s=k, input_tokens=9, output_tokens=1)
+                                 for k in range(3)))
+    assert tickets.next(root) == Ticket(0, False, 64, start=0)
+    tickets.ahead(root, 1, 0)  # its wait ended long ago: asked at once
+    gevent.sleep(0.001)
+    assert sent == [("anvil_take", {"run_id": "r", "seq": 1, "followup": True})]
+    tickets.close()  # stopped before the master's answer came
+    budget.deliver(1, Ticket(5, False, 64))
+    assert orphans == [Ticket(5, False, 64)]

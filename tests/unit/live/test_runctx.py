@@ -38,6 +38,8 @@ def test_a_run_is_in_progress_until_it_ends_and_stays_the_latest() -> None:
 
 def test_the_protocols_say_what_a_user_may_read() -> None:
     class Budget:
+        followup_lead_ns = 0
+
         def take(self) -> None:
             return None
 

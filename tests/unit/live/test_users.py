@@ -236,6 +236,8 @@ class _Turns:
     """A budget that hands out tickets 10, 11, 12, … (a conversation takes several: its
     first by `take`, its later turns by `take_followup`), and keeps what it was told."""
 
+    followup_lead_ns = 0
+
     def __init__(self) -> None:
         self.next = 10
         self.asked: list[str] = []

@@ -192,7 +192,8 @@ def test_a_real_simulators_log_feeds_every_check(simulator, tmp_path: Path) -> N
     assert truth.problems == () and len(truth.turns) == job.requests == len(order)
     for check in (check_spawns, check_joins, check_prompt_sizes, check_reuse):
         assert check([job], truth) == [], check.__name__
-    assert check_tool_waits([job], truth, speed=10.0, tol_ms=50.0) == []
+    # never early; how late is the machine's (urllib, a busy machine): a sanity bound only
+    assert check_tool_waits([job], truth, speed=10.0, tol_ms=0.5, late_ms=1000.0) == []
     assert sum(t.cached_tokens or 0 for t in truth.turns.values()) > 0
     latency, missing = job_latency_truth([job], truth)
     assert missing == []
