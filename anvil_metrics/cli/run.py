@@ -154,6 +154,11 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         local_text_counter(opts.tokenizer_path)
         values["tokenizer"] = os.path.abspath(opts.tokenizer_path)
+    if sc.energy is not None and sc.energy.source == "nvml":  # no NVML: before any load
+        from anvil_metrics.telemetry.energy import nvml_problem
+
+        if (problem := nvml_problem()) is not None:
+            raise UsageError(problem)
     run_dir = prepare_run(a.host, opts.results_dir)
     print(f"running {plan_text(sc, opts.users)} against {strip_credentials(a.host)}; "
           f"Locust log: {run_dir / 'locust.log'}", flush=True)

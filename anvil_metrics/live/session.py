@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gevent
+
 from anvil_metrics.errors import AnvilError
 from anvil_metrics.events import anvil_events
 from anvil_metrics.headers import shown
@@ -129,6 +131,7 @@ class RunSession:
         # the run's timing (`runclock.py`): `on_end` ends the run when its duration is over
         self.clock = RunClock(opts.scenario, budget, writer, controls, on_end)
         self.telemetry: ServerTelemetry | None = None  # the server-metrics sampler
+        self.energy: ServerTelemetry | None = None  # the energy reader (--energy)
 
     def mark_end(self, ended_by: str, reason: str | None = None) -> None:
         """Name why the run ends (one of `records.ENDED_BY`), once: what ends it first (its
@@ -233,8 +236,9 @@ class RunSession:
         exhausted = ended("requests")
 
         def scrape_first() -> None:  # just before the first measured request
-            if holder and holder[0].telemetry is not None:
-                holder[0].telemetry.mark("first")
+            for child in (holder[0].telemetry, holder[0].energy) if holder else ():
+                if child is not None:
+                    child.mark("first")
 
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
@@ -263,9 +267,16 @@ class RunSession:
         return session
 
     def _start_telemetry(self, server: dict[str, Any]) -> None:
-        """Start the server-metrics sampler when its metrics are scraped: a scrape just
-        before the first measured request (the budget's `before_measured`, given in
-        `start`), and one after the last (`finish`)."""
+        """Start the server-metrics sampler when its metrics are scraped, and the energy
+        reader with `--energy` (after its idle baseline, which the load waits for): a
+        reading just before the first measured request (the budget's `before_measured`,
+        given in `start`), and one after the last (`finish`)."""
+        plan = self.opts.scenario.energy
+        if plan is not None:  # the GPUs' energy (energy.jsonl), an idle baseline first
+            self.energy = ServerTelemetry.start_energy(plan, self.run_dir)
+            if plan.idle_s is not None and self.energy.mark("idle_start"):
+                gevent.sleep(plan.idle_s)  # the load waits: nothing is sent meanwhile
+                self.energy.mark("idle_end")
         if server["metrics_url"] is None:
             return
         self.telemetry = ServerTelemetry.start(
@@ -290,8 +301,9 @@ class RunSession:
         if self._jobs_heard:
             anvil_events.job_end.remove_listener(self.live.job_ended)
         self.live.end_flow()  # every record is in: the live page's series ends here
-        if self.telemetry is not None:  # the scrape after the last request, then stop it
-            self.telemetry.finish()
+        for child in (self.telemetry, self.energy):  # the reading after the last request
+            if child is not None:
+                child.finish()
         from anvil_metrics.post.postprocess import postprocess_run
 
         try:

@@ -82,7 +82,8 @@ class Option:
         """The option of a scenario flag (a `BOOL` one is a switch, off by default)."""
         switch = flag.parse is BOOL
         return cls(flag.name, flag.help, flag.parse, False if switch else None,
-                   short=flag.short, switch=switch, locust=flag.locust, key=flag.key)
+                   short=flag.short, switch=switch, locust=flag.locust, key=flag.key,
+                   repeat=flag.repeat, web_ui=not flag.repeat)
 
     @property
     def dest(self) -> str:
@@ -101,6 +102,11 @@ class Option:
         text is checked by `parse`, anything else was already typed by argparse."""
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             return self.default
+        if self.repeat and self.key is not None and isinstance(raw, list):
+            # a scenario flag given many times: each text checked, its lists joined
+            parts = [self.parse(self.flag, x.strip()) if isinstance(x, str) else x
+                     for x in raw]
+            return [v for part in parts for v in part] or self.default
         if self.switch:
             return bool(raw)
         if isinstance(raw, str):
@@ -208,6 +214,9 @@ def locust_args(values: Mapping[str, Any]) -> list[str]:
             continue
         if o.switch:
             out.append(o.flag)
+        elif o.repeat:  # once per value given (a value's list comma-separated)
+            for x in v:
+                out += [o.flag, ",".join(map(str, x)) if isinstance(x, list) else str(x)]
         elif isinstance(v, tuple | list):  # --steps, --rates: as typed, comma-separated
             out += [o.flag, ",".join(map(str, v))]
         else:
@@ -253,7 +262,8 @@ def scenario_flags(values: Mapping[str, Any]) -> list[Given]:
         raw = values.get(o.dest)
         value = o.value(raw)
         if value is not None and value is not False:
-            shown = None if o.switch else raw.strip() if isinstance(raw, str) else str(raw)
+            shown = (None if o.switch else raw.strip() if isinstance(raw, str) else
+                     ",".join(map(str, value)) if o.repeat else str(raw))
             out.append(Given(o.flag, shown, FLAGS_BY_NAME[o.flag].sets(value)))
     return out
 

@@ -91,6 +91,7 @@ from anvil_metrics.load.arrivals import ArrivalPlan
 from anvil_metrics.load.cancel import CancelPlan
 from anvil_metrics.load.conversation import ConversationPlan
 from anvil_metrics.load.dataset import DatasetPlan
+from anvil_metrics.load.energyplan import EnergyPlan
 from anvil_metrics.load.loadspec import load_mode
 from anvil_metrics.load.mix import Mix
 from anvil_metrics.load.scenariofields import FIELDS, FLAG_OF, REPLACES, Timeouts, default
@@ -141,6 +142,7 @@ class Scenario:
     dataset: DatasetPlan | None = None  # prompts from a file (`dataset.py`; --dataset)
     mix: Mix | None = None  # request classes and models (`mix.py`)
     cancel: CancelPlan | None = None  # requests closed on purpose (`cancel.py`)
+    energy: EnergyPlan | None = None  # the GPUs' energy source (`energyplan.py`; --energy)
     source: str | None = None
 
     @property
@@ -234,6 +236,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
                          "block_tokens": t.block_tokens, "model": t.model, "window": window})
     if sc.dataset is not None:
         doc["dataset"] = {"path": sc.dataset.path, "format": sc.dataset.fmt}
+    if sc.energy is not None:
+        doc["energy"] = sc.energy.to_table()
     return _no_nulls(doc)
 
 

@@ -25,6 +25,7 @@ from anvil_metrics.load import cancel
 from anvil_metrics.load.arrivals import ARRIVALS, ArrivalPlan
 from anvil_metrics.load.conversation import table_flag
 from anvil_metrics.load.dataset import FORMATS as DATASET_FORMATS
+from anvil_metrics.load.energyplan import INTERVAL_S, SOURCES, URLS
 from anvil_metrics.load.mix import REASONING_EFFORTS, THINKING_MODES, assignment_flag
 from anvil_metrics.load.optionvalues import (
     BOOL,
@@ -179,6 +180,11 @@ _ROWS: tuple[Field, ...] = (
       for f in fields(Timeouts)),
     Field("warmup", timespan),
     Field("cooldown", timespan),
+    Field("energy.source", choice(*SOURCES)),  # energyplan.py: the rule `energy`
+    Field("energy.urls", URLS),
+    Field("energy.metric", NAME),
+    Field("energy.interval", positive, INTERVAL_S),
+    Field("energy.idle", timespan),
 )
 FIELDS = {f.key: f for f in _ROWS}
 
@@ -221,6 +227,7 @@ class Flag:
     kind: Parse | None = None
     short: str | None = None
     locust: bool = True  # False: Locust has the flag itself (-u)
+    repeat: bool = False  # may be given many times: its lists (a kind's) joined into one
 
     @property
     def parse(self) -> Parse:
@@ -351,6 +358,20 @@ FLAGS: tuple[Flag, ...] = (
          "(recorded as the run's gpus; the jobs block's per-GPU figures)"),
     Flag("--gpu-hour-price", "meta.gpu_hour_price", "the price of one GPU-hour in USD, a "
          "number > 0, with --gpus (gives $ per million output and input tokens)"),
+    Flag("--energy", "energy.source", "read the GPUs' energy during the run: nvml (this "
+         "host's GPUs; needs anvil-metrics[nvml]), dcgm (DCGM exporters, --energy-url) or "
+         "metric (--energy-metric); energy.jsonl in the run folder (README: Energy)"),
+    Flag("--energy-url", "energy.urls", "a DCGM exporter's (or --energy-metric's) /metrics, "
+         "one per node: repeatable, or comma-separated, e.g. http://node1:9400/metrics "
+         "(implies --energy dcgm)", repeat=True),
+    Flag("--energy-metric", "energy.metric", "any Prometheus metric as the energy source, "
+         'with its unit: NAME{label="value"}:W (power; or mW) or :J (an energy counter; '
+         "or mJ, uJ), as its HELP line says, e.g. gpu_power_usage:W; one series per GPU "
+         "(implies --energy metric)"),
+    Flag("--energy-interval", "energy.interval", "seconds between two energy readings "
+         f"(default {_default('energy.interval')})"),
+    Flag("--energy-idle", "energy.idle", "read an idle baseline this long (e.g. 10s) before "
+         "the load starts; the load waits for it"),
     Flag("--tier", "meta.tier", "the serving tier, as your team names it (recorded as "
          "given)"),
     Flag("--manifest", "meta.manifest", "the deployment manifest this server came from "

@@ -25,6 +25,7 @@ from anvil_metrics.load.agentread import is_agent_trace
 from anvil_metrics.load.cancel import parse_cancel
 from anvil_metrics.load.conversation import parse_conversation
 from anvil_metrics.load.dataset import DatasetPlan
+from anvil_metrics.load.energyplan import parse_energy
 from anvil_metrics.load.loadspec import Doc
 from anvil_metrics.load.mix import parse_mix
 from anvil_metrics.load.optionvalues import window_of
@@ -344,6 +345,11 @@ def timeouts(data: Doc, v: Doc, src: str | None) -> None:
                                 for f in fields(Timeouts)})
 
 
+def energy(data: Doc, v: Doc, src: str | None) -> None:
+    """[energy] (`energyplan.py`): the energy source, where, how often, an idle baseline."""
+    v["energy"] = parse_energy(v, src)
+
+
 # (the document, the fields checked so far, its source): checks its keys, sets its fields
 Rule = Callable[[Doc, Doc, str | None], None]
 # Each rule, after the key it follows in the table's order: by then every key it reads is
@@ -365,6 +371,7 @@ RULES_AFTER: dict[str, tuple[Rule, ...]] = {
     "headers": (headers,),
     "timeouts.stuck_after_s": (timeouts,),  # the table's last key
     "cooldown": (loadspec.windows,),
+    "energy.idle": (energy,),
 }
 assert set(RULES_AFTER) <= set(FIELDS), set(RULES_AFTER) - set(FIELDS)
 

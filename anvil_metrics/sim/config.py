@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from anvil_metrics.sim.energy import PowerModel
 from anvil_metrics.sim.faults import FaultRule
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
@@ -57,6 +58,8 @@ class SimConfig:
     log_requests: str | None = None  # a JSON line per chat request (`requestlog.py`)
     session_header: str = "X-Session-ID"  # the header `log_requests` records
     log_answers: bool = False  # also a line when each chat answer ends (`requestlog.py`)
+    gpus: int = 1  # the simulated GPUs (`energy.py`), with a power model
+    power_model: PowerModel | None = None  # DCGM gauges on /metrics (`energy.py`); None: none
 
     def prefill_ns(self, prompt_tokens: int, start_ns: int | None = None) -> int:
         """Prefill duration for a prompt of `prompt_tokens` tokens, in integer nanoseconds;

@@ -24,6 +24,7 @@ from anvil_metrics.sim.config import (
     TOKENIZE_APIS,
     SimConfig,
 )
+from anvil_metrics.sim.energy import PowerModel, parse_power_model
 from anvil_metrics.sim.faults import FaultRule, parse_rule
 from anvil_metrics.sim.specdecode import MAX_SPEC_K
 from anvil_metrics.sim.tokenizer import RULES
@@ -72,6 +73,13 @@ def _in_range(convert: Callable[[str], float], low: float, high: float, kind: st
 def _fault_rule(text: str) -> FaultRule:
     try:
         return parse_rule(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _power_model(text: str) -> PowerModel:
+    try:
+        return parse_power_model(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -193,6 +201,13 @@ OPTIONS: tuple[SimOption, ...] = (
               metavar="FILE"),
     SimOption("--session-header", "the header --log-requests records for each request",
               default="X-Session-ID", metavar="NAME"),
+    SimOption("--gpus", "with --power-model: this many simulated GPUs, each with its DCGM "
+              "series on /metrics", _int_at_least(1), 1, metavar="N"),
+    SimOption("--power-model", "serve a DCGM exporter's DCGM_FI_DEV_POWER_USAGE (W) and "
+              "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ) per GPU on /metrics, the energy "
+              "exactly N x idle x uptime + per_token x the output tokens answered, split "
+              "evenly; GET /anvil/energy tells it (sim/energy.py)", _power_model,
+              metavar="idle=W,per_token=J"),
     SimOption("--log-answers", "with --log-requests, also a line when each chat answer "
               "ends: its first and last send stamps, prompt tokens and prefix-cache "
               "hits (sim/requestlog.py)", action="store_true"),
@@ -220,6 +235,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"argument --prefix-cache-tokens: must be >= --prefix-cache-block "
             f"({args.prefix_cache_block}), got {args.prefix_cache_tokens}"
         )
+    if args.gpus != 1 and args.power_model is None:
+        parser.error("argument --gpus: needs --power-model idle=W,per_token=J")
     if args.log_answers and not args.log_requests:
         parser.error("argument --log-answers: needs --log-requests FILE")
     args.faults = tuple(args.faults or ())

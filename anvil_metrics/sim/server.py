@@ -39,6 +39,7 @@ from anvil_metrics.sim.burst import BurstChatStream
 from anvil_metrics.sim.chat import ChatStream, answer_chat
 from anvil_metrics.sim.chatrequest import RequestError, count_prompt, load_json_object
 from anvil_metrics.sim.config import SimConfig
+from anvil_metrics.sim.energy import SimGpus
 from anvil_metrics.sim.faultchat import answer_with_fault
 from anvil_metrics.sim.faults import FaultPicker
 from anvil_metrics.sim.httpproto import HttpConnection, HttpRequest, Intake, error_body
@@ -83,6 +84,8 @@ class App:
         LEDGER.on_answer = (self.request_log.answer
                             if self.request_log is not None and cfg.log_answers else None)
         self.responses: Any = None  # responsesload.ResponseStore, made on the first request
+        self.gpus = (SimGpus(cfg.gpus, cfg.power_model, cfg.origin_ns)  # --power-model
+                     if cfg.power_model is not None else None)
 
     def _other_endpoint(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
         """`/v1/responses` (`--endpoint responses`; the checks' questions with --script) and
@@ -149,7 +152,11 @@ class App:
             conn.respond_json(200, stats)
         elif route == ("GET", "/metrics"):
             text = render(self.snapshot(), self.cfg.metrics_format, self.cfg.model)
+            if self.gpus is not None:  # a DCGM exporter's series too (`energy.py`)
+                text += self.gpus.exposition(LEDGER.generation_tokens).encode()
             conn.respond(200, text, content_type=CONTENT_TYPE)
+        elif route == ("GET", "/anvil/energy") and self.gpus is not None:
+            conn.respond_json(200, self.gpus.truth(LEDGER.generation_tokens))
         elif request.method == "GET" and request.path in self.identity:
             conn.respond_json(200, self.identity[request.path]())
         elif route == ("GET", "/v1/models"):

@@ -26,20 +26,31 @@ from pathlib import Path
 
 import gevent
 
+from anvil_metrics.load.energyplan import EnergyPlan
+from anvil_metrics.telemetry.energy import READ_TIMEOUT_S, child_args
+from anvil_metrics.telemetry.energyfile import ENERGY_FILE
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE
 
 log = logging.getLogger("anvil")
 
 MARK_WAIT_S = 1.0  # beyond two scrape timeouts, how long a mark is waited for
+_MOMENTS = {"first": "before the first measured request",
+            "last": "after the last request",
+            "idle_start": "at the idle baseline's start", "idle_end": "at its end"}
 
 
 class ServerTelemetry:
-    """One run's sampler child: `start`, then `mark("first")`, `finish()`."""
+    """One run's sampler child: `start`, then `mark("first")`, `finish()`. The energy
+    reader's child (`energy.py`) is handled alike (`start_energy`)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], path: Path, timeout_s: float) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], path: Path, timeout_s: float,
+                 told: tuple[str, str] = ("server-metrics scrape", "server.null_reasons")
+                 ) -> None:
         self.proc = proc
         self.path = path
         self.timeout_s = timeout_s
+        # what the warnings call the child's reading, and where the run says it is missing
+        self.what, self.told_in = told
         self.marked: dict[str, bool] = {}  # mark -> answered in time
         # a periodic scrape may be under way when a mark is asked for: two scrapes' worth
         self.wait_s = 2 * timeout_s + MARK_WAIT_S
@@ -56,6 +67,16 @@ class ServerTelemetry:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         return cls(proc, path, timeout_s)
 
+    @classmethod
+    def start_energy(cls, plan: EnergyPlan, run_dir: Path,
+                     timeout_s: float = READ_TIMEOUT_S) -> ServerTelemetry:
+        """Start the energy child (`energy.py`) reading `plan`'s source into `run_dir`'s
+        ENERGY_FILE, each reading bounded by `timeout_s`."""
+        path = run_dir / ENERGY_FILE
+        proc = subprocess.Popen(child_args(plan, str(path), timeout_s), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        return cls(proc, path, timeout_s, ("energy reading", "the energy block"))
+
     def mark(self, which: str) -> bool:
         """Ask for the `first` / `last` scrape and wait (bounded) until it is written.
         True when it was; a mark is asked for once."""
@@ -71,11 +92,9 @@ class ServerTelemetry:
             except OSError:
                 ok = False
         if not ok:
-            log.warning("anvil: the server-metrics scrape %s the %s request did not finish "
-                        "within %g s; the run goes on, and server.null_reasons will say so",
-                        "before" if which == "first" else "after",
-                        "first measured" if which == "first" else "last",
-                        self.wait_s)
+            log.warning("anvil: the %s %s did not finish within %g s; the run goes on, "
+                        "and %s will say so", self.what, _MOMENTS.get(which, which),
+                        self.wait_s, self.told_in)
         self.marked[which] = ok
         return ok
 

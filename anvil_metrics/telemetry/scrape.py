@@ -65,22 +65,49 @@ def split_key(key: str) -> str:
     return key.split("{", 1)[0]
 
 
-def parse_exposition(text: str) -> dict[str, float]:
+def exposition_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
     """Every sample of a Prometheus text exposition but histogram buckets and `_created`
-    stamps: series key -> value. Raises ValueError on text the parser refuses."""
+    stamps: (name, labels, value). Raises ValueError on text the parser refuses."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    out: dict[str, float] = {}
+    out = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name.endswith(SKIPPED_SUFFIXES):
-                continue
-            out[series_key(sample.name, sample.labels)] = float(sample.value)
+            if not sample.name.endswith(SKIPPED_SUFFIXES):
+                out.append((sample.name, sample.labels, float(sample.value)))
     return out
+
+
+def parse_exposition(text: str) -> dict[str, float]:
+    """`exposition_samples` keyed by series (`series_key`): series key -> value."""
+    return {series_key(name, labels): value
+            for name, labels, value in exposition_samples(text)}
 
 
 def scrape_once(url: str, timeout_s: float) -> dict[str, float]:
     """One scrape: the parsed series. Raises OSError/ValueError with a one-line reason."""
+    return parse_reply(fetch_text(url, timeout_s), parse_exposition)
+
+
+def parse_reply(text: str, parse: Any) -> Any:
+    """`parse(text)`, a refusal as one ValueError; an empty result refused too."""
+    try:
+        out = parse(text)
+    except Exception as e:  # noqa: BLE001 - the parser raises several kinds on garbage
+        raise ValueError(f"not Prometheus text ({type(e).__name__}: {e})"[:300]) from None
+    if not out:
+        raise ValueError("the reply holds no metrics")
+    return out
+
+
+def scrape_samples(url: str, timeout_s: float) -> list[tuple[str, dict[str, str], float]]:
+    """One scrape as `exposition_samples`. Raises OSError/ValueError (one line)."""
+    return parse_reply(fetch_text(url, timeout_s), exposition_samples)
+
+
+def fetch_text(url: str, timeout_s: float) -> str:
+    """A /metrics reply's text, bounded in time and size. Raises OSError/ValueError with a
+    one-line reason."""
     req = urllib.request.Request(url, headers={"Accept": "text/plain"})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the user's
@@ -97,20 +124,16 @@ def scrape_once(url: str, timeout_s: float) -> dict[str, float]:
     if len(body) > MAX_BYTES:
         raise ValueError(f"the reply is larger than {MAX_BYTES >> 20} MB")
     try:
-        text = body.decode("utf-8")
+        return body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"the reply is not UTF-8 text ({e})") from None
-    try:
-        series = parse_exposition(text)
-    except Exception as e:  # noqa: BLE001 - the parser raises several kinds on garbage
-        raise ValueError(f"not Prometheus text ({type(e).__name__}: {e})"[:300]) from None
-    if not series:
-        raise ValueError("the reply holds no metrics")
-    return series
 
 
 class Sampler:
-    """Scrapes on a fixed period and on request; writes each sample to `out`."""
+    """Scrapes on a fixed period and on request; writes each sample to `out`. (The energy
+    child, `energy.py`, is one too, with its own reading and marks.)"""
+
+    marks: tuple[str, ...] = MARKS
 
     def __init__(self, url: str, out: BinaryIO, interval_s: float, timeout_s: float,
                  fetch: Any = scrape_once) -> None:
@@ -153,7 +176,7 @@ class Sampler:
                 while b"\n" in pending:
                     word, pending = pending.split(b"\n", 1)
                     mark = word.decode("ascii", "replace").strip()
-                    if mark not in MARKS:
+                    if mark not in self.marks:
                         continue
                     seq = self.sample(mark)
                     answers.write(f"done {seq}\n".encode())

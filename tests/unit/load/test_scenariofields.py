@@ -132,7 +132,7 @@ def test_every_key_a_table_allows_is_checked() -> None:
     type is refused, by its name, for each (shared_prefix: test_scenario's own test)."""
     tables = TABLE_KEYS
     assert set(tables) == {"serve_flags", "shared_prefix", "request", "meta", "timeouts",
-                           "trace", "dataset"}
+                           "trace", "dataset", "energy"}
     for table, keys in tables.items():
         for key in sorted(keys) if table != "shared_prefix" else ():
             assert refused({**BASE, table: {key: []}}).field == f"{table}.{key}"

@@ -75,6 +75,14 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--gpus": ("8", {"meta": {"gpus": 8}}),
     "--gpu-hour-price": ("2.5", {"meta": {"gpus": 8, "gpu_hour_price": 2.5}}),
     "--tier": ("gold", {"meta": {"tier": "gold"}}),
+    "--energy": ("nvml", {"energy": {"source": "nvml"}}),
+    "--energy-url": ("http://a:9400/metrics,http://b:9400/metrics",
+                     {"energy": {"urls": ["http://a:9400/metrics", "http://b:9400/metrics"]}}),
+    "--energy-metric": ('gpu_power_usage{gpu_id="0"}:W',
+                        {"energy": {"metric": 'gpu_power_usage{gpu_id="0"}:W',
+                                    "urls": ["http://a/metrics"]}}),
+    "--energy-interval": ("0.25", {"energy": {"source": "nvml", "interval": 0.25}}),
+    "--energy-idle": ("10s", {"energy": {"source": "nvml", "idle": "10s"}}),
     "--manifest": ("m.yaml", {"meta": {"manifest": "m.yaml"}}),
     "--source-recipe": ("r", {"meta": {"source_recipe": "r"}}),
 }
@@ -85,7 +93,9 @@ NEEDS = {"--warmup": {"duration": "60"}, "--cooldown": {"duration": "60"},
          "--rates": {"step_duration": "1"}, "--step-duration": {"steps": "1"},
          "--prompt-ids": {"endpoint": "completions"},
          "--model-assignment": {"models": "a"}, "--cancel-rate": {"cancel_after": "decode"},
-         "--cancel-after": {"cancel_rate": "1"}}
+         "--cancel-after": {"cancel_rate": "1"},
+         "--energy-metric": {"energy_url": "http://a/metrics"},
+         "--energy-interval": {"energy": "nvml"}, "--energy-idle": {"energy": "nvml"}}
 for _name in ("--trace-format", "--trace-speed", "--trace-limit", "--trace-window",
               "--trace-block", "--trace-model"):
     NEEDS[_name] = {"trace": "t.jsonl"}
