@@ -231,7 +231,10 @@ class MasterCoordinator:
         w = self._worker_for(msg)
         if w is None:
             return
-        gevent.spawn(self._grant, w, int(msg.data["seq"]), msg.data["followup"])
+        if msg.data["followup"]:  # handed out at once: granted here, not a loop pass later
+            self._grant(w, int(msg.data["seq"]), True)  # (an agent's wait ends meanwhile)
+        else:  # a start may wait for its arrival
+            gevent.spawn(self._grant, w, int(msg.data["seq"]), False)
 
     def _grant(self, w: _Worker, seq: int, followup: bool) -> None:
         budget = self.session.budget

@@ -98,6 +98,25 @@ def test_a_follow_up_is_granted_from_the_budgets_follow_ups(fired: list) -> None
     assert asked == ["followup", "take"]
 
 
+def test_a_follow_up_is_granted_in_the_listener_a_start_a_loop_pass_later(
+        fired: list) -> None:
+    """A follow-up never waits (`take_followup`): its ticket is sent before `on_take`
+    returns, not by a greenlet a loop pass later (an agent's wait on the worker ends
+    meanwhile); a start may wait for its arrival, so it is granted by a greenlet."""
+    c, runner, _ = _coordinator()
+    c.add_worker("A")
+    runner.clients["A"] = SimpleNamespace(state="running")
+    c.on_hello(_msg("A", worker="host:A", error=None))
+    c.on_take(_msg("A", seq=1, followup=True))
+    assert [(t, d["seq"]) for t, d, _ in runner.sent if t == "anvil_ticket"] == [(
+        "anvil_ticket", 1)]
+    c.on_take(_msg("A", seq=2, followup=False))
+    assert len([t for t, _, _ in runner.sent if t == "anvil_ticket"]) == 1
+    gevent.sleep(0)
+    gevent.sleep(0)
+    assert [d["seq"] for t, d, _ in runner.sent if t == "anvil_ticket"] == [1, 2]
+
+
 def test_each_granted_ticket_is_recorded_exactly_once(fired: list) -> None:
     c, runner, budget = _coordinator()
     _grant_two(c, runner)
