@@ -157,6 +157,8 @@ def locust_runner(campaign: Campaign, environ: Mapping[str, str],
         if v.gpus is not None:  # as --gpus and --gpu-hour-price: over the scenario's meta
             values.update(gpus=str(v.gpus), gpu_hour_price=None if v.gpu_hour_price is None
                           else str(v.gpu_hour_price))
+        if v.energy_urls is not None:  # as --energy-url: its own node's exporters
+            values.update(energy_url=list(v.energy_urls))
         key = api_key(v, environ)  # never on a command line
         host = v.endpoint.base_url
         opts = run_options(values, host=host, users=None, api_key=key)

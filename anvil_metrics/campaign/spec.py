@@ -27,6 +27,8 @@ the field, the bad value and what is allowed. The CLI prints it; nothing here pr
     api_key_env = "GPU_A_KEY"               # optional: the variable holding its API key
     gpus = 8                                # optional: its runs' --gpus (per-GPU figures)
     gpu_hour_price = 2.49                   # optional, beside gpus: its runs' --gpu-hour-price
+    energy_urls = ["http://10.0.0.5:9400/metrics"]  # optional: its node's DCGM exporters
+                                            # (its runs' --energy-url, over the scenario's)
 
     [gates]                                 # at least one; the names and meanings: GATES
     e2e_p50_improvement_percent = 10
@@ -105,7 +107,7 @@ assert set(GATES) == set(KNOWN_GATES), "campaign and summary disagree on the gat
 _TOP_KEYS = ("name", "scenario", "runs_per_variant", "placements", "order", "baseline",
              "candidate", "incumbent", "facts", "variants", "gates", "restoration", "checks")
 _VARIANT_KEYS = ("model", "served_model", "speculation", "host", "before_run", "api_key_env",
-                 "gpus", "gpu_hour_price")
+                 "gpus", "gpu_hour_price", "energy_urls")
 _RESTORATION_KEYS = ("aliases", "host")
 
 
@@ -131,6 +133,9 @@ class Variant:
     api_key_env: str | None = None
     gpus: int | None = None  # its runs' --gpus (TP1 against TP2: each variant its own)
     gpu_hour_price: float | None = None  # its runs' --gpu-hour-price, only beside gpus
+    # its runs' --energy-url: the exporters of the variant's own node (each configuration
+    # on its own GPUs); None: the scenario's [energy], if any
+    energy_urls: tuple[str, ...] | None = None
 
     @property
     def id(self) -> str:
@@ -241,9 +246,23 @@ def _variant(p: _Problems, raw: Any, where: str) -> Variant | None:
         key_env = None
     endpoint = _host(p, raw.get("host"), f"{where}.host", required=True)
     gpus, price = _hardware(p, raw, where)
+    energy = _energy_urls(p, raw.get("energy_urls"), f"{where}.energy_urls")
     if model is None or served is None or spec is None or endpoint is None:
         return None
-    return Variant(model, served, spec, endpoint, before, key_env, gpus, price)
+    return Variant(model, served, spec, endpoint, before, key_env, gpus, price, energy)
+
+
+def _energy_urls(p: _Problems, raw: Any, where: str) -> tuple[str, ...] | None:
+    """A variant's `energy_urls`: a list of http(s) URLs of its node's exporters (one per
+    node), or None."""
+    if raw is None:
+        return None
+    if not (isinstance(raw, list) and raw and all(
+            isinstance(u, str) and u.startswith(("http://", "https://")) for u in raw)):
+        p.bad(where, raw, "a list of http(s) URLs, one per node, e.g. "
+                          "[\"http://10.0.0.5:9400/metrics\"]")
+        return None
+    return tuple(raw)
 
 
 def _hardware(p: _Problems, raw: dict, where: str) -> tuple[int | None, float | None]:

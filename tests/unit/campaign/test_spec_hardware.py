@@ -52,3 +52,19 @@ def test_a_variants_gpus_and_price_are_kept(tmp_path: Path) -> None:
 def test_a_bad_value_names_its_key(first: str, said: str) -> None:
     with pytest.raises(CampaignError, match=said.replace("[", r"\[").replace("]", r"\]")):
         parse_campaign_text(BASE.format(first=first), "c.toml")
+
+
+def test_a_variants_energy_urls_are_its_own_nodes(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text('measurement_protocol = "p"\n')
+    c = parse_campaign_text(BASE.format(
+        first='energy_urls = ["http://10.0.0.5:9400/metrics", "http://10.0.0.6:9400/metrics"]'),
+        "c.toml", tmp_path)
+    assert c.variants[0].energy_urls == ("http://10.0.0.5:9400/metrics",
+                                         "http://10.0.0.6:9400/metrics")
+    assert c.variants[1].energy_urls is None  # the scenario's [energy], if any
+
+
+@pytest.mark.parametrize("bad", ['"http://h:9400/metrics"', "[]", '["h:9400/metrics"]'])
+def test_bad_energy_urls_name_the_key(bad: str) -> None:
+    with pytest.raises(CampaignError, match=r"variants\[1\]\.energy_urls.*a list of http"):
+        parse_campaign_text(BASE.format(first=f"energy_urls = {bad}"), "c.toml")
