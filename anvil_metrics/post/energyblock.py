@@ -321,5 +321,10 @@ def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
         line += (f"; idle {num(e['idle']['power_w'], ',.0f')} W, above idle "
                  f"{num(e['above_idle_j_per_output_token'], '.4g')} J/token")
     lines = [line]
+    if any(isinstance(g, dict) and g.get("method") == "power" for g in e.get("gpus") or ()):
+        lines.append(f"energy: power integrated over {e.get('samples')} readings "
+                     f"{num(e.get('interval_s'), 'g')} s apart, not an energy counter: an "
+                     "estimate, as good as the readings are dense beside the window (a "
+                     "counter, DCGM's total energy or NVML's, is exact)")
     lines += [f"energy: {reasons[k]}" for k in ("coverage", "readings", "file") if k in reasons]
     return lines

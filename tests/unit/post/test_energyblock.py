@@ -150,3 +150,17 @@ def test_verify_recomputes_the_block_from_the_file(tmp_path: Path) -> None:
     assert verify_file(_written(tmp_path, doc), notes=notes) == []
     assert notes == ["energy: no energy.jsonl beside the file: its joules were not "
                      "recomputed (its per-token figures were, from the rows)"]
+
+
+def test_power_integration_is_said_to_be_an_estimate(tmp_path: Path) -> None:
+    samples = _samples(idle=False)
+    for s in samples:
+        for g in s.gpus:
+            g.energy_j = None  # a power gauge only (an exporter without the counter)
+    e = _doc(tmp_path, samples)["energy"]
+    assert [g["method"] for g in e["gpus"]] == ["power", "power"]
+    lines = summary_lines({"energy": e})
+    assert lines[1].startswith(f"energy: power integrated over {e['samples']} readings 0.5 s "
+                               "apart, not an energy counter: an estimate")
+    counted = summary_lines(_doc(tmp_path, _samples(idle=False)))
+    assert not any("power integrated" in line for line in counted)
