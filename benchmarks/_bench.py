@@ -10,6 +10,7 @@ by this script, the simulator and the clients on the host.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -150,6 +151,29 @@ def _wait(proc: subprocess.Popen, timeout_s: float, what: str) -> int | None:
         return None
     finally:
         stop_process(proc)
+
+
+def run_beside_floor(cmd: list[str], floor: subprocess.Popen, timeout_s: float,
+                     **popen: Any) -> tuple[bytes, int, float]:
+    """Run `cmd` (its stdout and stderr together) while `floor`, a bare process measuring
+    the machine's own lateness in the same seconds, runs beside it; then stop the floor
+    (SIGTERM: it writes what it measured; by PID if it does not end). (output, exit code,
+    seconds taken); a run past `timeout_s` is stopped and raises."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, **popen)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_process(proc)
+        raise
+    finally:
+        floor.send_signal(signal.SIGTERM)
+        try:
+            floor.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            stop_process(floor)
+    return out, proc.returncode, time.monotonic() - t0
 
 
 def write_scenario(path: Path, requests: int, prompt_tokens: int, max_tokens: int) -> Path:

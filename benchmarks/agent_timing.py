@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from _bench import code_state, loadavg  # noqa: E402
+from _bench import code_state, loadavg, run_beside_floor  # noqa: E402
 from agentgen import BLOCK, agent_jobs, write_agent_jsonl  # noqa: E402
 from agenttruth import (  # noqa: E402
     job_latency_truth,
@@ -61,7 +59,7 @@ from agenttruth import (  # noqa: E402
     reported_job_latency,
 )
 
-from anvil_metrics.runs.simproc import start_simulator, stop_process  # noqa: E402
+from anvil_metrics.runs.simproc import start_simulator  # noqa: E402
 
 FIRST_WAVE_NS = 200_000_000  # the first wave: all --agents jobs starting and fanning out
 
@@ -139,25 +137,11 @@ def run_once(n_jobs: int, processes: int, agents: int, speed: float, work: Path,
                "--trace", str(trace.resolve()), "-H", sim.url, "--agents", str(agents),
                "--tool-speed", f"{speed:g}", "--processes", str(processes),
                "--no-server-metrics", "--results-dir", str((work / "r").resolve())]
-        t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=code, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONPATH": str(code)})
-        try:
-            out, _ = proc.communicate(timeout=600)
-        except subprocess.TimeoutExpired:
-            stop_process(proc)
-            raise
-        finally:
-            floor.send_signal(signal.SIGTERM)
-            try:
-                floor.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                stop_process(floor)
-        took = time.monotonic() - t0
+        out, code_rc, took = run_beside_floor(
+            cmd, floor, 600, cwd=code, env={**os.environ, "PYTHONPATH": str(code)})
     found = sorted((work / "r").glob("benchmark-*/benchmark.json"))
-    if proc.returncode != 0 or not found:
-        raise RuntimeError(f"anvil run exited {proc.returncode}:\n{out.decode()[-2000:]}")
+    if code_rc != 0 or not found:
+        raise RuntimeError(f"anvil run exited {code_rc}:\n{out.decode()[-2000:]}")
     doc = orjson.loads(found[-1].read_bytes())
     truth = logged_turns(map(orjson.loads, log.read_bytes().splitlines()))
     waits, missing = logged_waits(jobs, truth, speed=speed, max_idle_ms=None)

@@ -33,11 +33,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +45,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _bench import code_state, loadavg, write_scenario  # noqa: E402
+from _bench import code_state, loadavg, run_beside_floor, write_scenario  # noqa: E402
 
 from anvil_metrics.runs.simproc import start_simulator, stop_process  # noqa: E402
 
@@ -128,25 +126,11 @@ def run_anvil(url: str, rate: float, seconds: float, extra: list[str], work: Pat
     cmd = [sys.executable, "-m", "anvil_metrics", "run", str(sc), "-H", url, "--rate",
            f"{rate:g}", "--arrival", "constant", "--duration", f"{seconds:g}s", "-u", "128",
            "--results-dir", str(work / "r"), *extra]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
-    try:
-        out, _ = proc.communicate(timeout=seconds + 120)
-    except subprocess.TimeoutExpired:
-        stop_process(proc)
-        raise
-    finally:
-        floor.send_signal(signal.SIGTERM)
-        try:
-            floor.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            stop_process(floor)
-    took = time.monotonic() - t0
+    out, rc, took = run_beside_floor(cmd, floor, seconds + 120, cwd=REPO)
     steal = steal_ms() - steal0
     found = sorted((work / "r").glob("benchmark-*/benchmark.json"))
-    if proc.returncode != 0 or not found:
-        raise RuntimeError(f"anvil run exited {proc.returncode}:\n{out.decode()[-2000:]}")
+    if rc != 0 or not found:
+        raise RuntimeError(f"anvil run exited {rc}:\n{out.decode()[-2000:]}")
     doc = orjson.loads(found[-1].read_bytes())
     lag = np.array([r["schedule_lag_ms"] for r in doc["request_timings"]
                     if r.get("schedule_lag_ms") is not None])
