@@ -64,7 +64,7 @@ class ProbeStep(ProbeGroup, forbid_unknown_fields=True):
 class Probe(Struct, forbid_unknown_fields=True):
     """The head-of-line probe (module docstring)."""
 
-    rate_rps: Annotated[Figure, described("1/s", "probes per second under load (Poisson)")]
+    rate_rps: Annotated[Figure, described("req/s", "probes per second under load (Poisson)")]
     idle_planned: Annotated[Count, described("", "probes planned before the load")]
     sent: Annotated[Count, described("", "probes sent, idle and under load")]
     answered: Annotated[Count, described("", "probes answered (a first output, no failure)")]
