@@ -6,8 +6,8 @@ What it holds: an open-loop (gamma) run with rate steps, a measured window with 
 outside it, goodput criteria, a failure and a cancelled request, a shared prefix, a prompt
 calibration, the generator's health in `run_end` and a `server_metrics.jsonl` of vLLM
 samples (counters for speculative decoding and the prefix cache) and an `energy.jsonl` of
-two GPUs with an idle baseline beside it; and its requests are also three agent jobs' (the
-`jobs` block) on 8 GPUs.
+two GPUs with an idle baseline and a `probe.jsonl` beside it; and its requests are also
+three agent jobs' (the `jobs` block) on 8 GPUs.
 """
 
 from __future__ import annotations
@@ -140,5 +140,11 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
     write_energy(folder, series(2, range(0, 3 * S + 1, S // 2), {
         0: "idle_start", S // 2: "idle_end", S: "first", 3 * S: "last"},
         lambda t: 100.0 + t, lambda t: 100.0 * t + t * t / 2))
+    (folder / "probe.jsonl").write_bytes(b"".join(dump_line(x) for x in (  # live/probe.py
+        {"type": "plan", "rate_rps": 1.0, "idle": 1, "seed": 0},
+        *({"type": "probe", "probe": k, "phase": phase, "step": step, "due_ns": ANCHOR,
+           "start_ns": ANCHOR, "first_output_ns": ANCHOR + (k + 2) * MS,
+           "end_ns": ANCHOR + 9 * MS, "failure": None}
+          for k, (phase, step) in enumerate((("idle", None), ("load", 0), ("load", 1)))))))
     run = read_raw(raw)
     return build_benchmark(run, (run.run_end or {}).get("client"))

@@ -33,6 +33,7 @@ from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.overload import OverloadWatch
 from anvil_metrics.live.prepare import Prepared, prepare_requests
+from anvil_metrics.live.probe import ProbeRunner, start_probe
 from anvil_metrics.live.recorder import (
     RawWriter,
     Recorder,
@@ -132,6 +133,7 @@ class RunSession:
         self.clock = RunClock(opts.scenario, budget, writer, controls, on_end)
         self.telemetry: ServerTelemetry | None = None  # the server-metrics sampler
         self.energy: ServerTelemetry | None = None  # the energy reader (--energy)
+        self.probe: ProbeRunner | None = None  # --probe-rate (live/probe.py)
 
     def mark_end(self, ended_by: str, reason: str | None = None) -> None:
         """Name why the run ends (one of `records.ENDED_BY`), once: what ends it first (its
@@ -161,6 +163,8 @@ class RunSession:
             # the pending records keeps clear of due requests and agent jobs' waits
             self.live.start_flow(self.budget.read_in_flight, self._next_due_ns)
         self.clock.start()  # the duration, a sweep's steps, or the user count watched
+        if self.probe is not None:
+            self.probe.start()
         self.stuck.start()  # the warm-ups too
 
     def _next_due_ns(self) -> int | None:
@@ -264,6 +268,8 @@ class RunSession:
                       conversations=ready.conversations)
         holder.append(session)
         session._start_telemetry(params["server"])
+        session.probe = start_probe(sc, endpoint, opts.api_key, ready.model, nonce, run_dir,
+                                    lambda: session.clock.step[0] if session.clock.step else None)
         return session
 
     def _start_telemetry(self, server: dict[str, Any]) -> None:
@@ -298,6 +304,8 @@ class RunSession:
         self.clock.stop()
         self.stuck.stop()
         self.recorder.stop()
+        if self.probe is not None:
+            self.probe.stop()
         if self._jobs_heard:
             anvil_events.job_end.remove_listener(self.live.job_ended)
         self.live.end_flow()  # every record is in: the live page's series ends here

@@ -126,6 +126,8 @@ class Scenario:
     endpoint: str = default("request.endpoint")  # what requests are posted to (`ENDPOINTS`)
     prompt_ids: bool = False  # a text endpoint's prompt as the server's token ids
     max_line_bytes: int = default("request.max_line_bytes")  # the client's line cap
+    probe_rate: float | None = None  # --probe-rate: head-of-line probes per second
+    probe_idle: int = default("probe_idle")  # probes before the load (the idle baseline)
     meta: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # sent with every request
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -185,6 +185,8 @@ _ROWS: tuple[Field, ...] = (
     Field("energy.metric", NAME),
     Field("energy.interval", positive, INTERVAL_S),
     Field("energy.idle", timespan),
+    _own("probe_rate", number("a number of probes per second > 0")),  # live/probe.py
+    _own("probe_idle", whole(1), 10),
 )
 FIELDS = {f.key: f for f in _ROWS}
 
@@ -339,6 +341,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--cancel-after", "cancel.after", "when --cancel-rate closes a request: prefill "
          "(once written), decode (at its first output) or a number of milliseconds after "
          "its start", cancel.AFTER),
+    Flag("--probe-rate", "probe_rate", "send this many tiny probe requests per second "
+         "(Poisson; one output token; their own connections, outside the budget and the "
+         "figures) to measure how the load delays an unrelated request: the probe block, "
+         "probe.jsonl (live/probe.py)"),
+    Flag("--probe-idle", "probe_idle", "with --probe-rate: this many probes, one at a time, "
+         "before the load: the idle baseline (default 10)"),
     Flag("--stuck-after", "timeouts.stuck_after_s", "say in the log (and the live display) "
          "when requests have waited this long for their first output, or sat this long "
          "silent mid-stream, e.g. 30s (the default), then again every further this long; "

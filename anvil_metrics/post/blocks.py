@@ -24,6 +24,7 @@ from anvil_metrics.post import (
     loadblock,
     mixblock,
     pergpu,
+    probeblock,
     steady,
     steps,
     traceblock,
@@ -85,6 +86,11 @@ BLOCKS: tuple[Block, ...] = (
           "where energy and tokens cover the same window (post/energyblock.py); absent "
           "without an energy source", energyblock.build, energyblock.verify,
           energyblock.summary_lines),
+    Block("probe", probeblock.Probe | None,
+          "the head-of-line probe (--probe-rate): tiny requests on their own connections, "
+          "their TTFT idle and under load and the delay the load added (post/probeblock.py, "
+          "from probe.jsonl); absent without probes", probeblock.build, None,
+          probeblock.summary_lines),
     Block("client", clientblock.Client | None,
           "the load generator's own health over the load, so that its delays are not taken "
           "for the server's; null when not measured", clientblock.build, clientblock.verify,

@@ -35,6 +35,7 @@ from anvil_metrics.post.benchmark import load_benchmark
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.energyblock import check_energy_file
 from anvil_metrics.post.heap import keep_freed_memory
+from anvil_metrics.post.probeblock import PROBE_FILE, check_probe_file
 from anvil_metrics.post.rawpart import MAX_PARTS, usable_cpus
 from anvil_metrics.post.rowparts import BLOCK_BYTES, CLOSE, OPEN, ROW_END, RowBlocks, close_at
 from anvil_metrics.post.verify import columns_are_clean, verify_benchmark
@@ -110,6 +111,7 @@ def _check_files(doc: dict[str, Any], rows: RowColumns | None, p: Path, problems
                  notes: list[str] | None) -> None:
     check_server_file(doc, rows, p.with_name(SAMPLES_FILE), problems)
     check_energy_file(doc, rows, p.with_name(ENERGY_FILE), problems, notes)
+    check_probe_file(doc, p.with_name(PROBE_FILE), problems, notes)
 
 
 def _in_parts(p: Path) -> tuple[dict[str, Any], RowColumns] | None:

@@ -67,6 +67,8 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--cancel-rate": ("0.5", {"cancel": {"rate": 0.5, "after": "decode"}}),
     "--cancel-after": ("12.5", {"cancel": {"rate": 1, "after": 12.5}}),
     "--stuck-after": ("2m", {"timeouts": {"stuck_after_s": 120}}),
+    "--probe-rate": ("2.5", {"probe_rate": 2.5}),
+    "--probe-idle": ("3", {"probe_idle": 3}),
     "--max-tokens": ("32", {"max_tokens": 32}),
     "--max-line-bytes": ("65536", {"request": {"max_line_bytes": 65536}}),
     "--warmup-requests": ("2", {"warmup_requests": 2}),
