@@ -32,6 +32,7 @@ from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.overload import OverloadWatch
+from anvil_metrics.live.prefillgate import gate_of
 from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.recorder import (
     RawWriter,
@@ -96,6 +97,7 @@ class RunSession:
         # its users' requests in flight, watched for stuck ones (on a master: its workers')
         self.in_flight: set[StreamObserver] = set()
         self.stuck = StuckWatch(opts.scenario.timeouts.stuck_after_s, self.in_flight)
+        self.prefill_gate = gate_of(opts.scenario.prefill_concurrency)  # this process's
         self.finished = False
         # why the run ended (`records.ENDED_BY`) and, for a signal or an abort, one line
         # saying what happened; the first to end the run names it (`mark_end`)
