@@ -326,6 +326,11 @@ ROW: tuple[RowField, ...] = (
              "for its sub-agents' joins after its tool or idle wait (0 when none; null "
              "outside an agent replay)", presence="added", since=7,
              source="extra.join_wait_ns / 1e6"),
+    RowField("prefill_gate_wait_ms", "ms", "duration", True, "the time the request waited "
+             "at the prefill gate (--prefill-concurrency) before it was sent: not in TTFT "
+             "(counted from the send), in schedule_lag_ms and the from-due figures (null "
+             "without a gate)", presence="added", since=8,
+             source="extra.prefill_gate_wait_ns / 1e6"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

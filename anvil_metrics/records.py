@@ -258,6 +258,9 @@ class Extra(Struct, frozen=True, gc=False):
     join_wait_ns: Annotated[Annotated[int, Meta(ge=0, lt=STAMP_LIMIT)] | None, described(
         "ns", "an agent job's request: the time its turn waited for its sub-agents' joins "
         "(0: none)")] = None
+    prefill_gate_wait_ns: Annotated[Annotated[int, Meta(ge=0, lt=STAMP_LIMIT)] | None, described(
+        "ns", "the time the request waited at the prefill gate (--prefill-concurrency) before "
+        "it was sent")] = None
 
 
 class Usage(Struct, frozen=True, gc=False):

@@ -35,6 +35,7 @@ from anvil_metrics.events import anvil_events
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.live.loadwindow import LoadWindow
+from anvil_metrics.live.prefillgate import gate_of
 from anvil_metrics.live.recorder import Recorder
 from anvil_metrics.live.stuck import StuckReport, StuckWatch
 from anvil_metrics.load.agentbodies import AgentBodies
@@ -265,6 +266,7 @@ class WorkerSession:
         self.stuck = StuckWatch(sc.timeouts.stuck_after_s, self.in_flight, say=None,
                                 on_report=self._report_stuck)
         self._stuck_sent: StuckReport | None = None
+        self.prefill_gate = gate_of(sc.prefill_concurrency)  # each worker gates its own
 
     def _job_end(self, job: int, answered: int, completed: bool, **_: Any) -> None:
         if not self.finished:

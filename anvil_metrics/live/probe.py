@@ -82,7 +82,6 @@ class ProbeRunner:
                              "messages": [{"role": "user",
                                            "content": f"probe {self.nonce} {k}: say ok"}]})
         obs = StreamObserver(k, due_ns, max_tokens=1)
-        obs.due_ns = due_ns
         try:
             client.stream_chat(body, obs, headers=b"x-anvil-probe: %d\r\n" % k)
         finally:

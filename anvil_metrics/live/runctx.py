@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from locust.env import Environment
 
     from anvil_metrics.live.control import Ticket
+    from anvil_metrics.live.prefillgate import PrefillGate
     from anvil_metrics.load.body import ConversationBodies, RequestBodies
     from anvil_metrics.load.scenario import Scenario
     from anvil_metrics.urls import Endpoint
@@ -72,7 +73,8 @@ class RunContext(Protocol):
       adds to (the raw `run_end`'s `send_chunk_ms_max`);
     - `in_flight`: this process's requests in flight, their observers: a user adds its
       request's before sending it and removes it once recorded (`stuck.StuckWatch` reads
-      them).
+      them);
+    - `prefill_gate`: this process's prefill gate (`--prefill-concurrency`; None: none).
     """
 
     @property
@@ -98,6 +100,9 @@ class RunContext(Protocol):
 
     @property
     def send_stats(self) -> SendStats: ...
+
+    @property
+    def prefill_gate(self) -> PrefillGate | None: ...
 
     @property
     def in_flight(self) -> set[StreamObserver]: ...

@@ -32,6 +32,7 @@ from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.overload import OverloadWatch
+from anvil_metrics.live.prefillgate import gate_of
 from anvil_metrics.live.prepare import Prepared, prepare_requests
 from anvil_metrics.live.probe import ProbeRunner, start_probe
 from anvil_metrics.live.recorder import (
@@ -97,6 +98,7 @@ class RunSession:
         # its users' requests in flight, watched for stuck ones (on a master: its workers')
         self.in_flight: set[StreamObserver] = set()
         self.stuck = StuckWatch(opts.scenario.timeouts.stuck_after_s, self.in_flight)
+        self.prefill_gate = gate_of(opts.scenario.prefill_concurrency)  # this process's
         self.finished = False
         # why the run ended (`records.ENDED_BY`) and, for a signal or an abort, one line
         # saying what happened; the first to end the run names it (`mark_end`)
@@ -268,9 +270,15 @@ class RunSession:
                       conversations=ready.conversations)
         holder.append(session)
         session._start_telemetry(params["server"])
-        session.probe = start_probe(sc, endpoint, opts.api_key, ready.model, nonce, run_dir,
-                                    lambda: session.clock.step[0] if session.clock.step else None)
+        session._start_probe(endpoint, nonce)
         return session
+
+    def _start_probe(self, endpoint: Endpoint, nonce: str) -> None:
+        """The head-of-line probe with `--probe-rate` (`live/probe.py`; its idle baseline
+        before the load), told the step in force as it sends."""
+        self.probe = start_probe(self.opts.scenario, endpoint, self.opts.api_key, self.model,
+                                 nonce, self.run_dir,
+                                 lambda: self.clock.step[0] if self.clock.step else None)
 
     def _start_telemetry(self, server: dict[str, Any]) -> None:
         """Start the server-metrics sampler when its metrics are scraped, and the energy

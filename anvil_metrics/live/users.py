@@ -245,13 +245,16 @@ class ChatStreamUser(User):
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)
-        run.in_flight.add(obs)  # watched for a stuck wait (`stuck.py`) until recorded
         nbytes = 0
+        slot = None  # its place in the prefill gate, if the run has one (`prefillgate`)
         # Whatever happens, the request is recorded once and its ticket returned: a run
         # stopped mid-stream records it as `cancelled`, an unforeseen error as
         # `client_error` (with its traceback in the log), a stream already finished keeps
         # its result even if the stop lands during the bookkeeping below.
         try:
+            if run.prefill_gate is not None:  # waits here, before the send's own stamp
+                slot = run.prefill_gate.admit(obs)
+            run.in_flight.add(obs)  # watched for a stuck wait (`stuck.py`) until recorded
             nbytes = client.stream_chat(body, obs, headers, cancel_after)
             # Yield once before the bookkeeping: streams of one server batch end together,
             # and every other stream whose end is already readable gets to stamp it first,
@@ -268,6 +271,8 @@ class ChatStreamUser(User):
                 obs.fail("client_error", f"{type(e).__name__}: {e}", time.perf_counter_ns(),
                          phase=obs.phase)
         finally:
+            if slot is not None:  # freed at its first token, else here: never leaked
+                slot.release()
             try:
                 self._report(obs, nbytes)
             finally:

@@ -10,6 +10,8 @@ gave it), the value and what is allowed.
 
     measurement_protocol = "smoke"        # -> benchmark.measurement_protocol
     concurrency = 2                       # Locust users (-u); --users overrides
+    prefill_concurrency = 2               # at most 2 requests between send and first
+                                          # token, per process; --prefill-concurrency
     requests = 8                          # measured requests; --requests overrides
                                           # (default: the distribution's total if one is
                                           # given and no duration; else no budget)
@@ -107,6 +109,8 @@ class Scenario:
 
     measurement_protocol: str
     concurrency: int = default("concurrency")
+    # at most this many requests between send and first token (per process); None: no gate
+    prefill_concurrency: int | None = None
     requests: int | None = None  # the request budget; None: none (a duration, or until stopped)
     warmup_requests: int = default("warmup_requests")
     max_tokens: int = default("max_tokens")

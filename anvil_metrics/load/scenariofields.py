@@ -137,6 +137,7 @@ _ROWS: tuple[Field, ...] = (
                          lambda v: isinstance(v, str))),
     _own("warmup_requests", whole(0), 0),
     _own("concurrency", whole(1), 1),
+    _own("prefill_concurrency", whole(1)),
     _own("serve_flags.reasoning_effort", choice(*REASONING_EFFORTS)),
     _own("serve_flags.thinking_mode", choice(*THINKING_MODES), "default"),
     Field("serve_flags.no_thinking", BOOL, False),
@@ -263,6 +264,10 @@ FLAGS: tuple[Flag, ...] = (
          "(e.g. 30s) are kept in requests.jsonl but left out of benchmark.json's figures"),
     Flag("--cooldown", "cooldown", "with a duration: likewise for requests started in its "
          "last this long (e.g. 10s)"),
+    Flag("--prefill-concurrency", "prefill_concurrency", "at most this many requests "
+         "between send and first token at once, per load process (a request waits at this "
+         "gate before it is sent; its wait is the row's prefill_gate_wait_ms, not in TTFT); "
+         "default: no gate"),
     Flag("--rate", "rate", "open loop: offer this many requests (with a [conversation]: "
          "conversation starts) per second on one seeded schedule (users are the pool that "
          "sends them; -u caps requests in flight); default: closed loop, -u streams back "

@@ -198,7 +198,8 @@ def rows_from_raw(t: Any, new_index: Any, step: Any = None, start_ns: Any = None
     else:  # the integer difference is exact, one division rounds it (module docstring)
         floats["start_offset_ms"] = ((start if start_ns is None else start_ns) - anchor_ns
                                      ).astype(np.float64) / 1e6
-    for name in ("tool_wait", "join_wait"):  # the agent replay's waits before a turn
+    # the agent replay's waits before a turn; the prefill gate's before a send
+    for name in ("tool_wait", "join_wait", "prefill_gate_wait"):
         wait = c[f"{name}_ns"]
         floats[f"{name}_ms"] = durations_ms(np.zeros_like(wait), wait, wait != NULL)
     assert tuple(floats) == _MEASURED_FLOATS

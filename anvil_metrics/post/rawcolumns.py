@@ -68,6 +68,7 @@ RAW_COLUMNS = (
     "depth",  # extra.depth: the session's depth (root 0)
     "tool_wait_ns",  # extra.tool_wait_ns: the tool wait slept before the request
     "join_wait_ns",  # extra.join_wait_ns: the wait for its sub-agents' joins
+    "prefill_gate_wait_ns",  # extra.prefill_gate_wait_ns: its wait at the prefill gate
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -175,9 +176,9 @@ BLOCK_ROWS = 4096  # rows a block of `ColumnBuilder` holds
 
 def _extra_columns(x: Extra) -> tuple[int, ...]:
     """The row's last columns, from a record's `extra` (`RAW_COLUMNS` from start_delay_ns to
-    join_wait_ns), NULL where it has none."""
+    prefill_gate_wait_ns), NULL where it has none."""
     (delay, chunk, waited, conversation, turn, history, klass, model, job, session, parent,
-     depth, tool_wait, join_wait) = astuple(x)
+     depth, tool_wait, join_wait, gate_wait) = astuple(x)
     if conversation is UNSET:  # no conversation's turn (a turn alone is not read)
         conversation = history = NULL
         turn = NULL if job is None or turn is UNSET else turn  # an agent job's turn is
@@ -185,11 +186,11 @@ def _extra_columns(x: Extra) -> tuple[int, ...]:
         history = NULL
     return (NULL if delay is None else delay, waited, NULL if chunk is None else chunk,
             conversation, turn, history, *(NULL if v is None else v for v in (
-                klass, model, job, session, parent, depth, tool_wait, join_wait)))
+                klass, model, job, session, parent, depth, tool_wait, join_wait, gate_wait)))
 
 
 _NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-             NULL)
+             NULL, NULL)
 
 
 class ColumnBuilder:

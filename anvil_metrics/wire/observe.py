@@ -183,6 +183,20 @@ class StreamObserver:
         if waited_for_user is not None:
             self.waited_for_user = waited_for_user
 
+    def gated(self, wait_ns: int, release: Callable[[], None]) -> None:
+        """The request waited `wait_ns` at the client's prefill gate before it was sent
+        (`live/prefillgate`): kept in its record's `extra`; `release` frees its slot at
+        its first output, before the hook it was given."""
+        self.extra = {**(self.extra or {}), "prefill_gate_wait_ns": wait_ns}
+        then = self.on_first_output
+
+        def first_output(obs: StreamObserver, t_ns: int) -> None:
+            release()
+            if then is not None:
+                then(obs, t_ns)
+
+        self.on_first_output = first_output
+
     def on_head(self, http_status: int, truth: SendStamps | None = None) -> None:
         """The response head arrived: its HTTP status, and the simulator's send stamps
         when it sends them (`truth.from_headers`)."""

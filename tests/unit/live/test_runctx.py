@@ -57,7 +57,7 @@ def test_the_protocols_say_what_a_user_may_read() -> None:
 
     run = SimpleNamespace(endpoint=None, api_key=None, scenario=None, budget=Budget(),
                           bodies=None, worker="h:1", conversations=None, send_stats=None,
-                          in_flight=set())
+                          in_flight=set(), prefill_gate=None)
     assert isinstance(Budget(), TicketSource) and isinstance(run, RunContext)
     assert not isinstance(SimpleNamespace(endpoint=None), RunContext)
     assert not isinstance(object(), TicketSource)

@@ -20,6 +20,7 @@ from locust.env import Environment
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live import users
 from anvil_metrics.live.control import Ticket
+from anvil_metrics.live.prefillgate import PrefillGate
 from anvil_metrics.live.runctx import set_run
 from anvil_metrics.load.body import RequestBodies
 from anvil_metrics.load.scenario import Scenario
@@ -115,7 +116,7 @@ def heard() -> Iterator[dict[str, list]]:
 
 
 def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int],
-          ticket: Ticket, conversations: Any = None
+          ticket: Ticket, conversations: Any = None, gate: PrefillGate | None = None
           ) -> tuple[users.ChatUser, _Budget, list[dict]]:
     monkeypatch.setattr(users, "ChatClient", _Client)
     monkeypatch.setattr(_Client, "play", staticmethod(play))
@@ -125,7 +126,7 @@ def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int]
                                  scenario=Scenario(measurement_protocol="p"), budget=budget,
                                  bodies=_Bodies(), worker="h:1",
                                  conversations=conversations, send_stats=SendStats(),
-                                 in_flight=set()))
+                                 in_flight=set(), prefill_gate=gate))
     fired: list[dict] = []
     env.events.request.add_listener(lambda **kw: fired.append(kw))
     user = users.ChatUser(env)
@@ -164,6 +165,18 @@ def test_a_failed_stream_is_a_locust_failure_by_kind_and_status(monkeypatch, hea
     assert isinstance(event["exception"], users.StreamFailure)
     assert str(event["exception"]) == "http_error HTTP 503 (headers)"
     assert budget.returned == [ticket]
+
+
+@pytest.mark.parametrize("play", [_completes, _busy, _raises])
+def test_a_gated_request_records_its_wait_and_frees_its_slot_however_it_ends(
+        monkeypatch, heard, play) -> None:
+    gate = PrefillGate(1)
+    user, budget, _ = _user(monkeypatch, play, Ticket(request_index=3, warmup=False,
+                                                     planned_context_tokens=64), gate=gate)
+    user.chat()
+    (record,) = heard["records"]
+    assert record.extra["prefill_gate_wait_ns"] >= 0  # it waited nothing: the gate was free
+    assert gate.free == 1  # freed at its first token, or at its end without one
 
 
 def test_a_client_that_raises_gives_a_client_error_record(monkeypatch, heard) -> None:

@@ -104,3 +104,10 @@ def test_from_rows_refuses_an_unknown_key_and_a_missing_one() -> None:
     assert RowColumns.from_rows("rows") is None
     with pytest.raises(KeyError):
         RowColumns.from_rows([row]).values("output_token_source")
+
+
+def test_the_prefill_gate_wait_is_its_own_field_and_stays_out_of_ttft() -> None:
+    base = derive_row(completed(0))
+    gated = derive_row(completed(0, extra={"prefill_gate_wait_ns": 7_250_000}))
+    assert (base["prefill_gate_wait_ms"], gated["prefill_gate_wait_ms"]) == (None, 7.25)
+    assert gated["ttft_ms"] == base["ttft_ms"]  # counted from the send, after the gate
