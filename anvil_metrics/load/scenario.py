@@ -210,6 +210,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     for f in FIELDS.values():
         if f.sets is not None and getattr(sc, f.sets) is not None:
             _put(doc, f.key, getattr(sc, f.sets))
+    if sc.probe_rate is None:  # the probe's idle baseline only beside it (scenariorules)
+        doc.pop("probe_idle", None)
     doc["requests"] = sc.requests  # None (no budget) only on the wire: TOML has no null
     doc["request"]["extra_body"] = orjson.loads(orjson.dumps(sc.extra_body))
     doc.update(meta=dict(sc.meta), headers=dict(sc.headers),

@@ -350,6 +350,13 @@ def energy(data: Doc, v: Doc, src: str | None) -> None:
     v["energy"] = parse_energy(v, src)
 
 
+def probe(data: Doc, v: Doc, src: str | None) -> None:
+    """`probe_idle` only beside `probe_rate` (the idle baseline is the probe's)."""
+    if "probe_idle" in data and v["probe_rate"] is None:
+        raise _err("probe_idle", data["probe_idle"], "only beside probe_rate (--probe-rate "
+                   "R): the idle baseline is the head-of-line probe's", src)
+
+
 # (the document, the fields checked so far, its source): checks its keys, sets its fields
 Rule = Callable[[Doc, Doc, str | None], None]
 # Each rule, after the key it follows in the table's order: by then every key it reads is
@@ -372,6 +379,7 @@ RULES_AFTER: dict[str, tuple[Rule, ...]] = {
     "timeouts.stuck_after_s": (timeouts,),  # the table's last key
     "cooldown": (loadspec.windows,),
     "energy.idle": (energy,),
+    "probe_idle": (probe,),
 }
 assert set(RULES_AFTER) <= set(FIELDS), set(RULES_AFTER) - set(FIELDS)
 

@@ -69,7 +69,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--cancel-after": ("12.5", {"cancel": {"rate": 1, "after": 12.5}}),
     "--stuck-after": ("2m", {"timeouts": {"stuck_after_s": 120}}),
     "--probe-rate": ("2.5", {"probe_rate": 2.5}),
-    "--probe-idle": ("3", {"probe_idle": 3}),
+    "--probe-idle": ("3", {"probe_rate": 2.5, "probe_idle": 3}),
     "--max-tokens": ("32", {"max_tokens": 32}),
     "--max-line-bytes": ("65536", {"request": {"max_line_bytes": 65536}}),
     "--warmup-requests": ("2", {"warmup_requests": 2}),
@@ -104,6 +104,7 @@ for _name in ("--trace-format", "--trace-speed", "--trace-limit", "--trace-windo
     NEEDS[_name] = {"trace": "t.jsonl"}
 NEEDS["--dataset-format"] = {"dataset": "d.jsonl"}
 NEEDS["--gpu-hour-price"] = {"gpus": "8"}
+NEEDS["--probe-idle"] = {"probe_rate": "2.5"}
 for _name in ("--jobs", "--tool-speed", "--max-tool-wait", "--max-idle", "--start-at",
               "--start-seed"):
     NEEDS[_name] = {"trace": "a.jsonl", "trace_format": "agent-jsonl"}
@@ -127,7 +128,7 @@ def test_every_rule_follows_a_key_and_every_kept_key_is_written_back() -> None:
     doc = {**BASE, "concurrency": 3, "warmup_requests": 1, "context_seed": 4,
            "context_distribution": {"100": 2, "50": 1}, "goodput": "ttft_ms<=20",
            "duration": "1m", "warmup": 5, "cooldown": 5, "rate": 3, "arrival": "gamma",
-           "burstiness": 0.5, "arrival_seed": 2, "prefill_concurrency": 2,
+           "burstiness": 0.5, "arrival_seed": 2, "prefill_concurrency": 2, "probe_rate": 2,
            "serve_flags": {"reasoning_effort": "low", "thinking_mode": "on",
                            "shared_prefix_burst": False},
            "request": {"include_usage": False, "fixed_output_tokens": True,
@@ -238,3 +239,10 @@ def test_a_gpu_hour_price_needs_gpus() -> None:
         scenario_from_dict({**BASE, "meta": {"gpu_hour_price": 2.5}}, "s.toml")
     assert scenario_from_dict({**BASE, "meta": {"gpus": 2, "gpu_hour_price": 2.5}}).meta == {
         "gpus": 2, "gpu_hour_price": 2.5}
+
+
+def test_the_probes_idle_baseline_goes_with_the_probe_only() -> None:
+    with pytest.raises(ScenarioError, match=r"probe_idle = 5 is not allowed; use only beside "
+                                            r"probe_rate"):
+        scenario_from_dict({**BASE, "probe_idle": 5}, "s.toml")
+    assert scenario_from_dict({**BASE, "probe_rate": 2, "probe_idle": 5}).probe_idle == 5
