@@ -1,11 +1,15 @@
-"""The run's control hooks: the server's prefix cache reset before what is measured.
+"""The run's control hooks: the server's prefix cache reset, and its profile, around what is
+measured.
 
 Why: a prefix cache warmed by an earlier run, the warm-ups or the previous sweep step makes
 the next figures better than a cold server's (vLLM #52884: up to 86 % more throughput), so
 `--reset-prefix-cache` (`load/hookspec.py`) empties it: in the set-up, before any load
 (so a hook that fails stops the run before load, with one line naming the hook, its target
 and its answer, exit 2, unless it is optional); again once the warm-up requests are done
-(when there are any); and before each sweep step after the first (`runclock.py`). Each
+(when there are any); and before each sweep step after the first (`runclock.py`). With
+`--server-profile` the engine's `POST /start_profile` is called just before the first
+measured request (after the warm-ups) and `/stop_profile` as soon as the measured load is
+over (its budget spent or its duration over), before the requests in flight drain. Each
 call is one `"hook"` line of the raw file — its name, its target (credentials stripped),
 its answer (HTTP status or exit code, and a few words), its time on the run's clock,
 whether it went well and whether it was optional — which `post/hooksblock.py` makes the
@@ -25,11 +29,12 @@ from typing import Any
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.live.recorder import RawWriter
-from anvil_metrics.load.hookspec import AUTO_PATHS, HookSpec
+from anvil_metrics.load.hookspec import AUTO, AUTO_PATHS, HookSpec
+from anvil_metrics.load.options import RunOptions
 from anvil_metrics.urls import strip_credentials
 from anvil_metrics.wire.plainhttp import OPENER, BodyError, read_body
 
-__all__ = ["HOOK_WAIT_S", "Hook", "HookFailed"]
+__all__ = ["HOOK_WAIT_S", "Hook", "HookFailed", "RunHooks"]
 
 log = logging.getLogger("anvil")
 HOOK_WAIT_S = 30.0  # the longest a hook may take (a cache reset answers in milliseconds)
@@ -50,11 +55,17 @@ class Hook:
     root_url: str
     headers: Mapping[str, str]
 
+    @classmethod
+    def of(cls, name: str, spec: HookSpec | None, engine: str | None, root_url: str,
+           headers: Mapping[str, str]) -> Hook | None:
+        """The hook `spec` bound to the server, or None when none was given."""
+        return None if spec is None else cls(name, spec, engine, root_url, headers)
+
     def target(self) -> str | None:
         """What is called, safe to record: the URL (no credentials) or the command; None
         for auto on a server whose engine has no cache reset anvil knows."""
         if self.spec.kind == "auto":
-            path = AUTO_PATHS.get(self.engine or "")
+            path = AUTO_PATHS[self.name].get(self.engine or "")
             return None if path is None else self.root_url + path
         if self.spec.kind == "url":
             return strip_credentials(self.spec.target[0])
@@ -67,7 +78,7 @@ class Hook:
         target = self.target()
         if target is None:
             status, answer = None, (f"the server's engine ({self.engine or 'unknown'}) has no "
-                                    "known cache reset: give a URL or cmd:COMMAND")
+                                    f"known {self.name} endpoint")
         elif self.spec.kind == "cmd":
             status, answer = _run(self.spec.target)
         else:
@@ -100,12 +111,57 @@ class Hook:
         except HookFailed as e:
             abort(str(e))
 
-    def before_load(self, writer: RawWriter) -> None:
-        """The set-up's call: a required hook's failure is a `UsageError` (exit 2)."""
+    def before_load(self, writer: RawWriter, enter: Callable[[str], None]) -> None:
+        """The set-up's call (`enter` told the phase: `runerror.SetUp`): a required hook's
+        failure is a `UsageError` (exit 2)."""
+        enter(f"calling the hook {self.name}")
         try:
             self.must(writer)
         except HookFailed as e:
             raise UsageError(str(e)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RunHooks:
+    """A run's hooks, each None when not asked for, called at their moments (module
+    docstring): the cache reset, and the profile around the measured load (`--server-profile`)."""
+
+    reset: Hook | None = None
+    profile: tuple[Hook, Hook] | None = None  # start_profile, stop_profile
+
+    @classmethod
+    def of(cls, opts: RunOptions, engine: str | None, root_url: str,
+           headers: Mapping[str, str]) -> RunHooks:
+        reset = Hook.of("reset_prefix_cache", opts.reset_prefix_cache, engine, root_url,
+                        headers)
+        on = AUTO if not opts.hook_optional else HookSpec("auto", (), True)
+        return cls(reset, (Hook("start_profile", on, engine, root_url, headers),
+                           Hook("stop_profile", on, engine, root_url, headers))
+                   if opts.profile else None)
+
+    def before_load(self, writer: RawWriter, enter: Callable[[str], None]) -> None:
+        """In the set-up, before any load: the cache reset."""
+        if self.reset is not None:
+            self.reset.before_load(writer, enter)
+
+    def before_measured(self, writer: RawWriter, abort: Callable[[str], None],
+                        warmups: int) -> None:
+        """Once the warm-ups are done, before the first measured request: the reset again
+        (when there were warm-ups), and the profile starts."""
+        if self.reset is not None and warmups:
+            self.reset.during(writer, abort)
+        if self.profile is not None:
+            self.profile[0].during(writer, abort)
+
+    def before_step(self, writer: RawWriter, abort: Callable[[str], None], step: int) -> None:
+        if self.reset is not None:
+            self.reset.during(writer, abort, step)
+
+    def after_measured(self, writer: RawWriter) -> None:
+        """The measured load is over (its budget spent or its duration over), before the
+        requests in flight drain: the profile stops (a failure is recorded, nothing ends)."""
+        if self.profile is not None:
+            self.profile[1].call(writer)
 
 
 def _post(url: str, headers: Mapping[str, str]) -> tuple[int | None, str]:

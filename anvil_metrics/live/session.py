@@ -29,7 +29,7 @@ from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.agentrun import next_wait_due_ns
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
-from anvil_metrics.live.hooks import Hook
+from anvil_metrics.live.hooks import RunHooks
 from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.overload import OverloadWatch
@@ -77,7 +77,7 @@ class RunSession:
                  prompts: PromptFactory | None = None, controls: Controls = NO_CONTROLS,
                  on_end: Callable[[], None] | None = None,
                  conversations: ConversationBodies | None = None,
-                 reset: Hook | None = None) -> None:
+                 hooks: RunHooks | None = None) -> None:
         self.opts = opts
         self.scenario = opts.scenario
         self.endpoint = endpoint
@@ -131,8 +131,9 @@ class RunSession:
         self.load = LoadWindow()
         self._health: dict[str, Any] | None = None
         # the run's timing (`runclock.py`): `on_end` ends the run when its duration is over
-        before_step = None if reset is None else (
-            lambda step: reset.during(writer, self._abort, step))
+        self.hooks = hooks or RunHooks()  # the control hooks (`live/hooks.py`)
+        before_step = None if self.hooks.reset is None else (
+            lambda step: self.hooks.before_step(writer, self._abort, step))
         self.clock = RunClock(opts.scenario, budget, writer, controls, on_end, before_step)
         self.telemetry: ServerTelemetry | None = None  # the server-metrics sampler
         self.energy: ServerTelemetry | None = None  # the energy reader (--energy)
@@ -182,6 +183,7 @@ class RunSession:
         the run is being stopped); shutting Locust down is not load."""
         if self._health is not None:
             return
+        self.hooks.after_measured(self.writer)  # the profile stops before the drain
         self._health = {**self.load.end(),
                         # raw record only: the longest single write of a request chunk
                         "send_chunk_ms_max": self.send_stats.max_chunk_ns / 1e6,
@@ -224,13 +226,11 @@ class RunSession:
                                  setup.enter, jobs)
         setup.enter("asking the server what it is")
         # who the server is (bounded probes; the flags and [meta] win): provenance.py
-        identity = merge(discover(endpoint.base_url, headers={**_auth(opts.api_key),
-                                                              **sc.headers},
-                                  model=ready.model), {"engine": sc.meta.get("engine")})
+        auth = {**_auth(opts.api_key), **sc.headers}
+        identity = merge(discover(endpoint.base_url, headers=auth, model=ready.model),
+                         {"engine": sc.meta.get("engine")})
         holder: list[RunSession] = []
-        reset = None if opts.reset_prefix_cache is None else Hook(
-            "reset_prefix_cache", opts.reset_prefix_cache, identity.engine,
-            endpoint.root_url, {**_auth(opts.api_key), **sc.headers})
+        hooks = RunHooks.of(opts, identity.engine, endpoint.root_url, auth)
 
         def ended(cause: str) -> Callable[[], None]:
             def end() -> None:  # the last measured request is done, or the duration over
@@ -243,8 +243,8 @@ class RunSession:
         exhausted = ended("requests")
 
         def scrape_first() -> None:  # just before the first measured request
-            if holder and reset is not None and sc.warmup_requests:  # the warm-ups' cache
-                reset.during(writer, holder[0]._abort)
+            if holder:  # the cache reset (after the warm-ups), the profile's start
+                hooks.before_measured(writer, holder[0]._abort, sc.warmup_requests)
             for child in (holder[0].telemetry, holder[0].energy) if holder else ():
                 if child is not None:
                     child.mark("first")
@@ -267,13 +267,11 @@ class RunSession:
             if isinstance(budget.schedule, JobSchedule):  # the jobs' own starts
                 params["load"]["arrivals"] = budget.schedule.arrivals()
         header = writer.write_header(run_id, params)
-        if reset is not None:  # before any load: a failing hook stops the run here
-            setup.enter("resetting the prefix cache")
-            reset.before_load(writer)
+        hooks.before_load(writer, setup.enter)  # before any load: a failure stops the run
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
                       controls=controls, on_end=ended("duration"),
-                      conversations=ready.conversations, reset=reset)
+                      conversations=ready.conversations, hooks=hooks)
         holder.append(session)
         session._start_telemetry(params["server"])
         return session

@@ -21,10 +21,8 @@ from dataclasses import dataclass
 
 from anvil_metrics.errors import UsageError
 
-__all__ = ["AUTO_PATHS", "HookSpec", "hook_spec", "hook_text"]
+__all__ = ["AUTO", "AUTO_PATHS", "HookSpec", "hook_spec", "hook_text"]
 
-# the cache reset of each engine that has one, by the engine name provenance.py gives
-AUTO_PATHS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +33,17 @@ class HookSpec:
     kind: str
     target: tuple[str, ...] = ()
     optional: bool = False
+
+
+# each hook's path on each engine that has it, by the engine name provenance.py gives
+# (vLLM's OpenAI server and SGLang's HTTP server define these routes)
+_PROFILE = {"vllm": "/start_profile", "sglang": "/start_profile"}
+AUTO_PATHS: dict[str, dict[str, str]] = {
+    "reset_prefix_cache": {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"},
+    "start_profile": _PROFILE,
+    "stop_profile": {k: "/stop_profile" for k in _PROFILE},
+}
+AUTO = HookSpec("auto")  # --server-profile's: the engine's own endpoints
 
 
 def hook_spec(flag: str, text: str) -> HookSpec:

@@ -192,6 +192,9 @@ OPTIONS: tuple[Option, ...] = (
            "load and before each sweep step: auto (vLLM POST /reset_prefix_cache, SGLang "
            "POST /flush_cache), a URL to POST, or cmd:COMMAND; a trailing ? = optional",
            hook_text),
+    Option("--server-profile", "profile the measured load on the server: vLLM/SGLang POST "
+           "/start_profile once the warm-ups are done, /stop_profile when the measured load "
+           "ends (before the requests in flight drain)", switch=True, default=False),
     Option("--hook-optional", "a failing hook is recorded and the run goes on (default: it "
            "stops the run before load)", switch=True, default=False),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
@@ -258,6 +261,8 @@ class RunOptions:
     # the live progress (`live.progresswatch`): its plain line's interval; None: --quiet
     progress_every_s: float | None = PROGRESS_EVERY_S
     reset_prefix_cache: HookSpec | None = None  # --reset-prefix-cache (`live/hooks.py`)
+    profile: bool = False  # --server-profile: /start_profile, /stop_profile around the load
+    hook_optional: bool = False  # --hook-optional: a failing hook does not stop the run
 
 
 def scenario_flags(values: Mapping[str, Any]) -> list[Given]:
@@ -319,7 +324,8 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
                         v["abort_window"], v["stop_overloaded"]),
         progress_every_s=None if v["quiet"] else v["progress_every"],
         fail_on_error_rate=v["fail_on_error_rate"],
-        reset_prefix_cache=_optional(v["reset_prefix_cache"], v["hook_optional"]))
+        reset_prefix_cache=_optional(v["reset_prefix_cache"], v["hook_optional"]),
+        profile=v["server_profile"], hook_optional=v["hook_optional"])
 
 
 def _optional(text: str | None, optional: bool) -> HookSpec | None:

@@ -63,7 +63,8 @@ BLOCKS: tuple[Block, ...] = (
           "server's; absent without --trace", traceblock.build, traceblock.verify,
           traceblock.summary_lines),
     Block("hooks", list[hooksblock.HookCall] | None,
-          "the control hooks the run called (--reset-prefix-cache): each call's target, "
+          "the control hooks the run called (--reset-prefix-cache, --server-profile): each "
+          "call's target, "
           "answer and time; absent without hooks", hooksblock.build,
           summary=hooksblock.summary_lines),
     Block("load", loadblock.Load | None,

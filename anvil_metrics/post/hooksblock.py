@@ -24,7 +24,8 @@ __all__ = ["HookCall", "build", "summary_lines"]
 class HookCall(Struct, forbid_unknown_fields=True, kw_only=True):
     """One call of a control hook."""
 
-    name: Annotated[str, described("", "the hook: reset_prefix_cache")]
+    name: Annotated[str, described(
+        "", "the hook: reset_prefix_cache, start_profile or stop_profile")]
     target: Annotated[str | None, described(
         "", "what was called: the URL POSTed to (no credentials) or the command; null for "
             "auto on a server whose engine has no known cache reset")]

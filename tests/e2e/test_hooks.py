@@ -109,3 +109,32 @@ def test_a_failing_hook_stops_the_run_before_load(simulator, tmp_path: Path) -> 
     hooks = load_json(result_path(optional))["hooks"]
     assert [(h["ok"], h["optional"], h["status"]) for h in hooks] == [(False, True, 404)]
     assert "secret" not in (result_path(optional).parent / "requests.jsonl").read_text()
+
+
+def test_the_profile_covers_the_measured_load_only(simulator, tmp_path: Path) -> None:
+    sim = simulator(*SIM)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    proc = anvil("run", str(sc), "--host", sim.url, "--duration", "1s", "--users", "4",
+                 "--warmup-requests", "4", "--server-profile", "--quiet", "--results-dir",
+                 str(tmp_path), timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    lines = [x for x in raw_lines(path.parent) if x["type"] == "request"]
+    warm = [x for x in lines if x["warmup"]]
+    measured = [x for x in lines if not x["warmup"]]
+    control = _control(sim.url)
+    (start,), (stop,) = control["/start_profile"], control["/stop_profile"]
+    drained = [x for x in measured if x["end_ns"] > stop]
+    print(f"\n[profile] start {(start - max(x['end_ns'] for x in warm)) / 1e6:.2f} ms after "
+          f"the last warm-up ended, {(min(x['start_ns'] for x in measured) - start) / 1e6:.2f}"
+          f" ms before the first measured request; stop "
+          f"{(stop - max(x['start_ns'] for x in measured)) / 1e6:.2f} ms after the last "
+          f"measured start; {len(drained)} of {len(measured)} requests ended after it")
+    assert len(warm) == 4 and measured
+    assert max(x["end_ns"] for x in warm) <= start <= min(x["start_ns"] for x in measured)
+    assert max(x["start_ns"] for x in measured) <= stop  # every measured request inside it
+    assert drained  # the drain (requests in flight at the duration's end) is outside it
+    doc = load_json(path)
+    assert verify_benchmark(doc) == []
+    assert [(h["name"], h["ok"], h["status"]) for h in doc["hooks"]] == [
+        ("start_profile", True, 200), ("stop_profile", True, 200)]
