@@ -9,7 +9,10 @@ and its answer, exit 2, unless it is optional); again once the warm-up requests 
 (when there are any); and before each sweep step after the first (`runclock.py`). With
 `--server-profile` the engine's `POST /start_profile` is called just before the first
 measured request (after the warm-ups) and `/stop_profile` as soon as the measured load is
-over (its budget spent or its duration over), before the requests in flight drain. Each
+over (its budget spent or its duration over), before the requests in flight drain; with
+`--profile-when-running N` it starts only once the server's metrics (the sampler's newest
+sample) report at least N requests running, and stops `--profile-max-s` later or when the
+measured load ends, whichever is first (never once the load is over). Each
 call is one `"hook"` line of the raw file — its name, its target (credentials stripped),
 its answer (HTTP status or exit code, and a few words), its time on the run's clock,
 whether it went well and whether it was optional — which `post/hooksblock.py` makes the
@@ -24,21 +27,28 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import gevent
+import gevent.event
 
 from anvil_metrics.errors import UsageError
 from anvil_metrics.live.recorder import RawWriter
 from anvil_metrics.load.hookspec import AUTO, AUTO_PATHS, HookSpec
 from anvil_metrics.load.options import RunOptions
+from anvil_metrics.telemetry.livegauges import live_gauges, newest_samples
+from anvil_metrics.telemetry.sampler import ServerTelemetry
 from anvil_metrics.urls import strip_credentials
 from anvil_metrics.wire.plainhttp import OPENER, BodyError, read_body
 
-__all__ = ["HOOK_WAIT_S", "Hook", "HookFailed", "RunHooks"]
+__all__ = ["HOOK_WAIT_S", "Hook", "HookFailed", "RunHooks", "server_running"]
 
 log = logging.getLogger("anvil")
 HOOK_WAIT_S = 30.0  # the longest a hook may take (a cache reset answers in milliseconds)
 ANSWER_CHARS = 200  # how much of an answer's body the record keeps
+PROFILE_MAX_S = 30.0  # a profile started by --profile-when-running lasts at most this long
+WATCH_S = 0.05  # how often --profile-when-running looks at the newest metrics sample
 
 
 class HookFailed(Exception):
@@ -128,6 +138,9 @@ class RunHooks:
 
     reset: Hook | None = None
     profile: tuple[Hook, Hook] | None = None  # start_profile, stop_profile
+    when_running: int | None = None  # --profile-when-running: start once this many run
+    max_s: float = PROFILE_MAX_S  # --profile-max-s: how long a triggered profile lasts
+    _ended: gevent.event.Event = field(default_factory=gevent.event.Event)
 
     @classmethod
     def of(cls, opts: RunOptions, engine: str | None, root_url: str,
@@ -137,7 +150,8 @@ class RunHooks:
         on = AUTO if not opts.hook_optional else HookSpec("auto", (), True)
         return cls(reset, (Hook("start_profile", on, engine, root_url, headers),
                            Hook("stop_profile", on, engine, root_url, headers))
-                   if opts.profile else None)
+                   if opts.profile else None, opts.profile_when_running,
+                   opts.profile_max_s or PROFILE_MAX_S)
 
     def before_load(self, writer: RawWriter, enter: Callable[[str], None]) -> None:
         """In the set-up, before any load: the cache reset."""
@@ -145,13 +159,33 @@ class RunHooks:
             self.reset.before_load(writer, enter)
 
     def before_measured(self, writer: RawWriter, abort: Callable[[str], None],
-                        warmups: int) -> None:
+                        warmups: int, running: Callable[[], float | None]) -> None:
         """Once the warm-ups are done, before the first measured request: the reset again
-        (when there were warm-ups), and the profile starts."""
+        (when there were warm-ups), and the profile starts, or its watch: `running` is the
+        server's requests running now (None: not known)."""
         if self.reset is not None and warmups:
             self.reset.during(writer, abort)
-        if self.profile is not None:
+        if self.profile is not None and self.when_running is None:
             self.profile[0].during(writer, abort)
+        elif self.profile is not None:
+            gevent.spawn(self._watch, writer, abort, running)
+
+    def _watch(self, writer: RawWriter, abort: Callable[[str], None],
+               running: Callable[[], float | None]) -> None:
+        """--profile-when-running: start the profile once the server reports enough
+        requests running, stop it `max_s` later or when the measured load ends, whichever
+        comes first; nothing when the load ends before (polled every `WATCH_S`)."""
+        assert self.profile is not None and self.when_running is not None
+        while not self._ended.is_set():
+            now = running()
+            if now is not None and now >= self.when_running:
+                break
+            self._ended.wait(WATCH_S)
+        else:
+            return
+        self.profile[0].during(writer, abort)
+        self._ended.wait(self.max_s)
+        self.profile[1].call(writer)
 
     def before_step(self, writer: RawWriter, abort: Callable[[str], None], step: int) -> None:
         if self.reset is not None:
@@ -160,8 +194,16 @@ class RunHooks:
     def after_measured(self, writer: RawWriter) -> None:
         """The measured load is over (its budget spent or its duration over), before the
         requests in flight drain: the profile stops (a failure is recorded, nothing ends)."""
-        if self.profile is not None:
+        if self.profile is not None and self.when_running is None:
             self.profile[1].call(writer)
+        self._ended.set()  # a triggered profile stops now if it has not yet
+
+
+def server_running(telemetry: ServerTelemetry | None) -> float | None:
+    """The server's requests running, from its metrics' newest sample (None: unknown)."""
+    if telemetry is None:
+        return None
+    return (live_gauges(newest_samples(telemetry.path, 1), 0) or {}).get("requests_running")
 
 
 def _post(url: str, headers: Mapping[str, str]) -> tuple[int | None, str]:

@@ -29,7 +29,7 @@ from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.agentrun import next_wait_due_ns
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
-from anvil_metrics.live.hooks import RunHooks
+from anvil_metrics.live.hooks import RunHooks, server_running
 from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.overload import OverloadWatch
@@ -244,7 +244,8 @@ class RunSession:
 
         def scrape_first() -> None:  # just before the first measured request
             if holder:  # the cache reset (after the warm-ups), the profile's start
-                hooks.before_measured(writer, holder[0]._abort, sc.warmup_requests)
+                hooks.before_measured(writer, holder[0]._abort, sc.warmup_requests,
+                                      lambda: server_running(holder[0].telemetry))
             for child in (holder[0].telemetry, holder[0].energy) if holder else ():
                 if child is not None:
                     child.mark("first")

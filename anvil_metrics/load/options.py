@@ -195,6 +195,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--server-profile", "profile the measured load on the server: vLLM/SGLang POST "
            "/start_profile once the warm-ups are done, /stop_profile when the measured load "
            "ends (before the requests in flight drain)", switch=True, default=False),
+    Option("--profile-when-running", "with --server-profile: start the profile only once the "
+           "server reports at least this many requests running (its metrics' newest sample)",
+           whole(1)),
+    Option("--profile-max-s", "with --profile-when-running: stop the profile after this "
+           "many seconds at most (default 30)", seconds),
     Option("--hook-optional", "a failing hook is recorded and the run goes on (default: it "
            "stops the run before load)", switch=True, default=False),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
@@ -263,6 +268,8 @@ class RunOptions:
     reset_prefix_cache: HookSpec | None = None  # --reset-prefix-cache (`live/hooks.py`)
     profile: bool = False  # --server-profile: /start_profile, /stop_profile around the load
     hook_optional: bool = False  # --hook-optional: a failing hook does not stop the run
+    profile_when_running: int | None = None  # --profile-when-running: its start's trigger
+    profile_max_s: float | None = None  # --profile-max-s: the triggered profile's bound
 
 
 def scenario_flags(values: Mapping[str, Any]) -> list[Given]:
@@ -325,7 +332,9 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
         progress_every_s=None if v["quiet"] else v["progress_every"],
         fail_on_error_rate=v["fail_on_error_rate"],
         reset_prefix_cache=_optional(v["reset_prefix_cache"], v["hook_optional"]),
-        profile=v["server_profile"], hook_optional=v["hook_optional"])
+        profile=v["server_profile"] or v["profile_when_running"] is not None,
+        hook_optional=v["hook_optional"], profile_when_running=v["profile_when_running"],
+        profile_max_s=v["profile_max_s"])
 
 
 def _optional(text: str | None, optional: bool) -> HookSpec | None:

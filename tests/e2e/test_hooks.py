@@ -138,3 +138,30 @@ def test_the_profile_covers_the_measured_load_only(simulator, tmp_path: Path) ->
     assert verify_benchmark(doc) == []
     assert [(h["name"], h["ok"], h["status"]) for h in doc["hooks"]] == [
         ("start_profile", True, 200), ("stop_profile", True, 200)]
+
+
+def test_the_profile_starts_when_enough_requests_run_for_at_most_its_bound(
+        simulator, tmp_path: Path) -> None:
+    sim = simulator(*SIM)
+    sc = write_scenario(tmp_path / "s.toml", SCENARIO)
+    proc = anvil("run", str(sc), "--host", sim.url, "--duration", "1.5s", "--users", "4",
+                 "--profile-when-running", "3", "--profile-max-s", "0.4",
+                 "--server-metrics-interval", "0.1", "--quiet", "--results-dir",
+                 str(tmp_path), timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    control = _control(sim.url)
+    (start,), (stop,) = control["/start_profile"], control["/stop_profile"]
+    samples = [orjson.loads(x) for x in (path.parent / "server_metrics.jsonl").read_bytes()
+               .splitlines()]
+    seen = [x["done_ns"] for x in samples if x.get("ok") and any(
+        k.startswith("vllm:num_requests_running") and v >= 3
+        for k, v in (x.get("series") or {}).items())]
+    print(f"\n[profile when running] {len(seen)} samples with >= 3 running; the first "
+          f"{(start - min(seen)) / 1e6:.2f} ms before the start; profile lasted "
+          f"{(stop - start) / 1e6:.1f} ms (bound 400 ms)")
+    assert seen and min(seen) <= start  # started only after a sample showed 3 running
+    assert 0.4e9 <= stop - start < 0.4e9 + 0.5e9  # its bound, not the load's end (1.5 s)
+    hooks = load_json(path)["hooks"]
+    assert [(h["name"], h["ok"]) for h in hooks] == [("start_profile", True),
+                                                     ("stop_profile", True)]

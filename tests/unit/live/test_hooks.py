@@ -93,6 +93,28 @@ def test_the_run_hooks_are_what_the_options_ask_for() -> None:
     assert [(h.target(), h.spec.optional) for h in both.profile] == [
         (ROOT + "/start_profile", True), (ROOT + "/stop_profile", True)]
     out = Lines()
-    none.before_measured(out, out.write, 3)  # type: ignore[arg-type]
+    none.before_measured(out, out.write, 3, lambda: None)  # type: ignore[arg-type]
     none.after_measured(out)  # type: ignore[arg-type]
     assert out.lines == []
+
+
+def test_profile_when_running_implies_the_profile_and_waits_for_the_count() -> None:
+    import gevent
+
+    from anvil_metrics.live.hooks import RunHooks
+    from anvil_metrics.load.options import run_options
+
+    opts = run_options({"profile_when_running": "3", "profile_max_s": "0.05"}, host=ROOT,
+                       users=1, api_key=None)
+    assert (opts.profile, opts.profile_when_running, opts.profile_max_s) == (True, 3, 0.05)
+    hooks = RunHooks.of(opts, "vllm", ROOT, {})
+    assert hooks.profile is not None and hooks.max_s == 0.05
+    seen: list[float | None] = [None, 1, 2]
+    out, aborted = Lines(), []
+    hooks.before_measured(out, aborted.append, 0,  # type: ignore[arg-type]
+                          lambda: seen.pop(0) if seen else 3)
+    gevent.sleep(0.5)  # a few polls, the start (dead port: it fails), its bound, the stop
+    assert [x["name"] for x in out.lines] == ["start_profile", "stop_profile"]
+    assert len(aborted) == 1 and "--start-profile failed" in aborted[0]
+    hooks.after_measured(out)  # type: ignore[arg-type]
+    assert len(out.lines) == 2  # the watch's own stop, never a second
