@@ -120,6 +120,10 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
     lines: list[dict[str, Any]] = [{**HEADER, "params": params, "type": "run"},
                                    {"type": "window", "from_ns": ANCHOR + 2 * GAP,
                                     "to_ns": ANCHOR + 10 * GAP},
+                                   {"type": "hook", "name": "reset_prefix_cache",
+                                    "target": "http://127.0.0.1:1/reset_prefix_cache",
+                                    "status": 200, "answer": "", "t_ns": ANCHOR - GAP,
+                                    "ok": True, "optional": False, "step": None},
                                    {"type": "step", "step": 0, "t_ns": ANCHOR, "users": None,
                                     "rate": 50.0}]
     for rec in _records():

@@ -98,7 +98,8 @@ def add_prompts(sub: Commands) -> None:
 # `anvil run`'s options every step of `anvil capacity` takes too
 _CAPACITY_OPTIONS = tuple(option(dest) for dest in (
     "model", "max_tokens", "warmup_requests", "api_key", "goodput", "processes", "results_dir",
-    "stuck_after", "progress_every", "quiet"))
+    "stuck_after", "progress_every", "quiet", "reset_prefix_cache", "server_profile",
+    "hook_optional"))
 
 
 def add_capacity(sub: Commands) -> None:

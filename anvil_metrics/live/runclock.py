@@ -58,8 +58,10 @@ class RunClock:
 
     def __init__(self, scenario: Scenario, budget: RequestBudget, writer: RawWriter,
                  controls: Controls = NO_CONTROLS,
-                 on_end: Callable[[], None] | None = None) -> None:
+                 on_end: Callable[[], None] | None = None,
+                 before_step: Callable[[int], None] | None = None) -> None:
         self.scenario = scenario
+        self.before_step = before_step  # a sweep's steps after the first (a cache reset)
         self.budget = budget
         self.writer = writer
         self.controls = controls
@@ -119,6 +121,10 @@ class RunClock:
         set_users = self.controls.set_users
         t0 = time.perf_counter_ns()
         for i, (users, rate) in enumerate(loads):
+            if i and self.before_step is not None:  # step 0's: before the measured load
+                self.before_step(i)
+                if self._stopped:
+                    return
             t = time.perf_counter_ns()
             self.writer.write({"type": "step", "step": i, "t_ns": t, "users": users,
                                "rate": rate})

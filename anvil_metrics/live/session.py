@@ -29,6 +29,7 @@ from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.agentrun import next_wait_due_ns
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
+from anvil_metrics.live.hooks import RunHooks, server_running
 from anvil_metrics.live.jobfigures import JobFigures
 from anvil_metrics.live.loadwindow import LoadWindow
 from anvil_metrics.live.overload import OverloadWatch
@@ -45,14 +46,12 @@ from anvil_metrics.live.recorder import (
 from anvil_metrics.live.runclock import NO_CONTROLS, Controls, RunClock
 from anvil_metrics.live.runerror import SetUp
 from anvil_metrics.live.stuck import StuckReport, StuckWatch
-from anvil_metrics.load.agentjob import Job
 from anvil_metrics.load.agentparams import agent_params, starts_budget
 from anvil_metrics.load.agentread import read_jobs
-from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.body import ConversationBodies, RequestBodies
 from anvil_metrics.load.dataset import DatasetEntry
 from anvil_metrics.load.options import RunOptions
-from anvil_metrics.load.replay import JobSchedule, TraceSchedule
+from anvil_metrics.load.replay import JobSchedule, open_loop_schedule
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.post.loadblock import behind
@@ -77,7 +76,8 @@ class RunSession:
                  header: dict[str, Any],
                  prompts: PromptFactory | None = None, controls: Controls = NO_CONTROLS,
                  on_end: Callable[[], None] | None = None,
-                 conversations: ConversationBodies | None = None) -> None:
+                 conversations: ConversationBodies | None = None,
+                 hooks: RunHooks | None = None) -> None:
         self.opts = opts
         self.scenario = opts.scenario
         self.endpoint = endpoint
@@ -132,7 +132,10 @@ class RunSession:
         self.load = LoadWindow()
         self._health: dict[str, Any] | None = None
         # the run's timing (`runclock.py`): `on_end` ends the run when its duration is over
-        self.clock = RunClock(opts.scenario, budget, writer, controls, on_end)
+        self.hooks = hooks or RunHooks()  # the control hooks (`live/hooks.py`)
+        before_step = None if self.hooks.reset is None else (
+            lambda step: self.hooks.before_step(writer, self._abort, step))
+        self.clock = RunClock(opts.scenario, budget, writer, controls, on_end, before_step)
         self.telemetry: ServerTelemetry | None = None  # the server-metrics sampler
         self.energy: ServerTelemetry | None = None  # the energy reader (--energy)
         self.probe: ProbeRunner | None = None  # --probe-rate (live/probe.py)
@@ -184,6 +187,7 @@ class RunSession:
         the run is being stopped); shutting Locust down is not load."""
         if self._health is not None:
             return
+        self.hooks.after_measured(self.writer)  # the profile stops before the drain
         self._health = {**self.load.end(),
                         # raw record only: the longest single write of a request chunk
                         "send_chunk_ms_max": self.send_stats.max_chunk_ns / 1e6,
@@ -226,10 +230,11 @@ class RunSession:
                                  setup.enter, jobs)
         setup.enter("asking the server what it is")
         # who the server is (bounded probes; the flags and [meta] win): provenance.py
-        identity = merge(discover(endpoint.base_url, headers={**_auth(opts.api_key),
-                                                              **sc.headers},
-                                  model=ready.model), {"engine": sc.meta.get("engine")})
+        auth = {**_auth(opts.api_key), **sc.headers}
+        identity = merge(discover(endpoint.base_url, headers=auth, model=ready.model),
+                         {"engine": sc.meta.get("engine")})
         holder: list[RunSession] = []
+        hooks = RunHooks.of(opts, identity.engine, endpoint.root_url, auth)
 
         def ended(cause: str) -> Callable[[], None]:
             def end() -> None:  # the last measured request is done, or the duration over
@@ -242,13 +247,16 @@ class RunSession:
         exhausted = ended("requests")
 
         def scrape_first() -> None:  # just before the first measured request
+            if holder:  # the cache reset (after the warm-ups), the profile's start
+                hooks.before_measured(writer, holder[0]._abort, sc.warmup_requests,
+                                      lambda: server_running(holder[0].telemetry))
             for child in (holder[0].telemetry, holder[0].energy) if holder else ():
                 if child is not None:
                     child.mark("first")
 
         budget = RequestBudget(sc.requests, sc.warmup_requests, sizes, exhausted,
                                group_size=shared.group_size if shared else None,
-                               schedule=_schedule(sc, trace, jobs),
+                               schedule=open_loop_schedule(sc, trace, jobs),
                                conversations=starts_budget(sc, jobs),
                                before_measured=scrape_first)
         setup.enter("writing the run folder")
@@ -264,10 +272,11 @@ class RunSession:
             if isinstance(budget.schedule, JobSchedule):  # the jobs' own starts
                 params["load"]["arrivals"] = budget.schedule.arrivals()
         header = writer.write_header(run_id, params)
+        hooks.before_load(writer, setup.enter)  # before any load: a failure stops the run
         session = cls(opts, endpoint, ready.model, ready.prompts.calibration, run_id, run_dir,
                       writer, ready.bodies, budget, header, ready.prompts,
                       controls=controls, on_end=ended("duration"),
-                      conversations=ready.conversations)
+                      conversations=ready.conversations, hooks=hooks)
         holder.append(session)
         session._start_telemetry(params["server"])
         session._start_probe(endpoint, nonce)
@@ -422,17 +431,6 @@ def _job_figures(opts: RunOptions, budget: RequestBudget) -> JobFigures | None:
         return None
     return JobFigures(budget.conversations, from_due=budget.schedule is not None,
                       in_flight=lambda: budget.starts_going)
-
-
-def _schedule(sc: Scenario, trace: list[TraceRequest] | None, jobs: list[Job] | None = None
-              ) -> Schedule | TraceSchedule | None:
-    """An open loop's due times: the trace's (a replay; agent jobs' recorded starts), the
-    `--rate` plan's, or None."""
-    if trace is not None and sc.trace is not None:
-        return TraceSchedule(trace, sc.trace.speed)
-    if jobs is not None and sc.trace is not None and sc.trace.job_times:
-        return JobSchedule(jobs, sc.trace.speed)
-    return Schedule(sc.arrivals) if sc.arrivals else None
 
 
 def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from anvil_metrics.errors import UsageError
 from anvil_metrics.headers import merged, with_api_key
 from anvil_metrics.headers import parse_flag as parse_header
+from anvil_metrics.load.hookspec import HookSpec, hook_spec, hook_text
 from anvil_metrics.load.optionvalues import (
     BOOL,
     Parse,
@@ -187,6 +188,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("--exit-code-on-error", "Locust's own: exit with this code when any request "
            "Locust counted failed, warm-ups included (anvil's default: 0; exit codes 3 and 4 "
            "come first)", whole(0, 255), locust=False),
+    Option("--reset-prefix-cache", "reset the server's prefix cache before the measured "
+           "load and before each sweep step: auto (vLLM POST /reset_prefix_cache, SGLang "
+           "POST /flush_cache), a URL to POST, or cmd:COMMAND; a trailing ? = optional",
+           hook_text),
+    Option("--server-profile", "profile the measured load on the server: vLLM/SGLang POST "
+           "/start_profile once the warm-ups are done, /stop_profile when the measured load "
+           "ends (before the requests in flight drain)", switch=True, default=False),
+    Option("--profile-when-running", "with --server-profile: start the profile only once the "
+           "server reports at least this many requests running (its metrics' newest sample)",
+           whole(1)),
+    Option("--profile-max-s", "with --profile-when-running: stop the profile after this "
+           "many seconds at most (default 30)", seconds),
+    Option("--hook-optional", "a failing hook is recorded and the run goes on (default: it "
+           "stops the run before load)", switch=True, default=False),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
            "this many workers, one exact result); default 1", whole(1), default=1,
            locust=False),
@@ -250,6 +265,11 @@ class RunOptions:
     live_figures: bool = True
     # the live progress (`live.progresswatch`): its plain line's interval; None: --quiet
     progress_every_s: float | None = PROGRESS_EVERY_S
+    reset_prefix_cache: HookSpec | None = None  # --reset-prefix-cache (`live/hooks.py`)
+    profile: bool = False  # --server-profile: /start_profile, /stop_profile around the load
+    hook_optional: bool = False  # --hook-optional: a failing hook does not stop the run
+    profile_when_running: int | None = None  # --profile-when-running: its start's trigger
+    profile_max_s: float | None = None  # --profile-max-s: the triggered profile's bound
 
 
 def scenario_flags(values: Mapping[str, Any]) -> list[Given]:
@@ -310,4 +330,17 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
         abort=AbortRule(v["abort_after_failures"], v["abort_failure_ratio"],
                         v["abort_window"], v["stop_overloaded"]),
         progress_every_s=None if v["quiet"] else v["progress_every"],
-        fail_on_error_rate=v["fail_on_error_rate"])
+        fail_on_error_rate=v["fail_on_error_rate"],
+        reset_prefix_cache=_optional(v["reset_prefix_cache"], v["hook_optional"]),
+        profile=v["server_profile"] or v["profile_when_running"] is not None,
+        hook_optional=v["hook_optional"], profile_when_running=v["profile_when_running"],
+        profile_max_s=v["profile_max_s"])
+
+
+def _optional(text: str | None, optional: bool) -> HookSpec | None:
+    """The hook given as `text`, marked optional by --hook-optional too (its own `?` marks
+    it anyway)."""
+    if text is None:
+        return None
+    spec = hook_spec("--reset-prefix-cache", text)
+    return replace(spec, optional=True) if optional else spec

@@ -19,6 +19,7 @@ from dataclasses import replace
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.agentjob import Job
 from anvil_metrics.load.agentread import read_jobs
+from anvil_metrics.load.arrivals import Schedule
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import TraceRequest
 
@@ -91,3 +92,13 @@ def read_inputs(sc: Scenario) -> Scenario:
     plan = replace(sc.trace, limit=min(limits) if limits else None)
     return replace(sc, trace=plan, requests=len(plan.read()))
 
+
+def open_loop_schedule(sc: Scenario, trace: list[TraceRequest] | None,
+                       jobs: list[Job] | None = None) -> Schedule | TraceSchedule | None:
+    """An open loop's due times: the trace's (a replay; agent jobs' recorded starts), the
+    `--rate` plan's, or None (a closed loop)."""
+    if trace is not None and sc.trace is not None:
+        return TraceSchedule(trace, sc.trace.speed)
+    if jobs is not None and sc.trace is not None and sc.trace.job_times:
+        return JobSchedule(jobs, sc.trace.speed)
+    return Schedule(sc.arrivals) if sc.arrivals else None

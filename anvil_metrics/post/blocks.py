@@ -20,6 +20,7 @@ from anvil_metrics.post import (
     energyblock,
     goodput,
     headerblocks,
+    hooksblock,
     jobsblock,
     loadblock,
     mixblock,
@@ -62,6 +63,11 @@ BLOCKS: tuple[Block, ...] = (
           "a replayed trace: what was replayed, and the prefix reuse it allows beside the "
           "server's; absent without --trace", traceblock.build, traceblock.verify,
           traceblock.summary_lines),
+    Block("hooks", list[hooksblock.HookCall] | None,
+          "the control hooks the run called (--reset-prefix-cache, --server-profile): each "
+          "call's target, "
+          "answer and time; absent without hooks", hooksblock.build,
+          summary=hooksblock.summary_lines),
     Block("load", loadblock.Load | None,
           "how load was offered (closed or open loop) and what the run achieved of it; "
           "absent in files from before the block", loadblock.build, loadblock.verify,

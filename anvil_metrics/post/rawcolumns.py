@@ -95,6 +95,7 @@ class RawRunFields:
       clock), and `steps_end_ns`, when the last one ended (None if the run stopped first).
     - `window_ns`: a duration run's measured window `(from_ns, to_ns)` (its `"window"`
       line: `--warmup` / `--cooldown`), on the master's clock; None without one.
+    - `hooks`: the control hooks' `"hook"` lines (`live/hooks.py`), in the order called.
     """
 
     header: dict[str, Any]
@@ -107,6 +108,7 @@ class RawRunFields:
     steps: tuple[dict[str, Any], ...] = ()
     steps_end_ns: int | None = None
     window_ns: tuple[int, int] | None = None
+    hooks: tuple[dict[str, Any], ...] = ()
 
     def clock_offsets_ns(self) -> dict[str, int]:
         """Worker identity -> offset of its perf_counter_ns to the master's (only those

@@ -75,7 +75,8 @@ class RawRun(RawRunFields):
                           worker_names=tuple(cols.worker_codes), run_end=self.run_end,
                           partial=self.partial, torn_lines=self.torn_lines, notes=self.notes,
                           path=self.path, workers=self.workers, steps=self.steps,
-                          steps_end_ns=self.steps_end_ns, window_ns=self.window_ns)
+                          steps_end_ns=self.steps_end_ns, window_ns=self.window_ns,
+                          hooks=self.hooks)
 
 
 def read_raw(path: str | Path) -> RawRun:
@@ -134,6 +135,7 @@ class RawReader:
         self.steps: list[dict[str, Any]] = []
         self.steps_end_ns: int | None = None
         self.window_ns: tuple[int, int] | None = None
+        self.hooks: list[dict[str, Any]] = []  # the control hooks' lines (`live/hooks.py`)
         self.notes: list[str] = []
         self.torn_lines = 0
         self.parsed = 0
@@ -296,6 +298,9 @@ class RawReader:
                 raise RawFileError(p, "a \"window\" line needs integer from_ns <= to_ns, once",
                                    line=n)
             self.window_ns = (lo, hi)
+        elif kind == "hook":  # a control hook called (checked by its block's type)
+            _check_depth(p, n, obj)
+            self.hooks.append(obj)
         elif kind == "run":
             raise RawFileError(p, "a second \"run\" header", line=n,
                                fix="two runs were written into one file; split it")
@@ -345,7 +350,8 @@ class RawReader:
                             or self.run_end.get("ended_by") in PARTIAL_ENDS),
                 "torn_lines": self.torn_lines, "notes": tuple(self.notes),
                 "path": str(self.p), "workers": self.workers, "steps": tuple(self.steps),
-                "steps_end_ns": self.steps_end_ns, "window_ns": self.window_ns}
+                "steps_end_ns": self.steps_end_ns, "window_ns": self.window_ns,
+                "hooks": tuple(self.hooks)}
 
     def _lost(self, missing: list[int]) -> RawFileError:
         return RawFileError(

@@ -75,6 +75,10 @@ class PrefixCache:
         """Blocks held now."""
         return len(self._blocks)
 
+    def clear(self) -> None:
+        """Forget every block (vLLM's `POST /reset_prefix_cache`, SGLang's `/flush_cache`)."""
+        self._blocks.clear()
+
     def block_keys(self, ids: Sequence[int] | np.ndarray) -> tuple[int, ...]:
         """Chained keys of the full blocks of `ids` (token ids, each in [0, 2**32)).
 

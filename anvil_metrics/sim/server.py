@@ -16,7 +16,9 @@ It also says what a real server says about itself: ``GET /metrics`` in vLLM's or
 naming (``--metrics-format``, `metrics.py`, counted as `ledger.py` defines, with
 speculative-decoding counters under ``--spec-k``/``--spec-accept``, `specdecode.py`), that
 engine's identity endpoints (`identity.py`), and the exact values behind the scrape in
-``GET /sim/stats`` (``"metrics"``).
+``GET /sim/stats`` (``"metrics"``). The engines' control endpoints (`POST /reset_prefix_cache`
+and `/flush_cache` empty the prefix cache; `/start_profile`, `/stop_profile`) answer and are
+stamped in ``/sim/stats``'s ``"control"``, so a run's hooks can be checked against them.
 
 Runs as its own process: ``python -m anvil_metrics.sim --port 0`` prints exactly one line,
 ``anvil sim listening on http://HOST:PORT``, then serves until SIGTERM or SIGINT.
@@ -54,6 +56,10 @@ from anvil_metrics.sim.scheduler import Scheduler, make_scheduler
 LISTEN_BACKLOG = 4096
 
 
+# the engines' control endpoints the simulator answers (vLLM's and SGLang's; `live/hooks.py`)
+CONTROL_PATHS = ("/reset_prefix_cache", "/flush_cache", "/start_profile", "/stop_profile")
+
+
 class App:
     """Routes one request to its endpoint; everything answers JSON except chat streams."""
 
@@ -86,6 +92,9 @@ class App:
         self.responses: Any = None  # responsesload.ResponseStore, made on the first request
         self.gpus = (SimGpus(cfg.gpus, cfg.power_model, cfg.origin_ns)  # --power-model
                      if cfg.power_model is not None else None)
+        # the control hooks' calls (`/reset_prefix_cache`, `/flush_cache`, `/start_profile`,
+        # `/stop_profile`), each path's perf_counter_ns stamps: `GET /sim/stats`'s "control"
+        self.control: dict[str, list[int]] = {p: [] for p in CONTROL_PATHS}
 
     def _other_endpoint(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
         """`/v1/responses` (`--endpoint responses`; the checks' questions with --script) and
@@ -142,6 +151,8 @@ class App:
             self._other_endpoint(request, conn, t0_ns)
         elif route == ("PUT", "/sim/script-faults") and self.cfg.script:
             self._set_script_faults(request, conn)
+        elif request.method == "POST" and request.path in CONTROL_PATHS:
+            self._control(request.path, conn)
         elif route == ("GET", "/health"):
             conn.respond(200, b"{}")
         elif route == ("GET", "/sim/stats"):
@@ -149,6 +160,7 @@ class App:
             if self.admission is not None:
                 stats["admission"] = self.admission.stats()
             stats["metrics"] = self.snapshot().truth()
+            stats["control"] = self.control
             conn.respond_json(200, stats)
         elif route == ("GET", "/metrics"):
             text = render(self.snapshot(), self.cfg.metrics_format, self.cfg.model)
@@ -171,6 +183,14 @@ class App:
         else:
             message = f"Not Found: {request.method} {request.path}"
             conn.respond_json(404, error_body(message, 404, "not_found_error"))
+
+    def _control(self, path: str, conn: HttpConnection) -> None:
+        """A control hook's call, stamped (the run's clock: perf_counter_ns is the host's
+        monotonic clock); a cache reset empties the prefix cache."""
+        self.control[path].append(time.perf_counter_ns())
+        if path in ("/reset_prefix_cache", "/flush_cache") and self.prefix_cache is not None:
+            self.prefix_cache.clear()
+        conn.respond_json(200, {"ok": True})
 
     def _scripted(self, request: HttpRequest, conn: HttpConnection) -> bool:
         """Answer from the script (`script.py`) when it knows the question; False if not."""

@@ -110,3 +110,18 @@ def test_agent_job_starts_are_their_recorded_times_over_the_speed(tmp_path: Path
                        r"no start time \(a Weka trace never does.*--agents N or --rate R$"):
         run_options({"trace": str(weka), "trace_speed": "2"}, host="http://h", users=None,
                     api_key=None)
+
+
+def test_an_open_loops_schedule_is_the_traces_or_the_rates_else_none(tmp_path: Path) -> None:
+    from anvil_metrics.load.arrivals import Schedule
+    from anvil_metrics.load.replay import TraceSchedule, open_loop_schedule
+
+    closed = scenario_from_dict({"measurement_protocol": "p"})
+    assert open_loop_schedule(closed, None) is None
+    rate = scenario_from_dict({"measurement_protocol": "p", "rate": 2, "duration": 10})
+    assert isinstance(open_loop_schedule(rate, None), Schedule)
+    path = tmp_path / "m.jsonl"
+    mooncake_trace(path, 5)
+    sc = scenario_from_dict({"measurement_protocol": "p", "trace": {"path": str(path)}})
+    got = open_loop_schedule(sc, sc.trace.read())
+    assert isinstance(got, TraceSchedule)

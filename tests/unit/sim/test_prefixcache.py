@@ -46,6 +46,17 @@ def test_hits_count_leading_whole_blocks_only() -> None:
     assert cache.lookup(first + run(500, 6)).cached_tokens == 20
 
 
+def test_clear_forgets_every_block() -> None:  # POST /reset_prefix_cache, /flush_cache
+    cache = PrefixCache(block_tokens=4, capacity_tokens=1000)
+    first = run(100, 20)
+    cache.insert(cache.lookup(first).keys)
+    assert len(cache) == 5 and cache.lookup(first).cached_tokens == 19
+    cache.clear()
+    assert len(cache) == 0 and cache.lookup(first).cached_tokens == 0
+    cache.insert(cache.lookup(first).keys)  # and fills again as before
+    assert cache.lookup(first).cached_tokens == 19
+
+
 def test_partial_last_block_is_not_cached() -> None:
     cache = PrefixCache(block_tokens=4, capacity_tokens=1000)
     ten = run(100, 10)  # 2 full blocks + 2 tokens

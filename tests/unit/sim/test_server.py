@@ -19,7 +19,7 @@ from anvil_metrics.sim.httpproto import error_body
 from anvil_metrics.sim.identity import SIM_VERSION
 from anvil_metrics.sim.ledger import STREAM_COUNTS
 from anvil_metrics.sim.metrics import CONTENT_TYPE
-from anvil_metrics.sim.server import _model_of, main
+from anvil_metrics.sim.server import CONTROL_PATHS, _model_of, main
 
 HI = [{"role": "user", "content": "hi"}]
 FAST = SimConfig(prefill_ms=0.0, interval_ms=0.0, reasoning_tokens=0, content_tokens=1)
@@ -49,8 +49,24 @@ def test_metrics_and_stats() -> None:
     assert b'sglang:num_running_reqs{model_name="m"}' in resp.body
     wire.transport.writes.clear()
     status, stats = body(wire, "/sim/stats")
-    assert status == 200 and set(stats) == {"streams", "admission", "metrics"}  # type: ignore[arg-type]
+    assert status == 200 and set(stats) == {"streams", "admission", "metrics", "control"}  # type: ignore[arg-type]
     assert stats["admission"] == {"max_running": 2, "running": 0, "waiting": 0}  # type: ignore[index]
+    assert stats["control"] == {p: [] for p in CONTROL_PATHS}  # type: ignore[index]
+
+
+def test_the_control_endpoints_answer_and_are_stamped() -> None:
+    wire = Wire(cfg=SimConfig(prefix_cache=True))
+    before = time.perf_counter_ns()
+    for path in ("/reset_prefix_cache", "/start_profile", "/stop_profile", "/flush_cache"):
+        assert body(wire, path, {}, "POST") == (200, {"ok": True})
+        wire.transport.writes.clear()
+    assert body(wire, "/reset_prefix_cache", method="GET")[0] == 404
+    wire.transport.writes.clear()
+    control = body(wire, "/sim/stats")[1]["control"]  # type: ignore[index]
+    assert {p: len(v) for p, v in control.items()} == {p: 1 for p in CONTROL_PATHS}
+    stamps = [control[p][0] for p in ("/reset_prefix_cache", "/start_profile",
+                                      "/stop_profile", "/flush_cache")]
+    assert before <= stamps[0] <= stamps[1] <= stamps[2] <= stamps[3] <= time.perf_counter_ns()
 
 
 def test_chat_and_tokenize_routes() -> None:
