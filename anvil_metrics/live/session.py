@@ -59,7 +59,7 @@ from anvil_metrics.post.schema import RUN_ID
 from anvil_metrics.prep.prompts import Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.prep.provenance import Discovery, discover, merge
 from anvil_metrics.records import ENDED_BY, worker_identity
-from anvil_metrics.telemetry.sampler import ServerTelemetry
+from anvil_metrics.telemetry.sampler import ServerTelemetry, start_server_telemetry
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.transport import SendStats
@@ -300,10 +300,7 @@ class RunSession:
             if plan.idle_s is not None and self.energy.mark("idle_start"):
                 gevent.sleep(plan.idle_s)  # the load waits: nothing is sent meanwhile
                 self.energy.mark("idle_end")
-        if server["metrics_url"] is None:
-            return
-        self.telemetry = ServerTelemetry.start(
-            server["metrics_url"], self.run_dir, server["interval_s"], server["timeout_s"])
+        self.telemetry = start_server_telemetry(server, self.run_dir)  # one, a role each
 
     def finish(self, locust_stats: dict[str, Any] | None = None,
                client: dict[str, Any] | None = None,
@@ -387,14 +384,18 @@ def _server_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery
     from anvil_metrics.post.schema import redact_url
 
     scrape = opts.server_metrics_url or f"{endpoint.root_url}/metrics"
-    on = opts.server_metrics
-    return {"version": identity.version, "max_model_len": identity.max_model_len,
+    roles = {k: redact_url(u) for k, u in opts.server_metrics_roles}  # a sampler each
+    roles = roles if opts.server_metrics else {}
+    on = opts.server_metrics and not roles
+    return {**({"roles": roles} if roles else {}),
+            "version": identity.version, "max_model_len": identity.max_model_len,
             "identity_sources": dict(identity.sources),
             "identity_reasons": {k: v for k, v in identity.null_reasons.items()
                                  if k in ("engine", "version", "max_model_len")},
             "metrics_url": redact_url(scrape) if on else None,
             "interval_s": opts.server_metrics_interval_s, "timeout_s": SCRAPE_TIMEOUT_S,
-            "off_reason": None if on else "not scraped: --no-server-metrics"}
+            "off_reason": None if on else "scraped per role: see roles" if roles
+            else "not scraped: --no-server-metrics"}
 
 
 def _run_folder(opts: RunOptions) -> tuple[str, Path]:

@@ -32,7 +32,8 @@ from anvil_metrics.load.optionvalues import (
     BOOL,
     Parse,
     error_share,
-    http_url,
+    metrics_target,
+    metrics_targets,
     nonce,
     ratio,
     seconds,
@@ -158,8 +159,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--tokenizer", "count prompt tokens with this tokenizer.json (the served model's) "
            "instead of asking the server; needs anvil-metrics[tokenizer]", tokenizer_file),
     Option("--server-metrics-url", "the server's Prometheus metrics (default: <host>/metrics), "
-           "scraped by a separate process during the run: benchmark.json's server block",
-           http_url),
+           "scraped by a separate process during the run: benchmark.json's server block; "
+           "ROLE=URL for each server of a topology (repeatable: prefill=URL decode=URL): "
+           "server.roles", metrics_target, repeat=True),
     Option("--no-server-metrics", "do not scrape the server's metrics", switch=True,
            default=False),
     Option("--server-metrics-interval", "seconds between metrics scrapes (default 1)", seconds),
@@ -256,6 +258,7 @@ class RunOptions:
     stop_timeout_s: float | None = None  # Locust's --stop-timeout (recorded in the load block)
     server_metrics: bool = True  # scrape the server's /metrics (telemetry/sampler.py)
     server_metrics_url: str | None = None  # None: <host>/metrics
+    server_metrics_roles: tuple[tuple[str, str], ...] = ()  # (role, URL): one child each
     server_metrics_interval_s: float = 1.0
     abort: AbortRule = DEFAULT_ABORT  # when the run ends itself: the server is not answering
     fail_on_error_rate: float | None = None  # exit 4 above this error rate (`post.outcome`)
@@ -318,6 +321,7 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
     sc = read_inputs(sc)
     if headers or sc.headers:
         sc = replace(sc, headers=with_api_key(merged(sc.headers, headers), api_key))
+    metrics_urls = metrics_targets("--server-metrics-url", v["server_metrics_url"])
     if not host:
         raise UsageError("no host: pass -H/--host URL, e.g. -H http://127.0.0.1:8000")
     return RunOptions(
@@ -325,7 +329,7 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
         run_dir=v["run_dir"], api_key=api_key, run_nonce=v["run_nonce"],
         recalibrate=v["recalibrate"], tokenizer_path=v["tokenizer"],
         stop_timeout_s=stop_timeout_s, server_metrics=not v["no_server_metrics"],
-        server_metrics_url=v["server_metrics_url"],
+        server_metrics_url=metrics_urls[0], server_metrics_roles=metrics_urls[1],
         server_metrics_interval_s=v["server_metrics_interval"] or 1.0,
         abort=AbortRule(v["abort_after_failures"], v["abort_failure_ratio"],
                         v["abort_window"], v["stop_overloaded"]),

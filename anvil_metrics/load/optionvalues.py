@@ -228,6 +228,39 @@ def http_url(flag: str, value: str) -> str:
     return value
 
 
+ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+
+
+def metrics_target(flag: str, value: str) -> tuple[str | None, str]:
+    """`ROLE=URL` (a server of the topology: prefill, decode, replica-0, ...) or a bare URL
+    (the one server): (role or None, URL)."""
+    role, eq, url = value.partition("=")
+    if not eq or value.startswith(("http://", "https://")):
+        return None, http_url(flag, value)
+    if not ROLE.fullmatch(role):
+        raise _refuse(flag, value, "ROLE=URL with ROLE 1-32 letters, digits, '-' or '_' "
+                      "(e.g. prefill=http://127.0.0.1:8001/metrics), or a bare URL")
+    return role, http_url(flag, url)
+
+
+def metrics_targets(flag: str, given: list[tuple[str | None, str]] | None
+                    ) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """The repeated flag's values as (the one server's URL, ((role, URL), ...)): one bare
+    URL, or roles each named once, never both."""
+    given = list(given or ())
+    bare = [url for role, url in given if role is None]
+    roles = [(role, url) for role, url in given if role is not None]
+    if bare and (roles or len(bare) > 1):
+        raise UsageError(f"{flag} {bare[-1]!r} is not allowed beside other {flag} values; "
+                         "expected one bare URL (the one server), or ROLE=URL for each "
+                         "server")
+    names = [role for role, _ in roles]
+    twice = next((r for r in names if names.count(r) > 1), None)
+    if twice is not None:
+        raise UsageError(f"{flag} role {twice!r} is given twice; expected each ROLE once")
+    return (bare[0] if bare else None), tuple(roles)
+
+
 def tokenizer_file(flag: str, value: str) -> str:
     """An existing file (the served model's tokenizer.json)."""
     if not os.path.isfile(value):

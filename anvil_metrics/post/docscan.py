@@ -41,6 +41,7 @@ from anvil_metrics.post.rowparts import BLOCK_BYTES, CLOSE, OPEN, ROW_END, RowBl
 from anvil_metrics.post.verify import columns_are_clean, verify_benchmark
 from anvil_metrics.telemetry.energyfile import ENERGY_FILE
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, check_server_file
+from anvil_metrics.telemetry.serverroles import check_role_files
 
 _ROW_START = b"\n    {"
 _KEY = b'"request_timings"'
@@ -110,6 +111,7 @@ def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
 def _check_files(doc: dict[str, Any], rows: RowColumns | None, p: Path, problems: list[str],
                  notes: list[str] | None) -> None:
     check_server_file(doc, rows, p.with_name(SAMPLES_FILE), problems)
+    check_role_files(doc, p.parent, problems)
     check_energy_file(doc, rows, p.with_name(ENERGY_FILE), problems, notes)
     check_probe_file(doc, p.with_name(PROBE_FILE), problems, notes)
 

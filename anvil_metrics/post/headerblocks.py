@@ -23,6 +23,7 @@ from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import header_problems
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, build_server
+from anvil_metrics.telemetry.serverroles import with_roles
 
 Endpoint = Literal[ENDPOINTS]  # type: ignore[valid-type]
 
@@ -77,5 +78,6 @@ def build_server_block(inputs: BuildInputs) -> JsonValue | _Absent:
     if not isinstance(server, dict):
         return ABSENT
     path = inputs.raw.path
-    return build_server(server, inputs.doc["engine"],
-                        Path(path).with_name(SAMPLES_FILE) if path else None, inputs.rows)
+    block = build_server(server, inputs.doc["engine"],
+                         Path(path).with_name(SAMPLES_FILE) if path else None, inputs.rows)
+    return with_roles(block, server, Path(path).parent if path else None)

@@ -23,13 +23,14 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import gevent
 
 from anvil_metrics.load.energyplan import EnergyPlan
 from anvil_metrics.telemetry.energy import READ_TIMEOUT_S, child_args
 from anvil_metrics.telemetry.energyfile import ENERGY_FILE
-from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE
+from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, role_samples_file
 
 log = logging.getLogger("anvil")
 
@@ -56,11 +57,11 @@ class ServerTelemetry:
         self.wait_s = 2 * timeout_s + MARK_WAIT_S
 
     @classmethod
-    def start(cls, url: str, run_dir: Path, interval_s: float,
-              timeout_s: float) -> ServerTelemetry:
+    def start(cls, url: str, run_dir: Path, interval_s: float, timeout_s: float,
+              name: str = SAMPLES_FILE) -> ServerTelemetry:
         """Start the child scraping `url` (no credentials in it: it is on the command
-        line and in the file) into `run_dir`'s SAMPLES_FILE."""
-        path = run_dir / SAMPLES_FILE
+        line and in the file) into `run_dir`'s file `name`."""
+        path = run_dir / name
         proc = subprocess.Popen(
             [sys.executable, "-m", "anvil_metrics.telemetry.scrape", url, str(path),
              "--interval-s", repr(interval_s), "--timeout-s", repr(timeout_s)],
@@ -82,11 +83,24 @@ class ServerTelemetry:
         True when it was; a mark is asked for once."""
         if which in self.marked:
             return self.marked[which]
-        ok = False
+        return self.answer(which, self.ask(which))
+
+    def ask(self, which: str) -> bool:
+        """Write the mark's word to the child; False when it cannot be told."""
         if self.proc.poll() is None and self.proc.stdin and self.proc.stdout:
             try:
                 self.proc.stdin.write(f"{which}\n".encode())
                 self.proc.stdin.flush()
+                return True
+            except OSError:
+                pass
+        return False
+
+    def answer(self, which: str, asked: bool) -> bool:
+        """Wait (bounded) for the child's `done` of a mark asked for."""
+        ok = False
+        if asked and self.proc.stdout:
+            try:
                 with gevent.Timeout(self.wait_s, False):
                     ok = self.proc.stdout.readline().startswith(b"done")
             except OSError:
@@ -119,3 +133,44 @@ class ServerTelemetry:
                     pipe.close()
                 except OSError:
                     pass
+
+
+class RoleTelemetry:
+    """One sampler child per role (`--server-metrics-url ROLE=URL`), each writing its own
+    `server_metrics.<role>.jsonl`; a mark is asked of every child before any answer is
+    waited for, so the roles' `first` (and `last`) scrapes are taken together. Its `path`
+    is the first role's file (the live page's gauges)."""
+
+    def __init__(self, children: dict[str, ServerTelemetry]) -> None:
+        self.children = children
+        self.path = next(iter(children.values())).path
+        self.marked: dict[str, bool] = {}
+
+    def mark(self, which: str) -> bool:
+        if which not in self.marked:
+            asked = {role: c.ask(which) for role, c in self.children.items()}
+            answers = [c.answer(which, asked[role]) for role, c in self.children.items()]
+            self.marked[which] = all(answers)
+        return self.marked[which]
+
+    def finish(self) -> None:
+        try:
+            if "first" in self.marked:
+                self.mark("last")
+        finally:
+            for child in self.children.values():
+                child.stop()
+
+
+def start_server_telemetry(server: dict[str, Any], run_dir: Path
+                           ) -> ServerTelemetry | RoleTelemetry | None:
+    """The sampler(s) of the raw header's `server` parameters: one child for the one
+    server's `metrics_url`, one per role of its `roles`, or none (not scraped)."""
+    interval_s, timeout_s = server["interval_s"], server["timeout_s"]
+    if server.get("roles"):
+        return RoleTelemetry({role: ServerTelemetry.start(url, run_dir, interval_s, timeout_s,
+                                                          role_samples_file(role))
+                              for role, url in server["roles"].items()})
+    if server["metrics_url"] is None:
+        return None
+    return ServerTelemetry.start(server["metrics_url"], run_dir, interval_s, timeout_s)

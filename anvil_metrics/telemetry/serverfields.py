@@ -55,9 +55,9 @@ class ClientMinusServer(Struct, forbid_unknown_fields=True):
                                          "latency")]
 
 
-class Server(Struct, forbid_unknown_fields=True):
-    """What the server's metrics endpoint said about itself over the measured window
-    (module docstring)."""
+class ServerFigures(Struct, forbid_unknown_fields=True):
+    """What one server's metrics endpoint said about itself over the measured window
+    (module docstring): the run's server, or one role's."""
 
     engine: Annotated[str | None, described(
         "", "the engine whose metrics were read (given, discovered, or told by the metric "
@@ -108,3 +108,27 @@ class Server(Struct, forbid_unknown_fields=True):
     null_reasons: Annotated[dict[str, str], described(
         "", "member → why it is null (and scrapes, metrics, counters: what went wrong with "
             "the samples)")]
+
+
+class Combined(Struct, forbid_unknown_fields=True):
+    """The roles' sums, only of quantities that add (never means nor gauges); null where
+    a role's is. A request served by two roles (prefill, then decode) counts in each."""
+
+    requests: Annotated[Count | None, described(
+        "", "Σ over the roles of their requests finished in the window")]
+    prompt_tokens: Annotated[Count | None, described(
+        "tok", "Σ over the roles of Δ prompt tokens (histogram sum or counter)")]
+    generation_tokens: Annotated[Count | None, described(
+        "tok", "Σ over the roles of Δ generation tokens (histogram sum or counter)")]
+    null_reasons: Annotated[dict[str, str], described("", "member → why it is null")]
+
+
+class Server(ServerFigures, forbid_unknown_fields=True):
+    """The run's `server` block: one server's figures, and with `--server-metrics-url
+    ROLE=URL` its own figures null and each role's in `roles`."""
+
+    roles: Annotated[dict[str, ServerFigures] | UnsetType, described(
+        "", "role → that server's figures, from server_metrics.<role>.jsonl; absent "
+            "without roles")] = UNSET
+    combined: Annotated[Combined | UnsetType, described(
+        "", "the roles' sums of quantities that add; absent without roles")] = UNSET

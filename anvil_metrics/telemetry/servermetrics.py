@@ -62,10 +62,10 @@ from anvil_metrics.telemetry.engines import (
     unreported,
     value_of,
 )
-from anvil_metrics.telemetry.serverfields import Server
+from anvil_metrics.telemetry.serverfields import ServerFigures
 
 SAMPLES_FILE = "server_metrics.jsonl"  # beside requests.jsonl and benchmark.json
-SERVER_KEYS = Server.__struct_fields__
+SERVER_KEYS = ServerFigures.__struct_fields__  # a role's block; the run's adds roles, combined
 IDENTITY_KEYS = ("engine", "version", "max_model_len", "metrics_url")
 FIGURE_KEYS = tuple(k for k in SERVER_KEYS if k not in IDENTITY_KEYS and k != "null_reasons")
 
@@ -291,6 +291,11 @@ def _finish(out: dict[str, Any], reasons: dict[str, str]) -> dict[str, Any]:
 
 
 # --- reading the file, building from a raw header, checking --------------------------------
+
+
+def role_samples_file(role: str) -> str:
+    """A role's samples file (`--server-metrics-url ROLE=URL`), beside SAMPLES_FILE."""
+    return f"server_metrics.{role}.jsonl"
 
 
 def read_samples(path: Path) -> list[dict[str, Any]] | None:

@@ -1,0 +1,122 @@
+"""The `server` block's roles: one server's figures per `--server-metrics-url ROLE=URL`.
+
+Why a role is its own server: in a disaggregated or routed deployment (prefill and decode
+servers, a router, replicas) each server's `/metrics` describes only itself, and its means
+and gauges mean nothing once mixed with another's. So each role is scraped by its own
+sampler child into `server_metrics.<role>.jsonl` (one file per role: each child writes
+alone, and a role's file reads as the one server's file does), the children marked
+`first` and `last` together (`sampler.RoleTelemetry`), and each role's figures are
+`servermetrics.server_block` over that file alone.
+
+- identity: the engine as the role's metric names tell it; version and context limit null
+  (they were asked of `--host` only);
+- `client_minus_server_ms` and `effective_prefill_excl_queue_tok_s` null: the client's
+  first token belongs to the prefill server and its end to the decode server, a pairing
+  not made yet;
+- `combined`: sums over the roles of what adds (requests finished, Δ prompt and
+  generation tokens), null when any role's is; never a mean or a gauge. A request two
+  roles served (prefill then decode) counts once in each.
+
+`anvil verify` recomputes every role and `combined` from the files (`check_role_files`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from anvil_metrics.telemetry.engines import ENGINES, delta_of, engine_of
+from anvil_metrics.telemetry.servermetrics import (
+    FIGURE_KEYS,
+    ClientFigures,
+    _differs,
+    read_samples,
+    role_samples_file,
+    server_block,
+)
+
+NO_CLIENT = ClientFigures(None, None, 0, 0.0, 0)
+NOT_PAIRED = ("per role: the client's figures are not paired with one role's (prefill's "
+              "first token, decode's end) yet")
+TOKENS = (("prompt_tokens", "prompt_hist", "prompt_total"),
+          ("generation_tokens", "generation_hist", "generation_total"))
+
+
+def role_block(url: str, samples: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """One role's figures (module docstring) from its samples (None: no file)."""
+    identity = {"engine": None, "version": None, "max_model_len": None, "metrics_url": url}
+    asked = "asked of --host only"
+    block = server_block(identity, samples, NO_CLIENT, {"version": asked,
+                                                        "max_model_len": asked},
+                         f"no {url!r} samples file")
+    for key in ("client_minus_server_ms", "effective_prefill_excl_queue_tok_s"):
+        block["null_reasons"][key] = NOT_PAIRED
+    return block
+
+
+def role_tokens(samples: list[dict[str, Any]] | None) -> dict[str, tuple[int | None, str]]:
+    """Δ prompt and generation tokens over a role's window: key -> (value, why None)."""
+    first = next((s for s in samples or () if s.get("mark") == "first" and s.get("ok")), None)
+    last = next((s for s in samples or () if s.get("mark") == "last" and s.get("ok")), None)
+    names = ENGINES.get(engine_of([s for s in samples or () if s.get("ok")]) or "")
+    out: dict[str, tuple[int | None, str]] = {}
+    for key, hist, total in TOKENS:
+        if first is None or last is None or names is None:
+            out[key] = (None, "no successful first and last scrape of known metric names")
+            continue
+        quantity, suffix = (hist, "_sum") if hist in names else (total, "")
+        value, why = delta_of(names, quantity, first["series"], last["series"], suffix)
+        out[key] = (None if value is None else int(round(value)), why or "")
+    return out
+
+
+def roles_blocks(roles: Mapping[str, str], folder: Path | None
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(roles, combined) of the raw header's `roles` (role -> URL), each role's samples
+    read from `folder`."""
+    blocks: dict[str, Any] = {}
+    sums: dict[str, int | None] = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0}
+    reasons: dict[str, str] = {}
+    for role, url in roles.items():
+        samples = read_samples(folder / role_samples_file(role)) if folder else None
+        blocks[role] = block = role_block(url, samples)
+        found = {"requests": (block["requests"], block["null_reasons"].get("requests", "")),
+                 **role_tokens(samples)}
+        for key, (value, why) in found.items():
+            if value is None:
+                sums[key] = None
+                reasons.setdefault(key, f"role {role}: {why or 'not reported'}")
+            elif sums[key] is not None:
+                sums[key] += value  # type: ignore[operator]
+    return blocks, {**sums, "null_reasons": reasons}
+
+
+def with_roles(block: dict[str, Any], params: Mapping[str, Any], folder: Path | None
+               ) -> dict[str, Any]:
+    """The run's block with its roles and their sums, when the raw header has roles."""
+    roles = params.get("roles")
+    if not isinstance(roles, dict) or not roles:
+        return block
+    block["roles"], block["combined"] = roles_blocks(roles, folder)
+    return block
+
+
+def check_role_files(doc: Mapping[str, Any], folder: Path, problems: list[str]) -> None:
+    """Recompute each role's figures and the sums from the role files beside the
+    benchmark; a difference is one problem line each."""
+    block = doc.get("server")
+    if not isinstance(block, dict) or not isinstance(block.get("roles"), dict):
+        return
+    urls = {role: (b or {}).get("metrics_url") for role, b in block["roles"].items()}
+    roles, combined = roles_blocks(urls, folder)
+    for role, want in roles.items():
+        have = block["roles"][role] or {}
+        for key in FIGURE_KEYS:
+            if _differs(have.get(key), want[key]):
+                problems.append(f"server.roles.{role}.{key}: file has {have.get(key)!r}, "
+                                f"recomputed {want[key]!r} from {role_samples_file(role)}")
+    for key, value in combined.items():
+        if key != "null_reasons" and _differs((block.get("combined") or {}).get(key), value):
+            problems.append(f"server.combined.{key}: file has "
+                            f"{(block.get('combined') or {}).get(key)!r}, recomputed {value!r}")
