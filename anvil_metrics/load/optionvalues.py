@@ -231,9 +231,15 @@ def http_url(flag: str, value: str) -> str:
 ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 
 
-def metrics_target(flag: str, value: str) -> tuple[str | None, str]:
+def metrics_target(flag: str, value: str) -> str:
     """`ROLE=URL` (a server of the topology: prefill, decode, replica-0, ...) or a bare URL
-    (the one server): (role or None, URL)."""
+    (the one server), checked; kept as text (it travels to Locust's parser)."""
+    split_target(flag, value)
+    return value
+
+
+def split_target(flag: str, value: str) -> tuple[str | None, str]:
+    """A `metrics_target` as (role or None, URL)."""
     role, eq, url = value.partition("=")
     if not eq or value.startswith(("http://", "https://")):
         return None, http_url(flag, value)
@@ -243,11 +249,11 @@ def metrics_target(flag: str, value: str) -> tuple[str | None, str]:
     return role, http_url(flag, url)
 
 
-def metrics_targets(flag: str, given: list[tuple[str | None, str]] | None
+def metrics_targets(flag: str, given: list[str] | None
                     ) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     """The repeated flag's values as (the one server's URL, ((role, URL), ...)): one bare
     URL, or roles each named once, never both."""
-    given = list(given or ())
+    given = [split_target(flag, g) for g in given or ()]
     bare = [url for role, url in given if role is None]
     roles = [(role, url) for role, url in given if role is not None]
     if bare and (roles or len(bare) > 1):

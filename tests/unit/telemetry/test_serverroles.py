@@ -8,13 +8,13 @@ from pathlib import Path
 import msgspec
 import orjson
 import pytest
-from tests.unit.telemetry.test_servermetrics import vllm
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.optionvalues import metrics_target, metrics_targets
+from anvil_metrics.load.optionvalues import metrics_target, metrics_targets, split_target
 from anvil_metrics.telemetry.serverfields import Server
 from anvil_metrics.telemetry.servermetrics import ClientFigures, server_block
 from anvil_metrics.telemetry.serverroles import check_role_files, with_roles
+from tests.unit.telemetry.test_servermetrics import vllm
 
 FLAG = "--server-metrics-url"
 
@@ -74,15 +74,14 @@ def test_a_role_without_its_file_is_null_with_why_and_so_are_the_sums(tmp_path: 
 
 
 def test_the_flag_takes_one_bare_url_or_roles_each_once() -> None:
-    assert metrics_target(FLAG, "http://h:1/metrics?a=b") == (None, "http://h:1/metrics?a=b")
-    assert metrics_target(FLAG, "decode=http://h:2/metrics") == ("decode", "http://h:2/metrics")
-    assert metrics_targets(FLAG, [(None, "http://a/m")]) == ("http://a/m", ())
+    assert split_target(FLAG, "http://h:1/metrics?a=b") == (None, "http://h:1/metrics?a=b")
+    assert split_target(FLAG, "decode=http://h:2/metrics") == ("decode", "http://h:2/metrics")
+    assert metrics_targets(FLAG, ["http://a/m"]) == ("http://a/m", ())
     assert metrics_targets(FLAG, None) == (None, ())
     for bad in ("pre fill=http://h/m", "decode=ftp://h/m", "=http://h/m"):
         with pytest.raises(UsageError, match=FLAG):
             metrics_target(FLAG, bad)
-    for given in ([("a", "http://a/m"), ("a", "http://b/m")],
-                  [(None, "http://a/m"), ("a", "http://b/m")],
-                  [(None, "http://a/m"), (None, "http://b/m")]):
+    for given in (["a=http://a/m", "a=http://b/m"], ["http://a/m", "a=http://b/m"],
+                  ["http://a/m", "http://b/m"]):
         with pytest.raises(UsageError, match=FLAG):
             metrics_targets(FLAG, given)
