@@ -19,7 +19,8 @@ import pytest
 from conftest import anvil, load_json, result_path
 from simfork import start_simulator
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skip(reason="unfinished: the decode load thread sends nothing yet (truth 0 of K); see the roles report")]
+pytestmark = [pytest.mark.e2e, pytest.mark.skip(
+    reason="unfinished: its decode-load thread sends nothing yet (truth 0 of K)")]
 
 K = 5  # the test's own requests to the decode simulator
 SCENARIO = """\
