@@ -60,7 +60,7 @@ from anvil_metrics.prep.prompts import Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.prep.provenance import Discovery, discover, merge
 from anvil_metrics.records import ENDED_BY, worker_identity
 from anvil_metrics.telemetry.sampler import ServerTelemetry
-from anvil_metrics.urls import Endpoint
+from anvil_metrics.urls import Endpoint, parse_replicas
 from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.transport import SendStats
 
@@ -80,7 +80,7 @@ class RunSession:
                  hooks: RunHooks | None = None) -> None:
         self.opts = opts
         self.scenario = opts.scenario
-        self.endpoint = endpoint
+        self.endpoint, self.replicas = endpoint, parse_replicas(opts.host)  # the first, all
         self.api_key = opts.api_key
         self.model = model
         self.calibration = calibration
@@ -210,7 +210,7 @@ class RunSession:
         `setup`: told each phase as it begins, and the run folder (`runerror.SetUp`)."""
         sc = opts.scenario
         setup = setup or SetUp(opts.results_dir)
-        endpoint = Endpoint.parse(opts.host)
+        endpoint = parse_replicas(opts.host)[0]  # discovery, hooks, probe, /metrics: the first
         nonce = opts.run_nonce or secrets.token_hex(4)
         # agent jobs (live/agentrun.py), or a request trace's replay (replay.py)
         jobs = read_jobs(sc.trace.path, sc.trace.fmt) if sc.trace and sc.trace.agent else None
@@ -457,6 +457,8 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         "manifest": sc.meta.get("manifest"),
         "source_recipe": sc.meta.get("source_recipe"),
         "base_url": endpoint.base_url,
+        # --host URL,URL: every replica's URL (no credentials), by row `replica`; else null
+        "replicas": [e.base_url for e in parse_replicas(opts.host)] if "," in opts.host else None,
         "serve_flags": sc.serve_flags(),
         "run_nonce": nonce,
         "prompt_calibration": {"method": ready.prompts.calibration.method},
