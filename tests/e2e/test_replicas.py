@@ -40,6 +40,8 @@ def run(tmp: Path, a: SimProcess, b: SimProcess, *flags: str) -> dict:
                  "--no-server-metrics", "--results-dir", str(tmp / "res"), *flags)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (bench,) = Path(tmp / "res").glob("benchmark-*/benchmark.json")
+    checked = anvil("verify", str(bench))
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # the block recomputed
     return orjson.loads(bench.read_bytes())
 
 
@@ -53,6 +55,19 @@ def test_each_replica_serves_its_round_robin_share(tmp_path: Path) -> None:
     assert all(r["replica"] == r["request_index"] % 2 for r in rows)
     by_replica = tuple(sum(r["replica"] == k for r in rows) for k in (0, 1))
     assert by_replica == truth == (N // 2, N // 2)
+    block = doc["replicas"]
+    assert [e["url"] for e in block["endpoints"]] == [f"{a.url}/v1", f"{b.url}/v1"]
+    assert [e["completed"] for e in block["endpoints"]] == list(truth)
+    assert block["balance"] == 1.0
+    # verify recomputes the block: a figure changed in the file is named
+    block["endpoints"][0]["completed"] += 1
+    block["balance"] = 2.0
+    bad = tmp_path / "tampered.json"
+    bad.write_bytes(orjson.dumps(doc))
+    checked = anvil("verify", str(bad))
+    out = checked.stdout + checked.stderr
+    assert checked.returncode != 0
+    assert "replicas.endpoints[0].completed" in out and "replicas.balance" in out
 
 
 def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
@@ -83,3 +98,5 @@ def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
     # flight when it died (at most one per user)
     assert seen_b[0] - 4 <= sum(r["replica"] == 1 for r in rows) <= seen_b[0] < N // 2
     assert len(rows) + len(failures) == N
+    dead = doc["replicas"]["endpoints"][1]
+    assert dead["failed"] == len(failures) and dead["requests"] == N // 2
