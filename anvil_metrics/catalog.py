@@ -6,9 +6,8 @@ field (`ROW`) and each aggregate (`AGGREGATES`) is one entry here (name, unit, J
 inputs, formula as code and text, label) and all else is generated from them: the row
 layout and type rules, row derivation and verification, the `metrics` block, the CLI
 summary, live tables and charts, the report's colours and labels, and `anvil metrics`,
-which prints the catalogue. The public summary's figures and gates are means and
-comparisons of these aggregates over a campaign's runs: they are defined beside this, in
-`summaryfigures.py`.
+which prints the catalogue. The public summary's figures and gates (means and comparisons
+of these aggregates over a campaign's runs) are defined beside this, in `summaryfigures.py`.
 
 Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the
 only implementation: a single row is a column of one. Each returns NaN — written as null —
@@ -17,8 +16,8 @@ Infinity"), and follows the spec's evaluation order literally so that any implem
 the definitions gets the same bits (`(output_tokens − 1) / (generation_ms / 1000)`, never
 `… * 1000 / …`).
 
-Adding a per-request metric is one `RowField` in `ROW` (a percentile: its `percentiles`
-pattern); an `added` one may be absent from files written before it."""
+Adding a per-request metric is one `RowField` in `ROW` (with its `percentiles` pattern, if
+any); files written before an `added` one's generation (`since`) lack it."""
 
 from __future__ import annotations
 
@@ -319,18 +318,19 @@ ROW: tuple[RowField, ...] = (
         ("depth", "depth", "the request's session's depth: the root 0, a sub-agent 1, its "
          "sub-agent 2"))),
     RowField("tool_wait_ms", "ms", "duration", True, "the tool wait the client slept before "
-             "the request (its tool's recorded time ÷ --tool-speed, capped; 0 when none; null "
-             "outside an agent replay)", presence="added", since=7,
-             source="extra.tool_wait_ns / 1e6"),
+             "the request (its tool's recorded time ÷ --tool-speed, capped; 0: none; null outside "
+             "an agent replay)", presence="added", since=7, source="extra.tool_wait_ns / 1e6"),
     RowField("join_wait_ms", "ms", "duration", True, "the time the request's turn waited "
-             "for its sub-agents' joins after its tool or idle wait (0 when none; null "
-             "outside an agent replay)", presence="added", since=7,
-             source="extra.join_wait_ns / 1e6"),
+             "for its sub-agents' joins after its tool or idle wait (0 when none; null outside "
+             "an agent replay)", presence="added", since=7, source="extra.join_wait_ns / 1e6"),
     RowField("prefill_gate_wait_ms", "ms", "duration", True, "the time the request waited "
              "at the prefill gate (--prefill-concurrency) before it was sent: not in TTFT "
              "(counted from the send), in schedule_lag_ms and the from-due figures (null "
              "without a gate)", presence="added", since=8,
              source="extra.prefill_gate_wait_ns / 1e6"),
+    RowField("replica", "", "count", True, "the replica the request was sent to (-H URL,URL; "
+             "by request index): its position in the raw header's params.replicas (null with "
+             "one host)", presence="added", since=9, source="extra.replica"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

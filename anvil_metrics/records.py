@@ -261,6 +261,9 @@ class Extra(Struct, frozen=True, gc=False):
     prefill_gate_wait_ns: Annotated[Annotated[int, Meta(ge=0, lt=STAMP_LIMIT)] | None, described(
         "ns", "the time the request waited at the prefill gate (--prefill-concurrency) before "
         "it was sent")] = None
+    replica: Annotated[Annotated[int, Meta(ge=0)] | None, described(
+        "", "--host URL,URL: the replica the request was sent to, its position in the "
+        "header's params.replicas")] = None
 
 
 class Usage(Struct, frozen=True, gc=False):

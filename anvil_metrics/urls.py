@@ -79,3 +79,19 @@ class Endpoint:
         if not path.endswith("/v1"):
             path = path + "/v1"
         return cls(parts.scheme, parts.hostname, port, path, parts.password or None)
+
+
+def parse_replicas(host: str) -> tuple[Endpoint, ...]:
+    """`--host URL[,URL...]`: the replicas a run spreads its requests over, in the given
+    order (one URL: the one server). Comma-separated in one value, because Locust's own
+    `-H` takes one value and the plugin reads it unchanged; `anvil run` joins a repeated
+    `--host` the same way. The first replica is the one discovery, hooks and the probe ask."""
+    urls = [u for u in host.split(",")]
+    if any(not u.strip() for u in urls):
+        raise UsageError(f"--host {strip_credentials(host)!r} has an empty URL; expected "
+                         "URL[,URL...], e.g. http://127.0.0.1:8000,http://127.0.0.1:8001")
+    found = tuple(Endpoint.parse(u) for u in urls)
+    if len({e.base_url for e in found}) < len(found):
+        raise UsageError(f"--host {strip_credentials(host)!r} names a replica twice; "
+                         "each replica once")
+    return found

@@ -7,7 +7,7 @@ outside it, goodput criteria, a failure and a cancelled request, a shared prefix
 calibration, the generator's health in `run_end` and a `server_metrics.jsonl` of vLLM
 samples (counters for speculative decoding and the prefix cache) and an `energy.jsonl` of
 two GPUs with an idle baseline and a `probe.jsonl` beside it; and its requests are also
-three agent jobs' (the `jobs` block) on 8 GPUs.
+three agent jobs' (the `jobs` block) on 8 GPUs, sent round-robin to two replicas.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def _records() -> list[Any]:
                      history_tokens=None if i % 2 else 130,
                      class_index=i % 2, model_index=i % 3,  # a mix's: 2 classes, 3 models
                      job=i % 3, session=i % 2, parent_session=None if i % 2 == 0 else 0,
-                     depth=i % 2, tool_wait_ns=MS * (i % 2), join_wait_ns=0)  # 3 agent jobs
+                     depth=i % 2, tool_wait_ns=MS * (i % 2), join_wait_ns=0,  # 3 agent jobs
+                     replica=i % 2)  # two replicas, round-robin
         if i == 6:
             recs.append(failed(i, start_ns=start, extra=extra))
         elif i == 9:  # closed on purpose at its first output (--cancel-after decode)
@@ -108,6 +109,7 @@ def full_benchmark(folder: Path) -> dict[str, Any]:
                   "job_requests": [3], "job_tokens": [[384, 128]], "start_at": "first",
                   "start_seed": 0},
         "endpoint": "chat",
+        "replicas": ["http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1"],
         "prompt_ids": True,
         "mix": {"request_class": [{"name": "a", "weight": 1.0},
                                   {"name": "b", "weight": 3.0, "model": "c"}],

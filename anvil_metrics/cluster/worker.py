@@ -54,7 +54,7 @@ from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.prep.traceprompts import TracePrompts
 from anvil_metrics.prep.turns import ConversationPrompts, TurnTexts
 from anvil_metrics.records import Failure, RequestRecord, worker_identity
-from anvil_metrics.urls import Endpoint, api_key_from_env
+from anvil_metrics.urls import Endpoint, api_key_from_env, parse_replicas
 from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.transport import SendStats
@@ -221,7 +221,8 @@ class WorkerSession:
                  ) -> None:
         self.run_id = setup.run_id
         self.scenario = setup.scenario
-        self.endpoint = Endpoint.parse(setup.host)
+        self.replicas = parse_replicas(setup.host)
+        self.endpoint = self.replicas[0]
         self.api_key = api_key_from_env() or setup.api_key  # its own key first
         self.model = setup.model
         prompts = PromptFactory(setup.calibration, setup.scenario.context_seed,

@@ -62,6 +62,8 @@ class RunContext(Protocol):
     """What a `ChatStreamUser` borrows from the run in progress (read-only).
 
     - `endpoint`, `api_key`: where to send and with which key (None: no key);
+    - `replicas`: every replica of `--host URL,URL` (one: `endpoint` alone); request index
+      i goes to replica i % their count;
     - `scenario`: its `timeouts` configure the user's HTTP client;
     - `budget`: which request to send next, and when (see `TicketSource`);
     - `bodies`: the prebuilt request body for a ticket's planned size and index, and what
@@ -79,6 +81,9 @@ class RunContext(Protocol):
 
     @property
     def endpoint(self) -> Endpoint: ...
+
+    @property
+    def replicas(self) -> tuple[Endpoint, ...]: ...
 
     @property
     def api_key(self) -> str | None: ...

@@ -60,7 +60,7 @@ from anvil_metrics.prep.prompts import Calibration, PromptFactory, SharedPrefix
 from anvil_metrics.prep.provenance import Discovery, discover, merge
 from anvil_metrics.records import ENDED_BY, worker_identity
 from anvil_metrics.telemetry.sampler import ServerTelemetry, start_server_telemetry
-from anvil_metrics.urls import Endpoint
+from anvil_metrics.urls import Endpoint, parse_replicas
 from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.transport import SendStats
 
@@ -80,7 +80,7 @@ class RunSession:
                  hooks: RunHooks | None = None) -> None:
         self.opts = opts
         self.scenario = opts.scenario
-        self.endpoint = endpoint
+        self.endpoint, self.replicas = endpoint, parse_replicas(opts.host)  # the first, all
         self.api_key = opts.api_key
         self.model = model
         self.calibration = calibration
@@ -210,7 +210,7 @@ class RunSession:
         `setup`: told each phase as it begins, and the run folder (`runerror.SetUp`)."""
         sc = opts.scenario
         setup = setup or SetUp(opts.results_dir)
-        endpoint = Endpoint.parse(opts.host)
+        endpoint = parse_replicas(opts.host)[0]  # discovery, hooks, probe, /metrics: the first
         nonce = opts.run_nonce or secrets.token_hex(4)
         # agent jobs (live/agentrun.py), or a request trace's replay (replay.py)
         jobs = read_jobs(sc.trace.path, sc.trace.fmt) if sc.trace and sc.trace.agent else None
@@ -377,15 +377,14 @@ def _auth(api_key: str | None) -> dict[str, str]:
 
 def _server_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery
                    ) -> dict[str, Any]:
-    """The raw header's `server` parameters: what the server said of itself (engine,
-    version, context limit, each with its source or why it is unknown), where its metrics
-    are scraped from (without credentials: a URL's `user:password@` is neither stored nor
-    sent to /metrics) and how often, or why they are not."""
+    """The raw header's `server` parameters: what the server said of itself (each with its
+    source or why unknown), where its metrics are scraped from (no credentials: neither
+    stored nor sent to /metrics; per role: `roles`) and how often, or why they are not."""
     from anvil_metrics.post.schema import redact_url
 
     scrape = opts.server_metrics_url or f"{endpoint.root_url}/metrics"
-    roles = {k: redact_url(u) for k, u in opts.server_metrics_roles}  # a sampler each
-    roles = roles if opts.server_metrics else {}
+    roles = {k: redact_url(u) for k, u in opts.server_metrics_roles  # a sampler each
+             } if opts.server_metrics else {}
     on = opts.server_metrics and not roles
     return {**({"roles": roles} if roles else {}),
             "version": identity.version, "max_model_len": identity.max_model_len,
@@ -458,6 +457,8 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         "manifest": sc.meta.get("manifest"),
         "source_recipe": sc.meta.get("source_recipe"),
         "base_url": endpoint.base_url,
+        # --host URL,URL: every replica's URL (no credentials), by row `replica`; else null
+        "replicas": [e.base_url for e in parse_replicas(opts.host)] if "," in opts.host else None,
         "serve_flags": sc.serve_flags(),
         "run_nonce": nonce,
         "prompt_calibration": {"method": ready.prompts.calibration.method},

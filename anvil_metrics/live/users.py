@@ -51,6 +51,7 @@ from anvil_metrics.load.agentstart import start_turn
 from anvil_metrics.load.body import Conversation
 from anvil_metrics.load.scenariofields import ENDPOINT_PATHS, STREAMED_ENDPOINTS
 from anvil_metrics.records import NOT_THE_SERVERS
+from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.client import ChatClient
 from anvil_metrics.wire.eventsobs import ResponsesObserver
 from anvil_metrics.wire.observe import StreamObserver, prompt_tokens_of
@@ -81,16 +82,18 @@ def backoff_s(failed_in_row: int) -> float:
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(failed_in_row - 1, 16))
 
 
-def _connected(run: RunContext) -> ChatClient:
-    client = _client(run)
+def _connected(run: RunContext, endpoint: Endpoint | None = None) -> ChatClient:
+    client = _client(run, endpoint)
     client.connect()
     return client
 
 
-def _client(run: RunContext) -> ChatClient:
-    """A user's HTTP client (one connection), as the scenario sets it up."""
+def _client(run: RunContext, endpoint: Endpoint | None = None) -> ChatClient:
+    """A user's HTTP client (one connection) to `endpoint` (None: the run's first), as the
+    scenario sets it up."""
     sc = run.scenario
-    return ChatClient(run.endpoint, run.api_key, connect_timeout_s=sc.timeouts.connect_s,
+    return ChatClient(endpoint or run.endpoint, run.api_key,
+                      connect_timeout_s=sc.timeouts.connect_s,
                       network_timeout_s=sc.timeouts.first_byte_s,
                       idle_timeout_s=sc.timeouts.idle_s, total_timeout_s=sc.timeouts.total_s,
                       extra_headers=sc.headers, path=ENDPOINT_PATHS[sc.endpoint],
@@ -148,11 +151,16 @@ class ChatStreamUser(User):
         # fan-out opening several at once took ~0.3 ms of the loop each, and the first
         # wave's ~60 made waits due then ~20 ms late
         self._spares: list[ChatClient] = []
+        # --host URL,URL: one connection per replica, request i on replica i % their count
+        self._replica_clients: list[ChatClient] = []
         if run is None:  # the run failed to start (logged); the plugin is ending it
             return
         try:
             self.client = _client(run)
             self.client.connect()
+            if len(run.replicas) > 1:
+                self._replica_clients = [self.client, *(
+                    _connected(run, e) for e in run.replicas[1:])]
             if isinstance(run.bodies, AgentBodies):  # sub-agents' connections, opened now
                 self._spares = [_connected(run) for _ in range(run.bodies.spare_connections)]
         finally:  # an open loop's arrivals begin when every user is ready (control.py)
@@ -168,8 +176,8 @@ class ChatStreamUser(User):
         client = getattr(self, "client", None)
         if client is not None:
             client.close()
-        for spare in getattr(self, "_spares", ()):
-            spare.close()
+        for other in (*getattr(self, "_spares", ()), *getattr(self, "_replica_clients", ())[1:]):
+            other.close()
         run = getattr(self, "run", None)
         if self._talk is not None and not self._talk.over and run is not None:
             # stopped between two turns: the conversation takes no more
@@ -211,6 +219,12 @@ class ChatStreamUser(User):
         else:  # the conversation's history and its next message
             body, headers = talk.next_body(), talk.header
         cancel = run.scenario.cancel  # a planned cancellation (`load/cancel.py`)
+        extra = talk.extra() if talk is not None else run.bodies.extra(ticket.request_index)
+        client = self.client
+        if self._replica_clients:  # round-robin by request index, recorded in the row
+            replica = ticket.request_index % len(self._replica_clients)
+            client = self._replica_clients[replica]
+            extra = {**(extra or {}), "replica": replica}
 
         def done(obs: StreamObserver) -> None:
             if talk is not None:
@@ -219,10 +233,10 @@ class ChatStreamUser(User):
             run.budget.give_back(ticket, talk is None or talk.over)
 
         self._stream(
-            run, self.client, ticket, due_ns, body, headers, done,
+            run, client, ticket, due_ns, body, headers, done,
             planned=self._planned(run, ticket, talk), keep_text=talk is not None,
             # a conversation's turn, else what the bodies say (a mix's class and model)
-            extra=talk.extra() if talk is not None else run.bodies.extra(ticket.request_index),
+            extra=extra,
             # the cap its body sends: a stream past it is an `overrun` (`wire.observe`)
             max_tokens=(talk.output_cap if talk is not None
                         else run.bodies.output_cap(ticket.request_index)),

@@ -138,7 +138,8 @@ ABORT_MIN_WINDOW_REQUESTS = 10  # fewer in the window say too little to end a ru
 OPTIONS: tuple[Option, ...] = (
     Option("--scenario", "scenario TOML file (see scenarios/); empty = built-in defaults",
            run=False, env_var="ANVIL_SCENARIO"),  # `anvil run`: its positional argument
-    Option("--host", "endpoint, e.g. http://127.0.0.1:8000", short="-H", required=True,
+    Option("--host", "endpoint, e.g. http://127.0.0.1:8000; replicas with no router in "
+           "front: URL,URL (requests round-robin by request index)", short="-H", required=True,
            locust=False),
     *(Option.of(f) for f in FLAGS),
     Option("--results-dir", "where run folders are created", default="results"),

@@ -127,9 +127,10 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, JsonValue] | None = Non
 def _failures(raw: RawColumns, order: Ints, failed: Flags, step: Ints
               ) -> list[JsonObject]:
     """`failures[]`: the measured records that failed, in the document's order (with the
-    step each started in, in a stepped run; the job of an agent job's request)."""
+    step each started in, in a stepped run; the job of an agent job's request; the replica of
+    a run over several)."""
     out = []
-    jobs = raw.table[:, COL["job_id"]]
+    jobs, replicas = raw.table[:, COL["job_id"]], raw.table[:, COL["replica"]]
     for new_index, pos, in_step in zip(np.flatnonzero(failed).tolist(), order[failed].tolist(),
                                        step[failed].tolist(), strict=True):
         kind, message, status, phase, record_status = raw.failures[pos]
@@ -140,6 +141,8 @@ def _failures(raw: RawColumns, order: Ints, failed: Flags, step: Ints
             out[-1]["step"] = in_step
         if jobs[pos] != NULL:
             out[-1]["job_id"] = int(jobs[pos])
+        if replicas[pos] != NULL:
+            out[-1]["replica"] = int(replicas[pos])
     return out
 
 

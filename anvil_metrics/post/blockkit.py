@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
 import numpy as np
+from msgspec import Struct
 
 from anvil_metrics.fieldtypes import described
 from anvil_metrics.fieldtypes import num as num
@@ -120,6 +121,16 @@ TTFT_P50 = _group_latency("p50", "ttft_ms")
 TTFT_P95 = _group_latency("p95", "ttft_ms")
 E2E_P50 = _group_latency("p50", "e2e_ms")
 E2E_P95 = _group_latency("p95", "e2e_ms")
+
+
+class GroupLatencies(Struct, kw_only=True):
+    """The four fields `latencies` gives, for a group's Struct to inherit (kw_only: after
+    the group's own fields)."""
+
+    ttft_p50_ms: TTFT_P50
+    ttft_p95_ms: TTFT_P95
+    e2e_p50_ms: E2E_P50
+    e2e_p95_ms: E2E_P95
 
 
 def latencies(rows: RowColumns) -> dict[str, float | None]:

@@ -26,6 +26,7 @@ from anvil_metrics.post import (
     mixblock,
     pergpu,
     probeblock,
+    replicasblock,
     steady,
     steps,
     traceblock,
@@ -55,6 +56,10 @@ BLOCKS: tuple[Block, ...] = (
           "a request mix's classes and models: each one's share beside its planned share, "
           "and its own latencies (post/mixblock.py); absent without [[request_class]] or "
           "[models]", mixblock.build, mixblock.verify, mixblock.summary_lines),
+    Block("replicas", replicasblock.Replicas | None,
+          "a run over several replicas (-H URL,URL): each one's requests, failures and "
+          "latencies, and the balance between them (post/replicasblock.py); absent with one "
+          "host", replicasblock.build, replicasblock.verify, replicasblock.summary_lines),
     Block("cancel", cancelblock.Cancel | None,
           "the requests closed on purpose (--cancel-rate, [cancel]): how many and where "
           "(post/cancelblock.py); absent without cancellation",

@@ -135,6 +135,9 @@ class Failure(Struct, forbid_unknown_fields=True, kw_only=True):
     job_id: Annotated[Count | UnsetType, described(
         "", "the run's job number of the failed request (agent jobs only; the rows' "
             "job_id): a job with a failed request was cut")] = UNSET
+    replica: Annotated[Count | UnsetType, described(
+        "", "the replica the failed request was sent to (--host URL,URL only; the rows' "
+            "replica)")] = UNSET
 
 
 class RunFields(Struct, kw_only=True):

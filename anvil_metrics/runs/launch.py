@@ -39,7 +39,7 @@ from anvil_metrics.post.blocks import BLOCKS
 from anvil_metrics.post.postprocess import BENCHMARK_FILE
 from anvil_metrics.runs.display import Display
 from anvil_metrics.runs.simproc import stop_process
-from anvil_metrics.urls import Endpoint
+from anvil_metrics.urls import parse_replicas
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
@@ -89,7 +89,7 @@ def free_local_port() -> int:
 
 def prepare_run(host: str, results_dir: str) -> Path:
     """Check the URL (a usage error before anything starts) and create the run folder."""
-    Endpoint.parse(host)
+    parse_replicas(host)
     try:
         return create_run_dir(results_dir)[1]
     except OSError as e:

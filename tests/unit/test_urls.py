@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from anvil_metrics.errors import UsageError
-from anvil_metrics.urls import Endpoint, api_key_from_env, strip_credentials
+from anvil_metrics.urls import Endpoint, api_key_from_env, parse_replicas, strip_credentials
 
 
 @pytest.mark.parametrize(("url", "base", "root"), [
@@ -59,3 +59,15 @@ def test_the_first_non_empty_key_variable_wins(monkeypatch: pytest.MonkeyPatch) 
     assert api_key_from_env() == "o"
     monkeypatch.setenv("ANVIL_API_KEY", "a")
     assert api_key_from_env() == "a"
+
+
+def test_replicas_are_comma_separated_urls_each_once() -> None:
+    one, two = parse_replicas("http://u:secret@a:1,http://b:2/v1")
+    assert (one.base_url, two.base_url) == ("http://a:1/v1", "http://b:2/v1")
+    assert one.userinfo_key == "secret"
+    assert parse_replicas("http://a:1") == (Endpoint.parse("http://a:1"),)
+    for bad, says in (("http://a:1,", "an empty URL"), ("http://a:1,http://a:1/v1", "twice"),
+                      ("http://a:1,ftp://b", "not a usable URL")):
+        with pytest.raises(UsageError, match=says) as e:
+            parse_replicas(bad)
+        assert "secret" not in str(e.value)

@@ -25,7 +25,7 @@ from anvil_metrics.live.runctx import set_run
 from anvil_metrics.load.body import RequestBodies
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.records import RequestRecord
-from anvil_metrics.urls import Endpoint
+from anvil_metrics.urls import parse_replicas
 from anvil_metrics.wire.observe import StreamObserver
 from anvil_metrics.wire.transport import SendStats
 
@@ -63,8 +63,9 @@ def _stopped(obs: StreamObserver) -> int:
 class _Client:
     play: Callable[[StreamObserver], int] = _completes
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, endpoint: Any = None, *args: Any, **kwargs: Any) -> None:
         self.closed = False
+        self.endpoint = endpoint
 
     def connect(self) -> None:
         pass
@@ -116,13 +117,15 @@ def heard() -> Iterator[dict[str, list]]:
 
 
 def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int],
-          ticket: Ticket, conversations: Any = None, gate: PrefillGate | None = None
+          ticket: Ticket, conversations: Any = None, gate: PrefillGate | None = None,
+          hosts: str = "http://127.0.0.1:9"
           ) -> tuple[users.ChatUser, _Budget, list[dict]]:
     monkeypatch.setattr(users, "ChatClient", _Client)
     monkeypatch.setattr(_Client, "play", staticmethod(play))
     env = Environment(user_classes=[users.ChatUser])
     budget = _Budget(ticket)
-    set_run(env, SimpleNamespace(endpoint=Endpoint.parse("http://127.0.0.1:9"), api_key=None,
+    replicas = parse_replicas(hosts)
+    set_run(env, SimpleNamespace(endpoint=replicas[0], replicas=replicas, api_key=None,
                                  scenario=Scenario(measurement_protocol="p"), budget=budget,
                                  bodies=_Bodies(), worker="h:1",
                                  conversations=conversations, send_stats=SendStats(),
@@ -349,3 +352,26 @@ def test_a_request_is_in_flight_from_its_send_until_recorded(monkeypatch, heard,
         pass
     assert seen == [True] and len(heard["records"]) == 1
     assert user.run.in_flight == set()
+
+
+@pytest.mark.parametrize("index", [4, 7])
+def test_replicas_take_requests_round_robin_by_index(monkeypatch, heard, index: int) -> None:
+    """`--host A,B`: request i goes on the user's connection to replica i % 2, and its
+    record names that replica; one host records none."""
+    sent_to: list[str] = []
+
+    def playing(obs: StreamObserver) -> int:
+        return _completes(obs)
+
+    ticket = Ticket(request_index=index, warmup=False, planned_context_tokens=64)
+    user, _, _ = _user(monkeypatch, playing, ticket,
+                       hosts="http://127.0.0.1:9,http://127.0.0.1:10")
+    monkeypatch.setattr(_Client, "stream_chat", lambda self, body, obs, headers=b"",
+                        cancel_after=None: sent_to.append(self.endpoint.base_url)
+                        or _completes(obs))
+    user.chat()
+    (record,) = heard["records"]
+    assert record.extra["replica"] == index % 2
+    assert sent_to == [f"http://127.0.0.1:{9 + index % 2}/v1"]
+    user.on_stop()
+    assert all(c.closed for c in user._replica_clients)

@@ -67,7 +67,7 @@ def test_the_run_fields_nested_definitions_are_their_writers(doc: dict[str, Any]
                           RunFields)
     assert run.schema == doc["schema"]
     assert set(doc["failures"][0]) == {"request_index", "kind", "http_status", "message",
-                                       "phase", "step", "job_id"}
+                                       "phase", "step", "job_id", "replica"}
 
 
 class Dummy(Struct, forbid_unknown_fields=True):

@@ -1,0 +1,102 @@
+"""Issue 50 item 2's proof: `-H URL,URL` against two simulators as replicas with no router.
+
+The simulators' truth: each one's `/sim/stats` counts the streams it started. Request i goes
+to replica i % 2 (recorded in the row's and the failure's `replica`), so each simulator's
+count equals its replica's rows (warm-ups off: none is sent outside the rows). Killing one
+simulator (by PID) mid-run leaves the other's requests answered and the dead one's as
+failures, while the run goes on to its budget.
+
+Why these settings: 40 requests of 4 tokens at 4 users end in about a second; in the kill
+run a 20 ms token interval keeps the run going long enough to kill replica 1 after its
+10th started stream, with requests still to send.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import anvil
+from simfork import SimProcess, start_simulator
+
+pytestmark = pytest.mark.e2e
+
+N = 40
+
+
+def started(sim: SimProcess) -> int:
+    with urllib.request.urlopen(f"{sim.url}/sim/stats", timeout=10) as r:
+        return json.loads(r.read())["streams"]["started"]
+
+
+def run(tmp: Path, a: SimProcess, b: SimProcess, *flags: str) -> dict:
+    proc = anvil("run", "scenarios/smoke.toml", "-H", f"{a.url},{b.url}", "-u", "4",
+                 "--requests", str(N), "--warmup-requests", "0", "--max-tokens", "4",
+                 "--no-server-metrics", "--results-dir", str(tmp / "res"), *flags)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (bench,) = Path(tmp / "res").glob("benchmark-*/benchmark.json")
+    checked = anvil("verify", str(bench))
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # the block recomputed
+    return orjson.loads(bench.read_bytes())
+
+
+def test_each_replica_serves_its_round_robin_share(tmp_path: Path) -> None:
+    with start_simulator(["--interval-ms", "1"]) as a, start_simulator(
+            ["--interval-ms", "1"]) as b:
+        doc = run(tmp_path, a, b)
+        truth = (started(a), started(b))
+    rows = doc["request_timings"]
+    assert len(rows) == N and not doc.get("failures")
+    assert all(r["replica"] == r["request_index"] % 2 for r in rows)
+    by_replica = tuple(sum(r["replica"] == k for r in rows) for k in (0, 1))
+    assert by_replica == truth == (N // 2, N // 2)
+    block = doc["replicas"]
+    assert [e["url"] for e in block["endpoints"]] == [f"{a.url}/v1", f"{b.url}/v1"]
+    assert [e["completed"] for e in block["endpoints"]] == list(truth)
+    assert block["balance"] == 1.0
+    # verify recomputes the block: a figure changed in the file is named
+    block["endpoints"][0]["completed"] += 1
+    block["balance"] = 2.0
+    bad = tmp_path / "tampered.json"
+    bad.write_bytes(orjson.dumps(doc))
+    checked = anvil("verify", str(bad))
+    out = checked.stdout + checked.stderr
+    assert checked.returncode != 0
+    assert "replicas.endpoints[0].completed" in out and "replicas.balance" in out
+
+
+def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
+    with start_simulator(["--interval-ms", "20"]) as a, start_simulator(
+            ["--interval-ms", "20"]) as b:
+        seen_b: list[int] = []
+
+        def kill_b() -> None:  # after its 10th stream, by PID (bounded: 30 s)
+            deadline = time.monotonic() + 30
+            while started(b) < 10 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen_b.append(started(b))
+            b.proc.kill()
+
+        killer = threading.Thread(target=kill_b)
+        killer.start()
+        doc = run(tmp_path, a, b)
+        killer.join(timeout=35)
+        served_a = started(a)
+    rows, failures = doc["request_timings"], doc.get("failures") or []
+    # replica 0's requests all answered, and its simulator saw exactly those
+    assert sum(r["replica"] == 0 for r in rows) == served_a == N // 2
+    assert all(r["replica"] == r["request_index"] % 2 for r in rows)
+    # the dead replica's later requests are failures, each named by its replica
+    assert failures and all(f["replica"] == 1 for f in failures)
+    assert all(f["request_index"] % 2 == 1 for f in failures)
+    # replica 1 answered at most the streams it had started, and lost only those in
+    # flight when it died (at most one per user)
+    assert seen_b[0] - 4 <= sum(r["replica"] == 1 for r in rows) <= seen_b[0] < N // 2
+    assert len(rows) + len(failures) == N
+    dead = doc["replicas"]["endpoints"][1]
+    assert dead["failed"] == len(failures) and dead["requests"] == N // 2
