@@ -208,3 +208,18 @@ def test_a_runs_end_sets_the_exit_code_the_table_says(ended_by: str, summary: di
                           runner=SimpleNamespace(exceptions=exceptions))
     plugin._exit_code(env, session)  # type: ignore[arg-type]
     assert env.process_exit_code == want
+
+
+def test_no_form_field_has_a_list_default() -> None:
+    """Locust's start form turns a field's text into its default's type, a list's items
+    into ints: a repeated flag there made POST /swarm answer 500 (its "" is no int)."""
+    from locust.argument_parser import LocustArgumentParser
+
+    from anvil_metrics.runs.plugin import add_options
+
+    parser = LocustArgumentParser()
+    add_options(parser)
+    shown = [a for a in parser._actions
+             if a.option_strings and getattr(a, "include_in_web_ui", True)]
+    assert shown and not [a.dest for a in shown if isinstance(a.default, list)]
+    assert any(a.dest == "server_metrics_url" for a in parser._actions)
