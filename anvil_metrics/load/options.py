@@ -162,7 +162,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--server-metrics-url", "the server's Prometheus metrics (default: <host>/metrics), "
            "scraped by a separate process during the run: benchmark.json's server block; "
            "ROLE=URL for each server of a topology (repeatable: prefill=URL decode=URL): "
-           "server.roles", metrics_target, repeat=True),
+           "server.roles", metrics_target, repeat=True,
+           # no form field: Locust's form turns a list default's text into ints (POST
+           # /swarm answered 500; test_plugin holds every repeated flag out of the form)
+           web_ui=False),
     Option("--no-server-metrics", "do not scrape the server's metrics", switch=True,
            default=False),
     Option("--server-metrics-interval", "seconds between metrics scrapes (default 1)", seconds),

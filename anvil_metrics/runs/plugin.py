@@ -223,9 +223,7 @@ def add_options(parser: Any, **_: Any) -> None:
         extra: dict[str, Any] = {}
         if o.env_var:
             extra["env_var"] = o.env_var
-        # a repeated flag is no form field: Locust's form turns a list default's text into
-        # ints ("" raised ValueError: POST /swarm answered 500)
-        if not o.web_ui or o.repeat:
+        if not o.web_ui:
             extra["include_in_web_ui"] = False
         if o.secret:
             extra["is_secret"] = True
