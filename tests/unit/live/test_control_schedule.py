@@ -34,6 +34,9 @@ def late_ns() -> Iterator[Callable[[], int]]:
     monitor.start()
 
     def bound() -> int:
+        # A stall that covered the span just measured is only recorded once the monitor
+        # wakes after it: let it wake before reading its worst.
+        gevent.sleep(2 * monitor.interval_s)
         worst = monitor.summary().max_ms or 0.0
         return round((worst + monitor.interval_s * 1e3) * 1e6) + WORK_NS
 
