@@ -23,6 +23,8 @@ A worker that goes missing (Locust's heartbeat: ~3 s) or never returns a granted
 within the drain timeout gets each of its outstanding requests recorded as a failure of
 kind `worker_lost`, naming the worker: `requests = completed + failed` always holds, and a
 late record from a worker declared lost is dropped (and counted in the run's `run_end`).
+A ticket still granted to a worker when it says it is done (it reached the worker as its
+users stopped) was never sent: it is recorded `cancelled`, as one process records it.
 
 Messages (Locust custom messages, plain data carried as msgpack; every one carries the
 `run_id` it belongs to, and a message of another run is ignored; each is checked on
@@ -238,7 +240,7 @@ class MasterCoordinator:
 
     def _grant(self, w: _Worker, seq: int, followup: bool) -> None:
         budget = self.session.budget
-        ticket = None if (self.closing or w.lost) else (
+        ticket = None if (self.closing or w.lost or w.done is not None) else (
             budget.take_followup() if followup else budget.take(lead_ns=TICKET_LEAD_NS))
         if ticket is not None and not followup and not ticket.warmup and (
                 budget.conversations is not None):
@@ -286,8 +288,8 @@ class MasterCoordinator:
         problem = record_problem(d)
         if problem:  # a worker bug: keep the request, as a failure that says so
             log.error("anvil: invalid record %s from worker %s: %s", key[1], w.client_id, problem)
-            record = self._failure_record(grant, "client_error",
-                                          f"the worker sent an invalid record: {problem}")
+            record = self._failure_record(grant, Failure(
+                "client_error", f"the worker sent an invalid record: {problem}"))
         else:
             record = RequestRecord.from_json_dict(d)
         anvil_events.request_record.fire(record=record)
@@ -309,9 +311,15 @@ class MasterCoordinator:
             anvil_events.job_end.fire(**{k: msg.data[k] for k in wire.JOB_END})
 
     def on_done(self, msg: Message) -> None:
+        """A worker finished: every record it sent came before this message, so a ticket
+        still granted to it was never sent (it reached the worker after its users stopped,
+        or is on its way): recorded `cancelled` here, as one process records an orphan."""
         w = self._worker_for(msg)
         if w is not None:
             w.done = dict(msg.data)
+            self._record_granted(w.client_id, Failure(
+                "cancelled", "granted to this worker as it stopped; never sent", phase="connect"
+            ), lost=False)
 
     def on_stuck(self, msg: Message) -> None:  # merged into the session's (live/stuck.py)
         if self._worker_for(msg) is not None:
@@ -319,7 +327,8 @@ class MasterCoordinator:
 
     # lost workers and the end ------------------------------------------------------------
 
-    def _failure_record(self, grant: _Grant, kind: str, message: str) -> RequestRecord:
+    def _failure_record(self, grant: _Grant, failure: Failure, lost: bool = True
+                        ) -> RequestRecord:
         """A record for a granted request whose worker's record never came. Its stamps are
         the grant and now, on the master's clock moved onto the worker's by the measured
         offset (0 on one host), so the run's time line stays one clock per worker."""
@@ -331,8 +340,19 @@ class MasterCoordinator:
             request_index=grant.ticket.request_index, start_ns=grant.granted_ns - offset,
             end_ns=now - offset, warmup=grant.ticket.warmup,
             planned_context_tokens=grant.ticket.planned_context_tokens,
-            failure=Failure(kind, message), worker=worker,
-            extra={"lost_worker": True})
+            failure=failure, worker=worker, extra={"lost_worker": True} if lost else None)
+
+    def _record_granted(self, client_id: str, failure: Failure, lost: bool) -> int:
+        """Record every request still granted to `client_id` as `failure`; how many."""
+        w = self.workers.get(client_id)
+        granted = [g for g in list(self.outstanding.values()) if g.client_id == client_id]
+        for grant in sorted(granted, key=lambda g: (not g.ticket.warmup, g.ticket.request_index)):
+            del self.outstanding[(grant.ticket.warmup, grant.ticket.request_index)]
+            anvil_events.request_record.fire(record=self._failure_record(grant, failure, lost))
+            if not grant.ticket.warmup and w is not None and w.going > 0:
+                w.going -= 1
+            self.session.budget.give_back(grant.ticket)
+        return len(granted)
 
     def fail_outstanding(self, client_id: str, why: str) -> int:
         """Record every request still granted to `client_id` as `worker_lost`."""
@@ -340,24 +360,17 @@ class MasterCoordinator:
         if w is not None:
             w.lost = True
         name = (w.info.get("worker") if w is not None else None) or client_id
-        lost = [g for g in list(self.outstanding.values()) if g.client_id == client_id]
-        for grant in sorted(lost, key=lambda g: (not g.ticket.warmup, g.ticket.request_index)):
-            del self.outstanding[(grant.ticket.warmup, grant.ticket.request_index)]
-            record = self._failure_record(grant, "worker_lost",
-                                          f"worker {name} ({client_id}) {why}; this request "
-                                          "was in flight there and its outcome is unknown")
-            anvil_events.request_record.fire(record=record)
-            if not grant.ticket.warmup and w is not None and w.going > 0:
-                w.going -= 1
-            self.session.budget.give_back(grant.ticket)
+        lost = self._record_granted(client_id, Failure("worker_lost", (
+            f"worker {name} ({client_id}) {why}; this request was in flight there and its "
+            "outcome is unknown")), lost=True)
         # its conversations between two turns take no more either
         while w is not None and w.going > 0:
             w.going -= 1
             self.session.budget.conversation_dropped()
         if lost:
             log.error("anvil: worker %s %s: %d in-flight request(s) recorded as worker_lost",
-                      name, why, len(lost))
-        return len(lost)
+                      name, why, lost)
+        return lost
 
     def _gone(self, client_id: str) -> bool:
         node = self.runner.clients.get(client_id)
@@ -417,32 +430,12 @@ class MasterCoordinator:
         return {"workers": workers, "dropped_records": list(self.dropped)}
 
     def client_health(self) -> dict[str, Any] | None:
-        """The run's `client` block from the workers' figures: the worst worker's loop lag
-        (by p99) and the highest CPU share; every worker's own figures stay in `run_end`."""
-        healths = [w.done["health"] for w in self.workers.values()
-                   if w.done is not None and isinstance(w.done.get("health"), dict)]
-        if not healths:
-            return None
-
-        def p99(h: dict[str, Any]) -> float:
-            lag = h.get("loop_lag_ms") or {}
-            return lag.get("p99") if isinstance(lag.get("p99"), int | float) else -1.0
-
-        worst = max(healths, key=p99)
-        cpus = [h["cpu_pct"] for h in healths if isinstance(h.get("cpu_pct"), int | float)]
-        reasons, verdicts = [], []
-        for w in self.workers.values():
-            h = (w.done or {}).get("health")
-            if isinstance(h, dict):
-                sat, why = saturation.health_verdict(h)
-                verdicts.append(sat)
-                name = w.info.get("worker") or w.client_id
-                reasons += [f"worker {name}: {r}" for r in why]
-        saturated = (True if any(verdicts) else
-                     None if all(v is None for v in verdicts) else False)
-        return {"loop_lag_ms": worst.get("loop_lag_ms"), "cpu_pct": max(cpus) if cpus else None,
-                "achieved_concurrency": None, "saturated": saturated,
-                "verdict": saturation.verdict_text(saturated, reasons)}
+        """The run's `client` block from the workers' figures (`saturation.workers_health`);
+        every worker's own figures stay in `run_end`."""
+        return saturation.workers_health(
+            [(w.info.get("worker") or w.client_id, w.done["health"])
+             for w in self.workers.values()
+             if w.done is not None and isinstance(w.done.get("health"), dict)])
 
 
 class MasterAgent:

@@ -75,3 +75,29 @@ def verdict_text(saturated: bool | None, reasons: Sequence[str]) -> str:
     if not saturated:
         return "ok"
     return "saturated: " + "; ".join(reasons)
+
+
+def workers_health(named: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """A distributed run's `client` block from each worker's (name, health figures): the
+    worst worker's loop lag (by p99), the highest CPU share, and saturated when any worker
+    was (each reason named by its worker); None without any worker's figures."""
+    if not named:
+        return None
+
+    def p99(h: dict[str, Any]) -> float:
+        lag = h.get("loop_lag_ms") or {}
+        return lag.get("p99") if isinstance(lag.get("p99"), int | float) else -1.0
+
+    worst = max((h for _, h in named), key=p99)
+    cpus = [h["cpu_pct"] for _, h in named if isinstance(h.get("cpu_pct"), int | float)]
+    reasons: list[str] = []
+    verdicts: list[bool | None] = []
+    for name, h in named:
+        sat, why = health_verdict(h)
+        verdicts.append(sat)
+        reasons += [f"worker {name}: {r}" for r in why]
+    saturated = (True if any(verdicts) else
+                 None if all(v is None for v in verdicts) else False)
+    return {"loop_lag_ms": worst.get("loop_lag_ms"), "cpu_pct": max(cpus) if cpus else None,
+            "achieved_concurrency": None, "saturated": saturated,
+            "verdict": verdict_text(saturated, reasons)}

@@ -150,17 +150,36 @@ def test_a_lost_workers_in_flight_requests_become_failures(fired: list) -> None:
 def test_drain_fails_what_never_came_back(fired: list) -> None:
     c, runner, _ = _coordinator()
     _grant_two(c, runner)
+    summary = c.drain(timeout_s=0.2)  # neither worker said it was done
+    assert {r.failure.kind for r in fired} == {"worker_lost"} and len(fired) == 2
+    assert not c.outstanding
+    assert not any(w["confirmed"] for w in summary["workers"].values())
+    assert ("anvil_stop", {"run_id": "run-1"}, "A") in runner.sent
+
+
+def test_a_ticket_granted_to_a_worker_that_is_done_is_recorded_cancelled(fired: list
+                                                                        ) -> None:
+    """A worker drained on its own (SIGTERM) says it is done while a ticket it asked for
+    is on its way: that request was never sent. It is recorded `cancelled` at once (the run
+    waits for no record that cannot come), and the worker gets no ticket after."""
+    c, runner, budget = _coordinator()
+    _grant_two(c, runner)
     for cid in ("A", "B"):
         c.on_done(_msg(cid, sent=0, health={"loop_lag_ms": {"p99": 1.0 if cid == "A" else 3.0},
                                             "cpu_pct": 20.0 if cid == "A" else 10.0}))
+    assert [r.failure.kind for r in fired] == ["cancelled", "cancelled"]
+    assert all(r.extra is None and r.failure.phase == "connect" for r in fired)
+    assert not c.outstanding and budget.finished == 2
+    c.on_take(_msg("A", seq=2, followup=False))
+    gevent.sleep(0)
+    gevent.sleep(0)
+    assert runner.sent[-1][0] == "anvil_ticket" and runner.sent[-1][1]["ticket"] is None
     summary = c.drain(timeout_s=0.2)
-    assert {r.failure.kind for r in fired} == {"worker_lost"} and len(fired) == 2
-    assert not c.outstanding
+    assert len(fired) == 2
     assert all(w["confirmed"] for w in summary["workers"].values())  # sent 0, received 0
     health = c.client_health()
     assert health is not None
     assert health["loop_lag_ms"] == {"p99": 3.0} and health["cpu_pct"] == 20.0
-    assert ("anvil_stop", {"run_id": "run-1"}, "A") in runner.sent
 
 
 # --- clock offsets in the raw file -------------------------------------------------------------
