@@ -27,6 +27,7 @@ runs_per_variant = {runs}
 placements = {placements}
 candidate = "sim/on"
 incumbent = "sim/off"
+reset_prefix_cache = "auto"
 
 [[variants]]
 model = "sim"

@@ -159,6 +159,8 @@ def locust_runner(campaign: Campaign, environ: Mapping[str, str],
                           else str(v.gpu_hour_price))
         if v.energy_urls is not None:  # as --energy-url: its own node's exporters
             values.update(energy_url=list(v.energy_urls))
+        if campaign.reset_prefix_cache is not None:  # as --reset-prefix-cache
+            values.update(reset_prefix_cache=campaign.reset_prefix_cache)
         key = api_key(v, environ)  # never on a command line
         host = v.endpoint.base_url
         opts = run_options(values, host=host, users=None, api_key=key)

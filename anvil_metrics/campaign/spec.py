@@ -16,6 +16,7 @@ the field, the bad value and what is allowed. The CLI prints it; nothing here pr
     baseline = "official-fp8/off"           # optional; variant ids are "model/speculation"
     candidate = "inferact-nvfp4/mtp3"       # what the decision is about
     incumbent = "official-fp8/mtp3"         # what it must beat (needed by comparing gates)
+    reset_prefix_cache = "auto"             # optional: every run's --reset-prefix-cache
 
     [facts]                                 # any table, copied into the summary as written
     [[variants]]                            # variants[N] counts these from 1, as in the file
@@ -51,6 +52,7 @@ from typing import Any
 
 from anvil_metrics.campaign.checkplan import CheckPlan, parse_checks
 from anvil_metrics.errors import UsageError
+from anvil_metrics.load.hookspec import hook_text
 from anvil_metrics.load.scenario import Scenario, load_scenario
 from anvil_metrics.summaryfigures import IMPROVEMENT_GATES, KNOWN_GATES
 from anvil_metrics.urls import Endpoint, strip_credentials
@@ -105,7 +107,8 @@ GATES: dict[str, Gate] = {g.name: g for g in (
 assert set(GATES) == set(KNOWN_GATES), "campaign and summary disagree on the gates"
 
 _TOP_KEYS = ("name", "scenario", "runs_per_variant", "placements", "order", "baseline",
-             "candidate", "incumbent", "facts", "variants", "gates", "restoration", "checks")
+             "candidate", "incumbent", "facts", "variants", "gates", "restoration", "checks",
+             "reset_prefix_cache")
 _VARIANT_KEYS = ("model", "served_model", "speculation", "host", "before_run", "api_key_env",
                  "gpus", "gpu_hour_price", "energy_urls")
 _RESTORATION_KEYS = ("aliases", "host")
@@ -163,6 +166,7 @@ class Campaign:
     restoration_aliases: tuple[str, ...] = ()
     restoration_host: Endpoint | None = None  # None: the candidate's endpoint
     checks: CheckPlan | None = None  # [checks]: suites run once per variant (checkplan)
+    reset_prefix_cache: str | None = None  # every run's --reset-prefix-cache (as written)
 
     @property
     def restoration_endpoint(self) -> Endpoint:
@@ -453,6 +457,12 @@ def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaig
     roles = _roles(p, data, ids, gates)
 
     aliases, restoration_host = _restoration(p, data.get("restoration"))
+    reset = data.get("reset_prefix_cache")
+    try:  # checked as the flag is, its text kept: each run is given it as its flag
+        reset = None if reset is None else hook_text("reset_prefix_cache", reset)
+    except (UsageError, AttributeError):
+        p.bad("reset_prefix_cache", reset, "auto, an http(s) URL or cmd:COMMAND (a trailing "
+              "? = optional)")
     checks, check_problems = parse_checks(data.get("checks"))
     p.extend(check_problems)
     if "functional" in gates and "checks" not in data:
@@ -467,7 +477,8 @@ def campaign_from_dict(data: dict[str, Any], source: str, base: Path) -> Campaig
         runs_per_variant=runs, placements=placements, order=order,
         baseline=roles["baseline"], candidate=roles["candidate"], incumbent=roles["incumbent"],
         variants=tuple(variants), gates=dict(gates), facts=dict(facts),
-        restoration_aliases=aliases, restoration_host=restoration_host, checks=checks)
+        restoration_aliases=aliases, restoration_host=restoration_host, checks=checks,
+        reset_prefix_cache=reset)
 
 
 def load_campaign(path: str | Path) -> Campaign:

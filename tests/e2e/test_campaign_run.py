@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,7 @@ class Whole:
     res: Path
     run: subprocess.CompletedProcess
     summarize: subprocess.CompletedProcess
+    resets: list[int]  # each simulator's prefix-cache resets during the run: (slow, fast)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +88,16 @@ def whole(sims, tmp_path_factory: pytest.TempPathFactory) -> Whole:
     root = tmp_path_factory.mktemp("whole")
     path = setup(root, sims, 2, checks=True)
     res = root / "res"
+    before = [len(_resets(sim.url)) for sim in sims]
     run = anvil("campaign", "run", str(path), "--results-dir", str(res), timeout=120)
-    return Whole(path, res, run, anvil("summarize", str(res / "sims"), timeout=120))
+    resets = [len(_resets(sim.url)) - n for sim, n in zip(sims, before, strict=True)]
+    return Whole(path, res, run, anvil("summarize", str(res / "sims"), timeout=120), resets)
+
+
+def _resets(url: str) -> list[int]:
+    """The simulator's prefix-cache resets so far (`/sim/stats`'s "control" stamps)."""
+    with urllib.request.urlopen(url + "/sim/stats", timeout=5) as r:
+        return orjson.loads(r.read())["control"]["/reset_prefix_cache"]
 
 
 def state(results: Path) -> dict:
@@ -118,7 +128,13 @@ def test_two_variants_two_runs_all_verify(whole: Whole) -> None:
         assert verify_file(run_dir / "benchmark.json") == []
         doc = load_json(run_dir / "benchmark.json")
         assert doc["model"] == "org/sim" and doc["completed"] == 3 and doc["failed"] == 0
+        # the campaign's reset_prefix_cache: once before each run's load, at its own host
+        assert [(h["name"], h["ok"], h["step"]) for h in doc["hooks"]] == [
+            ("reset_prefix_cache", True, None)], doc["hooks"]
+        assert doc["hooks"][0]["target"] == (
+            doc["base_url"].removesuffix("/v1") + "/reset_prefix_cache")
         itl.setdefault(r["variant"], []).append(doc["metrics"]["mean_inter_token_latency_ms_p50"])
+    assert whole.resets == [2, 2]  # each simulator's own count: once per run of its variant
     # each variant ran against its own simulator: 6 ms vs 2 ms between tokens
     assert min(itl["sim/off"]) > max(itl["sim/on"]) + 2, itl
     # the checks ran once per variant after the last run, and the summary reads them: the

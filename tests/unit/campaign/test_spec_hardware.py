@@ -1,5 +1,6 @@
 """A variant's gpus and GPU-hour price (campaign/spec.py): its runs' --gpus and
---gpu-hour-price; a bad value is one line naming the key."""
+--gpu-hour-price; the campaign's reset_prefix_cache, every run's --reset-prefix-cache; a bad
+value is one line naming the key."""
 
 from __future__ import annotations
 
@@ -68,3 +69,24 @@ def test_a_variants_energy_urls_are_its_own_nodes(tmp_path: Path) -> None:
 def test_bad_energy_urls_name_the_key(bad: str) -> None:
     with pytest.raises(CampaignError, match=r"variants\[1\]\.energy_urls.*a list of http"):
         parse_campaign_text(BASE.format(first=f"energy_urls = {bad}"), "c.toml")
+
+
+@pytest.mark.parametrize("value", ["auto", "auto?", "http://127.0.0.1:1/flush_cache",
+                                   "cmd:true"])
+def test_the_reset_is_every_runs_flag_as_written(tmp_path: Path, value: str) -> None:
+    (tmp_path / "s.toml").write_text('measurement_protocol = "p"\n')
+    c = parse_campaign_text(f"reset_prefix_cache = {value!r}\n" + BASE.format(first=""),
+                            "c.toml", tmp_path)
+    assert c.reset_prefix_cache == value
+    assert parse_campaign_text(BASE.format(first=""), "c.toml", tmp_path
+                               ).reset_prefix_cache is None
+
+
+@pytest.mark.parametrize("value", ["'sometimes'", "3", "'cmd:'"])
+def test_a_bad_reset_is_one_line_naming_the_key(tmp_path: Path, value: str) -> None:
+    (tmp_path / "s.toml").write_text('measurement_protocol = "p"\n')
+    with pytest.raises(CampaignError) as e:
+        parse_campaign_text(f"reset_prefix_cache = {value}\n" + BASE.format(first=""),
+                            "c.toml", tmp_path)
+    (line,) = str(e.value).splitlines()
+    assert line.startswith("c.toml: reset_prefix_cache: ") and "cmd:COMMAND" in line
