@@ -12,7 +12,9 @@ measured request (after the warm-ups) and `/stop_profile` as soon as the measure
 over (its budget spent or its duration over), before the requests in flight drain; with
 `--profile-when-running N` it starts only once the server's metrics (the sampler's newest
 sample) report at least N requests running, and stops `--profile-max-s` later or when the
-measured load ends, whichever is first (never once the load is over). Each
+measured load ends, whichever is first (never once the load is over). A duration's timed
+window (`--warmup 30s`, `--cooldown 10s`) holds the profile too: it starts when the window
+opens and stops when it closes (the load goes on around it). Each
 call is one `"hook"` line of the raw file — its name, its target (credentials stripped),
 its answer (HTTP status or exit code, and a few words), its time on the run's clock,
 whether it went well and whether it was optional — which `post/hooksblock.py` makes the
@@ -37,6 +39,7 @@ from anvil_metrics.errors import UsageError
 from anvil_metrics.live.recorder import RawWriter
 from anvil_metrics.load.hookspec import AUTO, AUTO_PATHS, HookSpec
 from anvil_metrics.load.options import RunOptions
+from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.telemetry.livegauges import live_gauges, newest_samples
 from anvil_metrics.telemetry.sampler import ServerTelemetry
 from anvil_metrics.urls import strip_credentials
@@ -141,6 +144,7 @@ class RunHooks:
     when_running: int | None = None  # --profile-when-running: start once this many run
     max_s: float = PROFILE_MAX_S  # --profile-max-s: how long a triggered profile lasts
     _ended: gevent.event.Event = field(default_factory=gevent.event.Event)
+    _watch_of: list[gevent.Greenlet] = field(default_factory=list)  # the profile's, if timed
 
     @classmethod
     def of(cls, opts: RunOptions, engine: str | None, root_url: str,
@@ -159,32 +163,45 @@ class RunHooks:
             self.reset.before_load(writer, enter)
 
     def before_measured(self, writer: RawWriter, abort: Callable[[str], None],
-                        warmups: int, running: Callable[[], float | None]) -> None:
+                        sc: Scenario, running: Callable[[], float | None]) -> None:
         """Once the warm-ups are done, before the first measured request: the reset again
-        (when there were warm-ups), and the profile starts, or its watch: `running` is the
-        server's requests running now (None: not known)."""
-        if self.reset is not None and warmups:
+        (when there were warm-up requests), and the profile starts, or its watch: `running`
+        is the server's requests running now (None: not known). A duration's timed window
+        (`--warmup`, `--cooldown`) moves the profile into it: it starts `warmup` after now
+        and stops `cooldown` before the duration's end."""
+        if self.reset is not None and sc.warmup_requests:
             self.reset.during(writer, abort)
-        if self.profile is not None and self.when_running is None:
+        timed = sc.duration_s is not None and bool(sc.warmup_s or sc.cooldown_s)
+        if self.profile is not None and self.when_running is None and not timed:
             self.profile[0].during(writer, abort)
         elif self.profile is not None:
-            gevent.spawn(self._watch, writer, abort, running)
+            begin = time.monotonic() + (sc.warmup_s or 0) * timed
+            end = (time.monotonic() + sc.duration_s - (sc.cooldown_s or 0)
+                   if timed and sc.duration_s is not None else None)
+            self._watch_of.append(gevent.spawn(self._watch, writer, abort, running, begin,
+                                               end))
 
     def _watch(self, writer: RawWriter, abort: Callable[[str], None],
-               running: Callable[[], float | None]) -> None:
-        """--profile-when-running: start the profile once the server reports enough
-        requests running, stop it `max_s` later or when the measured load ends, whichever
-        comes first; nothing when the load ends before (polled every `WATCH_S`)."""
-        assert self.profile is not None and self.when_running is not None
-        while not self._ended.is_set():
+               running: Callable[[], float | None], begin: float, end: float | None
+               ) -> None:
+        """The profile in its window (`time.monotonic()` from `begin` to `end`, None: the
+        measured load's end) and, with --profile-when-running, only once the server reports
+        enough requests running, for `max_s` at most; nothing when the load ends before
+        (polled every `WATCH_S`)."""
+        assert self.profile is not None
+        if self._ended.wait(max(0.0, begin - time.monotonic())):
+            return
+        while self.when_running is not None and not self._ended.is_set():
             now = running()
             if now is not None and now >= self.when_running:
                 break
             self._ended.wait(WATCH_S)
-        else:
+        if self._ended.is_set():
             return
         self.profile[0].during(writer, abort)
-        self._ended.wait(self.max_s)
+        stops = [t for t in (end, None if self.when_running is None
+                             else time.monotonic() + self.max_s) if t is not None]
+        self._ended.wait(max(0.0, min(stops) - time.monotonic()) if stops else None)
         self.profile[1].call(writer)
 
     def before_step(self, writer: RawWriter, abort: Callable[[str], None], step: int) -> None:
@@ -194,7 +211,7 @@ class RunHooks:
     def after_measured(self, writer: RawWriter) -> None:
         """The measured load is over (its budget spent or its duration over), before the
         requests in flight drain: the profile stops (a failure is recorded, nothing ends)."""
-        if self.profile is not None and self.when_running is None:
+        if self.profile is not None and self.when_running is None and not self._watch_of:
             self.profile[1].call(writer)
         self._ended.set()  # a triggered profile stops now if it has not yet
 

@@ -248,7 +248,7 @@ class RunSession:
 
         def scrape_first() -> None:  # just before the first measured request
             if holder:  # the cache reset (after the warm-ups), the profile's start
-                hooks.before_measured(writer, holder[0]._abort, sc.warmup_requests,
+                hooks.before_measured(writer, holder[0]._abort, sc,
                                       lambda: server_running(holder[0].telemetry))
             for child in (holder[0].telemetry, holder[0].energy) if holder else ():
                 if child is not None:

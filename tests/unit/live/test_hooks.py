@@ -10,6 +10,7 @@ import pytest
 from anvil_metrics.errors import UsageError
 from anvil_metrics.live.hooks import Hook, HookFailed
 from anvil_metrics.load.hookspec import HookSpec, hook_spec
+from anvil_metrics.load.scenario import Scenario, scenario_from_dict
 
 ROOT = "http://127.0.0.1:9"  # the discard port: nothing answers there
 
@@ -20,6 +21,10 @@ class Lines:
 
     def write(self, line: dict[str, Any]) -> None:
         self.lines.append(line)
+
+
+def _sc(**keys: Any) -> Scenario:
+    return scenario_from_dict({"measurement_protocol": "t", **keys})
 
 
 def hook(text: str, engine: str | None = "vllm") -> Hook:
@@ -93,7 +98,8 @@ def test_the_run_hooks_are_what_the_options_ask_for() -> None:
     assert [(h.target(), h.spec.optional) for h in both.profile] == [
         (ROOT + "/start_profile", True), (ROOT + "/stop_profile", True)]
     out = Lines()
-    none.before_measured(out, out.write, 3, lambda: None)  # type: ignore[arg-type]
+    none.before_measured(out, out.write, _sc(warmup_requests=3),  # type: ignore[arg-type]
+                         lambda: None)
     none.after_measured(out)  # type: ignore[arg-type]
     assert out.lines == []
 
@@ -111,10 +117,39 @@ def test_profile_when_running_implies_the_profile_and_waits_for_the_count() -> N
     assert hooks.profile is not None and hooks.max_s == 0.05
     seen: list[float | None] = [None, 1, 2]
     out, aborted = Lines(), []
-    hooks.before_measured(out, aborted.append, 0,  # type: ignore[arg-type]
+    hooks.before_measured(out, aborted.append, _sc(),  # type: ignore[arg-type]
                           lambda: seen.pop(0) if seen else 3)
     gevent.sleep(0.5)  # a few polls, the start (dead port: it fails), its bound, the stop
     assert [x["name"] for x in out.lines] == ["start_profile", "stop_profile"]
     assert len(aborted) == 1 and "--start-profile failed" in aborted[0]
     hooks.after_measured(out)  # type: ignore[arg-type]
     assert len(out.lines) == 2  # the watch's own stop, never a second
+
+
+def test_a_timed_window_holds_the_profile_from_its_warmup_to_its_cooldown() -> None:
+    """`--duration 0.4s --warmup 0.15s --cooldown 0.1s`: the profile starts 0.15 s after the
+    measured load begins and stops 0.1 s before its end, while the load goes on; the end of
+    the load then stops nothing a second time."""
+    import time
+
+    import gevent
+
+    from anvil_metrics.live.hooks import RunHooks
+    from anvil_metrics.load.options import run_options
+
+    opts = run_options({"server_profile": True}, host=ROOT, users=1, api_key=None)
+    hooks = RunHooks.of(opts, "vllm", ROOT, {})
+    at: list[tuple[str, float]] = []
+    out = Lines()
+    t0 = time.monotonic()
+    out.write = lambda line: (out.lines.append(line),  # type: ignore[method-assign]
+                              at.append((line["name"], time.monotonic() - t0)))
+    hooks.before_measured(out, lambda why: None,  # type: ignore[arg-type]
+                          _sc(duration="0.4s", warmup="0.15s", cooldown="0.1s"), lambda: None)
+    assert out.lines == []  # not at the load's start
+    gevent.sleep(0.5)
+    assert [name for name, _ in at] == ["start_profile", "stop_profile"]  # by the window
+    assert 0.15 <= at[0][1] < at[1][1] and at[1][1] >= 0.3, at
+    hooks.after_measured(out)  # type: ignore[arg-type]
+    gevent.sleep(0.01)
+    assert len(at) == 2
