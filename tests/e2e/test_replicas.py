@@ -70,6 +70,28 @@ def test_each_replica_serves_its_round_robin_share(tmp_path: Path) -> None:
     assert "replicas.endpoints[0].completed" in out and "replicas.balance" in out
 
 
+def test_least_in_flight_sends_more_to_the_fast_replica(tmp_path: Path) -> None:
+    # replica 0's prefill takes 20× longer: its requests stay in flight, so the balancer's
+    # picks go to replica 1 most of the time (round-robin's would be 20 / 20)
+    with start_simulator(["--interval-ms", "1", "--prefill-ms", "200"]) as a, start_simulator(
+            ["--interval-ms", "1", "--prefill-ms", "10"]) as b:
+        doc = run(tmp_path, a, b, "--balance", "least-in-flight")
+        truth = (started(a), started(b))
+    block = doc["replicas"]
+    assert block["policy"] == "least-in-flight" and not doc.get("failures")
+    assert [e["completed"] for e in block["endpoints"]] == list(truth)
+    assert sum(truth) == N and truth[1] >= 2 * truth[0]  # clearly more to the fast one
+    assert all(e["stopped_answering_at_s"] is None for e in block["endpoints"])
+
+
+def test_a_bad_balance_is_one_line_naming_it(tmp_path: Path) -> None:
+    proc = anvil("run", "scenarios/smoke.toml", "-H", "http://127.0.0.1:9,http://127.0.0.1:10",
+                 "--balance", "random", "--results-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert "--balance" in proc.stderr and "'random'" in proc.stderr
+    assert "least-in-flight" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
     with start_simulator(["--interval-ms", "20"]) as a, start_simulator(
             ["--interval-ms", "20"]) as b:
@@ -84,7 +106,9 @@ def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
 
         killer = threading.Thread(target=kill_b)
         killer.start()
-        doc = run(tmp_path, a, b)
+        # 1 × 4 users: the dead replica's 4th unanswered request in a row counts it dead
+        # (its own streak: replica 0's answers between them do not reset it)
+        doc = run(tmp_path, a, b, "--abort-after-failures", "1")
         killer.join(timeout=35)
         served_a = started(a)
     rows, failures = doc["request_timings"], doc.get("failures") or []
@@ -100,3 +124,7 @@ def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
     assert len(rows) + len(failures) == N
     dead = doc["replicas"]["endpoints"][1]
     assert dead["failed"] == len(failures) and dead["requests"] == N // 2
+    # counted dead by its own streak, and the run went on: replica 0 never was
+    assert doc["ended_by"] != "aborted" and doc["replicas"]["policy"] == "round-robin"
+    assert dead["stopped_answering_at_s"] is not None and len(failures) >= 4
+    assert doc["replicas"]["endpoints"][0]["stopped_answering_at_s"] is None
