@@ -272,7 +272,7 @@ FLAGS: tuple[Flag, ...] = (
          "gate before it is sent; its wait is the row's prefill_gate_wait_ms, not in TTFT); "
          "default: no gate"),
     Flag("--balance", "balance", "with replicas (--host URL,URL): round-robin (default: "
-         "request i to replica i % their count) or least-in-flight (to the replica with "
+         "request i to replica i mod their count) or least-in-flight (to the replica with "
          "the fewest of this load process's requests in flight; one counted dead is "
          "skipped); ignored with one host"),
     Flag("--rate", "rate", "open loop: offer this many requests (with a [conversation]: "
