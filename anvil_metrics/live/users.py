@@ -270,7 +270,7 @@ class ChatStreamUser(User):
             if client is None:
                 replica = run.balancer.pick(ticket.request_index)
                 client = self._replica_clients[replica]
-                obs.extra = {**(obs.extra or {}), "replica": replica}
+                obs.sent_to(replica)
             run.in_flight.add(obs)  # watched for a stuck wait (`stuck.py`) until recorded
             nbytes = client.stream_chat(body, obs, headers, cancel_after)
             # Yield once before the bookkeeping: streams of one server batch end together,

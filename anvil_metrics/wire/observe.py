@@ -183,6 +183,11 @@ class StreamObserver:
         if waited_for_user is not None:
             self.waited_for_user = waited_for_user
 
+    def sent_to(self, replica: int) -> None:
+        """The request goes to replica `replica` (its position in `--host URL,URL`): kept in
+        its record's `extra`."""
+        self.extra = {**(self.extra or {}), "replica": replica}
+
     def gated(self, wait_ns: int, release: Callable[[], None]) -> None:
         """The request waited `wait_ns` at the client's prefill gate before it was sent
         (`live/prefillgate`): kept in its record's `extra`; `release` frees its slot at
