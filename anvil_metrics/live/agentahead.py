@@ -66,6 +66,9 @@ class JobTickets:
         lead_ns = self._budget.followup_lead_ns
         if lead_ns <= 0 or (self._first is not None and session.parent_id is None):
             return
+        # a timer counts from the loop's cached time, which lags the clock while this pass
+        # runs: brought up to now, the ask is not sent early by that lag
+        gevent.get_hub().loop.update_now()
         delay_s = (wait_end_ns - lead_ns - time.perf_counter_ns()) / 1e9
         take = self._budget.take_followup
         # due now: asked as soon as this greenlet waits (a 0 s timer waits for the loop's

@@ -61,15 +61,15 @@ def _job(tool_ms: float) -> Job:
 def test_a_follow_up_is_asked_for_before_its_wait_ends_and_taken_at_once() -> None:
     master = _Master()
     tickets = JobTickets(master, Ticket(0, False, 64, start=0), "h:1", _extra)
-    sent: list[tuple[int, int, int]] = []  # (turn, ticket index, ns from wait end to send)
+    sent: list[tuple[int, int, int]] = []  # (turn, ticket index, asks made while it waited)
     wait_end: dict[int, int] = {}
     job = _job(tool_ms=60.0)
 
     def send(session: Session, k: int, tool_ns: int, join_ns: int) -> int:
-        t = time.perf_counter_ns()
+        asks = len(master.asked_ns)
         ticket = tickets.next(session)
         assert ticket is not None
-        sent.append((k, ticket.request_index, time.perf_counter_ns() - t))
+        sent.append((k, ticket.request_index, len(master.asked_ns) - asks))
         return time.perf_counter_ns()
 
     def before_wait(session: Session, k: int, end_ns: int) -> None:
@@ -86,9 +86,9 @@ def test_a_follow_up_is_asked_for_before_its_wait_ends_and_taken_at_once() -> No
     # stamps it has, and the precision is benchmarks/agent_timing.py's)
     for n, k in enumerate((1, 2)):
         assert wait_end[k] - LEAD_NS <= master.asked_ns[n]
-        # where its answer came back before the wait ended, the turn took it at once
-        if master.answered_ns[n] <= wait_end[k]:
-            assert sent[k][2] < TRIP_S * 1e9 / 2
+        # the turn took the ticket asked ahead: it asked the master for none itself (a
+        # structural test: how soon, on a busy machine, is the benchmark's to say)
+        assert sent[k][2] == 0
     assert master.given_back == []
 
 
