@@ -331,6 +331,18 @@ ROW: tuple[RowField, ...] = (
     RowField("replica", "", "count", True, "the replica the request was sent to (-H URL,URL; "
              "by request index): its position in the raw header's params.replicas (null with "
              "one host)", presence="added", since=9, source="extra.replica"),
+    RowField("request_bytes", "B", "count", True, "the request body's bytes as sent (null "
+             "outside a request mix)", presence="added", since=10, source="extra.request_bytes"),
+    # media_…: "audio_…" would sort before cached_tokens, which a row's text opens with
+    *(RowField(f"media_{key}", "", "count", True, f"the {words} the request carried (null "
+               "outside a request class with media)", presence="added", since=10,
+               source=f"extra.{key}") for key, words in (("images", "images"),
+                                                         ("audio_clips", "audio clips"))),
+    *(RowField(f"media_{k}_tokens", "tok", "count", True, f"the prompt's {k} tokens as the "
+               f"server reported them apart (usage.prompt_tokens_details.{k}_tokens; inside "
+               "prompt_tokens too; null where not reported: vLLM does not split them)",
+               presence="added", since=10, source=f"usage.prompt_tokens_details.{k}_tokens")
+      for k in ("image", "audio")),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}
