@@ -1,23 +1,20 @@
 """The metric catalogue: every figure of benchmark/v1, defined once.
 
-Why one place: a figure users promote a model on must mean the same thing in the file, in
-`anvil verify`'s recomputation, in the CLI summary and in the web UI. So each per-request
-field (`ROW`) and each aggregate (`AGGREGATES`) is one entry here (name, unit, JSON type,
-inputs, formula as code and text, label) and all else is generated from them: the row
-layout and type rules, row derivation and verification, the `metrics` block, the CLI
-summary, live tables and charts, the report's colours and labels, and `anvil metrics`,
-which prints the catalogue. The public summary's figures and gates (means and comparisons
-of these aggregates over a campaign's runs) are defined beside this, in `summaryfigures.py`.
+Why one place: a figure users promote a model on must mean the same thing in the file, in `anvil
+verify`'s recomputation, in the CLI summary and in the web UI. So each per-request field (`ROW`)
+and each aggregate (`AGGREGATES`) is one entry here (name, unit, JSON type, inputs, formula, label)
+and all else is generated from them: the row layout and type rules, row derivation and
+verification, the `metrics` block, the CLI summary, live tables and charts, the report's colours
+and labels, `anvil metrics`. The public summary's figures and gates (means and comparisons of its
+aggregates over runs) are defined beside this, in `summaryfigures.py`.
 
-Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the
-only implementation: a single row is a column of one. Each returns NaN — written as null —
-where an input is missing or a divisor is zero or negative (the spec: "null, never NaN or
-Infinity"), and follows the spec's evaluation order literally so that any implementation of
-the definitions gets the same bits (`(output_tokens − 1) / (generation_ms / 1000)`, never
-`… * 1000 / …`).
+Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the only
+implementation: a single row is a column of one. Each returns NaN — written as null — where an
+input is missing or a divisor is zero or negative (the spec: "null, never NaN or Infinity"), and
+follows the spec's evaluation order literally so that any implementation of the definitions gets
+the same bits (`(output_tokens − 1) / (generation_ms / 1000)`, never `… * 1000 / …`).
 
-Adding a per-request metric is one `RowField` in `ROW` (with its `percentiles` pattern, if
-any); files written before an `added` one's generation (`since`) lack it."""
+Adding a per-request metric is one `RowField` in `ROW`; files before its generation lack it."""
 
 from __future__ import annotations
 
@@ -26,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from anvil_metrics.mediafields import MEDIA_ROWS
 
 Columns = Mapping[str, Any]  # field name -> float64 column, NaN for null
 PERCENTILES = (50, 95)
@@ -331,18 +330,7 @@ ROW: tuple[RowField, ...] = (
     RowField("replica", "", "count", True, "the replica the request was sent to (-H URL,URL; "
              "by request index): its position in the raw header's params.replicas (null with "
              "one host)", presence="added", since=9, source="extra.replica"),
-    RowField("request_bytes", "B", "count", True, "the request body's bytes as sent (null "
-             "outside a request mix)", presence="added", since=10, source="extra.request_bytes"),
-    # media_…: "audio_…" would sort before cached_tokens, which a row's text opens with
-    *(RowField(f"media_{key}", "", "count", True, f"the {words} the request carried (null "
-               "outside a request class with media)", presence="added", since=10,
-               source=f"extra.{key}") for key, words in (("images", "images"),
-                                                         ("audio_clips", "audio clips"))),
-    *(RowField(f"media_{k}_tokens", "tok", "count", True, f"the prompt's {k} tokens as the "
-               f"server reported them apart (usage.prompt_tokens_details.{k}_tokens; inside "
-               "prompt_tokens too; null where not reported: vLLM does not split them)",
-               presence="added", since=10, source=f"usage.prompt_tokens_details.{k}_tokens")
-      for k in ("image", "audio")),
+    *(RowField(**row) for row in MEDIA_ROWS),  # images and audio as load (mediafields.py)
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

@@ -35,6 +35,7 @@ import io
 import math
 import re
 import wave
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,9 +191,9 @@ class MediaPool:
     """A class's media, drawn before the load: slot s's parts (`parts(k)`: request k's,
     slot k mod `slots`), each the inside of a JSON string (the module docstring)."""
 
-    def __init__(self, plan: MediaPlan, seed: int, klass: int, requests: int | None) -> None:
-        from anvil_metrics.load.mix import uniform
-
+    def __init__(self, plan: MediaPlan, seed: int, klass: int, requests: int | None,
+                 uniform: Callable[[int, int, int], float]) -> None:
+        """`uniform`: `mix.uniform` (passed: the mix imports this module)."""
         self.plan = plan
         est = (plan.images * 4 * 3 * max(w * h for w, h in plan.image_sizes or [(1, 1)]) // 3
                + plan.audio_clips * 4 * plan.wav_bytes() // 3 + 1)

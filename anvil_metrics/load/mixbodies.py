@@ -24,6 +24,7 @@ from anvil_metrics.errors import UsageError
 from anvil_metrics.load.body import BodyBuilder, DatasetBodies, RequestBodies, TraceBodies
 from anvil_metrics.load.dataset import DatasetEntry, DatasetError, read_dataset
 from anvil_metrics.load.media import MediaPool
+from anvil_metrics.load.mix import uniform
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest, read_trace
 from anvil_metrics.prep.prompts import PromptFactory
@@ -102,7 +103,8 @@ class MixBodies(RequestBodies):
                     raise UsageError(f"request_class[{k}] ({c.name!r}): images and audio "
                                      f"clips go only to --endpoint chat, not "
                                      f"{self._sc.endpoint!r}")
-                self.pools[k] = MediaPool(c.media, self.mix.seed, k, self._sc.requests)
+                self.pools[k] = MediaPool(c.media, self.mix.seed, k, self._sc.requests,
+                                          uniform)
         self.prompts.prepare(self.all_sizes())
         pairs = [(k, m) for k in (range(len(self.mix.classes)) if self.mix.classes else [None])
                  for m in self._models_of(k)]

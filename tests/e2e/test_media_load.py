@@ -75,6 +75,13 @@ def test_images_of_two_sizes_carry_the_servers_tokens_and_bytes(tmp_path: Path) 
                                                          x["media"]["images"][1][2])} <= {8, 10}
     got = Counter((r["request_bytes"], r["media_image_tokens"]) for r in rows)
     assert got == _truth(lines, "image_tokens")
+    # the mix block's media figures, per class, from the same truth
+    media = doc["mix"]["classes"][1]
+    logged = [x["media"] for x in lines if "media" in x]
+    assert media["media_images"] == sum(len(m["images"]) for m in logged)
+    assert media["media_image_tokens_mean"] == pytest.approx(
+        sum(m["image_tokens"] for m in logged) / len(logged), rel=1e-12)
+    assert doc["mix"]["classes"][0]["media_images"] is None
     # a media class's rows count its clips (0), the text class's have no media counts
     assert all(r["media_audio_clips"] == (None if r["media_images"] is None else 0)
                for r in rows)
