@@ -1,23 +1,20 @@
 """The metric catalogue: every figure of benchmark/v1, defined once.
 
-Why one place: a figure users promote a model on must mean the same thing in the file, in
-`anvil verify`'s recomputation, in the CLI summary and in the web UI. So each per-request
-field (`ROW`) and each aggregate (`AGGREGATES`) is one entry here (name, unit, JSON type,
-inputs, formula as code and text, label) and all else is generated from them: the row
-layout and type rules, row derivation and verification, the `metrics` block, the CLI
-summary, live tables and charts, the report's colours and labels, and `anvil metrics`,
-which prints the catalogue. The public summary's figures and gates (means and comparisons
-of these aggregates over a campaign's runs) are defined beside this, in `summaryfigures.py`.
+Why one place: a figure users promote a model on must mean the same thing in the file, in `anvil
+verify`'s recomputation, in the CLI summary and in the web UI. So each per-request field (`ROW`)
+and each aggregate (`AGGREGATES`) is one entry here (name, unit, JSON type, inputs, formula, label)
+and all else is generated from them: the row layout and type rules, row derivation and
+verification, the `metrics` block, the CLI summary, live tables and charts, the report's colours
+and labels, `anvil metrics`. The public summary's figures and gates (means and comparisons of its
+aggregates over runs) are defined beside this, in `summaryfigures.py`.
 
-Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the
-only implementation: a single row is a column of one. Each returns NaN — written as null —
-where an input is missing or a divisor is zero or negative (the spec: "null, never NaN or
-Infinity"), and follows the spec's evaluation order literally so that any implementation of
-the definitions gets the same bits (`(output_tokens − 1) / (generation_ms / 1000)`, never
-`… * 1000 / …`).
+Formulas are numpy functions over whole columns (`Columns`: float64, NaN for null), and the only
+implementation: a single row is a column of one. Each returns NaN — written as null — where an
+input is missing or a divisor is zero or negative (the spec: "null, never NaN or Infinity"), and
+follows the spec's evaluation order literally so that any implementation of the definitions gets
+the same bits (`(output_tokens − 1) / (generation_ms / 1000)`, never `… * 1000 / …`).
 
-Adding a per-request metric is one `RowField` in `ROW` (with its `percentiles` pattern, if
-any); files written before an `added` one's generation (`since`) lack it."""
+Adding a per-request metric is one `RowField` in `ROW`; files before its generation lack it."""
 
 from __future__ import annotations
 
@@ -26,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from anvil_metrics.mediafields import MEDIA_ROWS
 
 Columns = Mapping[str, Any]  # field name -> float64 column, NaN for null
 PERCENTILES = (50, 95)
@@ -331,6 +330,7 @@ ROW: tuple[RowField, ...] = (
     RowField("replica", "", "count", True, "the replica the request was sent to (-H URL,URL; "
              "by request index): its position in the raw header's params.replicas (null with "
              "one host)", presence="added", since=9, source="extra.replica"),
+    *(RowField(**row) for row in MEDIA_ROWS),  # images and audio as load (mediafields.py)
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

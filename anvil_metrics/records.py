@@ -264,6 +264,12 @@ class Extra(Struct, frozen=True, gc=False):
     replica: Annotated[Annotated[int, Meta(ge=0)] | None, described(
         "", "--host URL,URL: the replica the request was sent to, its position in the "
         "header's params.replicas")] = None
+    request_bytes: Annotated[Count | None, described(
+        "B", "the request body's bytes as sent (a request class's request)")] = None
+    images: Annotated[Count | None, described(
+        "", "a media class's request: the images it carried")] = None
+    audio_clips: Annotated[Count | None, described(
+        "", "a media class's request: the audio clips it carried")] = None
 
 
 class Usage(Struct, frozen=True, gc=False):
@@ -277,7 +283,8 @@ class Usage(Struct, frozen=True, gc=False):
     completion_tokens: Annotated[Any, described("tok", "the output, as the server "
                                                 "counted it")] = UNSET
     prompt_tokens_details: Annotated[Any, described(
-        "", "an object whose cached_tokens (tok) is the prompt's prefix-cache hit")] = UNSET
+        "", "an object whose cached_tokens (tok) is the prompt's prefix-cache hit, "
+        "image_tokens and audio_tokens (tok) its media's where the server splits them")] = UNSET
     completion_tokens_details: Annotated[Any, described(
         "", "an object whose reasoning_tokens (tok) is the output's reasoning")] = UNSET
     input_tokens: Annotated[Any, described("tok", "prompt_tokens (Responses API)")] = UNSET

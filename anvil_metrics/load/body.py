@@ -26,6 +26,7 @@ import orjson
 from anvil_metrics.errors import AnvilError
 from anvil_metrics.load.conversation import DEFAULT_SESSION_HEADER, ConversationDraws
 from anvil_metrics.load.dataset import DatasetEntry, DatasetTurns
+from anvil_metrics.load.media import MediaPool
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.scenariofields import TEXT_ENDPOINTS
 from anvil_metrics.load.trace import TraceRequest
@@ -37,6 +38,7 @@ from anvil_metrics.prep.turns import ConversationPrompts
 SAFE_SESSION = re.compile(r"(?!h-)[A-Za-z0-9._:-]{1,64}")  # a session id sent as it is
 _MARK_HEAD = "\u2063anvil-head\u2063"
 _MARK_TAG = "\u2063anvil-tag\u2063"
+_MARK_MEDIA = "\u2063anvil-media\u2063"  # where a media part's data goes (`load/media.py`)
 HEAD_IDS = 6  # a token-id prompt's ids that number its request (`BodyBuilder._head_ids`)
 # the key of the prompt in each endpoint's body: the messages, or (a text endpoint's) the
 # user message's text
@@ -127,8 +129,10 @@ class BodyBuilder(RequestBodies):
     """Serialised request bodies for (planned size, request index)."""
 
     def __init__(self, sc: Scenario, model: str, prompts: PromptFactory,
-                 ids_of: Callable[[str], list[int]] | None = None) -> None:
-        """`ids_of`: the server's token ids of a text (`--prompt-ids`; `token_ids`)."""
+                 ids_of: Callable[[str], list[int]] | None = None,
+                 media: MediaPool | None = None) -> None:
+        """`ids_of`: the server's token ids of a text (`--prompt-ids`; `token_ids`);
+        `media`: a request class's images and clips, parts after the user message's text."""
         self._fields = body_fields(sc, model)
         self._cap = output_cap(self._fields)
         self._key = PROMPT_KEYS[sc.endpoint]
@@ -137,6 +141,8 @@ class BodyBuilder(RequestBodies):
         self._split: dict[int, tuple[bytes, bytes, bytes]] = {}
         self._ids_of = ids_of
         self._digits: list[bytes] = []  # token ids of a request's head (`token_ids`)
+        self._media = media
+        self._tails: dict[int, list[bytes]] = {}
 
     def prepare(self, sizes: list[int]) -> None:
         self.prompts.prepare(sizes)
@@ -151,6 +157,9 @@ class BodyBuilder(RequestBodies):
             parts = self.prompts.parts(size, 0)
             msgs = self.prompts.messages(size, 0)
             msgs[-1]["content"] = _MARK_HEAD + parts.prefix + _MARK_TAG + parts.body
+            if self._media is not None:
+                msgs[-1]["content"] = [{"type": "text", "text": msgs[-1]["content"]},
+                                       *self._media.content_parts(_MARK_MEDIA)]
             raw = orjson.dumps({**self._fields, self._key: msgs[-1]["content"]
                                 if self._text else msgs})
             a, rest = raw.split(orjson.dumps(_MARK_HEAD)[1:-1], 1)
@@ -194,7 +203,15 @@ class BodyBuilder(RequestBodies):
             return (a, head if body else head[:-1], body, c)
         a, b, c = self._template(size)
         parts = self.prompts.parts(size, request_index, warmup)
-        return (a, orjson.dumps(parts.head)[1:-1], b, orjson.dumps(parts.tag)[1:-1], c)
+        text = (a, orjson.dumps(parts.head)[1:-1], b, orjson.dumps(parts.tag)[1:-1])
+        if self._media is None:
+            return (*text, c)
+        pieces = self._tails.get(size)
+        if pieces is None:  # the tail around the media parts, split once per size
+            pieces = self._tails[size] = c.split(orjson.dumps(_MARK_MEDIA)[1:-1])
+        media = self._media.parts(request_index)
+        return (*text, *(x for pair in zip(pieces, media, strict=False) for x in pair),
+                pieces[-1])
 
     def build(self, size: int, request_index: int, warmup: bool = False) -> bytes:
         """The request body as one bytes object."""

@@ -18,6 +18,8 @@ from a zipf law; AIPerf and GuideLLM weight request shapes. A scenario says it s
     trace = "trace.jsonl"       # optional: its shapes from a trace (as --trace reads it, its
                                 # times ignored): request k has entry k mod n's prompt
                                 # (blocks) and output length
+    images = 2                  # optional: images and audio clips in each request, drawn
+                                # before the load (load/media.py has every media key)
 
     [models]                    # the models requests name, each the server must serve
     names = ["base", "lora-a", "lora-b"]
@@ -51,10 +53,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anvil_metrics.errors import ScenarioError
+from anvil_metrics.load.media import MEDIA_KEYS, MediaPlan, parse_media
 
 ASSIGNMENTS = ("round-robin", "random", "zipf")
 CLASS_KEYS = ("name", "weight", "context_tokens", "max_tokens", "reasoning_effort",
-              "thinking_mode", "model", "dataset", "trace")
+              "thinking_mode", "model", "dataset", "trace", *MEDIA_KEYS)
 SOURCE_KEYS = ("dataset", "trace")  # where a class takes its prompts from, if not planned
 MODEL_KEYS = ("names", "assignment", "zipf_alpha")
 REASONING_EFFORTS = ("low", "medium", "high")
@@ -104,9 +107,12 @@ class RequestClass:
     model: str | None = None
     dataset: str | None = None  # a dataset file's path: the class's prompts
     trace: str | None = None  # a trace file's path: the class's prompts and output lengths
+    media: MediaPlan | None = None  # its images and audio clips (`load/media.py`)
 
     def to_table(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in CLASS_KEYS if getattr(self, k) is not None}
+        return {**{k: getattr(self, k) for k in CLASS_KEYS
+                   if k not in MEDIA_KEYS and getattr(self, k) is not None},
+                **({} if self.media is None else self.media.to_table())}
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +258,10 @@ def parse_class(i: int, t: Any, src: str | None) -> RequestClass:
         raise _err(f"{where}.{k}", t[k], "none beside the class's "
                    f"{'dataset' if len(sources) > 1 else 'context_tokens'} (one source of "
                    "prompts per class)", src)
+    media = parse_media(where, t, src)
+    if media is not None and sources:
+        raise _err(f"{where}.{sources[0]}", t[sources[0]], "none beside images or audio "
+                   "clips (media go with planned prompts)", src)
     return RequestClass(
         name=_name(f"{where}.name", t.get("name"), src), weight=float(weight),
         dataset=t.get("dataset"), trace=t.get("trace"),
@@ -259,7 +269,7 @@ def parse_class(i: int, t: Any, src: str | None) -> RequestClass:
                         else _whole(f"{where}.context_tokens", t["context_tokens"], src)),
         max_tokens=(None if t.get("max_tokens") is None
                     else _whole(f"{where}.max_tokens", t["max_tokens"], src)),
-        reasoning_effort=effort, thinking_mode=mode,
+        reasoning_effort=effort, thinking_mode=mode, media=media,
         model=None if t.get("model") is None else _name(f"{where}.model", t["model"], src))
 
 

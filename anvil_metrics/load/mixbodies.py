@@ -10,7 +10,10 @@ the (class, model) pair its draw gives, each pair's bodies made once with the cl
 turn), a trace class entry k mod n's prompt and output length (its times are not a schedule
 here: the run's load is).
 Their planned sizes: a trace entry's `input_tokens`; a dataset entry's none (the server's
-count is the row's `prompt_tokens`).
+count is the row's `prompt_tokens`). A planned class's images and audio clips
+(`load/media.py`) are drawn in `prepare`, before the load, and follow its text as parts;
+every request's record carries its body's bytes (`request_bytes`) and a media class's its
+counts (`images`, `audio_clips`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dataclasses import replace
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.body import BodyBuilder, DatasetBodies, RequestBodies, TraceBodies
 from anvil_metrics.load.dataset import DatasetEntry, DatasetError, read_dataset
+from anvil_metrics.load.media import MediaPool
+from anvil_metrics.load.mix import uniform
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest, read_trace
 from anvil_metrics.prep.prompts import PromptFactory
@@ -41,6 +46,8 @@ class MixBodies(RequestBodies):
         self._traces: dict[int, list[TraceRequest]] = {}  # a trace class's entries
         self._datasets: dict[int, list[DatasetEntry]] = {}  # a dataset class's entries
         self._entries: dict[int, int] = {}  # a source class's number of entries
+        self.pools: dict[int, MediaPool] = {}  # a media class's images and clips
+        self._built = (-1, 0)  # the last body built: its request index and bytes
 
     def draw(self, index: int) -> tuple[int | None, int | None]:
         """Request `index`'s (class, model) positions (`Mix.class_of`, `model_of`)."""
@@ -81,7 +88,7 @@ class MixBodies(RequestBodies):
             elif klass in self._datasets:
                 b = DatasetBodies(sc, name, self._datasets[klass])
             else:
-                b = BodyBuilder(sc, name, self.prompts)
+                b = BodyBuilder(sc, name, self.prompts, media=self.pools.get(klass))  # type: ignore[arg-type]
             self._builders[(klass, model)] = b
         return b
 
@@ -90,6 +97,14 @@ class MixBodies(RequestBodies):
         each pair's templates before the load. A source that cannot be read is a
         `UsageError` naming the class's key."""
         self._read_sources()
+        for k, c in enumerate(self.mix.classes):
+            if c.media is not None:
+                if self._sc.endpoint != "chat":
+                    raise UsageError(f"request_class[{k}] ({c.name!r}): images and audio "
+                                     f"clips go only to --endpoint chat, not "
+                                     f"{self._sc.endpoint!r}")
+                self.pools[k] = MediaPool(c.media, self.mix.seed, k, self._sc.requests,
+                                          uniform)
         self.prompts.prepare(self.all_sizes())
         pairs = [(k, m) for k in (range(len(self.mix.classes)) if self.mix.classes else [None])
                  for m in self._models_of(k)]
@@ -127,9 +142,12 @@ class MixBodies(RequestBodies):
         if isinstance(b, BodyBuilder):
             own = self._size(klass, index)
             assert own is not None  # a planned class's
-            return b.build_parts(own, index, warmup)
-        assert klass is not None  # a dataset's or a trace's class
-        return b.build_parts(0, index % self._entries[klass], warmup)
+            parts = b.build_parts(own, index, warmup)
+        else:
+            assert klass is not None  # a dataset's or a trace's class
+            parts = b.build_parts(0, index % self._entries[klass], warmup)
+        self._built = (index, sum(map(len, parts)))
+        return parts
 
     def output_cap(self, index: int) -> int | None:
         """Request `index`'s class's cap (its entry's, a trace class's)."""
@@ -139,7 +157,12 @@ class MixBodies(RequestBodies):
                             else index % self._entries[klass])
 
     def extra(self, index: int) -> dict[str, int]:
-        """What request `index`'s record carries in `extra`: its class and model."""
+        """What request `index`'s record carries in `extra`: its class and model, its body's
+        bytes (when it was the last built) and a media class's counts."""
         klass, model = self.draw(index)
-        return {k: v for k, v in (("class_index", klass), ("model_index", model))
-                if v is not None}
+        pool = self.pools.get(klass) if klass is not None else None
+        return {k: v for k, v in (
+            ("class_index", klass), ("model_index", model),
+            ("request_bytes", self._built[1] if self._built[0] == index else None),
+            ("images", None if pool is None else pool.plan.images),
+            ("audio_clips", None if pool is None else pool.plan.audio_clips)) if v is not None}

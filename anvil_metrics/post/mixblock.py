@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
+import numpy as np
 from msgspec import Struct
 
 from anvil_metrics.errors import ScenarioError
@@ -72,6 +73,21 @@ class MixGroup(Struct, forbid_unknown_fields=True):
         "tok", "mean prompt_tokens of its rows that have it")]
     output_tokens_mean: Annotated[float | None, described("tok",
                                                           "mean output_tokens of its rows")]
+    # a plan with media (`load/media.py`) only: every group has these, other plans none
+    request_bytes_mean: Annotated[float | None, described(
+        "B", "mean request_bytes of its rows that have it (a plan with media only)")] = None
+    media_images: Annotated[Count | None, described(
+        "", "Σ media_images of its rows; null when none has it (a plan with media only)")
+    ] = None
+    media_audio_clips: Annotated[Count | None, described(
+        "", "Σ media_audio_clips of its rows; null when none has it (a plan with media "
+            "only)")] = None
+    media_image_tokens_mean: Annotated[float | None, described(
+        "tok", "mean media_image_tokens (the server's) of its rows that have it (a plan with "
+               "media only)")] = None
+    media_audio_tokens_mean: Annotated[float | None, described(
+        "tok", "mean media_audio_tokens (the server's) of its rows that have it (a plan "
+               "with media only)")] = None
 
 
 class MixBlock(Struct, forbid_unknown_fields=True):
@@ -87,8 +103,22 @@ class MixBlock(Struct, forbid_unknown_fields=True):
             "own); [] without models")]
 
 
+def _media(mine: RowColumns) -> JsonObject:
+    """A group's media figures (a plan with media)."""
+    def total(name: str) -> int | None:
+        v = mine.values(name)
+        v = v[~np.isnan(v)]
+        return int(v.sum()) if len(v) else None
+
+    return {"request_bytes_mean": mean_of(mine.values("request_bytes")),
+            "media_images": total("media_images"),
+            "media_audio_clips": total("media_audio_clips"),
+            "media_image_tokens_mean": mean_of(mine.values("media_image_tokens")),
+            "media_audio_tokens_mean": mean_of(mine.values("media_audio_tokens"))}
+
+
 def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
-            expected: tuple[float, ...]) -> list[JsonObject]:
+            expected: tuple[float, ...], media: bool = False) -> list[JsonObject]:
     present = rows.present[column]
     index = rows.counts[column]
     total = int(present.sum())
@@ -98,17 +128,20 @@ def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
         out.append({"name": name, "expected_share": share, "requests": len(mine),
                     "share": len(mine) / total if total else None, **latencies(mine),
                     "prompt_tokens_mean": mean_of(mine.values("prompt_tokens")),
-                    "output_tokens_mean": mean_of(mine.values("output_tokens"))})
+                    "output_tokens_mean": mean_of(mine.values("output_tokens")),
+                    **(_media(mine) if media else {})})
     return out
 
 
 def build_mix(table: Mapping[str, JsonValue], rows: RowColumns) -> JsonObject:
     """The block (module docstring) of a run whose `params.mix` is `table`, from its rows."""
     mix = mix_from_table(table, "params.mix")
+    media = any(c.media is not None for c in mix.classes)
     return {"plan": mix.to_table(),
             "classes": _groups(rows, "class_index", tuple(c.name for c in mix.classes),
-                               mix.class_shares()) if mix.classes else [],
-            "models": _groups(rows, "model_index", mix.model_names, mix.model_shares())}
+                               mix.class_shares(), media) if mix.classes else [],
+            "models": _groups(rows, "model_index", mix.model_names, mix.model_shares(),
+                              media)}
 
 
 def build(inputs: BuildInputs) -> JsonValue | _Absent:
@@ -174,4 +207,11 @@ def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
                          f"{num(g.get('ttft_p50_ms'), ',.1f'):>11}"
                          f"{num(g.get('ttft_p95_ms'), ',.1f'):>11}"
                          f"{num(g.get('e2e_p50_ms'), ',.1f'):>11}")
+    for g in b.get("classes") or []:
+        if g.get("media_images") or g.get("media_audio_clips"):
+            lines.append(f"media {g.get('name')}: {g.get('media_images') or 0} images, "
+                         f"{g.get('media_audio_clips') or 0} audio clips; request bytes mean "
+                         f"{num(g.get('request_bytes_mean'), ',.0f')}; media tokens mean "
+                         f"{num(g.get('media_image_tokens_mean'), ',.1f')} image, "
+                         f"{num(g.get('media_audio_tokens_mean'), ',.1f')} audio")
     return lines

@@ -70,6 +70,11 @@ RAW_COLUMNS = (
     "join_wait_ns",  # extra.join_wait_ns: the wait for its sub-agents' joins
     "prefill_gate_wait_ns",  # extra.prefill_gate_wait_ns: its wait at the prefill gate
     "replica",  # extra.replica: the replica it was sent to (--host URL,URL)
+    "request_bytes",  # extra.request_bytes: its body's bytes
+    "media_images",  # extra.images: the images it carried
+    "media_audio_clips",  # extra.audio_clips: the audio clips it carried
+    "media_image_tokens",  # usage.prompt_tokens_details.image_tokens
+    "media_audio_tokens",  # usage.prompt_tokens_details.audio_tokens
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -181,7 +186,7 @@ def _extra_columns(x: Extra) -> tuple[int, ...]:
     """The row's last columns, from a record's `extra` (`RAW_COLUMNS` from start_delay_ns to
     replica), NULL where it has none."""
     (delay, chunk, waited, conversation, turn, history, klass, model, job, session, parent,
-     depth, tool_wait, join_wait, gate_wait, replica) = astuple(x)
+     depth, tool_wait, join_wait, gate_wait, replica, nbytes, images, clips) = astuple(x)
     if conversation is UNSET:  # no conversation's turn (a turn alone is not read)
         conversation = history = NULL
         turn = NULL if job is None or turn is UNSET else turn  # an agent job's turn is
@@ -190,11 +195,26 @@ def _extra_columns(x: Extra) -> tuple[int, ...]:
     return (NULL if delay is None else delay, waited, NULL if chunk is None else chunk,
             conversation, turn, history, *(NULL if v is None else v for v in (
                 klass, model, job, session, parent, depth, tool_wait, join_wait, gate_wait,
-                replica)))
+                replica, nbytes, images, clips)))
 
 
 _NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-             NULL, NULL, NULL)
+             NULL, NULL, NULL, NULL, NULL, NULL)
+_NO_MEDIA = (NULL, NULL)
+
+
+def media_tokens(usage: Usage) -> tuple[int, int]:
+    """`(image_tokens, audio_tokens)` of `usage.prompt_tokens_details` (the Responses API's
+    `input_tokens_details`), NULL where not reported: OpenAI and the simulator split them
+    there; vLLM counts them inside `prompt_tokens` only (then both are NULL)."""
+    pd = usage.prompt_tokens_details
+    if pd is UNSET:
+        pd = usage.input_tokens_details
+    if type(pd) is not dict:
+        return _NO_MEDIA
+    out = tuple(pd.get(k, NULL) for k in ("image_tokens", "audio_tokens"))
+    return tuple(v if type(v) is int and 0 <= v < COUNT_LIMIT else NULL  # type: ignore[return-value]
+                 for v in out)
 
 
 class ColumnBuilder:
@@ -230,12 +250,14 @@ class ColumnBuilder:
         out, from_usage, prompt, cached, reasoning = (
             (rc + cc, False, NULL, NULL, NULL) if u is None else usage_counts(u, rc, cc))
         extra = _NO_EXTRA if x is None else _extra_columns(x)
+        media = _NO_MEDIA if u is None else media_tokens(u)
         if self.at == len(self.block):
             self._full()
         _ROW.pack_into(self.block, self.at, n, warmup, ri, s,
                        NULL if e is None else e, NULL if fo is None else fo,
                        NULL if fc is None else fc, NULL if pl is None else pl, rc, cc, out,
-                       from_usage, prompt, cached, reasoning, code, f is not None, *extra)
+                       from_usage, prompt, cached, reasoning, code, f is not None, *extra,
+                       *media)
         self.at += _ROW.size
         self.n_records += 1
 

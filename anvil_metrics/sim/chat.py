@@ -295,7 +295,7 @@ class DelayedCompletion:
                 usage = self._body["usage"]
                 details = usage.get("prompt_tokens_details")
                 hook(AnswerStamps(self._t0, sent_ns, sent_ns, usage["prompt_tokens"],
-                                  None if details is None else details["cached_tokens"], True))
+                                  None if details is None else details.get("cached_tokens"), True))
 
 
 class Deferred:

@@ -16,6 +16,7 @@ import orjson
 
 from anvil_metrics.sim.config import SimConfig
 from anvil_metrics.sim.httpproto import error_body
+from anvil_metrics.sim.media import MediaCount, MediaError, split_media
 from anvil_metrics.sim.tokenizer import TokenizeError, count_chat_tokens
 
 
@@ -48,6 +49,7 @@ class ChatRequest:
     min_tokens: int
     thinking: bool
     cached_tokens: int | None = None  # None: no prefix cache (--prefix-cache off)
+    media: MediaCount | None = None  # its images and clips (--media), in prompt_tokens
 
     @property
     def computed_tokens(self) -> int:
@@ -108,13 +110,23 @@ def _opt_object(data: dict[str, Any], name: str) -> dict[str, Any]:
 
 def count_prompt(data: dict[str, Any], cfg: SimConfig) -> int:
     """Prompt tokens of the request's `messages` under the configured tokenizer (400 if bad)."""
+    return count_prompt_media(data, cfg)[0]
+
+
+def count_prompt_media(data: dict[str, Any], cfg: SimConfig) -> tuple[int, MediaCount | None]:
+    """Prompt tokens of the request's `messages` under the configured tokenizer, its media's
+    included (`sim/media.py`, with --media), and the media (400 if bad)."""
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "messages must be a non-empty list", param="messages")
+    media = None
     try:
-        return count_chat_tokens(messages, cfg.tokenizer)
-    except TokenizeError as exc:
+        if cfg.media:
+            messages, media = split_media(messages)
+        text = count_chat_tokens(messages, cfg.tokenizer)
+    except (TokenizeError, MediaError) as exc:
         raise RequestError(400, str(exc), param="messages") from exc
+    return text + (0 if media is None else media.image_tokens + media.audio_tokens), media
 
 
 def check_model(data: dict[str, Any], cfg: SimConfig) -> None:
@@ -129,7 +141,7 @@ def check_model(data: dict[str, Any], cfg: SimConfig) -> None:
 def parse_chat_request(data: dict[str, Any], cfg: SimConfig) -> ChatRequest:
     """Validate a chat completion body and count its prompt; raises `RequestError`."""
     check_model(data, cfg)
-    prompt_tokens = count_prompt(data, cfg)
+    prompt_tokens, media = count_prompt_media(data, cfg)
     max_tokens = _opt_int(data, "max_completion_tokens", 1)
     if max_tokens is None:
         max_tokens = _opt_int(data, "max_tokens", 1)
@@ -146,6 +158,7 @@ def parse_chat_request(data: dict[str, Any], cfg: SimConfig) -> ChatRequest:
         ignore_eos=_opt_bool(data, "ignore_eos", False),
         min_tokens=min_tokens,
         thinking=_opt_bool(template_kwargs, "enable_thinking", True),
+        media=media,
     )
     check_context(request, cfg)
     return request
@@ -205,4 +218,8 @@ def usage_of(request: ChatRequest, plan: OutputPlan) -> dict[str, Any]:
     }
     if request.cached_tokens is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": request.cached_tokens}
+    if request.media is not None:  # OpenAI's names for them
+        usage["prompt_tokens_details"] = {**usage.get("prompt_tokens_details", {}),
+                                          "image_tokens": request.media.image_tokens,
+                                          "audio_tokens": request.media.audio_tokens}
     return usage

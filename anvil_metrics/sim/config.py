@@ -45,6 +45,7 @@ class SimConfig:
     timer: str = "auto"
     tokenize_api: str = "vllm"
     prefix_cache: bool = False
+    media: bool = False  # image and audio parts counted (`sim/media.py`), not refused
     prefix_cache_block: int = 16
     prefix_cache_tokens: int = 4_000_000
     faults: tuple[FaultRule, ...] = ()

@@ -326,7 +326,7 @@ class Ledger:
         usage = stream._usage
         prompt = usage["prompt_tokens"]
         details = usage.get("prompt_tokens_details")
-        if details is not None:  # --prefix-cache: this prompt was looked up
+        if details is not None and "cached_tokens" in details:  # --prefix-cache: looked up
             self.prefix_queries += prompt
             self.prefix_hits += details["cached_tokens"]
             self._recent_cache.append((prompt, details["cached_tokens"]))
@@ -351,7 +351,7 @@ class Ledger:
             last = live.last_ns if live.last_ns is not None else time.monotonic_ns()
             self.on_answer(AnswerStamps(
                 stream._t0, live.first_ns, last, usage["prompt_tokens"],
-                None if details is None else details["cached_tokens"], live.completed))
+                None if details is None else details.get("cached_tokens"), live.completed))
 
     def first_token(self, stream: StreamView) -> None:
         """The chunk carrying generated token 0 is being written: TTFT (once per stream)."""

@@ -161,6 +161,10 @@ OPTIONS: tuple[SimOption, ...] = (
     SimOption("--prefix-cache", "reuse the leading blocks of earlier prompts (vLLM/SGLang "
               "prefix caching): prefill only the uncached tokens and report "
               "usage.prompt_tokens_details.cached_tokens", action="store_true"),
+    SimOption("--media", "a multimodal model: image_url and input_audio parts are counted "
+              "(ceil(w/28)*ceil(h/28)+2 tokens an image, one per 40 ms of audio: sim/media.py), "
+              "in usage.prompt_tokens and prompt_tokens_details, not refused",
+              action="store_true"),
     SimOption("--prefix-cache-block", "tokens per prefix-cache block (with --prefix-cache)",
               _int_at_least(1), 16),
     SimOption("--prefix-cache-tokens", "prefix-cache capacity in tokens, least recently used "

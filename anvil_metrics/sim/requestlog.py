@@ -20,7 +20,10 @@ parts); a `/v1/completions` body's `"prompt"` likewise, as [characters, crc32] (
 count, crc32] for token ids; null for a chat body). A `/v1/responses` or `/v1/embeddings` line also
 has `"input"` (each item's or text's digest) and `"previous_response_id"`; its `max_tokens` is
 `max_output_tokens`. A body that is not a JSON object is logged with `"messages": null`.
-Each line is written and flushed as the request arrives, before it is answered.
+Each line is written and flushed as the request arrives, before it is answered. Every line
+has `"body_bytes"` (the body's length as received); a chat body with image or audio parts
+has `"media"`: each image's [w, h, tokens], each clip's [ms, tokens] and their
+`image_tokens` and `audio_tokens` by `sim/media.py`'s rule (`{"error": ...}` if unreadable).
 
 Agent jobs: a line also names the replay's job, session and turn from the headers it sends
 on each request (`AGENT_HEADERS`): `"anvil_job"`, `"anvil_session"` (strings) and
@@ -53,6 +56,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from anvil_metrics.sim.ledger import AnswerStamps
+from anvil_metrics.sim.media import MediaError, split_media
 
 # the replay's headers on every request of an agent job, and the line's keys for them
 AGENT_HEADERS = (("x-anvil-job", "anvil_job"), ("x-anvil-session", "anvil_session"),
@@ -110,7 +114,15 @@ class RequestLog:
                 "messages": ([message_digest(m) for m in messages]
                              if isinstance(messages, list) else None),
                 "prompt": prompt_digest(data.get("prompt")),
-                "headers": dict(headers)}
+                "headers": dict(headers), "body_bytes": len(body)}
+        if isinstance(messages, list) and any(
+                isinstance(m, dict) and isinstance(m.get("content"), list) and any(
+                    isinstance(p, dict) and p.get("type") in ("image_url", "input_audio")
+                    for p in m["content"]) for m in messages):
+            try:
+                line["media"] = split_media(messages)[1].log()
+            except MediaError as e:
+                line["media"] = {"error": str(e)}
         for name, key in AGENT_HEADERS:
             value = headers.get(name)
             whole = value is not None and value.isascii() and value.isdigit()

@@ -43,7 +43,8 @@ def test_each_class_routes_to_its_source(tmp_path: Path) -> None:
     budget = 7  # the budget's planned size: a mix plans each class's own instead
     for k in range(60):
         klass, model = bodies.draw(k)
-        doc = orjson.loads(b"".join(bodies.build_parts(1992, k)))
+        raw = b"".join(bodies.build_parts(1992, k))
+        doc = orjson.loads(raw)
         seen.add(klass)
         if klass == 1:  # the dataset's entry k mod 2, as it is, with the class's fields
             assert doc["messages"] == ([{"role": "user", "content": "first question"}]
@@ -58,7 +59,8 @@ def test_each_class_routes_to_its_source(tmp_path: Path) -> None:
                 out, True, size)
         else:
             assert bodies.planned(k, budget) == 1992 and doc["max_tokens"] == 8
-        assert bodies.extra(k) == {"class_index": klass, "model_index": model}
+        assert bodies.extra(k) == {"class_index": klass, "model_index": model,
+                                   "request_bytes": len(raw)}  # the body just built
     assert seen == {0, 1, 2}
 
 
