@@ -264,6 +264,12 @@ class Extra(Struct, frozen=True, gc=False):
     replica: Annotated[Annotated[int, Meta(ge=0)] | None, described(
         "", "--host URL,URL: the replica the request was sent to, its position in the "
         "header's params.replicas")] = None
+    check_passed: Annotated[bool | None, described(
+        "", "a check class's request (`[[request_class]] check`): its answer passed the "
+        "suite's own judge")] = None
+    check_reason: Annotated[str | None, described(
+        "", "a check class's failed answer: the judge's reason (at most 160 characters)")
+    ] = None
 
 
 class Usage(Struct, frozen=True, gc=False):

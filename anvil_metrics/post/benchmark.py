@@ -191,11 +191,13 @@ def measured_order(raw: RawColumns) -> MeasuredOrder:
     return MeasuredOrder(order, offset, outside)
 
 
-def _issued_sizes(planned: Ints) -> dict[str, int]:
+def _issued_sizes(planned: Ints) -> dict[str, int] | None:
     """A run without a request budget: its `context_distribution` is what it issued, the
     measured requests (completed and failed) by planned size, in the order sizes first
-    appear."""
-    planned = planned[planned != NULL]
+    appear; None when some request planned none (a mix's dataset or check class), as a
+    budget's header has it (`live/session.py`)."""
+    if (planned == NULL).any():
+        return None
     sizes, first, counts = np.unique(planned, return_index=True, return_counts=True)
     by_first = np.argsort(first, kind="stable")
     return {str(sizes[i]): int(counts[i]) for i in by_first.tolist()}

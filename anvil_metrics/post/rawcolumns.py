@@ -70,6 +70,7 @@ RAW_COLUMNS = (
     "join_wait_ns",  # extra.join_wait_ns: the wait for its sub-agents' joins
     "prefill_gate_wait_ns",  # extra.prefill_gate_wait_ns: its wait at the prefill gate
     "replica",  # extra.replica: the replica it was sent to (--host URL,URL)
+    "check_passed",  # extra.check_passed: a check class's verdict, 1 passed / 0 failed
 )
 COL = {name: i for i, name in enumerate(RAW_COLUMNS)}
 NULL = -(2**63)
@@ -179,9 +180,9 @@ BLOCK_ROWS = 4096  # rows a block of `ColumnBuilder` holds
 
 def _extra_columns(x: Extra) -> tuple[int, ...]:
     """The row's last columns, from a record's `extra` (`RAW_COLUMNS` from start_delay_ns to
-    replica), NULL where it has none."""
+    check_passed), NULL where it has none."""
     (delay, chunk, waited, conversation, turn, history, klass, model, job, session, parent,
-     depth, tool_wait, join_wait, gate_wait, replica) = astuple(x)
+     depth, tool_wait, join_wait, gate_wait, replica, passed, _reason) = astuple(x)
     if conversation is UNSET:  # no conversation's turn (a turn alone is not read)
         conversation = history = NULL
         turn = NULL if job is None or turn is UNSET else turn  # an agent job's turn is
@@ -190,11 +191,11 @@ def _extra_columns(x: Extra) -> tuple[int, ...]:
     return (NULL if delay is None else delay, waited, NULL if chunk is None else chunk,
             conversation, turn, history, *(NULL if v is None else v for v in (
                 klass, model, job, session, parent, depth, tool_wait, join_wait, gate_wait,
-                replica)))
+                replica, passed)))
 
 
 _NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-             NULL, NULL, NULL)
+             NULL, NULL, NULL, NULL)
 
 
 class ColumnBuilder:

@@ -111,6 +111,7 @@ class StreamObserver:
         "due_ns",
         "waited_for_user",
         "text",
+        "thought",
         "extra",
         "response_id",
         "max_tokens",
@@ -128,6 +129,7 @@ class StreamObserver:
         on_first_output: Callable[[StreamObserver, int], None] | None = None,
         on_first_content: Callable[[StreamObserver, int], None] | None = None,
         keep_text: bool = False,
+        keep_reasoning: bool = False,
         extra: Mapping[str, int | None] | None = None,
         max_tokens: int | None = None,
     ) -> None:
@@ -161,6 +163,9 @@ class StreamObserver:
         # `keep_text`: the content deltas as received (a conversation's next turn sends
         # the answer back as history); None otherwise, and nothing is kept
         self.text: list[str] | None = [] if keep_text else None
+        # `keep_reasoning`: the reasoning deltas as received (a check class's answer is
+        # judged on both); None otherwise
+        self.thought: list[str] | None = [] if keep_reasoning else None
         # what the record carries in `extra` besides the stream's own: a conversation's
         # turn (conversation, turn, turns, history_tokens), a mix's class_index and
         # model_index; None: nothing
@@ -262,6 +267,8 @@ class StreamObserver:
                     return True
                 if content and self.text is not None:
                     self.text.append(content)
+                if reasoning and self.thought is not None:
+                    self.thought.append(reasoning)
             if self.truth is not None:
                 self.truth.chunk(chunk, bool(reasoning or content), bool(content))
         elif self.truth is not None:
