@@ -292,8 +292,7 @@ class ChatStreamUser(User):
                 slot.release()
             try:
                 if judge is not None and obs.failure is None and obs.text is not None:
-                    obs.extra = {**(obs.extra or {}), **judge(
-                        "".join(obs.text), "".join(obs.thought or ()))}
+                    obs.judged(judge("".join(obs.text), "".join(obs.thought or ())))
                 self._report(obs, nbytes)
             finally:
                 run.in_flight.discard(obs)

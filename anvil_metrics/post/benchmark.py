@@ -100,7 +100,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, JsonValue] | None = Non
     load = params.get("load")
     if isinstance(load, dict) and load.get("mode") != "budget" and (
             doc["context_distribution"] is None) and not (
-            params.get("conversation") or params.get("dataset")):
+            params.get("conversation") or params.get("dataset") or _unplanned_class(params)):
         doc["context_distribution"] = _issued_sizes(col["planned_context_tokens"][order])
     users = [s["users"] for s in raw.steps if s.get("users") is not None]
     if users and isinstance(doc["concurrency"], int):  # the most streams the load held
@@ -191,13 +191,20 @@ def measured_order(raw: RawColumns) -> MeasuredOrder:
     return MeasuredOrder(order, offset, outside)
 
 
-def _issued_sizes(planned: Ints) -> dict[str, int] | None:
+def _unplanned_class(params: Mapping[str, object]) -> bool:
+    """A mix has a class whose requests plan no size (a dataset's, a check's): no
+    distribution, as a budget's header has none (`live/session.py`)."""
+    mix = params.get("mix")
+    classes = mix.get("request_class") if isinstance(mix, dict) else None
+    return any(isinstance(c, dict) and (c.get("dataset") or c.get("check"))
+               for c in classes or ())
+
+
+def _issued_sizes(planned: Ints) -> dict[str, int]:
     """A run without a request budget: its `context_distribution` is what it issued, the
     measured requests (completed and failed) by planned size, in the order sizes first
-    appear; None when some request planned none (a mix's dataset or check class), as a
-    budget's header has it (`live/session.py`)."""
-    if (planned == NULL).any():
-        return None
+    appear."""
+    planned = planned[planned != NULL]
     sizes, first, counts = np.unique(planned, return_index=True, return_counts=True)
     by_first = np.argsort(first, kind="stable")
     return {str(sizes[i]): int(counts[i]) for i in by_first.tolist()}

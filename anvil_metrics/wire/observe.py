@@ -202,6 +202,11 @@ class StreamObserver:
 
         self.on_first_output = first_output
 
+    def judged(self, verdict: Mapping[str, Any]) -> None:
+        """A check class's answer was judged (`load/mixbodies.py`): its verdict joins the
+        record's `extra`."""
+        self.extra = {**(self.extra or {}), **verdict}
+
     def on_head(self, http_status: int, truth: SendStamps | None = None) -> None:
         """The response head arrived: its HTTP status, and the simulator's send stamps
         when it sends them (`truth.from_headers`)."""
