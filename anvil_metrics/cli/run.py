@@ -99,7 +99,7 @@ def add_prompts(sub: Commands) -> None:
 _CAPACITY_OPTIONS = tuple(option(dest) for dest in (
     "model", "max_tokens", "warmup_requests", "api_key", "goodput", "processes", "results_dir",
     "stuck_after", "progress_every", "quiet", "reset_prefix_cache", "server_profile",
-    "hook_optional"))
+    "hook_optional", "balance"))
 
 
 def add_capacity(sub: Commands) -> None:
@@ -107,7 +107,8 @@ def add_capacity(sub: Commands) -> None:
     c = sub.add_parser("capacity", help="find the largest load that meets every SLO "
                        "(one run per step: double, then bisect)")
     c.add_argument("scenario", help="scenario TOML file, e.g. scenarios/smoke.toml")
-    c.add_argument("--host", "-H", required=True, help="endpoint, e.g. http://127.0.0.1:8000")
+    c.add_argument("--host", "-H", required=True, help="endpoint, e.g. http://127.0.0.1:8000; "
+                   "replicas: URL,URL (--balance)")
     c.add_argument("--slo", required=True, type=argtype(_slos, "--slo"),
                    help='e.g. "ttft_p95_ms<=2000,e2e_p99_ms<=30000" (metrics keys, any '
                    "percentile of a request field, error_rate)")

@@ -32,6 +32,7 @@ from anvil_metrics.cluster.wire import (
 )
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.balance import Balancer
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.duetimer import DueTimer
 from anvil_metrics.live.loadwindow import LoadWindow
@@ -268,6 +269,7 @@ class WorkerSession:
                                 on_report=self._report_stuck)
         self._stuck_sent: StuckReport | None = None
         self.prefill_gate = gate_of(sc.prefill_concurrency)  # each worker gates its own
+        self.balancer = Balancer(len(self.replicas), sc.balance)  # and balances its own
 
     def _job_end(self, job: int, answered: int, completed: bool, **_: Any) -> None:
         if not self.finished:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from locust.env import Environment
 
+    from anvil_metrics.live.balance import Balancer
     from anvil_metrics.live.control import Ticket
     from anvil_metrics.live.prefillgate import PrefillGate
     from anvil_metrics.load.body import ConversationBodies, RequestBodies
@@ -62,8 +63,8 @@ class RunContext(Protocol):
     """What a `ChatStreamUser` borrows from the run in progress (read-only).
 
     - `endpoint`, `api_key`: where to send and with which key (None: no key);
-    - `replicas`: every replica of `--host URL,URL` (one: `endpoint` alone); request index
-      i goes to replica i % their count;
+    - `replicas`: every replica of `--host URL,URL` (one: `endpoint` alone);
+    - `balancer`: which replica each request goes to, this process's (`balance.py`);
     - `scenario`: its `timeouts` configure the user's HTTP client;
     - `budget`: which request to send next, and when (see `TicketSource`);
     - `bodies`: the prebuilt request body for a ticket's planned size and index, and what
@@ -84,6 +85,9 @@ class RunContext(Protocol):
 
     @property
     def replicas(self) -> tuple[Endpoint, ...]: ...
+
+    @property
+    def balancer(self) -> Balancer: ...
 
     @property
     def api_key(self) -> str | None: ...

@@ -27,6 +27,7 @@ from anvil_metrics.events import anvil_events
 from anvil_metrics.headers import shown
 from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.agentrun import next_wait_due_ns
+from anvil_metrics.live.balance import Balancer
 from anvil_metrics.live.control import RequestBudget
 from anvil_metrics.live.figures import LiveStats
 from anvil_metrics.live.hooks import RunHooks, server_running
@@ -82,23 +83,19 @@ class RunSession:
         self.scenario = opts.scenario
         self.endpoint, self.replicas = endpoint, parse_replicas(opts.host)  # the first, all
         self.api_key = opts.api_key
-        self.model = model
-        self.calibration = calibration
-        self.run_id = run_id
-        self.run_dir = run_dir
-        self.writer = writer
-        self.bodies = bodies
-        self.conversations = conversations
-        self.prompts = prompts
+        self.model, self.calibration = model, calibration
+        self.run_id, self.run_dir = run_id, run_dir
+        self.writer, self.bodies = writer, bodies
+        self.conversations, self.prompts = conversations, prompts
         self.sizes = opts.scenario.planned_sizes()
-        self.budget = budget
-        self.header = header
+        self.budget, self.header = budget, header
         self.worker = worker_identity()
         self.send_stats = SendStats()  # this run's users' writes (`end_load` reads them)
         # its users' requests in flight, watched for stuck ones (on a master: its workers')
         self.in_flight: set[StreamObserver] = set()
         self.stuck = StuckWatch(opts.scenario.timeouts.stuck_after_s, self.in_flight)
         self.prefill_gate = gate_of(opts.scenario.prefill_concurrency)  # this process's
+        self.balancer = Balancer(len(self.replicas), opts.scenario.balance)  # likewise
         self.finished = False
         # why the run ended (`records.ENDED_BY`) and, for a signal or an abort, one line
         # saying what happened; the first to end the run names it (`mark_end`)
@@ -114,8 +111,9 @@ class RunSession:
         # unit of --abort-after-failures is a user (closed loop) or an arrival (open loop)
         sc = opts.scenario
         pace = 1 if sc.arrivals is not None else max(sc.step_users or (opts.users,))
-        self.watch = FailureWatch(opts.abort, pace, endpoint.root_url, self._abort,
-                                  began_ns=lambda: self.began_ns)
+        self.watch = FailureWatch(opts.abort, pace, [e.root_url for e in self.replicas],
+                                  self._abort, began_ns=lambda: self.began_ns,
+                                  on_dead=self.balancer.mark_dead)  # each replica's own
         # the running figures only where a web UI shows them (`RunOptions.live_figures`);
         # `finish` gives the table the file's exact figures either way
         sinks: list[RecordSink] = [writer, self.live, self.watch] if opts.live_figures else [
@@ -332,7 +330,8 @@ class RunSession:
             own = self.client_health()
             end: dict[str, Any] = {"ended_by": self.ended_by or "stopped",
                                    "end_reason": self.end_reason,
-                                   "client": own if client is None else client}
+                                   "client": own if client is None else client,
+                                   **self.watch.replicas_end()}
             if end["client"].get("saturated"):
                 log.warning("anvil: the load generator was saturated (%s): its own delays may "
                             "be in the figures; use more worker processes or fewer users",
@@ -459,6 +458,7 @@ def _header_params(opts: RunOptions, endpoint: Endpoint, identity: Discovery,
         "base_url": endpoint.base_url,
         # --host URL,URL: every replica's URL (no credentials), by row `replica`; else null
         "replicas": [e.base_url for e in parse_replicas(opts.host)] if "," in opts.host else None,
+        "balance": sc.balance if "," in opts.host else None,  # and how they were spread
         "serve_flags": sc.serve_flags(),
         "run_nonce": nonce,
         "prompt_calibration": {"method": ready.prompts.calibration.method},

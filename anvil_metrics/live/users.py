@@ -151,7 +151,7 @@ class ChatStreamUser(User):
         # fan-out opening several at once took ~0.3 ms of the loop each, and the first
         # wave's ~60 made waits due then ~20 ms late
         self._spares: list[ChatClient] = []
-        # --host URL,URL: one connection per replica, request i on replica i % their count
+        # --host URL,URL: one connection per replica, each request on the balancer's pick
         self._replica_clients: list[ChatClient] = []
         if run is None:  # the run failed to start (logged); the plugin is ending it
             return
@@ -221,11 +221,8 @@ class ChatStreamUser(User):
         judge = None if talk is not None else run.bodies.judge(ticket.request_index)
         cancel = run.scenario.cancel  # a planned cancellation (`load/cancel.py`)
         extra = talk.extra() if talk is not None else run.bodies.extra(ticket.request_index)
-        client = self.client
-        if self._replica_clients:  # round-robin by request index, recorded in the row
-            replica = ticket.request_index % len(self._replica_clients)
-            client = self._replica_clients[replica]
-            extra = {**(extra or {}), "replica": replica}
+        # --host URL,URL: the balancer picks a replica just before the send (None here)
+        client = None if self._replica_clients else self.client
 
         def done(obs: StreamObserver) -> None:
             if talk is not None:
@@ -235,35 +232,35 @@ class ChatStreamUser(User):
 
         self._stream(
             run, client, ticket, due_ns, body, headers, done,
-            planned=self._planned(run, ticket, talk), judge=judge,
-            keep_text=talk is not None or judge is not None,
+            planned=self._planned(run, ticket, talk), keep_text=talk is not None,
             # a conversation's turn, else what the bodies say (a mix's class and model)
-            extra=extra,
+            extra=extra, judge=judge,
             # the cap its body sends: a stream past it is an `overrun` (`wire.observe`)
             max_tokens=(talk.output_cap if talk is not None
                         else run.bodies.output_cap(ticket.request_index)),
             cancel_after=(cancel.after if cancel is not None and not ticket.warmup
                           and cancel.cancels(ticket.request_index) else None))
 
-    def _stream(self, run: RunContext, client: ChatClient, ticket: Ticket, due_ns: int,
+    def _stream(self, run: RunContext, client: ChatClient | None, ticket: Ticket, due_ns: int,
                 body: tuple[bytes, ...] | bytes, headers: bytes,
                 done: Callable[[StreamObserver], None], *, planned: int | None,
                 keep_text: bool, extra: dict[str, Any] | None, max_tokens: int | None,
                 cancel_after: Any = None, judge: Judge | None = None) -> StreamObserver:
-        """Send one request on `client`, observe it, record it, and call `done` with its
-        observer (whatever happened: its ticket goes back there); `judge` (a check class's):
-        its answer judged once its stamps are taken, the verdict into its record's `extra`."""
+        """Send one request on `client` (None: the replica `run.balancer` picks after the
+        prefill gate, in the record's `extra.replica`), observe it, record it, and call
+        `done` with its observer (whatever happened: its ticket goes back there)."""
         now = time.perf_counter_ns()
         obs = self._observer(
             ticket.request_index, now, warmup=ticket.warmup, planned_context_tokens=planned,
             worker=run.worker, on_first_output=_fire_first_output,
             on_first_content=_fire_first_content, keep_text=keep_text, extra=extra,
-            max_tokens=max_tokens, keep_reasoning=judge is not None)
+            max_tokens=max_tokens, judge=judge)
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)
         nbytes = 0
         slot = None  # its place in the prefill gate, if the run has one (`prefillgate`)
+        replica = None  # the replica it went to, in flight there until it ends
         # Whatever happens, the request is recorded once and its ticket returned: a run
         # stopped mid-stream records it as `cancelled`, an unforeseen error as
         # `client_error` (with its traceback in the log), a stream already finished keeps
@@ -271,6 +268,10 @@ class ChatStreamUser(User):
         try:
             if run.prefill_gate is not None:  # waits here, before the send's own stamp
                 slot = run.prefill_gate.admit(obs)
+            if client is None:
+                replica = run.balancer.pick(ticket.request_index)
+                client = self._replica_clients[replica]
+                obs.sent_to(replica)
             run.in_flight.add(obs)  # watched for a stuck wait (`stuck.py`) until recorded
             nbytes = client.stream_chat(body, obs, headers, cancel_after)
             # Yield once before the bookkeeping: streams of one server batch end together,
@@ -290,9 +291,9 @@ class ChatStreamUser(User):
         finally:
             if slot is not None:  # freed at its first token, else here: never leaked
                 slot.release()
+            if replica is not None:
+                run.balancer.done(replica)
             try:
-                if judge is not None and obs.failure is None and obs.text is not None:
-                    obs.judged(judge("".join(obs.text), "".join(obs.thought or ())))
                 self._report(obs, nbytes)
             finally:
                 run.in_flight.discard(obs)

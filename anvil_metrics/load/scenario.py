@@ -12,6 +12,7 @@ gave it), the value and what is allowed.
     concurrency = 2                       # Locust users (-u); --users overrides
     prefill_concurrency = 2               # at most 2 requests between send and first
                                           # token, per process; --prefill-concurrency
+    balance = "least-in-flight"           # over replicas (-H URL,URL); or "round-robin"
     requests = 8                          # measured requests; --requests overrides
                                           # (default: the distribution's total if one is
                                           # given and no duration; else no budget)
@@ -111,6 +112,7 @@ class Scenario:
     concurrency: int = default("concurrency")
     # at most this many requests between send and first token (per process); None: no gate
     prefill_concurrency: int | None = None
+    balance: str = default("balance")  # over replicas (--host URL,URL): `live/balance.py`
     requests: int | None = None  # the request budget; None: none (a duration, or until stopped)
     warmup_requests: int = default("warmup_requests")
     max_tokens: int = default("max_tokens")

@@ -57,6 +57,8 @@ ENDPOINT_PATHS = {"chat": "/chat/completions", "completions": "/completions",
 ENDPOINTS = tuple(ENDPOINT_PATHS)
 STREAMED_ENDPOINTS = ("chat", "completions", "responses")
 TEXT_ENDPOINTS = ("completions", "embeddings")
+# how a run over several replicas (--host URL,URL) spreads its requests (`live/balance.py`)
+BALANCES = ("round-robin", "least-in-flight")
 
 META_KEYS = ("model", "engine", "gpu", "tier", "manifest", "source_recipe")
 # the chat header and the group's head line alone are ~10-20 tokens: a shared prefix
@@ -138,6 +140,7 @@ _ROWS: tuple[Field, ...] = (
     _own("warmup_requests", whole(0), 0),
     _own("concurrency", whole(1), 1),
     _own("prefill_concurrency", whole(1)),
+    _own("balance", choice(*BALANCES), BALANCES[0]),
     _own("serve_flags.reasoning_effort", choice(*REASONING_EFFORTS)),
     _own("serve_flags.thinking_mode", choice(*THINKING_MODES), "default"),
     Field("serve_flags.no_thinking", BOOL, False),
@@ -268,6 +271,10 @@ FLAGS: tuple[Flag, ...] = (
          "between send and first token at once, per load process (a request waits at this "
          "gate before it is sent; its wait is the row's prefill_gate_wait_ms, not in TTFT); "
          "default: no gate"),
+    Flag("--balance", "balance", "with replicas (--host URL,URL): round-robin (default: "
+         "request i to replica i mod their count) or least-in-flight (to the replica with "
+         "the fewest of this load process's requests in flight; one counted dead is "
+         "skipped); ignored with one host"),
     Flag("--rate", "rate", "open loop: offer this many requests (with a [conversation]: "
          "conversation starts) per second on one seeded schedule (users are the pool that "
          "sends them; -u caps requests in flight); default: closed loop, -u streams back "

@@ -111,7 +111,7 @@ def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
 def _check_files(doc: dict[str, Any], rows: RowColumns | None, p: Path, problems: list[str],
                  notes: list[str] | None) -> None:
     check_server_file(doc, rows, p.with_name(SAMPLES_FILE), problems)
-    check_role_files(doc, p.parent, problems)
+    check_role_files(doc, rows, p.parent, problems)
     check_energy_file(doc, rows, p.with_name(ENERGY_FILE), problems, notes)
     check_probe_file(doc, p.with_name(PROBE_FILE), problems, notes)
 

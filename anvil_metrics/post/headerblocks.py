@@ -80,4 +80,4 @@ def build_server_block(inputs: BuildInputs) -> JsonValue | _Absent:
     path = inputs.raw.path
     block = build_server(server, inputs.doc["engine"],
                          Path(path).with_name(SAMPLES_FILE) if path else None, inputs.rows)
-    return with_roles(block, server, Path(path).parent if path else None)
+    return with_roles(block, server, Path(path).parent if path else None, inputs.rows)

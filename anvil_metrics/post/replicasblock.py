@@ -7,15 +7,21 @@ percentiles. Each replica gets its own counts and latencies, and the run one bal
     "replicas": {
       "endpoints": [{"url": "http://a:8000/v1", "requests": 50, "completed": 50,
                      "failed": 0, "ttft_p50_ms": …, "ttft_p95_ms": …, "e2e_p50_ms": …,
-                     "e2e_p95_ms": …}, …],        # in params.replicas' order
+                     "e2e_p95_ms": …, "stopped_answering_at_s": null}, …],
+                                                  # in params.replicas' order
+      "policy": "round-robin",                    # --balance (params.balance)
       "balance": 1.0                              # max requests / min requests
     }
 
 Definitions: a replica's `completed` are the rows whose `replica` is its position, `failed`
 the `failures[]` entries whose `replica` is, `requests` their sum; percentiles are
 nearest-rank over its rows (`blockkit.latencies`); `balance` is the most requests any
-replica had over the fewest (1: even), null when one had none. `anvil verify` recomputes
-the whole block from the rows, the failures and the header's URLs it lists.
+replica had over the fewest (1: even), null when one had none. `stopped_answering_at_s` is
+when the abort rule counted the replica dead (`live/abort.py`: seconds since the load
+began, on the load process's clock; null: never), from the raw `run_end` line. `anvil
+verify` recomputes the block from the rows, the failures and the header's URLs it lists,
+all but `stopped_answering_at_s` (a live reading: verify holds it to a replica with
+failures) and `policy` (held to `--balance`'s values).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from msgspec import Struct
 
 from anvil_metrics.fieldtypes import Count, described
 from anvil_metrics.jsonio import JsonObject, JsonValue
+from anvil_metrics.load.scenariofields import BALANCES
 from anvil_metrics.post.blockkit import ABSENT, BuildInputs, GroupLatencies, _Absent, latencies, num
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import differing, set_without_block
@@ -39,30 +46,39 @@ class Replica(GroupLatencies, forbid_unknown_fields=True):
     requests: Annotated[Count, described("", "completed + failed")]
     completed: Annotated[Count, described("", "its rows (replica = its position)")]
     failed: Annotated[Count, described("", "its failures[] entries")]
+    stopped_answering_at_s: Annotated[float | None, described(
+        "s", "when the abort rule counted it dead (stopped answering, or failing), since "
+             "the load began; null: never")] = None
 
 
-class Replicas(Struct, forbid_unknown_fields=True):
+class Replicas(Struct, forbid_unknown_fields=True, kw_only=True):
     """A run over several replicas (module docstring)."""
 
     endpoints: Annotated[list[Replica], described(
         "", "one entry per replica, in the order -H named them (params.replicas)")]
+    policy: Annotated[str | None, described(
+        "", "how requests were spread (--balance): round-robin or least-in-flight; null: "
+            "not recorded")] = None
     balance: Annotated[float | None, described(
         "", "the most requests any replica had / the fewest (1: even); null when one had "
             "none")]
 
 
-def build_replicas(urls: list[JsonValue], rows: RowColumns,
-                   failures: list[JsonValue]) -> JsonObject:
-    """The block (module docstring) of a run over the replicas `urls`."""
+def build_replicas(urls: list[JsonValue], rows: RowColumns, failures: list[JsonValue],
+                   policy: JsonValue = None, stopped: JsonValue = None) -> JsonObject:
+    """The block (module docstring) of a run over the replicas `urls`; `stopped`: the
+    run_end line's `replicas_stopped_at_s` (None: none)."""
+    at = stopped if isinstance(stopped, list) and len(stopped) == len(urls) else [None] * len(
+        urls)
     present, index = rows.present["replica"], rows.counts["replica"]
     out = []
     for i, url in enumerate(urls):
         mine = rows.select(present & (index == i))
         failed = sum(1 for f in failures if isinstance(f, dict) and f.get("replica") == i)
         out.append({"url": url, "requests": len(mine) + failed, "completed": len(mine),
-                    "failed": failed, **latencies(mine)})
+                    "failed": failed, **latencies(mine), "stopped_answering_at_s": at[i]})
     counts = [e["requests"] for e in out]
-    return {"endpoints": out,
+    return {"endpoints": out, "policy": policy,
             "balance": max(counts) / min(counts) if counts and min(counts) > 0 else None}
 
 
@@ -76,7 +92,8 @@ def build(inputs: BuildInputs) -> JsonValue | _Absent:
     urls = inputs.params.get("replicas")
     if not isinstance(urls, list):
         return ABSENT
-    return build_replicas(urls, inputs.rows, _failures(inputs.doc))
+    return build_replicas(urls, inputs.rows, _failures(inputs.doc), inputs.params.get("balance"),
+                          (inputs.raw.run_end or {}).get("replicas_stopped_at_s"))
 
 
 def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
@@ -98,8 +115,14 @@ def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list
         return
     want = build_replicas(urls, rows, _failures(doc))
     problems += differing("replicas", block, want, ("balance",))
+    if block.get("policy") not in (None, *BALANCES):
+        problems.append(f"replicas.policy: {block.get('policy')!r} is not one of {BALANCES}")
     for i, (g, w) in enumerate(zip(block["endpoints"], want["endpoints"], strict=True)):
-        problems += differing(f"replicas.endpoints[{i}]", g, w, w)
+        problems += differing(f"replicas.endpoints[{i}]", g, w,
+                              [k for k in w if k != "stopped_answering_at_s"])
+        if g.get("stopped_answering_at_s") is not None and not g["failed"]:
+            problems.append(f"replicas.endpoints[{i}].stopped_answering_at_s: "
+                            f"{g['stopped_answering_at_s']} on a replica with no failure")
 
 
 def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
@@ -114,5 +137,8 @@ def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
                      f"{e.get('failed'):>8}{num(e.get('ttft_p50_ms'), ',.1f'):>11}"
                      f"{num(e.get('ttft_p95_ms'), ',.1f'):>11}"
                      f"{num(e.get('e2e_p50_ms'), ',.1f'):>11}")
-    lines.append(f"balance (max/min requests): {num(b.get('balance'), '.3f')}")
+    lines.append(f"balance (max/min requests): {num(b.get('balance'), '.3f')}"
+                 f" ({b.get('policy') or 'round-robin'})")
+    lines += [f"{e.get('url')} stopped answering at {e['stopped_answering_at_s']:.1f} s"
+              for e in b.get("endpoints") or [] if e.get("stopped_answering_at_s") is not None]
     return lines

@@ -16,6 +16,8 @@ TIMER_KINDS = ("auto", "timerfd", "asyncio")
 TOKENIZE_APIS = ("vllm", "llamacpp", "sglang", "none")  # see `tokenapi` for their shapes
 METRICS_FORMATS = ("vllm", "sglang")  # /metrics names and identity endpoints (`metrics.py`)
 KV_CAPACITY_CONTEXTS = 16  # default --kv-capacity-tokens: this many full contexts
+PD_ROLES = ("prefill", "decode")  # --pd-role: a disaggregated server's side (`ledger.py`)
+KV_TRANSFER_BYTES_PER_S = 10_000_000_000  # --pd-role: a KV transfer's time = bytes / this
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,8 @@ class SimConfig:
     spec_k: int = 0  # draft tokens per speculative step (`specdecode.py`); 0: off
     spec_accept: float = 0.7  # probability a draft token is accepted
     kv_capacity_tokens: int | None = None  # KV-cache size (`ledger.py`); None: the default
+    pd_role: str | None = None  # P/D side: one KV transfer per request (`ledger.py`); None: off
+    kv_bytes_per_token: int = 65536  # with pd_role: a transfer's bytes per prompt token
     script: bool = False  # answer anvil check's questions from the script (`script.py`)
     script_faults: tuple[str, ...] = ()  # "suite:kind": answer that way wrong (`script.py`)
     script_fault_above: int | None = None  # the faults only while more streams run (None: always)

@@ -40,6 +40,15 @@ moment its body was received; ``anvil-t0-ns`` with ``--stamp-send``, which an in
   ``spec_accept_rate`` = Σ accepted / Σ draft tokens over the last `RECENT_REQUESTS`
   completed requests that drafted. With no such request yet the gauge has no value.
 
+- **Time per output token** (vLLM's per-request histogram, SGLang's likewise) = the write
+  of the first generated token to just before the last chunk's, over the tokens after the
+  first; observed then, for a stream of two or more tokens (`ending`: the plain stream's
+  path; a ``--burst`` or ``--fault`` stream observes none).
+- **KV transfers** (``--pd-role``, either side: each counts the transfers it takes part in)
+  = one per completed streaming chat request, of ``prompt tokens x --kv-bytes-per-token``
+  bytes, taking ``bytes / config.KV_TRANSFER_BYTES_PER_S`` seconds; none fails. Observed at
+  completion, with its tokens. Without ``--pd-role`` there are none and no such series.
+
 A scrape taken between two requests therefore agrees with the requests' own usage; one taken
 mid-stream sees that stream's queue time and TTFT but not yet its tokens or drafts (vLLM
 counts those step by step; here one source, the request's usage, defines them).
@@ -63,6 +72,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from anvil_metrics.sim.config import KV_TRANSFER_BYTES_PER_S
 from anvil_metrics.sim.specdecode import SpecCounts, spec_counts
 
 RECENT_REQUESTS = 32  # SGLang-style gauges: over this many recent requests
@@ -70,6 +80,11 @@ RECENT_REQUESTS = 32  # SGLang-style gauges: over this many recent requests
 # Bucket bounds (upper, inclusive), vLLM's own for these quantities.
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                   2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+                  2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+# vLLM's NIXL connector's bounds (telemetry/engines.py cites its source): seconds, bytes
+XFER_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+XFER_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))
 LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                      50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 
@@ -167,6 +182,9 @@ class Snapshot:
     aborted_prefill: int = 0
     aborted_decode: int = 0
     finished: tuple[tuple[str, int], ...] = ()
+    tpot: HistogramState | None = None
+    kv_xfer_time: HistogramState | None = None  # None: not a P/D role (--pd-role)
+    kv_xfer_bytes: HistogramState | None = None
 
     @property
     def kv_cache_usage(self) -> float:
@@ -228,7 +246,18 @@ class Snapshot:
             "spec_accept_rate": self.spec_accept_rate if on else None,
             "aborted_prefill": self.aborted_prefill,
             "aborted_decode": self.aborted_decode,
+            "tpot_s_sum": self.tpot.total if self.tpot else None,
+            "tpot_s_count": self.tpot.count if self.tpot else None,
+            **self.kv_truth(),
         }
+
+    def kv_truth(self) -> dict[str, Any]:
+        """The KV-transfer counts (null when not a P/D role)."""
+        time, size = self.kv_xfer_time, self.kv_xfer_bytes
+        return {"kv_transfers": time.count if time else None,
+                "kv_transfer_s_sum": time.total if time else None,
+                "kv_transfer_bytes": int(size.total) if size else None,
+                "kv_failed_transfers": 0 if time else None}
 
 
 @dataclass(slots=True)
@@ -275,6 +304,9 @@ class Ledger:
         self.queue_time = Histogram(LATENCY_BUCKETS_S)
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.e2e = Histogram(LATENCY_BUCKETS_S)
+        self.tpot = Histogram(TPOT_BUCKETS_S)
+        self.kv_xfer_time = Histogram(XFER_BUCKETS_S)
+        self.kv_xfer_bytes = Histogram(XFER_BYTES_BUCKETS)
         self.aborted = {"prefill": 0, "decode": 0}
         self.finished: dict[str, int] = {}
         self.on_answer: Callable[[AnswerStamps], None] | None = None  # --log-answers
@@ -335,8 +367,12 @@ class Ledger:
         live = self._live.get(stream)
         if live is not None:
             live.completed = True
+            now = time.monotonic_ns()
             if self.on_answer is not None:
-                live.last_ns = time.monotonic_ns()
+                live.last_ns = now
+            generated = stream._usage["completion_tokens"]
+            if live.first_ns is not None and generated > 1:
+                self.tpot.observe((now - live.first_ns) / 1e9 / (generated - 1))
 
     def completed(self, stream: StreamView) -> None:
         """The last chunk was written: e2e, tokens, drafts."""
@@ -345,6 +381,10 @@ class Ledger:
         generated = usage["completion_tokens"]
         self.answered(stream._t0, usage["prompt_tokens"], generated, stream._plan.finish_reason)
         cfg = stream._cfg
+        if cfg.pd_role is not None:
+            size = usage["prompt_tokens"] * cfg.kv_bytes_per_token
+            self.kv_xfer_bytes.observe(float(size))
+            self.kv_xfer_time.observe(size / KV_TRANSFER_BYTES_PER_S)
         if cfg.spec_k:
             counts = spec_counts(generated, cfg.spec_k, cfg.spec_accept)
             self.spec += counts
@@ -364,7 +404,7 @@ class Ledger:
     # -- reading ----------------------------------------------------------------------------
 
     def snapshot(self, *, waiting: int, waiting_max: int, kv_capacity_tokens: int,
-                 spec_k: int) -> Snapshot:
+                 spec_k: int, pd_role: str | None = None) -> Snapshot:
         """The figures now; `waiting` and `waiting_max` come from the admission queue."""
         kv = sum(live.prompt_tokens + stream._next for stream, live in self._live.items())
         zero = SpecCounts(accepted_per_pos=(0,) * spec_k)  # every position, drafted or not
@@ -396,6 +436,9 @@ class Ledger:
             aborted_prefill=self.aborted["prefill"],
             aborted_decode=self.aborted["decode"],
             finished=tuple(sorted(self.finished.items())),
+            tpot=self.tpot.state(),
+            kv_xfer_time=self.kv_xfer_time.state() if pd_role else None,
+            kv_xfer_bytes=self.kv_xfer_bytes.state() if pd_role else None,
         )
 
 

@@ -24,13 +24,16 @@ What is emitted, by ``--metrics-format``:
   ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0".."K-1"}``; histograms
   ``vllm:time_to_first_token_seconds``, ``vllm:e2e_request_latency_seconds``,
   ``vllm:request_queue_time_seconds``, ``vllm:request_prompt_tokens``,
-  ``vllm:request_generation_tokens``.
+  ``vllm:request_generation_tokens``, ``vllm:request_time_per_output_token_seconds``; with
+  ``--pd-role``, vLLM's NIXL connector's ``vllm:nixl_xfer_time_seconds`` and
+  ``vllm:nixl_bytes_transferred`` (histograms) and ``vllm:nixl_num_failed_transfers_total``
+  (always 0). SGLang's disaggregation gauges are not simulated.
 - sglang: gauges ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
   ``sglang:token_usage``, ``sglang:cache_hit_rate`` and, with ``--spec-k`` > 0,
   ``sglang:spec_accept_length``, ``sglang:spec_accept_rate`` (over recent requests, see
   `ledger.py`); counters ``sglang:prompt_tokens_total``, ``sglang:generation_tokens_total``;
   histograms ``sglang:time_to_first_token_seconds``, ``sglang:e2e_request_latency_seconds``,
-  ``sglang:queue_time_seconds``.
+  ``sglang:queue_time_seconds``, ``sglang:time_per_output_token_seconds``.
 """
 
 from __future__ import annotations
@@ -104,7 +107,19 @@ def vllm_families(snap: Snapshot) -> list[Family]:
                "Prompt tokens per finished request.", snap.prompt_hist),
         Family("vllm:request_generation_tokens", "histogram",
                "Generated tokens per finished request.", snap.generation_hist),
+        Family("vllm:request_time_per_output_token_seconds", "histogram",
+               "Per request: first token to last chunk over tokens after the first.",
+               snap.tpot),
     ]  # fmt: skip
+    if snap.kv_xfer_time is not None:  # --pd-role: vLLM's NIXL connector's series
+        fams += [
+            Family("vllm:nixl_xfer_time_seconds", "histogram",
+                   "Duration of each KV transfer, seconds.", snap.kv_xfer_time),
+            Family("vllm:nixl_bytes_transferred", "histogram",
+                   "Bytes of each KV transfer.", snap.kv_xfer_bytes),
+            Family("vllm:nixl_num_failed_transfers_total", "counter",
+                   "Failed KV transfers.", 0),
+        ]  # fmt: skip
     return fams
 
 
@@ -136,6 +151,9 @@ def sglang_families(snap: Snapshot) -> list[Family]:
                "Arrival to the last chunk, seconds.", snap.e2e),
         Family("sglang:queue_time_seconds", "histogram",
                "Arrival to admission, seconds.", snap.queue_time),
+        Family("sglang:time_per_output_token_seconds", "histogram",
+               "Per request: first token to last chunk over tokens after the first.",
+               snap.tpot),
     ]  # fmt: skip
     return fams
 

@@ -18,6 +18,7 @@ from typing import Any
 from anvil_metrics.sim import script
 from anvil_metrics.sim.config import (
     METRICS_FORMATS,
+    PD_ROLES,
     REASONING_FIELDS,
     ROLE_CHUNK_MODES,
     TIMER_KINDS,
@@ -189,6 +190,12 @@ OPTIONS: tuple[SimOption, ...] = (
     SimOption("--kv-capacity-tokens", "KV-cache size in tokens behind the usage gauge "
               "(running streams' prompt and generated tokens / N); unset: 16 x --max-context",
               _int_at_least(1), metavar="N"),
+    SimOption("--pd-role", "serve as one side of a disaggregated prefill/decode pair: count "
+              "one KV transfer per completed streaming chat request, of prompt tokens x "
+              "--kv-bytes-per-token bytes taking bytes / 10 GB/s, in vLLM's NIXL series on "
+              "/metrics (vllm:nixl_*) and in /sim/stats", choices=PD_ROLES),
+    SimOption("--kv-bytes-per-token", "with --pd-role: KV bytes transferred per prompt token",
+              _int_at_least(1), 65536, metavar="B"),
     SimOption("--script", "answer anvil check's questions right, from the suites' own answer "
               "keys (sim/script.py); other requests are answered as without it",
               action="store_true"),

@@ -243,6 +243,7 @@ class App:
             waiting_max=adm.waiting_max if adm is not None else 0,
             kv_capacity_tokens=self.cfg.kv_capacity,
             spec_k=self.cfg.spec_k,
+            pd_role=self.cfg.pd_role,
         )
 
     def models(self) -> dict[str, object]:

@@ -5,6 +5,32 @@ Why apart: the benchmark's `server` block (`servermetrics.py`) and the web UI's 
 (`livegauges.py`) read the same quantities under the same names and the same rules (the first
 name found wins; a series summed over its label sets, ratios averaged; a counter that goes
 down is a restart, not a negative figure), so the names and the rules are written once here.
+
+Every name is the engine's own, read in its source (a counter's sample carries `_total`;
+a histogram is named by its base, read by `_sum` and `_count`):
+
+- vLLM, vllm-project/vllm: `vllm/v1/metrics/loggers.py` (the request histograms, among
+  them `vllm:request_time_per_output_token_seconds`, one observation per finished request:
+  its decode time over its output tokens after the first);
+  `vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py` (`NixlPromMetrics`, the
+  NIXL connector's P/D KV transfers, observed by the instance that reads or writes the KV:
+  histograms `vllm:nixl_xfer_time_seconds` (one transfer's duration),
+  `vllm:nixl_bytes_transferred` (one transfer's bytes), `vllm:nixl_post_time_seconds`,
+  `vllm:nixl_num_descriptors`; counters `vllm:nixl_num_failed_transfers`,
+  `vllm:nixl_num_failed_notifications`, `vllm:nixl_num_kv_expired_reqs`);
+  `vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py` (`OffloadPromMetrics`,
+  the CPU-offloading connector: counters `vllm:kv_offload_total_bytes` and
+  `vllm:kv_offload_total_time` (seconds) labelled `transfer_type` (`GPU_to_CPU` stores,
+  `CPU_to_GPU` loads), histogram `vllm:kv_offload_size`).
+- SGLang, sgl-project/sglang: `python/sglang/srt/metrics/collector.py`
+  (`SchedulerMetricsCollector`'s "PD disaggregation" gauges
+  `sglang:num_prefill_prealloc_queue_reqs`, `sglang:num_prefill_inflight_queue_reqs`,
+  `sglang:num_decode_prealloc_queue_reqs`, `sglang:num_decode_transfer_queue_reqs`,
+  `sglang:kv_transfer_speed_gb_s`, `sglang:kv_transfer_latency_ms` (the latest transfers',
+  not a count) and the counter
+  `sglang:num_transfer_failed_reqs_total`; `TokenizerMetricsCollector`'s
+  `sglang:time_per_output_token_seconds`, one observation per finished request). SGLang
+  counts neither transfers nor their bytes: those stay null.
 """
 
 from __future__ import annotations
@@ -31,6 +57,12 @@ ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
         "queue": ("vllm:request_queue_time_seconds",),
         "prompt_hist": ("vllm:request_prompt_tokens",),
         "generation_hist": ("vllm:request_generation_tokens",),
+        "tpot": ("vllm:request_time_per_output_token_seconds",),
+        "kv_xfer_time": ("vllm:nixl_xfer_time_seconds",),
+        "kv_xfer_bytes": ("vllm:nixl_bytes_transferred",),
+        "kv_xfer_failed": ("vllm:nixl_num_failed_transfers_total",),
+        "kv_offload_bytes": ("vllm:kv_offload_total_bytes_total",),
+        "kv_offload_time": ("vllm:kv_offload_total_time_total",),
     },
     "sglang": {
         "running": ("sglang:num_running_reqs",),
@@ -44,6 +76,14 @@ ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
         "queue": ("sglang:queue_time_seconds",),
         "prompt_total": ("sglang:prompt_tokens_total",),
         "generation_total": ("sglang:generation_tokens_total",),
+        "tpot": ("sglang:time_per_output_token_seconds",),
+        "kv_xfer_failed": ("sglang:num_transfer_failed_reqs_total",),
+        "kv_latency_gauge": ("sglang:kv_transfer_latency_ms",),
+        "kv_speed_gauge": ("sglang:kv_transfer_speed_gb_s",),
+        "prefill_prealloc_queue": ("sglang:num_prefill_prealloc_queue_reqs",),
+        "prefill_inflight_queue": ("sglang:num_prefill_inflight_queue_reqs",),
+        "decode_prealloc_queue": ("sglang:num_decode_prealloc_queue_reqs",),
+        "decode_transfer_queue": ("sglang:num_decode_transfer_queue_reqs",),
     },
     "llamacpp": {
         "running": ("llamacpp:requests_processing",),
@@ -53,7 +93,8 @@ ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
         "generation_total": ("llamacpp:tokens_predicted_total",),
     },
 }
-RATIOS = frozenset({"kv_cache", "hit_rate_gauge", "accept_rate_gauge", "accept_length_gauge"})
+RATIOS = frozenset({"kv_cache", "hit_rate_gauge", "accept_rate_gauge", "accept_length_gauge",
+                    "kv_latency_gauge", "kv_speed_gauge"})
 
 
 def engine_of(samples: Iterable[Mapping[str, Any]]) -> str | None:

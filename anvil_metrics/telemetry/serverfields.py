@@ -47,12 +47,40 @@ class SpecDecode(Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class ClientMinusServer(Struct, forbid_unknown_fields=True):
-    """The client's mean over the measured completed requests minus the server's."""
+    """The client's mean over the measured completed requests minus the server's. Per
+    role: the role named prefill pairs the first token only, decode the time per output
+    token only (the others null); any other role has none."""
 
     first_chunk_vs_ttft: Annotated[Mean, described(
         "ms", "mean time_to_first_chunk_ms minus the server's mean time to first token")]
     e2e: Annotated[Mean, described("ms", "mean e2e_ms minus the server's mean end-to-end "
                                          "latency")]
+    tpot: Annotated[Mean, described(
+        "ms", "mean mean_inter_token_latency_ms minus the server's mean time per output "
+              "token (its per-request histogram)")]
+
+
+class KvTransfer(Struct, forbid_unknown_fields=True):
+    """KV transfers over the window (P/D disaggregation and KV offloading; the rules:
+    `telemetry/kvtransfer.py`); a member the engine does not report is null."""
+
+    transfers: Annotated[Count | None, described(
+        "", "Δ KV transfers (vLLM NIXL: its transfer-time histogram's count)")]
+    bytes: Annotated[Count | None, described(
+        "B", "Δ bytes transferred (vLLM NIXL: its bytes histogram's sum)")]
+    transfer_ms_mean: Annotated[Mean, described(
+        "ms", "Δ_sum / Δ_count of the transfer-time histogram")]
+    failed: Annotated[Count | None, described(
+        "", "Δ failed transfers (vLLM NIXL's counter, SGLang's failed-transfer requests)")]
+    latency_ms: Annotated[Gauge | None, described(
+        "ms", "SGLang's latest-transfer latency gauge over the window's samples")]
+    speed_gb_s: Annotated[Gauge | None, described(
+        "GB/s", "SGLang's transfer-speed gauge over the window's samples")]
+    queues: Annotated[dict[str, Gauge] | None, described(
+        "", "SGLang's disaggregation queues (prefill_prealloc, prefill_inflight, "
+            "decode_prealloc, decode_transfer) → their depth gauge over the window")]
+    offload: Annotated[dict[str, dict[str, float]] | None, described(
+        "", "vLLM KV offloading: transfer_type (GPU_to_CPU, CPU_to_GPU) → Δ bytes and Δ ms")]
 
 
 class ServerFigures(Struct, forbid_unknown_fields=True):
@@ -91,12 +119,18 @@ class ServerFigures(Struct, forbid_unknown_fields=True):
         "ms", "Δ_sum / Δ_count of the server's end-to-end latency histogram")]
     queue_time_ms_mean: Annotated[Mean, described(
         "ms", "Δ_sum / Δ_count of the server's queue-time histogram")]
+    tpot_ms_mean: Annotated[Mean, described(
+        "ms", "Δ_sum / Δ_count of the server's per-request time-per-output-token histogram "
+              "(each finished request's decode time over its tokens after the first)")]
     prompt_tokens_mean: Annotated[Mean, described(
         "tok", "Δ_sum / Δ_count of the server's prompt-token histogram (or Δ prompt tokens "
                "/ requests where it has counters)")]
     generation_tokens_mean: Annotated[Mean, described(
         "tok", "Δ_sum / Δ_count of the server's generation-token histogram (or Δ tokens / "
                "requests where it has counters)")]
+    kv_transfer: Annotated[KvTransfer | None, described(
+        "", "KV transfers over the window (P/D, offloading); null when the server sent none "
+            "of their series")]
     client_minus_server_ms: Annotated[ClientMinusServer | None, described(
         "ms", "the client's mean over the measured completed requests minus the server's "
               "mean over the window")]
@@ -120,6 +154,11 @@ class Combined(Struct, forbid_unknown_fields=True):
         "tok", "Σ over the roles of Δ prompt tokens (histogram sum or counter)")]
     generation_tokens: Annotated[Count | None, described(
         "tok", "Σ over the roles of Δ generation tokens (histogram sum or counter)")]
+    kv_transfers: Annotated[Count | None, described(
+        "", "Σ of kv_transfer.transfers over the roles that count them; null when none "
+            "does")]
+    kv_transfer_bytes: Annotated[Count | None, described(
+        "B", "Σ of kv_transfer.bytes over the roles that count them; null when none does")]
     null_reasons: Annotated[dict[str, str], described("", "member → why it is null")]
 
 

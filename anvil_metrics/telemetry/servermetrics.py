@@ -12,7 +12,7 @@ Definitions, per quantity (the engines' own names are in `engines.ENGINES`):
 
 - counters (`spec_decode` counts, prefix-cache queries and hits, token totals): the `last`
   sample's value minus the `first` sample's; a decrease (the server restarted) is null;
-- histogram means (`ttft_ms_mean`, `e2e_ms_mean`, `queue_time_ms_mean`,
+- histogram means (`ttft_ms_mean`, `e2e_ms_mean`, `queue_time_ms_mean`, `tpot_ms_mean`,
   `prompt_tokens_mean`, `generation_tokens_mean`): Δ`_sum` / Δ`_count` over the window
   (seconds become ms); where an engine has token counters instead of token histograms
   (SGLang), Δtokens / Δ(end-to-end count);
@@ -33,7 +33,11 @@ Definitions, per quantity (the engines' own names are in `engines.ENGINES`):
 - `client_minus_server_ms`: the client's mean over the measured completed requests minus
   the server's mean over the window — `first_chunk_vs_ttft` pairs the client's
   `time_to_first_chunk_ms` (role-only chunks included) with the server's time to first
-  token, `e2e` the client's `e2e_ms` with the server's end-to-end latency;
+  token, `e2e` the client's `e2e_ms` with the server's end-to-end latency, `tpot` the
+  client's `mean_inter_token_latency_ms` (generation time over tokens after the first, per
+  request) with the server's per-request time per output token (`tpot_ms_mean`: the same
+  per-request quotient, averaged over requests, not vLLM's per-token inter-token histogram);
+- `kv_transfer`: KV transfers (P/D, offloading), as `kvtransfer.py` defines them;
 - `effective_prefill_excl_queue_tok_s`: Σ prompt tokens / Σ (time to first chunk − the
   server's mean queue time), over the measured completed requests that have both: a
   prefill rate without queueing, derived from the server's MEAN queue time (per-request
@@ -62,6 +66,7 @@ from anvil_metrics.telemetry.engines import (
     unreported,
     value_of,
 )
+from anvil_metrics.telemetry.kvtransfer import kv_transfer
 from anvil_metrics.telemetry.serverfields import ServerFigures
 
 SAMPLES_FILE = "server_metrics.jsonl"  # beside requests.jsonl and benchmark.json
@@ -75,7 +80,8 @@ class ClientFigures:
     """The client's side of the comparison, over the measured completed requests.
 
     `first_chunk_ms_mean` / `e2e_ms_mean`: means of the rows' `time_to_first_chunk_ms` /
-    `e2e_ms` (None when no row has one); `prefill_prompt_tokens` / `prefill_first_chunk_ms`
+    `e2e_ms` (None when no row has one), `itl_ms_mean` of `mean_inter_token_latency_ms`;
+    `prefill_prompt_tokens` / `prefill_first_chunk_ms`
     / `prefill_requests`: Σ prompt tokens, Σ time to first chunk and how many rows, over the
     rows that have both."""
 
@@ -84,6 +90,7 @@ class ClientFigures:
     prefill_prompt_tokens: int
     prefill_first_chunk_ms: float
     prefill_requests: int
+    itl_ms_mean: float | None = None  # mean of the rows' mean_inter_token_latency_ms
 
 
 def client_figures(rows: Any) -> ClientFigures:
@@ -99,13 +106,14 @@ def client_figures(rows: Any) -> ClientFigures:
         col = col[~np.isnan(col)]
         return float(col.sum() / len(col)) if len(col) else None
 
+    itl = mean("mean_inter_token_latency_ms")
     if "time_to_first_chunk_ms" in rows.absent:
-        return ClientFigures(None, mean("e2e_ms"), 0, 0.0, 0)
+        return ClientFigures(None, mean("e2e_ms"), 0, 0.0, 0, itl)
     chunk, prompt = rows.values("time_to_first_chunk_ms"), rows.values("prompt_tokens")
     both = ~np.isnan(chunk) & ~np.isnan(prompt)
     return ClientFigures(mean("time_to_first_chunk_ms"), mean("e2e_ms"),
                          int(rows.counts["prompt_tokens"][both].sum()),
-                         float(chunk[both].sum()), int(np.count_nonzero(both)))
+                         float(chunk[both].sum()), int(np.count_nonzero(both)), itl)
 
 
 def _p50_max(values: list[float]) -> dict[str, float] | None:
@@ -157,6 +165,9 @@ def server_block(identity: Mapping[str, Any], samples: list[Mapping[str, Any]] |
         return _finish(out, reasons)
     assert first is not None and last is not None
     _counters(out, names, first["series"], last["series"], reasons)
+    out["kv_transfer"] = kv_transfer(
+        names, first["series"], last["series"],
+        lambda q, m: _p50_max(_sampled(names, window, q, m)), reasons)
     _compare(out, client, reasons)
     return _finish(out, reasons)
 
@@ -171,13 +182,19 @@ def _edge_problem(first: Mapping[str, Any] | None, last: Mapping[str, Any] | Non
     return None
 
 
+def _sampled(names: Mapping[str, tuple[str, ...]], window: list[Mapping[str, Any]],
+             quantity: str, mean: bool) -> list[float]:
+    """A gauge's values over the window's samples (those that hold it)."""
+    if quantity not in names:
+        return []
+    vals = (value_of(s["series"], names[quantity], mean=mean) for s in window)
+    return [v for v in vals if v is not None]
+
+
 def _gauges(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
             window: list[Mapping[str, Any]], reasons: dict[str, str]) -> None:
     def sampled(quantity: str) -> list[float]:
-        if quantity not in names:
-            return []
-        vals = (value_of(s["series"], names[quantity], mean=quantity in RATIOS) for s in window)
-        return [v for v in vals if v is not None]
+        return _sampled(names, window, quantity, quantity in RATIOS)
 
     for key, quantity in (("requests_running", "running"), ("requests_waiting", "waiting"),
                           ("kv_cache_usage", "kv_cache")):
@@ -212,6 +229,7 @@ def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
     mean("ttft_ms_mean", "ttft", 1000.0)
     mean("e2e_ms_mean", "e2e", 1000.0)
     mean("queue_time_ms_mean", "queue", 1000.0)
+    mean("tpot_ms_mean", "tpot", 1000.0)
     finished, why = delta_of(names, "e2e", a, b, "_count")
     out["requests"] = None if finished is None else int(finished)
     if why:
@@ -257,7 +275,8 @@ def _counters(out: dict[str, Any], names: Mapping[str, tuple[str, ...]],
 
 def _compare(out: dict[str, Any], c: ClientFigures, reasons: dict[str, str]) -> None:
     pairs = {"first_chunk_vs_ttft": (c.first_chunk_ms_mean, out["ttft_ms_mean"]),
-             "e2e": (c.e2e_ms_mean, out["e2e_ms_mean"])}
+             "e2e": (c.e2e_ms_mean, out["e2e_ms_mean"]),
+             "tpot": (c.itl_ms_mean, out["tpot_ms_mean"])}
     diff = {k: (None if a is None or b is None else a - b) for k, (a, b) in pairs.items()}
     if any(v is not None for v in diff.values()):
         out["client_minus_server_ms"] = diff

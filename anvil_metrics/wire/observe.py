@@ -112,6 +112,7 @@ class StreamObserver:
         "waited_for_user",
         "text",
         "thought",
+        "judge",
         "extra",
         "response_id",
         "max_tokens",
@@ -129,7 +130,7 @@ class StreamObserver:
         on_first_output: Callable[[StreamObserver, int], None] | None = None,
         on_first_content: Callable[[StreamObserver, int], None] | None = None,
         keep_text: bool = False,
-        keep_reasoning: bool = False,
+        judge: Callable[[str, str], Mapping[str, Any]] | None = None,
         extra: Mapping[str, int | None] | None = None,
         max_tokens: int | None = None,
     ) -> None:
@@ -162,10 +163,12 @@ class StreamObserver:
         self.waited_for_user = False  # open loop: no user was free when it fell due
         # `keep_text`: the content deltas as received (a conversation's next turn sends
         # the answer back as history); None otherwise, and nothing is kept
-        self.text: list[str] | None = [] if keep_text else None
-        # `keep_reasoning`: the reasoning deltas as received (a check class's answer is
-        # judged on both); None otherwise
-        self.thought: list[str] | None = [] if keep_reasoning else None
+        self.text: list[str] | None = [] if keep_text or judge is not None else None
+        # `judge`: a check class's (`load/mixbodies.py`), of the answer's content and
+        # reasoning (both kept as received, for it alone), called by `finish` once the
+        # stamps are taken; its verdict joins `extra`. None: nothing judged, no reasoning kept
+        self.judge = judge
+        self.thought: list[str] | None = [] if judge is not None else None
         # what the record carries in `extra` besides the stream's own: a conversation's
         # turn (conversation, turn, turns, history_tokens), a mix's class_index and
         # model_index; None: nothing
@@ -188,6 +191,11 @@ class StreamObserver:
         if waited_for_user is not None:
             self.waited_for_user = waited_for_user
 
+    def sent_to(self, replica: int) -> None:
+        """The request goes to replica `replica` (its position in `--host URL,URL`): kept in
+        its record's `extra`."""
+        self.extra = {**(self.extra or {}), "replica": replica}
+
     def gated(self, wait_ns: int, release: Callable[[], None]) -> None:
         """The request waited `wait_ns` at the client's prefill gate before it was sent
         (`live/prefillgate`): kept in its record's `extra`; `release` frees its slot at
@@ -201,11 +209,6 @@ class StreamObserver:
                 then(obs, t_ns)
 
         self.on_first_output = first_output
-
-    def judged(self, verdict: Mapping[str, Any]) -> None:
-        """A check class's answer was judged (`load/mixbodies.py`): its verdict joins the
-        record's `extra`."""
-        self.extra = {**(self.extra or {}), **verdict}
 
     def on_head(self, http_status: int, truth: SendStamps | None = None) -> None:
         """The response head arrived: its HTTP status, and the simulator's send stamps
@@ -345,6 +348,9 @@ class StreamObserver:
         return True
 
     def finish(self) -> RequestRecord:
+        if self.judge is not None and self.failure is None and self.text is not None:
+            verdict = self.judge("".join(self.text), "".join(self.thought or ()))
+            self.extra = {**(self.extra or {}), **verdict}
         return RequestRecord(
             request_index=self.request_index,
             start_ns=self.start_ns,

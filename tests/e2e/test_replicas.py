@@ -70,6 +70,28 @@ def test_each_replica_serves_its_round_robin_share(tmp_path: Path) -> None:
     assert "replicas.endpoints[0].completed" in out and "replicas.balance" in out
 
 
+def test_least_in_flight_sends_more_to_the_fast_replica(tmp_path: Path) -> None:
+    # replica 0's prefill takes 20× longer: its requests stay in flight, so the balancer's
+    # picks go to replica 1 most of the time (round-robin's would be 20 / 20)
+    with start_simulator(["--interval-ms", "1", "--prefill-ms", "200"]) as a, start_simulator(
+            ["--interval-ms", "1", "--prefill-ms", "10"]) as b:
+        doc = run(tmp_path, a, b, "--balance", "least-in-flight")
+        truth = (started(a), started(b))
+    block = doc["replicas"]
+    assert block["policy"] == "least-in-flight" and not doc.get("failures")
+    assert [e["completed"] for e in block["endpoints"]] == list(truth)
+    assert sum(truth) == N and truth[1] >= 2 * truth[0]  # clearly more to the fast one
+    assert all(e["stopped_answering_at_s"] is None for e in block["endpoints"])
+
+
+def test_a_bad_balance_is_one_line_naming_it(tmp_path: Path) -> None:
+    proc = anvil("run", "scenarios/smoke.toml", "-H", "http://127.0.0.1:9,http://127.0.0.1:10",
+                 "--balance", "random", "--results-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert "--balance" in proc.stderr and "'random'" in proc.stderr
+    assert "least-in-flight" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
     with start_simulator(["--interval-ms", "20"]) as a, start_simulator(
             ["--interval-ms", "20"]) as b:
@@ -84,7 +106,9 @@ def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
 
         killer = threading.Thread(target=kill_b)
         killer.start()
-        doc = run(tmp_path, a, b)
+        # 1 × 4 users: the dead replica's 4th unanswered request in a row counts it dead
+        # (its own streak: replica 0's answers between them do not reset it)
+        doc = run(tmp_path, a, b, "--abort-after-failures", "1")
         killer.join(timeout=35)
         served_a = started(a)
     rows, failures = doc["request_timings"], doc.get("failures") or []
@@ -100,3 +124,61 @@ def test_a_dead_replica_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
     assert len(rows) + len(failures) == N
     dead = doc["replicas"]["endpoints"][1]
     assert dead["failed"] == len(failures) and dead["requests"] == N // 2
+    # counted dead by its own streak, and the run went on: replica 0 never was
+    assert doc["ended_by"] != "aborted" and doc["replicas"]["policy"] == "round-robin"
+    assert dead["stopped_answering_at_s"] is not None and len(failures) >= 4
+    assert doc["replicas"]["endpoints"][0]["stopped_answering_at_s"] is None
+
+
+def test_a_capacity_search_spreads_every_step_over_the_replicas(tmp_path: Path) -> None:
+    # each step is a run over both replicas: the simulators' counts are the steps' blocks
+    with start_simulator(["--interval-ms", "1", "--prefill-ms", "20"]) as a, start_simulator(
+            ["--interval-ms", "1", "--prefill-ms", "20"]) as b:
+        proc = anvil("capacity", "scenarios/smoke.toml", "-H", f"{a.url},{b.url}", "--slo",
+                     "e2e_p99_ms<=60000", "--start", "1", "--max", "2", "--step-requests",
+                     "8", "--warmup-requests", "0", "--max-tokens", "4", "--balance",
+                     "least-in-flight", "--results-dir", str(tmp_path), timeout=120)
+        truth = (started(a), started(b))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (search,) = tmp_path.glob("capacity-*/capacity.json")
+    steps = orjson.loads(search.read_bytes())["steps"]
+    assert [s["users"] for s in steps] == [1, 2]
+    blocks = [orjson.loads(Path(s["benchmark"]).read_bytes())["replicas"] for s in steps]
+    assert all(b["policy"] == "least-in-flight" for b in blocks)
+    served = tuple(sum(b["endpoints"][k]["completed"] for b in blocks) for k in (0, 1))
+    assert served == truth and sum(truth) == 16
+
+
+def test_the_run_aborts_only_when_every_replica_stopped_answering(tmp_path: Path) -> None:
+    # replica 1 is dead from the start (its simulator stopped: a refused port), replica 0
+    # is killed after its 6th stream: the run goes on past replica 1's death and aborts
+    # (exit 3) at replica 0's, the reason naming both URLs
+    with start_simulator(["--interval-ms", "1", "--prefill-ms", "20"]) as b:
+        dead_url = b.url
+    with start_simulator(["--interval-ms", "20", "--prefill-ms", "20"]) as a:
+        def kill_a() -> None:  # bounded: 30 s
+            deadline = time.monotonic() + 30
+            while started(a) < 6 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            a.proc.kill()
+
+        killer = threading.Thread(target=kill_a)
+        killer.start()
+        proc = anvil("run", "scenarios/smoke.toml", "-H", f"{a.url},{dead_url}", "-u", "2",
+                     "--requests", "400", "--warmup-requests", "0", "--max-tokens", "4",
+                     "--abort-after-failures", "2", "--no-server-metrics",
+                     "--results-dir", str(tmp_path))
+        killer.join(timeout=35)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (bench,) = tmp_path.glob("benchmark-*/benchmark.json")
+    doc = orjson.loads(bench.read_bytes())
+    checked = anvil("verify", str(bench))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert doc["ended_by"] == "aborted"
+    assert doc["end_reason"].startswith("every replica stopped answering: the server at "
+                                        f"{a.url}")
+    assert f"the server at {dead_url} stopped answering" in doc["end_reason"]
+    ends = doc["replicas"]["endpoints"]
+    # replica 1 was counted dead first, and replica 0 answered meanwhile
+    assert ends[0]["completed"] >= 1 and ends[1]["completed"] == 0
+    assert 0 <= ends[1]["stopped_answering_at_s"] <= ends[0]["stopped_answering_at_s"]

@@ -1,5 +1,8 @@
-"""Two simulators as two roles (`--server-metrics-url prefill=URL decode=URL`): each role's
-figures are that simulator's own, and `combined` their sum.
+"""Two simulators as two roles (`--server-metrics-url prefill=URL decode=URL`), started as
+the two sides of a P/D pair (`anvil sim --pd-role`): each role's figures, its KV transfers
+among them, are that simulator's own, `combined` their sum, and each role's
+client-minus-server pairing is its own part (prefill: first token; decode: time per
+output token).
 
 The run's load goes to the prefill simulator (its `--host`); the test sends its own K small
 requests to the decode simulator once the decode sampler has written its `first` mark, so
@@ -61,8 +64,10 @@ def _decode_load(sim_url: str, results: Path, done: list[int]) -> None:
 
 
 def test_each_role_holds_its_own_simulators_counts(tmp_path: Path) -> None:
-    with start_simulator(["--prefill-ms", "20", "--interval-ms", "5"]) as pre, \
-            start_simulator(["--prefill-ms", "1", "--interval-ms", "1"]) as dec:
+    with start_simulator(["--prefill-ms", "20", "--interval-ms", "5", "--pd-role", "prefill",
+                          "--kv-bytes-per-token", "4096"]) as pre, \
+            start_simulator(["--prefill-ms", "1", "--interval-ms", "1",
+                             "--pd-role", "decode"]) as dec:
         results = tmp_path / "results"
         scenario = tmp_path / "s.toml"
         scenario.write_text(SCENARIO)
@@ -96,5 +101,28 @@ def test_each_role_holds_its_own_simulators_counts(tmp_path: Path) -> None:
         r["prompt_tokens"] for r in rows)
     assert server["combined"]["generation_tokens"] == truth["generation_tokens"] + sum(
         r["output_tokens"] for r in rows)
+    # KV transfers: the decode simulator's exact counts; the prefill one's are its window's
+    # 24 requests, of prompt tokens x 4096 bytes each, at 10 GB/s
+    dec_kv, pre_kv = dec_block["kv_transfer"], pre_block["kv_transfer"]
+    assert (dec_kv["transfers"], dec_kv["bytes"], dec_kv["failed"]) == (
+        truth["kv_transfers"], truth["kv_transfer_bytes"], truth["kv_failed_transfers"])
+    assert dec_kv["transfer_ms_mean"] == pytest.approx(
+        truth["kv_transfer_s_sum"] * 1000 / K, rel=1e-12)
+    prompt_bytes = 4096 * sum(r["prompt_tokens"] for r in rows)
+    assert (pre_kv["transfers"], pre_kv["bytes"]) == (24, prompt_bytes)
+    assert pre_kv["transfer_ms_mean"] == pytest.approx(prompt_bytes / 1e10 * 1000 / 24)
+    assert server["combined"]["kv_transfers"] == 24 + K
+    assert server["combined"]["kv_transfer_bytes"] == prompt_bytes + truth["kv_transfer_bytes"]
+    # the client against the right role: first token against prefill, TPOT against decode
+    def mean(key: str) -> float:
+        return sum(r[key] for r in rows) / len(rows)
+
+    pre_pair, dec_pair = (b["client_minus_server_ms"] for b in (pre_block, dec_block))
+    assert pre_pair["first_chunk_vs_ttft"] == pytest.approx(
+        mean("time_to_first_chunk_ms") - pre_block["ttft_ms_mean"], rel=1e-9)
+    assert pre_pair["tpot"] is None and dec_pair["first_chunk_vs_ttft"] is None
+    assert dec_pair["tpot"] == pytest.approx(
+        mean("mean_inter_token_latency_ms") - truth["tpot_s_sum"] * 1000 / truth[
+            "tpot_s_count"], rel=1e-9)
     check = anvil("verify", str(result_path(proc)))
     assert check.returncode == 0, check.stdout + check.stderr

@@ -308,6 +308,11 @@ def test_nothing_a_network_separates_is_pickled():
 FOREIGN_FILES: dict[str, str] = {
     "solution.py": "the file a `coding` check's program is written to, in the sandbox",
     "vllm/benchmarks/serve.py": "vLLM's `vllm bench serve`, whose result file export writes",
+    "vllm/v1/metrics/loggers.py": "vLLM's request metrics, cited by telemetry/engines.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py": "vLLM's NIXL metrics",
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py": "vLLM's offload "
+    "metrics",
+    "python/sglang/srt/metrics/collector.py": "SGLang's metrics, cited by telemetry/engines.py",
 }
 # Installed packages whose files the prose names by their path (`locust/runners.py`).
 INSTALLED = ("locust",)

@@ -50,3 +50,35 @@ def test_sim_gets_its_own_command_line(monkeypatch) -> None:
     monkeypatch.setattr(server, "main", lambda argv: seen.append(argv) or 7)
     assert cli.main(["sim", "--port", "0", "--help"]) == 7
     assert seen == [["--port", "0", "--help"]]
+
+
+def test_every_commands_help_renders() -> None:
+    """argparse formats each help with %: a bare % in an option's help (e.g. "within 2 %")
+    makes `--help` crash, and nothing else would show it. Every command and sub-command's
+    help is rendered here, each naming its own options."""
+    import argparse
+
+    from anvil_metrics.cli.main import build_parser
+
+    def walk(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        found = [parser]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found += walk(sub)
+        return found
+
+    parsers = walk(build_parser())
+    assert len(parsers) > 10
+    for parser in parsers:
+        text = parser.format_help()
+        assert parser.prog in text
+
+
+def test_every_run_options_help_formats_as_argparse_does() -> None:
+    """Locust's own parser (`locust --help`, the web UI's options) gets the same help texts:
+    each must survive argparse's `%` formatting too."""
+    from anvil_metrics.load.options import OPTIONS
+
+    for o in OPTIONS:
+        assert isinstance(o.help % {"default": o.default, "dest": o.dest}, str), o.flag

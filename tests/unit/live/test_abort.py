@@ -110,3 +110,45 @@ def test_before_the_load_began_the_reason_gives_no_time():
                                     (1000, 1.0)])
 def test_backoff_doubles_from_50_ms_to_1_s(n, wait):
     assert backoff_s(n) == pytest.approx(wait) and backoff_s(n) <= BACKOFF_MAX_S
+
+
+def rrec(i: int, replica: int, kind: str | None = None) -> RequestRecord:
+    failure = None if kind is None else Failure(kind, f"{kind} on {replica}", None)
+    return RequestRecord(i, 0, 1, failure=failure, extra={"replica": replica})
+
+
+def test_over_replicas_each_counts_its_own_streak_and_the_run_ends_when_all_are_dead():
+    clock = Clock()
+    dead: list[int] = []
+    said: list[str] = []
+    w = FailureWatch(AbortRule(after_failures=2, failure_ratio=1.0, window_s=30), 2,
+                     ["http://a:1", "http://b:2"], said.append, began_ns=lambda: 90 * S,
+                     clock_ns=clock, on_dead=dead.append)
+    # replica 1 fails every request while replica 0 answers between them: run-wide the
+    # streak never passes 1, per replica it reaches 4 = 2 × 2 users
+    for i in range(8):
+        w.take(rrec(i, i % 2, None if i % 2 == 0 else "connection"))
+        clock.t += S
+    assert dead == [1] and said == []
+    assert w.stopped_at_s == [None, 11.0]  # its streak's first failure: 1 s after 100 s
+    assert w.reasons[1] is not None and w.reasons[1].startswith(
+        "the server at http://b:2 stopped answering at 11.0 s")
+    for i in range(8, 11):  # replica 0 dies too: 3 failures are not yet 4
+        w.take(rrec(i, 0, "timeout"))
+    assert said == []
+    w.take(rrec(11, 0, "timeout"))
+    assert dead == [1, 0] and len(said) == 1
+    assert said[0].startswith("every replica stopped answering: the server at http://a:1 "
+                              "stopped answering at 18.0 s")
+    assert "; the server at http://b:2 stopped answering at 11.0 s" in said[0]
+
+
+def test_over_replicas_the_failure_ratio_is_each_replicas_own():
+    clock = Clock()
+    dead: list[int] = []
+    w = FailureWatch(AbortRule(after_failures=0, failure_ratio=0.5, window_s=30), 1,
+                     ["http://a:1", "http://b:2"], [].append, clock_ns=clock,
+                     on_dead=dead.append)
+    for i in range(20):  # 10 each: replica 0 one failure in 10, replica 1 all 500s
+        w.take(rrec(i, i % 2, ("http_error" if i % 2 else ("timeout" if i == 0 else None))))
+    assert dead == [1] and w.stopped_at_s == [None, 0.0]  # before the load began: 0

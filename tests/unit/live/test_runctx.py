@@ -55,7 +55,8 @@ def test_the_protocols_say_what_a_user_may_read() -> None:
         def user_ready(self) -> None:
             pass
 
-    run = SimpleNamespace(endpoint=None, replicas=(), api_key=None, scenario=None, budget=Budget(),
+    run = SimpleNamespace(endpoint=None, replicas=(), balancer=None, api_key=None, scenario=None,
+                          budget=Budget(),
                           bodies=None, worker="h:1", conversations=None, send_stats=None,
                           in_flight=set(), prefill_gate=None)
     assert isinstance(Budget(), TicketSource) and isinstance(run, RunContext)

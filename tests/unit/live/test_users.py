@@ -19,6 +19,7 @@ from locust.env import Environment
 
 from anvil_metrics.events import anvil_events
 from anvil_metrics.live import users
+from anvil_metrics.live.balance import Balancer
 from anvil_metrics.live.control import Ticket
 from anvil_metrics.live.prefillgate import PrefillGate
 from anvil_metrics.live.runctx import set_run
@@ -126,6 +127,7 @@ def _user(monkeypatch: pytest.MonkeyPatch, play: Callable[[StreamObserver], int]
     budget = _Budget(ticket)
     replicas = parse_replicas(hosts)
     set_run(env, SimpleNamespace(endpoint=replicas[0], replicas=replicas, api_key=None,
+                                 balancer=Balancer(len(replicas)),
                                  scenario=Scenario(measurement_protocol="p"), budget=budget,
                                  bodies=_Bodies(), worker="h:1",
                                  conversations=conversations, send_stats=SendStats(),

@@ -29,6 +29,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "--model": ("m", {"meta": {"model": "m"}}),
     "--users": ("3", {"concurrency": 3}),
     "--prefill-concurrency": ("2", {"prefill_concurrency": 2}),
+    "--balance": ("least-in-flight", {"balance": "least-in-flight"}),
     "--requests": ("7", {"requests": 7}),
     "--duration": ("2m", {"duration": "2m"}),
     "--warmup": ("5s", {"duration": 60, "warmup": 5}),

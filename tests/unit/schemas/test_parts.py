@@ -65,7 +65,7 @@ def test_a_document_names_its_file() -> None:
 
 
 UNITS = {"", "ms", "s", "tok", "tok/s", "req/s", "%", "ratio", "chunks", "chunks/s", "rows",
-         "jobs/h", "J", "W", "J/tok", "J/req", "tok/J", "USD/Mtok", "USD", "h"}
+         "jobs/h", "J", "W", "J/tok", "J/req", "tok/J", "USD/Mtok", "USD", "h", "B", "GB/s"}
 
 
 @pytest.mark.parametrize("module", [summary_fields, docverify])

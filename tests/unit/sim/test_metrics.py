@@ -213,6 +213,7 @@ def busy_ledger(cfg: SimConfig) -> Ledger:
         tel.started(s)
         tel.first_token(s)
         if k < 3:
+            tel.ending(s)
             tel.completed(s)
             s._conn.settle()
     return tel
@@ -250,7 +251,9 @@ def test_vllm_text_parses_back_to_the_snapshot() -> None:
                        ("vllm:e2e_request_latency_seconds", s.e2e),
                        ("vllm:request_queue_time_seconds", s.queue_time),
                        ("vllm:request_prompt_tokens", s.prompt_hist),
-                       ("vllm:request_generation_tokens", s.generation_hist)):
+                       ("vllm:request_generation_tokens", s.generation_hist),
+                       ("vllm:request_time_per_output_token_seconds", s.tpot)):
+        assert hist is not None
         kind, samples = fams[name]
         assert kind == "histogram"
         assert samples[(f"{name}_sum", lab)] == hist.total  # exactly: the text round-trips
@@ -260,6 +263,30 @@ def test_vllm_text_parses_back_to_the_snapshot() -> None:
         assert buckets[-1] == (math.inf, hist.count)
         assert [v for _, v in buckets] == list(hist.cumulative)
     assert s.queue_time.count == 4 and s.e2e.count == 3 and s.ttft.count == 4
+
+
+def test_a_pd_role_counts_one_kv_transfer_per_completed_request_in_nixl_names() -> None:
+    cfg = SimConfig(pd_role="decode", kv_bytes_per_token=1000)
+    tel = busy_ledger(cfg)  # three completed of prompts 30, 31, 32; one still running
+    s = tel.snapshot(waiting=0, waiting_max=0, kv_capacity_tokens=cfg.kv_capacity,
+                     spec_k=0, pd_role=cfg.pd_role)
+    truth = s.truth()
+    assert truth["kv_transfers"] == 3 and truth["kv_failed_transfers"] == 0
+    assert truth["kv_transfer_bytes"] == (30 + 31 + 32) * 1000
+    assert truth["kv_transfer_s_sum"] == pytest.approx((30 + 31 + 32) * 1000 / 1e10)
+    assert truth["tpot_s_count"] == 3  # every completed one had 2 or more tokens
+    fams = parsed(render(s, "vllm", cfg.model))
+    lab = (("engine", "0"), ("model_name", "sim-model"))
+    xfer = fams["vllm:nixl_xfer_time_seconds"][1]
+    assert xfer[("vllm:nixl_xfer_time_seconds_count", lab)] == 3
+    assert xfer[("vllm:nixl_xfer_time_seconds_sum", lab)] == truth["kv_transfer_s_sum"]
+    assert fams["vllm:nixl_bytes_transferred"][1][
+        ("vllm:nixl_bytes_transferred_sum", lab)] == truth["kv_transfer_bytes"]
+    assert fams["vllm:nixl_num_failed_transfers"][1][
+        ("vllm:nixl_num_failed_transfers_total", lab)] == 0
+    plain = snap(busy_ledger(SimConfig()))  # not a P/D role: no such series, null truth
+    assert plain.truth()["kv_transfers"] is None
+    assert not any("nixl" in n for n in parsed(render(plain, "vllm", "m")))
 
 
 def test_sglang_text_parses_back_to_the_snapshot() -> None:
@@ -276,7 +303,7 @@ def test_sglang_text_parses_back_to_the_snapshot() -> None:
     assert fams["sglang:prompt_tokens"][1][("sglang:prompt_tokens_total", lab)] == s.prompt_tokens
     assert {n for n, (kind, _) in fams.items() if kind == "histogram"} == {
         "sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds",
-        "sglang:queue_time_seconds"}
+        "sglang:queue_time_seconds", "sglang:time_per_output_token_seconds"}
     assert fams["sglang:queue_time_seconds"][1][("sglang:queue_time_seconds_sum", lab)] == (
         s.queue_time.total)
     assert not any(name.startswith("vllm:") for name in fams)

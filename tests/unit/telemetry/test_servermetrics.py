@@ -103,10 +103,10 @@ def test_vllm_counters_gauges_and_means_over_the_window() -> None:
     assert b["prompt_tokens_mean"] == 1000.0 and b["generation_tokens_mean"] == 90.0
     assert b["prefix_cache_hit_rate"] == 200 / 4000
     assert b["client_minus_server_ms"] == pytest.approx(
-        {"first_chunk_vs_ttft": 210.0 - 200.0, "e2e": 520.0 - 500.0})
+        {"first_chunk_vs_ttft": 210.0 - 200.0, "e2e": 520.0 - 500.0, "tpot": None})
     # Σ prompt / (Σ first chunk − n × mean queue) = 4000 / ((840 − 4 × 10) / 1000)
     assert b["effective_prefill_excl_queue_tok_s"] == pytest.approx(4000 / 0.8)
-    assert b["null_reasons"] == {}
+    assert set(b["null_reasons"]) == {"kv_transfer", "tpot_ms_mean"}  # not in this window
     assert b["version"] == "0.11.0" and b["max_model_len"] == 4096
     assert not any("role-only" in line for line in servermetrics.summary_lines({"server": b}))
 
