@@ -86,12 +86,10 @@ class RowField:
 
     @property
     def long_label(self) -> str:
-        shown = self.label or self.name
-        return f"{shown} ({self.unit})" if self.unit else shown
+        return f"{self.label or self.name} ({self.unit})" if self.unit else self.label or self.name
 
     def percentile_names(self) -> list[str]:
-        pattern = self.percentiles
-        return [] if pattern is None else [pattern.format(p=f"p{p}") for p in PERCENTILES]
+        return [self.percentiles.format(p=f"p{n}") for n in PERCENTILES if self.percentiles]
 
 
 def _where(ok: Any, value: Any) -> Any:
@@ -331,6 +329,8 @@ ROW: tuple[RowField, ...] = (
              "by request index): its position in the raw header's params.replicas (null with "
              "one host)", presence="added", since=9, source="extra.replica"),
     *(RowField(**row) for row in MEDIA_ROWS),  # images and audio as load (mediafields.py)
+    RowField("check_passed", "", "count", True, "a check class's answer: 1 passed, 0 failed "
+             "(null: not a check)", presence="added", since=11, source="extra.check_passed"),
 )
 
 BY_NAME: dict[str, RowField] = {f.name: f for f in ROW}

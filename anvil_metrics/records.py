@@ -270,6 +270,12 @@ class Extra(Struct, frozen=True, gc=False):
         "", "a media class's request: the images it carried")] = None
     audio_clips: Annotated[Count | None, described(
         "", "a media class's request: the audio clips it carried")] = None
+    check_passed: Annotated[bool | None, described(
+        "", "a check class's request (`[[request_class]] check`): its answer passed the "
+        "suite's own judge")] = None
+    check_reason: Annotated[str | None, described(
+        "", "a check class's failed answer: the judge's reason (at most 160 characters)")
+    ] = None
 
 
 class Usage(Struct, frozen=True, gc=False):

@@ -48,7 +48,7 @@ from anvil_metrics.live.runctx import RunContext, run_in_progress
 from anvil_metrics.load.agentbodies import AgentBodies
 from anvil_metrics.load.agentjob import Session
 from anvil_metrics.load.agentstart import start_turn
-from anvil_metrics.load.body import Conversation
+from anvil_metrics.load.body import Conversation, Judge
 from anvil_metrics.load.scenariofields import ENDPOINT_PATHS, STREAMED_ENDPOINTS
 from anvil_metrics.records import NOT_THE_SERVERS
 from anvil_metrics.urls import Endpoint
@@ -218,6 +218,7 @@ class ChatStreamUser(User):
             headers = b"" if ticket.warmup else run.bodies.header_for(ticket.request_index)
         else:  # the conversation's history and its next message
             body, headers = talk.next_body(), talk.header
+        judge = None if talk is not None else run.bodies.judge(ticket.request_index)
         cancel = run.scenario.cancel  # a planned cancellation (`load/cancel.py`)
         extra = talk.extra() if talk is not None else run.bodies.extra(ticket.request_index)
         # --host URL,URL: the balancer picks a replica just before the send (None here)
@@ -233,7 +234,7 @@ class ChatStreamUser(User):
             run, client, ticket, due_ns, body, headers, done,
             planned=self._planned(run, ticket, talk), keep_text=talk is not None,
             # a conversation's turn, else what the bodies say (a mix's class and model)
-            extra=extra,
+            extra=extra, judge=judge,
             # the cap its body sends: a stream past it is an `overrun` (`wire.observe`)
             max_tokens=(talk.output_cap if talk is not None
                         else run.bodies.output_cap(ticket.request_index)),
@@ -244,7 +245,7 @@ class ChatStreamUser(User):
                 body: tuple[bytes, ...] | bytes, headers: bytes,
                 done: Callable[[StreamObserver], None], *, planned: int | None,
                 keep_text: bool, extra: dict[str, Any] | None, max_tokens: int | None,
-                cancel_after: Any = None) -> StreamObserver:
+                cancel_after: Any = None, judge: Judge | None = None) -> StreamObserver:
         """Send one request on `client` (None: the replica `run.balancer` picks after the
         prefill gate, in the record's `extra.replica`), observe it, record it, and call
         `done` with its observer (whatever happened: its ticket goes back there)."""
@@ -253,7 +254,7 @@ class ChatStreamUser(User):
             ticket.request_index, now, warmup=ticket.warmup, planned_context_tokens=planned,
             worker=run.worker, on_first_output=_fire_first_output,
             on_first_content=_fire_first_content, keep_text=keep_text, extra=extra,
-            max_tokens=max_tokens)
+            max_tokens=max_tokens, judge=judge)
         # provisional: the client stamps the start again, keeping `due_ns`, just before
         # the request is written (a request stopped before that keeps this one)
         obs.begin(now, due_ns, waited_for_user=ticket.waited)

@@ -97,6 +97,10 @@ def _with_extra(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+# a check class's judge of one answer's (content, reasoning): what its record's `extra` gets
+Judge = Callable[[str, str], dict[str, Any]]
+
+
 class RequestBodies(Protocol):
     """A run's single-turn request bodies, whatever their source (the module docstring).
     `build_parts` is each source's own; the others' defaults suit a source of planned
@@ -122,6 +126,11 @@ class RequestBodies(Protocol):
 
     def output_cap(self, index: int) -> int | None:
         """Request `index`'s output cap as its body sends it (`max_tokens`; None: none)."""
+        return None
+
+    def judge(self, index: int) -> Judge | None:
+        """Request `index`'s judge of its answer's (content, reasoning), giving what its
+        record carries in `extra`; None: not judged (only a mix's check class is)."""
         return None
 
 

@@ -20,6 +20,10 @@ from a zipf law; AIPerf and GuideLLM weight request shapes. A scenario says it s
                                 # (blocks) and output length
     images = 2                  # optional: images and audio clips in each request, drawn
                                 # before the load (load/media.py has every media key)
+    check = "json"              # optional: the class asks a check suite's cases (request k:
+                                # case k mod n, the suite's own body), each streamed answer
+                                # judged by the suite's own judge (checks/underload.py);
+                                # no context_tokens, dataset or trace beside it
 
     [models]                    # the models requests name, each the server must serve
     names = ["base", "lora-a", "lora-b"]
@@ -57,7 +61,7 @@ from anvil_metrics.load.media import MEDIA_KEYS, MediaPlan, parse_media
 
 ASSIGNMENTS = ("round-robin", "random", "zipf")
 CLASS_KEYS = ("name", "weight", "context_tokens", "max_tokens", "reasoning_effort",
-              "thinking_mode", "model", "dataset", "trace", *MEDIA_KEYS)
+              "thinking_mode", "model", "dataset", "trace", "check", *MEDIA_KEYS)
 SOURCE_KEYS = ("dataset", "trace")  # where a class takes its prompts from, if not planned
 MODEL_KEYS = ("names", "assignment", "zipf_alpha")
 REASONING_EFFORTS = ("low", "medium", "high")
@@ -108,6 +112,7 @@ class RequestClass:
     dataset: str | None = None  # a dataset file's path: the class's prompts
     trace: str | None = None  # a trace file's path: the class's prompts and output lengths
     media: MediaPlan | None = None  # its images and audio clips (`load/media.py`)
+    check: str | None = None  # a check suite: the class asks its cases, each answer judged
 
     def to_table(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in CLASS_KEYS
@@ -249,6 +254,7 @@ def parse_class(i: int, t: Any, src: str | None) -> RequestClass:
         raise _err(f"{where}.reasoning_effort", effort, f"one of {REASONING_EFFORTS}", src)
     if mode is not None and mode not in THINKING_MODES:
         raise _err(f"{where}.thinking_mode", mode, f"one of {THINKING_MODES}", src)
+    _check_suite(where, t, src)
     sources = [k for k in SOURCE_KEYS if t.get(k) is not None]
     for k in sources:
         if not isinstance(t[k], str) or not t[k].strip():
@@ -264,13 +270,30 @@ def parse_class(i: int, t: Any, src: str | None) -> RequestClass:
                    "clips (media go with planned prompts)", src)
     return RequestClass(
         name=_name(f"{where}.name", t.get("name"), src), weight=float(weight),
-        dataset=t.get("dataset"), trace=t.get("trace"),
+        dataset=t.get("dataset"), trace=t.get("trace"), check=t.get("check"),
         context_tokens=(None if t.get("context_tokens") is None
                         else _whole(f"{where}.context_tokens", t["context_tokens"], src)),
         max_tokens=(None if t.get("max_tokens") is None
                     else _whole(f"{where}.max_tokens", t["max_tokens"], src)),
         reasoning_effort=effort, thinking_mode=mode, media=media,
         model=None if t.get("model") is None else _name(f"{where}.model", t["model"], src))
+
+
+def _check_suite(where: str, t: dict[str, Any], src: str | None) -> None:
+    """A check class's suite is one judged an answer at a time (`checks.underload`), and
+    the suite's cases are its prompts: no other source beside it."""
+    suite = t.get("check")
+    if suite is None:
+        return
+    from anvil_metrics.checks.underload import SUITES  # here: the suites' tables, only if asked
+
+    if suite not in SUITES:
+        raise _err(f"{where}.check", suite, f"one of the suites judged under load "
+                   f"{list(SUITES)}", src)
+    for k in ("context_tokens", *SOURCE_KEYS):
+        if t.get(k) is not None:
+            raise _err(f"{where}.{k}", t[k], "none beside check (the suite's cases are the "
+                       "class's prompts)", src)
 
 
 def parse_models(t: Any, src: str | None) -> ModelPlan | None:

@@ -14,14 +14,27 @@ count is the row's `prompt_tokens`). A planned class's images and audio clips
 (`load/media.py`) are drawn in `prepare`, before the load, and follow its text as parts;
 every request's record carries its body's bytes (`request_bytes`) and a media class's its
 counts (`images`, `audio_clips`).
+A check class (`check = SUITE`) sends its suite's case k mod n (`CheckBodies`), planned size
+none, and its answer is judged after its record's stamps are taken (`judge`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+import orjson
+
+from anvil_metrics.checks import underload
 from anvil_metrics.errors import UsageError
-from anvil_metrics.load.body import BodyBuilder, DatasetBodies, RequestBodies, TraceBodies
+from anvil_metrics.load.body import (
+    BodyBuilder,
+    DatasetBodies,
+    Judge,
+    RequestBodies,
+    TraceBodies,
+    output_cap,
+)
 from anvil_metrics.load.dataset import DatasetEntry, DatasetError, read_dataset
 from anvil_metrics.load.media import MediaPool
 from anvil_metrics.load.mix import uniform
@@ -29,6 +42,45 @@ from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest, read_trace
 from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.prep.traceprompts import TracePrompts
+
+
+class CheckBodies(RequestBodies):
+    """A check class's bodies: request k asks its suite's case k mod n, as the suite asks it
+    (`checks.underload.case_body`), streamed like every request; the class's own
+    `max_tokens`, `reasoning_effort` and `thinking_mode` over the suite's when it sets them
+    (the scenario's are not applied: the suite's body is the question)."""
+
+    def __init__(self, sc: Scenario, model: str, suite: str, max_tokens: int | None,
+                 reasoning_effort: str | None, thinking_mode: str | None) -> None:
+        self.suite = suite
+        own: dict[str, Any] = {"model": model, "stream": True}
+        if sc.include_usage:
+            own["stream_options"] = {"include_usage": True}
+        if max_tokens is not None:
+            own["max_tokens"] = max_tokens
+        if reasoning_effort is not None:
+            own["reasoning_effort"] = reasoning_effort
+        if thinking_mode in ("on", "off"):
+            own["chat_template_kwargs"] = {"enable_thinking": thinking_mode == "on"}
+        self._own = own
+
+    def body(self, index: int) -> dict[str, Any]:
+        return {**underload.case_body(self.suite, index), **self._own}
+
+    def planned(self, index: int, size: int) -> int | None:
+        return None
+
+    def output_cap(self, index: int) -> int | None:
+        return output_cap(self.body(index))
+
+    def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
+        return (orjson.dumps(self.body(index)),)
+
+    def judge(self, index: int, content: str, thought: str) -> dict[str, Any]:
+        """What request `index`'s record carries in `extra` from its answer's verdict."""
+        passed, reason = underload.verdict(self.suite, index, content, thought)
+        return {"check_passed": passed} if passed else {"check_passed": False,
+                                                       "check_reason": reason}
 
 
 class MixBodies(RequestBodies):
@@ -62,7 +114,7 @@ class MixBodies(RequestBodies):
         if klass in self._traces:
             reqs = self._traces[klass]
             return reqs[index % len(reqs)].input_tokens
-        if klass in self._datasets:
+        if klass in self._datasets or self._check(klass) is not None:
             return None
         own = None if klass is None else self.mix.classes[klass].context_tokens
         return own if own is not None else self._sizes[index % len(self._sizes)]
@@ -81,7 +133,11 @@ class MixBodies(RequestBodies):
                              reasoning_effort=c.reasoning_effort or sc.reasoning_effort,
                              thinking_mode=c.thinking_mode or sc.thinking_mode)
             name = self._model if model is None else self.mix.model_names[model]
-            if klass in self._traces:
+            check = self._check(klass)
+            if check is not None:
+                b = CheckBodies(sc, name, check, c.max_tokens, c.reasoning_effort,
+                                c.thinking_mode)
+            elif klass in self._traces:
                 b = TraceBodies(sc, name, self._traces[klass], TracePrompts(
                     self.prompts.run_nonce, MOONCAKE_BLOCK_TOKENS, self.template_tokens),
                     self.prompts.run_nonce)
@@ -108,6 +164,8 @@ class MixBodies(RequestBodies):
         self.prompts.prepare(self.all_sizes())
         pairs = [(k, m) for k in (range(len(self.mix.classes)) if self.mix.classes else [None])
                  for m in self._models_of(k)]
+        for suite in {c.check for c in self.mix.classes if c.check is not None}:
+            underload.prepare(suite)
         for k, m in pairs:
             b = self._builder(k, m)
             if isinstance(b, BodyBuilder):
@@ -128,6 +186,19 @@ class MixBodies(RequestBodies):
         self._entries = {k: len(v) for k, v in (*self._datasets.items(),
                                                  *self._traces.items())}
 
+    def _check(self, klass: int | None) -> str | None:
+        return None if klass is None else self.mix.classes[klass].check
+
+    def judge(self, index: int) -> Judge | None:
+        """Request `index`'s judge of its (content, reasoning), giving what its record
+        carries in `extra` (`check_passed`, a failure's `check_reason`); None: its class
+        is not a check."""
+        klass, model = self.draw(index)
+        b = self._builder(klass, model)
+        if not isinstance(b, CheckBodies):
+            return None
+        return lambda content, thought: b.judge(index, content, thought)
+
     def _models_of(self, klass: int | None) -> list[int | None]:
         own = None if klass is None else self.mix.classes[klass].model
         if own is not None:
@@ -143,6 +214,8 @@ class MixBodies(RequestBodies):
             own = self._size(klass, index)
             assert own is not None  # a planned class's
             parts = b.build_parts(own, index, warmup)
+        elif isinstance(b, CheckBodies):
+            parts = b.build_parts(0, index, warmup)
         else:
             assert klass is not None  # a dataset's or a trace's class
             parts = b.build_parts(0, index % self._entries[klass], warmup)
@@ -153,7 +226,7 @@ class MixBodies(RequestBodies):
         """Request `index`'s class's cap (its entry's, a trace class's)."""
         klass, model = self.draw(index)
         b = self._builder(klass, model)
-        return b.output_cap(index if klass is None or isinstance(b, BodyBuilder)
+        return b.output_cap(index if klass is None or isinstance(b, BodyBuilder | CheckBodies)
                             else index % self._entries[klass])
 
     def extra(self, index: int) -> dict[str, int]:

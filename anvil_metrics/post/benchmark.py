@@ -100,7 +100,7 @@ def build(raw: RawRun | RawColumns, client: Mapping[str, JsonValue] | None = Non
     load = params.get("load")
     if isinstance(load, dict) and load.get("mode") != "budget" and (
             doc["context_distribution"] is None) and not (
-            params.get("conversation") or params.get("dataset")):
+            params.get("conversation") or params.get("dataset") or _unplanned_class(params)):
         doc["context_distribution"] = _issued_sizes(col["planned_context_tokens"][order])
     users = [s["users"] for s in raw.steps if s.get("users") is not None]
     if users and isinstance(doc["concurrency"], int):  # the most streams the load held
@@ -189,6 +189,15 @@ def measured_order(raw: RawColumns) -> MeasuredOrder:
         measured = measured[~(early | late)]
     order = measured[np.argsort(col["request_index"][measured], kind="stable")]
     return MeasuredOrder(order, offset, outside)
+
+
+def _unplanned_class(params: Mapping[str, object]) -> bool:
+    """A mix has a class whose requests plan no size (a dataset's, a check's): no
+    distribution, as a budget's header has none (`live/session.py`)."""
+    mix = params.get("mix")
+    classes = mix.get("request_class") if isinstance(mix, dict) else None
+    return any(isinstance(c, dict) and (c.get("dataset") or c.get("check"))
+               for c in classes or ())
 
 
 def _issued_sizes(planned: Ints) -> dict[str, int]:

@@ -12,6 +12,9 @@ share it was planned to have, and its own latencies.
                    "share": 0.7485, "ttft_p50_ms": …, "ttft_p95_ms": …,
                    "e2e_p50_ms": …, "e2e_p95_ms": …, "prompt_tokens_mean": …,
                    "output_tokens_mean": …}, …],      # [] without classes
+                                        # a check class's also: "check": "json",
+                                        # "verdicts": {judged, passed, pass_rate,
+                                        # pass_rate_ci95_low, pass_rate_ci95_high}
       "models": [{"name": "lora-a", …same keys}, …]   # [] without models
     }
 
@@ -19,7 +22,10 @@ Definitions: a group's rows are the completed requests whose `class_index` (or
 `model_index`) is its position; `requests` counts them; `share` is that count over the
 completed rows that have a class (a model), null when none has; `expected_share` is the
 plan's probability (`Mix.class_shares`, `model_shares`); percentiles are nearest-rank
-(`stats`); a mean is over the group's rows that have the value, null when none has.
+(`stats`); a mean is over the group's rows that have the value, null when none has. A
+check class's `judged` are its rows with a verdict (`check_passed`), `passed` those that
+passed, `pass_rate` passed / judged (null when none), with its 95 % Wilson score interval
+(`stats.wilson_interval`).
 `anvil verify` recomputes the whole block from the rows and the plan.
 """
 
@@ -49,8 +55,22 @@ from anvil_metrics.post.blockkit import (
 )
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import differing, fmt, set_without_block
+from anvil_metrics.post.stats import pass_rate
 
 _COLUMNS = {"classes": "class_index", "models": "model_index"}
+
+
+class PassRate(Struct, forbid_unknown_fields=True):
+    """A check class's verdicts over some of its rows (all of them, or a step's)."""
+
+    judged: Annotated[Count, described("", "its rows with a verdict (check_passed not null)")]
+    passed: Annotated[Count, described("", "those whose answer passed the suite's judge")]
+    pass_rate: Annotated[float | None, described(
+        "", "passed / judged; null when none was judged")]
+    pass_rate_ci95_low: Annotated[float | None, described(
+        "", "the pass rate's 95 % Wilson score interval, its lower end")]
+    pass_rate_ci95_high: Annotated[float | None, described(
+        "", "the pass rate's 95 % Wilson score interval, its upper end")]
 
 
 class MixGroup(Struct, forbid_unknown_fields=True):
@@ -88,6 +108,10 @@ class MixGroup(Struct, forbid_unknown_fields=True):
     media_audio_tokens_mean: Annotated[float | None, described(
         "tok", "mean media_audio_tokens (the server's) of its rows that have it (a plan "
                "with media only)")] = None
+    check: Annotated[str | None, described(
+        "", "the check suite the class asks (a check class only)")] = None
+    verdicts: Annotated[PassRate | None, described(
+        "", "its answers' verdicts and pass rate (a check class only)")] = None
 
 
 class MixBlock(Struct, forbid_unknown_fields=True):
@@ -118,7 +142,8 @@ def _media(mine: RowColumns) -> JsonObject:
 
 
 def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
-            expected: tuple[float, ...], media: bool = False) -> list[JsonObject]:
+            expected: tuple[float, ...], media: bool = False,
+            checks: tuple[str | None, ...] = ()) -> list[JsonObject]:
     present = rows.present[column]
     index = rows.counts[column]
     total = int(present.sum())
@@ -130,6 +155,8 @@ def _groups(rows: RowColumns, column: str, names: tuple[str, ...],
                     "prompt_tokens_mean": mean_of(mine.values("prompt_tokens")),
                     "output_tokens_mean": mean_of(mine.values("output_tokens")),
                     **(_media(mine) if media else {})})
+        if checks and checks[i] is not None:
+            out[-1].update(check=checks[i], verdicts=pass_rate(mine))
     return out
 
 
@@ -139,7 +166,8 @@ def build_mix(table: Mapping[str, JsonValue], rows: RowColumns) -> JsonObject:
     media = any(c.media is not None for c in mix.classes)
     return {"plan": mix.to_table(),
             "classes": _groups(rows, "class_index", tuple(c.name for c in mix.classes),
-                               mix.class_shares(), media) if mix.classes else [],
+                               mix.class_shares(), media, tuple(c.check for c in mix.classes))
+            if mix.classes else [],
             "models": _groups(rows, "model_index", mix.model_names, mix.model_shares(),
                               media)}
 
@@ -206,7 +234,7 @@ def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
                          f"{num(g.get('expected_share'), '.3f'):>9}"
                          f"{num(g.get('ttft_p50_ms'), ',.1f'):>11}"
                          f"{num(g.get('ttft_p95_ms'), ',.1f'):>11}"
-                         f"{num(g.get('e2e_p50_ms'), ',.1f'):>11}")
+                         f"{num(g.get('e2e_p50_ms'), ',.1f'):>11}" + _passed(g))
     for g in b.get("classes") or []:
         if g.get("media_images") or g.get("media_audio_clips"):
             lines.append(f"media {g.get('name')}: {g.get('media_images') or 0} images, "
@@ -215,3 +243,31 @@ def summary_lines(doc: Mapping[str, JsonValue]) -> list[str]:
                          f"{num(g.get('media_image_tokens_mean'), ',.1f')} image, "
                          f"{num(g.get('media_audio_tokens_mean'), ',.1f')} audio")
     return lines
+
+
+def _passed(g: Mapping[str, Any]) -> str:
+    """A check class's pass rate and its interval, after its latencies ("" for others)."""
+    v = g.get("verdicts")
+    if not isinstance(v, dict):
+        return ""
+    return (f"  {g.get('check')}: passed {v.get('passed')}/{v.get('judged')} = "
+            f"{num(v.get('pass_rate'), '.3f')} [{num(v.get('pass_rate_ci95_low'), '.3f')}, "
+            f"{num(v.get('pass_rate_ci95_high'), '.3f')}]")
+
+
+def check_classes(table: Any) -> dict[int, str]:
+    """A mix's check classes (`params.mix`, or the block's plan): position -> name; none
+    for a table that is not a mix (its own check says so)."""
+    if not isinstance(table, Mapping):
+        return {}
+    try:
+        mix = mix_from_table(table)
+    except ScenarioError:
+        return {}
+    return {i: c.name for i, c in enumerate(mix.classes) if c.check is not None}
+
+
+def class_pass_rates(rows: RowColumns, checks: Mapping[int, str]) -> JsonObject:
+    """Each check class's `PassRate` over `rows`, by class name."""
+    present, index = rows.present["class_index"], rows.counts["class_index"]
+    return {name: pass_rate(rows.select(present & (index == i))) for i, name in checks.items()}

@@ -73,6 +73,7 @@ RAW_COLUMNS = (
     "request_bytes",  # extra.request_bytes: its body's bytes
     "media_images",  # extra.images: the images it carried
     "media_audio_clips",  # extra.audio_clips: the audio clips it carried
+    "check_passed",  # extra.check_passed: a check class's verdict, 1 passed / 0 failed
     "media_image_tokens",  # usage.prompt_tokens_details.image_tokens
     "media_audio_tokens",  # usage.prompt_tokens_details.audio_tokens
 )
@@ -184,9 +185,10 @@ BLOCK_ROWS = 4096  # rows a block of `ColumnBuilder` holds
 
 def _extra_columns(x: Extra) -> tuple[int, ...]:
     """The row's last columns, from a record's `extra` (`RAW_COLUMNS` from start_delay_ns to
-    replica), NULL where it has none."""
+    check_passed), NULL where it has none."""
     (delay, chunk, waited, conversation, turn, history, klass, model, job, session, parent,
-     depth, tool_wait, join_wait, gate_wait, replica, nbytes, images, clips) = astuple(x)
+     depth, tool_wait, join_wait, gate_wait, replica, nbytes, images, clips, passed,
+     _reason) = astuple(x)
     if conversation is UNSET:  # no conversation's turn (a turn alone is not read)
         conversation = history = NULL
         turn = NULL if job is None or turn is UNSET else turn  # an agent job's turn is
@@ -195,11 +197,11 @@ def _extra_columns(x: Extra) -> tuple[int, ...]:
     return (NULL if delay is None else delay, waited, NULL if chunk is None else chunk,
             conversation, turn, history, *(NULL if v is None else v for v in (
                 klass, model, job, session, parent, depth, tool_wait, join_wait, gate_wait,
-                replica, nbytes, images, clips)))
+                replica, nbytes, images, clips, passed)))
 
 
 _NO_EXTRA = (NULL, False, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-             NULL, NULL, NULL, NULL, NULL, NULL)
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL)
 _NO_MEDIA = (NULL, NULL)
 
 

@@ -182,3 +182,30 @@ def planned_vs_counted_error_pct_max(rows: RowColumns) -> float | None:
     prompt, planned = counts["prompt_tokens"][picked], planned[picked]
     errs = np.abs(prompt - planned).astype(np.float64) / planned.astype(np.float64) * 100
     return float(errs.max())
+
+
+Z95 = 1.959963984540054  # the standard normal's 97.5th percentile: a two-sided 95 % interval
+
+
+def wilson_interval(passed: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson's score interval for a proportion `passed / n` (None when n is 0): unlike the
+    normal approximation it stays within [0, 1] and is not empty at 0 or n passed, which a
+    pass rate under load often is."""
+    if n == 0:
+        return None
+    p, z2 = passed / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def pass_rate(rows: RowColumns) -> dict[str, Any]:
+    """A check class's rows' verdicts (`check_passed`): judged, passed, the pass rate
+    (passed / judged, null when none was judged) and its 95 % Wilson interval."""
+    judged = rows.present["check_passed"]
+    n = int(judged.sum())
+    passed = int(rows.counts["check_passed"][judged].sum())
+    ci = wilson_interval(passed, n)
+    return {"judged": n, "passed": passed, "pass_rate": passed / n if n else None,
+            "pass_rate_ci95_low": None if ci is None else ci[0],
+            "pass_rate_ci95_high": None if ci is None else ci[1]}

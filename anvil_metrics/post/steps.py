@@ -17,7 +17,9 @@ requests, completed, failed, metrics, goodput_rps}`: seconds after the run's hea
 last measured request's end if the run stopped first); `metrics` is `stats.aggregate` over
 the step's rows with `(ended_s − started_s) · 1000` as its wall clock; `goodput_rps` the
 step's requests meeting the run's goodput criteria per second of the step (null without
-criteria). `anvil verify` recomputes all of it from the rows.
+criteria); with a mix's check classes, `checks` each one's pass rate over the step's
+rows (`mixblock.PassRate`): a sweep shows the pass rate by load. `anvil verify` recomputes
+all of it from the rows.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent
 from anvil_metrics.post.catalogtypes import Metrics
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.goodput import meets, rate
+from anvil_metrics.post.mixblock import PassRate, check_classes, class_pass_rates
 from anvil_metrics.post.rawcolumns import NULL
 from anvil_metrics.post.schema import fmt, same
 
@@ -66,6 +69,9 @@ class Step(Struct, forbid_unknown_fields=True, kw_only=True):
     goodput_rps: Annotated[Figure | None, described(
         "req/s", "the step's requests meeting every goodput criterion per second of the "
                  "step; null without criteria")]
+    checks: Annotated[dict[str, PassRate] | UnsetType, described(
+        "", "a mix's check classes (by name): their verdicts and pass rate over the step's "
+            "rows; absent without one")] = UNSET
 
 
 def attribute(step_t_ns: Sequence[int], start_ns: Any) -> Any:
@@ -79,9 +85,10 @@ def attribute(step_t_ns: Sequence[int], start_ns: Any) -> Any:
 
 def build_steps(steps: Sequence[Mapping[str, JsonValue]], end_ns: int | None, anchor_ns: int,
                 rows: RowColumns, failure_steps: Sequence[int],
-                criteria: Sequence[Criterion] | None) -> list[JsonObject]:
+                criteria: Sequence[Criterion] | None,
+                checks: Mapping[int, str] | None = None) -> list[JsonObject]:
     """`steps[]` from the raw step lines, the time the last one ended (`end_ns`), the run's
-    anchor, the rows (with their `step`) and the failures' steps."""
+    anchor, the rows (with their `step`), the failures' steps and a mix's check classes."""
     out = []
     fails = np.asarray(failure_steps, dtype=np.int64)
     for i, line in enumerate(steps):
@@ -92,7 +99,7 @@ def build_steps(steps: Sequence[Mapping[str, JsonValue]], end_ns: int | None, an
         block.update({"rate": line["rate"]} if line.get("rate") is not None
                      else {"users": line.get("users")})
         block.update(_figures(rows, i, started, ended, int(np.count_nonzero(fails == i)),
-                              criteria))
+                              criteria, checks))
         out.append(block)
     return out
 
@@ -107,12 +114,15 @@ def build(inputs: BuildInputs) -> JsonValue | _Absent:
         int(m.last_ns.max()) if len(m.last_ns) else None)
     anchor = raw.steps[0]["t_ns"] if inputs.anchor_ns is None else inputs.anchor_ns
     return build_steps(raw.steps, end, anchor, inputs.rows,
-                       [f["step"] for f in inputs.doc["failures"]], inputs.criteria)
+                       [f["step"] for f in inputs.doc["failures"]], inputs.criteria,
+                       check_classes(inputs.params.get("mix")))
 
 
 def _figures(rows: RowColumns, i: int, started_s: float, ended_s: float, failed: int,
-             criteria: Sequence[Criterion] | None) -> JsonObject:
-    """A step's counts, metrics and goodput (its window: `ended_s − started_s`)."""
+             criteria: Sequence[Criterion] | None,
+             checks: Mapping[int, str] | None = None) -> JsonObject:
+    """A step's counts, metrics, goodput (its window: `ended_s − started_s`) and its check
+    classes' pass rates."""
     mine = rows.select(rows.present["step"] & (rows.counts["step"] == i))
     wall_ms = (ended_s - started_s) * 1000
     good = None
@@ -120,7 +130,8 @@ def _figures(rows: RowColumns, i: int, started_s: float, ended_s: float, failed:
         good = rate(int(np.count_nonzero(meets(mine, criteria))), wall_ms)
     return {"started_s": started_s, "ended_s": ended_s, "requests": len(mine) + failed,
             "completed": len(mine), "failed": failed,
-            "metrics": stats.aggregate(mine, wall_ms), "goodput_rps": good}
+            "metrics": stats.aggregate(mine, wall_ms), "goodput_rps": good,
+            **({"checks": class_pass_rates(mine, checks)} if checks else {})}
 
 
 def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list[str]) -> None:
@@ -164,7 +175,8 @@ def verify(doc: Mapping[str, JsonValue], rows: RowColumns | None, problems: list
             problems.append(f"steps[{i}]: started_s and ended_s must be seconds, started_s <= "
                             f"ended_s; file has {fmt(started)}, {fmt(ended)}")
             continue
-        want = _figures(rows, i, started, ended, fsteps.count(i), criteria)
+        want = _figures(rows, i, started, ended, fsteps.count(i), criteria,
+                        check_classes((doc.get("mix") or {}).get("plan")))
         for key, value in want.items():
             got = b.get(key)
             if key == "metrics" and isinstance(got, dict):  # per_gpu's keys: pergpu.verify

@@ -60,6 +60,7 @@ class SimConfig:
     kv_bytes_per_token: int = 65536  # with pd_role: a transfer's bytes per prompt token
     script: bool = False  # answer anvil check's questions from the script (`script.py`)
     script_faults: tuple[str, ...] = ()  # "suite:kind": answer that way wrong (`script.py`)
+    script_fault_above: int | None = None  # the faults only while more streams run (None: always)
     log_requests: str | None = None  # a JSON line per chat request (`requestlog.py`)
     session_header: str = "X-Session-ID"  # the header `log_requests` records
     log_answers: bool = False  # also a line when each chat answer ends (`requestlog.py`)

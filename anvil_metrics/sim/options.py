@@ -206,6 +206,10 @@ OPTIONS: tuple[SimOption, ...] = (
     SimOption("--script-fault", "with --script, answer SUITE's questions wrong in the way "
               "KIND, repeatable (e.g. tools:wrong_name; an unknown one is refused with the "
               "list)", action="append", dest="script_faults", metavar="SUITE:KIND"),
+    SimOption("--script-fault-above", "with --script-fault, answer wrong only while more than "
+              "N streams are running (the running gauge), right otherwise: a server that "
+              "fails under load; /sim/stats counts the right and wrong answers",
+              _int_at_least(0), metavar="N"),
     SimOption("--log-requests", "append a JSON line per chat request received to FILE: its "
               "arrival, the --session-header value, and each message's role, length and "
               "CRC-32 (sim/requestlog.py), so a test can check what each turn carried",
@@ -260,6 +264,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"argument --script-fault: {e}")
     if args.script_faults and not args.script:
         parser.error("argument --script-fault: needs --script")
+    if args.script_fault_above is not None and not args.script_faults:
+        parser.error("argument --script-fault-above: needs --script-fault SUITE:KIND")
     return args
 
 

@@ -85,6 +85,8 @@ class App:
         LEDGER.set_max_context(cfg.max_context)
         self.identity = identity_routes(cfg, lambda: self.snapshot().spec)
         self._script_faults = frozenset(cfg.script_faults)
+        # scripted answers given, right (as without faults) or wrong: `GET /sim/stats`
+        self.script_answers = {"right": 0, "wrong": 0}
         self.request_log = (RequestLog(cfg.log_requests, cfg.session_header)
                             if cfg.log_requests else None)
         LEDGER.on_answer = (self.request_log.answer
@@ -161,6 +163,8 @@ class App:
                 stats["admission"] = self.admission.stats()
             stats["metrics"] = self.snapshot().truth()
             stats["control"] = self.control
+            if self.cfg.script:
+                stats["script"] = self.script_answers
             conn.respond_json(200, stats)
         elif route == ("GET", "/metrics"):
             text = render(self.snapshot(), self.cfg.metrics_format, self.cfg.model)
@@ -198,9 +202,15 @@ class App:
             data = load_json_object(request.body)
         except RequestError:
             return False
-        reply = script.answer(data, self._script_faults)
+        faults = self._script_faults
+        above = self.cfg.script_fault_above
+        if above is not None and self.snapshot().running <= above:
+            faults = frozenset()  # not under load enough: answered right
+        reply = script.answer(data, faults)
         if reply is None:
             return False
+        right = reply == (script.answer(data, frozenset()) if faults else reply)
+        self.script_answers["right" if right else "wrong"] += 1
         prompt_tokens = reply.prompt_tokens
         if prompt_tokens is None:
             try:

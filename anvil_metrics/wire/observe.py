@@ -111,6 +111,8 @@ class StreamObserver:
         "due_ns",
         "waited_for_user",
         "text",
+        "thought",
+        "judge",
         "extra",
         "response_id",
         "max_tokens",
@@ -128,6 +130,7 @@ class StreamObserver:
         on_first_output: Callable[[StreamObserver, int], None] | None = None,
         on_first_content: Callable[[StreamObserver, int], None] | None = None,
         keep_text: bool = False,
+        judge: Callable[[str, str], Mapping[str, Any]] | None = None,
         extra: Mapping[str, int | None] | None = None,
         max_tokens: int | None = None,
     ) -> None:
@@ -160,7 +163,12 @@ class StreamObserver:
         self.waited_for_user = False  # open loop: no user was free when it fell due
         # `keep_text`: the content deltas as received (a conversation's next turn sends
         # the answer back as history); None otherwise, and nothing is kept
-        self.text: list[str] | None = [] if keep_text else None
+        self.text: list[str] | None = [] if keep_text or judge is not None else None
+        # `judge`: a check class's (`load/mixbodies.py`), of the answer's content and
+        # reasoning (both kept as received, for it alone), called by `finish` once the
+        # stamps are taken; its verdict joins `extra`. None: nothing judged, no reasoning kept
+        self.judge = judge
+        self.thought: list[str] | None = [] if judge is not None else None
         # what the record carries in `extra` besides the stream's own: a conversation's
         # turn (conversation, turn, turns, history_tokens), a mix's class_index and
         # model_index; None: nothing
@@ -267,6 +275,8 @@ class StreamObserver:
                     return True
                 if content and self.text is not None:
                     self.text.append(content)
+                if reasoning and self.thought is not None:
+                    self.thought.append(reasoning)
             if self.truth is not None:
                 self.truth.chunk(chunk, bool(reasoning or content), bool(content))
         elif self.truth is not None:
@@ -338,6 +348,9 @@ class StreamObserver:
         return True
 
     def finish(self) -> RequestRecord:
+        if self.judge is not None and self.failure is None and self.text is not None:
+            verdict = self.judge("".join(self.text), "".join(self.thought or ()))
+            self.extra = {**(self.extra or {}), **verdict}
         return RequestRecord(
             request_index=self.request_index,
             start_ns=self.start_ns,

@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from anvil_metrics.checks import jsonmode
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.scenario import scenario_from_dict
@@ -67,3 +68,32 @@ def test_each_class_routes_to_its_source(tmp_path: Path) -> None:
 def test_a_source_that_cannot_be_read_names_its_class(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"request_class\[2\]\.trace \('traced'\)"):
         _mix(tmp_path, b'{"timestamp": 0, "input_length": -1, "output_length": 4}\n')
+
+
+def test_a_check_class_asks_its_suites_cases_and_judges_each_answer() -> None:
+    sc = scenario_from_dict({
+        "measurement_protocol": "p", "max_tokens": 8, "context_tokens": 200,
+        "max_context_tokens": 4096, "context_seed": 1,
+        "request_class": [{"name": "chat", "weight": 1},
+                          {"name": "json", "weight": 1, "check": "json"}]})
+    bodies = MixBodies(sc, "m", PromptFactory(CAL, 3, "n0nce123"), [192])
+    bodies.prepare()
+    n, judged = len(jsonmode.CASES), 0
+    for k in range(40):
+        klass, _ = bodies.draw(k)
+        doc = orjson.loads(b"".join(bodies.build_parts(192, k)))
+        judge = bodies.judge(k)
+        if klass == 0:
+            assert judge is None and doc["max_tokens"] == 8
+            continue
+        case = jsonmode.CASES[k % n]  # case k mod n, as the suite asks it, streamed
+        assert doc == {**jsonmode.request_body(case), "model": "m", "stream": True,
+                       "stream_options": {"include_usage": True}}
+        assert bodies.planned(k, 192) is None
+        assert bodies.output_cap(k) == jsonmode.MAX_TOKENS
+        assert judge is not None
+        assert judge(orjson.dumps(case.value).decode(), "") == {"check_passed": True}
+        wrong = judge("not json", "")
+        assert wrong["check_passed"] is False and "not JSON" in wrong["check_reason"]
+        judged += 1
+    assert judged > 5

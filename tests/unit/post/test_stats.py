@@ -206,3 +206,16 @@ def test_content_tok_s_percentiles_over_the_rows_that_have_it():
     rows = [_row(0, content_tok_s=4.0), _row(1, content_tok_s=None), _row(2, content_tok_s=2.0)]
     m = aggregate(rows, 1000.0)
     assert (m["content_tok_s_p50"], m["content_tok_s_p95"]) == (2.0, 4.0)
+
+
+def test_wilson_interval_by_hand() -> None:
+    """Wilson's score interval: at 0 or n passed it is not empty (n / (n + z²) at n of n),
+    and at 50 of 100 it is 0.5 ± 0.0962 (the textbook's figures)."""
+    z2 = stats.Z95 ** 2
+    assert stats.wilson_interval(0, 0) is None
+    low, high = stats.wilson_interval(5, 5)
+    assert high == 1.0 and low == pytest.approx(5 / (5 + z2), abs=1e-12)
+    low, high = stats.wilson_interval(0, 5)
+    assert low == 0.0 and high == pytest.approx(z2 / (5 + z2), abs=1e-12)
+    low, high = stats.wilson_interval(50, 100)
+    assert (low, high) == pytest.approx((0.4038, 0.5962), abs=1e-4)

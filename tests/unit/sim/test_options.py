@@ -50,6 +50,9 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str], flag: str, allowed: str
     (["--script-fault", "tools:wrong_name"], ["--script-fault", "needs --script"]),
     (["--script", "--script-fault", "tools:nonsense"], ["'tools:nonsense'", "allowed:"]),
     (["--fault", "bogus@0"], ["--fault", "bogus"]),
+    (["--script", "--script-fault-above", "4"], ["--script-fault-above", "needs --script-fault"]),
+    (["--script", "--script-fault", "json:wrong_value", "--script-fault-above", "-1"],
+     ["--script-fault-above", "must be >= 0"]),
 ])
 def test_cross_checks_exit_2_with_one_line(argv: list[str], words: list[str],
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,11 +87,12 @@ def test_switches_repeats_and_aliases() -> None:
     cfg = config_from_args(parse_args([
         "--no-tokenize", "--no-done", "--model", "m", "--alias", "a", "--alias", "m",
         "--alias", "b", "--alias", "a", "--fault", "http500@0", "--fault", "http503@1",
-        "--script", "--script-fault", "tools:wrong_name"]))
+        "--script", "--script-fault", "tools:wrong_name", "--script-fault-above", "3"]))
     assert cfg.tokenize_api == "none" and cfg.no_done and not cfg.stamp_send
     assert cfg.aliases == ("a", "b")  # the model itself and repeats dropped, order kept
     assert [r.spec for r in cfg.faults] == ["http500@0", "http503@1"]
     assert cfg.script and cfg.script_faults == ("tools:wrong_name",)
+    assert cfg.script_fault_above == 3
 
 
 def test_help_lists_every_row_once_in_order_with_its_default() -> None:
