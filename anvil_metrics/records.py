@@ -281,8 +281,9 @@ class Extra(Struct, frozen=True, gc=False):
 class Usage(Struct, frozen=True, gc=False):
     """The server's `usage` object as received. A count is read where it is a whole number
     0 <= n < 2**53 and taken as not reported otherwise (never a refused line: a server's
-    odd usage is its own business); other keys are not read. The Responses API's names
-    (`input_tokens`, ...) are read as the chat names when `prompt_tokens` is absent."""
+    odd usage is its own business); other keys are not read. The Responses and Messages
+    APIs' names (`input_tokens`, ...) are read as the chat names when `prompt_tokens` is
+    absent (`input_total`)."""
 
     prompt_tokens: Annotated[Any, described("tok", "the prompt, as the server counted "
                                             "it")] = UNSET
@@ -300,6 +301,26 @@ class Usage(Struct, frozen=True, gc=False):
         "", "prompt_tokens_details (Responses API)")] = UNSET
     output_tokens_details: Annotated[Any, described(
         "", "completion_tokens_details (Responses API)")] = UNSET
+    cache_read_input_tokens: Annotated[Any, described(
+        "tok", "the prompt's prefix-cache hit, not in input_tokens (Messages API)")] = UNSET
+    cache_creation_input_tokens: Annotated[Any, described(
+        "tok", "the prompt's tokens written to the cache, not in input_tokens (Messages "
+        "API)")] = UNSET
+
+
+def input_total(inp: Any, cache_read: Any, cache_creation: Any) -> Any:
+    """The prompt's count in the Responses or Messages API's names: `input_tokens`, plus
+    the Anthropic Messages API's cache reads and writes, which its `input_tokens` leaves out
+    (absent or null: none; vLLM's sends neither, its `input_tokens` is the whole prompt).
+    None where a count given is not a whole number."""
+    total = inp
+    for n in (cache_read, cache_creation):
+        if n is UNSET or n is None:
+            continue
+        if type(n) is not int or type(total) is not int:
+            return None
+        total += n
+    return total
 
 
 # --- a "request" line as a file holds it ---------------------------------------------------

@@ -137,10 +137,11 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
 
 
 def _chat_fields(sc: Scenario, model: str) -> dict[str, Any]:
-    """The body fields a prompt is counted with: a Responses request's input is templated
-    as the chat request's messages (vLLM, the simulator), so it is counted as one."""
-    return body_fields(replace(sc, endpoint="chat") if sc.endpoint == "responses" else sc,
-                       model)
+    """The body fields a prompt is counted with: a Responses request's input and a Messages
+    request's system and messages are templated as the chat request's messages (vLLM, the
+    simulator), so each is counted as one."""
+    return body_fields(replace(sc, endpoint="chat") if sc.endpoint in ("responses", "messages")
+                       else sc, model)
 
 
 def prepare_conversations(opts: RunOptions, counter: Counter, calibration: Calibration,

@@ -53,7 +53,7 @@ from anvil_metrics.load.scenariofields import ENDPOINT_PATHS, STREAMED_ENDPOINTS
 from anvil_metrics.records import NOT_THE_SERVERS
 from anvil_metrics.urls import Endpoint
 from anvil_metrics.wire.client import ChatClient
-from anvil_metrics.wire.eventsobs import ResponsesObserver
+from anvil_metrics.wire.eventsobs import OBSERVERS
 from anvil_metrics.wire.observe import StreamObserver, prompt_tokens_of
 
 log = logging.getLogger("anvil")
@@ -129,7 +129,7 @@ class ChatStreamUser(User):
     _open_loop = False  # the last request the schedule gave was due at a time of its own
     # Locust's names of a request, by warm-up (another endpoint's are set in on_start)
     _names = {False: REQUEST_NAME, True: WARMUP_NAME}
-    _observer: type[StreamObserver] = StreamObserver  # a Responses run's: set in on_start
+    _observer: type[StreamObserver] = StreamObserver  # another endpoint's: set in on_start
 
     def wait_time(self) -> float:
         return 3600.0 if self._idle else self._backoff_s + self._think_s
@@ -169,8 +169,7 @@ class ChatStreamUser(User):
         endpoint = run.scenario.endpoint
         if endpoint != "chat":
             self._names = {False: endpoint, True: f"{endpoint} [warm-up]"}
-        if endpoint == "responses":
-            self._observer = ResponsesObserver
+        self._observer = OBSERVERS.get(endpoint, StreamObserver)
 
     def on_stop(self) -> None:
         client = getattr(self, "client", None)

@@ -43,7 +43,7 @@ HEAD_IDS = 6  # a token-id prompt's ids that number its request (`BodyBuilder._h
 # the key of the prompt in each endpoint's body: the messages, or (a text endpoint's) the
 # user message's text
 PROMPT_KEYS = {"chat": "messages", "completions": "prompt", "responses": "input",
-               "embeddings": "input"}
+               "embeddings": "input", "messages": "messages"}
 
 
 def body_fields(sc: Scenario, model: str) -> dict[str, Any]:
@@ -64,6 +64,8 @@ def body_fields(sc: Scenario, model: str) -> dict[str, Any]:
         body["min_tokens"] = sc.max_tokens
     if sc.endpoint == "responses":
         body = _as_responses(body)
+    elif sc.endpoint == "messages":
+        body = _as_messages(body, sc.thinking_mode)
     return _with_extra(body, sc.extra_body)
 
 
@@ -77,6 +79,34 @@ def _as_responses(body: dict[str, Any]) -> dict[str, Any]:
     if "reasoning_effort" in body:
         out["reasoning"] = {"effort": body["reasoning_effort"]}
     return out
+
+
+def _as_messages(body: dict[str, Any], thinking_mode: str) -> dict[str, Any]:
+    """Chat fields in the Anthropic Messages API's names: `max_tokens` (required there),
+    `output_config.effort` for a reasoning effort (Anthropic's and vLLM's), `thinking`
+    beside vLLM's `chat_template_kwargs` for a thinking switch (`budget_tokens`: all but one
+    of `max_tokens`, as the chat path lets reasoning take the whole cap); no `stream_options`
+    (its usage always comes, in `message_start` and `message_delta`). `ignore_eos` is
+    refused before (`scenariorules.endpoint`): vLLM's Messages API has none."""
+    out = {k: v for k, v in body.items() if k not in ("stream_options", "reasoning_effort")}
+    if "reasoning_effort" in body:
+        out["output_config"] = {"effort": body["reasoning_effort"]}
+    if thinking_mode in ("on", "off"):
+        out["thinking"] = ({"type": "enabled", "budget_tokens": max(body["max_tokens"] - 1, 1)}
+                           if thinking_mode == "on" else {"type": "disabled"})
+    return out
+
+
+def prompt_fields(endpoint: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """A body's prompt fields from its chat `messages`: the last one's text for a text
+    endpoint; the Messages API's system prompt as its top-level `system`, the rest as its
+    `messages`; the messages as they are for the others."""
+    key = PROMPT_KEYS[endpoint]
+    if endpoint in TEXT_ENDPOINTS:
+        return {key: messages[-1]["content"]}
+    if endpoint == "messages" and messages and messages[0]["role"] == "system":
+        return {"system": messages[0]["content"], key: messages[1:]}
+    return {key: messages}
 
 
 def output_cap(fields: dict[str, Any]) -> int | None:
@@ -145,7 +175,7 @@ class BodyBuilder(RequestBodies):
         self._fields = body_fields(sc, model)
         self._cap = output_cap(self._fields)
         self._key = PROMPT_KEYS[sc.endpoint]
-        self._text = sc.endpoint in TEXT_ENDPOINTS  # the user message's text is the prompt
+        self._endpoint = sc.endpoint
         self.prompts = prompts
         self._split: dict[int, tuple[bytes, bytes, bytes]] = {}
         self._ids_of = ids_of
@@ -169,8 +199,7 @@ class BodyBuilder(RequestBodies):
             if self._media is not None:
                 msgs[-1]["content"] = [{"type": "text", "text": msgs[-1]["content"]},
                                        *self._media.content_parts(_MARK_MEDIA)]
-            raw = orjson.dumps({**self._fields, self._key: msgs[-1]["content"]
-                                if self._text else msgs})
+            raw = orjson.dumps({**self._fields, **prompt_fields(self._endpoint, msgs)})
             a, rest = raw.split(orjson.dumps(_MARK_HEAD)[1:-1], 1)
             b, c = rest.split(orjson.dumps(_MARK_TAG)[1:-1], 1)
             t = self._split[size] = (a, b, c)
@@ -248,6 +277,10 @@ class ConversationBodies:
         self._ends = [tuple(orjson.dumps({**body_fields(sc, name), key.decode(): []}).rsplit(
             b'"%s":[]' % key, 1)) for name in names]
         self.by_id = self.plan.previous_response_id  # later turns: the new message, an id
+        # where the system prompt goes when it is no message: a conversation continued by
+        # id sends it as `instructions`, the Messages API as its top-level `system`
+        self._system = (b"instructions" if self.by_id else
+                        b"system" if sc.endpoint == "messages" else None)
         self.prompts = prompts
         self.output_cap = output_cap(body_fields(sc, names[0]))  # every turn's cap
 
@@ -260,10 +293,11 @@ class ConversationBodies:
         p = self.prompts
         messages = p.opening(conversation)
         instructions = b""
-        if self.by_id and messages and messages[0]["role"] == "system":
+        if self._system is not None and messages and messages[0]["role"] == "system":
             # a stored response's system message does not carry over (OpenAI's rule, and
             # vLLM's): each turn sends it as its `instructions`, first in the prompt again
-            instructions = b'"instructions":%s,' % orjson.dumps(messages.pop(0)["content"])
+            instructions = b'"%s":%s,' % (self._system, orjson.dumps(
+                messages.pop(0)["content"]))
         opening = [orjson.dumps(m) for m in messages]
         fixed = p.turns(conversation)  # a dataset's conversation: its own, at most the plan's
         fixed = None if fixed is None else min(fixed, self.plan.max_turns)

@@ -53,9 +53,10 @@ from anvil_metrics.load.trace import TracePlan
 # what a run's requests are posted to (`body.py`), under the API path; which of them answer
 # with a stream (an embedding is one JSON answer); which take the prompt as text, no template
 ENDPOINT_PATHS = {"chat": "/chat/completions", "completions": "/completions",
-                  "responses": "/responses", "embeddings": "/embeddings"}
+                  "responses": "/responses", "embeddings": "/embeddings",
+                  "messages": "/messages"}
 ENDPOINTS = tuple(ENDPOINT_PATHS)
-STREAMED_ENDPOINTS = ("chat", "completions", "responses")
+STREAMED_ENDPOINTS = ("chat", "completions", "responses", "messages")
 TEXT_ENDPOINTS = ("completions", "embeddings")
 # how a run over several replicas (--host URL,URL) spreads its requests (`live/balance.py`)
 BALANCES = ("round-robin", "least-in-flight")
@@ -336,8 +337,8 @@ FLAGS: tuple[Flag, ...] = (
          "metrics.goodput_rps", criteria),
     Flag("--endpoint", "request.endpoint", "what the requests are posted to: chat "
          "(/v1/chat/completions, the default), completions (/v1/completions, a text "
-         "prompt), responses (/v1/responses, streamed events) or embeddings "
-         "(/v1/embeddings, one answer)"),
+         "prompt), responses (/v1/responses, streamed events), embeddings (/v1/embeddings, "
+         "one answer) or messages (/v1/messages, the Anthropic Messages API, streamed)"),
     Flag("--prompt-ids", "request.prompt_ids", "send each completions or embeddings prompt "
          "as the server's token ids (its /tokenize), exactly the planned count, as vLLM's "
          "bench can"),

@@ -202,7 +202,7 @@ def endpoint(data: Doc, v: Doc, src: str | None) -> None:
     a chat template: no system prompt, thinking switch, reasoning effort, conversation or
     request class that sets them; an embedding generates nothing, so no fixed output length
     nor cancellation after its first output. `conversation.previous_response_id` is the
-    Responses API's."""
+    Responses API's; a fixed output length is not the Messages API's (`_messages_api`)."""
     kind = v["endpoint"]
     plan = v["conversation"]
     if plan is not None and plan.previous_response_id and kind != "responses":
@@ -215,6 +215,8 @@ def endpoint(data: Doc, v: Doc, src: str | None) -> None:
         if v["fixed_output_tokens"]:
             raise _err("request.fixed_output_tokens", True, "false with request.endpoint = "
                        "\"embeddings\" (nothing is generated)", src)
+    if kind == "messages":
+        _messages_api(v, src)
     if v["prompt_ids"] and (kind not in TEXT_ENDPOINTS or v["shared_prefix_burst"]
                             or v["mix"] is not None):
         raise _err("request.prompt_ids", True, "false unless request.endpoint is "
@@ -234,6 +236,21 @@ def endpoint(data: Doc, v: Doc, src: str | None) -> None:
         if value is not None:
             raise _err(key, value, f"none with request.endpoint = \"{kind}\" (a text "
                        "prompt has no chat template)", src)
+
+
+def _messages_api(v: Doc, src: str | None) -> None:
+    """The Messages API (vLLM's, Anthropic's) has no `ignore_eos`: no fixed output length,
+    neither the scenario's nor a fixed conversation history's nor a trace class's."""
+    plan, mix = v["conversation"], v["mix"]
+    fixed = [("request.fixed_output_tokens", True, "false") if v["fixed_output_tokens"]
+             else None,
+             ("conversation.history", "fixed", '"server"') if plan is not None
+             and plan.history == "fixed" else None]
+    fixed += [(f"request_class[{i}].trace", c.trace, "none") for i, c in
+              enumerate(mix.classes if mix is not None else ()) if c.trace is not None]
+    for key, value, allowed in filter(None, fixed):
+        raise _err(key, value, f'{allowed} with request.endpoint = "messages" (the Messages '
+                   "API has no ignore_eos: the model ends its answers)", src)
 
 
 def inputs(data: Doc, v: Doc, src: str | None) -> None:

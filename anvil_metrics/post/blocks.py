@@ -109,9 +109,10 @@ BLOCKS: tuple[Block, ...] = (
     Block("endpoint", headerblocks.Endpoint,
           "what the requests were posted to: chat (/v1/chat/completions), completions "
           "(/v1/completions, a text prompt sized without a chat template), responses "
-          "(/v1/responses, streamed events) or embeddings (/v1/embeddings, one answer, no "
-          "output: its rows have no time to first output); absent in files from before it "
-          "(chat)", headerblocks.build_endpoint),
+          "(/v1/responses, streamed events), embeddings (/v1/embeddings, one answer, no "
+          "output: its rows have no time to first output) or messages (/v1/messages, the "
+          "Anthropic Messages API, streamed events); absent in files from before it (chat)",
+          headerblocks.build_endpoint),
     Block("prompt_ids", Literal[True],
           "true when each prompt was sent as the server's token ids (--prompt-ids: exactly "
           "the planned count); absent otherwise", headerblocks.build_prompt_ids),

@@ -31,6 +31,7 @@ from anvil_metrics.records import (
     RequestLine,
     RequestRecord,
     Usage,
+    input_total,
     read_request,
 )
 
@@ -150,14 +151,18 @@ def usage_counts(usage: Usage | Mapping[str, Any] | None, reasoning_chunks: int,
     `reasoning_chunks + content_chunks` (a chunk carrying both a reasoning and a content
     delta counts in both chunk counts: it carried at least two pieces of text; chunk counts
     undercount tokens anyway, which is why the source is recorded). The Responses API's
-    names (`input_tokens`, `output_tokens`, their `_details`) are read as the chat names.
+    names (`input_tokens`, `output_tokens`, their `_details`) are read as the chat names;
+    the Messages API's prompt is its `input_tokens` and cache counts (`records.input_total`),
+    its `cache_read_input_tokens` the cached tokens.
     """
     if usage is None:
         return reasoning_chunks + content_chunks, False, NULL, NULL, NULL
-    prompt, out, pd, cd, inp, outp, ind, outd = astuple(
+    prompt, out, pd, cd, inp, outp, ind, outd, read, made = astuple(
         usage if type(usage) is Usage else msgspec.convert(usage, Usage))
-    if prompt is UNSET and inp is not UNSET:  # /v1/responses
-        prompt, out, pd, cd = inp, outp, ind, outd
+    if prompt is UNSET and inp is not UNSET:  # /v1/responses, /v1/messages
+        prompt, out, pd, cd = input_total(inp, read, made), outp, ind, outd
+        if read is not UNSET:  # the Messages API's cache hit
+            pd = {"cached_tokens": read}
     limit = COUNT_LIMIT
     from_usage = type(out) is int and 0 <= out < limit
     if not from_usage:

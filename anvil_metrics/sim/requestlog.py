@@ -19,11 +19,13 @@ in characters and the CRC-32 of its UTF-8 bytes (of its JSON when the content is
 parts); a `/v1/completions` body's `"prompt"` likewise, as [characters, crc32] (["ids",
 count, crc32] for token ids; null for a chat body). A `/v1/responses` or `/v1/embeddings` line also
 has `"input"` (each item's or text's digest) and `"previous_response_id"`; its `max_tokens` is
-`max_output_tokens`. A body that is not a JSON object is logged with `"messages": null`.
-Each line is written and flushed as the request arrives, before it is answered. Every line
-has `"body_bytes"` (the body's length as received); a chat body with image or audio parts
-has `"media"`: each image's [w, h, tokens], each clip's [ms, tokens] and their
-`image_tokens` and `audio_tokens` by `sim/media.py`'s rule (`{"error": ...}` if unreadable).
+`max_output_tokens`. A `/v1/messages` line also has `"system"` (its top-level system
+prompt's digest, when a string). A body that is not a JSON object is logged with
+`"messages": null`. Each line is written and flushed as the request arrives, before it is
+answered. Every line has `"body_bytes"` (the body's length as received); a chat body with
+image or audio parts has `"media"`: each image's [w, h, tokens], each clip's [ms, tokens]
+and their `image_tokens` and `audio_tokens` by `sim/media.py`'s rule (`{"error": ...}` if
+unreadable).
 
 Agent jobs: a line also names the replay's job, session and turn from the headers it sends
 on each request (`AGENT_HEADERS`): `"anvil_job"`, `"anvil_session"` (strings) and
@@ -130,6 +132,8 @@ class RequestLog:
         if path in ("/v1/responses", "/v1/embeddings"):
             line["input"] = input_digest(data.get("input"))
             line["previous_response_id"] = data.get("previous_response_id")
+        elif path == "/v1/messages":  # the Messages API's top-level system prompt
+            line["system"] = prompt_digest(data.get("system"))
         self._file.write(orjson.dumps(line) + b"\n")
         self._file.flush()
 

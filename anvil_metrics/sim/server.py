@@ -99,15 +99,20 @@ class App:
         self.control: dict[str, list[int]] = {p: [] for p in CONTROL_PATHS}
 
     def _other_endpoint(self, request: HttpRequest, conn: HttpConnection, t0_ns: int) -> None:
-        """`/v1/responses` (`--endpoint responses`; the checks' questions with --script) and
-        `/v1/embeddings`. Their modules are imported on the first such request: the checks'
-        suite is 0.1 s of a start most tests never need."""
+        """`/v1/responses` (`--endpoint responses`; the checks' questions with --script),
+        `/v1/embeddings` and `/v1/messages`. Their modules are imported on the first such
+        request: the checks' suite is 0.1 s of a start most tests never need."""
         if self.request_log is not None:
             self.request_log.write(request.headers, request.body, t0_ns, request.path)
         if request.path == "/v1/embeddings":
             from anvil_metrics.sim.embeddings import answer_embeddings
 
             answer_embeddings(conn, self.sched, self.cfg, request.body, t0_ns)
+        elif request.path == "/v1/messages":  # `--endpoint messages`
+            from anvil_metrics.sim.messages import answer_messages
+
+            answer_messages(conn, self.sched, self.cfg, request.body, t0_ns,
+                            self.prefix_cache, self._admit)
         elif self.cfg.script:
             from anvil_metrics.sim.responses import answer_responses
 
@@ -149,7 +154,8 @@ class App:
             from anvil_metrics.sim.completions import answer_completions
 
             answer_completions(conn, self.sched, self.cfg, request.body, t0_ns, self._admit)
-        elif route in (("POST", "/v1/responses"), ("POST", "/v1/embeddings")):
+        elif route in (("POST", "/v1/responses"), ("POST", "/v1/embeddings"),
+                       ("POST", "/v1/messages")):
             self._other_endpoint(request, conn, t0_ns)
         elif route == ("PUT", "/sim/script-faults") and self.cfg.script:
             self._set_script_faults(request, conn)

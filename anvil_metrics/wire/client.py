@@ -47,6 +47,7 @@ _ERROR_BODY_LIMIT = 64 * 1024
 MAX_LINE_BYTES = 16 * 1024 * 1024
 EVENT_STREAM = "text/event-stream"
 SHOWN_BYTES = 80  # of a body that is not an event stream, in its failure's message
+ANTHROPIC_VERSION = "2023-06-01"  # the Messages API's version header (`auth_headers`)
 
 
 def is_event_stream(content_type: str | list[str] | None) -> bool:
@@ -141,6 +142,19 @@ def read_whole(blocks: Iterable[tuple[bytes, int]], obs: StreamObserver,
     return len(raw)
 
 
+def auth_headers(key: str | None, path: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """What a request authenticates with: the key as `Authorization: Bearer` (OpenAI's,
+    vLLM's, SGLang's); a Messages API request's (`path` /messages) also as `x-api-key`,
+    with `anthropic-version` (Anthropic's and its gateways'). A header of the same name
+    among the `extra` ones is theirs, not this one."""
+    out = {"Authorization": f"Bearer {key}"} if key else {}
+    if path == "/messages":
+        out.update({"x-api-key": key} if key else {})
+        out["anthropic-version"] = ANTHROPIC_VERSION
+    given = {k.lower() for k in extra}
+    return {k: v for k, v in out.items() if k.lower() not in given}
+
+
 class ChatClient:
     """One HTTP connection (Locust users each own one, as a browser-less client would)."""
 
@@ -169,9 +183,8 @@ class ChatClient:
         self.idle_s = idle_timeout_s or network_timeout_s
         self.total_s = total_timeout_s or None
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        key = api_key or endpoint.userinfo_key
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        auth = auth_headers(api_key or endpoint.userinfo_key, path, extra_headers or {})
+        headers.update(auth)
         headers.update(extra_headers or {})
         self.transport = Transport(endpoint.host, endpoint.port,
                                    tls=endpoint.scheme == "https", headers=headers,
@@ -183,8 +196,7 @@ class ChatClient:
                 f"Host: {host}:{endpoint.port}", "User-Agent: anvil",
                 "Content-Type: application/json",
                 f"Accept: {'text/event-stream' if streamed else 'application/json'}"]
-        if key:
-            head.append(f"Authorization: Bearer {key}")
+        head += [f"{k}: {v}" for k, v in auth.items()]
         # the streamed request is written by hand (see stream_chat): these lines, the extra
         # headers, a request's own header lines, then its Content-Length
         self._head = ("\r\n".join(head) + "\r\n").encode("latin-1") + head_lines(

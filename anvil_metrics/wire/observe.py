@@ -41,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from anvil_metrics.records import Failure, RequestRecord
+from anvil_metrics.records import Failure, RequestRecord, input_total
 from anvil_metrics.wire.truth import SendStamps
 
 
@@ -52,7 +52,7 @@ def overrun_limit(max_tokens: int | None) -> int:
 
 
 _USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens", "input_tokens",
-                 "output_tokens")
+                 "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 def checked_usage(usage: object) -> dict:
@@ -69,12 +69,19 @@ def checked_usage(usage: object) -> dict:
 
 
 def prompt_tokens_of(usage: object) -> int | None:
-    """The prompt's count in a usage object: `prompt_tokens`, or the Responses API's
-    `input_tokens`; None when it has neither as an integer."""
+    """The prompt's count in a usage object: `prompt_tokens`, or the Responses or Messages
+    API's (`records.input_total`); None when it has neither as an integer."""
     if not isinstance(usage, dict):
         return None
-    n = usage.get("prompt_tokens", usage.get("input_tokens"))
+    n = usage["prompt_tokens"] if "prompt_tokens" in usage else input_total(
+        usage.get("input_tokens"), usage.get("cache_read_input_tokens"),
+        usage.get("cache_creation_input_tokens"))
     return n if type(n) is int else None
+
+
+def error_message(err: object) -> str:
+    """An error object's `message` (its whole text when it has none)."""
+    return err.get("message", str(err)) if isinstance(err, dict) else str(err)
 
 
 class StreamObserver:
@@ -248,8 +255,8 @@ class StreamObserver:
         err = chunk.get("error")
         if err is not None or chunk.get("object") == "error":
             err = chunk if err is None else err
-            msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-            return self.fail("stream_error", f"server error in stream: {msg}", t_ns,
+            return self.fail("stream_error", f"server error in stream: {error_message(err)}",
+                             t_ns,
                              phase=self.phase)
         usage = chunk.get("usage")
         if usage is not None:

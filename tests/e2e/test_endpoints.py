@@ -1,4 +1,4 @@
-"""`--endpoint completions | responses | embeddings` against the simulator: what it
+"""`--endpoint completions | responses | embeddings | messages` against the simulator: what it
 received, each request's stamps against its own (`--stamp-send`), and the bad values.
 
 The simulator logs every request (`--log-requests`: path, `max_tokens` or
@@ -12,6 +12,7 @@ end after the send, and the server held it for the prefill it planned.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import orjson
@@ -122,6 +123,51 @@ def test_responses_are_streamed_sized_and_stamped_as_the_server_saw_them(tmp_pat
     assert "POST     responses " in (bench.parent / "locust.log").read_text()
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "2-workers"])
+def test_messages_are_streamed_sized_and_stamped_as_the_server_saw_them(tmp_path: Path,
+                                                                        workers: int) -> None:
+    text = SCENARIO.format(extra='[serve_flags]\nreasoning_effort = "low"\n',
+                           endpoint='messages"\nsystem_prompt = "be brief')
+    bench, doc, log, _ = run(tmp_path, text, ["--stamp-send", "--prefill-ms", "20",
+                                              "--interval-ms", "4", "--reasoning-tokens", "3"],
+                             *(["--processes", "2"] if workers > 1 else []))
+    assert doc["endpoint"] == "messages" and doc["completed"] == 24
+    loaded = received(log, "/v1/messages")
+    assert len(loaded) == 26  # 24 measured and 2 warm-ups; the sizing counted chat prompts
+    # the system prompt on top, the messages after it: the user's
+    assert all(r["max_tokens"] == 12 and r["system"] == [8, zlib.crc32(b"be brief")]
+               and [m[0] for m in r["messages"]] == ["user"]
+               and r["headers"]["anthropic-version"] == "2023-06-01" for r in loaded)
+    for row in doc["request_timings"]:  # 3 thinking tokens, then text cut at 12
+        # (the Messages API reports no reasoning count: null, not 0)
+        assert (row["output_tokens"], row["reasoning_tokens"], row["reasoning_chunks"],
+                row["content_chunks"]) == (12, None, 3, 9)
+        assert abs(row["prompt_tokens"] - row["planned_context_tokens"]) <= 0.005 * row[
+            "planned_context_tokens"], row
+        assert row["ttft_ms"] >= row["time_to_first_output_ms"] > 0
+    assert doc["prompt_calibration"]["method"] == "tokenize"
+    records = stamped_as_sent(bench, doc, 26)
+    assert all(r["finish_reason"] == "length" for r in records)
+    assert "POST     messages " in (bench.parent / "locust.log").read_text()
+
+
+def test_a_messages_conversation_counts_its_cache_hits_in_the_prompt(tmp_path: Path) -> None:
+    text = SCENARIO.format(extra="", endpoint="messages").replace(
+        "[context_distribution]\n512 = 1\n2000 = 1\n", "")
+    bench, doc, log, _ = run(tmp_path, text, ["--prefill-ms", "5", "--interval-ms", "1",
+                                              "--prefix-cache"], "--conversation",
+                             "conversations=4,turns=3,turn_tokens=64,system_prompt_tokens=32")
+    assert doc["completed"] == 12
+    turns = [r for r in received(log, "/v1/messages") if r["session"] is not None]
+    assert len(turns) == 12 and all(r["system"] is not None for r in turns)
+    for row in doc["request_timings"]:  # input_tokens + cache_read_input_tokens
+        if row["turn"] > 1:
+            assert row["prompt_tokens"] > row["history_tokens"] > 0, row
+            assert row["cached_tokens"] >= row["history_tokens"] - 16, row
+    ok = anvil("verify", str(bench))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
 def test_a_conversation_continues_by_previous_response_id(tmp_path: Path) -> None:
     text = SCENARIO.format(extra="", endpoint="responses").replace(
         "[context_distribution]\n512 = 1\n2000 = 1\n", "")
@@ -190,13 +236,17 @@ def test_embeddings_are_timed_against_the_servers_receipt_and_send(tmp_path: Pat
     # (a second [request] key, after the endpoint's: a system prompt)
     ("completions\"\nsystem_prompt = \"be brief", (), "request.system_prompt"),
     ("chat", ("--endpoint", "rankings"), "--endpoint 'rankings' is not allowed; expected one "
-     "of chat, completions, responses, embeddings"),
+     "of chat, completions, responses, embeddings, messages"),
     ("embeddings", ("--cancel-rate", "0.5", "--cancel-after", "decode"),
      "--cancel-after 'decode': cancel.after = 'decode' is not allowed; use \"prefill\" or a "
      "time in ms with request.endpoint = \"embeddings\""),
     ("chat", ("--endpoint", "embeddings", "--max-tokens", "8", "--conversation",
               "turns=2,turn_tokens=8"), "conversation"),
     ("chat", ("--prompt-ids",), "--prompt-ids: request.prompt_ids = True is not allowed"),
+    ("messages", ("--prompt-ids",), "--prompt-ids: request.prompt_ids = True is not allowed"),
+    ("chat", ("--endpoint", "messages", "--conversation", "turns=2,turn_tokens=8,"
+              "history=fixed"), "conversation.history = 'fixed' is not allowed; use "
+     "\"server\" with request.endpoint = \"messages\""),
     ("chat", ("--conversation", "turns=2,turn_tokens=8,previous_response_id=true"),
      "conversation.previous_response_id = True is not allowed; use false unless "
      "request.endpoint = \"responses\""),

@@ -65,7 +65,12 @@ def test_anvil_run_keeps_keys_and_url_credentials_out_of_everything(sim: SimProc
                   env={var: env_key})
         assert p.returncode == 0, p.stdout + p.stderr
         outputs += [p.stdout, p.stderr]
-    assert len(list((tmp_path / "res").glob("benchmark-*"))) == 3
+    # the Messages API's: the key also goes as x-api-key
+    p = anvil("run", str(sc), "--host", sim.url, "--endpoint", "messages", "--api-key",
+              flag_key, "--results-dir", str(tmp_path / "res"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    outputs += [p.stdout, p.stderr]
+    assert len(list((tmp_path / "res").glob("benchmark-*"))) == 4
     assert _leaks(tmp_path / "res", outputs, [flag_key, url_pass, env_key]) == []
 
 

@@ -171,15 +171,7 @@ def test_the_responses_endpoint(tmp_path: Path) -> None:
     the usage in the Responses names, the prompt sized as the chat prompt it is templated
     as. (transformers serve says `completed` where max_output_tokens cut the answer, so
     the finish is not pinned.)"""
-    u = urllib.parse.urlsplit(URL)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
-    conn.request("POST", "/v1/responses", orjson.dumps(
-        {"model": MODEL, "input": "hi", "stream": True, "max_output_tokens": 2}),
-        {"Content-Type": "application/json"})
-    status = conn.getresponse().status
-    conn.close()
-    if status == 404:
-        pytest.skip(f"{SERVER} has no /v1/responses")
+    _skip_unless_served("/v1/responses", {"input": "hi", "max_output_tokens": 2})
     doc, _ = _run(tmp_path, "--endpoint", "responses")
     tolerance = 0.1 if SHAPES[SERVER]["counter"] == "tokenize" else 0.5
     for r in doc["request_timings"]:
@@ -189,6 +181,42 @@ def test_the_responses_endpoint(tmp_path: Path) -> None:
         assert _size_error_ok(r, tolerance), r
     assert doc["endpoint"] == "responses"
     print(f"\n[{SERVER}] responses: " + " ".join(_summary(doc)))
+
+
+def test_the_messages_endpoint(tmp_path: Path) -> None:
+    """`--endpoint messages` (the Anthropic Messages API): the same answer as a thinking
+    block's deltas, then a text block's; the usage from `message_start` and
+    `message_delta`; the prompt sized as the chat prompt it is templated as; the stop
+    reason `max_tokens` a `length` finish."""
+    _skip_unless_served("/v1/messages", {"messages": [{"role": "user", "content": "hi"}],
+                                         "max_tokens": 2})
+    doc, run_dir = _run(tmp_path, "--endpoint", "messages")
+    tolerance = 0.1 if SHAPES[SERVER]["counter"] == "tokenize" else 0.5
+    for r in doc["request_timings"]:
+        assert (r["output_token_source"], r["output_tokens"]) == ("usage", 40), r
+        # a busy server may send two tokens in one delta: at most one chunk a word, and
+        # the thinking block's <think> and </think> never sent
+        assert 1 <= r["reasoning_chunks"] <= REASONING_WORDS and r["content_chunks"] >= 1, r
+        assert r["reasoning_chunks"] + r["content_chunks"] <= SHAPES[SERVER]["sent_of_40"], r
+        # (a busy server's blocks may come in one read: equal, never out of order)
+        assert 0 < r["time_to_first_output_ms"] <= r["ttft_ms"] <= r["e2e_ms"]
+        assert _size_error_ok(r, tolerance), r
+    records = [x for x in raw_lines(run_dir) if x.get("type") == "request"]
+    assert records and all(x["finish_reason"] == "length" for x in records)
+    assert doc["endpoint"] == "messages"
+    print(f"\n[{SERVER}] messages: " + " ".join(_summary(doc)))
+
+
+def _skip_unless_served(path: str, body: dict) -> None:
+    """Skip the test when the server answers a streamed POST of `body` to `path` 404."""
+    u = urllib.parse.urlsplit(URL)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    conn.request("POST", path, orjson.dumps({"model": MODEL, "stream": True, **body}),
+                 {"Content-Type": "application/json"})
+    status = conn.getresponse().status
+    conn.close()
+    if status == 404:
+        pytest.skip(f"{SERVER} has no {path}")
 
 
 def _summary(doc: dict) -> list[str]:

@@ -76,6 +76,46 @@ def test_each_endpoint_has_its_own_fields_and_prompt_key() -> None:
         assert "messages" not in doc
 
 
+def test_a_messages_body_has_the_apis_names_and_its_system_prompt_on_top() -> None:
+    sc = Scenario(measurement_protocol="p", max_tokens=8, reasoning_effort="low",
+                  thinking_mode="on", extra_body={"top_k": 5}, endpoint="messages",
+                  system_prompt="be brief")
+    assert body_fields(sc, "m") == {"model": "m", "stream": True, "max_tokens": 8,
+                                    "output_config": {"effort": "low"},
+                                    "thinking": {"type": "enabled", "budget_tokens": 7},
+                                    "chat_template_kwargs": {"enable_thinking": True},
+                                    "top_k": 5}
+    off = Scenario(measurement_protocol="p", thinking_mode="off", endpoint="messages")
+    assert body_fields(off, "m")["thinking"] == {"type": "disabled"}
+    prompts = PromptFactory(CAL, seed=3, run_nonce="ab12cd34", system_prompt="be brief")
+    doc = orjson.loads(BodyBuilder(sc, "m", prompts).build(100, 2))
+    system, *rest = prompts.messages(100, 2)
+    assert system == {"role": "system", "content": "be brief"}
+    assert doc["system"] == "be brief" and doc["messages"] == rest
+    plain = PromptFactory(CAL, seed=3, run_nonce="ab12cd34")
+    doc = orjson.loads(BodyBuilder(sc, "m", plain).build(100, 2))
+    assert "system" not in doc and doc["messages"] == plain.messages(100, 2)
+
+
+def test_a_messages_conversation_sends_its_system_prompt_on_top_each_turn() -> None:
+    from anvil_metrics.load.body import ConversationBodies
+    from anvil_metrics.prep.turns import ConversationPrompts, TurnSizes, size_turn_texts
+
+    sc = _conversation_scenario("server", request={"endpoint": "messages"})
+    prompts = ConversationPrompts(size_turn_texts(TurnSizes(40, 0, 20), CAL, 0, "n0nce123"),
+                                  "n0nce123")
+    conv = ConversationBodies(sc, "m", prompts).start(3)
+    system, *rest = prompts.opening()
+    first = orjson.loads(b"".join(conv.next_body()))
+    assert first == {**body_fields(sc, "m"), "system": system["content"],
+                     "messages": [*rest, prompts.user_message(3, 1)]}
+    conv.answered("an answer", 90)
+    second = orjson.loads(b"".join(conv.next_body()))
+    assert second["system"] == system["content"] and second["messages"] == [
+        *rest, prompts.user_message(3, 1), {"role": "assistant", "content": "an answer"},
+        prompts.user_message(3, 2)]
+
+
 def test_token_id_prompts_are_exactly_the_planned_count_and_each_its_own() -> None:
     from anvil_metrics.load.body import HEAD_IDS
 
@@ -253,7 +293,7 @@ def test_the_output_cap_is_what_each_body_sends() -> None:
     """`output_cap`: the body's own `max_tokens` (`max_output_tokens` for responses), none
     for an embedding: what the observer's overrun limit is made from."""
     prompts = PromptFactory(CAL, seed=3, run_nonce="ab12cd34")
-    for endpoint in ("chat", "completions", "responses", "embeddings"):
+    for endpoint in ("chat", "completions", "responses", "embeddings", "messages"):
         builder = BodyBuilder(Scenario(measurement_protocol="p", max_tokens=9,
                                        endpoint=endpoint), "m", prompts)
         doc = orjson.loads(builder.build(100, 2))

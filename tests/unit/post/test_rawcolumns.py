@@ -967,3 +967,20 @@ def test_the_responses_apis_usage_names_are_read_as_the_chat_names() -> None:
     # an embeddings answer: a prompt count, nothing generated (the chunk count, 0)
     assert usage_counts({"prompt_tokens": 12, "total_tokens": 12}, 0, 0) == (
         0, False, 12, NULL, NULL)
+
+
+def test_the_messages_apis_usage_counts_its_cache_in_the_prompt() -> None:
+    """Anthropic's `input_tokens` leaves the cache's reads and writes out: the prompt is
+    their sum, the cached tokens the reads; vLLM's sends neither (its `input_tokens` is the
+    whole prompt, nothing cached reported)."""
+    from anvil_metrics.post.rawcolumns import NULL, usage_counts
+
+    anthropic = {"input_tokens": 30, "cache_read_input_tokens": 8,
+                 "cache_creation_input_tokens": 2, "output_tokens": 5}
+    assert usage_counts(anthropic, 1, 3) == (5, True, 40, 8, NULL)
+    assert usage_counts({"input_tokens": 40, "output_tokens": 5}, 1, 3) == (
+        5, True, 40, NULL, NULL)
+    nulls = {"input_tokens": 40, "cache_read_input_tokens": None, "output_tokens": 5}
+    assert usage_counts(nulls, 1, 3) == (5, True, 40, NULL, NULL)
+    odd = {"input_tokens": 40, "cache_creation_input_tokens": 1.5, "output_tokens": 5}
+    assert usage_counts(odd, 1, 3) == (5, True, NULL, NULL, NULL)

@@ -14,7 +14,7 @@ import pytest
 
 from anvil_metrics.records import record_problem
 from anvil_metrics.wire.client import read_events, read_whole
-from anvil_metrics.wire.eventsobs import ResponsesObserver, on_whole
+from anvil_metrics.wire.eventsobs import OBSERVERS, MessagesObserver, ResponsesObserver, on_whole
 from anvil_metrics.wire.observe import StreamObserver, prompt_tokens_of
 from anvil_metrics.wire.truth import SendStamps
 
@@ -136,3 +136,96 @@ def test_a_bad_embeddings_answer_is_a_failure(raw: bytes, kind: str) -> None:
     obs = StreamObserver(0, 0)
     on_whole(obs, raw, 9)
     assert obs.failure is not None and obs.failure.kind == kind and obs.end_ns == 9
+
+
+# -- the Anthropic Messages API ------------------------------------------------------------
+
+START_USAGE = {"input_tokens": 30, "cache_read_input_tokens": 10,
+               "cache_creation_input_tokens": 2, "output_tokens": 1}
+
+
+def messages_stream(end: bytes | None = None, stop: str = "end_turn") -> list[bytes]:
+    """A thinking token (and its signature), then two text tokens, as Anthropic streams
+    them; block k at k ms."""
+    return [event("message_start", message={"id": "msg_1", "usage": START_USAGE}),
+            event("ping"),
+            event("content_block_start", index=0, content_block={"type": "thinking"}),
+            event("content_block_delta", index=0, delta={"type": "thinking_delta",
+                                                         "thinking": "Hm"}),
+            event("content_block_delta", index=0, delta={"type": "signature_delta",
+                                                         "signature": "c2ln"}),
+            event("content_block_stop", index=0),
+            event("content_block_start", index=1, content_block={"type": "text"}),
+            event("content_block_delta", index=1, delta={"type": "text_delta", "text": ""}),
+            event("content_block_delta", index=1, delta={"type": "text_delta", "text": "Hi"}),
+            event("content_block_delta", index=1, delta={"type": "text_delta",
+                                                         "text": " there"}),
+            event("content_block_stop", index=1),
+            event("message_delta", delta={"stop_reason": stop}, usage={"output_tokens": 3}),
+            end if end is not None else event("message_stop")]
+
+
+def feed_messages(blocks: list[bytes]) -> MessagesObserver:
+    obs = MessagesObserver(0, 0, keep_text=True)
+    read_events(((b, k * 1_000_000) for k, b in enumerate(blocks, 1)), obs)
+    return obs
+
+
+def test_a_messages_stream_gives_the_stamps_counts_and_merged_usage() -> None:
+    obs = feed_messages(messages_stream())
+    # first chunk: the first block opened; a signature or an empty delta is no output
+    assert (obs.first_chunk_ns, obs.first_output_ns, obs.first_content_ns, obs.end_ns) == (
+        3_000_000, 4_000_000, 9_000_000, 13_000_000)
+    assert (obs.reasoning_chunks, obs.content_chunks, obs.channels) == (1, 2, ["r", "c", "c"])
+    assert obs.deltas == [4_000_000, 5_000_000, 1_000_000]
+    assert obs.text == ["Hi", " there"] and obs.finish_reason == "stop"
+    assert obs.usage == {**START_USAGE, "output_tokens": 3}
+    # the prompt: input_tokens and the cache's reads and writes, which it leaves out
+    assert prompt_tokens_of(obs.usage) == 42
+    assert obs.failure is None and record_problem(obs.finish().to_json_dict()) is None
+
+
+@pytest.mark.parametrize(("stop", "finish"), [("max_tokens", "length"),
+                                              ("stop_sequence", "stop"),
+                                              ("tool_use", "tool_calls"),
+                                              ("refusal", "refusal")])
+def test_a_messages_stop_reason_is_a_finish_reason(stop: str, finish: str) -> None:
+    assert feed_messages(messages_stream(stop=stop)).finish_reason == finish
+
+
+def test_a_messages_stream_cut_before_message_stop() -> None:
+    ended = feed_messages(messages_stream()[:-1])  # after a stop reason: a clean end
+    assert ended.failure is None and ended.end_ns == 12_000_000
+    cut = feed_messages(messages_stream()[:-3])
+    assert cut.failure is not None and cut.failure.kind == "truncated"
+
+
+@pytest.mark.parametrize(("end", "kind", "words"), [
+    (event("error", error={"type": "overloaded_error", "message": "Overloaded"}),
+     "stream_error", "Overloaded"),
+    (event("content_block_delta", index=1, delta={"type": "text_delta", "text": 7}),
+     "malformed_chunk", "not a string"),
+    (event("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": -1}),
+     "malformed_chunk", "output_tokens"),
+])
+def test_what_ends_a_message_badly(end: bytes, kind: str, words: str) -> None:
+    obs = feed_messages(messages_stream(end))
+    assert obs.failure is not None and obs.failure.kind == kind
+    assert words in obs.failure.message and obs.failure.phase == "decode"
+
+
+def test_the_simulators_send_stamps_are_kept_for_messages() -> None:
+    obs = MessagesObserver(0, 0)
+    obs.on_head(200, SendStamps(5))
+    blocks = [event("content_block_delta", delta={"type": "thinking_delta", "thinking": "a"},
+                    anvil_sent_ns=11),
+              event("content_block_delta", delta={"type": "text_delta", "text": "b"},
+                    anvil_sent_ns=12),
+              event("message_stop", anvil_sent_ns=13)]
+    read_events(((b, 20) for b in blocks), obs)
+    assert obs.truth.stamps == {"t0_ns": 5, "chunks_sent_ns": [11, 12], "first_output_sent_ns": 11,
+                                "first_content_sent_ns": 12, "last_sent_ns": 13}
+
+
+def test_each_endpoints_observer() -> None:
+    assert OBSERVERS == {"responses": ResponsesObserver, "messages": MessagesObserver}
