@@ -75,7 +75,7 @@ def test_a_bad_file_gives_one_line_per_problem(tmp_path: Path) -> None:
         assert proc.stderr.splitlines() == [
             f'anvil: {bad}: unknown key "colour"; allowed: name, scenario, runs_per_variant, '
             "placements, order, baseline, candidate, incumbent, facts, variants, gates, "
-            "restoration, checks",
+            "restoration, checks, reset_prefix_cache",
             f"anvil: {bad}: variants[2].host: missing; expected http(s)://HOST:PORT[/v1], "
             "e.g. http://127.0.0.1:8000",
             f"anvil: {bad}: gates.p99_magic: unknown gate; allowed: {', '.join(GATES)}",

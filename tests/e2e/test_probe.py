@@ -79,13 +79,16 @@ def test_probe_ttft_rises_with_load_and_matches_the_servers_queue(tmp_path: Path
           f"{truth['idle']:.2f}); " + "; ".join(
               f"step {i}: p50 {steps[i]['ttft_p50_ms']:.2f} ms (server {truth[i]:.2f})"
               for i in sorted(steps)))
+    # a group's p50 against the server's is 2 ms plus how late this run's own loop woke (its
+    # recorded lag p99: a busy machine delays the client's stamps, not the server's)
+    lag = (doc["client"]["loop_lag_ms"] or {}).get("p99") or 0.0
     # the idle baseline is one prefill: the simulator's own, and at least --prefill-ms
-    assert abs(block["idle"]["ttft_p50_ms"] - truth["idle"]) < 2.0
-    assert PREFILL_MS <= block["idle"]["ttft_p50_ms"] < truth["idle"] + 2.0
+    assert abs(block["idle"]["ttft_p50_ms"] - truth["idle"]) < 2.0 + lag, lag
+    assert PREFILL_MS <= block["idle"]["ttft_p50_ms"]
     assert truth["idle"] - PREFILL_MS < 2.0
     # per step, the probes' p50 is the server's (queue + prefill) within 2 ms ...
     for i, s in steps.items():
-        assert abs(s["ttft_p50_ms"] - truth[i]) < 2.0, (i, s, truth[i])
+        assert abs(s["ttft_p50_ms"] - truth[i]) < 2.0 + lag, (i, s, truth[i], lag)
     # ... and it rises with the load: 12 users over 4 slots queue by the server's stamps
     assert set(steps) == {0, 1, 2}
     assert truth[2] - truth["idle"] > 10.0
