@@ -78,6 +78,8 @@ def build_server_block(inputs: BuildInputs) -> JsonValue | _Absent:
     if not isinstance(server, dict):
         return ABSENT
     path = inputs.raw.path
+    replicas = inputs.params.get("replicas")
     block = build_server(server, inputs.doc["engine"],
-                         Path(path).with_name(SAMPLES_FILE) if path else None, inputs.rows)
+                         Path(path).with_name(SAMPLES_FILE) if path else None, inputs.rows,
+                         replicas if isinstance(replicas, list) else None)
     return with_roles(block, server, Path(path).parent if path else None, inputs.rows)

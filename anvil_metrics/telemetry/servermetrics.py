@@ -52,6 +52,7 @@ an unreachable or broken endpoint leaves the block with its identity and the rea
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,9 @@ class ClientFigures:
     prefill_first_chunk_ms: float
     prefill_requests: int
     itl_ms_mean: float | None = None  # mean of the rows' mean_inter_token_latency_ms
+
+
+NO_CLIENT = ClientFigures(None, None, 0, 0.0, 0)  # no rows paired with the server's
 
 
 def client_figures(rows: Any) -> ClientFigures:
@@ -339,11 +343,26 @@ def read_samples(path: Path) -> list[dict[str, Any]] | None:
     return out
 
 
+def replica_rows(rows: Any, replicas: list[str] | None, metrics_url: str | None) -> Any:
+    """The rows a server's metrics describe: all of them with one host; over replicas
+    (`-H URL,URL`: `replicas` their URLs in order), only those of the replica whose host
+    and port the metrics URL has (the default `/metrics` is the first replica's), None when
+    it is none of them: its figures are then paired with no client figures."""
+    if not replicas or len(replicas) < 2 or rows is None or "replica" not in rows.counts:
+        return rows
+    where = urllib.parse.urlsplit(metrics_url or "").netloc.rpartition("@")[2]
+    at = [i for i, u in enumerate(replicas) if urllib.parse.urlsplit(u).netloc == where]
+    if not at:
+        return None
+    return rows.select(rows.present["replica"] & (rows.counts["replica"] == at[0]))
+
+
 def build_server(params: Mapping[str, Any], engine: Any, samples_path: Path | None,
-                 rows: Any) -> dict[str, Any]:
+                 rows: Any, replicas: list[str] | None = None) -> dict[str, Any]:
     """The block of a run whose raw header has `params` (its `server` parameters: the
     metrics URL, or why there is none, and what was discovered of the server), the
-    document's `engine` (given or discovered) and rows (`derive.RowColumns`)."""
+    document's `engine` (given or discovered), rows (`derive.RowColumns`) and replicas'
+    URLs (`replica_rows`)."""
     identity = {"engine": engine, "version": params.get("version"),
                 "max_model_len": params.get("max_model_len"),
                 "metrics_url": params.get("metrics_url")}
@@ -354,7 +373,8 @@ def build_server(params: Mapping[str, Any], engine: Any, samples_path: Path | No
     off = params.get("off_reason")
     if samples is None and off is None:
         off = "no server_metrics.jsonl beside the raw file"
-    return server_block(identity, samples, client_figures(rows),
+    mine = replica_rows(rows, replicas, params.get("metrics_url"))
+    return server_block(identity, samples, NO_CLIENT if mine is None else client_figures(mine),
                         reasons if isinstance(reasons, dict) else None, off)
 
 
@@ -369,8 +389,11 @@ def check_server_file(doc: Mapping[str, Any], rows: Any, samples_path: Path,
         return
     reasons = block.get("null_reasons") or {}
     identity_reasons = {k: v for k, v in reasons.items() if k in IDENTITY_KEYS}
+    reps = [e.get("url") for e in ((doc.get("replicas") or {}).get("endpoints") or ())]
+    mine = replica_rows(rows, reps, block.get("metrics_url"))
     want = server_block({k: block.get(k) for k in IDENTITY_KEYS}, samples,
-                        client_figures(rows), identity_reasons, reasons.get("metrics"))
+                        NO_CLIENT if mine is None else client_figures(mine), identity_reasons,
+                        reasons.get("metrics"))
     for key in FIGURE_KEYS:
         if _differs(block.get(key), want[key]):
             problems.append(f"server.{key}: file has {block.get(key)!r}, recomputed "

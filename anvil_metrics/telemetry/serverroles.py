@@ -37,6 +37,7 @@ from typing import Any
 from anvil_metrics.telemetry.engines import ENGINES, delta_of, engine_of
 from anvil_metrics.telemetry.servermetrics import (
     FIGURE_KEYS,
+    NO_CLIENT,
     ClientFigures,
     _differs,
     client_figures,
@@ -50,7 +51,6 @@ NOT_PAIRED = ("per role: only the roles named prefill (first token) and decode (
 PAIRED = {"prefill": ("first_chunk_vs_ttft", "effective_prefill_excl_queue_tok_s"),
           "decode": ("tpot",)}
 PAIR_KEYS = ("first_chunk_vs_ttft", "e2e", "tpot")
-NO_CLIENT = ClientFigures(None, None, 0, 0.0, 0)
 TOKENS = (("prompt_tokens", "prompt_hist", "prompt_total"),
           ("generation_tokens", "generation_hist", "generation_total"))
 

@@ -34,10 +34,11 @@ def started(sim: SimProcess) -> int:
         return json.loads(r.read())["streams"]["started"]
 
 
-def run(tmp: Path, a: SimProcess, b: SimProcess, *flags: str) -> dict:
+def run(tmp: Path, a: SimProcess, b: SimProcess, *flags: str, metrics: bool = False) -> dict:
     proc = anvil("run", "scenarios/smoke.toml", "-H", f"{a.url},{b.url}", "-u", "4",
                  "--requests", str(N), "--warmup-requests", "0", "--max-tokens", "4",
-                 "--no-server-metrics", "--results-dir", str(tmp / "res"), *flags)
+                 *(() if metrics else ("--no-server-metrics",)), "--results-dir",
+                 str(tmp / "res"), *flags)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (bench,) = Path(tmp / "res").glob("benchmark-*/benchmark.json")
     checked = anvil("verify", str(bench))
@@ -75,13 +76,20 @@ def test_least_in_flight_sends_more_to_the_fast_replica(tmp_path: Path) -> None:
     # picks go to replica 1 most of the time (round-robin's would be 20 / 20)
     with start_simulator(["--interval-ms", "1", "--prefill-ms", "200"]) as a, start_simulator(
             ["--interval-ms", "1", "--prefill-ms", "10"]) as b:
-        doc = run(tmp_path, a, b, "--balance", "least-in-flight")
+        doc = run(tmp_path, a, b, "--balance", "least-in-flight", metrics=True)
         truth = (started(a), started(b))
     block = doc["replicas"]
     assert block["policy"] == "least-in-flight" and not doc.get("failures")
     assert [e["completed"] for e in block["endpoints"]] == list(truth)
     assert sum(truth) == N and truth[1] >= 2 * truth[0]  # clearly more to the fast one
     assert all(e["stopped_answering_at_s"] is None for e in block["endpoints"])
+    # the default /metrics is replica 0's: its client-minus-server pairs only replica 0's rows
+    # (all rows' mean would put the fast replica's ~200 ms shorter requests against it)
+    server = doc["server"]
+    mine = [r["e2e_ms"] for r in doc["request_timings"] if r["replica"] == 0]
+    assert server["requests"] == truth[0] == len(mine)
+    assert server["client_minus_server_ms"]["e2e"] == pytest.approx(
+        sum(mine) / len(mine) - server["e2e_ms_mean"], abs=1e-9)
 
 
 def test_a_bad_balance_is_one_line_naming_it(tmp_path: Path) -> None:
