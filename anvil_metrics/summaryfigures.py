@@ -130,4 +130,9 @@ IMPROVEMENT_GATE_FIGURES: tuple[tuple[str, str], ...] = (
 IMPROVEMENT_GATES: dict[str, tuple[str, bool]] = {
     gate: (name, SUMMARY_BY_NAME[name].better == "higher")
     for gate, name in IMPROVEMENT_GATE_FIGURES}
-KNOWN_GATES: tuple[str, ...] = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional")
+# The gate on the candidate's check classes judged under load (`[[request_class]] check`):
+# named for what it reads (a check's pass rate) and where (under load), apart from
+# `functional` (the suites run one request at a time, outside the load).
+PASS_RATE_GATE = "check_pass_rate_under_load"
+KNOWN_GATES: tuple[str, ...] = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional",
+                                PASS_RATE_GATE)
