@@ -6,7 +6,7 @@ request but the mean over a variant's runs of one of the catalogue's aggregates
 (`catalog.AGGREGATES`), and a gate is a comparison of two variants on one such figure. The
 catalogue says what a run measured; this says what a campaign reports and decides from it.
 Both sit at the bottom of the package because several layers read the same table: the
-campaign file checks its gates against it (`campaign/spec.py`), the summary computes, rounds
+campaign file checks its gates against it (`campaign/gates.py`), the summary computes, rounds
 and verifies its rows and decides its gates from it (`summary/decide.py`, `summary/verify.py`,
 `summary/markdown.py`, `summary/fields.py`), the report draws and labels it
 (`report/campaignfigs.py`) and the summary's JSON Schema names its gates
@@ -114,7 +114,7 @@ SUMMARY_FIGURES: tuple[SummaryFigure, ...] = (
 )
 SUMMARY_BY_NAME: dict[str, SummaryFigure] = {f.name: f for f in SUMMARY_FIGURES}
 
-# A campaign sets the gates (`campaign/spec.py` checks their values) and the summary decides
+# A campaign sets the gates (`campaign/gates.py` checks their values) and the summary decides
 # them (`summary/decide.py`): one table, below both. Each improvement gate is on one summary
 # figure, in its direction; gate -> (summary figure, True when higher is better).
 IMPROVEMENT_GATE_FIGURES: tuple[tuple[str, str], ...] = (
@@ -130,4 +130,9 @@ IMPROVEMENT_GATE_FIGURES: tuple[tuple[str, str], ...] = (
 IMPROVEMENT_GATES: dict[str, tuple[str, bool]] = {
     gate: (name, SUMMARY_BY_NAME[name].better == "higher")
     for gate, name in IMPROVEMENT_GATE_FIGURES}
-KNOWN_GATES: tuple[str, ...] = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional")
+# The gate on the candidate's check classes judged under load (`[[request_class]] check`):
+# named for what it reads (a check's pass rate) and where (under load), apart from
+# `functional` (the suites run one request at a time, outside the load).
+PASS_RATE_GATE = "check_pass_rate_under_load"
+KNOWN_GATES: tuple[str, ...] = (*IMPROVEMENT_GATES, "no_saturated_runs", "functional",
+                                PASS_RATE_GATE)

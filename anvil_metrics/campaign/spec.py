@@ -31,7 +31,7 @@ the field, the bad value and what is allowed. The CLI prints it; nothing here pr
     energy_urls = ["http://10.0.0.5:9400/metrics"]  # optional: its node's DCGM exporters
                                             # (its runs' --energy-url, over the scenario's)
 
-    [gates]                                 # at least one; the names and meanings: GATES
+    [gates]                                 # at least one; the names and meanings: gates.GATES
     e2e_p50_improvement_percent = 10
     [restoration]
     aliases = ["llm.primary"]               # optional: names that must answer after the last run
@@ -45,16 +45,15 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from anvil_metrics.campaign.checkplan import CheckPlan, parse_checks
+from anvil_metrics.campaign.gates import GATES
 from anvil_metrics.errors import UsageError
 from anvil_metrics.load.hookspec import hook_text
 from anvil_metrics.load.scenario import Scenario, load_scenario
-from anvil_metrics.summaryfigures import IMPROVEMENT_GATES, KNOWN_GATES
 from anvil_metrics.urls import Endpoint, strip_credentials
 
 ORDERS = ("interleaved", "grouped")
@@ -63,48 +62,6 @@ _LABEL_TEXT = "letters, digits, '.', '_', '-' (starting with a letter or digit)"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_TEXT = "http(s)://HOST:PORT[/v1], e.g. http://127.0.0.1:8000"
 
-
-@dataclass(frozen=True, slots=True)
-class Gate:
-    """One promotion gate a campaign may set: what its value must be and what it means."""
-
-    name: str
-    meaning: str  # what passing means, in words
-    expected: str  # the values allowed, in words (for the problem lines)
-    accepts: Callable[[Any], bool]
-    compares: bool  # needs an incumbent to compare the candidate with
-
-
-def _number(low: float, high: float = math.inf) -> Callable[[Any], bool]:
-    return lambda v: (not isinstance(v, bool) and isinstance(v, int | float)
-                      and math.isfinite(v) and low < v < high)
-
-
-def _improvement_gate(name: str, field: str, higher_is_better: bool) -> Gate:
-    if higher_is_better:
-        meaning = (f"the candidate's {field} (mean of run medians) is at least this many "
-                   "percent above the incumbent's: 100 × (candidate / incumbent − 1) >= value")
-        return Gate(name, meaning, "a number of percent above -100", _number(-100.0), True)
-    meaning = (f"the candidate's {field} (mean of run medians) is at least this many percent "
-               "below the incumbent's: 100 × (1 − candidate / incumbent) >= value")
-    return Gate(name, meaning, "a number of percent between -100 and 100 (exclusive)",
-                _number(-100.0, 100.0), True)
-
-
-# The gates a campaign may set: the names and directions are `summaryfigures.IMPROVEMENT_GATES`
-# (where they are decided, by their 95 % intervals), so the two cannot drift apart.
-GATES: dict[str, Gate] = {g.name: g for g in (
-    *(_improvement_gate(name, field, higher)
-      for name, (field, higher) in IMPROVEMENT_GATES.items()),
-    Gate("functional",
-         "every functional check of the candidate passed",
-         '"all_pass"', lambda v: v == "all_pass", False),
-    Gate("no_saturated_runs",
-         "true: no run of the campaign was client-bound (its saturation flag is off); "
-         "false: the gate is off",
-         "true or false", lambda v: isinstance(v, bool), False),
-)}
-assert set(GATES) == set(KNOWN_GATES), "campaign and summary disagree on the gates"
 
 _TOP_KEYS = ("name", "scenario", "runs_per_variant", "placements", "order", "baseline",
              "candidate", "incumbent", "facts", "variants", "gates", "restoration", "checks",

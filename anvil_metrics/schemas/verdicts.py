@@ -64,6 +64,14 @@ def _performance_row() -> dict[str, Any]:
     return obj(props, ROW_LABELS, True, fields.ROW)
 
 
+def _check_class() -> dict[str, Any]:
+    """One check class pooled over a variant's runs (`summary/gates.py`)."""
+    rate = nullable(FIGURE)
+    return obj({"name": STRING, "check": STRING, "runs": COUNT, "judged": COUNT,
+                "passed": COUNT, "pass_rate": rate, "pass_rate_ci95_low": rate,
+                "pass_rate_ci95_high": rate}, tuple(fields.CHECK_CLASS), True, fields.CHECK_CLASS)
+
+
 def _gate() -> dict[str, Any]:
     number, names = nullable(NUMBER), STRINGS
     figures = {"candidate": STRING, "incumbent": STRING, "field": STRING,
@@ -71,7 +79,8 @@ def _gate() -> dict[str, Any]:
                "improvement_percent": number, "improvement_ci95_percent": nullable(PAIR),
                "mann_whitney_p": number, "candidate_runs": COUNT, "incumbent_runs": COUNT,
                "runs": COUNT, "saturated_runs": names, "runs_without_verdict": names,
-               "checks": COUNT, "failed": names}
+               "checks": COUNT, "failed": names,
+               "check_classes": {"type": "array", "items": _check_class()}}
     return obj({"gate": {"enum": list(KNOWN_GATES)}, "threshold": {},
                 "outcome": {"enum": list(GATE_OUTCOMES)},
                 "figures": obj(figures, text=fields.GATE_FIGURES), "reason": STRING},
@@ -151,6 +160,10 @@ def summary_schema() -> dict[str, Any]:
                                     text=fields.PROTOCOL),
         "performance": {"type": "array", "items": _performance_row()},
         "sampled_speculative_telemetry": {"type": "array", "items": telemetry},
+        "checks_under_load": {"type": "array", "items": obj(
+            {"model": STRING, "speculation": STRING, "runs": COUNT,
+             "classes": {"type": "array", "items": _check_class()}},
+            tuple(fields.CHECKS_UNDER_LOAD), True, fields.CHECKS_UNDER_LOAD)},
         "functional": _functional(),
         "multimodal": _multimodal(),
         "retained_failures": STRINGS,

@@ -34,7 +34,10 @@ Definitions (field names as in the spec's example, `../shared/spec/public-summar
   * `no_saturated_runs: true`: `"fail"` if any run's `client.saturated` is true,
     `"not_evaluated"` if some run does not say, else `"pass"`; `false`: `"not_required"`;
   * `functional: "all_pass"`: every functional check given passed; without check results,
-    `"not_evaluated"`.
+    `"not_evaluated"`;
+  * `check_pass_rate_under_load: R`: every check class of the candidate's runs passes at
+    least R of its answers under load, pooled over its runs (`summary/gates.py`, with the
+    saturation and functional gates and the `checks_under_load` block).
   A gate whose inputs are missing is `"not_evaluated"` with the reason, never a pass.
 - `decision`: `"promotion"` when every gate is `"pass"` or `"not_required"` (and one is
   `"pass"`), else `"no-promotion"`; null when no gate was given or required: a promotion
@@ -71,10 +74,19 @@ from anvil_metrics.post.significance import (
     mann_whitney,
     mean,
 )
+from anvil_metrics.summary.gates import (
+    GateResult,
+    VariantRuns,
+    functional_gate,
+    pass_rate_gate,
+    run_name,
+    saturation_gate,
+)
 from anvil_metrics.summaryfigures import (
     DELTA_DECIMALS,
     IMPROVEMENT_GATES,
     KNOWN_GATES,
+    PASS_RATE_GATE,
     SUMMARY_FIGURES,
     run_figure,
 )
@@ -92,19 +104,6 @@ PASSING = ("pass", "not_required")
 
 
 @dataclass(frozen=True, slots=True)
-class VariantRuns:
-    """One variant of a campaign and its runs (benchmark/v1 documents, as loaded)."""
-
-    model: str
-    speculation: str
-    runs: Sequence[Mapping[str, Any]]
-
-    @property
-    def id(self) -> str:
-        return f"{self.model}/{self.speculation}"
-
-
-@dataclass(frozen=True, slots=True)
 class Comparison:
     """One variant against a reference variant on one row field: the delta of the means,
     its bootstrap interval and the Mann–Whitney p-value of the per-run values."""
@@ -116,22 +115,6 @@ class Comparison:
     interval: Interval
     mann_whitney_p: float | None
     reason: str | None  # why `delta_percent` is null
-
-
-@dataclass(frozen=True, slots=True)
-class GateResult:
-    """A gate's outcome (`"pass"`, `"fail"`, `"not_significant"`, `"not_evaluated"`,
-    `"not_required"`), the figures it used and a sentence saying why."""
-
-    gate: str
-    threshold: Any
-    outcome: str
-    figures: Mapping[str, Any]
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"gate": self.gate, "threshold": self.threshold, "outcome": self.outcome,
-                "figures": dict(self.figures), "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +140,6 @@ class Summary:
                 "gates": [g.to_json() for g in self.gates],
                 "decision_reasons": list(self.decision_reasons),
                 "statistics": dict(self.statistics)}
-
-
-def run_name(run: Mapping[str, Any], index: int) -> str:
-    """How a run is named in reasons and sentences: its `run_id`, else its position."""
-    rid = run.get("run_id")
-    return rid if isinstance(rid, str) and rid else f"run {index + 1}"
 
 
 def run_values(variant: VariantRuns, metric: str) -> tuple[list[float], str | None]:
@@ -370,49 +347,6 @@ def improvement_gate(gate: str, threshold: Any, candidate: VariantRuns | None,
                       f"{said} {within}: the interval contains {threshold} %, not significant")
 
 
-def saturation_gate(threshold: Any, variants: Sequence[VariantRuns]) -> GateResult:
-    """`no_saturated_runs`: no run of any variant had a saturated load generator."""
-    gate = "no_saturated_runs"
-    if not isinstance(threshold, bool):
-        raise UsageError(f"gate {gate} = {threshold!r}: must be true or false")
-    if not threshold:
-        return GateResult(gate, threshold, "not_required", {}, "not asked for")
-    saturated, unknown, total = [], [], 0
-    for v in variants:
-        for i, run in enumerate(v.runs):
-            total += 1
-            flag = (run.get("client") or {}).get("saturated")
-            if flag is True:
-                saturated.append(f"{run_name(run, i)} of {v.id}")
-            elif flag is not False:
-                unknown.append(f"{run_name(run, i)} of {v.id}")
-    figures = {"runs": total, "saturated_runs": saturated, "runs_without_verdict": unknown}
-    if saturated:
-        return GateResult(gate, threshold, "fail", figures,
-                          f"the load generator was saturated in {', '.join(saturated)}")
-    if unknown or not total:
-        why = (f"no saturation verdict in {', '.join(unknown)}" if unknown else "no runs")
-        return GateResult(gate, threshold, "not_evaluated", figures, why)
-    return GateResult(gate, threshold, "pass", figures,
-                      f"none of the {total} runs saturated the load generator")
-
-
-def functional_gate(threshold: Any, results: Mapping[str, bool] | None) -> GateResult:
-    """`functional = "all_pass"`: every functional check given passed."""
-    gate = "functional"
-    if threshold != "all_pass":
-        raise UsageError(f'gate functional = {threshold!r}: the only value is "all_pass"')
-    if not results:
-        return GateResult(gate, threshold, "not_evaluated", {},
-                          "no functional check results were given")
-    failed = sorted(k for k, ok in results.items() if ok is not True)
-    figures = {"checks": len(results), "failed": failed}
-    if failed:
-        return GateResult(gate, threshold, "fail", figures,
-                          f"{len(failed)} of {len(results)} checks failed: {', '.join(failed)}")
-    return GateResult(gate, threshold, "pass", figures, f"all {len(results)} checks passed")
-
-
 def _find(variants: Mapping[str, VariantRuns], role: str, ident: str | None) -> VariantRuns | None:
     if ident is None:
         return None
@@ -453,6 +387,8 @@ def summarize(variants: Sequence[VariantRuns], *, gates: Mapping[str, Any],
                                             resamples=resamples))
         elif gate == "no_saturated_runs":
             results.append(saturation_gate(threshold, variants))
+        elif gate == PASS_RATE_GATE:
+            results.append(pass_rate_gate(threshold, cand))
         else:
             results.append(functional_gate(threshold, functional))
     if not any(r.outcome == "pass" for r in results) and all(

@@ -32,6 +32,10 @@ TOP: Text = {
     "sampled_speculative_telemetry": ("", "one row per variant with speculation on: min–max "
                                       "over its runs of the server's speculative-decoding "
                                       "figures"),
+    "checks_under_load": ("", "one row per variant whose runs have a check class (a "
+                          "[[request_class]] with check = ...): each class's answers judged "
+                          "under load, pooled over the variant's runs; absent when no run "
+                          "has one"),
     "functional": ("", "the functional checks per model (its variants combined: a check "
                    "passes for a model only if it passed with speculation on and off); "
                    "absent when not measured"),
@@ -107,9 +111,30 @@ TELEMETRY: Text = {
     "null_reasons": ("", "range → why it is null"),
 }
 
+CHECKS_UNDER_LOAD: Text = {
+    "model": ("", "the variant's model label"),
+    "speculation": ("", "the variant's speculation label"),
+    "runs": ("", "the variant's runs"),
+    "classes": ("", "one entry per check class, in the order its runs first name them"),
+}
+CHECK_CLASS: Text = {
+    "name": ("", "the request class's name"),
+    "check": ("", "the check suite it asks"),
+    "runs": ("", "the variant's runs that have the class (their mix block lists it)"),
+    "judged": ("", "Σ over those runs of mix.classes[i].verdicts.judged"),
+    "passed": ("", "Σ over those runs of mix.classes[i].verdicts.passed"),
+    "pass_rate": ("ratio", "passed / judged, pooled over the runs (not a mean of the runs' "
+                  "rates); null when none was judged"),
+    "pass_rate_ci95_low": ("ratio", "the pooled pass rate's 95 % Wilson score interval, its "
+                           "lower end (what check_pass_rate_under_load must reach)"),
+    "pass_rate_ci95_high": ("ratio", "the pooled pass rate's 95 % Wilson score interval, its "
+                            "upper end"),
+}
+
 GATE: Text = {
     "gate": ("", "the gate's name, as the campaign's [gates] table names it"),
-    "threshold": ("", "the value the campaign set: a percent, true/false, or \"all_pass\""),
+    "threshold": ("", "the value the campaign set: a percent, true/false, \"all_pass\" or a "
+                  "pass rate"),
     "outcome": ("", '"pass", "fail", "not_significant" (the interval contains the '
                 'threshold), "not_evaluated" (an input is missing) or "not_required"'),
     "figures": ("", "the figures the gate was decided on (which depend on the gate)"),
@@ -133,6 +158,8 @@ GATE_FIGURES: Text = {
     "runs_without_verdict": ("", "the runs whose client block has no saturation verdict"),
     "checks": ("", "functional checks of the candidate judged"),
     "failed": ("", "the candidate's functional checks that did not pass"),
+    "check_classes": ("", "check_pass_rate_under_load: the candidate's check classes, "
+                      "pooled over its runs, as its checks_under_load row gives them"),
 }
 
 STATISTICS: Text = {
@@ -218,6 +245,7 @@ MULTIMODAL_MODEL: Text = {
     "result": ("", "the multimodal suite's result (the worst variant's)"),
 }
 NOT_INCLUDED: Text = {
+    "checks_under_load": ("", "why there is no checks_under_load block"),
     "functional": ("", "why there is no functional block"),
     "multimodal": ("", "why there is no multimodal block"),
     "restoration": ("", "why there is no restoration block"),

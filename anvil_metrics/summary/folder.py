@@ -42,6 +42,7 @@ from anvil_metrics.summary.functional import (
     gate_results,
     multimodal_block,
 )
+from anvil_metrics.summary.gates import checks_under_load
 
 SCHEMA = "anvil-serving.public-benchmark-summary/v1"
 CAMPAIGN_SCHEMA = "anvil-campaign/v1"
@@ -50,7 +51,8 @@ BENCHMARK_FILE = "benchmark.json"
 STATES = ("pending", "done", "failed")
 # the document's own members: a [facts] table may not use these names
 COMPUTED_KEYS = ("schema", "date", "decision", "performance_protocol", "performance",
-                 "sampled_speculative_telemetry", "functional", "multimodal",
+                 "sampled_speculative_telemetry", "checks_under_load", "functional",
+                 "multimodal",
                  "retained_failures", "restoration", "gates", "decision_reasons",
                  "statistics", "not_included", "campaign")
 NO_CHECKS = ("not measured: the campaign has no [checks] table (add one: suites = [...]; "
@@ -59,6 +61,8 @@ NO_RESULTS = {
     "functional": "not measured: no functional suite result in the campaign's checks files",
     "multimodal": "not measured: no multimodal suite result in the campaign's checks files",
 }
+NO_UNDER_LOAD = ("not measured: no run has a check class (a [[request_class]] with check = "
+                 '"json", ...: answers judged under load)')
 NO_ALIASES = ("not measured: the campaign names no [restoration] aliases to check after "
               "the last run")
 NOT_CHECKED = ("not measured: campaign.json holds no restoration check (it is made at the end "
@@ -309,6 +313,9 @@ def summary_document(cf: CampaignFolder, *, seed: int = 0,
     doc["performance_protocol"] = computed["performance_protocol"]
     doc["performance"] = computed["performance"]
     doc["sampled_speculative_telemetry"] = computed["sampled_speculative_telemetry"]
+    under_load = checks_under_load(cf.variants)
+    if under_load is not None:
+        doc["checks_under_load"] = under_load
     blocks = {"functional": functional_block(cf.checks),
               "multimodal": multimodal_block(cf.checks)}
     doc.update({k: v for k, v in blocks.items() if v is not None})
@@ -322,6 +329,8 @@ def summary_document(cf: CampaignFolder, *, seed: int = 0,
     doc["statistics"] = computed["statistics"]
     doc["not_included"] = {k: NO_CHECKS if c.checks is None else NO_RESULTS[k]
                            for k, v in blocks.items() if v is None}
+    if under_load is None:
+        doc["not_included"]["checks_under_load"] = NO_UNDER_LOAD
     if left_out is not None:
         doc["not_included"]["restoration"] = left_out
     kept = sum(len(v.runs) for v in cf.variants)

@@ -136,6 +136,21 @@ def _checks_sections(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _under_load_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The check classes' pass rates under load, pooled per variant (`checks_under_load`)."""
+    rows = doc.get("checks_under_load") or []
+    out = ["", "## Answers judged under load", ""] if rows else []
+    for row in rows:
+        for c in row.get("classes") or []:
+            low, high = c.get("pass_rate_ci95_low"), c.get("pass_rate_ci95_high")
+            rate = ("null" if c.get("pass_rate") is None else
+                    f"{c['pass_rate']:.4f} (95 % Wilson {low:.4f} – {high:.4f})")
+            out.append(f"- {row['model']}/{row['speculation']}, class {c['name']} "
+                       f"({c['check']}): {c['passed']} of {c['judged']} passed over "
+                       f"{c['runs']} runs, pass rate {rate}")
+    return out
+
+
 def markdown(doc: Mapping[str, Any]) -> str:
     """The report (module doc) for a summary document as `folder.summary_document`
     makes it."""
@@ -174,6 +189,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
                      + (f"; not sampled: {', '.join(unsampled)}" if unsampled else "") + ")")
     if not tele:
         lines.append("- no speculative variant")
+    lines += _under_load_lines(doc)
     lines += _checks_sections(doc)
     lines += ["", "## Retained failures", ""]
     lines += [f"- {f}" for f in doc.get("retained_failures") or []] or ["- none"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import REPO, anvil, load_json
+from conftest import REPO, anvil, load_json, measured
 from simcampaign import CAMPAIGN, SCENARIO, SIM
 from simfork import start_simulator
 
@@ -39,8 +39,21 @@ pytestmark = pytest.mark.e2e
 
 CHECKS = """
 functional = "all_pass"
+check_pass_rate_under_load = 0.3
 [checks]
 suites = ["json", "tools", "reasoning_leakage"]
+"""
+# a campaign with [checks] also judges answers under load: its scenario's seeded draws make
+# one request of each run's three a json case, answered in one chunk (no inter-token time),
+# and two chat, so every run's medians are still its chat answers'
+JUDGED = """
+[[request_class]]
+name = "chat"
+weight = 2
+[[request_class]]
+name = "strict"
+weight = 1
+check = "json"
 """
 
 
@@ -59,9 +72,10 @@ def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
 def setup(folder: Path, sims: tuple[SimProcess, SimProcess], runs: int, before: str = "",
           checks: bool = False) -> Path:
     """The campaign file (and its scenario) in `folder`, its variants the module's two
-    simulators; with `checks`, the [checks] both answer from their script."""
+    simulators; with `checks`, the [checks] both answer from their script, and its runs
+    send json cases among their requests, judged under load (both answer them right)."""
     slow, fast = sims
-    (folder / "s.toml").write_text(SCENARIO)
+    (folder / "s.toml").write_text(SCENARIO + (JUDGED if checks else ""))
     path = folder / "c.toml"
     placements = orjson.dumps(["first", "swapped"][:runs]).decode()
     path.write_text(CAMPAIGN.format(runs=runs, placements=placements, slow=slow.url,
@@ -152,6 +166,27 @@ def test_two_variants_two_runs_all_verify(whole: Whole) -> None:
         "json": "pass", "tools": "1/20", "thinking_disabled_reasoning_leakage": False}}
     gate = next(g for g in summary["gates"] if g["gate"] == "functional")
     assert gate["outcome"] == "pass" and gate["figures"]["checks"] == 3
+    # the answers judged under load, pooled per variant, as the runs' raw records have them
+    # (the strict class is index 1; both simulators answer json right)
+    truth: dict[str, list[int]] = {}
+    for r in s["runs"]:
+        recs = [x["extra"] for x in measured(res / "sims" / r["folder"])
+                if x["extra"].get("class_index") == 1]
+        t = truth.setdefault(r["variant"], [0, 0])
+        t[0] += sum(x.get("check_passed") is not None for x in recs)
+        t[1] += sum(x.get("check_passed") is True for x in recs)
+    rows = summary["checks_under_load"]
+    assert [(r["model"], r["speculation"], r["runs"]) for r in rows] == [
+        ("sim", "off", 2), ("sim", "on", 2)]
+    for r in rows:
+        (c,) = r["classes"]
+        judged, passed = truth[f"sim/{r['speculation']}"]
+        assert judged > 0 and passed == judged, truth
+        assert (c["name"], c["check"], c["runs"], c["judged"], c["passed"]) == (
+            "strict", "json", 2, judged, passed)
+        assert c["pass_rate"] == 1.0 and 0.3 < c["pass_rate_ci95_low"] < 1.0
+    gate = next(g for g in summary["gates"] if g["gate"] == "check_pass_rate_under_load")
+    assert gate["outcome"] == "pass" and gate["figures"]["check_classes"] == rows[1]["classes"]
     assert anvil("verify", str(res / "sims" / "summary.json")).returncode == 0
 
 
@@ -247,6 +282,7 @@ def test_a_resumed_campaign_summarizes_as_an_uninterrupted_one(whole: Whole,
     assert [{k: r.get(k) for k in timeless} for r in a["performance"]] == \
         [{k: r.get(k) for k in timeless} for r in b["performance"]]
     assert [r["runs"] for r in a["performance"]] == [2, 2]
+    assert a["checks_under_load"] == b["checks_under_load"]  # verdicts are not timing
     # the decision is timing: the faster variant is faster in both (2 ms vs 6 ms between
     # tokens), but whether 2 runs a side tell its 10 % apart depends on how steady the
     # machine was (seen beside a CPU hog: 33 %, interval 5 … 61 %, not significant); each

@@ -97,7 +97,7 @@ def test_report_and_summary_labels_unchanged():
         "decode_p50_improvement_percent", "effective_prefill_p50_improvement_percent",
         "aggregate_output_improvement_percent", "output_per_gpu_improvement_percent",
         "usd_per_m_output_improvement_percent", "j_per_output_token_improvement_percent",
-        "no_saturated_runs", "functional"]
+        "no_saturated_runs", "functional", "check_pass_rate_under_load"]
 
 
 NEW_FIGURE = textwrap.dedent("""

@@ -17,12 +17,19 @@ from summarybuild import DATA, SUMMARY_NAME, accept_all, all_entries, example_do
 
 from anvil_metrics.campaign.restoration import AliasCheck, RestorationResult
 from anvil_metrics.summary import fields
-from anvil_metrics.summary.decide import VariantRuns, functional_gate, saturation_gate
 from anvil_metrics.summary.folder import (
     COMPUTED_KEYS,
     NO_RESULTS,
+    NO_UNDER_LOAD,
     read_campaign_folder,
     summary_document,
+)
+from anvil_metrics.summary.gates import (
+    VariantRuns,
+    checks_under_load,
+    functional_gate,
+    pass_rate_gate,
+    saturation_gate,
 )
 from anvil_metrics.summaryfigures import SUMMARY_FIGURES
 
@@ -58,8 +65,11 @@ def test_the_documents_members(doc: dict[str, Any]) -> None:
 
 def test_the_gates_figures_of_every_kind() -> None:
     run = {"client": {"saturated": True}, "run_id": "r1"}
+    judged = {"mix": {"classes": [{"name": "j", "check": "json", "verdicts": {
+        "judged": 4, "passed": 3}}]}}
     seen = {k for g in [saturation_gate(True, [VariantRuns("m", "off", [run])]),
-                        functional_gate("all_pass", {"coding": True, "json": False})]
+                        functional_gate("all_pass", {"coding": True, "json": False}),
+                        pass_rate_gate(0.5, VariantRuns("m", "off", [judged]))]
             for k in g.figures}
     improvement = ("candidate", "incumbent", "field", "candidate_mean", "incumbent_mean",
                    "improvement_percent", "improvement_ci95_percent", "mann_whitney_p",
@@ -82,5 +92,15 @@ def test_the_checks_blocks(doc: dict[str, Any]) -> None:
         fields.MULTIMODAL_MODEL)
     assert set(fields.RESTORATION) == set(doc["restoration"])
     assert set(fields.ALIAS) == set(doc["restoration"]["aliases"][0])
-    assert doc["not_included"] == {}
-    assert set(fields.NOT_INCLUDED) == {*NO_RESULTS, "restoration"}  # what may be left out
+    assert doc["not_included"] == {"checks_under_load": NO_UNDER_LOAD}  # the runs have no mix
+    # what may be left out
+    assert set(fields.NOT_INCLUDED) == {*NO_RESULTS, "restoration", "checks_under_load"}
+
+
+def test_the_checks_under_load_block() -> None:
+    run = {"mix": {"classes": [{"name": "chat"}, {"name": "j", "check": "json", "verdicts": {
+        "judged": 4, "passed": 3}}]}}
+    block = checks_under_load([VariantRuns("m", "off", [run]), VariantRuns("m", "on", [{}])])
+    assert block is not None and len(block) == 1  # the variant without a check class: none
+    assert set(fields.CHECKS_UNDER_LOAD) == set(block[0])
+    assert set(fields.CHECK_CLASS) == set(block[0]["classes"][0])

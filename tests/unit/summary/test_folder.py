@@ -90,7 +90,7 @@ def test_the_example_document_from_a_folder(tmp_path: Path, example: dict[str, A
     outcomes = {g["gate"]: g["outcome"] for g in doc["gates"]}
     assert outcomes["functional"] == "pass"
     assert doc["decision"] == example["decision"] == "no-promotion"
-    assert set(doc["not_included"]) == {"restoration"}
+    assert set(doc["not_included"]) == {"restoration", "checks_under_load"}  # no check class
     assert doc["retained_failures"] == []
     assert doc["campaign"]["planned_runs"] == doc["campaign"]["summarized_runs"] == 20
 
@@ -140,7 +140,8 @@ def test_without_checks_files_the_gate_is_not_evaluated_and_said(
     folder = write_folder(tmp_path / "c", example_docs(example), all_entries(), checks=False)
     doc = summary_document(read_campaign_folder(folder, verify=accept_all))
     assert {g["gate"]: g["outcome"] for g in doc["gates"]}["functional"] == "not_evaluated"
-    assert set(doc["not_included"]) == {"functional", "multimodal", "restoration"}
+    assert set(doc["not_included"]) == {"functional", "multimodal", "restoration",
+                                        "checks_under_load"}
     assert doc["not_included"]["functional"].startswith("not measured: no functional suite")
     assert doc["retained_failures"] == [
         f"Checks of {v} were not made: no checks file (the campaign did not reach them)."
