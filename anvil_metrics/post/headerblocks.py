@@ -22,6 +22,7 @@ from anvil_metrics.load.scenariofields import ENDPOINTS
 from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import header_problems
+from anvil_metrics.post.serversteady import judge
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, build_server
 from anvil_metrics.telemetry.serverroles import with_roles
 
@@ -79,5 +80,6 @@ def build_server_block(inputs: BuildInputs) -> JsonValue | _Absent:
         return ABSENT
     path = inputs.raw.path
     block = build_server(server, inputs.doc["engine"],
-                         Path(path).with_name(SAMPLES_FILE) if path else None, inputs.rows)
-    return with_roles(block, server, Path(path).parent if path else None, inputs.rows)
+                         Path(path).with_name(SAMPLES_FILE) if path else None, inputs.rows,
+                         judge)
+    return with_roles(block, server, Path(path).parent if path else None, inputs.rows, judge)
