@@ -48,6 +48,7 @@ receipt, and a damaged one is refused with one log line and not acted on: `wire.
                                                                    turns of a conversation)
     worker -> master  anvil_records  {lines: [orjson bytes, ...]} (<= 256 per message)
     master -> worker  anvil_stop     {}                           (stop users, flush)
+    master -> worker  anvil_dead     {replica}   (the master counted it dead: skip it too)
     worker -> master  anvil_done     {sent, worker, health}       (after the last record)
     worker -> master  anvil_stuck    {the fields of live.stuck.StuckReport} (when changed)
     worker -> master  anvil_job_end  {job, answered, completed}   (an agent job ended)
@@ -391,9 +392,15 @@ class MasterCoordinator:
             return
         self.closing = True
         self.session.budget.close()
+        self.tell_workers("anvil_stop")
+
+    def tell_workers(self, message: str, **data: Any) -> None:
+        """`message` (the run's, with `data`) to every worker still here; `anvil_dead`
+        (replica=i) is the master's FailureWatch's listener (`runs/plugin.py`)."""
         for cid in self.workers:
             if not self._gone(cid):
-                self.runner.send_message("anvil_stop", {"run_id": self.run_id}, client_id=cid)
+                self.runner.send_message(message, {"run_id": self.run_id, **data},
+                                         client_id=cid)
 
     def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:
         """Wait until every granted ticket is back and every live worker confirmed its

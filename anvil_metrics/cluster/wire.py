@@ -137,6 +137,7 @@ MESSAGES: dict[str, dict[str, Check]] = {
     "anvil_ticket": {"run_id": TEXT, "seq": at_least(1), "ticket": TICKET},
     "anvil_records": {"run_id": TEXT, "lines": LINES},
     "anvil_stop": {"run_id": TEXT},
+    "anvil_dead": {"run_id": TEXT, "replica": at_least(0)},
     "anvil_done": {"run_id": TEXT, "sent": at_least(0), "health": optional(DICT)},
     "anvil_stuck": {"run_id": TEXT, **STUCK},
     "anvil_job_end": {"run_id": TEXT, "job": at_least(0), "answered": at_least(0),

@@ -336,7 +336,7 @@ class WorkerAgent:
         self._set_current = set_current
         self.runner.register_message(SETUP, self._on_setup)
         for name, act in (("anvil_ping", self._on_ping), ("anvil_ticket", self._on_ticket),
-                          ("anvil_stop", self._on_stop)):
+                          ("anvil_stop", self._on_stop), ("anvil_dead", self._on_dead)):
             self.runner.register_message(name, refusing(name, act, lambda _: "the master"))
 
     def send(self, msg_type: str, data: dict[str, Any]) -> None:
@@ -389,6 +389,19 @@ class WorkerAgent:
         if s is None:
             return
         s.stop(self.runner)
+
+    def _on_dead(self, msg: Message) -> None:
+        """The master counted a replica dead: this worker's balancer skips it too."""
+        s = self._current(msg.data)
+        if s is None:
+            return
+        replica = msg.data["replica"]
+        if replica >= len(s.balancer.dead):
+            log.error("anvil: refused a message from the master: anvil_dead: replica = %d is "
+                      "not allowed: a replica of this run (0 to %d)", replica,
+                      len(s.balancer.dead) - 1)
+            return
+        s.balancer.mark_dead(replica)
 
 
 def _single_bodies(setup: WorkerSetup, prompts: PromptFactory, endpoint: Endpoint,

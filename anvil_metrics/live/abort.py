@@ -28,9 +28,10 @@ when this process learned of the failure) and how: "the server at URL stopped an
 Over several replicas (`--host URL,URL`, the record's `extra.replica`) both rules count per
 replica, each over its own requests only, as behind a load balancer: one replica's answers
 never reset another's streak, and one replica's failures never end the run alone. A replica
-for which a rule holds is counted dead, once and for the rest of the run (`on_dead`: the
-balancer then skips it under least-in-flight; `stopped_at_s` keeps when, for the `replicas`
-block); the run goes on while any replica answers and aborts when every one is dead, the
+for which a rule holds is counted dead, once and for the rest of the run (`on_dead`, a list
+of listeners: the balancer then skips it under least-in-flight, and on a distributed master
+every worker is told so its balancer skips it too; `stopped_at_s` keeps when, for the
+`replicas` block); the run goes on while any replica answers and aborts when every one is dead, the
 reason naming each URL and when it stopped.
 """
 
@@ -82,7 +83,8 @@ class FailureWatch:
     """A `RecordSink` applying `rule` (module docstring); `pace`: requests in a row per unit
     of `after_failures` (the concurrency, closed loop; 1, open loop); `url`: the server, as
     the reason names it (no credentials), or each replica's in order; `began_ns()`: when the
-    load began (None: not yet); `on_dead(replica)`: a replica was counted dead."""
+    load began (None: not yet); `on_dead(replica)`: a replica was counted dead (more
+    listeners may be appended to `self.on_dead`)."""
 
     def __init__(self, rule: AbortRule, pace: int, url: str | Sequence[str],
                  on_abort: Callable[[str], None],
@@ -99,7 +101,7 @@ class FailureWatch:
         self.stopped_at_s: list[float | None] = [None] * len(self.streams)
         self.reasons: list[str | None] = [None] * len(self.streams)
         self._on_abort: Callable[[str], None] | None = on_abort
-        self._on_dead = on_dead
+        self.on_dead: list[Callable[[int], None]] = [on_dead]
         self._began_ns = began_ns
         self._clock_ns = clock_ns
         self.reason: str | None = None
@@ -131,7 +133,8 @@ class FailureWatch:
         (at_ns, self.reasons[i]) = dead
         began = self._began_ns()
         self.stopped_at_s[i] = 0.0 if began is None else max(0.0, (at_ns - began) / 1e9)
-        self._on_dead(i)
+        for tell in self.on_dead:
+            tell(i)
         if any(r is None for r in self.reasons):
             return
         self.reason = (self.reasons[0] if len(self.reasons) == 1 else

@@ -18,8 +18,9 @@ how it spreads the requests is part of what a run measures. Two policies (`BALAN
   again (the run is aborting then).
 
 Per load process: with `--processes N` or distributed workers each process balances its
-own requests, knowing nothing of the others' in flight. One greenlet at a time touches
-it (gevent): no lock.
+own requests, knowing nothing of the others' in flight; but a replica the master counts
+dead is marked dead in every worker's balancer too (`cluster/worker.py`, `anvil_dead`).
+One greenlet at a time touches it (gevent): no lock.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from anvil_metrics.post.heap import keep_freed_memory
 from anvil_metrics.post.probeblock import PROBE_FILE, check_probe_file
 from anvil_metrics.post.rawpart import MAX_PARTS, usable_cpus
 from anvil_metrics.post.rowparts import BLOCK_BYTES, CLOSE, OPEN, ROW_END, RowBlocks, close_at
+from anvil_metrics.post.serversteady import judge
 from anvil_metrics.post.verify import columns_are_clean, verify_benchmark
 from anvil_metrics.telemetry.energyfile import ENERGY_FILE
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, check_server_file
@@ -110,8 +111,8 @@ def verify_file(path: str | Path, block_bytes: int = BLOCK_BYTES,
 
 def _check_files(doc: dict[str, Any], rows: RowColumns | None, p: Path, problems: list[str],
                  notes: list[str] | None) -> None:
-    check_server_file(doc, rows, p.with_name(SAMPLES_FILE), problems)
-    check_role_files(doc, rows, p.parent, problems)
+    check_server_file(doc, rows, p.with_name(SAMPLES_FILE), problems, judge)
+    check_role_files(doc, rows, p.parent, problems, judge)
     check_energy_file(doc, rows, p.with_name(ENERGY_FILE), problems, notes)
     check_probe_file(doc, p.with_name(PROBE_FILE), problems, notes)
 

@@ -22,6 +22,7 @@ from anvil_metrics.load.scenariofields import ENDPOINTS
 from anvil_metrics.post.blockkit import ABSENT, BuildInputs, _Absent
 from anvil_metrics.post.derive import RowColumns
 from anvil_metrics.post.schema import header_problems
+from anvil_metrics.post.serversteady import judge
 from anvil_metrics.telemetry.servermetrics import SAMPLES_FILE, build_server
 from anvil_metrics.telemetry.serverroles import with_roles
 
@@ -81,5 +82,5 @@ def build_server_block(inputs: BuildInputs) -> JsonValue | _Absent:
     replicas = inputs.params.get("replicas")
     block = build_server(server, inputs.doc["engine"],
                          Path(path).with_name(SAMPLES_FILE) if path else None, inputs.rows,
-                         replicas if isinstance(replicas, list) else None)
-    return with_roles(block, server, Path(path).parent if path else None, inputs.rows)
+                         replicas if isinstance(replicas, list) else None, judge)
+    return with_roles(block, server, Path(path).parent if path else None, inputs.rows, judge)

@@ -328,6 +328,8 @@ def _start_workers(environment: Any, session: RunSession) -> None:
         template_tokens=bodies.template_tokens if isinstance(bodies, MixBodies) else 0,
         opening_tokens=bodies.opening_tokens if isinstance(bodies, AgentBodies) else 0)
     coordinator = master.start_run(session, setup)
+    session.watch.on_dead.append(  # a replica counted dead: every worker's balancer skips it
+        lambda replica: coordinator.tell_workers("anvil_dead", replica=replica))
     runner = environment.runner
     ids = [w.id for w in runner.clients.ready + runner.clients.running + runner.clients.spawning]
     try:

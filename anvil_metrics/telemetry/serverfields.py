@@ -11,9 +11,11 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Struct, UnsetType
 
-from anvil_metrics.fieldtypes import Count, described
+from anvil_metrics.fieldtypes import Count, Figure, described
 
 Mean = float | None  # a mean or a difference over the window; null where not reported
+STEADY_VERDICTS = ("steady", "drifting", "unknown")
+STEADY_GAUGES = ("requests_running", "requests_waiting")  # the gauges a verdict reads
 
 
 class Gauge(Struct, forbid_unknown_fields=True):
@@ -83,6 +85,32 @@ class KvTransfer(Struct, forbid_unknown_fields=True):
         "", "vLLM KV offloading: transfer_type (GPU_to_CPU, CPU_to_GPU) → Δ bytes and Δ ms")]
 
 
+class GaugeHalves(Struct, forbid_unknown_fields=True):
+    """One gauge's samples over the window, its first half against its second."""
+
+    samples: Annotated[Count, described("", "the window's samples that hold the gauge")]
+    first_p50: Annotated[float, described("", "nearest-rank p50 of the first half's samples")]
+    second_p50: Annotated[float, described("", "nearest-rank p50 of the second half's")]
+    p_value: Annotated[Figure, described("", "Mann-Whitney U p of the second half's values "
+                                             "against the first's")]
+    moved: Annotated[bool, described(
+        "", "|second_p50 - first_p50| > 10 % of max(first_p50, 1) with p < 0.001")]
+
+
+class ServerSteady(Struct, forbid_unknown_fields=True):
+    """Did this server hold its load over the measured window, by its own gauges (the
+    rule: `post/serversteady.py`)."""
+
+    verdict: Annotated[Literal[STEADY_VERDICTS], described(  # type: ignore[valid-type]
+        "", "steady (no gauge moved between the window's halves), drifting (one did) or "
+            "unknown (the server reported neither gauge)")]
+    reason: Annotated[str, described("", "what the verdict rests on, in one sentence")]
+    samples: Annotated[Count, described("", "successful scrapes in the window")]
+    gauges: Annotated[dict[Literal[STEADY_GAUGES], GaugeHalves | None],  # type: ignore[valid-type]
+                      described("", "requests_running and requests_waiting, each null when "
+                                    "the server did not report it")]
+
+
 class ServerFigures(Struct, forbid_unknown_fields=True):
     """What one server's metrics endpoint said about itself over the measured window
     (module docstring): the run's server, or one role's."""
@@ -131,6 +159,9 @@ class ServerFigures(Struct, forbid_unknown_fields=True):
     kv_transfer: Annotated[KvTransfer | None, described(
         "", "KV transfers over the window (P/D, offloading); null when the server sent none "
             "of their series")]
+    steady_state: Annotated[ServerSteady | None, described(
+        "", "did this server hold its load over the window (its gauges' halves compared); "
+            "null with too few samples")]
     client_minus_server_ms: Annotated[ClientMinusServer | None, described(
         "ms", "the client's mean over the measured completed requests minus the server's "
               "mean over the window")]

@@ -38,6 +38,9 @@ Definitions, per quantity (the engines' own names are in `engines.ENGINES`):
   request) with the server's per-request time per output token (`tpot_ms_mean`: the same
   per-request quotient, averaged over requests, not vLLM's per-token inter-token histogram);
 - `kv_transfer`: KV transfers (P/D, offloading), as `kvtransfer.py` defines them;
+- `steady_state`: the running and waiting gauges' samples over the window, in order, judged
+  by the caller's `Judge` (`post/serversteady.py` defines the verdict: the rank test lives a
+  layer above this one);
 - `effective_prefill_excl_queue_tok_s`: Σ prompt tokens / Σ (time to first chunk − the
   server's mean queue time), over the measured completed requests that have both: a
   prefill rate without queueing, derived from the server's MEAN queue time (per-request
@@ -53,7 +56,7 @@ an unreachable or broken endpoint leaves the block with its identity and the rea
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,10 @@ SAMPLES_FILE = "server_metrics.jsonl"  # beside requests.jsonl and benchmark.jso
 SERVER_KEYS = ServerFigures.__struct_fields__  # a role's block; the run's adds roles, combined
 IDENTITY_KEYS = ("engine", "version", "max_model_len", "metrics_url")
 FIGURE_KEYS = tuple(k for k in SERVER_KEYS if k not in IDENTITY_KEYS and k != "null_reasons")
+# the steady-state verdict of {gauge key: its values over the window} and the window's
+# sample count: (the verdict, or None and why)
+Judge = Callable[[Mapping[str, list[float]], int], tuple[dict[str, Any] | None, str]]
+NOT_JUDGED = "not judged (no judge given)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +136,11 @@ def _p50_max(values: list[float]) -> dict[str, float] | None:
 
 def server_block(identity: Mapping[str, Any], samples: list[Mapping[str, Any]] | None,
                  client: ClientFigures, identity_reasons: Mapping[str, str] | None = None,
-                 off_reason: str | None = None) -> dict[str, Any]:
+                 off_reason: str | None = None, judge: Judge | None = None
+                 ) -> dict[str, Any]:
     """The `server` block (module docstring). `identity`: engine, version, max_model_len,
     metrics_url as discovered or given; `samples`: the file's sample lines (None: none
-    were taken, `off_reason` says why)."""
+    were taken, `off_reason` says why); `judge`: the steady-state verdict's rule."""
     reasons: dict[str, str] = dict(identity_reasons or {})
     out: dict[str, Any] = {k: identity.get(k) for k in IDENTITY_KEYS}
     out.update({k: None for k in FIGURE_KEYS})
@@ -163,6 +171,11 @@ def server_block(identity: Mapping[str, Any], samples: list[Mapping[str, Any]] |
                               "the raw series are in server_metrics.jsonl")
         return _finish(out, reasons)
     _gauges(out, names, window, reasons)
+    series = {key: _sampled(names, window, quantity, False)
+              for key, quantity in (("requests_running", "running"),
+                                    ("requests_waiting", "waiting"))}
+    out["steady_state"], why = judge(series, len(window)) if judge else (None, NOT_JUDGED)
+    reasons["steady_state"] = why
     edge = _edge_problem(first, last)
     if edge is not None:
         reasons["counters"] = edge
@@ -358,7 +371,8 @@ def replica_rows(rows: Any, replicas: list[str] | None, metrics_url: str | None)
 
 
 def build_server(params: Mapping[str, Any], engine: Any, samples_path: Path | None,
-                 rows: Any, replicas: list[str] | None = None) -> dict[str, Any]:
+                 rows: Any, replicas: list[str] | None = None,
+                 judge: Judge | None = None) -> dict[str, Any]:
     """The block of a run whose raw header has `params` (its `server` parameters: the
     metrics URL, or why there is none, and what was discovered of the server), the
     document's `engine` (given or discovered), rows (`derive.RowColumns`) and replicas'
@@ -375,11 +389,11 @@ def build_server(params: Mapping[str, Any], engine: Any, samples_path: Path | No
         off = "no server_metrics.jsonl beside the raw file"
     mine = replica_rows(rows, replicas, params.get("metrics_url"))
     return server_block(identity, samples, NO_CLIENT if mine is None else client_figures(mine),
-                        reasons if isinstance(reasons, dict) else None, off)
+                        reasons if isinstance(reasons, dict) else None, off, judge)
 
 
 def check_server_file(doc: Mapping[str, Any], rows: Any, samples_path: Path,
-                      problems: list[str]) -> None:
+                      problems: list[str], judge: Judge | None = None) -> None:
     """Recompute the block's figures from the samples file beside the benchmark and the
     rows (`derive.RowColumns`); the identity (engine, version, limit, URL) is the file's
     own: it was read from the server, not computed."""
@@ -393,7 +407,7 @@ def check_server_file(doc: Mapping[str, Any], rows: Any, samples_path: Path,
     mine = replica_rows(rows, reps, block.get("metrics_url"))
     want = server_block({k: block.get(k) for k in IDENTITY_KEYS}, samples,
                         NO_CLIENT if mine is None else client_figures(mine), identity_reasons,
-                        reasons.get("metrics"))
+                        reasons.get("metrics"), judge)
     for key in FIGURE_KEYS:
         if _differs(block.get(key), want[key]):
             problems.append(f"server.{key}: file has {block.get(key)!r}, recomputed "

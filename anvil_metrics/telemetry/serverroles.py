@@ -23,7 +23,10 @@ alone, and a role's file reads as the one server's file does), the children mark
   generation tokens), null when any role's is; never a mean or a gauge. A request two
   roles served (prefill then decode) counts once in each. KV transfers and their bytes
   sum over the roles that count them (a router or an engine without a connector counts
-  none), null when none does.
+  none), null when none does;
+- `steady_state`: each role's own verdict from its own gauges over the window (the rule:
+  `post/serversteady.py`, handed in as the `judge`), so a decode server whose queue grows
+  while the client's rows look steady says so.
 
 `anvil verify` recomputes every role and `combined` from the files (`check_role_files`).
 """
@@ -39,6 +42,7 @@ from anvil_metrics.telemetry.servermetrics import (
     FIGURE_KEYS,
     NO_CLIENT,
     ClientFigures,
+    Judge,
     _differs,
     client_figures,
     read_samples,
@@ -56,14 +60,14 @@ TOKENS = (("prompt_tokens", "prompt_hist", "prompt_total"),
 
 
 def role_block(role: str, url: str, samples: list[dict[str, Any]] | None,
-               client: ClientFigures) -> dict[str, Any]:
+               client: ClientFigures, judge: Judge | None = None) -> dict[str, Any]:
     """One role's figures (module docstring) from its samples (None: no file) and the
-    client's figures over the measured completed requests."""
+    client's figures over the measured completed requests; `judge`: its steady state's."""
     identity = {"engine": None, "version": None, "max_model_len": None, "metrics_url": url}
     asked = "asked of --host only"
     block = server_block(identity, samples, client, {"version": asked,
                                                      "max_model_len": asked},
-                         f"no {url!r} samples file")
+                         f"no {url!r} samples file", judge)
     kept = PAIRED.get(role.lower(), ())
     reasons = block["null_reasons"]
     if "effective_prefill_excl_queue_tok_s" not in kept:
@@ -97,17 +101,18 @@ def role_tokens(samples: list[dict[str, Any]] | None) -> dict[str, tuple[int | N
     return out
 
 
-def roles_blocks(roles: Mapping[str, str], folder: Path | None, rows: Any
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+def roles_blocks(roles: Mapping[str, str], folder: Path | None, rows: Any,
+                 judge: Judge | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(roles, combined) of the raw header's `roles` (role -> URL), each role's samples
-    read from `folder`; `rows`: the measured completed requests (`derive.RowColumns`)."""
+    read from `folder`; `rows`: the measured completed requests (`derive.RowColumns`);
+    `judge`: each role's steady-state rule."""
     blocks: dict[str, Any] = {}
     sums: dict[str, int | None] = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0}
     reasons: dict[str, str] = {}
     client = client_figures(rows) if rows is not None else NO_CLIENT
     for role, url in roles.items():
         samples = read_samples(folder / role_samples_file(role)) if folder else None
-        blocks[role] = block = role_block(role, url, samples, client)
+        blocks[role] = block = role_block(role, url, samples, client, judge)
         found = {"requests": (block["requests"], block["null_reasons"].get("requests", "")),
                  **role_tokens(samples)}
         for key, (value, why) in found.items():
@@ -134,24 +139,24 @@ def kv_sums(blocks: Mapping[str, Any], reasons: dict[str, str]) -> dict[str, int
 
 
 def with_roles(block: dict[str, Any], params: Mapping[str, Any], folder: Path | None,
-               rows: Any) -> dict[str, Any]:
+               rows: Any, judge: Judge | None = None) -> dict[str, Any]:
     """The run's block with its roles and their sums, when the raw header has roles."""
     roles = params.get("roles")
     if not isinstance(roles, dict) or not roles:
         return block
-    block["roles"], block["combined"] = roles_blocks(roles, folder, rows)
+    block["roles"], block["combined"] = roles_blocks(roles, folder, rows, judge)
     return block
 
 
 def check_role_files(doc: Mapping[str, Any], rows: Any, folder: Path,
-                     problems: list[str]) -> None:
+                     problems: list[str], judge: Judge | None = None) -> None:
     """Recompute each role's figures and the sums from the role files beside the
     benchmark and the rows; a difference is one problem line each."""
     block = doc.get("server")
     if not isinstance(block, dict) or not isinstance(block.get("roles"), dict):
         return
     urls = {role: (b or {}).get("metrics_url") for role, b in block["roles"].items()}
-    roles, combined = roles_blocks(urls, folder, rows)
+    roles, combined = roles_blocks(urls, folder, rows, judge)
     for role, want in roles.items():
         have = block["roles"][role] or {}
         for key in FIGURE_KEYS:

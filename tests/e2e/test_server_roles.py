@@ -8,7 +8,12 @@ The run's load goes to the prefill simulator (its `--host`); the test sends its 
 requests to the decode simulator once the decode sampler has written its `first` mark, so
 the decode server's exact `/sim/stats` (it serves nothing else) is what its role must show,
 and the test checks that they finished before the `last` mark (the same clock: both stamp
-`time.perf_counter_ns()` on this host)."""
+`time.perf_counter_ns()` on this host).
+
+Each role's steady state is its own: scraped every 20 ms, the prefill server held its two
+users' requests running (p50 2 in both halves of the window), the decode server its K
+requests near the start and nothing after (p50 0 in both): both steady, each over its own
+file's samples, counted here from the file."""
 
 from __future__ import annotations
 
@@ -40,6 +45,15 @@ def _json(url: str, body: dict | None = None) -> dict:
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - 127.0.0.1
         return orjson.loads(resp.read())
+
+
+def _window_samples(path: Path) -> int:
+    """Successful scrapes from the `first` mark to the `last`, inclusive."""
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    samples = [x for x in lines if x.get("type") == "sample"]
+    lo = next(x["seq"] for x in samples if x.get("mark") == "first")
+    hi = next(x["seq"] for x in samples if x.get("mark") == "last")
+    return sum(1 for x in samples if x["ok"] and lo <= x["seq"] <= hi)
 
 
 def _decode_load(sim_url: str, results: Path, done: list[int]) -> None:
@@ -77,7 +91,8 @@ def test_each_role_holds_its_own_simulators_counts(tmp_path: Path) -> None:
         t.start()
         proc = anvil("run", str(scenario), "--host", pre.url, "--results-dir", str(results),
                      "--server-metrics-url", f"prefill={pre.url}/metrics",
-                     "--server-metrics-url", f"decode={dec.url}/metrics", timeout=120)
+                     "--server-metrics-url", f"decode={dec.url}/metrics",
+                     "--server-metrics-interval", "0.02", timeout=120)
         t.join(30)
         assert proc.returncode == 0, proc.stderr[-3000:]
         doc = load_json(result_path(proc))
@@ -124,5 +139,13 @@ def test_each_role_holds_its_own_simulators_counts(tmp_path: Path) -> None:
     assert dec_pair["tpot"] == pytest.approx(
         mean("mean_inter_token_latency_ms") - truth["tpot_s_sum"] * 1000 / truth[
             "tpot_s_count"], rel=1e-9)
+    # each role's steady state from its own samples: both held their running gauge
+    for role, block, running in (("prefill", pre_block, 2.0), ("decode", dec_block, 0.0)):
+        steady = block["steady_state"]
+        assert steady["samples"] == _window_samples(run_dir / f"server_metrics.{role}.jsonl")
+        assert steady["samples"] >= 14, steady
+        assert steady["verdict"] == "steady", (role, steady)
+        gauge = steady["gauges"]["requests_running"]
+        assert (gauge["first_p50"], gauge["second_p50"]) == (running, running), (role, gauge)
     check = anvil("verify", str(result_path(proc)))
     assert check.returncode == 0, check.stdout + check.stderr

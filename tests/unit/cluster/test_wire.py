@@ -21,13 +21,15 @@ from anvil_metrics.cluster.wire import MESSAGES, SETUP_VERSION, WorkerSetup, stu
 from anvil_metrics.cluster.worker import WorkerAgent, WorkerSession
 from anvil_metrics.errors import WireError
 from anvil_metrics.events import anvil_events
+from anvil_metrics.live.abort import FailureWatch
 from anvil_metrics.live.control import RequestBudget, Ticket
 from anvil_metrics.live.stuck import StuckWatch
 from anvil_metrics.load.body import BodyBuilder
+from anvil_metrics.load.options import AbortRule
 from anvil_metrics.load.scenario import load_scenario, scenario_from_dict, scenario_to_dict
 from anvil_metrics.post.schema import CALIBRATION_METHODS
 from anvil_metrics.prep.prompts import NO_CALIBRATION, Calibration, PromptFactory, SharedPrefix
-from anvil_metrics.records import worker_identity
+from anvil_metrics.records import Failure, RequestRecord, worker_identity
 from anvil_metrics.urls import api_key_from_env
 from anvil_metrics.wire.observe import StreamObserver
 
@@ -370,7 +372,7 @@ def test_a_damaged_message_to_the_master_is_refused(msg_type: str, data: Any, fi
 def test_every_message_type_is_checked() -> None:
     assert set(MESSAGES) == {"anvil_hello", "anvil_ping", "anvil_pong", "anvil_take", "anvil_drop",
                              "anvil_ticket", "anvil_records", "anvil_stop", "anvil_done",
-                             "anvil_stuck", "anvil_job_end"}
+                             "anvil_stuck", "anvil_job_end", "anvil_dead"}
     c, runner = _master()
     runner.receive("anvil_hello", HELLO, node="A")
     runner.receive("anvil_take", {"run_id": "run-1", "seq": 1, "followup": False}, node="A")
@@ -609,3 +611,49 @@ def test_a_datasets_counts_cross_to_the_workers_as_their_planned_sizes(tmp_path:
     assert WorkerSession(uncounted, lambda *a: None).bodies.planned(0, 100) is None
     with pytest.raises(WireError, match="dataset_counted"):
         WorkerSetup.from_wire({**setup.to_wire(), "dataset_counted": [3, "x"]})
+
+
+def test_a_replica_the_master_counts_dead_is_skipped_by_every_workers_balancer(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Master and worker back to back: the master's FailureWatch counts replica 1 dead
+    (10 connection failures in a row there), `anvil_dead` reaches the worker, checked, and
+    its least-in-flight balancer sends nothing more to replica 1; a replica the run does
+    not have is refused with one line."""
+    master_runner, worker_runner = FakeRunner(), FakeRunner()
+    env = SimpleNamespace(runner=master_runner, events=SimpleNamespace(
+        worker_connect=SimpleNamespace(add_listener=lambda f: None)))
+    master = MasterAgent(env)
+    worker = WorkerAgent(SimpleNamespace(runner=worker_runner), lambda s: None)
+    master_runner.send_message = (  # type: ignore[method-assign]
+        lambda t, d=None, client_id=None: worker_runner.receive(t, d, node="master"))
+    worker_runner.send_message = (  # type: ignore[method-assign]
+        lambda t, d=None, client_id=None: master_runner.receive(t, d, node="W"))
+    master_runner.clients["W"] = SimpleNamespace(state="running")
+    watch = FailureWatch(AbortRule(after_failures=10), 1, ["http://a", "http://b"],
+                         lambda reason: None)
+    session = SimpleNamespace(run_id="run-1", budget=RequestBudget(4, 0, [4096]), writer=None,
+                              watch=watch)
+    setup = replace(_setup({"balance": "least-in-flight"})[0],
+                    host="http://127.0.0.1:9,http://127.0.0.1:8")
+    c = master.start_run(session, setup)
+    watch.on_dead.append(lambda replica: c.tell_workers("anvil_dead", replica=replica))
+    c.add_worker("W")  # its set-up crosses; the worker's session has both replicas
+    s = worker.session
+    assert s is not None and s.balancer.dead == [False, False]
+    balancer = s.balancer
+    picks = [balancer.pick(i) for i in range(4)]
+    assert sorted(picks) == [0, 0, 1, 1]  # both live: each gets its share
+    for i in range(10):
+        watch.take(RequestRecord(i, 0, 1, failure=Failure("connection", "refused", None),
+                                 extra={"replica": 1}))
+    assert watch.reasons[1] is not None and balancer.dead == [False, True]
+    assert [balancer.pick(i) for i in range(4, 8)] == [0, 0, 0, 0]
+    with caplog.at_level(logging.DEBUG, logger="anvil"):
+        c.tell_workers("anvil_dead", replica=2)  # no such replica in this run
+        c.tell_workers("anvil_dead", replica="1")  # damaged
+    assert balancer.dead == [False, True]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all("\n" not in x for x in lines)
+    assert "anvil_dead: replica = 2 is not allowed" in lines[0]
+    assert "anvil_dead: replica " in lines[1]
+    s.finish()
