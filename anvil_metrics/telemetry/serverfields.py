@@ -16,6 +16,10 @@ from anvil_metrics.fieldtypes import Count, Figure, described
 Mean = float | None  # a mean or a difference over the window; null where not reported
 STEADY_VERDICTS = ("steady", "drifting", "unknown")
 STEADY_GAUGES = ("requests_running", "requests_waiting")  # the gauges a verdict reads
+# members added after files were written without them: absent there (not a mismatch), and
+# recomputed only where a file holds them (server block; client_minus_server_ms)
+ADDED_KEYS = frozenset({"tpot_ms_mean", "kv_transfer", "steady_state"})
+ADDED_PAIRS = frozenset({"tpot"})
 
 
 class Gauge(Struct, forbid_unknown_fields=True):
@@ -48,7 +52,7 @@ class SpecDecode(Struct, forbid_unknown_fields=True, kw_only=True):
         "", '"counters" (differenced over the window) or "gauges" (sampled)')]
 
 
-class ClientMinusServer(Struct, forbid_unknown_fields=True):
+class ClientMinusServer(Struct, forbid_unknown_fields=True, kw_only=True):
     """The client's mean over the measured completed requests minus the server's. Per
     role: the role named prefill pairs the first token only, decode the time per output
     token only (the others null); any other role has none."""
@@ -57,9 +61,9 @@ class ClientMinusServer(Struct, forbid_unknown_fields=True):
         "ms", "mean time_to_first_chunk_ms minus the server's mean time to first token")]
     e2e: Annotated[Mean, described("ms", "mean e2e_ms minus the server's mean end-to-end "
                                          "latency")]
-    tpot: Annotated[Mean, described(
+    tpot: Annotated[Mean | UnsetType, described(
         "ms", "mean mean_inter_token_latency_ms minus the server's mean time per output "
-              "token (its per-request histogram)")]
+              "token (its per-request histogram); absent in a file from before it")] = UNSET
 
 
 class KvTransfer(Struct, forbid_unknown_fields=True):
@@ -111,7 +115,7 @@ class ServerSteady(Struct, forbid_unknown_fields=True):
                                     "the server did not report it")]
 
 
-class ServerFigures(Struct, forbid_unknown_fields=True):
+class ServerFigures(Struct, forbid_unknown_fields=True, kw_only=True):
     """What one server's metrics endpoint said about itself over the measured window
     (module docstring): the run's server, or one role's."""
 
@@ -147,21 +151,22 @@ class ServerFigures(Struct, forbid_unknown_fields=True):
         "ms", "Δ_sum / Δ_count of the server's end-to-end latency histogram")]
     queue_time_ms_mean: Annotated[Mean, described(
         "ms", "Δ_sum / Δ_count of the server's queue-time histogram")]
-    tpot_ms_mean: Annotated[Mean, described(
+    tpot_ms_mean: Annotated[Mean | UnsetType, described(
         "ms", "Δ_sum / Δ_count of the server's per-request time-per-output-token histogram "
-              "(each finished request's decode time over its tokens after the first)")]
+              "(each finished request's decode time over its tokens after the first); absent "
+              "in a file from before it")] = UNSET
     prompt_tokens_mean: Annotated[Mean, described(
         "tok", "Δ_sum / Δ_count of the server's prompt-token histogram (or Δ prompt tokens "
                "/ requests where it has counters)")]
     generation_tokens_mean: Annotated[Mean, described(
         "tok", "Δ_sum / Δ_count of the server's generation-token histogram (or Δ tokens / "
                "requests where it has counters)")]
-    kv_transfer: Annotated[KvTransfer | None, described(
+    kv_transfer: Annotated[KvTransfer | None | UnsetType, described(
         "", "KV transfers over the window (P/D, offloading); null when the server sent none "
-            "of their series")]
-    steady_state: Annotated[ServerSteady | None, described(
+            "of their series; absent in a file from before it")] = UNSET
+    steady_state: Annotated[ServerSteady | None | UnsetType, described(
         "", "did this server hold its load over the window (its gauges' halves compared); "
-            "null with too few samples")]
+            "null with too few samples; absent in a file from before it")] = UNSET
     client_minus_server_ms: Annotated[ClientMinusServer | None, described(
         "ms", "the client's mean over the measured completed requests minus the server's "
               "mean over the window")]
@@ -193,7 +198,7 @@ class Combined(Struct, forbid_unknown_fields=True):
     null_reasons: Annotated[dict[str, str], described("", "member → why it is null")]
 
 
-class Server(ServerFigures, forbid_unknown_fields=True):
+class Server(ServerFigures, forbid_unknown_fields=True, kw_only=True):
     """The run's `server` block: one server's figures, and with `--server-metrics-url
     ROLE=URL` its own figures null and each role's in `roles`."""
 

@@ -71,7 +71,7 @@ from anvil_metrics.telemetry.engines import (
     value_of,
 )
 from anvil_metrics.telemetry.kvtransfer import kv_transfer
-from anvil_metrics.telemetry.serverfields import ServerFigures
+from anvil_metrics.telemetry.serverfields import ADDED_KEYS, ADDED_PAIRS, ServerFigures
 
 SAMPLES_FILE = "server_metrics.jsonl"  # beside requests.jsonl and benchmark.json
 SERVER_KEYS = ServerFigures.__struct_fields__  # a role's block; the run's adds roles, combined
@@ -408,10 +408,23 @@ def check_server_file(doc: Mapping[str, Any], rows: Any, samples_path: Path,
     want = server_block({k: block.get(k) for k in IDENTITY_KEYS}, samples,
                         NO_CLIENT if mine is None else client_figures(mine), identity_reasons,
                         reasons.get("metrics"), judge)
+    want = as_filed(block, want)
     for key in FIGURE_KEYS:
-        if _differs(block.get(key), want[key]):
+        if key in want and _differs(block.get(key), want[key]):
             problems.append(f"server.{key}: file has {block.get(key)!r}, recomputed "
                             f"{want[key]!r} from {samples_path.name} and the rows")
+
+
+def as_filed(have: Mapping[str, Any], want: dict[str, Any]) -> dict[str, Any]:
+    """`want` (a block recomputed now) without the members added after `have`'s file was
+    written and absent from it (`serverfields.ADDED_KEYS`, `ADDED_PAIRS`): an older file
+    verifies as it was written."""
+    out = {k: v for k, v in want.items() if k in have or k not in ADDED_KEYS}
+    pairs, filed = out.get("client_minus_server_ms"), have.get("client_minus_server_ms")
+    if isinstance(pairs, dict) and isinstance(filed, dict):
+        out["client_minus_server_ms"] = {k: v for k, v in pairs.items()
+                                         if k in filed or k not in ADDED_PAIRS}
+    return out
 
 
 def _differs(a: Any, b: Any) -> bool:

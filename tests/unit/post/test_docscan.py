@@ -250,3 +250,28 @@ def test_verify_file_names_a_bad_file(tmp_path: Path) -> None:
     with pytest.raises(VerifyError) as e:
         verify_file(path)
     assert str(path) in str(e.value)
+
+
+# --- files an earlier anvil wrote (tests/fixtures/older/README.md): still verify ---------
+
+OLDER = Path(__file__).resolve().parents[2] / "fixtures" / "older"
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent for p in OLDER.glob("*/*/benchmark.json")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_file_an_earlier_anvil_wrote_verifies(folder: Path) -> None:
+    doc = orjson.loads((folder / "benchmark.json").read_bytes())
+    assert "steady_state" not in (doc.get("server") or {})  # truly from before
+    assert verify_file(folder / "benchmark.json") == []
+
+
+def test_a_member_an_older_file_holds_is_still_recomputed(tmp_path: Path) -> None:
+    """Absent is allowed; present and wrong is still a mismatch."""
+    src = OLDER / "073b95f" / "plain"
+    for f in src.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    doc = orjson.loads((tmp_path / "benchmark.json").read_bytes())
+    doc["server"]["e2e_ms_mean"] += 1.0
+    (tmp_path / "benchmark.json").write_bytes(orjson.dumps(doc))
+    problems = verify_file(tmp_path / "benchmark.json")
+    assert any("server.e2e_ms_mean" in p for p in problems), problems
