@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ AUTH_STATUSES = (401, 403, 407, 408)
 DEFAULT_RETRIES = 4
 DEFAULT_BACKOFF_S = 1.0  # waits 1, 2, 4, 8 s
 MAX_LINE_BYTES = 8 << 20
+MAX_TOOL_CALLS = 128  # a fragment's index at or past it is taken as a new call (no padding to it)
 _BUDGET_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
@@ -281,20 +282,27 @@ def add_chunk(answer: ChatAnswer, chunk: dict[str, Any]) -> None:
         delta = choice.get("delta") or {}
         answer.content += _text(delta.get("content"))
         answer.reasoning += _text(delta.get("reasoning_content")) + _text(delta.get("reasoning"))
-        for frag in delta.get("tool_calls") or ():
-            if not isinstance(frag, dict):
-                continue
-            index = frag.get("index", len(answer.tool_calls))
-            index = index if isinstance(index, int) else len(answer.tool_calls)
-            while len(answer.tool_calls) <= index:
-                answer.tool_calls.append(ToolCall(None, "", ""))
-            call = answer.tool_calls[index]
-            fn = frag.get("function") or {}
-            if frag.get("id"):
-                call.id = frag["id"]
-            if fn.get("name"):
-                call.name = call.name or fn["name"]
-            call.arguments += _arguments(fn.get("arguments"))
+        add_tool_fragments(answer.tool_calls, delta.get("tool_calls") or ())
+
+
+def add_tool_fragments(calls: list[ToolCall], fragments: Iterable[Any]) -> None:
+    """Fold streamed `delta.tool_calls` fragments into `calls` by their `index` (the name
+    from the first fragment that has one, arguments concatenated, the id when one comes):
+    the one assembly, `anvil check`'s and a check class's under load (`underload`)."""
+    for frag in fragments:
+        if not isinstance(frag, dict):
+            continue
+        index = frag.get("index", len(calls))
+        index = index if isinstance(index, int) and 0 <= index < MAX_TOOL_CALLS else len(calls)
+        while len(calls) <= index:
+            calls.append(ToolCall(None, "", ""))
+        call = calls[index]
+        fn = frag.get("function") or {}
+        if frag.get("id"):
+            call.id = frag["id"]
+        if fn.get("name"):
+            call.name = call.name or fn["name"]
+        call.arguments += _arguments(fn.get("arguments"))
 
 
 def _text(value: Any) -> str:

@@ -44,7 +44,12 @@ from anvil_metrics.checks.suite import (
     run_case,
     suite_result,
 )
-from anvil_metrics.prep.prompts import calibrate_by_probe, messages_for
+from anvil_metrics.prep.prompts import (
+    Calibration,
+    CountTokens,
+    calibrate_by_probe,
+    messages_for,
+)
 
 DEPTHS = (0.1, 0.35, 0.65, 0.9)
 DISTRACTORS = 4
@@ -149,21 +154,33 @@ class Sizer:
         ctx, seed = self.ctx, self.ctx.options.seed
         calibration = calibrate_by_probe(
             lambda m: _count(ctx, m, ctx.options.timeout_s), seed)
-
-        first = start_words(calibration, self.planned_tokens, self.haystack)
-        nonce = new_nonce()  # the probes' own: no case is served from their cache
-
-        def count(words: int) -> int:
-            text = prompt_text(self.haystack, words, seed, self.suite, nonce, first)
-            return _count(ctx, messages_for(text), ctx.options.long_timeout_s)
-
-        fit = fit_words(count, self.planned_tokens, calibration, first)
+        fit = fit_haystack(lambda m: _count(ctx, m, ctx.options.long_timeout_s), calibration,
+                           self.planned_tokens, self.haystack, seed, self.suite)
         self.probes = 2 + fit.probes
-        if abs(size_error_pct(fit.counted_tokens, self.planned_tokens)) > SIZE_TOLERANCE_PCT:
-            raise SizingError(f"the prompt could not be sized: the closest of {fit.probes} "
-                              f"probes was {fit.counted_tokens} tokens for the planned "
-                              f"{self.planned_tokens}")
-        return fit
+        return sized(fit, self.planned_tokens)
+
+
+def fit_haystack(count: CountTokens, calibration: Calibration, planned_tokens: int,
+                 haystack: Haystack, seed: int, suite: str) -> Fit:
+    """The filler's word count that makes `haystack`'s prompt `planned_tokens` by `count`
+    (the server's count of a chat prompt): the one sizing, `anvil check`'s and a check
+    class's under load (`underload`)."""
+    first = start_words(calibration, planned_tokens, haystack)
+    nonce = new_nonce()  # the probes' own: no case is served from their cache
+
+    def count_words(words: int) -> int:
+        return count(messages_for(prompt_text(haystack, words, seed, suite, nonce, first)))
+
+    return fit_words(count_words, planned_tokens, calibration, first)
+
+
+def sized(fit: Fit, planned_tokens: int) -> Fit:
+    """`fit`, or a `SizingError` when its closest count is not within the tolerance."""
+    if abs(size_error_pct(fit.counted_tokens, planned_tokens)) > SIZE_TOLERANCE_PCT:
+        raise SizingError(f"the prompt could not be sized: the closest of {fit.probes} "
+                          f"probes was {fit.counted_tokens} tokens for the planned "
+                          f"{planned_tokens}")
+    return fit
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,7 +120,7 @@ def prepare_requests(opts: RunOptions, endpoint: Endpoint, nonce: str, sizes: li
             if any(c.trace is not None for c in sc.mix.classes):
                 template = sizing["template_tokens"] = template_tokens(counter)
             bodies = MixBodies(sc, model, prompts, planned, template)
-            bodies.prepare()
+            bodies.prepare(counter.count)
         else:
             ids_of = token_ids_of(client, model) if sc.prompt_ids else None
             bodies = BodyBuilder(sc, model, prompts, ids_of)

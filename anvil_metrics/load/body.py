@@ -33,6 +33,7 @@ from anvil_metrics.load.trace import TraceRequest
 from anvil_metrics.prep.prompts import PromptFactory
 from anvil_metrics.prep.traceprompts import TracePrompts
 from anvil_metrics.prep.turns import ConversationPrompts
+from anvil_metrics.wire.observe import KeptAnswer
 
 # invisible separators; never produced by the text generator
 SAFE_SESSION = re.compile(r"(?!h-)[A-Za-z0-9._:-]{1,64}")  # a session id sent as it is
@@ -127,8 +128,8 @@ def _with_extra(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-# a check class's judge of one answer's (content, reasoning): what its record's `extra` gets
-Judge = Callable[[str, str], dict[str, Any]]
+# a check class's judge of one answer (as kept by its observer): what its record's `extra` gets
+Judge = Callable[[KeptAnswer], dict[str, Any]]
 
 
 class RequestBodies(Protocol):

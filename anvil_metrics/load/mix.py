@@ -290,7 +290,11 @@ def _check_suite(where: str, t: dict[str, Any], src: str | None) -> None:
     if suite not in SUITES:
         raise _err(f"{where}.check", suite, f"one of the suites judged under load "
                    f"{list(SUITES)}", src)
-    for k in ("context_tokens", *SOURCE_KEYS):
+    sized = SUITES[suite].sized  # its prompts are of the class's context_tokens
+    if sized and t.get("context_tokens") is None:
+        raise _err(f"{where}.context_tokens", None, f"a whole number of tokens (required "
+                   f"beside check = {suite!r}: its prompts' size)", src)
+    for k in (*(() if sized else ("context_tokens",)), *SOURCE_KEYS):
         if t.get(k) is not None:
             raise _err(f"{where}.{k}", t[k], "none beside check (the suite's cases are the "
                        "class's prompts)", src)

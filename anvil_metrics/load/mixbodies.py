@@ -20,13 +20,15 @@ none, and its answer is judged after its record's stamps are taken (`judge`).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from anvil_metrics.checks import underload
-from anvil_metrics.errors import UsageError
+from anvil_metrics.checks.haystack import SizingError
+from anvil_metrics.errors import AnvilError, UsageError
 from anvil_metrics.load.body import (
     BodyBuilder,
     DatasetBodies,
@@ -40,8 +42,16 @@ from anvil_metrics.load.media import MediaPool
 from anvil_metrics.load.mix import uniform
 from anvil_metrics.load.scenario import Scenario
 from anvil_metrics.load.trace import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest, read_trace
-from anvil_metrics.prep.prompts import PromptFactory
+from anvil_metrics.prep.prompts import CountTokens, PromptFactory
 from anvil_metrics.prep.traceprompts import TracePrompts
+from anvil_metrics.wire.observe import KeptAnswer
+
+
+def request_nonce(run_nonce: str, index: int, warmup: bool) -> str:
+    """Request `index`'s nonce in a retrieval prompt's head: 8 hex digits of the run's nonce
+    and the index (a warm-up's its own), so no prefix cache serves one from another."""
+    key = f"{run_nonce}:{'w' if warmup else 'r'}{index}".encode()
+    return hashlib.blake2b(key, digest_size=4).hexdigest()
 
 
 class CheckBodies(RequestBodies):
@@ -51,8 +61,11 @@ class CheckBodies(RequestBodies):
     (the scenario's are not applied: the suite's body is the question)."""
 
     def __init__(self, sc: Scenario, model: str, suite: str, max_tokens: int | None,
-                 reasoning_effort: str | None, thinking_mode: str | None) -> None:
+                 reasoning_effort: str | None, thinking_mode: str | None,
+                 haystacks: underload.Haystacks | None = None, run_nonce: str = "") -> None:
         self.suite = suite
+        self.haystacks = haystacks  # a sized suite's prompts (retrieval), made before
+        self._nonce = run_nonce
         own: dict[str, Any] = {"model": model, "stream": True}
         if sc.include_usage:
             own["stream_options"] = {"include_usage": True}
@@ -64,21 +77,34 @@ class CheckBodies(RequestBodies):
             own["chat_template_kwargs"] = {"enable_thinking": thinking_mode == "on"}
         self._own = own
 
+        # a sized suite's bodies, serialised once per case: the bytes around its nonce
+        self._split = [] if haystacks is None else [
+            orjson.dumps({**haystacks.body(k), **own}).split(
+                orjson.dumps(underload.NONCE)[1:-1], 1) for k in range(len(haystacks.cases))]
+
     def body(self, index: int) -> dict[str, Any]:
+        if self.haystacks is not None:
+            return orjson.loads(b"".join(self.build_parts(0, index)))
         return {**underload.case_body(self.suite, index), **self._own}
 
     def planned(self, index: int, size: int) -> int | None:
-        return None
+        return None if self.haystacks is None else self.haystacks.planned_tokens
 
     def output_cap(self, index: int) -> int | None:
+        if self.haystacks is not None:
+            return output_cap({**self.haystacks.body(index), **self._own})
         return output_cap(self.body(index))
 
     def build_parts(self, size: int, index: int, warmup: bool = False) -> tuple[bytes, ...]:
-        return (orjson.dumps(self.body(index)),)
+        if self.haystacks is None:
+            return (orjson.dumps(self.body(index)),)
+        head, tail = self._split[underload.case_of(self.suite, index)]
+        return head, request_nonce(self._nonce, index, warmup).encode(), tail
 
-    def judge(self, index: int, content: str, thought: str) -> dict[str, Any]:
+    def judge(self, index: int, answer: KeptAnswer) -> dict[str, Any]:
         """What request `index`'s record carries in `extra` from its answer's verdict."""
-        passed, reason = underload.verdict(self.suite, index, content, thought)
+        passed, reason = underload.verdict(self.suite, index, answer, None if self.haystacks
+                                           is None else self.haystacks.judge)
         return {"check_passed": passed} if passed else {"check_passed": False,
                                                        "check_reason": reason}
 
@@ -99,6 +125,7 @@ class MixBodies(RequestBodies):
         self._datasets: dict[int, list[DatasetEntry]] = {}  # a dataset class's entries
         self._entries: dict[int, int] = {}  # a source class's number of entries
         self.pools: dict[int, MediaPool] = {}  # a media class's images and clips
+        self._haystacks: dict[int, underload.Haystacks] = {}  # a retrieval class's prompts
         self._built = (-1, 0)  # the last body built: its request index and bytes
 
     def draw(self, index: int) -> tuple[int | None, int | None]:
@@ -114,8 +141,10 @@ class MixBodies(RequestBodies):
         if klass in self._traces:
             reqs = self._traces[klass]
             return reqs[index % len(reqs)].input_tokens
-        if klass in self._datasets or self._check(klass) is not None:
+        if klass in self._datasets:
             return None
+        if self._check(klass) is not None:  # a sized suite's (retrieval) is the class's own
+            return self.mix.classes[klass].context_tokens  # type: ignore[index]
         own = None if klass is None else self.mix.classes[klass].context_tokens
         return own if own is not None else self._sizes[index % len(self._sizes)]
 
@@ -136,7 +165,8 @@ class MixBodies(RequestBodies):
             check = self._check(klass)
             if check is not None:
                 b = CheckBodies(sc, name, check, c.max_tokens, c.reasoning_effort,
-                                c.thinking_mode)
+                                c.thinking_mode, self._haystacks.get(klass),  # type: ignore[arg-type]
+                                self.prompts.run_nonce)
             elif klass in self._traces:
                 b = TraceBodies(sc, name, self._traces[klass], TracePrompts(
                     self.prompts.run_nonce, MOONCAKE_BLOCK_TOKENS, self.template_tokens),
@@ -148,11 +178,13 @@ class MixBodies(RequestBodies):
             self._builders[(klass, model)] = b
         return b
 
-    def prepare(self) -> None:
-        """Read the classes' datasets and traces, size every planned prompt and serialise
-        each pair's templates before the load. A source that cannot be read is a
-        `UsageError` naming the class's key."""
+    def prepare(self, count: CountTokens | None = None) -> None:
+        """Read the classes' datasets and traces, size every planned prompt and a retrieval
+        class's (by `count`, the server's count; None: the calibration's estimate) and
+        serialise each pair's templates before the load. A source that cannot be read or
+        a prompt that cannot be sized is a `UsageError` naming the class's key."""
         self._read_sources()
+        self._size_checks(count)
         for k, c in enumerate(self.mix.classes):
             if c.media is not None:
                 if self._sc.endpoint != "chat":
@@ -172,6 +204,18 @@ class MixBodies(RequestBodies):
                 own = None if k is None else self.mix.classes[k].context_tokens
                 for size in ([own] if own is not None else set(self._sizes)):
                     b.prepare([size])
+
+    def _size_checks(self, count: CountTokens | None) -> None:
+        for k, c in enumerate(self.mix.classes):
+            if c.check is None or not underload.SUITES[c.check].sized:
+                continue
+            assert c.context_tokens is not None  # required beside a sized suite (mix.py)
+            try:
+                self._haystacks[k] = underload.Haystacks(
+                    c.context_tokens, self._sc.context_seed, count, self.prompts.calibration)
+            except (SizingError, AnvilError) as e:
+                raise UsageError(f"request_class[{k}].context_tokens ({c.name!r}): "
+                                 f"{c.context_tokens}: {e}") from e
 
     def _read_sources(self) -> None:
         for k, c in enumerate(self.mix.classes):
@@ -197,7 +241,7 @@ class MixBodies(RequestBodies):
         b = self._builder(klass, model)
         if not isinstance(b, CheckBodies):
             return None
-        return lambda content, thought: b.judge(index, content, thought)
+        return lambda answer: b.judge(index, answer)
 
     def _models_of(self, klass: int | None) -> list[int | None]:
         own = None if klass is None else self.mix.classes[klass].model

@@ -89,10 +89,18 @@ def check_faults(names: Iterable[str]) -> tuple[str, ...]:
 
 def answer(data: dict[str, Any], faults: frozenset[str]) -> ScriptedReply | None:
     """The scripted answer to chat request `data`, None when no script knows the question."""
+    found = family_answer(data, faults)
+    return None if found is None else found[1]
+
+
+def family_answer(data: dict[str, Any], faults: frozenset[str]
+                  ) -> tuple[str, ScriptedReply] | None:
+    """Which suite family's script answers chat request `data` (its module's name less
+    `script_`: "json", "tools", "retrieval") and its answer; None when none knows it."""
     for module in modules():
         reply = module.answer(data, faults)
         if reply is not None:
-            return reply
+            return module.__name__.rpartition(".")[2].removeprefix("script_"), reply
     return None
 
 

@@ -86,7 +86,9 @@ class App:
         self.identity = identity_routes(cfg, lambda: self.snapshot().spec)
         self._script_faults = frozenset(cfg.script_faults)
         # scripted answers given, right (as without faults) or wrong: `GET /sim/stats`
-        self.script_answers = {"right": 0, "wrong": 0}
+        # the scripted answers given, right and wrong, in all and by suite family ("json",
+        # "tools", "retrieval": the script module that answered)
+        self.script_answers: dict[str, Any] = {"right": 0, "wrong": 0, "by_family": {}}
         self.request_log = (RequestLog(cfg.log_requests, cfg.session_header)
                             if cfg.log_requests else None)
         LEDGER.on_answer = (self.request_log.answer
@@ -212,11 +214,15 @@ class App:
         above = self.cfg.script_fault_above
         if above is not None and self.snapshot().running <= above:
             faults = frozenset()  # not under load enough: answered right
-        reply = script.answer(data, faults)
-        if reply is None:
+        found = script.family_answer(data, faults)
+        if found is None:
             return False
-        right = reply == (script.answer(data, frozenset()) if faults else reply)
-        self.script_answers["right" if right else "wrong"] += 1
+        family, reply = found
+        right = "right" if reply == (script.answer(data, frozenset()) if faults
+                                     else reply) else "wrong"
+        self.script_answers[right] += 1
+        by = self.script_answers["by_family"].setdefault(family, {"right": 0, "wrong": 0})
+        by[right] += 1
         prompt_tokens = reply.prompt_tokens
         if prompt_tokens is None:
             try:

@@ -24,6 +24,9 @@ finish chunk, no `[DONE]`) is tested without a network. The rules are those of
   honest server sends at most `max_tokens` of them; the limit doubles that and adds 64 (a
   margin no honest server needs), and costs one integer compare per output chunk.
 
+- a delta's `tool_calls` fragments are output on the content channel (the tool parser took
+  them out of the content: they are the answer's tokens), counted as a content delta is.
+
 A stream from anvil's stamping simulator also gets `truth`, a `truth.SendStamps` that keeps
 the simulator's send stamps beside the observer's (None for any other server).
 
@@ -37,12 +40,32 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from anvil_metrics.records import Failure, RequestRecord, input_total
 from anvil_metrics.wire.truth import SendStamps
+
+# the most answer text kept for a check class's judge (content, reasoning, tool-call
+# fragments together): a longer answer is judged a failure, never kept whole
+KEEP_CHARS = 1 << 18
+
+
+@dataclass(frozen=True, slots=True)
+class KeptAnswer:
+    """A check class's answer as its judge gets it (`checks.underload`): the text as
+    received, the `delta.tool_calls` fragments in order (assembled by their judge, as `anvil
+    check` assembles a stream's), the server's prompt count and the finish reason. `cut`:
+    the answer was longer than `KEEP_CHARS` and not all of it was kept."""
+
+    content: str
+    reasoning: str
+    tool_fragments: tuple[Any, ...]
+    prompt_tokens: int | None
+    finish_reason: str | None
+    cut: bool = False
 
 
 def overrun_limit(max_tokens: int | None) -> int:
@@ -120,6 +143,8 @@ class StreamObserver:
         "text",
         "thought",
         "judge",
+        "fragments",
+        "kept_chars",
         "extra",
         "response_id",
         "max_tokens",
@@ -137,7 +162,7 @@ class StreamObserver:
         on_first_output: Callable[[StreamObserver, int], None] | None = None,
         on_first_content: Callable[[StreamObserver, int], None] | None = None,
         keep_text: bool = False,
-        judge: Callable[[str, str], Mapping[str, Any]] | None = None,
+        judge: Callable[[KeptAnswer], Mapping[str, Any]] | None = None,
         extra: Mapping[str, int | None] | None = None,
         max_tokens: int | None = None,
     ) -> None:
@@ -171,11 +196,14 @@ class StreamObserver:
         # `keep_text`: the content deltas as received (a conversation's next turn sends
         # the answer back as history); None otherwise, and nothing is kept
         self.text: list[str] | None = [] if keep_text or judge is not None else None
-        # `judge`: a check class's (`load/mixbodies.py`), of the answer's content and
-        # reasoning (both kept as received, for it alone), called by `finish` once the
-        # stamps are taken; its verdict joins `extra`. None: nothing judged, no reasoning kept
+        # `judge`: a check class's (`load/mixbodies.py`), of its `KeptAnswer` (content,
+        # reasoning and tool-call fragments kept as received, for it alone, at most
+        # `KEEP_CHARS`), called by `finish` once the stamps are taken; its verdict joins
+        # `extra`. None: nothing judged, no reasoning nor tool call kept
         self.judge = judge
         self.thought: list[str] | None = [] if judge is not None else None
+        self.fragments: list[Any] | None = [] if judge is not None else None
+        self.kept_chars = 0
         # what the record carries in `extra` besides the stream's own: a conversation's
         # turn (conversation, turn, turns, history_tokens), a mix's class_index and
         # model_index; None: nothing
@@ -275,17 +303,19 @@ class StreamObserver:
         if delta:
             reasoning = delta.get("reasoning") or delta.get("reasoning_content")
             content = delta.get("content")
+            calls = delta.get("tool_calls")
             if not isinstance(reasoning or "", str) or not isinstance(content or "", str):
                 raise TypeError("a delta's text is not a string")
-            if reasoning or content:
-                if self._output(bool(reasoning), bool(content), t_ns):
+            if reasoning or content or calls:
+                if self._output(bool(reasoning), bool(content or calls), t_ns):
                     return True
-                if content and self.text is not None:
+                if self.judge is not None:
+                    self._keep(content, reasoning, calls)
+                elif content and self.text is not None:
                     self.text.append(content)
-                if reasoning and self.thought is not None:
-                    self.thought.append(reasoning)
             if self.truth is not None:
-                self.truth.chunk(chunk, bool(reasoning or content), bool(content))
+                self.truth.chunk(chunk, bool(reasoning or content or calls),
+                                 bool(content or calls))
         elif self.truth is not None:
             self.truth.chunk(chunk, False, False)
         fr = choice.get("finish_reason")
@@ -294,6 +324,28 @@ class StreamObserver:
                 raise TypeError("finish_reason is not a string")
             self.finish_reason = fr
         return False
+
+    def _keep(self, content: str | None, reasoning: str | None, calls: Any) -> None:
+        """Keep a check class's delta for its judge, up to `KEEP_CHARS` in all (past it,
+        nothing more is kept and the answer is judged a failure: `KeptAnswer.cut`)."""
+        if not isinstance(calls, list):
+            calls = () if calls is None else (calls,)  # not a list: its judge says why
+        size = len(content or "") + len(reasoning or "") + sum(
+            len(orjson.dumps(c)) for c in calls)
+        self.kept_chars += size
+        if self.kept_chars > KEEP_CHARS:
+            return
+        if content:
+            self.text.append(content)  # type: ignore[union-attr]
+        if reasoning:
+            self.thought.append(reasoning)  # type: ignore[union-attr]
+        self.fragments.extend(calls)  # type: ignore[union-attr]
+
+    def kept(self) -> KeptAnswer:
+        """What a check class's judge is given (`KeptAnswer`)."""
+        return KeptAnswer("".join(self.text or ()), "".join(self.thought or ()),
+                          tuple(self.fragments or ()), prompt_tokens_of(self.usage),
+                          self.finish_reason, self.kept_chars > KEEP_CHARS)
 
     def _output(self, reasoning: bool, content: bool, t_ns: int) -> bool:
         """Count one output chunk; True when it is one too many (an `overrun`: over)."""
@@ -355,8 +407,8 @@ class StreamObserver:
         return True
 
     def finish(self) -> RequestRecord:
-        if self.judge is not None and self.failure is None and self.text is not None:
-            verdict = self.judge("".join(self.text), "".join(self.thought or ()))
+        if self.judge is not None and self.failure is None:
+            verdict = self.judge(self.kept())
             self.extra = {**(self.extra or {}), **verdict}
         return RequestRecord(
             request_index=self.request_index,

@@ -30,8 +30,8 @@ class SendStamps:
         self.stamps: dict[str, Any] = {"t0_ns": t0_ns}
 
     def chunk(self, chunk: dict[str, Any], output: bool, content: bool) -> None:
-        """A parsed chunk: `output` when it carried a reasoning or content delta, `content`
-        when a content delta."""
+        """A parsed chunk: `output` when it carried a reasoning, content or tool-call delta,
+        `content` when a content or tool-call delta."""
         sent_ns = chunk.get(CHUNK_KEY)
         if sent_ns is None:
             return

@@ -1,10 +1,12 @@
-"""A check class under load: the pass rate falls with the load on a server that answers
-wrong only when busy, and every verdict is the simulator's own count.
+"""Check classes under load: the pass rate falls with the load on a server that answers
+wrong only when busy, and every verdict is the simulator's own count, suite by suite.
 
-The scripted simulator answers the json suite right, and wrong (`json:wrong_value`) while
-more than 4 streams run (`--script-fault-above 4`); `/sim/stats` counts the right and wrong
-answers it gave: the truth. A sweep of 1 then 8 users sends a mix of timed chat requests
-and the json suite's cases: at 1 user nothing else runs beside a check request (step 0
+The scripted simulator answers the json, tools and retrieval suites right, and wrong
+(`json:wrong_value`, `streaming_tools:wrong_name`: the load streams, `retrieval:wrong_value`)
+while more than 4 streams run (`--script-fault-above 4`); `/sim/stats` counts the right and
+wrong answers it gave by suite family: the truth. A sweep of 1 then 8 users sends a mix of
+timed chat requests and the three suites' cases (retrieval's needles in prompts of 1,500
+tokens, sized before the load): at 1 user nothing else runs beside a check request (step 0
 passes every answer); at 8 users the other users' streams run beside it. The rows'
 verdicts, the mix block's and each step's pass rate are those counts exactly; `anvil
 verify` recomputes them and refuses one altered; a check suite not judged under load is
@@ -23,7 +25,9 @@ from simfork import start_simulator
 
 pytestmark = pytest.mark.e2e
 
-SIM = ("--script", "--script-fault", "json:wrong_value", "--script-fault-above", "4",
+SIM = ("--script", "--script-fault", "json:wrong_value", "--script-fault",
+       "streaming_tools:wrong_name", "--script-fault", "retrieval:wrong_value",
+       "--script-fault-above", "4",
        "--prefill-ms", "20", "--interval-ms", "4", "--reasoning-tokens", "0",
        "--content-tokens", "16")
 SCENARIO = """
@@ -41,7 +45,21 @@ weight = 3
 name = "json"
 weight = 1
 check = "json"
+
+[[request_class]]
+name = "tools"
+weight = 1
+check = "tools"
+
+[[request_class]]
+name = "needle"
+weight = 1
+check = "retrieval"
+context_tokens = 1500
 """
+# class index: (its name, its suite: the simulator's family)
+SUITES = {1: ("json", "json"), 2: ("tools", "tools"), 3: ("needle", "retrieval")}
+REASONS = {"json": "expected", "tools": "called", "retrieval": "another key's value"}
 
 
 def test_the_pass_rate_falls_with_the_load(tmp_path: Path) -> None:
@@ -55,25 +73,10 @@ def test_the_pass_rate_falls_with_the_load(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     bench = result_path(proc)
     doc = load_json(bench)
-    records = [r for r in measured(bench.parent) if r["extra"].get("class_index") == 1]
-    verdicts = [r["extra"]["check_passed"] for r in records]
-    # every check answer the simulator gave was judged, right ones passed, wrong ones not
-    assert verdicts.count(True) == truth["right"] and verdicts.count(False) == truth["wrong"]
-    assert all("expected" in r["extra"]["check_reason"] for r in records
-               if not r["extra"]["check_passed"])
-    klass = doc["mix"]["classes"][1]
-    v = klass["verdicts"]
-    assert (klass["check"], v["judged"], v["passed"]) == ("json", len(records), truth["right"])
-    assert v["pass_rate"] == truth["right"] / len(records)
-    assert v["pass_rate_ci95_low"] <= v["pass_rate"] <= v["pass_rate_ci95_high"]
+    rows = measured(bench.parent)
+    for k, (name, suite) in SUITES.items():
+        _judged_as_the_simulator_counted(doc, rows, k, name, suite, truth["by_family"][suite])
     assert "chat" not in [c["name"] for c in doc["mix"]["classes"] if "check" in c]
-    # step 0 (1 user): nothing runs beside a check request; step 1 (8 users): others do
-    s0, s1 = (s["checks"]["json"] for s in doc["steps"])
-    print(f"\n[judged] truth {truth}; step 0 {s0}; step 1 {s1}")
-    assert s0["judged"] > 0 and s0["pass_rate"] == 1.0
-    assert s1["judged"] > 0 and s1["pass_rate"] < 1.0
-    assert s0["passed"] + s1["passed"] == truth["right"]
-    assert s0["judged"] + s1["judged"] == len(records)
     assert "json: passed" in proc.stdout
 
     ok = anvil("verify", str(bench))
@@ -85,6 +88,29 @@ def test_the_pass_rate_falls_with_the_load(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "steps[1].checks" in bad.stdout + bad.stderr
 
 
+def _judged_as_the_simulator_counted(doc: dict, rows: list[dict], k: int, name: str,
+                                     suite: str, truth: dict) -> None:
+    """Class `k` (`name`)'s rows, mix block and steps say what the simulator counted for `suite`:
+    every answer it gave was judged, right ones passed, wrong ones not; step 0 (1 user)
+    passed all, step 1 (8 users) not."""
+    records = [r for r in rows if r["extra"].get("class_index") == k]
+    verdicts = [r["extra"]["check_passed"] for r in records]
+    assert verdicts.count(True) == truth["right"] and verdicts.count(False) == truth["wrong"]
+    assert all(REASONS[suite] in r["extra"]["check_reason"] for r in records
+               if not r["extra"]["check_passed"])
+    klass = doc["mix"]["classes"][k]
+    v = klass["verdicts"]
+    assert (klass["check"], v["judged"], v["passed"]) == (suite, len(records), truth["right"])
+    assert v["pass_rate"] == truth["right"] / len(records)
+    assert v["pass_rate_ci95_low"] <= v["pass_rate"] <= v["pass_rate_ci95_high"]
+    s0, s1 = (s["checks"][name] for s in doc["steps"])
+    print(f"\n[judged] {suite}: truth {truth}; step 0 {s0}; step 1 {s1}")
+    assert s0["judged"] > 0 and s0["pass_rate"] == 1.0
+    assert s1["judged"] > 0 and s1["pass_rate"] < 1.0
+    assert s0["passed"] + s1["passed"] == truth["right"]
+    assert s0["judged"] + s1["judged"] == len(records)
+
+
 def test_a_suite_not_judged_under_load_is_one_line(tmp_path: Path) -> None:
     sc = write_scenario(tmp_path / "bad.toml", SCENARIO.replace('check = "json"',
                                                                 'check = "coding"'))
@@ -92,4 +118,5 @@ def test_a_suite_not_judged_under_load_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "request_class[1].check" in err[0] and "'coding'" in err[0]
-    assert "json" in err[0] and "Traceback" not in proc.stderr
+    assert "['json', 'reasoning_leakage', 'tools', 'retrieval']" in err[0]
+    assert "Traceback" not in proc.stderr

@@ -9,11 +9,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from anvil_metrics.checks import jsonmode
-from anvil_metrics.errors import UsageError
+from anvil_metrics.checks import jsonmode, retrieval
+from anvil_metrics.checks.haystack import HEAD_RE, make_haystacks
+from anvil_metrics.errors import ScenarioError, UsageError
 from anvil_metrics.load.mixbodies import MixBodies
 from anvil_metrics.load.scenario import scenario_from_dict
 from anvil_metrics.prep.prompts import Calibration, PromptFactory
+from anvil_metrics.wire.observe import KeptAnswer
 
 CAL = Calibration("probe", 20.0, 1.7)
 
@@ -70,6 +72,10 @@ def test_a_source_that_cannot_be_read_names_its_class(tmp_path: Path) -> None:
         _mix(tmp_path, b'{"timestamp": 0, "input_length": -1, "output_length": 4}\n')
 
 
+def said(content: str, prompt_tokens: int | None = None) -> KeptAnswer:
+    return KeptAnswer(content, "", (), prompt_tokens, "stop")
+
+
 def test_a_check_class_asks_its_suites_cases_and_judges_each_answer() -> None:
     sc = scenario_from_dict({
         "measurement_protocol": "p", "max_tokens": 8, "context_tokens": 200,
@@ -92,8 +98,58 @@ def test_a_check_class_asks_its_suites_cases_and_judges_each_answer() -> None:
         assert bodies.planned(k, 192) is None
         assert bodies.output_cap(k) == jsonmode.MAX_TOKENS
         assert judge is not None
-        assert judge(orjson.dumps(case.value).decode(), "") == {"check_passed": True}
-        wrong = judge("not json", "")
+        assert judge(said(orjson.dumps(case.value).decode())) == {"check_passed": True}
+        wrong = judge(said("not json"))
         assert wrong["check_passed"] is False and "not JSON" in wrong["check_reason"]
         judged += 1
     assert judged > 5
+
+
+def test_a_retrieval_class_is_sized_before_the_load_and_each_request_has_its_nonce() -> None:
+    """Its needles' prompts are fitted to the class's context_tokens by the count given
+    (here a count of 1.3 tokens a word, the head's 10 more), as `anvil check retrieval`
+    fits them; each request's head has a nonce of its own; the judge is the suite's."""
+    def count(messages: list[dict]) -> int:
+        return 10 + round(1.3 * len(messages[-1]["content"].split()))
+
+    sc = scenario_from_dict({
+        "measurement_protocol": "p", "max_tokens": 8, "context_tokens": 200,
+        "max_context_tokens": 8192, "context_seed": 1,
+        "request_class": [{"name": "chat", "weight": 1},
+                          {"name": "needle", "weight": 3, "check": "retrieval",
+                           "context_tokens": 3000}]})
+    bodies = MixBodies(sc, "m", PromptFactory(CAL, 3, "n0nce123"), [192])
+    bodies.prepare(count)
+    nonces, cases = set(), set()
+    for k in range(60):
+        if bodies.draw(k)[0] != 1:
+            continue
+        doc = orjson.loads(b"".join(bodies.build_parts(192, k)))
+        text = doc["messages"][-1]["content"]
+        head = HEAD_RE.match(text)
+        assert head is not None and head.group(1) == "retrieval"
+        nonces.add(text.split()[1])
+        assert abs(count(doc["messages"]) - 3000) <= 3000 * retrieval.SIZE_TOLERANCE_PCT / 100
+        assert bodies.planned(k, 192) == 3000 and doc["stream"] is True
+        haystack = make_haystacks(1, retrieval.DEPTHS, retrieval.DISTRACTORS)[k % 4]
+        cases.add(k % 4)
+        assert haystack.needle.sentence in text and haystack.question in text
+        judge = bodies.judge(k)
+        assert judge is not None
+        assert judge(said(f"It is {haystack.needle.value}.", 3000)) == {"check_passed": True}
+        wrong = judge(said(f"It is {haystack.distractor_values[0]}.", 3000))
+        assert wrong["check_passed"] is False and "another key" in wrong["check_reason"]
+        off = judge(said(haystack.needle.value, 3100))
+        assert off["check_passed"] is False and "3100" in off["check_reason"]
+    assert len(cases) == 4 and len(nonces) > 10
+
+
+def test_a_retrieval_class_needs_its_size_and_other_checks_refuse_one() -> None:
+    base = {"measurement_protocol": "p", "max_tokens": 8, "context_tokens": 200,
+            "max_context_tokens": 8192}
+    with pytest.raises(ScenarioError, match=r"request_class\[0\]\.context_tokens"):
+        scenario_from_dict({**base, "request_class": [
+            {"name": "r", "weight": 1, "check": "retrieval"}]})
+    with pytest.raises(ScenarioError, match=r"none beside check"):
+        scenario_from_dict({**base, "request_class": [
+            {"name": "t", "weight": 1, "check": "tools", "context_tokens": 100}]})

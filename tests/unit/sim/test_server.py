@@ -129,6 +129,10 @@ def test_the_script_answers_first_and_its_faults_switch() -> None:
     wire.transport.writes.clear()
     other = wire.ask("/v1/chat/completions", {"messages": HI, "max_tokens": 1})
     assert orjson.loads(other.body)["object"] == "chat.completion"  # not a script question
+    wire.transport.writes.clear()
+    _, stats = body(wire, "/sim/stats", None, "GET")
+    assert stats["script"] == {"right": 1, "wrong": 1, "by_family": {  # type: ignore[index]
+        "reasoning": {"right": 1, "wrong": 1}}}
 
 
 def test_a_taken_port_is_exit_1_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ at arbitrary places, with a fake clock, so stamps are known exactly.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import orjson
 import pytest
@@ -29,13 +30,13 @@ DONE = b"data: [DONE]\n\n"
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
-def run(stream: bytes, cut: int | None = None) -> StreamObserver:
+def run(stream: bytes, cut: int | None = None, judge: Any = None) -> StreamObserver:
     """Feed `stream` (split every `cut` bytes, or whole) with a clock that ticks 1 ms per
     line read; returns the observer after the stream ends."""
     parts = [stream] if cut is None else [stream[i:i + cut] for i in range(0, len(stream), cut)]
     clock = itertools.count(1_000_000, 1_000_000)
     source = LineSource(lines_from_bytes(parts), clock=lambda: next(clock))
-    obs = StreamObserver(0, 0)
+    obs = StreamObserver(0, 0, judge=judge)
     for data in iter_events(source):
         if obs.on_data(data, source.last_line_ns):
             break
@@ -57,6 +58,24 @@ def test_role_only_and_empty_chunks_do_not_count() -> None:
     assert rec.end_ns == 12_000_000
     assert rec.chunk_channels == "c"
     assert rec.chunk_deltas_ns == (8_000_000,)
+
+
+def test_tool_call_deltas_are_content_output_and_kept_only_for_a_judge() -> None:
+    call = {"index": 0, "id": "c1", "function": {"name": "get_time", "arguments": ""}}
+    piece = {"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}
+    s = (chunk({"role": "assistant", "content": ""}) + chunk({"tool_calls": [call]})
+         + chunk({"tool_calls": [piece]}) + chunk({}, finish="tool_calls") + DONE)
+    obs = run(s)
+    rec = obs.finish()
+    assert rec.failure is None and rec.content_chunks == 2 and rec.chunk_channels == "cc"
+    assert rec.first_output_ns == rec.first_content_ns == 4_000_000
+    assert obs.fragments is None and obs.kept_chars == 0  # no judge: nothing kept
+    got = []
+    obs = run(s, judge=lambda answer: got.append(answer) or {})
+    obs.finish()
+    (answer,) = got
+    assert answer.tool_fragments == (call, piece) and answer.content == ""
+    assert answer.finish_reason == "tool_calls" and not answer.cut
 
 
 @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
