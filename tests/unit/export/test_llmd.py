@@ -131,3 +131,24 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a" in err[0] and str(other) in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_media_and_request_bytes_fill_the_v021_fields(tmp_path: Path) -> None:
+    """Two requests carrying 2 and 4 images, 1 audio clip each, 1000 and 3000 body bytes."""
+    records = [completed(i, extra={"images": 2 + 2 * i, "audio_clips": 1,
+                                   "request_bytes": 1000 + 2000 * i}) for i in range(2)]
+    write_raw(tmp_path / "requests.jsonl", HEADER, records)
+    atomic_write_json(tmp_path / "benchmark.json",
+                      build_benchmark(read_raw(tmp_path / "requests.jsonl")))
+    run = read_run(tmp_path)
+    [r] = llmd_reports(run.doc, run.rows)
+    _validator().validate(r)
+    req = r["results"]["request_performance"]["aggregate"]["requests"]
+    assert req["request_size"]["units"] == "bytes"
+    assert (req["request_size"]["min"], req["request_size"]["max"]) == (1000, 3000)
+    assert req["multimodal"]["image"]["count"]["mean"] == 3
+    assert req["multimodal"]["audio"]["count"]["p50"] == 1
+    thr = r["results"]["request_performance"]["aggregate"]["throughput"]
+    wall_s = run.doc["wall_clock_ms"] / 1000
+    assert thr["image_rate"] == {"units": "images/s", "mean": pytest.approx(6 / wall_s)}
+    assert thr["audio_rate"]["mean"] == pytest.approx(2 / wall_s)
