@@ -313,6 +313,8 @@ FOREIGN_FILES: dict[str, str] = {
     "vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py": "vLLM's offload "
     "metrics",
     "python/sglang/srt/metrics/collector.py": "SGLang's metrics, cited by telemetry/engines.py",
+    **{f"llmdbenchmark/analysis/benchmark_report/{f}.py": "llm-d's Benchmark Report schema, "
+       "cited by export/llmd.py" for f in ("schema_v0_2", "schema_v0_2_1", "base", "core")},
 }
 # Installed packages whose files the prose names by their path (`locust/runners.py`).
 INSTALLED = ("locust",)

@@ -39,7 +39,8 @@ def test_both_files_are_written_and_named(run: Path, tmp_path: Path, capsys) -> 
 def test_mistakes_are_one_line_and_exit_2(run: Path, tmp_path: Path, capsys) -> None:
     assert main(["export", str(run)]) == 2
     assert capsys.readouterr().err.strip() == (
-        "anvil: export: nothing to write; give --parquet FILE and/or --vllm-json FILE")
+        "anvil: export: nothing to write; give --parquet FILE, --vllm-json FILE and/or "
+        "--llm-d FILE")
     assert main(["export", str(tmp_path / "none"), "--vllm-json", str(tmp_path / "v")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no benchmark.json there" in err[0]
