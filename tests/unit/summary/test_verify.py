@@ -150,3 +150,17 @@ def test_cli_a_benchmark_too_big_to_hold_whole_is_checked_all_the_same(monkeypat
                       "anvil-serving.benchmark/v1, the one benchmark-v1.schema.json is "
                       "generated from")
     assert out[-1].endswith("every per-request value and aggregate recomputes exactly")
+
+
+def test_a_summary_written_before_a_not_included_reason_was_added_verifies(
+        tmp_path: Path, example) -> None:
+    """A summary an earlier anvil wrote has no `not_included.checks_under_load`: absent is
+    not a difference; a reason the file holds is still compared."""
+    path, doc = summarized(tmp_path, example)
+    assert "checks_under_load" in doc["not_included"]
+    older = {**doc, "not_included": {k: v for k, v in doc["not_included"].items()
+                                     if k != "checks_under_load"}}
+    assert verify_summary(older, path, verify=accept_all).problems == []
+    doc["not_included"]["checks_under_load"] = "changed"
+    assert [p.split(":")[0] for p in verify_summary(doc, path, verify=accept_all).problems
+            ] == ["not_included.checks_under_load"]
