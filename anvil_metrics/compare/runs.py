@@ -50,10 +50,10 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.compare import RESAMPLES
+from anvil_metrics.compare.effect import DEFAULT, MinEffect
 from anvil_metrics.errors import UsageError, VerifyError
 from anvil_metrics.post.benchmark import load_benchmark
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.compare.effect import DEFAULT, MinEffect
 from anvil_metrics.post.significance import (
     CONFIDENCE,
     effect_verdict,
