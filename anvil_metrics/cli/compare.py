@@ -16,7 +16,8 @@ from anvil_metrics.load.optionvalues import whole
 
 def add_compare(sub: Commands) -> None:
     """`anvil compare RUN RUN [RUN …] [--json] [-o FILE] [--report DIR] [--seed N]
-    [--resamples N]`."""
+    [--resamples N]
+    [--min-effect SPEC]`."""
     c = sub.add_parser("compare", help="two or more runs side by side: each figure's change "
                        "from the first, its bootstrap interval, and whether it is beyond noise")
     c.add_argument("runs", nargs="+", metavar="RUN",
@@ -29,6 +30,11 @@ def add_compare(sub: Commands) -> None:
                    "and its PNGs into DIR (needs the [report] extra)")
     c.add_argument("--seed", type=argtype(whole(0), "--seed"), default=0,
                    help="seed of the bootstrap draws (default 0)")
+    c.add_argument("--min-effect", default=None, metavar="SPEC",
+                   help="the smallest change called better or worse, within which a change "
+                   "is equivalent: PCT%% for every figure, NAME=PCT%% or NAME=NUMBER[UNIT] "
+                   "in the figure's unit, comma-separated (default 2%%; e.g. "
+                   "2%%,ttft_p50_ms=5%%,e2e_p50_ms=10ms)")
     c.add_argument("--resamples", type=argtype(whole(100), "--resamples"), default=RESAMPLES,
                    help=f"bootstrap resamples per figure and run (default {RESAMPLES:,})")
 
@@ -36,12 +42,15 @@ def add_compare(sub: Commands) -> None:
 def cmd_compare(a: argparse.Namespace) -> int:
     # here, not at the top: numpy and the post-processing modules cost every `anvil`
     # command ~0.2 s to import, and `anvil sim`, `run` or `verify` need none of this
-    from anvil_metrics.compare.runs import compare_runs, read_run
+    from anvil_metrics.compare.effect import DEFAULT, parse_min_effect
+    from anvil_metrics.compare.runs import compare_runs, figure_units, read_run
     from anvil_metrics.compare.text import compare_lines
     from anvil_metrics.jsonio import atomic_write_json
 
+    effect = DEFAULT if a.min_effect is None else parse_min_effect(a.min_effect,
+                                                                   figure_units())
     runs = [read_run(r) for r in a.runs]
-    result = compare_runs(runs, seed=a.seed, resamples=a.resamples)
+    result = compare_runs(runs, seed=a.seed, resamples=a.resamples, min_effect=effect)
     if a.output:
         atomic_write_json(a.output, result)
     if a.json:

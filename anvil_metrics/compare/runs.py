@@ -28,6 +28,13 @@ Definitions (`compare_runs`):
   figure's position, so an interval does not depend on which other figures were compared.
   `beyond_noise` is true when the interval excludes 0; null without an interval (a run-level
   figure such as throughput has one value per run; a field with fewer than 2 values).
+- `verdict` (`post.significance.effect_verdict`): `better`/`worse` only when `ci` lies wholly
+  beyond ±the figure's minimum effect (`margin`, from `--min-effect`, 2 % of the baseline by
+  default: `compare.effect`), `equivalent` when `ci_equivalence` (the 90 % interval of the
+  same draws: two one-sided tests at 5 %) lies within it, else `inconclusive`, with `settle`:
+  each run's values of the field (`values_n`, after `MAX_VALUES`) and the estimate of how many
+  would settle it (`values_to_settle`: n × (h / d)², `significance.settle_factor`). `change`
+  stays the direction of the point delta, whatever its size.
 - Each run's `steady_state` verdict is carried beside it: a drifting run's percentiles are
   of no load in particular, and the text says so.
 """
@@ -43,10 +50,17 @@ import numpy as np
 
 from anvil_metrics import catalog
 from anvil_metrics.compare import RESAMPLES
+from anvil_metrics.compare.effect import DEFAULT, MinEffect
 from anvil_metrics.errors import UsageError, VerifyError
 from anvil_metrics.post.benchmark import load_benchmark
 from anvil_metrics.post.derive import RowColumns
-from anvil_metrics.post.significance import CONFIDENCE, percentile_interval
+from anvil_metrics.post.significance import (
+    CONFIDENCE,
+    effect_verdict,
+    equivalence_confidence,
+    percentile_interval,
+    settle_factor,
+)
 from anvil_metrics.post.stats import nearest_rank_index
 from anvil_metrics.summaryfigures import BLOCK_FIGURES, run_figure, unit_and_better
 
@@ -108,29 +122,54 @@ def _change(better: str | None, delta: float | None) -> str | None:
     return "better" if (delta > 0) == (better == "higher") else "worse"
 
 
+@dataclass(frozen=True, slots=True)
+class Draws:
+    """The intervals of one run's delta from the baseline, and each side's count of values."""
+
+    ci: tuple[float, float]
+    ci_equivalence: tuple[float, float]
+    sizes: tuple[int, int]
+
+
+def _settle(draws: Draws, margin: float) -> dict[str, Any]:
+    """An inconclusive change's sizes and the estimate of those that would settle it."""
+    factor = settle_factor(draws.ci, draws.ci_equivalence, margin)
+    return {"values_n": list(draws.sizes), "values_to_settle": None if factor is None else
+            [math.ceil(n * factor) for n in draws.sizes]}
+
+
 def _versus(base: float | None, value: float | None, better: str | None,
-            ci: tuple[float, float] | None) -> dict[str, Any]:
+            draws: Draws | None, margin: float | None) -> dict[str, Any]:
     delta = None if base is None or value is None else value - base
     pct = None if delta is None or base == 0 else 100.0 * (value / base - 1.0)  # type: ignore
+    ci = None if draws is None else draws.ci
+    eq = None if draws is None else draws.ci_equivalence
+    verdict = effect_verdict(ci, eq, margin, better)
     return {"delta": delta, "delta_pct": pct, "ci": None if ci is None else list(ci),
             "beyond_noise": None if ci is None else not (ci[0] <= 0.0 <= ci[1]),
-            "change": _change(better, delta)}
+            "change": _change(better, delta),
+            "ci_equivalence": None if eq is None else list(eq),
+            "margin_abs": margin, "verdict": verdict,
+            "settle": _settle(draws, margin) if verdict == "inconclusive" else None}  # type: ignore[arg-type]
 
 
 def _interval(runs: list[ComparedRun], field: str, p: int, i: int, seed: int,
-              position: int, resamples: int, confidence: float) -> tuple[float, float] | None:
-    """The interval of run i's delta from the baseline, for the p-th percentile of `field`."""
+              position: int, resamples: int, confidence: float) -> Draws | None:
+    """The intervals of run i's delta from the baseline, for the p-th percentile of `field`."""
     cols = [r.rows.values(field) for r in (runs[0], runs[i])]
     cols = [c[~np.isnan(c)] for c in cols]
     if min(len(c) for c in cols) < 2:
         return None
     rng = np.random.default_rng([seed, position, i])
     base, other = (_resampled(rng, c, p, resamples) for c in cols)
-    return percentile_interval(other - base, confidence)
+    return Draws(percentile_interval(other - base, confidence),
+                 percentile_interval(other - base, equivalence_confidence(confidence)),
+                 (min(len(cols[0]), MAX_VALUES), min(len(cols[1]), MAX_VALUES)))
 
 
 def compare_runs(runs: list[ComparedRun], *, seed: int = 0, resamples: int = RESAMPLES,
-                 confidence: float = CONFIDENCE) -> dict[str, Any]:
+                 confidence: float = CONFIDENCE, min_effect: MinEffect = DEFAULT
+                 ) -> dict[str, Any]:
     """The comparison (module docstring) of two or more runs, the first the baseline, as the
     `anvil-serving.compare/v1` document `--json` writes."""
     if len(runs) < 2:
@@ -146,16 +185,26 @@ def compare_runs(runs: list[ComparedRun], *, seed: int = 0, resamples: int = RES
         if all(v is None for v in values):
             continue
         unit, better = unit_and_better(name)
+        margin = min_effect.of(name)
         versus: list[dict[str, Any] | None] = [None]
         for i in range(1, len(runs)):
-            ci = None if field is None or p is None or None in (values[0], values[i]) else (
+            draws = None if field is None or p is None or None in (values[0], values[i]) else (
                 _interval(runs, field, p, i, seed, position, resamples, confidence))
-            versus.append(_versus(values[0], values[i], better, ci))
-        figures.append({"name": name, "unit": unit, "better": better,
-                        "values": values, "vs_baseline": versus})
+            versus.append(_versus(values[0], values[i], better, draws,
+                                  margin.absolute(values[0])))
+        figures.append({"name": name, "unit": unit, "better": better, "values": values,
+                        "margin": margin.to_json(), "vs_baseline": versus})
     return {"schema": SCHEMA, "baseline": 0, "seed": seed, "resamples": resamples,
-            "confidence": confidence, "max_values": MAX_VALUES,
+            "confidence": confidence,
+            "equivalence_confidence": equivalence_confidence(confidence),
+            "max_values": MAX_VALUES,
             "runs": [_run_entry(r) for r in runs], "figures": figures}
+
+
+def figure_units() -> dict[str, str]:
+    """Every figure compare may show -> its unit (what `--min-effect` may name)."""
+    return {name: unit_and_better(name)[0]
+            for name in (*(n for n, _, _ in PERCENTILE_FIGURES), *RUN_FIGURES)}
 
 
 def _run_entry(run: ComparedRun) -> dict[str, Any]:

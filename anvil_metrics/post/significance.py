@@ -38,6 +38,20 @@ Definitions:
   these run counts, the two groups completely separated: 2 / C(n_x + n_y, n_x), at most 1
   (2 against 2: 1/3; 3 against 3: 1/10; 4 against 4: 1/35). Above 0.05 the runs are too
   few for the test to call any difference significant, however large.
+- `effect_verdict(ci, ci_equivalence, margin, better)`: a change that matters, not only one
+  beyond noise. `ci` is the `confidence` (95 %) interval of a delta, `ci_equivalence` the
+  `equivalence_confidence` (2 × confidence − 1: 90 %) interval from the same draws, `margin`
+  the minimum effect (≥ 0, in the delta's unit). `worse`/`better` (by the figure's
+  direction; `changed` for a figure without one) when `ci` lies wholly beyond ±margin
+  (so it excludes 0 too: beyond noise and beyond the margin); `equivalent` when
+  `ci_equivalence` lies wholly within [−margin, +margin] (two one-sided tests at α = 5 %
+  each: the textbook 90 % interval); `inconclusive` otherwise (an interval straddles a
+  margin). A change beyond noise but inside the margin is `equivalent`, never better/worse.
+- `settle_factor(ci, ci_equivalence, margin)`: for an inconclusive verdict, how many times
+  more values each side would settle it, on the estimate that an interval's half-width h
+  shrinks as 1/√n and its midpoint c stays: (h / d)², d the distance from c to the margin
+  it must clear (|c| − margin toward beyond, by `ci`; margin − |c| toward equivalent, by
+  `ci_equivalence`, the side `ci`'s midpoint lies on); None when d is 0.
 """
 
 from __future__ import annotations
@@ -52,6 +66,8 @@ import numpy as np
 
 RESAMPLES = 10_000
 CONFIDENCE = 0.95
+MIN_EFFECT_PERCENT = 2.0  # the default minimum effect, relative to the baseline
+VERDICTS = ("worse", "better", "changed", "inconclusive", "equivalent")  # as text groups them
 EXACT_MAX_PAIRS = 900  # n_x · n_y up to which the exact distribution of U is counted
 
 
@@ -145,6 +161,43 @@ def percentile_interval(samples: Any, confidence: float) -> tuple[float, float]:
     tail = 100.0 * (1.0 - confidence) / 2.0
     low, high = np.percentile(samples, [tail, 100.0 - tail])
     return float(low), float(high)
+
+
+def equivalence_confidence(confidence: float) -> float:
+    """The level of the interval the two one-sided tests read: 1 − 2α for α = 1 − confidence
+    (0.95 → 0.90)."""
+    return 2.0 * confidence - 1.0
+
+
+Pair = tuple[float, float]
+
+
+def effect_verdict(ci: Pair | None, ci_equivalence: Pair | None, margin: float | None,
+                   better: str | None) -> str | None:
+    """better / worse / changed / equivalent / inconclusive (module doc); None without an
+    interval or a margin."""
+    if ci is None or ci_equivalence is None or margin is None:
+        return None
+    if ci[0] > margin or ci[1] < -margin:
+        if better is None:
+            return "changed"
+        return "better" if (ci[0] > 0) == (better == "higher") else "worse"
+    if -margin <= ci_equivalence[0] and ci_equivalence[1] <= margin:
+        return "equivalent"
+    return "inconclusive"
+
+
+def settle_factor(ci: Pair, ci_equivalence: Pair, margin: float) -> float | None:
+    """(h / d)² for an inconclusive verdict (module doc)."""
+    mid = (ci[0] + ci[1]) / 2.0
+    if abs(mid) > margin:
+        half, distance = (ci[1] - ci[0]) / 2.0, abs(mid) - margin
+    else:
+        eq_mid = (ci_equivalence[0] + ci_equivalence[1]) / 2.0
+        half, distance = (ci_equivalence[1] - ci_equivalence[0]) / 2.0, margin - abs(eq_mid)
+    if distance <= 0.0:
+        return None
+    return (half / distance) ** 2
 
 
 def _u_counts(m: int, n: int) -> list[int]:

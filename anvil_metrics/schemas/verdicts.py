@@ -18,6 +18,7 @@ from anvil_metrics.checks.docverify import SCHEMA as CHECKS_SCHEMA
 from anvil_metrics.checks.registry import SUITES
 from anvil_metrics.checks.results import ERROR_KINDS, RESULTS
 from anvil_metrics.checks.suite import CheckOptions
+from anvil_metrics.post.significance import VERDICTS
 from anvil_metrics.schemas.parts import (
     BOOLEAN,
     COUNT,
@@ -60,6 +61,7 @@ def _performance_row() -> dict[str, Any]:
     for k in ROW_ADDED:
         props[k] = (COUNT if k == "runs" else REASONS if k == "null_reasons"
                     else or_null(PAIR) if k.endswith("_ci95_percent")
+                    else {"enum": [*VERDICTS, None]} if k.endswith("_verdict")
                     else or_null({"type": "number", "minimum": 0}))
     return obj(props, ROW_LABELS, True, fields.ROW)
 

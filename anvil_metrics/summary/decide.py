@@ -19,7 +19,12 @@ Definitions (field names as in the spec's example, `../shared/spec/public-summar
   variant itself carries no delta field (not applicable, as in the example); a model without
   an off variant carries null with the reason. Added beside each: `<d>_ci95_percent`, the
   bootstrap interval, and `<d>_mann_whitney_p`, the two-sided p-value of the two variants'
-  per-run values (`post/significance.py`).
+  per-run values (`post/significance.py`), and `<d>_verdict`: the same rule as `anvil
+  compare`'s (`significance.effect_verdict`) with a minimum effect of `MIN_EFFECT_PERCENT`
+  (2 %) of the delta: `better`/`worse` (by the figure's direction) only when the 95 %
+  interval lies wholly beyond ±2 %, `equivalent` when the 90 % interval of the same draws
+  (same seed) lies within it, else `inconclusive`; null without an interval. The gates keep
+  their own stated thresholds.
 - `sampled_speculative_telemetry[]`: one row per variant whose speculation is not `"off"`:
   `accepted_length_range` / `acceptance_rate_range` = [min, max] over its runs of the runs'
   `server.spec_decode.accepted_length` / `.acceptance_rate`, each over the runs that have it;
@@ -67,10 +72,13 @@ from typing import Any
 from anvil_metrics.errors import UsageError
 from anvil_metrics.post.significance import (
     CONFIDENCE,
+    MIN_EFFECT_PERCENT,
     RESAMPLES,
     Interval,
     bootstrap_delta_ci,
     delta_percent,
+    effect_verdict,
+    equivalence_confidence,
     mann_whitney,
     mean,
 )
@@ -94,6 +102,7 @@ from anvil_metrics.summaryfigures import (
 OFF = "off"
 # summary row field -> the benchmark's `metrics` key it is the mean of
 ROW_METRICS = tuple((f.name, f.metric) for f in SUMMARY_FIGURES)
+BETTER = {f.name: f.better for f in SUMMARY_FIGURES}
 OPTIONAL = frozenset(f.name for f in SUMMARY_FIGURES if f.optional)
 # delta field -> the summary row field it is the change of
 DELTAS = tuple((f.delta, f.name) for f in SUMMARY_FIGURES if f.delta)
@@ -115,6 +124,7 @@ class Comparison:
     interval: Interval
     mann_whitney_p: float | None
     reason: str | None  # why `delta_percent` is null
+    verdict: str | None = None  # `significance.effect_verdict` at MIN_EFFECT_PERCENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +184,13 @@ def compare(variant: VariantRuns, reference: VariantRuns, field: str, *, seed: i
         return Comparison(field, variant.id, reference.id, None, Interval(None, None, why),
                           None, why)
     test = mann_whitney(x, r)
-    return Comparison(field, variant.id, reference.id, delta,
-                      bootstrap_delta_ci(x, r, seed=seed, resamples=resamples),
-                      None if test is None else test.p_two_sided, None)
+    ci = bootstrap_delta_ci(x, r, seed=seed, resamples=resamples)
+    eq = bootstrap_delta_ci(x, r, seed=seed, resamples=resamples,
+                            confidence=equivalence_confidence(CONFIDENCE))
+    pairs = [None if i.as_list() is None else tuple(i.as_list()) for i in (ci, eq)]
+    verdict = effect_verdict(pairs[0], pairs[1], MIN_EFFECT_PERCENT, BETTER[field])
+    return Comparison(field, variant.id, reference.id, delta, ci,
+                      None if test is None else test.p_two_sided, None, verdict)
 
 
 def performance_row(variant: VariantRuns, off: VariantRuns | None, *, seed: int,
@@ -198,12 +212,14 @@ def performance_row(variant: VariantRuns, off: VariantRuns | None, *, seed: int,
             if off is None:
                 why = f"no speculation-off variant of {variant.model} to compare with"
                 row[name] = row[f"{stem}_ci95_percent"] = row[f"{stem}_mann_whitney_p"] = None
+                row[f"{stem}_verdict"] = None
                 reasons[name] = why
                 continue
             c = compare(variant, off, field, seed=seed, resamples=resamples)
             row[name] = c.delta_percent
             row[f"{stem}_ci95_percent"] = c.interval.as_list()
             row[f"{stem}_mann_whitney_p"] = c.mann_whitney_p
+            row[f"{stem}_verdict"] = c.verdict
             if c.reason:
                 reasons[name] = c.reason
             elif c.interval.reason:

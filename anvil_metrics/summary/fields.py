@@ -85,6 +85,11 @@ def _figure_rows() -> Text:
                                                 f"interval of {f.delta}; null with the reason")
             out[f"{base}_mann_whitney_p"] = ("", "two-sided Mann–Whitney p-value of the two "
                                                  f"variants' per-run {f.name}")
+            out[f"{base}_verdict"] = ("", f"{f.delta} against a minimum effect of 2 %: "
+                                      "better/worse when the 95 % interval lies wholly beyond "
+                                      "±2 %, equivalent when the 90 % interval of the same "
+                                      "draws lies within it, else inconclusive; null without "
+                                      "an interval (absent from summaries written before it)")
     return out
 
 

@@ -56,7 +56,7 @@ ROW_FIGURES = tuple(field for field, _ in ROW_METRICS)
 ROW_DELTAS = tuple(name for name, _ in DELTAS)
 ROW_ADDED = (*(f.name for f in SUMMARY_FIGURES if f.added), "runs", "null_reasons",
              *(f"{d.removesuffix('_percent')}_{x}" for d in ROW_DELTAS
-               for x in ("ci95_percent", "mann_whitney_p")))
+               for x in ("ci95_percent", "mann_whitney_p", "verdict")))
 PROTOCOL_COUNTS = ("requests_per_run", "runs_per_model", "concurrency",
                    "configured_input_tokens", "max_output_tokens")
 TELEMETRY_RANGES = ("accepted_length_range", "acceptance_rate_range")
@@ -182,11 +182,21 @@ def _bootstrap(doc: dict[str, Any]) -> tuple[int, int]:
 # `not_included` reasons added after summaries were written without them: absent in an
 # older file, never a difference (a summary must verify as it was written)
 ADDED_NOT_INCLUDED = ("checks_under_load",)
+# row fields added after summaries were first written: absent from an older row, no difference
+ADDED_ROW_FIELDS = tuple(f"{name.removesuffix('_percent')}_verdict" for name in ROW_DELTAS)
 
 
 def as_filed(have: dict[str, Any], want: dict[str, Any]) -> None:
     """Drop from `want` (recomputed now) the `not_included` reasons added after `have`
-    was written and absent from it (`ADDED_NOT_INCLUDED`)."""
+    was written and absent from it (`ADDED_NOT_INCLUDED`), and the row fields added since
+    (`ADDED_ROW_FIELDS`) from each row of `want` whose filed row lacks them."""
+    have_rows, want_rows = have.get("performance"), want.get("performance")
+    if isinstance(have_rows, list) and isinstance(want_rows, list):
+        for old, new in zip(have_rows, want_rows, strict=False):
+            if isinstance(old, dict) and isinstance(new, dict):
+                for key in ADDED_ROW_FIELDS:
+                    if key not in old:
+                        new.pop(key, None)
     filed, now = have.get("not_included"), want.get("not_included")
     if isinstance(filed, dict) and isinstance(now, dict):
         for key in ADDED_NOT_INCLUDED:

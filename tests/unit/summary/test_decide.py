@@ -402,3 +402,20 @@ def test_display_rounding() -> None:
                             "e2e_delta_percent": None}
     assert isinstance(rounded(row)["effective_prefill_tok_s_p50"], int)
     assert DISPLAY_DECIMALS["decode_delta_percent"] == 1
+
+
+def test_a_deltas_verdict_needs_the_minimum_effect_too() -> None:
+    """The rule of `anvil compare` on the deltas between variants, 2 % a margin: −20 % on
+    tight runs is better (e2e is a time), +1 % on tight runs is beyond noise but equivalent,
+    a wide spread straddling the margin is inconclusive."""
+    off = e2e_variant("a", [100.0, 100.2, 99.8, 100.0], "off")
+    for values, verdict in (([80.0, 80.1, 79.9, 80.0], "better"),
+                            ([120.0, 120.1, 119.9, 120.0], "worse"),
+                            ([101.0, 101.1, 100.9, 101.0], "equivalent"),
+                            ([90.0, 110.0, 95.0, 105.0], "inconclusive")):
+        row = summarize([off, e2e_variant("a", values)], gates={}).performance[1]
+        assert row["e2e_delta_verdict"] == verdict, (values, row)
+        if verdict == "equivalent":
+            assert row["e2e_delta_ci95_percent"][0] > 0  # beyond noise, inside the margin
+    alone = summarize([e2e_variant("b", [80.0, 80.0])], gates={}).performance[0]
+    assert alone["e2e_delta_verdict"] is None

@@ -164,3 +164,17 @@ def test_a_summary_written_before_a_not_included_reason_was_added_verifies(
     doc["not_included"]["checks_under_load"] = "changed"
     assert [p.split(":")[0] for p in verify_summary(doc, path, verify=accept_all).problems
             ] == ["not_included.checks_under_load"]
+
+
+def test_a_summary_written_before_the_deltas_verdicts_verifies(tmp_path: Path, example) -> None:
+    """A row an earlier anvil wrote has no `<delta>_verdict`: absent is not a difference; a
+    verdict the file holds is still compared."""
+    path, doc = summarized(tmp_path, example)
+    rows = [i for i, r in enumerate(doc["performance"]) if "e2e_delta_verdict" in r]
+    assert rows
+    older = {**doc, "performance": [{k: v for k, v in r.items() if not k.endswith("_verdict")}
+                                    for r in doc["performance"]]}
+    assert verify_summary(older, path, verify=accept_all).problems == []
+    doc["performance"][rows[0]]["e2e_delta_verdict"] = "changed"
+    assert [p.split(":")[0] for p in verify_summary(doc, path, verify=accept_all).problems
+            ] == [f"performance[{rows[0]}].e2e_delta_verdict"]
