@@ -123,10 +123,20 @@ def signal_url(endpoint: str) -> str:
     return endpoint.rstrip("/") + SIGNAL_PATH
 
 
-def attributes(run_id: str, model: str | None, root_url: str) -> dict[str, str | int]:
-    """Every data point's attributes: the run, the model asked and the server."""
+# the conventions' `gen_ai.operation.name` (a required attribute) of each endpoint anvil posts
+# to: its well-known values chat, text_completion, embeddings
+OPERATIONS = {"chat": "chat", "responses": "chat", "messages": "chat",
+              "completions": "text_completion", "embeddings": "embeddings"}
+
+
+def attributes(run_id: str, model: str | None, root_url: str,
+               endpoint: str = "chat") -> dict[str, str | int]:
+    """Every data point's attributes: the run, the operation, the model asked and the
+    server."""
     url = urlsplit(root_url)
-    out: dict[str, str | int] = {"anvil.run_id": run_id, "gen_ai.request.model": model or ""}
+    out: dict[str, str | int] = {"anvil.run_id": run_id,
+                                 "gen_ai.operation.name": OPERATIONS[endpoint],
+                                 "gen_ai.request.model": model or ""}
     if url.hostname:
         out["server.address"] = url.hostname
         out["server.port"] = url.port or (443 if url.scheme == "https" else 80)

@@ -47,7 +47,8 @@ class OtlpPush:
         endpoint = session.opts.otlp_endpoint
         if endpoint is None:
             return None
-        attrs = attributes(session.run_id, session.model, session.endpoint.root_url)
+        attrs = attributes(session.run_id, session.model, session.endpoint.root_url,
+                           session.scenario.endpoint)
         proc = subprocess.Popen(
             [sys.executable, "-m", "anvil_metrics.live.otlp",
              str(session.run_dir / "requests.jsonl"), endpoint, orjson.dumps(attrs).decode(),

@@ -54,7 +54,8 @@ def test_the_last_push_equals_benchmark_json(tmp_path: Path) -> None:
     # pushed during the run (a request lasts over 100 ms: ≥ 5 rounds of 3), then once more
     assert len(got.exports) >= 2 and set(got.paths) == {"/v1/metrics"}
     final = got.final()
-    run = {"anvil.run_id": doc["run_id"], "gen_ai.request.model": doc["model"]}
+    run = {"anvil.run_id": doc["run_id"], "gen_ai.request.model": doc["model"],
+           "gen_ai.operation.name": "chat"}
     for name, points in final.items():  # every point names the run, model and server
         for attrs, _ in points:
             assert run.items() <= attrs.items() and attrs["server.address"] == "127.0.0.1", name

@@ -28,6 +28,7 @@ from anvil_metrics.live.otlp import (  # noqa: E402
     signal_url,
 )
 from anvil_metrics.live.recorder import RawWriter  # noqa: E402
+from anvil_metrics.load.scenariofields import ENDPOINTS  # noqa: E402
 
 # the client metrics of the GenAI semantic conventions (semantic-conventions v1.41.0,
 # docs/gen-ai/gen-ai-metrics.md): a gen_ai.* name anvil sends must be one of them
@@ -66,9 +67,12 @@ def test_a_base_endpoint_gains_the_metrics_path(given: str, url: str) -> None:
 
 def test_every_point_names_the_run_the_model_and_the_server() -> None:
     assert attributes("benchmark-X", "m1", "http://10.0.0.2:8000") == {
-        "anvil.run_id": "benchmark-X", "gen_ai.request.model": "m1",
-        "server.address": "10.0.0.2", "server.port": 8000}
+        "anvil.run_id": "benchmark-X", "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "m1", "server.address": "10.0.0.2", "server.port": 8000}
     assert attributes("r", None, "https://h")["server.port"] == 443
+    got = {e: attributes("r", "m", "http://h", e)["gen_ai.operation.name"]
+           for e in ENDPOINTS}  # every endpoint anvil posts to has its operation
+    assert got["completions"] == "text_completion" and got["embeddings"] == "embeddings"
 
 
 def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:

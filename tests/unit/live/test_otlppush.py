@@ -23,7 +23,8 @@ def _session(tmp_path: Path, url: str | None) -> SimpleNamespace:
     return SimpleNamespace(
         opts=SimpleNamespace(otlp_endpoint=url, otlp_interval_s=60.0), run_id="benchmark-T",
         model="m1", endpoint=SimpleNamespace(root_url="http://127.0.0.1:8000"),
-        run_dir=tmp_path, budget=SimpleNamespace(in_flight=2),
+        run_dir=tmp_path, scenario=SimpleNamespace(endpoint="chat"),
+        budget=SimpleNamespace(in_flight=2),
         clock=SimpleNamespace(controls=SimpleNamespace(users_now=lambda: 5)))
 
 
