@@ -22,13 +22,13 @@ requests are counted by kind (`error.type`), and a figure a row lacks (null) is 
 Temporality is cumulative: each push holds the run's totals so far.
 
 Off the load's loop: this module runs as a child process (`python -m anvil_metrics.live.otlp`,
-started before the load and stopped by `otlppush.py`, niced below the load process) that
+started before the load and stopped by `otlppush.py`, scheduled below the load process) that
 reads `requests.jsonl` as the run appends it (each line is flushed as it is written), the
-lines post-processing reads. Why not in the load
-process: recording a request into the SDK's instruments cost ~65 µs (a slice of 32: 2 ms of
-hub), and at ~750 requests/s the loop lag's p99 went from 4.4-6.0 ms to 8.4-8.5 ms with the
-recording and export in a greenlet (Locust monkey-patches threads, so the SDK's own reader
-thread would have been a greenlet too; a real OS thread holds the GIL as long). Here the SDK
+lines post-processing reads. Why not in the load process: recording a request into the
+SDK's instruments costs 42-69 µs (`benchmarks/otlp_cost.py`; a slice of 32: ~2 ms of hub),
+and at ~750 requests/s, with the recording and export in a greenlet, the loop lag's p99 went
+from 4.4-6.0 ms to 8.4-8.5 ms (Locust monkey-patches threads, so the SDK's own reader thread
+would have been a greenlet too; a real OS thread would hold the GIL as long). Here the SDK
 runs no thread (its reader's interval is infinite): the child's loop collects, which
 exports. The load process only sends it the gauges once an interval (one short line) and
 `end`. An export that fails is logged by the SDK (on the child's stderr, the load process's)
@@ -227,6 +227,19 @@ class Tail:
         return out
 
 
+def _below_the_load(below: bool) -> None:
+    """While the load runs (`below`), run only when the CPU has nothing else to do (Linux's
+    SCHED_IDLE: a waking load process preempts this at once, where a niced process could
+    still hold its slice for milliseconds); after it, as any process again, so that the last
+    push is not starved by a busy host. Where the policy cannot be set, as it is."""
+    policy = getattr(os, "SCHED_IDLE" if below else "SCHED_OTHER", None)
+    if policy is not None:
+        try:
+            os.sched_setscheduler(0, policy, os.sched_param(0))
+        except OSError:
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """The child: push every `--interval-s` and at `end` (or the load process gone: stdin
     closed), then say `done`. Stdin lines `g IN_FLIGHT USERS` update the gauges."""
@@ -235,7 +248,6 @@ def main(argv: list[str] | None = None) -> int:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
 
-    os.nice(10)  # below the load process: on a busy host the push waits, never the requests
     p = argparse.ArgumentParser(prog="anvil-otlp-push")
     for name in ("raw", "endpoint", "attrs"):
         p.add_argument(name)
@@ -248,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                              resource=Resource.create({"service.name": "anvil"}))
     metrics, tail = Instruments(orjson.loads(a.attrs), provider), Tail(Path(a.raw))
     os.write(1, b"ready\n")  # imported and set up: the load may begin
+    _below_the_load(True)
     due = time.monotonic() + a.interval_s
     while True:
         ready, _, _ = select.select([sys.stdin.buffer], [], [],
@@ -264,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics.record(tail.lines())
         reader.collect()
         due = max(due + a.interval_s, time.monotonic())
+    _below_the_load(False)
     metrics.record(tail.lines())
     reader.collect()
     provider.shutdown()

@@ -4,6 +4,7 @@ is gone after `finish` (its PID reaped)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,9 +20,9 @@ from anvil_metrics.live.otlppush import OtlpPush  # noqa: E402
 from anvil_metrics.live.recorder import RawWriter  # noqa: E402
 
 
-def _session(tmp_path: Path, url: str | None) -> SimpleNamespace:
+def _session(tmp_path: Path, url: str | None, interval_s: float = 60.0) -> SimpleNamespace:
     return SimpleNamespace(
-        opts=SimpleNamespace(otlp_endpoint=url, otlp_interval_s=60.0), run_id="benchmark-T",
+        opts=SimpleNamespace(otlp_endpoint=url, otlp_interval_s=interval_s), run_id="benchmark-T",
         model="m1", endpoint=SimpleNamespace(root_url="http://127.0.0.1:8000"),
         run_dir=tmp_path, scenario=SimpleNamespace(endpoint="chat"),
         budget=SimpleNamespace(in_flight=2),
@@ -36,10 +37,15 @@ def test_the_child_pushes_the_file_at_the_end_and_is_gone(tmp_path: Path) -> Non
     writer = RawWriter(tmp_path / "requests.jsonl")
     writer.write_header("benchmark-T", {})
     with receiver() as (url, got):
-        push = OtlpPush.start(_session(tmp_path, url))
+        push = OtlpPush.start(_session(tmp_path, url, interval_s=0.05))
         assert push is not None and push.proc.poll() is None  # ready, waiting
-        gevent.sleep(0)  # its greenlet tells the gauges once
-        for i in range(5):
+        for i in range(3):
+            writer.take(record(i))
+        limit = time.monotonic() + 30  # pushed while the run goes on (a bound, not a speed)
+        while not got.exports and time.monotonic() < limit:
+            gevent.sleep(0.02)  # its greenlet tells the gauges meanwhile
+        assert got.exports, "no push during the run"
+        for i in range(3, 5):
             writer.take(record(i))
         writer.take(record(5, failure="timeout"))
         writer.close()
