@@ -35,6 +35,7 @@ from anvil_metrics.load.optionvalues import (
     metrics_target,
     metrics_targets,
     nonce,
+    otlp_endpoint,
     ratio,
     seconds,
     text,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # the scenario module only when a run is actually made
 # be the ones lost (a bias towards short ones); AIPerf's grace period after its
 # --benchmark-duration is 30 s by default too. Set --stop-timeout to change it.
 STOP_TIMEOUT_S = 30
+OTLP_INTERVAL_S = 5.0  # --otlp-interval's default (the SDK's own, 60 s, is a whole short run)
 PROGRESS_EVERY_S = 10.0  # the live progress's plain line, off a terminal (--progress-every)
 
 
@@ -208,6 +210,13 @@ OPTIONS: tuple[Option, ...] = (
            "many seconds at most (default 30)", seconds),
     Option("--hook-optional", "a failing hook is recorded and the run goes on (default: it "
            "stops the run before load)", switch=True, default=False),
+    Option("--otlp-endpoint", "push the live figures as OpenTelemetry metrics (OTLP over "
+           "HTTP/protobuf) to this receiver, e.g. http://127.0.0.1:4318 (/v1/metrics is "
+           "added); default $OTEL_EXPORTER_OTLP_ENDPOINT; needs anvil-metrics[otlp]",
+           otlp_endpoint),
+    Option("--otlp-interval", "with --otlp-endpoint: seconds between pushes, e.g. 10s "
+           "(default 5s; one more when benchmark.json is written)", timespan,
+           default=OTLP_INTERVAL_S),
     Option("--processes", "load processes on this host (Locust's --processes: a master and "
            "this many workers, one exact result); default 1", whole(1), default=1,
            locust=False),
@@ -277,6 +286,8 @@ class RunOptions:
     hook_optional: bool = False  # --hook-optional: a failing hook does not stop the run
     profile_when_running: int | None = None  # --profile-when-running: its start's trigger
     profile_max_s: float | None = None  # --profile-max-s: the triggered profile's bound
+    otlp_endpoint: str | None = None  # --otlp-endpoint (`live/otlp.py`); None: no push
+    otlp_interval_s: float = OTLP_INTERVAL_S
 
 
 def scenario_flags(values: Mapping[str, Any]) -> list[Given]:
@@ -342,7 +353,34 @@ def run_options(values: Mapping[str, Any], *, host: str, users: int | str | None
         reset_prefix_cache=_optional(v["reset_prefix_cache"], v["hook_optional"]),
         profile=v["server_profile"] or v["profile_when_running"] is not None,
         hook_optional=v["hook_optional"], profile_when_running=v["profile_when_running"],
-        profile_max_s=v["profile_max_s"])
+        profile_max_s=v["profile_max_s"],
+        otlp_endpoint=_otlp(v["otlp_endpoint"]),
+        otlp_interval_s=v["otlp_interval"])
+
+
+OTLP_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"  # the SDK's own variable, used when the flag is absent
+OTLP_EXTRA = ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp.proto.http")
+
+
+def _otlp(url: str | None) -> str | None:
+    """--otlp-endpoint's URL, else $OTEL_EXPORTER_OTLP_ENDPOINT's (checked the same way);
+    with one, the `[otlp]` extra must be installed: a UsageError before any load if not."""
+    import importlib.util
+    import os
+
+    source = "--otlp-endpoint"
+    if url is None and os.environ.get(OTLP_ENV, "").strip():
+        source = f"${OTLP_ENV}"
+        url = otlp_endpoint(source, os.environ[OTLP_ENV].strip())
+    if url is not None:
+        try:
+            missing = any(importlib.util.find_spec(m) is None for m in OTLP_EXTRA)
+        except ImportError:  # a parent package is missing
+            missing = True
+        if missing:
+            raise UsageError(f"{source} needs the OpenTelemetry SDK: "
+                             "pip install 'anvil-metrics[otlp]'")
+    return url
 
 
 def _optional(text: str | None, optional: bool) -> HookSpec | None:

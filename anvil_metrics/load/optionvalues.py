@@ -217,15 +217,20 @@ def nonce(flag: str, value: str) -> str:
     return value
 
 
-def http_url(flag: str, value: str) -> str:
+def http_url(flag: str, value: str, what: str = "",
+             example: str = "http://127.0.0.1:8000/metrics") -> str:
     """An http(s) URL with a host."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _refuse(flag, value, "an http:// or https:// URL, e.g. "
-                      "http://127.0.0.1:8000/metrics")
+        raise _refuse(flag, value, f"an http:// or https:// URL{what}, e.g. {example}")
     return value
+
+
+def otlp_endpoint(flag: str, value: str) -> str:
+    """An OTLP/HTTP receiver: an http(s) URL with a host (its base, or its /v1/metrics)."""
+    return http_url(flag, value, " of an OTLP/HTTP receiver", "http://127.0.0.1:4318")
 
 
 ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")

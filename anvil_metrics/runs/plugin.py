@@ -52,6 +52,7 @@ from anvil_metrics.headers import ENV_VAR as HEADERS_ENV
 from anvil_metrics.headers import checked
 from anvil_metrics.headers import parse_flag as parse_header
 from anvil_metrics.live.control import RequestBudget
+from anvil_metrics.live.otlppush import OtlpPush
 from anvil_metrics.live.runclock import Controls
 from anvil_metrics.live.runctx import run_in_progress, set_run
 from anvil_metrics.live.runerror import ErrorFile, SetUp, set_set_up
@@ -378,6 +379,7 @@ def on_test_start(environment: Any, **_: Any) -> None:
         environment.process_exit_code = 1
         _end_run(environment)
         return
+    OtlpPush.start(session)  # --otlp-endpoint: its child ready before the load
     # Locust, Flask and the prompt bodies are long-lived: freeze them out of the cyclic
     # collector, whose full passes over them stalled the hub (and every stream) ~8 ms.
     gc.collect()
