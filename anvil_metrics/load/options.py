@@ -363,23 +363,38 @@ OTLP_EXTRA = ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp.proto.ht
 
 
 def _otlp(url: str | None) -> str | None:
-    """--otlp-endpoint's URL, else $OTEL_EXPORTER_OTLP_ENDPOINT's (checked the same way);
-    with one, the `[otlp]` extra must be installed: a UsageError before any load if not."""
+    """--otlp-endpoint's URL (the `[otlp]` extra must be installed: a UsageError before any
+    load if not), else $OTEL_EXPORTER_OTLP_ENDPOINT's when it is a URL anvil can push to and
+    the extra is installed: the variable may be set for other software on the host, so a
+    value anvil cannot use is one warning line and no push, never a refused run."""
     import importlib.util
+    import logging
     import os
 
-    source = "--otlp-endpoint"
-    if url is None and os.environ.get(OTLP_ENV, "").strip():
-        source = f"${OTLP_ENV}"
-        url = otlp_endpoint(source, os.environ[OTLP_ENV].strip())
-    if url is not None:
+    def installed() -> bool:
         try:
-            missing = any(importlib.util.find_spec(m) is None for m in OTLP_EXTRA)
+            return all(importlib.util.find_spec(m) is not None for m in OTLP_EXTRA)
         except ImportError:  # a parent package is missing
-            missing = True
-        if missing:
-            raise UsageError(f"{source} needs the OpenTelemetry SDK: "
+            return False
+
+    if url is not None:
+        if not installed():
+            raise UsageError("--otlp-endpoint needs the OpenTelemetry SDK: "
                              "pip install 'anvil-metrics[otlp]'")
+        return url
+    text = os.environ.get(OTLP_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        url = otlp_endpoint(f"${OTLP_ENV}", text)
+    except UsageError as e:
+        logging.getLogger("anvil").warning("anvil: no OTLP push: %s", e)
+        return None
+    if not installed():
+        logging.getLogger("anvil").warning(
+            "anvil: $%s is set but the OpenTelemetry SDK is not installed (pip install "
+            "'anvil-metrics[otlp]'): no OTLP push", OTLP_ENV)
+        return None
     return url
 
 
