@@ -7,8 +7,9 @@ matter. The rule that reads the margin is `post.significance.effect_verdict`; th
 only says what the margin is for each figure.
 
 The flag's value is comma-separated parts: `2%` (the default for every figure, relative to
-the baseline's value), `NAME=5%` (one figure, relative), `NAME=10ms` or `NAME=10` (one figure,
-absolute, in its own unit: the unit, when written, must be the figure's). A later part wins.
+the baseline's value; for a time at least 1 ms, `MS_FLOOR`), `NAME=5%` (one figure,
+relative), `NAME=10ms` or `NAME=10` (one figure, absolute, in its own unit: the unit, when
+written, must be the figure's). A later part wins.
 """
 
 from __future__ import annotations
@@ -23,24 +24,31 @@ from anvil_metrics.post.significance import MIN_EFFECT_PERCENT
 
 FLAG = "--min-effect"
 PERCENT = "%"
+# a time's default margin is never under 1 ms: the generator's own precision (its pacing
+# p99 is under 1 ms; a role-only first chunk takes ~0.4 ms), so a smaller difference between
+# runs is the client's, not the server's; a margin given for the figure has no floor
+MS_FLOOR = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class Margin:
     """A minimum effect: `value` in percent of the baseline (`unit` "%") or in the figure's
-    own unit."""
+    own unit; a relative one is at least `floor` (in the figure's unit: 0, none)."""
 
     value: float
     unit: str
+    floor: float = 0.0
 
     def absolute(self, baseline: float | None) -> float | None:
         """The margin in the figure's unit; None for a relative one without a baseline."""
         if self.unit != PERCENT:
             return self.value
-        return None if baseline is None else abs(baseline) * self.value / 100.0
+        return None if baseline is None else max(abs(baseline) * self.value / 100.0,
+                                                 self.floor)
 
     def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "unit": self.unit}
+        out: dict[str, Any] = {"value": self.value, "unit": self.unit}
+        return {**out, "floor": self.floor} if self.floor else out
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +58,15 @@ class MinEffect:
     default: Margin = Margin(MIN_EFFECT_PERCENT, PERCENT)
     per_figure: Mapping[str, Margin] = field(default_factory=dict)
 
-    def of(self, name: str) -> Margin:
-        return self.per_figure.get(name, self.default)
+    def of(self, name: str, unit: str = "") -> Margin:
+        """`name`'s margin: its own, else the default, which for a time (`ms`) is at least
+        `MS_FLOOR`."""
+        mine = self.per_figure.get(name)
+        if mine is not None:
+            return mine
+        if unit == "ms" and self.default.unit == PERCENT:
+            return Margin(self.default.value, PERCENT, MS_FLOOR)
+        return self.default
 
 
 DEFAULT = MinEffect()

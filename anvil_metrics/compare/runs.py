@@ -185,7 +185,7 @@ def compare_runs(runs: list[ComparedRun], *, seed: int = 0, resamples: int = RES
         if all(v is None for v in values):
             continue
         unit, better = unit_and_better(name)
-        margin = min_effect.of(name)
+        margin = min_effect.of(name, unit)
         versus: list[dict[str, Any] | None] = [None]
         for i in range(1, len(runs)):
             draws = None if field is None or p is None or None in (values[0], values[i]) else (

@@ -73,7 +73,10 @@ def _versus(v: dict[str, Any] | None) -> str:
 
 def _margin(f: dict[str, Any]) -> str:
     m = f.get("margin")
-    return "" if not m else f"±{m['value']:g} {m['unit']}"
+    if not m:
+        return ""
+    floor = f"≥{m['floor']:g}" if m.get("floor") else ""
+    return f"±{m['value']:g} {m['unit']}{floor}"
 
 
 def verdict_group(figure: dict[str, Any]) -> str | None:
@@ -112,7 +115,8 @@ def compare_lines(result: dict[str, Any]) -> list[str]:
                  f"({result['resamples']:,} bootstrap resamples of each run's rows, at most "
                  f"{result['max_values']:,} values a run: the noise within a run, not between "
                  "runs; repeat runs in a campaign for that). better/worse: the interval lies "
-                 "wholly beyond ±the margin (--min-effect); equivalent: the "
+                 "wholly beyond ±the margin (--min-effect; ≥1: a time's is at least 1 ms, the "
+                 "generator's own precision); equivalent: the "
                  f"{100 * result['equivalence_confidence']:g} % interval lies within it; "
                  "inconclusive: neither, with each run's values (n) and the estimate "
                  "n × (half-width / distance to the margin)² that would settle it")

@@ -410,24 +410,20 @@ def test_report_draws_the_summary_the_runs_give(tmp_path: Path, runs) -> None:
         make_report(folder, tmp_path / "out2")
 
 
-def test_compare_of_two_runs_of_one_variant_is_never_better_or_worse(runs) -> None:
-    """`anvil compare` on the campaign's own runs (no new load): two runs of m/off, one
-    configuration, come out equivalent or inconclusive on every figure under the default
-    minimum effect; m/mtp3 against the same baseline is better on e2e p50 (the simulator
-    delivered ~−37 %), and its TTFT (the same prefill) is neither better nor worse."""
+def test_compare_of_the_campaigns_runs_says_mtp3_is_better(runs) -> None:
+    """`anvil compare` on the campaign's own runs (no new load): m/mtp3 against m/off is
+    better on e2e p50 (the simulator delivered ~−37 %), and its TTFT (the same prefill) is
+    neither better nor worse. (Two runs of one configuration: `test_compare_effect.py`,
+    whose runs go side by side: these ran one after the other.)"""
     root, entries, _ = runs
     off = [root / e["folder"] for e in entries if e["variant"] == "m/off"]
     on = [root / e["folder"] for e in entries if e["variant"] == "m/mtp3"]
-    proc = anvil("compare", str(off[0]), str(off[1]), str(on[0]), "--json")
+    proc = anvil("compare", str(off[0]), str(on[0]), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = orjson.loads(proc.stdout)
     by_name = {f["name"]: f for f in doc["figures"]}
-    judged = [f for f in doc["figures"] if f["vs_baseline"][1]["verdict"] is not None]
-    assert "ttft_p50_ms" in {f["name"] for f in judged}
-    for f in judged:
-        assert f["margin"] == {"value": 2.0, "unit": "%"}
-        assert f["vs_baseline"][1]["verdict"] in ("equivalent", "inconclusive"), f
-    e2e = by_name["e2e_p50_ms"]["vs_baseline"][2]
+    assert by_name["ttft_p50_ms"]["margin"] == {"value": 2.0, "unit": "%", "floor": 1.0}
+    e2e = by_name["e2e_p50_ms"]["vs_baseline"][1]
     assert e2e["verdict"] == "better" and e2e["delta_pct"] < -20, e2e
-    assert by_name["ttft_p50_ms"]["vs_baseline"][2]["verdict"] in ("equivalent",
+    assert by_name["ttft_p50_ms"]["vs_baseline"][1]["verdict"] in ("equivalent",
                                                                    "inconclusive")
