@@ -13,7 +13,7 @@ case "$SERVER" in
                 MODEL="$WORK/tiny-qwen3"; BUDGET=600 ;;
   vllm)         SETUP=setup_vllm_cpu.sh; PIDFILE=vllm.pid; PORT=${PORT:-8104}
                 MODEL=tiny-qwen3; BUDGET=1200
-                VISION_PORT=${VISION_PORT:-8124} ;;  # and the tiny Qwen2-VL: images as load
+                VISION_PORT=${VISION_PORT-8124} ;;  # and the tiny Qwen2-VL (VISION_PORT= : not)
   llama)        SETUP=setup_llama_server.sh; PIDFILE=llama-server.pid; PORT=${PORT:-8102}
                 MODEL=tiny-qwen3; BUDGET=900 ;;
   *) echo "make test-real: SERVER must be one of transformers, vllm, llama (got '${SERVER}')" >&2
