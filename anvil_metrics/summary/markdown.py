@@ -1,10 +1,12 @@
 """`summary.md`: the summary document as a person reads it (presentation only).
 
 Why apart from the JSON: a reader wants the performance table rounded as the spec's example
-rounds it (`decide.rounded`), each delta with its 95 % interval and a plain "not
-significant" where the interval crosses zero or a gate's threshold, and the decision with
-its reasons — while the JSON keeps full precision for machines. Everything here is read
-from the finished document, so the report cannot say a figure the JSON does not hold.
+rounds it (`decide.rounded`), each delta with its 95 % interval, its verdict at the 2 %
+minimum effect with that margin said (`<d>_verdict`: "significant" alone would call a −0.2 %
+change a finding) and a plain "not significant" where the interval crosses zero or a gate's
+threshold, and the decision with its reasons — while the JSON keeps full precision for
+machines. Everything here is read from the finished document, so the report cannot say a
+figure the JSON does not hold.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anvil_metrics.post.significance import smallest_p
+from anvil_metrics.post.significance import MIN_EFFECT_PERCENT, smallest_p
 from anvil_metrics.summary.decide import DELTAS, DISPLAY_DECIMALS, OFF, rounded
 from anvil_metrics.summaryfigures import IMPROVEMENT_GATES, SUMMARY_FIGURES
 
@@ -86,8 +88,25 @@ def _significance(ci: Sequence[float] | None, marks: list[tuple[str, float]],
     return "; ".join(notes) or "significant"
 
 
+def _verdict(row: Mapping[str, Any], stem: str) -> str:
+    """The delta's verdict (`decide.compare`, at `MIN_EFFECT_PERCENT`) in words, with the
+    margin; "" for a summary written before verdicts existed (no `<stem>_verdict` key)."""
+    key = f"{stem}_verdict"
+    if key not in row:
+        return ""
+    margin = f"the ±{MIN_EFFECT_PERCENT:g} % minimum effect"
+    verdict = row[key]
+    beyond = f"the interval lies wholly beyond {margin}"
+    why = {"better": beyond, "worse": beyond, "changed": beyond,
+           "equivalent": f"the 90 % interval lies within {margin}",
+           "inconclusive": f"the interval straddles {margin}: more runs may settle it",
+           }.get(verdict)
+    return "no verdict (no interval); " if why is None else f"**{verdict}** ({why}); "
+
+
 def delta_lines(doc: Mapping[str, Any]) -> list[str]:
-    """One line per delta of each speculative variant: value, interval, p, significance."""
+    """One line per delta of each speculative variant: value, interval, p, verdict,
+    significance."""
     fields = dict(DELTA_NAMES)
     delta_field = dict(DELTAS)
     marks = _thresholds(doc)
@@ -112,7 +131,7 @@ def delta_lines(doc: Mapping[str, Any]) -> list[str]:
                         f"95 % CI {_num(ci[0], places)} … {_num(ci[1], places)} %")
             out.append(f"- {row['model']}/{row['speculation']} {name}: "
                        f"{value:+.{places}f} % ({shown_ci}; Mann–Whitney p "
-                       f"{'null' if p is None else f'{p:.3g}'}): "
+                       f"{'null' if p is None else f'{p:.3g}'}): {_verdict(row, stem)}"
                        f"{_significance(ci, marks.get(delta_field[name], []), counted)}")
     return out
 

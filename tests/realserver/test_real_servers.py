@@ -376,3 +376,62 @@ def test_server_block_from_the_real_server(tmp_path: Path, users: int) -> None:
         assert 0 <= diff["e2e"] <= 25, diff
         assert s["prompt_tokens_mean"] == pytest.approx(
             sum(r["prompt_tokens"] for r in doc["request_timings"]) / doc["completed"])
+
+
+VISION_URL = os.environ.get("ANVIL_REAL_VISION_URL", "")
+VISION_SCENARIO = """measurement_protocol = "media"
+max_context_tokens = 8192
+warmup_requests = 0
+max_tokens = 16
+context_tokens = 256
+context_seed = 7
+[request]
+include_usage = true
+[[request_class]]
+name = "text"
+weight = 1
+[[request_class]]
+name = "vision"
+weight = 1
+images = 2
+image_sizes = ["224x224", "448x336"]
+"""
+
+
+def _qwen2vl_image_tokens(w: int, h: int) -> int:
+    """Qwen2-VL's count for an image whose sides are multiples of 28 within its pixel bounds
+    (smart_resize keeps it): one token per 28x28 (2x2 merged 14-pixel patches), plus
+    <|vision_start|> and <|vision_end|>."""
+    return (w // 28) * (h // 28) + 2
+
+
+@pytest.mark.skipif(SERVER != "vllm" or not VISION_URL,
+                    reason="needs vLLM serving the tiny Qwen2-VL (setup_vllm_vision.sh)")
+def test_images_as_load_on_a_real_vision_tokenizer(tmp_path: Path) -> None:
+    """Images as load through vLLM's real Qwen2-VL pipeline: vLLM counts image tokens only
+    inside usage.prompt_tokens, so a vision row's prompt_tokens minus the text class's is its
+    two images' tokens by the model's own rule, one of the three pairs of the two sizes."""
+    sc = write_scenario(tmp_path / "v.toml", VISION_SCENARIO)
+    proc = anvil("run", str(sc), "--host", VISION_URL, "--requests", "12", "-u", "2",
+                 "--results-dir", str(tmp_path / "res"), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = result_path(proc)
+    assert anvil("verify", str(path)).returncode == 0
+    doc = load_json(path)
+    assert (doc["completed"], doc["failed"]) == (12, 0), doc["failures"]
+    rows = doc["request_timings"]
+    text = [r for r in rows if r["media_images"] is None]
+    vision = [r for r in rows if r["media_images"] is not None]
+    assert text and vision and all(r["media_images"] == 2 for r in vision)
+    assert all(r["media_image_tokens"] is None for r in rows)  # vLLM: inside prompt_tokens
+    (text_tokens,) = {r["prompt_tokens"] for r in text}  # one planned prompt, one count
+    one = [_qwen2vl_image_tokens(224, 224), _qwen2vl_image_tokens(448, 336)]  # 66, 194
+    pairs = {one[0] * 2, one[0] + one[1], one[1] * 2}
+    assert {r["prompt_tokens"] - text_tokens for r in vision} <= pairs, vision
+    # base64 PNG noise: ~4/3 of 3 bytes a pixel; at least the smaller pair's pixels
+    assert min(r["request_bytes"] for r in vision) > 4 * 224 * 224 * 2
+    classes = {c["name"]: c for c in doc["mix"]["classes"]}
+    assert classes["vision"]["media_images"] == 2 * len(vision)
+    print(f"\n[vllm vision] text prompt {text_tokens}; vision prompt - text "
+          f"{sorted(r['prompt_tokens'] - text_tokens for r in vision)} (pairs {sorted(pairs)})\n"
+          + "\n".join(summary_lines(doc)))

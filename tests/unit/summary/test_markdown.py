@@ -1,6 +1,7 @@
 """summary.markdown: `summary.md` from a small summary document — figures rounded as the
 example rounds them, each delta with its interval and a plain "not significant" where the
-interval holds 0 or a gate's threshold, a null delta with its reason, and the decision.
+interval holds 0 or a gate's threshold, each delta's verdict at the 2 % minimum effect with
+that margin, a null delta with its reason, and the decision.
 
 Why: a reader takes the words, not the JSON; a delta called significant while its
 interval crosses the gate's threshold would read as a promotion the figures do not bear.
@@ -31,7 +32,8 @@ def _doc() -> dict[str, Any]:
         "performance": [
             _row("off"),
             _row("mtp", decode_delta_percent=12.34, decode_delta_ci95_percent=[8.0, 16.0],
-                 decode_delta_mann_whitney_p=0.00794, e2e_delta_percent=None,
+                 decode_delta_mann_whitney_p=0.00794, decode_delta_verdict="better",
+                 e2e_delta_percent=None, e2e_delta_verdict=None,
                  null_reasons={"e2e_delta_percent": "a run has no e2e"})],
         "gates": [{"gate": "decode_p50_improvement_percent", "threshold": 10,
                    "outcome": "fail", "reason": "the interval reaches below 10 %"}],
@@ -43,17 +45,43 @@ def _doc() -> dict[str, Any]:
 def test_the_deltas_say_what_their_intervals_allow() -> None:
     assert delta_lines(_doc()) == [
         "- m/mtp decode_delta_percent: +12.3 % (95 % CI 8.0 … 16.0 %; Mann–Whitney p "
-        "0.00794): not significant against decode_p50_improvement_percent (the interval "
+        "0.00794): **better** (the interval lies wholly beyond the ±2 % minimum effect); "
+        "not significant against decode_p50_improvement_percent (the interval "
         "contains 10 %)",
         "- m/mtp e2e_delta_percent: null (a run has no e2e)"]
     doc = _doc()
     doc["gates"] = []
-    doc["performance"][1]["decode_delta_ci95_percent"] = [-1.0, 16.0]
-    assert delta_lines(doc)[0].endswith(": not significant (the interval contains 0)")
+    doc["performance"][1].update(decode_delta_ci95_percent=[-1.0, 16.0],
+                                 decode_delta_verdict="inconclusive")
+    assert delta_lines(doc)[0].endswith("; not significant (the interval contains 0)")
     doc["performance"][1]["decode_delta_ci95_percent"] = [1.0, 16.0]
-    assert delta_lines(doc)[0].endswith(": significant")
-    doc["performance"][1]["decode_delta_ci95_percent"] = None
-    assert "(no interval; Mann–Whitney p 0.00794): no interval" in delta_lines(doc)[0]
+    assert delta_lines(doc)[0].endswith("; significant")
+    doc["performance"][1].update(decode_delta_ci95_percent=None, decode_delta_verdict=None)
+    assert "(no interval; Mann–Whitney p 0.00794): no verdict (no interval); no interval" \
+        in delta_lines(doc)[0]
+
+
+def test_each_verdict_is_said_with_its_margin_and_an_old_summary_reads_as_before() -> None:
+    """The verdict sits beside the interval, in words with the margin it was judged at; a
+    summary written before `<d>_verdict` existed has no verdict to say and no word of one."""
+    doc = _doc()
+    doc["gates"] = []
+    row = doc["performance"][1]
+    said = {}
+    for verdict in ("worse", "equivalent", "inconclusive"):
+        row["decode_delta_verdict"] = verdict
+        said[verdict] = delta_lines(doc)[0].split("0.00794): ")[1]
+    assert said == {
+        "worse": "**worse** (the interval lies wholly beyond the ±2 % minimum effect); "
+                 "significant",
+        "equivalent": "**equivalent** (the 90 % interval lies within the ±2 % minimum "
+                      "effect); significant",
+        "inconclusive": "**inconclusive** (the interval straddles the ±2 % minimum effect: "
+                        "more runs may settle it); significant"}
+    del row["decode_delta_verdict"]
+    assert delta_lines(doc)[0].endswith("(95 % CI 8.0 … 16.0 %; Mann–Whitney p 0.00794): "
+                                        "significant")
+    assert "verdict" not in markdown(doc)
 
 
 def test_too_few_runs_are_never_called_significant() -> None:
@@ -64,12 +92,13 @@ def test_too_few_runs_are_never_called_significant() -> None:
     doc["gates"] = []
     doc["performance"][0]["runs"] = 2
     doc["performance"][1].update(runs=2, decode_delta_percent=-0.04,
-                                 decode_delta_ci95_percent=[-0.05, -0.03])
+                                 decode_delta_ci95_percent=[-0.05, -0.03],
+                                 decode_delta_verdict="equivalent")
     assert delta_lines(doc)[0].endswith(
-        ": too few runs to tell (2 against 2: the smallest Mann–Whitney p they allow is "
+        "; too few runs to tell (2 against 2: the smallest Mann–Whitney p they allow is "
         "0.333)")
     doc["performance"][0]["runs"] = doc["performance"][1]["runs"] = 4
-    assert delta_lines(doc)[0].endswith(": significant")
+    assert delta_lines(doc)[0].endswith("; significant")
 
 
 def test_the_report_rounds_the_table_and_gives_the_decision() -> None:
