@@ -104,7 +104,8 @@ class Calibration(Struct, forbid_unknown_fields=True, kw_only=True):
             "tokenizer, or none")]
     planned_vs_counted_error_pct_max: Annotated[float | None | UnsetType, described(
         "%", "max over rows with both of |prompt_tokens − planned_context_tokens| / planned "
-             "× 100; null when no row has both")] = UNSET
+             "× 100, rows with images or audio left out (their media are in prompt_tokens); "
+             "null when no row has both")] = UNSET
 
 
 class SharedPrefix(Struct, forbid_unknown_fields=True):

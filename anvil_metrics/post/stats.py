@@ -172,11 +172,15 @@ def expected_keys(absent: frozenset[str]) -> frozenset[str]:
 
 def planned_vs_counted_error_pct_max(rows: RowColumns) -> float | None:
     """%: max over rows with both of |prompt_tokens − planned_context_tokens| / planned · 100
-    (the prompt factory's worst miss; `prompt_calibration.planned_vs_counted_error_pct_max`).
-    None when no row has both."""
+    (the prompt factory's worst miss; `prompt_calibration.planned_vs_counted_error_pct_max`),
+    rows that carried images or audio left out: the server counts their media in
+    prompt_tokens, which the text's plan never held. None when no row has both."""
     counts, present = rows.counts, rows.present
     planned = counts["planned_context_tokens"]
     picked = present["prompt_tokens"] & present["planned_context_tokens"] & (planned != 0)
+    for media in ("media_images", "media_audio_clips"):
+        if media in counts:
+            picked &= ~(present[media] & (counts[media] > 0))
     if not picked.any():
         return None
     prompt, planned = counts["prompt_tokens"][picked], planned[picked]

@@ -82,6 +82,12 @@ def test_images_of_two_sizes_carry_the_servers_tokens_and_bytes(tmp_path: Path) 
     assert media["media_image_tokens_mean"] == pytest.approx(
         sum(m["image_tokens"] for m in logged) / len(logged), rel=1e-12)
     assert doc["mix"]["classes"][0]["media_images"] is None
+    # the sizing error is the text's: a media row's prompt_tokens hold its images' tokens
+    # (the simulator counts them there, as vLLM does), which no plan holds
+    text_rows = [r for r in rows if r["media_images"] is None]
+    assert doc["prompt_calibration"]["planned_vs_counted_error_pct_max"] == pytest.approx(max(
+        abs(r["prompt_tokens"] - r["planned_context_tokens"]) / r["planned_context_tokens"]
+        * 100 for r in text_rows), rel=1e-12)
     # a media class's rows count its clips (0), the text class's have no media counts
     assert all(r["media_audio_clips"] == (None if r["media_images"] is None else 0)
                for r in rows)
