@@ -276,8 +276,8 @@ class RunSession:
                       controls=controls, on_end=ended("duration"),
                       conversations=ready.conversations, hooks=hooks)
         holder.append(session)
+        session._start_probe(endpoint, nonce)  # its idle baseline before the children start
         session._start_telemetry(params["server"])
-        session._start_probe(endpoint, nonce)
         return session
 
     def _start_probe(self, endpoint: Endpoint, nonce: str) -> None:
