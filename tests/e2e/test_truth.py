@@ -258,8 +258,8 @@ def test_without_usage_counts_chunks(runs) -> None:
 
 def test_raw_chunk_arrivals_match_the_plan(runs) -> None:
     """Each chunk is stamped on its own arrival, judged against the simulator's stamp of
-    that chunk's write (`extra.server.chunks_sent_ns`): never before it, the typical chunk
-    within the loop's p99 wake-up, every one within two of its worst (`_bounds`). A client
+    that chunk's write (`extra.server.chunks_sent_ns`): never before it, the run's median
+    chunk within the loop's p99 wake-up, every one within two of its worst (`_bounds`). A client
     that stamped two chunks at once would stamp the first a whole step (8 ms) after its
     write; one that stamped a chunk twice would lose the count. Why not the gaps between
     arrivals: a stall of either process bunches the chunks that came during it into one read
@@ -272,6 +272,8 @@ def test_raw_chunk_arrivals_match_the_plan(runs) -> None:
     at_median, at_most = _bounds(doc)
     reqs = list(_raw_requests(run).values())
     assert len(reqs) == doc["requests"] == 16
+    every: list[float] = []  # the typical chunk is judged over the run's chunks: one stall of
+    # the machine can hold every chunk of one short request (a CI run: 127 ms on 3 of 4)
     for rec in reqs:
         deltas = rec["chunk_deltas_ns"]
         assert len(deltas) == N_REASON + N_CONTENT
@@ -283,6 +285,7 @@ def test_raw_chunk_arrivals_match_the_plan(runs) -> None:
             arrival += delta
             lags_ms.append((arrival - sent_ns) / 1e6)
         assert min(lags_ms) >= 0, lags_ms  # never before the simulator wrote it
-        assert _quantile(lags_ms, 0.25) <= at_median, (at_median, sorted(lags_ms))
         assert max(lags_ms) <= at_most, (at_most, sorted(lags_ms))
         assert arrival <= rec["end_ns"]  # the last chunk came before the stream's end
+        every += lags_ms
+    assert _quantile(every, 0.5) <= at_median, (at_median, sorted(every))
