@@ -491,11 +491,8 @@ def test_the_api_key_comes_from_one_lookup(monkeypatch: pytest.MonkeyPatch) -> N
     finally:
         session.finish()
 
-
-def test_the_master_refuses_the_run_when_its_only_worker_refuses_the_setup(
-        caplog: pytest.LogCaptureFixture) -> None:
-    """Master and worker wired back to back through Locust's framing: a set-up the worker
-    cannot read comes back as a hello with `error`, and the master refuses the run."""
+def _back_to_back() -> tuple[FakeRunner, FakeRunner, MasterAgent, WorkerAgent]:
+    """A master and a worker wired back to back through Locust's framing (worker "W")."""
     master_runner, worker_runner = FakeRunner(), FakeRunner()
     env = SimpleNamespace(runner=master_runner, events=SimpleNamespace(
         worker_connect=SimpleNamespace(add_listener=lambda f: None)))
@@ -505,6 +502,14 @@ def test_the_master_refuses_the_run_when_its_only_worker_refuses_the_setup(
         lambda t, d=None, client_id=None: worker_runner.receive(t, d, node="master"))
     worker_runner.send_message = (  # type: ignore[method-assign]
         lambda t, d=None, client_id=None: master_runner.receive(t, d, node="W"))
+    return master_runner, worker_runner, master, worker
+
+
+def test_the_master_refuses_the_run_when_its_only_worker_refuses_the_setup(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Master and worker wired back to back through Locust's framing: a set-up the worker
+    cannot read comes back as a hello with `error`, and the master refuses the run."""
+    master_runner, worker_runner, master, worker = _back_to_back()
     session = SimpleNamespace(run_id="run-1", budget=RequestBudget(4, 0, [4096]), writer=None)
     c = master.start_run(session, _setup(PLAIN)[0])
     c.setup_wire = {**c.setup_wire, "version": 0}  # as from a master of another version
@@ -619,15 +624,7 @@ def test_a_replica_the_master_counts_dead_is_skipped_by_every_workers_balancer(
     (10 connection failures in a row there), `anvil_dead` reaches the worker, checked, and
     its least-in-flight balancer sends nothing more to replica 1; a replica the run does
     not have is refused with one line."""
-    master_runner, worker_runner = FakeRunner(), FakeRunner()
-    env = SimpleNamespace(runner=master_runner, events=SimpleNamespace(
-        worker_connect=SimpleNamespace(add_listener=lambda f: None)))
-    master = MasterAgent(env)
-    worker = WorkerAgent(SimpleNamespace(runner=worker_runner), lambda s: None)
-    master_runner.send_message = (  # type: ignore[method-assign]
-        lambda t, d=None, client_id=None: worker_runner.receive(t, d, node="master"))
-    worker_runner.send_message = (  # type: ignore[method-assign]
-        lambda t, d=None, client_id=None: master_runner.receive(t, d, node="W"))
+    master_runner, worker_runner, master, worker = _back_to_back()
     master_runner.clients["W"] = SimpleNamespace(state="running")
     watch = FailureWatch(AbortRule(after_failures=10), 1, ["http://a", "http://b"],
                          lambda reason: None)
