@@ -33,7 +33,6 @@ nodes' or none.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -45,7 +44,7 @@ import msgspec
 
 from anvil_metrics.load.energyplan import EnergyPlan, MetricSelector, parse_selector
 from anvil_metrics.telemetry.energyfile import MARKS, EnergySample, EnergySource, GpuReading
-from anvil_metrics.telemetry.scrape import Sampler, scrape_samples
+from anvil_metrics.telemetry.scrape import Sampler, run_child, scrape_samples
 from anvil_metrics.urls import strip_credentials
 
 # one reading's bound: an exporter answers in milliseconds, and the window's edges wait for
@@ -247,19 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     plan = EnergyPlan(a.source, tuple(a.url), parse_selector(a.metric) if a.metric else None,
                       a.interval_s)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the Locust process's to handle (scrape.py)
-    with open(a.out, "ab") as out:
-        head = EnergySource(source=plan.source, where=list(plan.urls) or ["nvml"],
-                            metric=plan.metric.text if plan.metric else None,
-                            interval_s=plan.interval_s)
-        out.write(msgspec.json.encode(head) + b"\n")
-        out.flush()
-        try:
-            EnergySampler(_reader(plan, a.timeout_s), out, plan.interval_s).run(
-                sys.stdin.buffer, sys.stdout.buffer, a.max_s)
-        except (KeyboardInterrupt, BrokenPipeError):
-            pass
-    return 0
+    head = EnergySource(source=plan.source, where=list(plan.urls) or ["nvml"],
+                        metric=plan.metric.text if plan.metric else None,
+                        interval_s=plan.interval_s)
+    return run_child(a.out, msgspec.json.encode(head),
+                     lambda out: EnergySampler(_reader(plan, a.timeout_s), out,
+                                               plan.interval_s), a.max_s)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import orjson
@@ -199,17 +200,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=2.0)
     ap.add_argument("--max-s", type=float, default=7 * 24 * 3600.0)
     a = ap.parse_args(argv)
-    # A terminal's Ctrl-C reaches this process too (it is in its Locust's process group); the
-    # Locust process still asks for its last scrape while it stops the run, so Ctrl-C is
-    # its to handle: this process ends when its stdin closes (the parent ended) or at --max-s
+    head = orjson.dumps({"type": "scrape", "url": a.url, "interval_s": a.interval_s,
+                         "timeout_s": a.timeout_s})
+    return run_child(a.out, head, lambda out: Sampler(a.url, out, a.interval_s, a.timeout_s),
+                     a.max_s)
+
+
+def run_child(path: str, head: bytes, sampler_of: Callable[[BinaryIO], Any], max_s: float
+              ) -> int:
+    """A sampler child's life: `head` as the first line of `path` (appended, flushed), then
+    `sampler_of(file).run(...)` answering the parent's commands on stdin until it closes (the
+    parent ended) or `max_s`. A terminal's Ctrl-C reaches this process too (it is in its
+    Locust's process group); the Locust process still asks for its last reading while it
+    stops the run, so Ctrl-C is its to handle, never this process's."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with open(a.out, "ab") as out:
-        out.write(orjson.dumps({"type": "scrape", "url": a.url,
-                                "interval_s": a.interval_s, "timeout_s": a.timeout_s}) + b"\n")
+    with open(path, "ab") as out:
+        out.write(head + b"\n")
         out.flush()
         try:
-            Sampler(a.url, out, a.interval_s, a.timeout_s).run(
-                sys.stdin.buffer, sys.stdout.buffer, a.max_s)
+            sampler_of(out).run(sys.stdin.buffer, sys.stdout.buffer, max_s)
         except (KeyboardInterrupt, BrokenPipeError):
             pass
     return 0
