@@ -100,6 +100,18 @@ def test_completions_are_sized_and_stamped_as_the_server_saw_them(tmp_path: Path
     assert "POST     completions " in (bench.parent / "locust.log").read_text()
 
 
+def _cut_at_12(doc: dict, reasoning_tokens: int | None) -> None:
+    """Every row: 3 reasoning chunks, then content cut at 12 output tokens (the server's
+    reasoning count as given), its prompt within 0.5 % of the plan, the first content no
+    sooner than the first output (it may arrive in the same read as the reasoning)."""
+    for row in doc["request_timings"]:
+        assert (row["output_tokens"], row["reasoning_tokens"], row["reasoning_chunks"],
+                row["content_chunks"]) == (12, reasoning_tokens, 3, 9)
+        assert abs(row["prompt_tokens"] - row["planned_context_tokens"]) <= 0.005 * row[
+            "planned_context_tokens"], row
+        assert row["ttft_ms"] >= row["time_to_first_output_ms"] > 0
+
+
 def test_responses_are_streamed_sized_and_stamped_as_the_server_saw_them(tmp_path: Path
                                                                          ) -> None:
     bench, doc, log, _ = run(tmp_path, SCENARIO.format(
@@ -110,13 +122,7 @@ def test_responses_are_streamed_sized_and_stamped_as_the_server_saw_them(tmp_pat
     assert len(loaded) == 26  # 24 measured and 2 warm-ups; the sizing counted chat prompts
     assert all(r["max_tokens"] == 12 and r["messages"] is None and r["input"][-1][0] == "user"
                and r["previous_response_id"] is None for r in loaded)
-    for row in doc["request_timings"]:  # 3 reasoning tokens, then content cut at 12
-        assert (row["output_tokens"], row["reasoning_tokens"], row["reasoning_chunks"],
-                row["content_chunks"]) == (12, 3, 3, 9)
-        assert abs(row["prompt_tokens"] - row["planned_context_tokens"]) <= 0.005 * row[
-            "planned_context_tokens"], row
-        # (the first content may arrive in the same read as the reasoning before it)
-        assert row["ttft_ms"] >= row["time_to_first_output_ms"] > 0
+    _cut_at_12(doc, reasoning_tokens=3)  # 3 reasoning tokens, then content cut at 12
     assert doc["prompt_calibration"]["method"] == "tokenize"
     records = stamped_as_sent(bench, doc, 26)
     assert all(r["finish_reason"] == "length" for r in records)
@@ -138,13 +144,9 @@ def test_messages_are_streamed_sized_and_stamped_as_the_server_saw_them(tmp_path
     assert all(r["max_tokens"] == 12 and r["system"] == [8, zlib.crc32(b"be brief")]
                and [m[0] for m in r["messages"]] == ["user"]
                and r["headers"]["anthropic-version"] == "2023-06-01" for r in loaded)
-    for row in doc["request_timings"]:  # 3 thinking tokens, then text cut at 12
-        # (the Messages API reports no reasoning count: null, not 0)
-        assert (row["output_tokens"], row["reasoning_tokens"], row["reasoning_chunks"],
-                row["content_chunks"]) == (12, None, 3, 9)
-        assert abs(row["prompt_tokens"] - row["planned_context_tokens"]) <= 0.005 * row[
-            "planned_context_tokens"], row
-        assert row["ttft_ms"] >= row["time_to_first_output_ms"] > 0
+    # 3 thinking tokens, then text cut at 12 (the Messages API reports no reasoning count:
+    # null, not 0)
+    _cut_at_12(doc, reasoning_tokens=None)
     assert doc["prompt_calibration"]["method"] == "tokenize"
     records = stamped_as_sent(bench, doc, 26)
     assert all(r["finish_reason"] == "length" for r in records)
