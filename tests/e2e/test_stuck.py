@@ -94,9 +94,11 @@ def check_lines(lines: list[str]) -> None:
     assert any(re.fullmatch(r"every request in flight is stuck \(2\): 1 waiting for its first "
                             r"byte for \d s \(headers received\), 1 idle mid-stream for \d s", x)
                for x in stuck), lines
-    for x in stuck:  # every line names a count of 2 in flight and a phase
-        assert re.match(r"(every request in flight is stuck \(2\)|1 of 2 requests in flight "
-                        r"is stuck): \d (waiting for|idle mid-stream)", x), x
+    # every line names the count in flight and a phase: 2, or 1 once the other request has
+    # ended (two workers on a busy machine start their requests up to ~1 s apart)
+    for x in stuck:
+        assert re.match(r"(every request in flight is stuck \([12]\)|1 of 2 requests in "
+                        r"flight is stuck): \d (waiting for|idle mid-stream)", x), x
     seconds = [int(s) for x in stuck
                for s in re.findall(r"first byte (?:for|\(the longest) (\d+) s", x)]
     assert seconds == sorted(seconds) and seconds[-1] > seconds[0], lines  # waits that grow
